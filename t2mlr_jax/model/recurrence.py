@@ -1,0 +1,184 @@
+"""T²MLR's forward modes, each a short composition of embed / run_blocks / head with `fuse` and
+`update_cache` (t2mlr_jax.model.fusion):
+
+  jacobi_forward   temporal-parallel: an unfused pass, then D-1 refinement passes of the middle block
+                   [l_start, l_end] (`fori_loop`, fully stop_gradient'ed except the last B), then a
+                   final pass. Exactly the release's D/B semantics (shared/spec/t2mlr.md).
+  exact_forward    token by token (`lax.scan` over time) carrying R and the KV cache; with `bptt=B` the
+                   gradient of each token flows through at most B links of the recurrent chain.
+  decode_step      one token with the KV cache and R (the body of exact_forward and of generation).
+
+A model with `recurrence=None` runs through the same functions as a plain transformer.
+Layouts: positions (RoPE, and R resets to zero where position == 0: a document start), segment_ids
+(0 = padding; attention never crosses documents), control_flow (0 pad / 1 prompt / 2 recurrent;
+only recurrent positions are fused and get the temporal residual).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from t2mlr_jax.model.backbone import KVCache, advance, default_layout, embed, head, init_cache, run_blocks
+from t2mlr_jax.model.config import ModelConfig, check_depths
+from t2mlr_jax.model.fusion import RECURRENT, fuse, update_cache
+
+
+class Layout(NamedTuple):
+    positions: Int[Array, "B T"]
+    segment_ids: Int[Array, "B T"]
+    control_flow: Int[Array, "B T"]
+
+
+class Output(NamedTuple):
+    logits: Float[Array, "B T V"]
+    recurrent_state: Float[Array, "B D"]  # R for the token after the last one (decoding continues from it)
+    gate_stats: dict  # per-token gate activations of the fusion that produced the logits, [B, T] each
+    cache: Optional[KVCache]
+
+
+def make_layout(tokens: Int[Array, "B T"], positions=None, segment_ids=None, control_flow=None) -> Layout:
+    """Fill in defaults: positions 0..T-1, one document per row, every real token recurrent."""
+    default_pos, default_seg = default_layout(tokens)
+    positions = default_pos if positions is None else positions
+    segment_ids = default_seg if segment_ids is None else segment_ids
+    if control_flow is None:
+        control_flow = jnp.where(segment_ids != 0, RECURRENT, 0)
+    return Layout(positions.astype(jnp.int32), segment_ids.astype(jnp.int32), control_flow.astype(jnp.int32))
+
+
+def shift_right(m: Float[Array, "B T D"], positions: Int[Array, "B T"]) -> Float[Array, "B T D"]:
+    """The cache each token sees: the previous token's, and zeros at position 0 (a document start)."""
+    r = jnp.pad(m[:, :-1], ((0, 0), (1, 0), (0, 0)))
+    return jnp.where((positions == 0)[..., None], jnp.zeros_like(r), r)
+
+
+def _middle(cfg, params, h, layout, cache=None):
+    l_start, l_end = cfg.layer_range
+    return run_blocks(cfg, params, h, l_start, l_end + 1, positions=layout.positions,
+                      segment_ids=layout.segment_ids, cache=cache)
+
+
+def jacobi_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *, layout: Optional[Layout] = None,
+                   d_forward: Optional[int] = None, d_backward: Optional[int] = None,
+                   cache: Optional[KVCache] = None) -> Output:
+    """Temporal-parallel forward with D = d_forward Jacobi passes, gradient through the last B = d_backward.
+
+    With a cache (Jacobi prefill), the lower blocks' keys/values come from the shared first pass and
+    the upper ones from the final pass; `recurrent_state` is the final pass's cache at the last token.
+    """
+    layout = layout or make_layout(tokens)
+    rec = cfg.recurrence
+    h = embed(cfg, params, tokens)
+    if rec is None:
+        h, cache = run_blocks(cfg, params, h, 0, cfg.num_layers, positions=layout.positions,
+                              segment_ids=layout.segment_ids, cache=cache)
+        return Output(head(cfg, params, h), jnp.zeros(h.shape[::2], h.dtype), {}, _advance(cache, tokens))
+    d_forward = rec.d_forward if d_forward is None else d_forward
+    d_backward = rec.d_backward if d_backward is None else d_backward
+    check_depths(d_forward, d_backward)
+    l_start, l_end = cfg.layer_range
+    mixer = params["mixer"]
+    x, cache = run_blocks(cfg, params, h, 0, l_start, positions=layout.positions,
+                          segment_ids=layout.segment_ids, cache=cache)
+
+    def refine(p, x, r):
+        """One Jacobi pass: fuse R into the stream, run the middle block, update and shift the cache."""
+        fused, _ = fuse(cfg, p["mixer"], x, r, layout.control_flow)
+        out, _ = _middle(cfg, p, fused, layout)
+        return shift_right(update_cache(cfg, p["mixer"], out, r, layout.control_flow), layout.positions)
+
+    h0, _ = _middle(cfg, params, x, layout)  # the unfused first pass
+    r = shift_right(h0, layout.positions)  # R<1>: neither residual-added nor normalised
+    if d_backward < d_forward:
+        r = jax.lax.stop_gradient(r)
+    n_grad = min(d_backward, d_forward - 1)
+    # Passes whose output is detached: no tangent may enter (inputs stop_gradient'ed), so autodiff
+    # keeps none of their activations alive.
+    frozen = jax.lax.stop_gradient((params, x))
+    r = jax.lax.fori_loop(0, d_forward - 1 - n_grad, lambda _, r: refine(*frozen, r), jax.lax.stop_gradient(r))
+    if n_grad:
+        r, _ = jax.lax.scan(lambda r, _: (refine(params, x, r), None), r, None, length=n_grad)
+    # Final pass, through the cache's blocks so prefill leaves keys/values for decoding.
+    fused, stats = fuse(cfg, mixer, x, r, layout.control_flow)
+    out, cache = _middle(cfg, params, fused, layout, cache)
+    m = update_cache(cfg, mixer, out, r, layout.control_flow)
+    h, cache = run_blocks(cfg, params, out, l_end + 1, cfg.num_layers, positions=layout.positions,
+                          segment_ids=layout.segment_ids, cache=cache)
+    return Output(head(cfg, params, h), m[:, -1], stats, _advance(cache, tokens))
+
+
+def _advance(cache, tokens):
+    return None if cache is None else advance(cache, tokens.shape[1])
+
+
+def decode_step(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], recurrent_state: Float[Array, "B D"],
+                cache: KVCache, layout: Layout) -> Output:
+    """One token (T = 1) with the KV cache: fuse R_{t-1} at l_start, update R_t after l_end.
+
+    `recurrent_state` is the previous token's cache; it is reset to zero at a document start.
+    """
+    h = embed(cfg, params, tokens)
+    kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
+    if cfg.recurrence is None:
+        h, cache = run_blocks(cfg, params, h, 0, cfg.num_layers, cache=cache, **kw)
+        return Output(head(cfg, params, h), recurrent_state, {}, advance(cache, tokens.shape[1]))
+    l_start, l_end = cfg.layer_range
+    mixer = params["mixer"]
+    r = jnp.where((layout.positions == 0)[..., None], 0.0, recurrent_state[:, None].astype(h.dtype))
+    x, cache = run_blocks(cfg, params, h, 0, l_start, cache=cache, **kw)
+    fused, stats = fuse(cfg, mixer, x, r, layout.control_flow)
+    out, cache = run_blocks(cfg, params, fused, l_start, l_end + 1, cache=cache, **kw)
+    m = update_cache(cfg, mixer, out, r, layout.control_flow)
+    h, cache = run_blocks(cfg, params, out, l_end + 1, cfg.num_layers, cache=cache, **kw)
+    return Output(head(cfg, params, h), m[:, -1], stats, advance(cache, tokens.shape[1]))
+
+
+def exact_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *, layout: Optional[Layout] = None,
+                  bptt: Optional[int] = None, cache: Optional[KVCache] = None,
+                  recurrent_state: Optional[Float[Array, "B D"]] = None) -> Output:
+    """Exact sequential recurrence: `lax.scan` of `decode_step` over time.
+
+    bptt=None: full backpropagation through time. bptt=B: truncated, each token's loss reaching back
+    through at most B links of the R chain. It runs B+1 copies of the sequence side by side; copy j
+    is fed copy j-1's cache (copy 0 a stop_gradient'ed one) and the last copy gives the logits. All
+    copies carry identical values, so this has exactly the gradient of Jacobi with D >= T and that B.
+    """
+    layout = layout or make_layout(tokens)
+    b, t = tokens.shape
+    copies = 1 if bptt is None else int(bptt) + 1
+    if bptt is not None:
+        check_depths(1, bptt)
+        tile = lambda a: jnp.tile(a, (copies,) + (1,) * (a.ndim - 1))
+        tokens, layout = tile(tokens), Layout(*map(tile, layout))
+    if cache is None:
+        cache = init_cache(cfg, b * copies, t)
+    if recurrent_state is None:
+        recurrent_state = jnp.zeros((b * copies, cfg.hidden_size), cfg.dtype)
+
+    def step(carry, xs):
+        r, cache = carry
+        if copies > 1:  # copy j continues copy j-1's chain; copy 0 starts a fresh (detached) one
+            r = r.reshape(copies, b, -1)
+            r = jnp.concatenate([jax.lax.stop_gradient(r[:1]), r[:-1]]).reshape(copies * b, -1)
+        out = decode_step(cfg, params, xs[0][:, None], r, cache, Layout(*(a[:, None] for a in xs[1:])))
+        return (out.recurrent_state, out.cache), (out.logits[:, 0], {k: v[:, 0] for k, v in out.gate_stats.items()})
+
+    xs = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), (tokens, *layout))
+    (r, cache), (logits, stats) = jax.lax.scan(step, (recurrent_state, cache), xs)
+    logits, stats = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1)[-b:], (logits, stats))
+    return Output(logits, r[-b:], stats, cache)
+
+
+def forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *, mode: str = "jacobi",
+            layout: Optional[Layout] = None, d_forward: Optional[int] = None, d_backward: Optional[int] = None,
+            bptt: Optional[int] = None) -> Output:
+    """One explicit entry point: mode 'jacobi' (training default) or 'exact' (evaluation default)."""
+    if mode == "jacobi":
+        return jacobi_forward(cfg, params, tokens, layout=layout, d_forward=d_forward, d_backward=d_backward)
+    if mode == "exact":
+        return exact_forward(cfg, params, tokens, layout=layout, bptt=bptt)
+    raise ValueError(f"mode must be 'jacobi' or 'exact', got {mode!r}")
