@@ -9,7 +9,8 @@ Weights are stored [in, out] (JAX convention); interop transposes to PyTorch's [
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +23,7 @@ Init = Callable[[jax.Array, tuple, Any], jax.Array]
 @dataclasses.dataclass(frozen=True)
 class ParamSpec:
     shape: tuple[int, ...]
-    axes: tuple[str, ...]  # logical axis names, one per dimension (see parallel rules)
+    axes: tuple[Optional[str], ...]  # logical axis names, one per dimension; None = replicated
     init: Init
     dtype: Optional[str] = None  # None = the model's param_dtype; "float32" pins (the gammas)
 

@@ -98,8 +98,9 @@ def jacobi_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *,
     n_grad = min(d_backward, d_forward - 1)
     # Passes whose output is detached: no tangent may enter (inputs stop_gradient'ed), so autodiff
     # keeps none of their activations alive.
-    frozen = jax.lax.stop_gradient((params, x))
-    r = jax.lax.fori_loop(0, d_forward - 1 - n_grad, lambda _, r: refine(*frozen, r), jax.lax.stop_gradient(r))
+    if d_forward - 1 > n_grad:
+        frozen = jax.lax.stop_gradient((params, x, r))
+        r = jax.lax.fori_loop(0, d_forward - 1 - n_grad, lambda _, r: refine(*frozen[:2], r), frozen[2])
     if n_grad:
         r, _ = jax.lax.scan(lambda r, _: (refine(params, x, r), None), r, None, length=n_grad)
     # Final pass, through the cache's blocks so prefill leaves keys/values for decoding.
@@ -161,7 +162,7 @@ def exact_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *, 
 
     def step(carry, xs):
         r, cache = carry
-        if copies > 1:  # copy j continues copy j-1's chain; copy 0 starts a fresh (detached) one
+        if bptt is not None:  # copy j continues copy j-1's chain; copy 0 starts a fresh (detached) one
             r = r.reshape(copies, b, -1)
             r = jnp.concatenate([jax.lax.stop_gradient(r[:1]), r[:-1]]).reshape(copies * b, -1)
         out = decode_step(cfg, params, xs[0][:, None], r, cache, Layout(*(a[:, None] for a in xs[1:])))

@@ -1,0 +1,47 @@
+"""S5-retrieval (paper Section 3.2): the release's tiny NoPE Llama (384 x 6, 6 heads), T²MLR with
+code l_start=1, l_end=-2, D=16, B=4, LR 5e-4, batch 16; train N in 1..32, test N in 1..48, K = 4.
+
+Presets (comma-combinable):
+  baseline     the release's transformer baseline (RoPE, batch 64, WSD schedule with 4000 decay steps)
+  lstm         the release's LSTM baseline (360 x 4, LR 5e-3, plain cosine, batch 64)
+  matched      make the transformer baseline parameter-matched (wider) instead of same-width
+  cpu          a model and task small enough for this machine (minutes)
+  demo         `make demo`: T²MLR vs the parameter-matched transformer on a CPU-sized task, compared
+"""
+
+from t2mlr_jax.config_utils import apply_preset, experiment
+from t2mlr_jax.model.config import s5_tiny
+
+PRESETS = {
+    "baseline": {"arch": "transformer", "model.rope_theta": 10_000.0, "baseline.param_match": False,
+                    "train.batch_size": 64, "train.steps": 200_000, "optimizer.schedule": "wsd",
+                    "optimizer.decay_steps": 4000, "optimizer.min_lr_ratio": 0.0, "optimizer.warmup_ratio": 0.06},
+    "lstm": {"arch": "lstm", "train.batch_size": 64, "optimizer.lr": 5e-3, "optimizer.min_lr_ratio": 0.0,
+             "optimizer.warmup_ratio": 0.06},
+    "matched": {"baseline.param_match": True},
+    "cpu": {"model.hidden_size": 64, "model.num_layers": 4, "model.num_heads": 4, "model.num_kv_heads": 4,
+            "model.head_dim": 16, "model.mlp_dim": 256, "model.max_seq_len": 128, "model.dtype": "float32",
+            "model.recurrence.d_forward": 8, "model.recurrence.d_backward": 4,
+            "baseline.lstm_hidden": 64, "baseline.lstm_layers": 2,
+            "data.seq_len": 56, "data.options.min_actions": 1, "data.options.max_actions": 8,
+            "data.options.value_len": 1, "data.options.full_dict": False, "data.eval_options.max_actions": 12,
+            "train.steps": 300, "train.batch_size": 32, "train.log_every": 25, "train.checkpoint_every": 100,
+            "optimizer.lr": 3e-3, "eval.num_examples": 256},
+}
+PRESETS["demo"] = {**PRESETS["cpu"], "arch": "t2mlr,transformer", "baseline.param_match": True}
+
+
+def get_config(arg=None):
+    config = experiment(
+        name="s5_retrieval",
+        model=s5_tiny(dtype="bfloat16").with_recurrence(l_start=1, l_end=-2, d_forward=16, d_backward=4,
+                                                        temporal_residual_detach=True, recurrent_gate_init=0.5,
+                                                        input_gate_init=0.5),
+        data=dict(kind="generated", task="s5_retrieval", seq_len=1024, eval_split="test",
+                  options=dict(value_len=4)),
+        optimizer=dict(lr=5e-4, b2=0.95, weight_decay=0.01, schedule="cosine", warmup_ratio=0.05, min_lr_ratio=0.01),
+        train=dict(steps=400_000, batch_size=16, log_every=200, eval_every=10_000, checkpoint_every=10_000,
+                   keep_checkpoints=1),
+        evaluation=dict(batch_size=256, num_examples=4800, score="recurrent"),
+    )
+    return apply_preset(config, arg, PRESETS)

@@ -1,0 +1,50 @@
+"""Greedy decoding for architectures that have only a causal full-sequence forward (looped, pause, LSTM).
+
+The prompt (left padded) and the tokens generated so far sit in one fixed [B, P + N] buffer; each step
+re-runs the forward on it and reads the logits of the last filled slot. Causality makes the unfilled
+tail irrelevant, so this is exactly greedy decoding, at O(N) forwards instead of a KV cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from t2mlr_jax.model.fusion import RECURRENT
+from t2mlr_jax.model.generate import GenerateOutput
+from t2mlr_jax.model.recurrence import Layout
+
+LogitsFn = Callable[[dict, Int[Array, "B T"], Layout], Float[Array, "B T V"]]
+
+
+def greedy_by_recompute(logits_fn: LogitsFn, params: dict, prompt_tokens: Int[Array, "B P"],
+                        prompt_mask: Int[Array, "B P"], prompt_control_flow: Optional[Int[Array, "B P"]], *,
+                        max_new_tokens: int, eos_id: Optional[int], pad_id: int) -> GenerateOutput:
+    b, p = prompt_tokens.shape
+    mask = jnp.concatenate([prompt_mask, jnp.ones((b, max_new_tokens), prompt_mask.dtype)], axis=1).astype(jnp.int32)
+    if prompt_control_flow is None:
+        prompt_control_flow = jnp.where(prompt_mask != 0, RECURRENT, 0)
+    control_flow = jnp.concatenate([prompt_control_flow * prompt_mask,
+                                    jnp.full((b, max_new_tokens), RECURRENT, jnp.int32)], axis=1)
+    layout = Layout(jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0), mask, control_flow.astype(jnp.int32))
+    buffer = jnp.concatenate([prompt_tokens.astype(jnp.int32), jnp.full((b, max_new_tokens), pad_id, jnp.int32)], 1)
+
+    def body(i, state):
+        buffer, done = state
+        logits = jax.lax.dynamic_index_in_dim(logits_fn(params, buffer, layout), p + i - 1, axis=1, keepdims=False)
+        nxt = jnp.where(done, pad_id, jnp.argmax(logits, axis=-1).astype(jnp.int32))
+        if eos_id is not None:
+            done = done | (nxt == eos_id)
+        return jax.lax.dynamic_update_slice_in_dim(buffer, nxt[:, None], p + i, axis=1), done
+
+    buffer, _ = jax.lax.fori_loop(0, max_new_tokens, body, (buffer, jnp.zeros((b,), bool)))
+    tokens = buffer[:, p:]
+    if eos_id is None:
+        return GenerateOutput(tokens, jnp.full((b,), max_new_tokens, jnp.int32))
+    is_eos = tokens == eos_id
+    lengths = jnp.where(is_eos.any(axis=1), jnp.argmax(is_eos, axis=1) + 1, max_new_tokens).astype(jnp.int32)
+    return GenerateOutput(tokens, lengths)

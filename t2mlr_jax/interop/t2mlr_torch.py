@@ -1,0 +1,37 @@
+"""The authors' PyTorch T²MLR layout (T2MLRWrapper.save_pretrained) <-> our (ModelConfig, params).
+
+config.json: model_type "t2mlr", the Llama config under `base_config`, the T²MLR settings flat.
+Weights: the Llama keys under `t2mlr_model.`, block l_start under `...layers.{l_start}.model.`
+and the mixer under `...layers.{l_start}.t2mlr_mixing_module.` (see tables.MIXER_RULES).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from t2mlr_jax.interop.configs import MODEL_TYPE, model_config_from_release, release_config
+from t2mlr_jax.interop.files import read_json, read_state_dict, write_json, write_state_dict
+from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
+from t2mlr_jax.model.config import ModelConfig
+
+
+def is_t2mlr_folder(path: Path | str) -> bool:
+    config = Path(path) / "config.json"
+    return config.exists() and read_json(config).get("model_type") == MODEL_TYPE
+
+
+def load_t2mlr_torch(path: Path | str, *, param_dtype: str = "float32",
+                     progress: bool = False) -> tuple[ModelConfig, dict]:
+    cfg = model_config_from_release(read_json(Path(path) / "config.json"), param_dtype=param_dtype)
+    return cfg, from_state_dict(t2mlr_layout(cfg), read_state_dict(path), progress=progress)
+
+
+def save_t2mlr_torch(cfg: ModelConfig, params: dict, path: Path | str, *, progress: bool = False) -> None:
+    if cfg.recurrence is None:
+        raise ValueError("save_t2mlr_torch needs a T²MLR model (recurrence=None here); use save_hf for a "
+                         "plain transformer, or retrofit() it first")
+    config = release_config(cfg)
+    state = to_state_dict(t2mlr_layout(cfg), params, progress=progress)
+    path = Path(path)
+    write_state_dict(path, state)
+    write_json(path / "config.json", config)

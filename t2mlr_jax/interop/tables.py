@@ -1,0 +1,211 @@
+"""Conversion tables: one list of `Rule`s per PyTorch layout, used for both import and export.
+
+A rule pairs one of our parameters (a path in the params pytree) with a PyTorch state-dict key.
+Our weights are stored [in..., out...] (q_proj is [D, H, E]); PyTorch Linear weights are
+[out, in]. `in_dims` says how many leading dimensions (after the stacked layer axis) are the
+Linear's input, which is all a transform needs: flatten to [in, out], transpose. Rules with
+`in_dims=0` are copied as they are (embeddings, norms, biases, gammas).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.params import ParamSpec, param_specs
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    path: tuple[str, ...]
+    key: str  # `{block}`: the block index of a stacked per-layer parameter; `{l_start}`: the fused block
+    in_dims: int = 0
+
+    @property
+    def stacked(self) -> bool:
+        return self.path[0] == "layers"
+
+
+LLAMA_RULES = (
+    Rule(("embed_tokens",), "model.embed_tokens.weight"),
+    Rule(("layers", "input_layernorm"), "model.layers.{block}.input_layernorm.weight"),
+    Rule(("layers", "self_attn", "q_proj"), "model.layers.{block}.self_attn.q_proj.weight", 1),
+    Rule(("layers", "self_attn", "k_proj"), "model.layers.{block}.self_attn.k_proj.weight", 1),
+    Rule(("layers", "self_attn", "v_proj"), "model.layers.{block}.self_attn.v_proj.weight", 1),
+    Rule(("layers", "self_attn", "o_proj"), "model.layers.{block}.self_attn.o_proj.weight", 2),
+    Rule(("layers", "post_attention_layernorm"), "model.layers.{block}.post_attention_layernorm.weight"),
+    Rule(("layers", "mlp", "gate_proj"), "model.layers.{block}.mlp.gate_proj.weight", 1),
+    Rule(("layers", "mlp", "up_proj"), "model.layers.{block}.mlp.up_proj.weight", 1),
+    Rule(("layers", "mlp", "down_proj"), "model.layers.{block}.mlp.down_proj.weight", 1),
+    Rule(("norm",), "model.norm.weight"),
+    Rule(("lm_head",), "lm_head.weight", 1),
+)
+
+_MIXER = "model.layers.{l_start}.t2mlr_mixing_module."
+# The release's mixer modules (t2mlr_gate_zoo), by our parameter names (t2mlr_jax.model.fusion).
+MIXER_RULES = (
+    Rule(("mixer", "recurrent_projection"), _MIXER + "recurrent_projection.weight", 1),
+    Rule(("mixer", "norm_x"), _MIXER + "norm_x.weight"),
+    Rule(("mixer", "norm_r"), _MIXER + "norm_r.weight"),
+    Rule(("mixer", "rezero_gamma_recurrent_gate"), _MIXER + "rezero_gamma_recurrent_gate"),
+    Rule(("mixer", "rezero_gamma_input_gate"), _MIXER + "rezero_gamma_input_gate"),
+    Rule(("mixer", "rezero_gamma"), _MIXER + "rezero_gamma"),
+    *(rule for gate in ("recurrent_gate_proj", "input_gate_proj", "alpha_gate_proj", "erg_r_proj", "erg_i_proj")
+      for rule in (Rule(("mixer", gate, "kernel"), _MIXER + f"{gate}.weight", 1),
+                   Rule(("mixer", gate, "bias"), _MIXER + f"{gate}.bias"))),
+    Rule(("mixer", "erg_lambda_param"), _MIXER + "erg_lambda_param"),
+    Rule(("mixer", "recurrent_alpha"), _MIXER + "recurrent_alpha"),
+    Rule(("mixer", "concat_projection"), _MIXER + "concat_projection.weight", 1),
+    # CODI's nn.Sequential(Linear, GELU, Linear, LayerNorm) is stored as recurrent_projection.{0,2,3}.
+    Rule(("mixer", "codi_projection", "fc1", "kernel"), _MIXER + "recurrent_projection.0.weight", 1),
+    Rule(("mixer", "codi_projection", "fc1", "bias"), _MIXER + "recurrent_projection.0.bias"),
+    Rule(("mixer", "codi_projection", "fc2", "kernel"), _MIXER + "recurrent_projection.2.weight", 1),
+    Rule(("mixer", "codi_projection", "fc2", "bias"), _MIXER + "recurrent_projection.2.bias"),
+    Rule(("mixer", "codi_projection", "norm", "scale"), _MIXER + "recurrent_projection.3.weight"),
+    Rule(("mixer", "codi_projection", "norm", "bias"), _MIXER + "recurrent_projection.3.bias"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The rules of one PyTorch layout for one model, and how its keys are spelled."""
+
+    name: str
+    cfg: ModelConfig  # the model whose parameters these rules cover (an HF export has no mixer)
+    rules: tuple[Rule, ...]
+    prefix: str = ""
+    wrapped_block: Optional[int] = None  # the release wraps block l_start: its keys gain `.model`
+
+    def key(self, rule: Rule, block: Optional[int] = None) -> str:
+        spelled = f"{block}.model" if block is not None and block == self.wrapped_block else str(block)
+        return self.prefix + rule.key.format(block=spelled, l_start=self.wrapped_block)
+
+    @property
+    def head_key(self) -> str:
+        return self.prefix + "lm_head.weight"
+
+    @property
+    def embed_key(self) -> str:
+        return self.prefix + "model.embed_tokens.weight"
+
+
+def _spec_leaves(cfg: ModelConfig) -> dict[tuple[str, ...], ParamSpec]:
+    leaves = jax.tree_util.tree_flatten_with_path(param_specs(cfg), is_leaf=lambda x: isinstance(x, ParamSpec))[0]
+    return {tuple(k.key for k in path): spec for path, spec in leaves}
+
+
+def _select(name: str, cfg: ModelConfig, rules, **layout) -> Layout:
+    """The rules for the parameters this model has; every parameter must have one."""
+    paths = _spec_leaves(cfg)
+    chosen = tuple(r for r in rules if r.path in paths)
+    uncovered = set(paths) - {r.path for r in chosen}
+    if uncovered:
+        raise ValueError(f"layout {name!r} has no key for parameters {sorted('/'.join(p) for p in uncovered)}")
+    return Layout(name, cfg, chosen, **layout)
+
+
+def hf_layout(cfg: ModelConfig) -> Layout:
+    """transformers' LlamaForCausalLM state dict (the backbone: a T²MLR model's mixer is not part of it)."""
+    return _select("hf", cfg.replace(recurrence=None), LLAMA_RULES)
+
+
+def t2mlr_layout(cfg: ModelConfig) -> Layout:
+    """The authors' T2MLRWrapper state dict: the Llama keys under `t2mlr_model.`, block l_start wrapped."""
+    l_start, _ = cfg.layer_range
+    return _select("t2mlr-torch", cfg, LLAMA_RULES + MIXER_RULES, prefix="t2mlr_model.", wrapped_block=l_start)
+
+
+def _torch_shape(shape: tuple[int, ...], in_dims: int) -> tuple[int, ...]:
+    return (math.prod(shape[in_dims:]), math.prod(shape[:in_dims])) if in_dims else shape
+
+
+def _to_torch(array: np.ndarray, in_dims: int) -> np.ndarray:
+    if not in_dims:
+        return array
+    return np.ascontiguousarray(array.reshape(_torch_shape(array.shape, in_dims)[::-1]).T)
+
+
+def _from_torch(weight: np.ndarray, shape: tuple[int, ...], in_dims: int) -> np.ndarray:
+    return (weight.T if in_dims else weight).reshape(shape)
+
+
+def _entries(layout: Layout):
+    """(key, rule, block, per-key shape in our layout) for every key of the layout."""
+    cfg = layout.cfg
+    specs = _spec_leaves(cfg)
+    for rule in layout.rules:
+        shape = specs[rule.path].shape
+        if rule.stacked:
+            for block in range(cfg.num_layers):
+                yield layout.key(rule, block), rule, block, shape[1:]
+        else:
+            yield layout.key(rule), rule, None, shape
+
+
+def _lookup(tree: dict, path: tuple[str, ...]):
+    for name in path:
+        tree = tree[name]
+    return tree
+
+
+def check_params(cfg: ModelConfig, params: dict) -> None:
+    """Params must match the parameter table exactly: one ValueError naming every difference."""
+    specs = _spec_leaves(cfg)
+    got = {tuple(k.key for k in path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
+    problems = [f"missing {'/'.join(p)}" for p in sorted(set(specs) - set(got))]
+    problems += [f"unexpected {'/'.join(p)}" for p in sorted(set(got) - set(specs))]
+    problems += [f"{'/'.join(p)}: shape {tuple(got[p].shape)}, expected {specs[p].shape}"
+                 for p in sorted(set(specs) & set(got)) if tuple(got[p].shape) != specs[p].shape]
+    if problems:
+        raise ValueError("params do not match the model config:\n  - " + "\n  - ".join(problems))
+
+
+def to_state_dict(layout: Layout, params: dict, *, progress: bool = False) -> dict[str, np.ndarray]:
+    """Our params as a PyTorch state dict of numpy arrays ([out, in] Linear weights), dtypes kept."""
+    check_params(layout.cfg, params)
+    state = {}
+    for key, rule, block, _ in tqdm(list(_entries(layout)), desc=f"export {layout.name}", disable=not progress):
+        array = np.asarray(_lookup(params, rule.path))
+        state[key] = _to_torch(array if block is None else array[block], rule.in_dims)
+    return state
+
+
+def from_state_dict(layout: Layout, state: Mapping[str, np.ndarray], *, progress: bool = False) -> dict:
+    """Our params (jax arrays) from a PyTorch state dict; strict: one ValueError lists every missing or
+    unexpected key and every shape mismatch. A tied model may carry a copy of the embedding as lm_head."""
+    cfg = layout.cfg
+    entries = list(_entries(layout))
+    expected = {key: shape for key, _, _, shape in entries}
+    problems = [f"missing key {k}" for k in expected if k not in state]
+    extra = set(state) - set(expected)
+    if cfg.tie_embeddings and layout.head_key in extra and layout.embed_key in state:
+        extra.discard(layout.head_key)
+        if not np.array_equal(state[layout.head_key], state[layout.embed_key]):
+            problems.append(f"{layout.head_key} differs from {layout.embed_key} in a model with tied embeddings")
+    problems += [f"unexpected key {k}" for k in sorted(extra)]
+    problems += [f"{key}: shape {tuple(state[key].shape)}, expected {_torch_shape(shape, rule.in_dims)}"
+                 for key, rule, _, shape in entries
+                 if key in state and tuple(state[key].shape) != _torch_shape(shape, rule.in_dims)]
+    if problems:
+        raise ValueError(f"checkpoint does not match the {layout.name!r} layout of this model config "
+                         f"({len(problems)} problems):\n  - " + "\n  - ".join(problems))
+    arrays: dict[tuple[str, ...], list] = {rule.path: [] for rule in layout.rules}
+    for key, rule, _, shape in tqdm(entries, desc=f"import {layout.name}", disable=not progress):
+        arrays[rule.path].append(_from_torch(np.asarray(state[key]), shape, rule.in_dims))
+
+    def leaf(path, spec):
+        path = tuple(k.key for k in path)
+        array = np.stack(arrays[path]) if path[0] == "layers" else arrays[path][0]
+        return jnp.asarray(array.astype(spec.dtype or cfg.param_dtype))
+
+    # Mapping over the parameter table keeps its exact structure (a mixer without parameters stays {}).
+    return jax.tree_util.tree_map_with_path(leaf, param_specs(cfg), is_leaf=lambda x: isinstance(x, ParamSpec))
+

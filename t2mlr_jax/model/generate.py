@@ -1,0 +1,129 @@
+"""Autoregressive generation: prefill (exact, or k Jacobi passes as in the paper's Table 8), then one
+token per step with the KV cache and the one-vector-per-row recurrent state.
+
+Batches are left padded (`prompt_mask` 0 on padding): each row gets positions starting at 0 on its
+first real token, so its R resets there and padding never reaches it — every row decodes as if alone.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from t2mlr_jax.model.backbone import init_cache
+from t2mlr_jax.model.config import ModelConfig, check_depths
+from t2mlr_jax.model.fusion import RECURRENT
+from t2mlr_jax.model.recurrence import Layout, decode_step, exact_forward, jacobi_forward
+
+PREFILLS = ("exact", "jacobi")
+
+
+class GenerateOutput(NamedTuple):
+    tokens: Int[Array, "B N"]  # generated tokens; pad_id after a row's EOS
+    lengths: Int[Array, "B"]  # generated tokens per row, EOS included
+
+
+def sample(logits: Float[Array, "B V"], key: Optional[jax.Array], temperature: float = 0.0, top_k: int = 0,
+           top_p: float = 1.0) -> Int[Array, "B"]:
+    """Greedy when temperature == 0; otherwise temperature, then top-k, then nucleus (top-p) filtering."""
+    if temperature == 0.0:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    logits = logits.astype(jnp.float32) / temperature
+    if top_k:
+        kth = jax.lax.top_k(logits, top_k)[0][:, -1:]
+        logits = jnp.where(logits < kth, -jnp.inf, logits)
+    if top_p < 1.0:
+        order = jnp.argsort(-logits, axis=-1)
+        sorted_logits = jnp.take_along_axis(logits, order, axis=-1)
+        probs = jax.nn.softmax(sorted_logits, axis=-1)
+        # Keep the smallest prefix whose mass reaches top_p (always at least the best token).
+        drop_sorted = (jnp.cumsum(probs, axis=-1) - probs) >= top_p
+        drop = jnp.zeros_like(drop_sorted).at[jnp.arange(logits.shape[0])[:, None], order].set(drop_sorted)
+        logits = jnp.where(drop, -jnp.inf, logits)
+    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+
+def check_generate_args(prefill: str, prefill_passes: int, max_new_tokens: int, temperature: float, top_k: int,
+                        top_p: float) -> None:
+    """Reject bad sampling settings before anything is traced."""
+    if prefill not in PREFILLS:
+        raise ValueError(f"prefill must be one of {PREFILLS}, got {prefill!r}")
+    check_depths(prefill_passes, 0)
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0, got {top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def generate(cfg: ModelConfig, params: dict, prompt_tokens: Int[Array, "B P"], prompt_mask: Int[Array, "B P"], *,
+             max_new_tokens: int, key: Optional[jax.Array] = None, temperature: float = 0.0, top_k: int = 0,
+             top_p: float = 1.0, eos_id: Optional[int] = None, pad_id: int = 0, prefill: str = "exact",
+             prefill_passes: int = 8, prompt_control_flow: Optional[Int[Array, "B P"]] = None) -> GenerateOutput:
+    """Generate up to `max_new_tokens` per row; rows stop independently at `eos_id`.
+
+    `prompt_control_flow` marks prompt tokens as recurrent (2, the default: pretraining) or not
+    (1, SFT prompts as in the release); generated tokens are always recurrent.
+    """
+    check_generate_args(prefill, prefill_passes, max_new_tokens, temperature, top_k, top_p)
+    if temperature > 0 and key is None:
+        raise ValueError("sampling with temperature > 0 needs a PRNG key")
+    if prompt_control_flow is None:
+        prompt_control_flow = jnp.where(prompt_mask != 0, RECURRENT, 0)
+    return _generate(cfg, params, prompt_tokens, jnp.asarray(prompt_mask, jnp.int32), prompt_control_flow,
+                     key if key is not None else jax.random.PRNGKey(0), max_new_tokens=max_new_tokens,
+                     temperature=temperature, top_k=top_k, top_p=top_p, eos_id=eos_id, pad_id=pad_id,
+                     prefill=prefill, prefill_passes=prefill_passes)
+
+
+@partial(jax.jit, static_argnums=0, static_argnames=("max_new_tokens", "temperature", "top_k", "top_p", "eos_id",
+                                                     "pad_id", "prefill", "prefill_passes"))
+def _generate(cfg, params, prompt_tokens, prompt_mask, prompt_control_flow, key, *, max_new_tokens, temperature,
+              top_k, top_p, eos_id, pad_id, prefill, prefill_passes):
+    b, p = prompt_tokens.shape
+    positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=1) - 1, 0)
+    layout = Layout(positions, prompt_mask, prompt_control_flow * prompt_mask)
+    cache = init_cache(cfg, b, p + max_new_tokens)
+    if prefill == "exact":
+        out = exact_forward(cfg, params, prompt_tokens, layout=layout, cache=cache)
+    else:
+        out = jacobi_forward(cfg, params, prompt_tokens, layout=layout, cache=cache, d_forward=prefill_passes,
+                             d_backward=0)
+    key, sub = jax.random.split(key)
+    first = sample(out.logits[:, -1], sub, temperature, top_k, top_p)
+    tokens = jnp.full((b, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(first)
+    done = jnp.zeros((b,), bool) if eos_id is None else first == eos_id
+    next_pos = positions[:, -1] + 1
+
+    def cond(state):
+        i, _, _, _, done, _ = state
+        return (i < max_new_tokens) & ~jnp.all(done)
+
+    def body(state):
+        i, tokens, r, cache, done, key = state
+        step_layout = Layout((next_pos + i - 1)[:, None], jnp.ones((b, 1), jnp.int32),
+                             jnp.full((b, 1), RECURRENT, jnp.int32))
+        step = decode_step(cfg, params, jax.lax.dynamic_slice_in_dim(tokens, i - 1, 1, axis=1), r, cache,
+                           step_layout)
+        key, sub = jax.random.split(key)
+        nxt = jnp.where(done, pad_id, sample(step.logits[:, -1], sub, temperature, top_k, top_p))
+        tokens = jax.lax.dynamic_update_slice_in_dim(tokens, nxt[:, None], i, axis=1)
+        if eos_id is not None:
+            done = done | (nxt == eos_id)
+        return i + 1, tokens, step.recurrent_state, step.cache, done, key
+
+    state = (jnp.int32(1), tokens, out.recurrent_state, out.cache, done, key)
+    _, tokens, _, _, _, _ = jax.lax.while_loop(cond, body, state)
+    if eos_id is None:
+        lengths = jnp.full((b,), max_new_tokens, jnp.int32)
+    else:
+        is_eos = tokens == eos_id
+        lengths = jnp.where(is_eos.any(axis=1), jnp.argmax(is_eos, axis=1) + 1, max_new_tokens).astype(jnp.int32)
+    return GenerateOutput(tokens, lengths)

@@ -1,0 +1,123 @@
+"""Checkpoints: the only module that talks to orbax.
+
+A checkpoint holds the train state (params, optimizer state, step, RNG), the data iterator's state and a
+meta record (CRC32 of every state leaf). Saves are async, every `save_every` steps, keeping `keep`;
+`restore_latest` walks back from the newest step and skips (with a warning) any checkpoint that fails to
+load or whose checksums disagree, so a truncated or corrupt latest save falls back to the previous one.
+The run's identity (architecture, model, data, seed) is written once to workdir/run_config.json; a
+workdir holding another run is refused before anything is compiled or any checkpoint touched.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import zlib
+from pathlib import Path
+from typing import Any, Optional
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+RUN_CONFIG = "run_config.json"
+IDENTITY_SECTIONS = ("arch", "model", "baseline", "data", "seed")
+
+
+class WorkdirMismatchError(ValueError):
+    """The workdir holds a run of another config."""
+
+
+def run_identity(config) -> dict:
+    """The config sections a checkpoint depends on (steps, logging, eval settings may change on resume)."""
+    d = config.to_dict()
+    return json.loads(json.dumps({k: d[k] for k in IDENTITY_SECTIONS}, default=str))
+
+
+def check_workdir(workdir: Path, identity: dict) -> None:
+    """Raise WorkdirMismatchError naming the differing fields if workdir belongs to another run."""
+    path = Path(workdir) / RUN_CONFIG
+    if not path.exists():
+        return
+    stored = json.loads(path.read_text())
+    diffs = sorted(_diff(stored, identity))
+    if diffs:
+        shown = "; ".join(f"{k}: {a!r} (workdir) vs {b!r} (this config)" for k, a, b in diffs[:5])
+        raise WorkdirMismatchError(f"{workdir} holds a run of another config ({len(diffs)} differing fields: "
+                                   f"{shown}). Use a fresh --workdir; nothing was changed.")
+
+
+def write_run_config(workdir: Path, identity: dict) -> None:
+    path = Path(workdir) / RUN_CONFIG
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(identity, indent=2, sort_keys=True))
+
+
+def _diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b)) for d in _diff(a.get(k), b.get(k), f"{prefix}{k}.")]
+    return [] if a == b else [(prefix.rstrip("."), a, b)]
+
+
+def checksums(tree: Any) -> list[int]:
+    """CRC32 of every leaf's bytes, in tree order: detects a checkpoint that loads but is corrupt."""
+    return [zlib.crc32(np.ascontiguousarray(jax.device_get(x)).tobytes()) for x in jax.tree.leaves(tree)]
+
+
+def _encode_data_state(state: Any) -> dict:
+    """grain iterator states are dicts (dataset API) or bytes (DataLoader API); store either as JSON."""
+    if isinstance(state, bytes):
+        return {"bytes": base64.b64encode(state).decode()}
+    return {"json": state}
+
+
+def _decode_data_state(stored: dict) -> Any:
+    return base64.b64decode(stored["bytes"]) if "bytes" in stored else stored["json"]
+
+
+class Checkpointer:
+    def __init__(self, directory: Path, *, save_every: int, keep: int, async_save: bool = True):
+        self.directory = Path(directory).absolute()
+        self._manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(save_interval_steps=max(int(save_every), 1), max_to_keep=keep,
+                                                 enable_async_checkpointing=async_save),
+            item_names=("state", "data", "meta"))
+
+    def steps(self) -> list[int]:
+        return sorted(self._manager.all_steps())
+
+    def save(self, step: int, state: Any, data_state: Any, *, force: bool = False) -> bool:
+        """Save if `step` is on the interval (or `force`). The state is copied first: the train step
+        donates its buffers, and an async write must not read memory a later step reuses."""
+        if not (force or self._manager.should_save(step)):
+            return False
+        state = jax.tree.map(lambda x: x.copy(), state)
+        meta = {"step": int(step), "crc32": checksums(state)}
+        return self._manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(_encode_data_state(data_state)),
+            meta=ocp.args.JsonSave(meta)), force=True)
+
+    def restore_latest(self, abstract_state: Any) -> Optional[tuple[Any, Any, int]]:
+        """(state, data_state, step) of the newest loadable checkpoint, or None if there is none."""
+        for step in reversed(self.steps()):
+            try:
+                restored = self._manager.restore(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore(),
+                    meta=ocp.args.JsonRestore()))
+                if checksums(restored.state) != restored.meta["crc32"]:
+                    raise ValueError("checksum mismatch")
+            except Exception as e:  # noqa: BLE001 -- any failure to load means: try the previous one
+                logging.warning("checkpoint at step %d in %s is unreadable (%s: %s); trying the previous one",
+                                step, self.directory, type(e).__name__, str(e)[:200])
+                continue
+            return restored.state, _decode_data_state(restored.data), step
+        return None
+
+    def wait(self) -> None:
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        self._manager.close()

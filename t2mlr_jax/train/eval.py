@@ -1,0 +1,116 @@
+"""Evaluation: teacher-forced loss / perplexity / per-token accuracy, sequence exact match per length bin,
+and greedy-generation exact match.
+
+The loss uses the architecture's eval forward (exact recurrence for T²MLR unless eval.mode = jacobi).
+For position-aligned tasks (S5-retrieval) the per-position argmax of that one forward *is* the greedy
+prediction (inputs never depend on outputs), so "exact match" there is "every supervised position
+right"; tasks whose answers are generated use `evaluate_generation`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t2mlr_jax.data.batch import RECURRENT
+from t2mlr_jax.data.metrics import LengthBinnedAccuracy, sequence_exact_match
+from t2mlr_jax.train.architecture import Architecture
+from t2mlr_jax.train.train_step import layout_of, model_inputs, token_stats
+
+BIN_KEY = "length"  # optional per-row metadata of the batch contract (S5: the number of actions)
+SCORES = ("loss_mask", "recurrent")
+
+
+def make_eval_step(arch: Architecture) -> Callable[[dict, dict], dict]:
+    """jit (params, batch) -> per-row loss_sum / tokens and per-position argmax of the eval forward."""
+
+    @jax.jit
+    def step(params, batch):
+        logits, _ = arch.apply(params, batch["tokens"], layout_of(batch), False)
+        return {**token_stats(logits, batch), "predictions": jnp.argmax(logits, axis=-1)}
+
+    return step
+
+
+def score_mask(batch: dict, score: str) -> np.ndarray:
+    """Positions that count for accuracy: the loss mask, or only recurrent positions that are also in it
+    (S5: the answers, not the dictionary the labels merely copy)."""
+    if score not in SCORES:
+        raise ValueError(f"eval.score must be one of {SCORES}, got {score!r}")
+    mask = batch["loss_mask"] > 0
+    return mask & (batch["control_flow"] == RECURRENT) if score == "recurrent" else mask
+
+
+def evaluate(eval_step: Callable[[dict, dict], dict], params: dict, batches: Iterable[dict],
+             score: str = "loss_mask") -> dict:
+    """Over `batches`: loss and perplexity (all supervised tokens), token accuracy and sequence exact match
+    (on `score` positions), and both per length bin when batches carry `length`."""
+    loss_sum = tokens = correct = scored = exact = examples = 0.0
+    bins = LengthBinnedAccuracy()
+    for batch in batches:
+        rows = jax.device_get(eval_step(params, model_inputs(batch)))
+        mask = score_mask(batch, score)
+        right = (rows["predictions"] == batch["targets"]) & mask
+        loss_sum += float(rows["loss_sum"].sum())
+        tokens += float(rows["tokens"].sum())
+        correct += float(right.sum())
+        scored += float(mask.sum())
+        exact += float(sequence_exact_match(rows["predictions"], batch["targets"], mask).sum())
+        examples += float(mask.any(axis=1).sum())
+        if BIN_KEY in batch:
+            bins.update(rows["predictions"], batch, mask=mask)
+    if not tokens or not scored:
+        raise ValueError("evaluation saw no supervised tokens: is the eval set empty?")
+    loss = loss_sum / tokens
+    return {"loss": loss, "perplexity": float(np.exp(min(loss, 50.0))), "token_accuracy": correct / scored,
+            "exact_match": exact / examples, "examples": int(examples), "by_length": bins.result()}
+
+
+def left_pad(prompts: list[np.ndarray], pad_id: int, width: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+    """Prompts as one left-padded [B, P] array and its mask (1 = real)."""
+    width = width or max(len(p) for p in prompts)
+    tokens = np.full((len(prompts), width), pad_id, np.int32)
+    mask = np.zeros((len(prompts), width), np.int32)
+    for i, p in enumerate(prompts):
+        tokens[i, width - len(p):] = p
+        mask[i, width - len(p):] = 1
+    return tokens, mask
+
+
+def evaluate_generation(arch: Architecture, params: dict, examples: Iterable[dict], *, decode: Callable,
+                        score: Callable[[str, dict], bool], max_new_tokens: int, eos_id: Optional[int],
+                        pad_id: int, batch_size: int) -> tuple[dict, list[dict]]:
+    """Greedy generation from each example's `prompt` (int ids; optional `prompt_control_flow`);
+    `score(text, example)` says whether the decoded continuation is right. Returns the exact match
+    (overall and per `length` bin when examples carry one) and one record per example."""
+    generate = jax.jit(arch.generate, static_argnums=(4, 5, 6))
+    records, examples = [], list(examples)
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        chunk = chunk + [chunk[-1]] * (batch_size - len(chunk))  # one compiled shape for every batch
+        width = max(len(e["prompt"]) for e in chunk)
+        tokens, mask = left_pad([e["prompt"] for e in chunk], pad_id, width)
+        control_flow = None
+        if "prompt_control_flow" in chunk[0]:
+            control_flow = left_pad([e["prompt_control_flow"] for e in chunk], 0, width)[0]
+        out = jax.device_get(generate(params, tokens, mask, control_flow, max_new_tokens, eos_id, pad_id))
+        for i, e in enumerate(chunk[: len(examples) - start]):
+            ids = out.tokens[i, : out.lengths[i]]
+            ids = ids[:-1] if eos_id is not None and len(ids) and ids[-1] == eos_id else ids
+            text = decode(ids)
+            records.append({"prediction": text, "correct": bool(score(text, e)),
+                            **({BIN_KEY: int(e[BIN_KEY])} if BIN_KEY in e else {})})
+    if not records:
+        raise ValueError("generation eval got no examples")
+    bins = defaultdict(list)
+    for r in records:
+        if BIN_KEY in r:
+            bins[r[BIN_KEY]].append(r["correct"])
+    return ({"generation_exact_match": float(np.mean([r["correct"] for r in records])), "examples": len(records),
+             "generation_by_length": {n: {"exact_match": float(np.mean(v)), "examples": len(v)}
+                                      for n, v in sorted(bins.items())}}, records)

@@ -1,0 +1,53 @@
+"""`--mode=generate`: greedy outputs of a trained model for the first eval examples, as JSONL.
+
+Tasks with prompts (SFT) decode continuations with the architecture's generate; position-aligned tasks
+(S5) record the per-position argmax of the eval forward against the targets on the scored positions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import jax
+
+from t2mlr_jax.train.eval import evaluate_generation, make_eval_step, score_mask
+from t2mlr_jax.train.train_step import model_inputs
+
+GENERATIONS = "generations.jsonl"
+
+
+def _position_aligned(run, params, count: int) -> list[dict]:
+    step, decode, records = make_eval_step(run.arch), run.data.decode, []
+    for batch in run.data.eval_batches():
+        predictions = jax.device_get(step(params, model_inputs(batch)))["predictions"]
+        mask = score_mask(batch, run.config.eval.score)
+        for row in range(len(predictions)):
+            if len(records) == count or not mask[row].any():
+                continue
+            seen = batch["segment_ids"][row] > 0
+            records.append({"input": decode(batch["tokens"][row][seen]),
+                            "prediction": decode(predictions[row][mask[row]]),
+                            "target": decode(batch["targets"][row][mask[row]]),
+                            "correct": bool((predictions[row] == batch["targets"][row])[mask[row]].all())})
+        if len(records) == count:
+            break
+    return records
+
+
+def write_generations(run, params: dict, count: int) -> Path:
+    if run.data.generation_examples is None:
+        records = _position_aligned(run, params, count)
+    else:
+        examples = list(itertools.islice(run.data.generation_examples(), count))
+        cfg = run.config.eval
+        _, scored = evaluate_generation(run.arch, params, examples, decode=run.data.decode, score=run.data.score,
+                                        max_new_tokens=cfg.max_new_tokens, eos_id=run.data.eos_id,
+                                        pad_id=run.data.pad_id, batch_size=min(cfg.batch_size, count))
+        records = [{"prompt": run.data.decode(e["prompt"]), **r} for e, r in zip(examples, scored)]
+    path = run.workdir / GENERATIONS
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    return path

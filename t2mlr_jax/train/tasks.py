@@ -1,0 +1,126 @@
+"""config.data -> DataSource, over the grain pipelines of t2mlr_jax.data.
+
+config.data.kind:
+  generated  a task generated on the fly (data.task: s5_retrieval | variable_assignment | prosqa |
+             pathfinding; data.options: the task's generator fields, e.g. max_actions, value_len)
+  file       prompt/response records from files (data.train_path, data.eval_path, data.format:
+             gsm8k_aug | hotpotqa | prompt_response | s5_retrieval)
+  text       pretraining text (data.train_path, data.eval_path: token stores or raw documents)
+
+Generation eval (eval.generate) scores greedy continuations of the eval prompts with the task's rule
+from t2mlr_jax.data.answers. Everything here checks its inputs (paths, vocabulary) eagerly, so a bad
+config fails before compilation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+
+import ml_collections
+import numpy as np
+
+from t2mlr_jax.data import answers, pipeline
+from t2mlr_jax.data.batch import PROMPT, RECURRENT
+from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
+from t2mlr_jax.data.sft import encode_prompt, gsm8k_aug_record, hotpotqa_record
+from t2mlr_jax.data.tasks import GeneratedTaskSource
+from t2mlr_jax.data.tokenizer import load_tokenizer
+from t2mlr_jax.train.data_source import DataSource
+
+KINDS = ("generated", "file", "text")
+
+# How a generated continuation is judged, per task / record format: (text, record) -> bool.
+SCORERS: dict[str, Callable[[str, dict], bool]] = {
+    "variable_assignment": lambda text, record: answers.exact_answer_correct(text, record["answer"]),
+    "prompt_response": lambda text, record: answers.exact_answer_correct(text, record["response"]),
+    "prosqa": answers.prosqa_path_correct,
+    "pathfinding": answers.pathfinding_path_correct,
+    "gsm8k_aug": lambda text, record: answers.gsm_answer_correct(text, record["answer"]),
+    "hotpotqa": lambda text, record: answers.exact_answer_correct(answers.extract_gsm_answer(text) or "",
+                                                                  record["answer"]),
+}
+
+
+def _require_path(path: str, what: str) -> str:
+    if not path:
+        raise ValueError(f"data.{what} is empty: give the path of the {what.replace('_', ' ')}")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"data.{what} {path!r} does not exist")
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise ValueError(f"data.{what} {path!r} is an empty file")
+    return path
+
+
+def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
+    d, t, e = config.data, config.train, config.eval
+    if d.kind not in KINDS:
+        raise ValueError(f"data.kind must be one of {KINDS}, got {d.kind!r}")
+    is_s5 = d.kind == "generated" and d.task == "s5_retrieval" or d.kind == "file" and d.format == "s5_retrieval"
+    tokenizer = S5CharTokenizer() if is_s5 else load_tokenizer(_require_path(d.tokenizer, "tokenizer"))
+    vocab = config.model.vocab_size
+    common = dict(seq_len=d.seq_len, vocab_size=vocab, worker_count=d.worker_count)
+    sft = dict(chat=d.chat, all_recurrent=d.all_recurrent, prompt_loss=d.prompt_loss, packing=d.packing)
+    eval_pass = dict(batch_size=e.batch_size, num_epochs=1, shuffle=False)
+    options, eval_options = d.options.to_dict(), {**d.options.to_dict(), **d.eval_options.to_dict()}
+    records = None  # eval records for generation: () -> iterable of (record, prompt ids)
+
+    if d.kind == "generated":
+        task_tokenizer = None if is_s5 else tokenizer
+
+        def batches(split, num_examples, task_options, **kw):
+            return pipeline.task_batches(d.task, split, seed=config.seed if split == "train" else config.seed + 1,
+                                         num_examples=num_examples, tokenizer=task_tokenizer, **common, **sft,
+                                         **task_options, **kw)
+
+        train = batches("train", d.train_examples, options, batch_size=t.batch_size)
+        evaluation = lambda: batches(d.eval_split, e.num_examples, eval_options, **eval_pass)
+        if not is_s5:
+            source = GeneratedTaskSource(d.task, d.eval_split, seed=config.seed + 1, num_examples=e.num_examples,
+                                         **eval_options)
+            records = lambda: (source[i] for i in range(len(source)))
+        scorer = SCORERS.get(d.task)
+    elif d.kind == "file":
+        def batches(path, **kw):
+            return pipeline.file_batches(path, format=d.format, tokenizer=None if is_s5 else tokenizer,
+                                         seed=config.seed, **common, **sft, **kw)
+
+        train = batches(_require_path(d.train_path, "train_path"), batch_size=t.batch_size)
+        eval_path = _require_path(d.eval_path, "eval_path")
+        evaluation = lambda: batches(eval_path, **eval_pass)
+        if not is_s5:
+            records = lambda: itertools.islice(_file_records(eval_path, d.format), e.num_examples)
+        scorer = SCORERS.get(d.format)
+    else:
+        def batches(path, **kw):
+            return pipeline.text_batches(path, tokenizer=tokenizer, seed=config.seed, **common, **kw)
+
+        train = batches(_require_path(d.train_path, "train_path"), batch_size=t.batch_size)
+        eval_path = _require_path(d.eval_path, "eval_path")
+        evaluation = lambda: itertools.islice(iter(batches(eval_path, **eval_pass)), max(
+            1, e.num_examples // e.batch_size))
+        scorer = None
+
+    generation_examples = None
+    if records is not None:
+        generation_examples = lambda: (_prompt_example(r, tokenizer, d) for r in records())
+    return DataSource(vocab_size=tokenizer.vocab_size, seq_len=d.seq_len, train_iterator=lambda: iter(train),
+                      eval_batches=evaluation, pad_id=tokenizer.pad_id if is_s5 else 0, eos_id=tokenizer.eos_id,
+                      generation_examples=generation_examples, decode=tokenizer.decode, score=scorer)
+
+
+def _prompt_example(record: dict, tokenizer, d: ml_collections.ConfigDict) -> dict:
+    """A record with its prompt ids and their control flow as in training: the first token 1, the rest 1
+    (prompt, non-recurrent) or 2 (data.all_recurrent)."""
+    prompt = encode_prompt(record["prompt"], tokenizer, chat=d.chat)
+    control_flow = np.full(len(prompt), RECURRENT if d.all_recurrent else PROMPT, np.int32)
+    control_flow[0] = PROMPT
+    return {**record, "prompt": prompt, "prompt_control_flow": control_flow}
+
+
+def _file_records(path: str, format: str):
+    """Eval records with `prompt` / `response` / `answer`, converted as the pipeline converts them."""
+    convert = {"gsm8k_aug": gsm8k_aug_record, "hotpotqa": hotpotqa_record}.get(format, lambda row: row)
+    for row in pipeline.load_records(path):
+        yield convert(row)

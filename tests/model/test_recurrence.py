@@ -1,0 +1,219 @@
+"""T²MLR's three modes agree with each other, with the plain backbone at γ = 0, and with the spec's D/B
+semantics (shared/spec/t2mlr.md, Jacobi step 3) on gradients."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2mlr_jax.model import backbone
+from t2mlr_jax.model.backbone import init_cache
+from t2mlr_jax.model.fusion import fuse, update_cache
+from t2mlr_jax.model.recurrence import (Layout, decode_step, exact_forward, jacobi_forward, make_layout,
+                                        shift_right)
+from tests.tiny import rel_err, tiny_config, tiny_params, tokens
+
+T = 12
+CFG = tiny_config()
+_decode_step = jax.jit(decode_step, static_argnums=0)
+
+
+def decode_logits(cfg, params, toks, layout=None):
+    """Token-by-token decoding with the KV cache, one jitted step per token."""
+    layout = layout or make_layout(toks)
+    b, t = toks.shape
+    cache, r, logits = init_cache(cfg, b, t), jnp.zeros((b, cfg.hidden_size)), []
+    for i in range(t):
+        out = _decode_step(cfg, params, toks[:, i:i + 1], r, cache, Layout(*(a[:, i:i + 1] for a in layout)))
+        r, cache = out.recurrent_state, out.cache
+        logits.append(out.logits)
+    return jnp.concatenate(logits, axis=1)
+
+
+@pytest.mark.parametrize("l_range", [(1, 2), (0, 3), (2, 2)])
+def test_fresh_init_equals_backbone_in_every_mode(l_range):
+    cfg = tiny_config().with_recurrence(l_start=l_range[0], l_end=l_range[1])
+    params = tiny_params(cfg)
+    toks = tokens(2, T)
+    ref = backbone.forward(cfg, params, toks)
+    assert np.abs(jacobi_forward(cfg, params, toks, d_forward=4, d_backward=2).logits - ref).max() <= 1e-6
+    assert np.abs(exact_forward(cfg, params, toks).logits - ref).max() <= 1e-6
+    assert np.abs(decode_logits(cfg, params, toks) - ref).max() <= 1e-6
+
+
+@pytest.mark.parametrize("l_range", [(1, 2), (0, -1), (2, 2)])
+def test_jacobi_with_enough_passes_equals_exact_equals_decode(l_range):
+    cfg = tiny_config().with_recurrence(l_start=l_range[0], l_end=l_range[1])
+    params = tiny_params(cfg, gamma=0.8)
+    toks = tokens(2, T)
+    exact = exact_forward(cfg, params, toks)
+    jacobi = jacobi_forward(cfg, params, toks, d_forward=T, d_backward=2)
+    assert rel_err(jacobi.logits, exact.logits) <= 1e-5
+    assert rel_err(decode_logits(cfg, params, toks), exact.logits) <= 1e-5
+    assert rel_err(jacobi.recurrent_state, exact.recurrent_state) <= 1e-5
+    # The recurrence really is on: the plain backbone gives different logits.
+    assert rel_err(backbone.forward(cfg, params, toks), exact.logits) > 1e-2
+
+
+def test_few_jacobi_passes_are_exact_only_before_position_d():
+    params = tiny_params(CFG, gamma=0.8)
+    toks = tokens(2, T)
+    exact = exact_forward(CFG, params, toks).logits
+    d = 4
+    jacobi = jacobi_forward(CFG, params, toks, d_forward=d, d_backward=1).logits
+    per_position = np.abs(np.asarray(jacobi - exact)).max(axis=(0, 2)) / np.abs(exact).max()
+    assert per_position[:d].max() <= 1e-5
+    assert per_position[d:].min() > 1e-4
+
+
+def ce_loss(logits, toks):
+    targets = jnp.roll(toks, -1, axis=1)
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], axis=-1))
+
+
+def test_jacobi_full_gradient_equals_exact_full_bptt():
+    params = tiny_params(CFG, gamma=0.8)
+    toks = tokens(2, 8)
+    g_jacobi = jax.grad(lambda p: ce_loss(jacobi_forward(CFG, p, toks, d_forward=8, d_backward=8).logits, toks))(params)
+    g_exact = jax.grad(lambda p: ce_loss(exact_forward(CFG, p, toks).logits, toks))(params)
+    for path, a in jax.tree_util.tree_leaves_with_path(g_jacobi):
+        b = _get(g_exact, path)
+        assert np.abs(a - b).max() <= 1e-4 * max(np.abs(b).max(), 1.0), jax.tree_util.keystr(path)
+
+
+def _get(tree, path):
+    for k in path:
+        tree = tree[k.key]
+    return tree
+
+
+def reference_jacobi(cfg, params, toks, d, b):
+    """The spec's algorithm, literally, as a Python loop: detach M when (D-1-i) > B; R<1> when B < D."""
+    layout = make_layout(toks)
+    l_start, l_end = cfg.layer_range
+    kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
+    x, _ = backbone.run_blocks(cfg, params, backbone.embed(cfg, params, toks), 0, l_start, **kw)
+    middle = lambda h: backbone.run_blocks(cfg, params, h, l_start, l_end + 1, **kw)[0]
+    r = shift_right(middle(x), layout.positions)
+    if b < d:
+        r = jax.lax.stop_gradient(r)
+    for i in range(d - 1):
+        m = update_cache(cfg, params["mixer"], middle(fuse(cfg, params["mixer"], x, r, layout.control_flow)[0]), r,
+                         layout.control_flow)
+        if d - 1 - i > b:
+            m = jax.lax.stop_gradient(m)
+        r = shift_right(m, layout.positions)
+    h = middle(fuse(cfg, params["mixer"], x, r, layout.control_flow)[0])
+    h, _ = backbone.run_blocks(cfg, params, h, l_end + 1, cfg.num_layers, **kw)
+    return backbone.head(cfg, params, h)
+
+
+@pytest.mark.parametrize("d,b", [(4, 0), (4, 2), (4, 4), (3, 5), (1, 0), (1, 3)])
+def test_gradient_truncation_matches_the_spec(d, b):
+    params = tiny_params(CFG, gamma=0.8)
+    toks = tokens(2, 8)
+    loss = lambda f: jax.grad(lambda p: ce_loss(f(p), toks))(params)
+    g = loss(lambda p: jacobi_forward(CFG, p, toks, d_forward=d, d_backward=b).logits)
+    g_ref = loss(lambda p: reference_jacobi(CFG, p, toks, d, b))
+    for a, r in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
+        np.testing.assert_allclose(a, r, atol=1e-6, rtol=1e-5)
+
+
+def test_b0_lower_layers_get_gradient_only_through_the_final_pass():
+    """With B = 0 every refinement pass is detached: the final pass on stop_gradient(R<D>) is the graph."""
+    params = tiny_params(CFG, gamma=0.8)
+    toks = tokens(2, 8)
+    layout = make_layout(toks)
+    r_d = jax.lax.stop_gradient(shift_right(_cache_after(CFG, params, toks, 4), layout.positions))
+
+    def final_pass_only(p):
+        kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
+        x, _ = backbone.run_blocks(CFG, p, backbone.embed(CFG, p, toks), 0, 1, **kw)
+        h, _ = backbone.run_blocks(CFG, p, fuse(CFG, p["mixer"], x, r_d, layout.control_flow)[0], 1, 4, **kw)
+        return backbone.head(CFG, p, h)
+
+    g = jax.grad(lambda p: ce_loss(jacobi_forward(CFG, p, toks, d_forward=4, d_backward=0).logits, toks))(params)
+    g_ref = jax.grad(lambda p: ce_loss(final_pass_only(p), toks))(params)
+    lower = lambda t: jax.tree.map(lambda a: a[:1], t["layers"])
+    for a, r in zip(jax.tree.leaves(lower(g)), jax.tree.leaves(lower(g_ref))):
+        np.testing.assert_allclose(a, r, atol=1e-7, rtol=1e-5)
+    assert max(float(np.abs(a).max()) for a in jax.tree.leaves(lower(g))) > 0
+
+
+def _cache_after(cfg, params, toks, d):
+    """M of the (d-1)-th refinement pass, i.e. the values R<d> is shifted from."""
+    layout = make_layout(toks)
+    kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
+    x, _ = backbone.run_blocks(cfg, params, backbone.embed(cfg, params, toks), 0, 1, **kw)
+    m = backbone.run_blocks(cfg, params, x, 1, 3, **kw)[0]
+    for _ in range(d - 1):
+        r = shift_right(m, layout.positions)
+        h = backbone.run_blocks(cfg, params, fuse(cfg, params["mixer"], x, r, layout.control_flow)[0], 1, 3, **kw)[0]
+        m = update_cache(cfg, params["mixer"], h, r, layout.control_flow)
+    return m
+
+
+@pytest.mark.parametrize("bptt", [0, 2])
+def test_exact_truncated_bptt_equals_jacobi_gradient(bptt):
+    params = tiny_params(CFG, gamma=0.8)
+    toks = tokens(2, 6)
+    grad = lambda f: jax.grad(lambda p: ce_loss(f(p), toks))(params)
+    g_exact = grad(lambda p: exact_forward(CFG, p, toks, bptt=bptt).logits)
+    g_jacobi = grad(lambda p: jacobi_forward(CFG, p, toks, d_forward=6, d_backward=bptt).logits)
+    for a, r in zip(jax.tree.leaves(g_exact), jax.tree.leaves(g_jacobi)):
+        np.testing.assert_allclose(a, r, atol=1e-6, rtol=1e-4)
+    values = exact_forward(CFG, params, toks, bptt=bptt).logits
+    assert rel_err(values, exact_forward(CFG, params, toks).logits) <= 1e-6
+
+
+def packed_and_alone(cfg, params, forward, lengths=(5, 3, 4)):
+    """Logits of one packed row vs each document run alone."""
+    docs = [tokens(1, n, seed=10 + i) for i, n in enumerate(lengths)]
+    packed = jnp.concatenate(docs, axis=1)
+    positions = jnp.concatenate([jnp.arange(n) for n in lengths])[None]
+    segments = jnp.concatenate([jnp.full(n, i + 1) for i, n in enumerate(lengths)])[None]
+    logits = forward(cfg, params, packed, make_layout(packed, positions, segments))
+    alone = jnp.concatenate([forward(cfg, params, d, make_layout(d)) for d in docs], axis=1)
+    return logits, alone
+
+
+@pytest.mark.parametrize("mode", ["jacobi", "exact", "decode", "backbone"])
+def test_packed_documents_equal_documents_alone(mode):
+    forward = {
+        "jacobi": lambda c, p, t, l: jacobi_forward(c, p, t, layout=l, d_forward=12, d_backward=0).logits,
+        "exact": lambda c, p, t, l: exact_forward(c, p, t, layout=l).logits,
+        "decode": decode_logits,
+        "backbone": lambda c, p, t, l: backbone.forward(c, p, t, positions=l.positions, segment_ids=l.segment_ids),
+    }[mode]
+    params = tiny_params(CFG, gamma=0.8)
+    logits, alone = packed_and_alone(CFG, params, forward)
+    assert rel_err(logits, alone) <= 1e-5
+
+
+def test_mixed_control_flow_rows_behave_as_if_alone():
+    """Rows with prompt (1) / recurrent (2) / padding (0) spans: exact, Jacobi and row-alone agree."""
+    params = tiny_params(CFG, gamma=0.8)
+    toks = tokens(3, 8)
+    cf = jnp.array([[2] * 8, [1, 1, 1, 2, 2, 2, 2, 2], [0, 0, 1, 1, 2, 2, 2, 2]])
+    seg = (cf > 0).astype(jnp.int32)
+    pos = jnp.maximum(jnp.cumsum(seg, axis=1) - 1, 0)
+    layout = make_layout(toks, pos, seg, cf)
+    exact = exact_forward(CFG, params, toks, layout=layout).logits
+    jacobi = jacobi_forward(CFG, params, toks, layout=layout, d_forward=8, d_backward=0).logits
+    real = np.asarray(seg, bool)
+    assert rel_err(np.asarray(jacobi)[real], np.asarray(exact)[real]) <= 1e-5
+    for i in range(3):
+        n = int(seg[i].sum())
+        row = exact_forward(CFG, params, toks[i:i + 1, -n:],
+                            layout=make_layout(toks[i:i + 1, -n:], control_flow=cf[i:i + 1, -n:])).logits
+        assert rel_err(exact[i:i + 1, -n:], row) <= 1e-5
+
+
+def test_plain_transformer_runs_through_every_mode():
+    cfg = tiny_config(recurrence=None)
+    params = tiny_params(cfg)
+    toks = tokens(2, T)
+    ref = backbone.forward(cfg, params, toks)
+    assert rel_err(jacobi_forward(cfg, params, toks).logits, ref) <= 1e-6
+    assert rel_err(exact_forward(cfg, params, toks).logits, ref) <= 1e-5
+    assert rel_err(decode_logits(cfg, params, toks), ref) <= 1e-5

@@ -1,0 +1,33 @@
+"""Tiny fp32 models shared by the tests: d <= 64, <= 4 layers, so the whole suite stays fast."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
+from t2mlr_jax.model.params import init_params
+
+
+def tiny_config(recurrence=True, **changes) -> ModelConfig:
+    rec = RecurrenceConfig(l_start=1, l_end=2) if recurrence is True else recurrence or None
+    cfg = ModelConfig(vocab_size=64, hidden_size=32, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=8,
+                      mlp_dim=64, recurrence=rec)
+    return cfg.replace(**changes).validate()
+
+
+def tiny_params(cfg: ModelConfig, seed: int = 0, gamma: float = 0.0) -> dict:
+    """Fresh parameters; with gamma != 0 the fusion is switched on (every gamma set to `gamma`)."""
+    params = init_params(cfg, jax.random.PRNGKey(seed))
+    if "mixer" in params and gamma:
+        params["mixer"] = {k: (jnp.full_like(v, gamma) if k.startswith("rezero_gamma") else v)
+                           for k, v in params["mixer"].items()}
+    return params
+
+
+def tokens(batch: int, length: int, seed: int = 1, vocab: int = 64):
+    return jax.random.randint(jax.random.PRNGKey(seed), (batch, length), 1, vocab)
+
+
+def rel_err(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
