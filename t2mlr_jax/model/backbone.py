@@ -15,6 +15,7 @@ from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import attend, attention_mask, rms_norm, rope, swiglu
+from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
 
 
 class KVCache(NamedTuple):
@@ -53,7 +54,7 @@ def _cast(tree, dtype: str):
 
 
 def embed(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"]) -> Float[Array, "B T D"]:
-    return jnp.take(params["embed_tokens"], tokens, axis=0).astype(cfg.dtype)
+    return constrain(jnp.take(params["embed_tokens"], tokens, axis=0).astype(cfg.dtype), RESIDUAL_AXES)
 
 
 def head(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
@@ -69,7 +70,8 @@ def _block(cfg: ModelConfig, p: dict, h, positions, mask, kv):
     """One pre-norm Llama block. `kv` is (k_slots, v_slots, write_index) for cached decoding, or None."""
     x = rms_norm(h, p["input_layernorm"], cfg.norm_eps)
     a = p["self_attn"]
-    q = rope(jnp.einsum("btd,dhe->bthe", x, a["q_proj"]), positions, cfg.rope_theta)
+    q = constrain(rope(jnp.einsum("btd,dhe->bthe", x, a["q_proj"]), positions, cfg.rope_theta),
+                  ("batch", "length", "act_heads", "head_dim"))
     k = rope(jnp.einsum("btd,dke->btke", x, a["k_proj"]), positions, cfg.rope_theta)
     v = jnp.einsum("btd,dke->btke", x, a["v_proj"])
     if kv is not None:
@@ -80,7 +82,7 @@ def _block(cfg: ModelConfig, p: dict, h, positions, mask, kv):
     m = p["mlp"]
     h = h + swiglu(rms_norm(h, p["post_attention_layernorm"], cfg.norm_eps), m["gate_proj"], m["up_proj"],
                    m["down_proj"])
-    return h, (k, v)
+    return constrain(h, RESIDUAL_AXES), (k, v)
 
 
 def _remat(cfg: ModelConfig, fn):

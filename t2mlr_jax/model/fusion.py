@@ -30,7 +30,8 @@ from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import rms_norm
-from t2mlr_jax.model.params import ParamSpec, normal, ones, zeros
+from t2mlr_jax.model.params import ParamSpec, ones, zeros
+from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
 
 GAMMA_MIXERS = ("gated", "var_norm_gated", "alpha_coupled")
 PROJECTED_MIXERS = ("gated", "var_norm_gated", "alpha_coupled", "concat")  # use W_rec when enabled
@@ -137,7 +138,9 @@ def _mix(cfg: ModelConfig, p: dict, x, big_r):
     rec = cfg.recurrence
     r = big_r
     if "recurrent_projection" in p:
-        r = jnp.einsum("...i,io->...o", r, p["recurrent_projection"].astype(x.dtype))
+        # Back to the residual stream's layout before mixing with x (XLA's SPMD partitioner computed
+        # wrong values on a (2,2,2) mesh when the tensor-sharded projection output met x unconstrained).
+        r = constrain(jnp.einsum("btd,de->bte", r, p["recurrent_projection"].astype(x.dtype)), RESIDUAL_AXES)
     xn, rn = x, r
     if rec.pre_norm:
         eps = float(jnp.finfo(x.dtype).eps)  # torch.nn.RMSNorm(eps=None)
@@ -195,7 +198,7 @@ def fuse(cfg: ModelConfig, mixer_params: dict, x: Float[Array, "B T D"], big_r: 
     mixed, stats = _mix(cfg, mixer_params, x, big_r.astype(x.dtype))
     recurrent = control_flow >= RECURRENT
     stats = {k: jnp.where(recurrent, jnp.broadcast_to(v, recurrent.shape), 0.0) for k, v in stats.items()}
-    return jnp.where(recurrent[..., None], mixed.astype(x.dtype), x), stats
+    return constrain(jnp.where(recurrent[..., None], mixed.astype(x.dtype), x), RESIDUAL_AXES), stats
 
 
 def update_cache(cfg: ModelConfig, mixer_params: dict, h_end: Float[Array, "B T D"],

@@ -1,0 +1,1 @@
+"""Meshes, the one table of logical axis rules, sharded placement, and multi-host helpers."""
