@@ -67,18 +67,22 @@ def head(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"]) -> Float[Arra
 
 
 def _block(cfg: ModelConfig, p: dict, h, positions, mask, kv):
-    """One pre-norm Llama block. `kv` is (k_slots, v_slots, write_index) for cached decoding, or None."""
+    """One pre-norm Llama block; returns h and this step's keys/values.
+
+    `kv` is (this layer's cached k slots, v slots, write index) when decoding with a cache, else None.
+    """
     x = rms_norm(h, p["input_layernorm"], cfg.norm_eps)
     a = p["self_attn"]
     q = constrain(rope(jnp.einsum("btd,dhe->bthe", x, a["q_proj"]), positions, cfg.rope_theta),
                   ("batch", "length", "act_heads", "head_dim"))
     k = rope(jnp.einsum("btd,dke->btke", x, a["k_proj"]), positions, cfg.rope_theta)
     v = jnp.einsum("btd,dke->btke", x, a["v_proj"])
+    keys, values = k, v
     if kv is not None:
         k_slots, v_slots, index = kv
-        k = jax.lax.dynamic_update_slice_in_dim(k_slots, k, index, axis=1)
-        v = jax.lax.dynamic_update_slice_in_dim(v_slots, v, index, axis=1)
-    h = h + jnp.einsum("bthe,hed->btd", attend(q, k, v, mask), a["o_proj"])
+        keys = jax.lax.dynamic_update_slice_in_dim(k_slots, k, index, axis=1)
+        values = jax.lax.dynamic_update_slice_in_dim(v_slots, v, index, axis=1)
+    h = h + jnp.einsum("bthe,hed->btd", attend(q, keys, values, mask), a["o_proj"])
     m = p["mlp"]
     h = h + swiglu(rms_norm(h, p["post_attention_layernorm"], cfg.norm_eps), m["gate_proj"], m["up_proj"],
                    m["down_proj"])
@@ -107,24 +111,28 @@ def run_blocks(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"], start: 
     if cache is None:
         slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
         mask = attention_mask(segment_ids, segment_ids, slots, slots)
-    else:
-        key_segments = jax.lax.dynamic_update_slice_in_dim(cache.segment_ids, segment_ids, cache.index, axis=1)
-        q_slots = cache.index + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-        k_slots = jnp.broadcast_to(jnp.arange(key_segments.shape[1], dtype=jnp.int32), key_segments.shape)
-        mask = attention_mask(segment_ids, key_segments, q_slots, k_slots)
-        cache = cache._replace(segment_ids=key_segments)
+        body = lambda h, p: (_block(cfg, p, h, positions, mask, None)[0], None)
+        h, _ = jax.lax.scan(_remat(cfg, body), h, layers)
+        return h, None
 
-    def body(h, xs):
-        p, kv = xs
-        h, new_kv = _block(cfg, p, h, positions, mask, None if kv is None else (*kv, cache.index))
-        return h, (new_kv if kv is not None else None)
+    key_segments = jax.lax.dynamic_update_slice_in_dim(cache.segment_ids, segment_ids, cache.index, axis=1)
+    q_slots = cache.index + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    k_slots = jnp.broadcast_to(jnp.arange(key_segments.shape[1], dtype=jnp.int32), key_segments.shape)
+    mask = attention_mask(segment_ids, key_segments, q_slots, k_slots)
+    cache = cache._replace(segment_ids=key_segments)
 
-    kv_in = None if cache is None else (cache.k[start:end], cache.v[start:end])
-    h, kv_out = jax.lax.scan(_remat(cfg, body), h, (layers, kv_in))
-    if cache is not None:
-        cache = cache._replace(k=jax.lax.dynamic_update_slice_in_dim(cache.k, kv_out[0], start, axis=0),
-                               v=jax.lax.dynamic_update_slice_in_dim(cache.v, kv_out[1], start, axis=0))
-    return h, cache
+    def cached_body(carry, xs):
+        # The whole cache rides in the carry and only this step's slots are written, in place: no
+        # per-range copies of the cache, so splitting a token's blocks into ranges costs nothing.
+        h, k_all, v_all = carry
+        p, layer = xs
+        h, (k, v) = _block(cfg, p, h, positions, mask, (k_all[layer], v_all[layer], cache.index))
+        at = (layer, 0, cache.index, 0, 0)
+        return (h, jax.lax.dynamic_update_slice(k_all, k[None], at),
+                jax.lax.dynamic_update_slice(v_all, v[None], at)), None
+
+    (h, k_all, v_all), _ = jax.lax.scan(cached_body, (h, cache.k, cache.v), (layers, jnp.arange(start, end)))
+    return h, cache._replace(k=k_all, v=v_all)
 
 
 def forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *,
