@@ -9,7 +9,8 @@ Directions:
 
 --verify runs both sides (ours in JAX, exact recurrence for T²MLR; transformers or the torch reference)
 on a few random token sequences, prints the largest logit difference and writes a JSON report
-(--report, default DST.verify.json); the exit status is 1 when it exceeds --tolerance.
+(--report, default TARGET.verify.json); the exit status is 1 when it exceeds --tolerance relative to
+the largest |logit|.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def parse_args(argv):
     parser.add_argument("--report", type=Path, help="where --verify writes its JSON report")
     parser.add_argument("--num-sequences", type=int, default=3)
     parser.add_argument("--seq-len", type=int, default=32)
-    parser.add_argument("--tolerance", type=float, default=1e-4)
+    parser.add_argument("--tolerance", type=float, default=1e-4, help="on the difference relative to max |logit|")
     args = parser.parse_args(argv)
     if (args.source_format == "orbax") == (args.target_format == "orbax"):
         parser.error(f"unsupported direction {args.source_format} -> {args.target_format}: one side must be "
@@ -86,7 +87,8 @@ def main(argv=None) -> int:
     report_path = args.report or args.target.with_name(args.target.name + ".verify.json")
     report_path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"max |logit difference| = {report['max_abs_logit_diff']:.3g} "
-          f"({'ok' if report['passed'] else 'FAILED'}, tolerance {args.tolerance:g}); report: {report_path}")
+          f"(relative {report['max_rel_logit_diff']:.3g}: {'ok' if report['passed'] else 'FAILED'}, "
+          f"tolerance {args.tolerance:g}); report: {report_path}")
     return 0 if report["passed"] else 1
 
 

@@ -126,11 +126,23 @@ SETTINGS = {
     "batch_forward_approximate_depth": "d_forward",
     "batch_backward_approximate_depth": "d_backward",
 }
+# The release's defaults (T2MLRSettings) for what a config.json may omit; they differ from ours.
+RELEASE_DEFAULTS = {
+    "l_start": 0, "l_end": -1, "recurrent_mixing_module_name": "none", "use_recurrent_projection": False,
+    "gate_weight_init_std": 1e-3, "recurrent_gate_init": 0.2, "input_gate_init": 0.8, "recurrent_alpha": 0.5,
+    "pre_norm_streams": False, "post_norm": False, "post_norm_clamp": 5.0,
+    "recurrent_residual_to_recurrent_cache": False, "recurrent_residual_to_recurrent_cache_weight": 1.0,
+    "recurrent_residual_to_recurrent_cache_detach": False, "recurrent_residual_to_recurrent_cache_post_norm": False,
+    "recurrent_residual_to_recurrent_cache_post_norm_clamp": 5.0,
+    "recurrent_residual_to_recurrent_cache_post_norm_eps": 1e-6,
+    "batch_forward_approximate_depth": 1, "batch_backward_approximate_depth": 10_000_000,
+}
 # Mixer names that differ between the release's registry and ours.
 RELEASE_MIXER_NAMES = {"coconut": "baseline_coconut", "codi": "baseline_codi"}
 GAMMA_MIXERS = ("gated", "var_norm_gated", "alpha_coupled")
-# Release settings whose other values change the forward pass in ways we do not implement.
-NEUTRAL = {
+# Settings (T2MLRSettings fields) and mixer-module kwargs whose other values change the forward pass in
+# ways we do not implement; these values are the release's defaults.
+NEUTRAL_SETTINGS = {
     "t2mlr_enabled": True,
     "recurrent_skip_to_l_end": False,
     "pre_norm_type": "rmsnorm",
@@ -138,11 +150,15 @@ NEUTRAL = {
     "normalize_gates": False,
     "gate_proj_type": "linear",
     "concat_recurrent": False,
+}
+NEUTRAL_MODULE_KWARGS = {
     "disable_x_branch": False,
     "use_rezero_residual": True,
+    "exponential_rotational_gate_c_value": 8.0,
+    "exponential_rotational_gate_sqrt_eps": 1e-8,
 }
-# Accepted mixing_module_kwargs (anything else is refused): per-channel gammas and CODI's width.
-MIXER_KWARGS = ("rezero_gamma_scalar", "bottleneck_size") + tuple(NEUTRAL)
+# Accepted mixing_module_kwargs (anything else is refused): per-channel gammas, CODI's width, the neutral ones.
+MIXER_KWARGS = ("rezero_gamma_scalar", "bottleneck_size", *NEUTRAL_SETTINGS, *NEUTRAL_MODULE_KWARGS)
 
 
 def _learnable_gates(settings: dict, mixer: str) -> dict:
@@ -159,11 +175,12 @@ def _learnable_gates(settings: dict, mixer: str) -> dict:
 def recurrence_from_release(settings: dict, hidden_size: int) -> RecurrenceConfig:
     """Our `RecurrenceConfig` from the release's flat settings (its config.json minus the base config)."""
     kwargs = settings.get("mixing_module_kwargs") or {}
-    merged = {**settings, **kwargs}
-    release_mixer = merged.get("recurrent_mixing_module_name", "none")
+    merged = {**RELEASE_DEFAULTS, **settings, **kwargs}  # module kwargs override settings, as in the release
+    release_mixer = merged["recurrent_mixing_module_name"]
     mixer = {v: k for k, v in RELEASE_MIXER_NAMES.items()}.get(release_mixer, release_mixer)
     problems = [f"mixing_module_kwargs.{k} is not supported" for k in kwargs if k not in MIXER_KWARGS]
-    problems += [f"{name}={merged[name]!r} (only {value!r} is supported)" for name, value in NEUTRAL.items()
+    problems += [f"{name}={merged[name]!r} (only {value!r} is supported)"
+                 for name, value in {**NEUTRAL_SETTINGS, **NEUTRAL_MODULE_KWARGS}.items()
                  if name in merged and merged[name] != value]
     problems += [f"{name}=False: the release then has no gate projection, ours always learns one"
                  for name, on in _learnable_gates(merged, mixer).items() if not on]
@@ -174,8 +191,8 @@ def recurrence_from_release(settings: dict, hidden_size: int) -> RecurrenceConfi
     if mixer == "codi" and merged.get("bottleneck_size") != hidden_size:
         problems.append(f"CODI bottleneck_size={merged.get('bottleneck_size')} (only hidden_size={hidden_size})")
     _raise_if(problems, "T²MLR release settings")
-    fields = {ours: merged[theirs] for theirs, ours in SETTINGS.items() if theirs in merged}
-    residual_norm = merged.get("recurrent_residual_to_recurrent_cache_post_norm", False)
+    fields = {ours: merged[theirs] for theirs, ours in SETTINGS.items()}
+    residual_norm = merged["recurrent_residual_to_recurrent_cache_post_norm"]
     return RecurrenceConfig(**fields, mixer=mixer, cache_norm="rescale" if residual_norm else "none",
                             gamma_per_channel=not merged.get("rezero_gamma_scalar", True))
 
@@ -189,12 +206,9 @@ def release_from_recurrence(rec: RecurrenceConfig, hidden_size: int) -> dict:
         kwargs["rezero_gamma_scalar"] = False
     if rec.mixer == "codi":
         kwargs["bottleneck_size"] = hidden_size
-    settings = {theirs: getattr(rec, ours) for theirs, ours in SETTINGS.items()}
-    settings.update(NEUTRAL)
-    for name in ("disable_x_branch", "use_rezero_residual"):  # module kwargs, not T2MLRSettings fields
-        settings.pop(name)
     return {
-        **settings,
+        **{theirs: getattr(rec, ours) for theirs, ours in SETTINGS.items()},
+        **NEUTRAL_SETTINGS,
         "recurrent_mixing_module_name": RELEASE_MIXER_NAMES.get(rec.mixer, rec.mixer),
         "recurrent_residual_to_recurrent_cache_post_norm": rec.cache_norm == "rescale",
         "use_learnable_gate": True,

@@ -1,4 +1,4 @@
-"""GGUF files (llama.cpp): model config, dequantized weights and tokenizer, read from one `GGUFReader`.
+"""GGUF files (llama.cpp): model config, dequantized weights and metadata, read from one `GGUFReader`.
 
 Weights come out under HF names as float32 (`gguf.quants.dequantize`), with the Q and K rows
 un-permuted: llama.cpp's converter interleaves each head's two rotary halves, HF keeps them apart.
@@ -54,7 +54,7 @@ def gguf_model_config(reader, *, param_dtype: str = "float32") -> ModelConfig:
     if arch != "llama":
         raise ValueError(f"GGUF architecture {arch!r}: only 'llama' is supported")
     if meta.get("llama.rope.scaling.type", "none") != "none":
-        raise ValueError(f"GGUF uses rope scaling {meta['llama.rope.scaling.type']!r}, which the model does not implement")
+        raise ValueError(f"GGUF rope scaling {meta['llama.rope.scaling.type']!r} is not implemented by the model")
 
     def get(key, default=None):
         value = meta.get(f"llama.{key}", default)

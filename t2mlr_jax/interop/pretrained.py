@@ -13,7 +13,7 @@ from t2mlr_jax.interop.hf import load_hf
 from t2mlr_jax.interop.t2mlr_torch import is_t2mlr_folder, load_t2mlr_torch
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import GAMMA_MIXERS, mixer_specs
-from t2mlr_jax.model.params import ParamSpec
+from t2mlr_jax.model.params import init_from_specs
 
 # Mixers for which Phi(x, R) == x at initialisation (the gammas start at 0), so retrofitting keeps the logits.
 IDENTITY_AT_INIT = GAMMA_MIXERS + ("none",)
@@ -45,10 +45,7 @@ def retrofit(cfg: ModelConfig, params: dict, recurrence: RecurrenceConfig,
         raise ValueError(f"retrofit: mixer {recurrence.mixer!r} is not the identity at initialisation, so it "
                          f"would change the pretrained model; choose one of {IDENTITY_AT_INIT}")
     cfg = cfg.replace(recurrence=recurrence).validate()
-    specs, treedef = jax.tree.flatten(mixer_specs(cfg), is_leaf=lambda x: isinstance(x, ParamSpec))
-    leaves = [spec.init(k, spec.shape, jnp.dtype(spec.dtype or cfg.param_dtype))
-              for spec, k in zip(specs, jax.random.split(key, max(len(specs), 1)))]
-    mixer = jax.tree.unflatten(treedef, leaves)
+    mixer = init_from_specs(mixer_specs(cfg), key, cfg.param_dtype)
     # γ = 0 by construction, not by relying on the initialiser.
     mixer = {name: jnp.zeros_like(value) if name.startswith("rezero_gamma") else value
              for name, value in mixer.items()}

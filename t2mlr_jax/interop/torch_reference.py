@@ -55,7 +55,8 @@ class GatedMixer(nn.Module):
         self.norm_r = nn.RMSNorm(hidden) if rec.pre_norm else None
         self.post_norm_clamp = rec.post_norm_clamp if rec.post_norm else None
 
-    def forward(self, x: Float[torch.Tensor, "B T D"], big_r: Float[torch.Tensor, "B T D"]) -> Float[torch.Tensor, "B T D"]:
+    def forward(self, x: Float[torch.Tensor, "B T D"],
+                big_r: Float[torch.Tensor, "B T D"]) -> Float[torch.Tensor, "B T D"]:
         r = big_r if self.recurrent_projection is None else self.recurrent_projection(big_r)
         xn, rn = (x, r) if self.norm_x is None else (self.norm_x(x), self.norm_r(r))
         both = torch.cat([xn, rn], dim=-1)

@@ -50,9 +50,15 @@ def torch_logits(fmt: str, path: Path | str, tokens: Int[np.ndarray, "B T"]) -> 
 
 def verify(cfg: ModelConfig, params: dict, fmt: str, path: Path | str, *, num_sequences: int = 3,
            seq_len: int = 32, seed: int = 0, tolerance: float = 1e-4) -> dict:
-    """The JSON-able report: largest |logit difference| between our model and the PyTorch one at `path`."""
+    """The JSON-able report: largest |logit difference| between our model and the PyTorch one at `path`.
+
+    It passes when that difference, relative to the largest |logit|, is within `tolerance`: random
+    tokens drive real models to logits of ~30, where fp32 summation order alone moves them by ~5e-4.
+    """
     tokens = sample_tokens(cfg.vocab_size, num_sequences, seq_len, seed)
-    diff = float(np.abs(jax_logits(cfg, params, tokens) - torch_logits(fmt, path, tokens)).max())
+    reference = torch_logits(fmt, path, tokens)
+    diff = float(np.abs(jax_logits(cfg, params, tokens) - reference).max())
+    relative = diff / max(float(np.abs(reference).max()), 1e-30)
     return {"torch_format": fmt, "torch_path": str(path), "mode": "exact" if cfg.recurrence else "plain",
             "num_sequences": num_sequences, "seq_len": seq_len, "seed": seed, "max_abs_logit_diff": diff,
-            "tolerance": tolerance, "passed": diff <= tolerance}
+            "max_rel_logit_diff": relative, "tolerance": tolerance, "passed": relative <= tolerance}

@@ -81,14 +81,18 @@ def _is_spec(x) -> bool:
     return isinstance(x, ParamSpec)
 
 
+def init_from_specs(specs: dict, key: jax.Array, param_dtype: str) -> dict:
+    """Draw every parameter of a spec tree (the whole model, or a part such as the mixer)."""
+    leaves, treedef = jax.tree.flatten(specs, is_leaf=_is_spec)
+    keys = jax.random.split(key, max(len(leaves), 1))
+    return jax.tree.unflatten(treedef, [s.init(k, s.shape, jnp.dtype(s.dtype or param_dtype))
+                                        for s, k in zip(leaves, keys)])
+
+
 def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
     """Fresh parameters; pure, so `jax.jit(..., out_shardings=...)` initialises them sharded."""
     cfg.validate()
-    specs = param_specs(cfg)
-    leaves, treedef = jax.tree.flatten(specs, is_leaf=_is_spec)
-    keys = jax.random.split(key, len(leaves))
-    arrays = [s.init(k, s.shape, jnp.dtype(s.dtype or cfg.param_dtype)) for s, k in zip(leaves, keys)]
-    return jax.tree.unflatten(treedef, arrays)
+    return init_from_specs(param_specs(cfg), key, cfg.param_dtype)
 
 
 def param_axes(cfg: ModelConfig) -> dict:

@@ -20,8 +20,8 @@ from t2mlr_jax.interop.torch_reference import GatedMixer
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.recurrence import exact_forward, make_layout
-from tests.interop.helpers import (save_release_style, state_dicts_identical, tiny_llama_config, tiny_t2mlr_config,
-                                   random_params, transformers_model, trees_identical)
+from tests.interop.helpers import (random_params, save_release_style, state_dicts_identical, tiny_llama_config,
+                                   tiny_t2mlr_config, transformers_model, trees_identical)
 
 TOKENS = np.random.default_rng(0).integers(0, 61, (2, 10))
 
@@ -148,6 +148,12 @@ def test_release_written_folder_imports_and_round_trips(tmp_path):
     ours = np.asarray(exact_logits(loaded_cfg, params, jnp.asarray(TOKENS), make_layout(jnp.asarray(TOKENS))))
     reference = T2MLRReference.from_pretrained(tmp_path / "release")(torch.as_tensor(TOKENS)).numpy()
     assert np.abs(ours - reference).max() <= 1e-4
+
+
+def test_settings_a_release_config_omits_take_the_release_defaults():
+    rec = recurrence_from_release({"recurrent_mixing_module_name": "gated", "use_learnable_gate": True}, 32)
+    assert (rec.l_start, rec.l_end, rec.recurrent_projection, rec.temporal_residual, rec.cache_norm,
+            rec.d_forward) == (0, -1, False, False, "none", 1)
 
 
 @pytest.mark.parametrize("mixer", ["var_norm_gated", "alpha_coupled", "constant_weight", "concat",

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from t2mlr_jax.interop import load_gguf, open_gguf, retrofit
+from t2mlr_jax.interop import load_pretrained, retrofit
 from t2mlr_jax.interop.tables import hf_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import RecurrenceConfig, smollm2_135m
@@ -29,7 +29,7 @@ PARAGRAPH = ("The old lighthouse stood at the edge of the cliff, its white paint
 
 @pytest.fixture(scope="module")
 def ours():
-    return load_gguf(open_gguf(GGUF))
+    return load_pretrained(GGUF)
 
 
 @pytest.fixture(scope="module")
