@@ -131,7 +131,8 @@ def run_blocks(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"], start: 
         return (h, jax.lax.dynamic_update_slice(k_all, k[None], at),
                 jax.lax.dynamic_update_slice(v_all, v[None], at)), None
 
-    (h, k_all, v_all), _ = jax.lax.scan(cached_body, (h, cache.k, cache.v), (layers, jnp.arange(start, end)))
+    (h, k_all, v_all), _ = jax.lax.scan(cached_body, (h, cache.k, cache.v), (layers, jnp.arange(start, end)),
+                                        unroll=True)
     return h, cache._replace(k=k_all, v=v_all)
 
 
