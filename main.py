@@ -92,16 +92,25 @@ def _generate(runs: dict, count: int) -> None:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from t2mlr_jax.train.trainer import NoCheckpointError
+
     config = _CONFIG.value
     workdir = Path(_WORKDIR.value or Path("workdir") / config.name)
     try:
         runs = _setup(config, workdir)
     except (ValueError, KeyError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    {"train": lambda: _train(config, workdir, runs), "eval": lambda: _evaluate(runs),
-     "generate": lambda: _generate(runs, _NUM_GENERATE.value)}[_MODE.value]()
+        _fail(e)
+    try:
+        {"train": lambda: _train(config, workdir, runs), "eval": lambda: _evaluate(runs),
+         "generate": lambda: _generate(runs, _NUM_GENERATE.value)}[_MODE.value]()
+    except NoCheckpointError as e:
+        _fail(e)
 
+
+def _fail(error: Exception) -> None:
+    """Bad input: one line on stderr, exit status 2, no traceback."""
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(2)
 
 if __name__ == "__main__":
     app.run(main)

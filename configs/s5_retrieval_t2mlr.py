@@ -1,12 +1,13 @@
 """S5-retrieval (paper Section 3.2): the release's tiny NoPE Llama (384 x 6, 6 heads), T²MLR with
 code l_start=1, l_end=-2, D=16, B=4, LR 5e-4, batch 16; train N in 1..32, test N in 1..48, K = 4.
 
-Presets (comma-combinable):
-  baseline     the release's transformer baseline (RoPE, batch 64, WSD schedule with 4000 decay steps)
-  lstm         the release's LSTM baseline (360 x 4, LR 5e-3, plain cosine, batch 64)
-  matched      make the transformer baseline parameter-matched (wider) instead of same-width
-  cpu          a model and task small enough for this machine (minutes)
-  demo         `make demo`: T²MLR vs the parameter-matched transformer on a CPU-sized task, compared
+Presets (comma-combinable, applied in order):
+  baseline  the release's transformer baseline (RoPE, batch 64, WSD schedule with 4000 decay steps)
+  lstm      the release's LSTM baseline (360 x 4, LR 5e-3, plain cosine, batch 64)
+  matched   make the transformer baseline parameter-matched (wider) instead of same-width
+  cpu       a CPU-sized run (minutes): 64 x 4 model, the parity subgroup of S5 (moved_points=2), one value
+            char, train N in 1..6 / test N in 1..10, exact token-by-token training
+  demo      `make demo` / `python main.py`: cpu for T²MLR and the parameter-matched transformer, compared
 """
 
 from t2mlr_jax.config_utils import apply_preset, experiment
@@ -14,19 +15,24 @@ from t2mlr_jax.model.config import s5_tiny
 
 PRESETS = {
     "baseline": {"arch": "transformer", "model.rope_theta": 10_000.0, "baseline.param_match": False,
-                    "train.batch_size": 64, "train.steps": 200_000, "optimizer.schedule": "wsd",
-                    "optimizer.decay_steps": 4000, "optimizer.min_lr_ratio": 0.0, "optimizer.warmup_ratio": 0.06},
+                 "train.batch_size": 64, "train.steps": 200_000, "optimizer.schedule": "wsd",
+                 "optimizer.decay_steps": 4000, "optimizer.min_lr_ratio": 0.0, "optimizer.warmup_ratio": 0.06},
     "lstm": {"arch": "lstm", "train.batch_size": 64, "optimizer.lr": 5e-3, "optimizer.min_lr_ratio": 0.0,
              "optimizer.warmup_ratio": 0.06},
     "matched": {"baseline.param_match": True},
     "cpu": {"model.hidden_size": 64, "model.num_layers": 4, "model.num_heads": 4, "model.num_kv_heads": 4,
             "model.head_dim": 16, "model.mlp_dim": 256, "model.max_seq_len": 128, "model.dtype": "float32",
-            "model.recurrence.d_forward": 8, "model.recurrence.d_backward": 4,
             "baseline.lstm_hidden": 64, "baseline.lstm_layers": 2,
-            "data.seq_len": 56, "data.options.min_actions": 1, "data.options.max_actions": 8,
-            "data.options.value_len": 1, "data.options.full_dict": False, "data.eval_options.max_actions": 12,
-            "train.steps": 300, "train.batch_size": 32, "train.log_every": 25, "train.checkpoint_every": 100,
-            "optimizer.lr": 3e-3, "eval.num_examples": 256},
+            # Parity (Z2 inside S5), one value char, only the looked-up keys in the dictionary: train
+            # N in 1..6, test N in 1..10 (longer than anything seen in training).
+            "data.options.moved_points": 2, "data.options.value_len": 1, "data.options.full_dict": False,
+            "data.options.min_actions": 1, "data.options.max_actions": 6, "data.eval_options.max_actions": 10,
+            "data.seq_len": 26, "data.eval_seq_len": 42,
+            # Token-by-token training with full backpropagation through time: exact, and on a CPU faster
+            # than Jacobi passes at this length.
+            "train.forward_mode": "exact",
+            "train.steps": 800, "train.batch_size": 32, "train.log_every": 50, "train.checkpoint_every": 200,
+            "optimizer.lr": 3e-3, "eval.num_examples": 500, "eval.batch_size": 250},
 }
 PRESETS["demo"] = {**PRESETS["cpu"], "arch": "t2mlr,transformer", "baseline.param_match": True}
 

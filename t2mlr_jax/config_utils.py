@@ -93,7 +93,8 @@ def experiment(*, name: str, model: ModelConfig, data: dict, optimizer: dict = (
         kind="generated",  # generated | file | text (t2mlr_jax.train.tasks)
         task="", format="",  # generated task name / record format of files
         tokenizer="", train_path="", eval_path="",
-        seq_len=256, train_examples=1_000_000, eval_split="test",
+        seq_len=256, eval_seq_len=0,  # eval rows may be longer (length generalization); 0 = seq_len
+        train_examples=1_000_000, eval_split="test",
         packing=False, chat=False, all_recurrent=False, prompt_loss=False, worker_count=0,
     ))
     data = dict(data)

@@ -41,6 +41,9 @@ class S5RetrievalConfig:
     # distractors). Otherwise it holds the keys that are looked up plus random distractors up to dict_size.
     full_dict: bool = True
     dict_size: int | None = None
+    # Actions move only the first `moved_points` points (S_k inside S5): 5 = all of S5 (the paper); 3 = S3
+    # and 2 = parity keep the state-tracking structure at a size a CPU can learn in minutes.
+    moved_points: int = 5
 
     def __post_init__(self):
         if not 1 <= self.min_actions <= self.max_actions:
@@ -51,6 +54,13 @@ class S5RetrievalConfig:
             raise ValueError("value_alphabet must be a non-empty subset of [a-zA-Z0-9]")
         if self.value_key not in ("state", "action"):
             raise ValueError(f"value_key must be 'state' or 'action', got {self.value_key!r}")
+        if not 2 <= self.moved_points <= 5:
+            raise ValueError(f"moved_points must be in 2..5, got {self.moved_points}")
+
+    @property
+    def actions(self) -> tuple[tuple[int, ...], ...]:
+        """The permutations actions are drawn from: those fixing every point above `moved_points`."""
+        return tuple(p for p in PERMUTATIONS if p[self.moved_points:] == IDENTITY[self.moved_points:])
 
     @property
     def max_tokens(self) -> int:
@@ -69,7 +79,8 @@ def make_s5_retrieval_example(rng: random.Random, index: int, config: S5Retrieva
     """One example as a JSON-serialisable record; N cycles through the length range with `index` so that
     every length is equally frequent."""
     n = config.min_actions + index % (config.max_actions - config.min_actions + 1)
-    actions = [rng.choice(PERMUTATIONS) for _ in range(n)]
+    pool = config.actions
+    actions = [rng.choice(pool) for _ in range(n)]
     states, state = [], IDENTITY
     for action in actions:
         state = apply_action(state, action)

@@ -56,7 +56,8 @@ def _t2mlr(config: ml_collections.ConfigDict, model: ModelConfig) -> Architectur
             raise ValueError(f"{where} must be one of {FORWARD_MODES}, got {mode!r}")
 
     def apply(params, tokens, layout, training):
-        mode = train.forward_mode if training else evaluation.mode
+        # Without recurrence every mode is the same function; "jacobi" computes it in one parallel pass.
+        mode = "jacobi" if model.recurrence is None else train.forward_mode if training else evaluation.mode
         bptt = (train.bptt or None) if training else None
         out = forward(model, params, tokens, mode=mode, layout=layout, bptt=bptt)
         return out.logits, out.gate_stats

@@ -30,8 +30,10 @@ class WorkdirMismatchError(ValueError):
 
 
 def run_identity(config) -> dict:
-    """The config sections a checkpoint depends on (steps, logging, eval settings may change on resume)."""
+    """The config sections a checkpoint depends on; steps, logging and anything about evaluation
+    (the eval section, data.eval_*) may change on resume."""
     d = config.to_dict()
+    d["data"] = {k: v for k, v in d["data"].items() if not k.startswith("eval_")}
     return json.loads(json.dumps({k: d[k] for k in IDENTITY_SECTIONS}, default=str))
 
 

@@ -11,7 +11,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
-SUMMARY = "summary.json"
+from t2mlr_jax.train.trainer import SUMMARY  # noqa: E402  (same name at the top of the workdir)
+
 PLOT = "accuracy_vs_length.png"
 
 

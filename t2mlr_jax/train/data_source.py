@@ -7,7 +7,7 @@ which is what makes resumption exact.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Optional, Protocol
 
 
@@ -42,6 +42,3 @@ def check_fits(data: DataSource, *, vocab_size: Optional[int], max_seq_len: Opti
         raise ValueError(f"data sequences are {data.seq_len} tokens, longer than the model's context "
                          f"(model.max_seq_len = {max_seq_len})")
 
-
-def take(iterator: Iterator[dict], n: int) -> list[dict]:
-    return [next(iterator) for _ in range(n)]

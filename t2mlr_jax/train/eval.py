@@ -90,10 +90,12 @@ def evaluate_generation(arch: Architecture, params: dict, examples: Iterable[dic
     (overall and per `length` bin when examples carry one) and one record per example."""
     generate = jax.jit(arch.generate, static_argnums=(4, 5, 6))
     records, examples = [], list(examples)
+    if not examples:
+        raise ValueError("generation eval got no examples")
+    width = max(len(e["prompt"]) for e in examples)  # one compiled shape for every batch
     for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
-        chunk = chunk + [chunk[-1]] * (batch_size - len(chunk))  # one compiled shape for every batch
-        width = max(len(e["prompt"]) for e in chunk)
+        chunk = chunk + [chunk[-1]] * (batch_size - len(chunk))
         tokens, mask = left_pad([e["prompt"] for e in chunk], pad_id, width)
         control_flow = None
         if "prompt_control_flow" in chunk[0]:
@@ -105,8 +107,6 @@ def evaluate_generation(arch: Architecture, params: dict, examples: Iterable[dic
             text = decode(ids)
             records.append({"prediction": text, "correct": bool(score(text, e)),
                             **({BIN_KEY: int(e[BIN_KEY])} if BIN_KEY in e else {})})
-    if not records:
-        raise ValueError("generation eval got no examples")
     bins = defaultdict(list)
     for r in records:
         if BIN_KEY in r:

@@ -108,3 +108,9 @@ class MetricsLog:
     def close(self) -> None:
         self._jsonl.close()
         self._events.close()
+
+    def __enter__(self) -> "MetricsLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

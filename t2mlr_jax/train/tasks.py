@@ -60,9 +60,11 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
     is_s5 = d.kind == "generated" and d.task == "s5_retrieval" or d.kind == "file" and d.format == "s5_retrieval"
     tokenizer = S5CharTokenizer() if is_s5 else load_tokenizer(_require_path(d.tokenizer, "tokenizer"))
     vocab = config.model.vocab_size
-    common = dict(seq_len=d.seq_len, vocab_size=vocab, worker_count=d.worker_count)
+    eval_seq_len = d.eval_seq_len or d.seq_len
+    common = dict(vocab_size=vocab, worker_count=d.worker_count)
     sft = dict(chat=d.chat, all_recurrent=d.all_recurrent, prompt_loss=d.prompt_loss, packing=d.packing)
-    eval_pass = dict(batch_size=e.batch_size, num_epochs=1, shuffle=False)
+    train_pass = dict(batch_size=t.batch_size, seq_len=d.seq_len)
+    eval_pass = dict(batch_size=e.batch_size, seq_len=eval_seq_len, num_epochs=1, shuffle=False)
     options, eval_options = d.options.to_dict(), {**d.options.to_dict(), **d.eval_options.to_dict()}
     records = None  # eval records for generation: () -> iterable of (record, prompt ids)
 
@@ -74,7 +76,7 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
                                          num_examples=num_examples, tokenizer=task_tokenizer, **common, **sft,
                                          **task_options, **kw)
 
-        train = batches("train", d.train_examples, options, batch_size=t.batch_size)
+        train = batches("train", d.train_examples, options, **train_pass)
         evaluation = lambda: batches(d.eval_split, e.num_examples, eval_options, **eval_pass)
         if not is_s5:
             source = GeneratedTaskSource(d.task, d.eval_split, seed=config.seed + 1, num_examples=e.num_examples,
@@ -86,7 +88,7 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
             return pipeline.file_batches(path, format=d.format, tokenizer=None if is_s5 else tokenizer,
                                          seed=config.seed, **common, **sft, **kw)
 
-        train = batches(_require_path(d.train_path, "train_path"), batch_size=t.batch_size)
+        train = batches(_require_path(d.train_path, "train_path"), **train_pass)
         eval_path = _require_path(d.eval_path, "eval_path")
         evaluation = lambda: batches(eval_path, **eval_pass)
         if not is_s5:
@@ -96,7 +98,7 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
         def batches(path, **kw):
             return pipeline.text_batches(path, tokenizer=tokenizer, seed=config.seed, **common, **kw)
 
-        train = batches(_require_path(d.train_path, "train_path"), batch_size=t.batch_size)
+        train = batches(_require_path(d.train_path, "train_path"), **train_pass)
         eval_path = _require_path(d.eval_path, "eval_path")
         evaluation = lambda: itertools.islice(iter(batches(eval_path, **eval_pass)), max(
             1, e.num_examples // e.batch_size))
@@ -105,7 +107,7 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
     generation_examples = None
     if records is not None:
         generation_examples = lambda: (_prompt_example(r, tokenizer, d) for r in records())
-    return DataSource(vocab_size=tokenizer.vocab_size, seq_len=d.seq_len, train_iterator=lambda: iter(train),
+    return DataSource(vocab_size=tokenizer.vocab_size, seq_len=max(d.seq_len, eval_seq_len), train_iterator=lambda: iter(train),
                       eval_batches=evaluation, pad_id=tokenizer.pad_id if is_s5 else 0, eos_id=tokenizer.eos_id,
                       generation_examples=generation_examples, decode=tokenizer.decode, score=scorer)
 

@@ -20,6 +20,7 @@ import ml_collections
 import numpy as np
 import tqdm
 
+from t2mlr_jax.model.params import count_params
 from t2mlr_jax.train import checkpoint as ckpt
 from t2mlr_jax.train.architecture import Architecture, build_architecture
 from t2mlr_jax.train.data_source import DataSource, check_fits
@@ -33,7 +34,7 @@ SUMMARY = "summary.json"
 
 class Run:
     """Everything a mode needs, built and checked without compiling: architecture, data, optimizer,
-    checkpointer. `state()` restores the latest checkpoint (or initialises)."""
+    checkpointer. `restore_or_init` gives the state to start from."""
 
     def __init__(self, config: ml_collections.ConfigDict, workdir: Path, data: DataSource, arch_name: str):
         self.config, self.workdir, self.data = config, Path(workdir), data
@@ -50,7 +51,7 @@ class Run:
         abstract_params = jax.eval_shape(self.arch.init, jax.random.PRNGKey(0))
         self.schedule = make_schedule(config.optimizer, config.train.steps)
         self.optimizer = make_optimizer(config.optimizer, abstract_params, config.train.steps)
-        self.num_params = self.arch.num_params()
+        self.num_params = count_params(abstract_params)
 
     def checkpointer(self) -> ckpt.Checkpointer:
         t = self.config.train
@@ -69,6 +70,10 @@ class Run:
         state, data_state, step = restored
         logging.info("restored step %d from %s", step, checkpointer.directory)
         return state, data_state
+
+
+class NoCheckpointError(FileNotFoundError):
+    """eval / generate found nothing to load."""
 
 
 class _StopFlag:
@@ -123,42 +128,41 @@ def train(run: Run) -> dict:
         iterator.set_state(data_state)
     step_fn = compile_step(run.arch, run.optimizer, run.schedule, t.grad_accum)
     eval_step = make_eval_step(run.arch)
-    log = MetricsLog(run.workdir)
     start_step, started = int(state.step), time.time()
     window: list[dict] = []
     stopped_by = None
     progress = tqdm.tqdm(total=t.steps, initial=start_step, disable=not t.progress, desc=run.arch.name,
                          dynamic_ncols=True)
-    try:
-        with _stop_on_signals() as stop:
-            for step in range(start_step + 1, t.steps + 1):
-                state, metrics = step_fn(state, model_inputs(next(iterator)))
-                window.append(metrics)
-                progress.update(1)
-                if step % t.log_every == 0 or step == t.steps:
-                    summary = _mean_metrics(window)
-                    window = []
-                    log.write(step, "train", summary)
-                    progress.set_postfix(loss=f"{summary['loss']:.4f}", acc=f"{summary['accuracy']:.3f}")
-                if t.eval_every and step % t.eval_every == 0 and step != t.steps:
-                    log.write(step, "eval", run_eval(run, state.params, eval_step))
-                checkpointer.save(step, state, iterator.get_state(), force=stop.signal is not None or step == t.steps)
-                if stop.signal is not None:
-                    stopped_by = signal.Signals(stop.signal).name
-                    break
+    with MetricsLog(run.workdir) as log:
+        try:
+            with _stop_on_signals() as stop:
+                for step in range(start_step + 1, t.steps + 1):
+                    state, metrics = step_fn(state, model_inputs(next(iterator)))
+                    window.append(metrics)
+                    progress.update(1)
+                    if step % t.log_every == 0 or step == t.steps:
+                        summary = _mean_metrics(window)
+                        window = []
+                        log.write(step, "train", summary)
+                        progress.set_postfix(loss=f"{summary['loss']:.4f}", acc=f"{summary['accuracy']:.3f}")
+                    if t.eval_every and step % t.eval_every == 0 and step != t.steps:
+                        log.write(step, "eval", run_eval(run, state.params, eval_step))
+                    checkpointer.save(step, state, iterator.get_state(),
+                                      force=stop.signal is not None or step == t.steps)
+                    if stop.signal is not None:
+                        stopped_by = signal.Signals(stop.signal).name
+                        break
+            checkpointer.wait()
+        finally:
+            progress.close()
+            checkpointer.close()
         final_step = int(state.step)
-        checkpointer.wait()
-    finally:
-        progress.close()
-        checkpointer.close()
-    if stopped_by:
-        logging.warning("stopped by %s at step %d after saving; rerun the same command to resume",
-                        stopped_by, final_step)
-        log.close()
-        return {"stopped_by": stopped_by, "step": final_step}
-    results = run_eval(run, state.params, eval_step)
-    log.write(final_step, "eval", results)
-    log.close()
+        if stopped_by:
+            logging.warning("stopped by %s at step %d after saving; rerun the same command to resume",
+                            stopped_by, final_step)
+            return {"stopped_by": stopped_by, "step": final_step}
+        results = run_eval(run, state.params, eval_step)
+        log.write(final_step, "eval", results)
     summary = {"arch": run.arch.name, "num_params": run.num_params, "steps": final_step,
                "train_seconds_this_session": round(time.time() - started, 1), "eval": results}
     (run.workdir / SUMMARY).write_text(json.dumps(summary, indent=2))
@@ -173,6 +177,6 @@ def restore_params(run: Run) -> tuple[dict, int]:
     finally:
         checkpointer.close()
     if restored is None:
-        raise FileNotFoundError(f"no loadable checkpoint in {run.workdir / 'checkpoints'}; train first")
+        raise NoCheckpointError(f"no loadable checkpoint in {run.workdir / 'checkpoints'}; train first")
     return restored[0].params, restored[2]
 
