@@ -53,7 +53,7 @@ def _train(config, workdir: Path, runs: dict) -> None:
     started = time.time()
     summaries = {}
     for name, run in runs.items():
-        logging.info("training %s (%d parameters) in %s", name, run.num_params, run.workdir)
+        print(f"training {name} ({run.num_params} parameters) in {run.workdir}", flush=True)
         summaries[name] = train(run)
         if "stopped_by" in summaries[name]:
             return
@@ -94,6 +94,8 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from t2mlr_jax.train.trainer import NoCheckpointError
 
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # orbax and grain log every file at INFO
     config = _CONFIG.value
     workdir = Path(_WORKDIR.value or Path("workdir") / config.name)
     try:

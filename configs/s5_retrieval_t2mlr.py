@@ -6,7 +6,7 @@ Presets (comma-combinable, applied in order):
   lstm      the release's LSTM baseline (360 x 4, LR 5e-3, plain cosine, batch 64)
   matched   make the transformer baseline parameter-matched (wider) instead of same-width
   cpu       a CPU-sized run (minutes): 64 x 4 model, the parity subgroup of S5 (moved_points=2), one value
-            char, train N in 1..6 / test N in 1..10, exact token-by-token training
+            char, train N in 1..6 / test N in 1..10, exact token-by-token training, constant-weight mixer
   demo      `make demo` / `python main.py`: cpu for T²MLR and the parameter-matched transformer, compared
 """
 
@@ -31,6 +31,10 @@ PRESETS = {
             # Token-by-token training with full backpropagation through time: exact, and on a CPU faster
             # than Jacobi passes at this length.
             "train.forward_mode": "exact",
+            # The zoo's constant-weight mixer, (1 - a) x + a r with a = 0.5 at init: the recurrent path is
+            # open from step 0. The default gated mixer starts closed (ReZero gammas = 0) and, measured
+            # here, stays closed for the whole CPU budget (tanh gamma_rec ~ 0 after 800 steps).
+            "model.recurrence.mixer": "constant_weight",
             "train.steps": 800, "train.batch_size": 32, "train.log_every": 50, "train.checkpoint_every": 200,
             "optimizer.lr": 3e-3, "eval.num_examples": 500, "eval.batch_size": 250},
 }

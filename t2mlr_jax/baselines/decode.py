@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model.fusion import RECURRENT
-from t2mlr_jax.model.generate import GenerateOutput
+from t2mlr_jax.model.generate import GenerateOutput, with_lengths
 from t2mlr_jax.model.recurrence import Layout
 
 LogitsFn = Callable[[dict, Int[Array, "B T"], Layout], Float[Array, "B T V"]]
@@ -42,9 +42,4 @@ def greedy_by_recompute(logits_fn: LogitsFn, params: dict, prompt_tokens: Int[Ar
         return jax.lax.dynamic_update_slice_in_dim(buffer, nxt[:, None], p + i, axis=1), done
 
     buffer, _ = jax.lax.fori_loop(0, max_new_tokens, body, (buffer, jnp.zeros((b,), bool)))
-    tokens = buffer[:, p:]
-    if eos_id is None:
-        return GenerateOutput(tokens, jnp.full((b,), max_new_tokens, jnp.int32))
-    is_eos = tokens == eos_id
-    lengths = jnp.where(is_eos.any(axis=1), jnp.argmax(is_eos, axis=1) + 1, max_new_tokens).astype(jnp.int32)
-    return GenerateOutput(tokens, lengths)
+    return with_lengths(buffer[:, p:], eos_id)

@@ -121,9 +121,13 @@ def _generate(cfg, params, prompt_tokens, prompt_mask, prompt_control_flow, key,
 
     state = (jnp.int32(1), tokens, out.recurrent_state, out.cache, done, key)
     _, tokens, _, _, _, _ = jax.lax.while_loop(cond, body, state)
+    return with_lengths(tokens, eos_id)
+
+
+def with_lengths(tokens: Int[Array, "B N"], eos_id: Optional[int]) -> GenerateOutput:
+    """Generated tokens with each row's length: up to and including its first EOS, else all N."""
+    n = tokens.shape[1]
     if eos_id is None:
-        lengths = jnp.full((b,), max_new_tokens, jnp.int32)
-    else:
-        is_eos = tokens == eos_id
-        lengths = jnp.where(is_eos.any(axis=1), jnp.argmax(is_eos, axis=1) + 1, max_new_tokens).astype(jnp.int32)
-    return GenerateOutput(tokens, lengths)
+        return GenerateOutput(tokens, jnp.full((tokens.shape[0],), n, jnp.int32))
+    is_eos = tokens == eos_id
+    return GenerateOutput(tokens, jnp.where(is_eos.any(axis=1), jnp.argmax(is_eos, axis=1) + 1, n).astype(jnp.int32))

@@ -1,0 +1,67 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tests.train.tiny_task import tiny_config, tiny_model
+from t2mlr_jax.baselines.decode import greedy_by_recompute
+from t2mlr_jax.baselines.looped import looped_forward
+from t2mlr_jax.baselines.lstm import init_lstm, lstm_forward
+from t2mlr_jax.baselines.pause import PAUSE_PARAM, init_pause, pause_forward
+from t2mlr_jax.model.backbone import forward
+from t2mlr_jax.model.generate import generate
+from t2mlr_jax.model.params import init_params
+from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.train.architecture import build_architecture
+
+CFG = tiny_model()
+PARAMS = init_params(CFG, jax.random.PRNGKey(0))
+TOKENS = jax.random.randint(jax.random.PRNGKey(1), (2, 10), 1, CFG.vocab_size)
+
+
+def test_looping_once_is_the_plain_transformer_and_twice_is_not():
+    layout = make_layout(TOKENS)
+    once = looped_forward(CFG, PARAMS, TOKENS, layout, start=0, end=-1, repeats=1)
+    np.testing.assert_allclose(once, forward(CFG, PARAMS, TOKENS), rtol=1e-5, atol=1e-5)
+    middle = looped_forward(CFG, PARAMS, TOKENS, layout, start=1, end=1, repeats=3)
+    assert not np.allclose(middle, once, atol=1e-3)
+
+
+def test_pause_tokens_are_causal_and_read_at_the_last_pause():
+    params = {**PARAMS, PAUSE_PARAM: init_pause(CFG, jax.random.PRNGKey(2))}
+    logits = pause_forward(CFG, params, TOKENS, make_layout(TOKENS), num_pause=2)
+    assert logits.shape == (2, 10, CFG.vocab_size)
+    changed = TOKENS.at[:, 6].set(TOKENS[:, 6] % (CFG.vocab_size - 1) + 1)
+    again = pause_forward(CFG, params, changed, make_layout(changed), num_pause=2)
+    np.testing.assert_allclose(again[:, :6], logits[:, :6], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(again[:, 6], logits[:, 6])
+
+
+def test_lstm_state_resets_at_document_starts():
+    params = init_lstm(jax.random.PRNGKey(3), vocab_size=CFG.vocab_size, hidden=16, layers=2)
+    a, b = TOKENS[0, :4], TOKENS[1, :6]
+    packed = jnp.concatenate([a, b])[None]
+    layout = make_layout(packed, positions=jnp.concatenate([jnp.arange(4), jnp.arange(6)])[None],
+                         segment_ids=jnp.asarray([[1] * 4 + [2] * 6]))
+    alone = lstm_forward(params, b[None], make_layout(b[None]))
+    np.testing.assert_allclose(lstm_forward(params, packed, layout)[:, 4:], alone, rtol=1e-5, atol=1e-6)
+
+
+def test_decoding_by_recompute_equals_kv_cache_generation_on_left_padded_prompts():
+    prompt = TOKENS[:, :6].at[0, :2].set(0)
+    mask = (jnp.arange(6)[None] >= jnp.asarray([[2], [0]])).astype(jnp.int32)
+    cached = generate(CFG, PARAMS, prompt, mask, max_new_tokens=5, eos_id=3)
+    recomputed = greedy_by_recompute(lambda p, t, lay: forward(CFG, p, t, positions=lay.positions,
+                                                               segment_ids=lay.segment_ids),
+                                     PARAMS, prompt, mask, None, max_new_tokens=5, eos_id=3, pad_id=0)
+    np.testing.assert_array_equal(cached.tokens, recomputed.tokens)
+    np.testing.assert_array_equal(cached.lengths, recomputed.lengths)
+
+
+def test_param_matched_baseline_is_the_narrowest_width_at_or_above_t2mlr():
+    config = tiny_config("transformer")
+    target = build_architecture(config, "t2mlr").num_params()
+    matched = build_architecture(config, "transformer")
+    assert matched.num_params() >= target
+    config.baseline.param_match = False
+    config.model.hidden_size = matched.model.hidden_size - config.baseline.width_multiple
+    assert build_architecture(config, "transformer").num_params() < target

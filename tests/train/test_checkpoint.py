@@ -1,0 +1,71 @@
+import json
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.train.tiny_task import tiny_config, tiny_source
+from t2mlr_jax.train import checkpoint as ckpt
+from t2mlr_jax.train.trainer import Run
+
+
+def _state(value: float) -> dict:
+    return {"w": jnp.full((64, 64), value, jnp.float32), "step": jnp.asarray(int(value), jnp.int32)}
+
+
+def _abstract(state):
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), state)
+
+
+def _two_checkpoints(directory):
+    saver = ckpt.Checkpointer(directory, save_every=1, keep=3)
+    for step in (1, 2):
+        saver.save(step, _state(step), {"index": step})
+    saver.wait()
+    saver.close()
+
+
+def _restore(directory):
+    loader = ckpt.Checkpointer(directory, save_every=1, keep=3)
+    try:
+        return loader.restore_latest(_abstract(_state(0)))
+    finally:
+        loader.close()
+
+
+def test_roundtrip_keeps_state_iterator_state_and_bytes(tmp_path):
+    _two_checkpoints(tmp_path)
+    state, data_state, step = _restore(tmp_path)
+    assert step == 2 and data_state == {"index": 2}
+    np.testing.assert_array_equal(state["w"], np.full((64, 64), 2.0, np.float32))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "checksum"])
+def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog, damage):
+    _two_checkpoints(tmp_path)
+    if damage == "truncate":  # a save cut short: every array file of step 2 loses its tail
+        for f in (tmp_path / "2" / "state").rglob("*"):
+            if f.is_file() and f.parent.name == "d":
+                f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    else:  # bytes that load but are not what was saved
+        meta = tmp_path / "2" / "meta" / "metadata"
+        record = json.loads(meta.read_text())
+        record["crc32"][0] ^= 1
+        meta.write_text(json.dumps(record))
+    with caplog.at_level(logging.WARNING):
+        state, data_state, step = _restore(tmp_path)
+    assert step == 1 and data_state == {"index": 1} and float(state["w"][0, 0]) == 1.0
+    assert any("step 2" in r.getMessage() and "unreadable" in r.getMessage() for r in caplog.records)
+
+
+def test_a_workdir_of_another_config_is_refused_untouched(tmp_path):
+    ckpt.write_run_config(tmp_path, {**ckpt.run_identity(tiny_config()), "arch": "t2mlr"})
+    before = sorted(p.name for p in tmp_path.iterdir())
+    other = tiny_config()
+    other.model.hidden_size = 48
+    with pytest.raises(ckpt.WorkdirMismatchError, match="model.hidden_size: 32 .workdir. vs 48"):
+        Run(other, tmp_path, tiny_source(), "t2mlr")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

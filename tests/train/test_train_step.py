@@ -1,0 +1,44 @@
+import jax
+import numpy as np
+import pytest
+
+from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
+from t2mlr_jax.train.trainer import Run
+from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
+
+
+def _run(arch, tmp_path, **model):
+    config = tiny_config(arch)
+    for k, v in model.items():
+        config.model[k] = v
+    return Run(config, tmp_path, tiny_source(), arch)
+
+
+def test_grad_accumulation_is_the_same_update_as_one_big_batch(tmp_path):
+    run = _run("transformer", tmp_path)
+    batch = model_inputs(tiny_batch(0, 1, 8, 16))
+    results = []
+    for accum in (1, 4):
+        step = compile_step(run.arch, run.optimizer, run.schedule, accum)
+        state, metrics = step(init_state(run.arch, run.optimizer, 0), batch)
+        results.append((state.params, metrics))
+    (p1, m1), (p4, m4) = results
+    assert float(m1["loss"]) == pytest.approx(float(m4["loss"]), rel=1e-5)
+    for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p4)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+
+
+def test_t2mlr_step_bf16_compute_fp32_master_weights_gate_stats_and_donation(tmp_path):
+    run = _run("t2mlr", tmp_path, dtype="bfloat16")
+    state = init_state(run.arch, run.optimizer, 0)
+    old = jax.tree.leaves(state.params)
+    step = compile_step(run.arch, run.optimizer, run.schedule)
+    state, metrics = step(state, model_inputs(tiny_batch(0, 1, 8, 16)))
+    assert all(x.is_deleted() for x in old)  # the state is donated
+    assert {x.dtype for x in jax.tree.leaves(state.params)} == {np.dtype("float32")}
+    metrics = jax.device_get(metrics)
+    for key in ("loss", "accuracy", "grad_norm", "lr", "gate/recurrent_gate", "gate/input_gate",
+                "tanh_rezero_gamma_recurrent_gate", "tanh_rezero_gamma_input_gate"):
+        assert np.isfinite(metrics[key]), key
+    assert 0.0 < metrics["gate/recurrent_gate"] < 1.0
+    assert int(state.step) == 1
