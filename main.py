@@ -92,8 +92,10 @@ def _generate(runs: dict, count: int) -> None:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from t2mlr_jax.parallel.multihost import initialize_distributed
     from t2mlr_jax.train.trainer import NoCheckpointError
 
+    initialize_distributed()  # TPU pod / SLURM multi-process launches; nothing on one host
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax and grain log every file at INFO
     config = _CONFIG.value
@@ -113,6 +115,7 @@ def _fail(error: Exception) -> None:
     """Bad input: one line on stderr, exit status 2, no traceback."""
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)
+
 
 if __name__ == "__main__":
     app.run(main)

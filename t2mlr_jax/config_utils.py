@@ -63,13 +63,19 @@ def model_config(config: config_dict.ConfigDict, *, recurrent: bool = True,
 
 
 def experiment(*, name: str, model: ModelConfig, data: dict, optimizer: dict = (), train: dict = (),
-               evaluation: dict = (), baseline: dict = (), arch: str = "t2mlr", seed: int = 42) -> config_dict.ConfigDict:
+               evaluation: dict = (), baseline: dict = (), mesh: dict = (), arch: str = "t2mlr", seed: int = 42,
+               init_from: str = "") -> config_dict.ConfigDict:
     """The full config with the library defaults, updated by what an experiment sets."""
     c = config_dict.ConfigDict()
     c.name = name
     c.seed = seed
     c.arch = arch
+    # A pretrained checkpoint to start from (HF folder, .gguf, authors' T²MLR folder or orbax), retrofitted
+    # with fresh fusion parameters (γ = 0) when the model is T²MLR; "" = random initialisation.
+    c.init_from = init_from
     c.model = model_dict(model)
+    # Device mesh (t2mlr_jax.parallel): sizes of the data / fsdp / tensor axes, -1 = all remaining devices.
+    c.mesh = config_dict.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     c.baseline = config_dict.ConfigDict(dict(
         param_match=True,  # widen transformer-family baselines to the T²MLR parameter count
         width_multiple=8,  # ... in steps of this many channels (the release's 135M baseline: 576 -> 584)
@@ -109,7 +115,7 @@ def experiment(*, name: str, model: ModelConfig, data: dict, optimizer: dict = (
         score="loss_mask",  # positions scored for accuracy / exact match: loss_mask | recurrent (S5 answers)
     ))
     for section, values in (("optimizer", optimizer), ("train", train), ("eval", evaluation),
-                            ("baseline", baseline), ("data", data)):
+                            ("baseline", baseline), ("data", data), ("mesh", mesh)):
         _update_known(c[section], dict(values), section)
     return c
 

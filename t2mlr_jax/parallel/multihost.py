@@ -6,9 +6,9 @@ import os
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
-from t2mlr_jax.parallel.rules import partition_spec
+from t2mlr_jax.parallel.placement import batch_sharding
 
 
 def initialize_distributed() -> None:
@@ -22,10 +22,6 @@ def initialize_distributed() -> None:
 
 
 def global_batch(local_batch: dict, mesh: Mesh) -> dict:
-    """Each host holds only its rows of the batch; assemble the global, batch-sharded arrays."""
-    def place(a):
-        a = np.asarray(a)
-        spec = partition_spec(("batch",) + (None,) * (a.ndim - 1), (a.shape[0] * jax.process_count(),)
-                              + a.shape[1:], mesh)
-        return jax.make_array_from_process_local_data(NamedSharding(mesh, spec), a)
-    return {k: place(v) for k, v in local_batch.items()}
+    """Each host holds only its rows of the batch; assemble the global arrays, rows over data x fsdp."""
+    sharding = batch_sharding(mesh)
+    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in local_batch.items()}

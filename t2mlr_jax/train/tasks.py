@@ -18,6 +18,7 @@ import itertools
 import os
 from collections.abc import Callable
 
+import jax
 import ml_collections
 import numpy as np
 
@@ -63,7 +64,7 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
     eval_seq_len = d.eval_seq_len or d.seq_len
     common = dict(vocab_size=vocab, worker_count=d.worker_count)
     sft = dict(chat=d.chat, all_recurrent=d.all_recurrent, prompt_loss=d.prompt_loss, packing=d.packing)
-    train_pass = dict(batch_size=t.batch_size, seq_len=d.seq_len)
+    train_pass = dict(batch_size=t.batch_size // jax.process_count(), seq_len=d.seq_len)  # this host's rows
     eval_pass = dict(batch_size=e.batch_size, seq_len=eval_seq_len, num_epochs=1, shuffle=False)
     options, eval_options = d.options.to_dict(), {**d.options.to_dict(), **d.eval_options.to_dict()}
     records = None  # eval records for generation: () -> iterable of (record, prompt ids)

@@ -21,6 +21,9 @@ import numpy as np
 import tqdm
 
 from t2mlr_jax.model.params import count_params
+from t2mlr_jax.parallel.mesh import check_batch, make_mesh
+from t2mlr_jax.parallel.multihost import global_batch
+from t2mlr_jax.parallel.placement import batch_sharding, model_param_shardings, train_state_shardings
 from t2mlr_jax.train import checkpoint as ckpt
 from t2mlr_jax.train.architecture import Architecture, build_architecture
 from t2mlr_jax.train.data_source import DataSource, check_fits
@@ -47,26 +50,35 @@ class Run:
         model = self.arch.model
         check_fits(data, vocab_size=config.model.vocab_size, max_seq_len=model.max_seq_len if model else None)
         self.identity = {**ckpt.run_identity(config), "arch": arch_name}
+        self.mesh = make_mesh(**config.mesh)
+        check_batch(config.train.batch_size, self.mesh, config.train.grad_accum)
         ckpt.check_workdir(self.workdir, self.identity)
         abstract_params = jax.eval_shape(self.arch.init, jax.random.PRNGKey(0))
         self.schedule = make_schedule(config.optimizer, config.train.steps)
         self.optimizer = make_optimizer(config.optimizer, abstract_params, config.train.steps)
         self.num_params = count_params(abstract_params)
+        self.state_shardings = train_state_shardings(
+            jax.eval_shape(self._init_state), self.optimizer,
+            model_param_shardings(model, abstract_params, self.mesh), self.mesh)
 
     def checkpointer(self) -> ckpt.Checkpointer:
         t = self.config.train
         return ckpt.Checkpointer(self.workdir / "checkpoints", save_every=t.checkpoint_every, keep=t.keep_checkpoints,
                                  async_save=t.async_checkpoint)
 
+    def _init_state(self) -> TrainState:
+        return init_state(self.arch, self.optimizer, self.config.seed)
+
     def abstract_state(self) -> TrainState:
-        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        shapes = jax.eval_shape(lambda: init_state(self.arch, self.optimizer, self.config.seed))
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes)
+        """The state's shapes with this run's shardings: restoring onto them reshards a checkpoint
+        saved on any other mesh."""
+        return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                            jax.eval_shape(self._init_state), self.state_shardings)
 
     def restore_or_init(self, checkpointer: ckpt.Checkpointer) -> tuple[TrainState, Any]:
         restored = checkpointer.restore_latest(self.abstract_state())
-        if restored is None:
-            return jax.jit(lambda: init_state(self.arch, self.optimizer, self.config.seed))(), None
+        if restored is None:  # initialised in place, already sharded
+            return jax.jit(self._init_state, out_shardings=self.state_shardings)(), None
         state, data_state, step = restored
         logging.info("restored step %d from %s", step, checkpointer.directory)
         return state, data_state
@@ -126,18 +138,19 @@ def train(run: Run) -> dict:
     iterator = run.data.train_iterator()
     if data_state is not None:
         iterator.set_state(data_state)
-    step_fn = compile_step(run.arch, run.optimizer, run.schedule, t.grad_accum)
+    step_fn = compile_step(run.arch, run.optimizer, run.schedule, t.grad_accum, mesh=run.mesh,
+                           state_sharding=run.state_shardings, batch_sharding=batch_sharding(run.mesh))
     eval_step = make_eval_step(run.arch)
     start_step, started = int(state.step), time.time()
     window: list[dict] = []
     stopped_by = None
     progress = tqdm.tqdm(total=t.steps, initial=start_step, disable=not t.progress, desc=run.arch.name,
                          dynamic_ncols=True)
-    with MetricsLog(run.workdir) as log:
+    with MetricsLog(run.workdir) as log, jax.set_mesh(run.mesh):
         try:
             with _stop_on_signals() as stop:
                 for step in range(start_step + 1, t.steps + 1):
-                    state, metrics = step_fn(state, model_inputs(next(iterator)))
+                    state, metrics = step_fn(state, global_batch(model_inputs(next(iterator)), run.mesh))
                     window.append(metrics)
                     progress.update(1)
                     if step % t.log_every == 0 or step == t.steps:
