@@ -3,7 +3,8 @@ gate LR boosted x100, the release's script: LR 5e-4, AdamW (0.9, 0.99), wd 0.01,
 batch 256; 8000 steps (paper Table 14). Data: data.train_path / data.eval_path, GSM8K-Aug rows
 {question, steps, answer} (JSONL/JSON/parquet); greedy generation, the answer after "###" compared.
 Presets: baseline, cpu (configs/samples/gsm8k_aug.jsonl: 24 synthetic rows in that format, smoke only).
-Pretrained weights (the release starts from a checkpoint) are not loaded by the trainer yet."""
+The release starts from a pretrained checkpoint: --config.init_from=<it> (a baseline from it also needs
+--config.baseline.param_match=False)."""
 
 from pathlib import Path
 

