@@ -2,20 +2,7 @@ import collections
 
 from t2mlr_jax.data.answers import pathfinding_path_correct
 from t2mlr_jax.data.tasks import GeneratedTaskSource
-
-
-def shortest_paths(edges, start, end):
-    """(distance, number of shortest paths) by BFS path counting."""
-    dist, count, queue = {start: 0}, collections.Counter({start: 1}), collections.deque([start])
-    while queue:
-        u = queue.popleft()
-        for v in edges[u]:
-            if v not in dist:
-                dist[v] = dist[u] + 1
-                queue.append(v)
-            if dist[v] == dist[u] + 1:
-                count[v] += count[u]
-    return dist[end], count[end]
+from tests.data.graphs import bfs
 
 
 def test_answer_is_the_unique_shortest_path_of_the_prompt_graph():
@@ -31,7 +18,8 @@ def test_answer_is_the_unique_shortest_path_of_the_prompt_graph():
         path = record["response"].split(" -> ")
         assert path[0] == start and path[-1] == end
         assert all(v in edges[u] for u, v in zip(path, path[1:]))
-        assert shortest_paths(edges, start, end) == (len(path) - 1, 1)
+        dist, count = bfs(edges, start)
+        assert (dist[end], count[end]) == (len(path) - 1, 1)  # the unique shortest path
         assert 10 <= record["path_length"] == len(path) - 1 <= 18
         assert pathfinding_path_correct(record["response"], record)
         assert not pathfinding_path_correct(" -> ".join(path[:-2] + path[-1:]), record)

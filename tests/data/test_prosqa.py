@@ -3,6 +3,7 @@ import re
 
 from t2mlr_jax.data.answers import prosqa_path_correct
 from t2mlr_jax.data.tasks import GeneratedTaskSource
+from tests.data.graphs import bfs
 
 
 def parse(prompt: str):
@@ -15,24 +16,13 @@ def parse(prompt: str):
     return edges, entity, (a, b)
 
 
-def distances(edges, source):
-    dist, queue = {source: 0}, collections.deque([source])
-    while queue:
-        u = queue.popleft()
-        for v in edges[u]:
-            if v not in dist:
-                dist[v] = dist[u] + 1
-                queue.append(v)
-    return dist
-
-
 def test_proof_is_a_shortest_path_to_the_only_reachable_option():
     source = GeneratedTaskSource("prosqa", "train", seed=0, num_examples=12)
     sizes, lengths = [], []
     for i in range(12):
         record = source[i]
         edges, entity, options = parse(record["prompt"])
-        dist = distances(edges, entity)
+        dist, _ = bfs(edges, entity)
         answer = record["answer"].split(" is a ")[1].rstrip(".")
         wrong = next(o for o in options if o != answer)
         assert answer in options and answer in dist and wrong not in dist
