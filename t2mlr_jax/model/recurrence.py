@@ -56,10 +56,37 @@ def shift_right(m: Float[Array, "B T D"], positions: Int[Array, "B T"]) -> Float
     return jnp.where((positions == 0)[..., None], jnp.zeros_like(r), r)
 
 
+def _blocks(cfg, params, h, start, end, layout, cache=None):
+    return run_blocks(cfg, params, h, start, end, positions=layout.positions, segment_ids=layout.segment_ids,
+                      cache=cache)
+
+
 def _middle(cfg, params, h, layout, cache=None):
     l_start, l_end = cfg.layer_range
-    return run_blocks(cfg, params, h, l_start, l_end + 1, positions=layout.positions,
-                      segment_ids=layout.segment_ids, cache=cache)
+    return _blocks(cfg, params, h, l_start, l_end + 1, layout, cache)
+
+
+def _advance(cache, tokens):
+    return None if cache is None else advance(cache, tokens.shape[1])
+
+
+def _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state) -> Output:
+    """A model without recurrence: every block once; the recurrent state passes through untouched."""
+    h, cache = _blocks(cfg, params, h, 0, cfg.num_layers, layout, cache)
+    return Output(head(cfg, params, h), recurrent_state, {}, _advance(cache, tokens))
+
+
+def _fused_pass(cfg, params, x, r, layout, cache, tokens) -> Output:
+    """From the stream entering l_start (x) and the cache each token sees (r): fuse, run blocks
+    l_start..L-1 (through the KV cache when there is one), and return the logits with the next token's R.
+    The last pass of every mode: Jacobi's final pass and each decoding step."""
+    l_end = cfg.layer_range[1]
+    mixer = params["mixer"]
+    fused, stats = fuse(cfg, mixer, x, r, layout.control_flow)
+    out, cache = _middle(cfg, params, fused, layout, cache)
+    m = update_cache(cfg, mixer, out, r, layout.control_flow)
+    h, cache = _blocks(cfg, params, out, l_end + 1, cfg.num_layers, layout, cache)
+    return Output(head(cfg, params, h), m[:, -1], stats, _advance(cache, tokens))
 
 
 def jacobi_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *, layout: Optional[Layout] = None,
@@ -74,16 +101,11 @@ def jacobi_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *,
     rec = cfg.recurrence
     h = embed(cfg, params, tokens)
     if rec is None:
-        h, cache = run_blocks(cfg, params, h, 0, cfg.num_layers, positions=layout.positions,
-                              segment_ids=layout.segment_ids, cache=cache)
-        return Output(head(cfg, params, h), jnp.zeros(h.shape[::2], h.dtype), {}, _advance(cache, tokens))
+        return _plain_pass(cfg, params, h, layout, cache, tokens, jnp.zeros(h.shape[::2], h.dtype))
     d_forward = rec.d_forward if d_forward is None else d_forward
     d_backward = rec.d_backward if d_backward is None else d_backward
     check_depths(d_forward, d_backward)
-    l_start, l_end = cfg.layer_range
-    mixer = params["mixer"]
-    x, cache = run_blocks(cfg, params, h, 0, l_start, positions=layout.positions,
-                          segment_ids=layout.segment_ids, cache=cache)
+    x, cache = _blocks(cfg, params, h, 0, cfg.layer_range[0], layout, cache)
 
     def refine(p, x, r):
         """One Jacobi pass: fuse R into the stream, run the middle block, update and shift the cache."""
@@ -103,17 +125,8 @@ def jacobi_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *,
         r = jax.lax.fori_loop(0, d_forward - 1 - n_grad, lambda _, r: refine(*frozen[:2], r), frozen[2])
     if n_grad:
         r, _ = jax.lax.scan(lambda r, _: (refine(params, x, r), None), r, None, length=n_grad)
-    # Final pass, through the cache's blocks so prefill leaves keys/values for decoding.
-    fused, stats = fuse(cfg, mixer, x, r, layout.control_flow)
-    out, cache = _middle(cfg, params, fused, layout, cache)
-    m = update_cache(cfg, mixer, out, r, layout.control_flow)
-    h, cache = run_blocks(cfg, params, out, l_end + 1, cfg.num_layers, positions=layout.positions,
-                          segment_ids=layout.segment_ids, cache=cache)
-    return Output(head(cfg, params, h), m[:, -1], stats, _advance(cache, tokens))
-
-
-def _advance(cache, tokens):
-    return None if cache is None else advance(cache, tokens.shape[1])
+    # The final pass goes through the cache, so prefill leaves keys/values for decoding.
+    return _fused_pass(cfg, params, x, r, layout, cache, tokens)
 
 
 def decode_step(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], recurrent_state: Float[Array, "B D"],
@@ -123,19 +136,11 @@ def decode_step(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], recur
     `recurrent_state` is the previous token's cache; it is reset to zero at a document start.
     """
     h = embed(cfg, params, tokens)
-    kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
     if cfg.recurrence is None:
-        h, cache = run_blocks(cfg, params, h, 0, cfg.num_layers, cache=cache, **kw)
-        return Output(head(cfg, params, h), recurrent_state, {}, advance(cache, tokens.shape[1]))
-    l_start, l_end = cfg.layer_range
-    mixer = params["mixer"]
+        return _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state)
     r = jnp.where((layout.positions == 0)[..., None], 0.0, recurrent_state[:, None].astype(h.dtype))
-    x, cache = run_blocks(cfg, params, h, 0, l_start, cache=cache, **kw)
-    fused, stats = fuse(cfg, mixer, x, r, layout.control_flow)
-    out, cache = run_blocks(cfg, params, fused, l_start, l_end + 1, cache=cache, **kw)
-    m = update_cache(cfg, mixer, out, r, layout.control_flow)
-    h, cache = run_blocks(cfg, params, out, l_end + 1, cfg.num_layers, cache=cache, **kw)
-    return Output(head(cfg, params, h), m[:, -1], stats, advance(cache, tokens.shape[1]))
+    x, cache = _blocks(cfg, params, h, 0, cfg.layer_range[0], layout, cache)
+    return _fused_pass(cfg, params, x, r, layout, cache, tokens)
 
 
 def exact_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *, layout: Optional[Layout] = None,
