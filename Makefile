@@ -24,7 +24,7 @@ demo: $(VENV)/.base
 	$(PY) main.py --workdir=$(WORKDIR)
 
 test: $(VENV)/.test
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) runs

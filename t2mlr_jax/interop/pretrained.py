@@ -48,15 +48,19 @@ def retrofit(cfg: ModelConfig, params: dict, recurrence: RecurrenceConfig,
     computes exactly the original logits until training moves the gammas."""
     if cfg.recurrence is not None:
         raise ValueError("retrofit: the model already has a recurrence")
-    if recurrence.mixer not in IDENTITY_AT_INIT:
-        raise ValueError(f"retrofit: mixer {recurrence.mixer!r} is not the identity at initialisation, so it "
-                         f"would change the pretrained model; choose one of {IDENTITY_AT_INIT}")
+    check_retrofittable(recurrence)
     cfg = cfg.replace(recurrence=recurrence).validate()
     mixer = init_from_specs(mixer_specs(cfg), key, cfg.param_dtype)
     # γ = 0 by construction, not by relying on the initialiser.
     mixer = {name: jnp.zeros_like(value) if name.startswith("rezero_gamma") else value
              for name, value in mixer.items()}
     return cfg, {**params, "mixer": mixer}
+
+
+def check_retrofittable(recurrence: RecurrenceConfig) -> None:
+    if recurrence.mixer not in IDENTITY_AT_INIT:
+        raise ValueError(f"retrofit: mixer {recurrence.mixer!r} is not the identity at initialisation, so it "
+                         f"would change the pretrained model; choose one of {IDENTITY_AT_INIT}")
 
 
 def mismatches(checkpoint: ModelConfig, model: ModelConfig) -> list[str]:

@@ -7,9 +7,10 @@
   pause          baseline.pause_tokens learned pause tokens after every token
   lstm           the release's S5 RNN baseline
 
-With `config.init_from` every backbone architecture starts from that checkpoint instead of random weights:
-T²MLR retrofits a plain transformer (fresh fusion parameters, γ = 0: exactly the pretrained model at step 0)
-or continues a T²MLR checkpoint of the same recurrence; the others take its weights as they are.
+With `config.init_from` every backbone architecture starts from that checkpoint instead of random weights
+(`Architecture.pretrained`): T²MLR retrofits a plain transformer (fresh fusion parameters, γ = 0: exactly the
+pretrained model at step 0) or continues a T²MLR checkpoint of the same recurrence; the others take its
+weights as they are.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from t2mlr_jax.baselines.looped import loop_range, looped_forward
 from t2mlr_jax.baselines.lstm import init_lstm, lstm_forward
 from t2mlr_jax.baselines.pause import PAUSE_PARAM, init_pause, pause_forward
 from t2mlr_jax.config_utils import ARCHS, model_config
-from t2mlr_jax.interop.pretrained import load_pretrained, mismatches, retrofit
+from t2mlr_jax.interop.pretrained import check_retrofittable, load_pretrained, mismatches
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import gamma_stats
@@ -48,6 +49,9 @@ class Architecture(NamedTuple):
     # (params, prompt_tokens, prompt_mask, prompt_control_flow, max_new_tokens, eos_id, pad_id) -> GenerateOutput
     generate: Callable[..., generation.GenerateOutput]
     gamma_stats: Callable[[dict], dict]  # scalars to log (tanh of the ReZero gammas)
+    # Host weights (config.init_from) replacing init's top-level entries of the same name; what they lack
+    # (a retrofitted T²MLR's mixer, the pause embeddings) starts fresh.
+    pretrained: Optional[dict] = None
 
     def num_params(self) -> int:
         return count_params(jax.eval_shape(self.init, jax.random.PRNGKey(0)))
@@ -119,8 +123,8 @@ def _matched_hidden(name: str, config: ml_collections.ConfigDict) -> int:
 
 
 def _from_checkpoint(arch: Architecture, path: str) -> Architecture:
-    """`arch` initialised from the checkpoint at `path`, read here once on the host (before anything compiles,
-    so a checkpoint of another model is one clear error)."""
+    """`arch` with the checkpoint at `path` as its starting weights, read here once on the host (before anything
+    compiles, so a checkpoint of another model is one clear error)."""
     if arch.model is None:
         raise ValueError(f"init_from: the {arch.name} baseline has no transformer backbone to load weights into")
     if not Path(path).exists():
@@ -131,19 +135,9 @@ def _from_checkpoint(arch: Architecture, path: str) -> Architecture:
     if differences:
         raise ValueError(f"init_from {path}: the checkpoint is not config.model ({len(differences)} differing "
                          f"fields: {'; '.join(differences)})")
-    weights = jax.tree.map(lambda w: np.asarray(w, jnp.dtype(model.param_dtype)), weights)
-    shapes = jax.tree.map(lambda w: jax.ShapeDtypeStruct(w.shape, w.dtype), weights)
-    retrofitting = model.recurrence is not None and checkpoint.recurrence is None
-
-    def init(key):
-        # A host callback, not a closure: closed-over arrays would be compiled into init as constants
-        # (gigabytes of HLO for a 1.7B model); eval_shape never runs it.
-        loaded = jax.pure_callback(lambda: weights, shapes)
-        if retrofitting:
-            return retrofit(model.replace(recurrence=None), loaded, model.recurrence, key)[1]
-        return {**arch.init(key), **loaded}  # the pause baseline keeps its fresh pause embeddings
-
-    return arch._replace(init=init)
+    if model.recurrence is not None and checkpoint.recurrence is None:
+        check_retrofittable(model.recurrence)  # the fresh mixer (gammas 0) keeps the pretrained function
+    return arch._replace(pretrained=jax.tree.map(lambda w: np.asarray(w, jnp.dtype(model.param_dtype)), weights))
 
 
 def build_architecture(config: ml_collections.ConfigDict, name: Optional[str] = None) -> Architecture:

