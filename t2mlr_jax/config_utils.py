@@ -93,6 +93,7 @@ def experiment(*, name: str, model: ModelConfig, data: dict, optimizer: dict = (
         steps=1000, batch_size=16, grad_accum=1,
         forward_mode="jacobi",  # jacobi (release training) | exact (token by token; bptt = truncation, 0 = full)
         bptt=0,
+        d_forward_values="", d_forward_min=1,  # sample D per step: "N" (d_forward_min..N) or "8,16,32"; "" = fixed
         log_every=50, eval_every=0,  # 0 = evaluate at the end only
         checkpoint_every=500, keep_checkpoints=2, async_checkpoint=True, progress=True,
     ))

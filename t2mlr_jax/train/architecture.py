@@ -44,8 +44,9 @@ class Architecture(NamedTuple):
     name: str
     model: Optional[ModelConfig]  # the backbone's config; None for the LSTM
     init: Callable[[jax.Array], dict]
-    # (params, tokens, layout, training) -> (logits [B,T,V] fp32, per-token gate stats {name: [B,T]})
-    apply: Callable[[dict, Int[Array, "B T"], Layout, bool], tuple[Float[Array, "B T V"], dict]]
+    # (params, tokens, layout, training, d_forward=None) -> (logits [B,T,V] fp32, per-token gate stats
+    # {name: [B,T]}); d_forward overrides the Jacobi depth D (architectures without the recurrence ignore it)
+    apply: Callable[..., tuple[Float[Array, "B T V"], dict]]
     # (params, prompt_tokens, prompt_mask, prompt_control_flow, max_new_tokens, eos_id, pad_id) -> GenerateOutput
     generate: Callable[..., generation.GenerateOutput]
     gamma_stats: Callable[[dict], dict]  # scalars to log (tanh of the ReZero gammas)
@@ -67,11 +68,11 @@ def _t2mlr(config: ml_collections.ConfigDict, model: ModelConfig) -> Architectur
         if mode not in FORWARD_MODES:
             raise ValueError(f"{where} must be one of {FORWARD_MODES}, got {mode!r}")
 
-    def apply(params, tokens, layout, training):
+    def apply(params, tokens, layout, training, d_forward=None):
         # Without recurrence every mode is the same function; "jacobi" computes it in one parallel pass.
         mode = "jacobi" if model.recurrence is None else train.forward_mode if training else evaluation.mode
         bptt = (train.bptt or None) if training else None
-        out = forward(model, params, tokens, mode=mode, layout=layout, bptt=bptt)
+        out = forward(model, params, tokens, mode=mode, layout=layout, bptt=bptt, d_forward=d_forward)
         return out.logits, out.gate_stats
 
     def generate(params, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
@@ -86,7 +87,7 @@ def _t2mlr(config: ml_collections.ConfigDict, model: ModelConfig) -> Architectur
 
 def _with_forward(name: str, model: Optional[ModelConfig], init, logits_fn) -> Architecture:
     """An architecture given only its causal forward: decoding re-runs it (no KV-cache path)."""
-    apply = lambda params, tokens, layout, training: (logits_fn(params, tokens, layout), {})
+    apply = lambda params, tokens, layout, training, d_forward=None: (logits_fn(params, tokens, layout), {})
 
     def generate(params, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
         return greedy_by_recompute(logits_fn, params, prompt, mask, control_flow,

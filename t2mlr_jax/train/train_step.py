@@ -76,11 +76,13 @@ def _micro_batches(batch: dict, n: int) -> dict:
 
 
 def make_train_step(arch: Architecture, optimizer: optax.GradientTransformation, schedule: optax.Schedule,
-                    grad_accum: int = 1) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
-    """The un-jitted step (state, batch) -> (state, metrics); see `compile_step`."""
+                    grad_accum: int = 1, d_forward: Optional[int] = None
+                    ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+    """The un-jitted step (state, batch) -> (state, metrics); see `compile_step`. `d_forward` overrides the
+    model's Jacobi depth D."""
 
     def loss_fn(params, mb):
-        logits, gates = arch.apply(params, mb["tokens"], layout_of(mb), True)
+        logits, gates = arch.apply(params, mb["tokens"], layout_of(mb), True, d_forward)
         sums = jax.tree.map(jnp.sum, token_stats(logits, mb))
         return sums["loss_sum"], {**sums, **gate_means(gates, mb["control_flow"])}
 
@@ -111,9 +113,10 @@ def make_train_step(arch: Architecture, optimizer: optax.GradientTransformation,
 
 def compile_step(arch: Architecture, optimizer: optax.GradientTransformation, schedule: optax.Schedule,
                  grad_accum: int = 1, *, mesh: Optional[jax.sharding.Mesh] = None, state_sharding: Any = None,
-                 batch_sharding: Any = None) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+                 batch_sharding: Any = None, d_forward: Optional[int] = None
+                 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """jit the step with the state donated; with a mesh, in/out shardings place state and batch on it."""
-    step = make_train_step(arch, optimizer, schedule, grad_accum)
+    step = make_train_step(arch, optimizer, schedule, grad_accum, d_forward)
     if mesh is None:
         return jax.jit(step, donate_argnums=0)
     return jax.jit(step, donate_argnums=0, in_shardings=(state_sharding, batch_sharding),

@@ -27,6 +27,7 @@ from t2mlr_jax.parallel.placement import batch_sharding, model_param_shardings, 
 from t2mlr_jax.train import checkpoint as ckpt
 from t2mlr_jax.train.architecture import Architecture, build_architecture
 from t2mlr_jax.train.data_source import DataSource, check_fits
+from t2mlr_jax.train.depth_sampling import depth_at, depth_values
 from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step
 from t2mlr_jax.train.metrics_log import MetricsLog
 from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
@@ -52,6 +53,7 @@ class Run:
         self.identity = {**ckpt.run_identity(config), "arch": arch_name}
         self.mesh = make_mesh(**config.mesh)
         check_batch(config.train.batch_size, self.mesh, config.train.grad_accum)
+        self.depths = depth_values(config) if model and model.recurrence else None
         ckpt.check_workdir(self.workdir, self.identity)
         abstract_params = jax.eval_shape(self.arch.init, jax.random.PRNGKey(0))
         self.schedule = make_schedule(config.optimizer, config.train.steps)
@@ -139,8 +141,17 @@ def train(run: Run) -> dict:
     iterator = run.data.train_iterator()
     if data_state is not None:
         iterator.set_state(data_state)
-    step_fn = compile_step(run.arch, run.optimizer, run.schedule, t.grad_accum, mesh=run.mesh,
-                           state_sharding=run.state_shardings, batch_sharding=batch_sharding(run.mesh))
+    compiled: dict[Optional[int], Any] = {}  # one jitted step per Jacobi depth D (None: the model's own)
+
+    def step_fn(step: int, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+        depth = depth_at(run.depths, run.config.seed, step) if run.depths else None
+        if depth not in compiled:
+            compiled[depth] = compile_step(run.arch, run.optimizer, run.schedule, t.grad_accum, mesh=run.mesh,
+                                           state_sharding=run.state_shardings,
+                                           batch_sharding=batch_sharding(run.mesh), d_forward=depth)
+        state, metrics = compiled[depth](state, batch)
+        return state, metrics if depth is None else {**metrics, "d_forward": depth}
+
     eval_step = make_eval_step(run.arch)
     start_step, started = int(state.step), time.time()
     window: list[dict] = []
@@ -151,7 +162,7 @@ def train(run: Run) -> dict:
         try:
             with _stop_on_signals() as stop:
                 for step in range(start_step + 1, t.steps + 1):
-                    state, metrics = step_fn(state, global_batch(model_inputs(next(iterator)), run.mesh))
+                    state, metrics = step_fn(step, state, global_batch(model_inputs(next(iterator)), run.mesh))
                     window.append(metrics)
                     progress.update(1)
                     if step % t.log_every == 0 or step == t.steps:
