@@ -16,7 +16,7 @@ from t2mlr_jax.interop import (T2MLRReference, load_hf, load_params, load_pretra
                                save_hf, save_params, save_t2mlr_torch)
 from t2mlr_jax.interop.configs import recurrence_from_release, release_from_recurrence
 from t2mlr_jax.interop.files import read_state_dict
-from t2mlr_jax.interop.torch_reference import GatedMixer
+from t2mlr_jax.interop.torch_reference import Mixer
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.recurrence import exact_forward, make_layout
@@ -109,14 +109,10 @@ T2MLR_VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("variant", T2MLR_VARIANTS)
-def test_t2mlr_logits_match_torch_reference(tmp_path, variant):
-    """Exact recurrence on both sides, γ != 0; prompt positions (control flow 1) are neither fused nor
+def assert_matches_torch_reference(cfg, params, folder):
+    """Exact recurrence on both sides; prompt positions (control flow 1) are neither fused nor
     residual-updated."""
-    cfg = tiny_t2mlr_config(**T2MLR_VARIANTS[variant])
-    params = random_params(cfg, 3)
-    save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
-    reference = T2MLRReference.from_pretrained(tmp_path / "t2mlr")
+    reference = T2MLRReference.from_pretrained(folder)
     prompt_then_recurrent = np.where(np.arange(TOKENS.shape[1]) < 4, 1, 2)[None].repeat(2, 0)
     prompt_then_recurrent[1, 6] = 1
     for control in (np.full_like(TOKENS, 2), prompt_then_recurrent):
@@ -125,7 +121,15 @@ def test_t2mlr_logits_match_torch_reference(tmp_path, variant):
         theirs = reference(torch.as_tensor(TOKENS), torch.as_tensor(control)).numpy()
         assert np.abs(np.asarray(ours) - theirs).max() <= 1e-4
     plain = np.asarray(backbone.forward(cfg, params, jnp.asarray(TOKENS)))
-    assert np.abs(plain - theirs).max() > 1e-2  # the recurrence is really on
+    return float(np.abs(plain - theirs).max())
+
+
+@pytest.mark.parametrize("variant", T2MLR_VARIANTS)
+def test_t2mlr_logits_match_torch_reference(tmp_path, variant):
+    cfg = tiny_t2mlr_config(**T2MLR_VARIANTS[variant])
+    params = random_params(cfg, 3)  # every γ != 0
+    save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
+    assert assert_matches_torch_reference(cfg, params, tmp_path / "t2mlr") > 1e-2  # the recurrence is really on
 
 
 def test_release_written_folder_imports_and_round_trips(tmp_path):
@@ -136,7 +140,7 @@ def test_release_written_folder_imports_and_round_trips(tmp_path):
                 "connection_detach": False, "freeze_base_model": False}
     cfg = cfg.replace(num_layers=3, recurrence=recurrence_from_release(settings, 32))
     torch.manual_seed(6)
-    mixer = GatedMixer(32, cfg.recurrence)
+    mixer = Mixer(32, cfg.recurrence)
     with torch.no_grad():
         mixer.rezero_gamma_recurrent_gate.fill_(0.8)
         mixer.rezero_gamma_input_gate.fill_(-0.3)
@@ -158,12 +162,16 @@ def test_settings_a_release_config_omits_take_the_release_defaults():
 
 @pytest.mark.parametrize("mixer", ["var_norm_gated", "alpha_coupled", "constant_weight", "concat",
                                    "exponential_rotational_gated", "coconut", "codi", "none"])
-def test_every_release_mixer_round_trips(tmp_path, mixer):
-    cfg = tiny_t2mlr_config(mixer=mixer, gamma_per_channel=mixer == "alpha_coupled")
+def test_every_release_mixer_round_trips_and_matches_the_torch_reference(tmp_path, mixer):
+    # Pre/post norms on where a mixer has them, so their torch counterparts are exercised too.
+    cfg = tiny_t2mlr_config(mixer=mixer, gamma_per_channel=mixer == "alpha_coupled", pre_norm=mixer != "none",
+                            post_norm=mixer in ("var_norm_gated", "coconut", "codi", "exponential_rotational_gated"))
     params = random_params(cfg, 7)
     save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
     cfg_back, params_back = load_t2mlr_torch(tmp_path / "t2mlr")
     assert cfg_back == cfg and trees_identical(params_back, params)
+    difference = assert_matches_torch_reference(cfg, params, tmp_path / "t2mlr")
+    assert difference <= 1e-4 if mixer == "none" else difference > 1e-2  # "none" is the plain transformer
 
 
 # ---------------------------------------------------------------------------------------------
