@@ -47,13 +47,16 @@ def _setup(config, workdir: Path):
 
 
 def _train(config, workdir: Path, runs: dict) -> None:
+    import jax
+
     from t2mlr_jax.train.compare import write_comparison
     from t2mlr_jax.train.trainer import train
 
     started = time.time()
     summaries = {}
     for name, run in runs.items():
-        print(f"training {name} ({run.num_params} parameters) in {run.workdir}", flush=True)
+        print(f"training {name} ({run.num_params} parameters) in {run.workdir} on {run.mesh.size} devices "
+              f"({jax.process_count()} hosts)", flush=True)
         summaries[name] = train(run)
         if "stopped_by" in summaries[name]:
             return
@@ -69,13 +72,15 @@ def _train(config, workdir: Path, runs: dict) -> None:
 
 
 def _evaluate(runs: dict) -> None:
+    from t2mlr_jax.parallel.multihost import is_lead_host
     from t2mlr_jax.train.trainer import restore_params, run_eval
 
     for name, run in runs.items():
         params, step = restore_params(run)
         metrics = run_eval(run, params)
         path = run.workdir / f"eval_step{step}.json"
-        path.write_text(json.dumps(metrics, indent=2, default=str))
+        if is_lead_host():
+            path.write_text(json.dumps(metrics, indent=2, default=str))
         print(f"{name} @ step {step}: loss {metrics['loss']:.4f}, exact match {metrics['exact_match']:.3f} -> {path}")
 
 
@@ -95,12 +100,12 @@ def main(argv):
     from t2mlr_jax.parallel.multihost import initialize_distributed
     from t2mlr_jax.train.trainer import NoCheckpointError
 
-    initialize_distributed()  # TPU pod / SLURM multi-process launches; nothing on one host
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax and grain log every file at INFO
     config = _CONFIG.value
     workdir = Path(_WORKDIR.value or Path("workdir") / config.name)
     try:
+        initialize_distributed()  # multi-process launches (TPU pod, SLURM, explicit); nothing on one host
         runs = _setup(config, workdir)
     except (ValueError, KeyError, FileNotFoundError) as e:
         _fail(e)

@@ -1,9 +1,9 @@
 """Checkpoints: the only module that talks to orbax.
 
 A checkpoint holds the train state (params, optimizer state, step, RNG), the data iterator's state and a
-meta record (CRC32 of every state leaf). Saves are async, every `save_every` steps, keeping `keep`;
+meta record (a fingerprint of every state leaf, computed on device). Saves are async, every `save_every` steps, keeping `keep`;
 `restore_latest` walks back from the newest step and skips (with a warning) any checkpoint that fails to
-load or whose checksums disagree, so a truncated or corrupt latest save falls back to the previous one.
+load or whose fingerprints disagree, so a truncated or corrupt latest save falls back to the previous one.
 The run's identity (architecture, model, data, seed) is written once to workdir/run_config.json; a
 workdir holding another run is refused before anything is compiled or any checkpoint touched.
 """
@@ -13,13 +13,14 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import zlib
 from pathlib import Path
 from typing import Any, Optional
 
 import jax
-import numpy as np
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
+
+from t2mlr_jax.parallel.multihost import to_host
 
 RUN_CONFIG = "run_config.json"
 IDENTITY_SECTIONS = ("arch", "model", "baseline", "data", "seed")
@@ -63,9 +64,21 @@ def _diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
     return [] if a == b else [(prefix.rstrip("."), a, b)]
 
 
-def checksums(tree: Any) -> list[int]:
-    """CRC32 of every leaf's bytes, in tree order: detects a checkpoint that loads but is corrupt."""
-    return [zlib.crc32(np.ascontiguousarray(jax.device_get(x)).tobytes()) for x in jax.tree.leaves(tree)]
+@jax.jit
+def _fingerprints(leaves: list) -> jax.Array:
+    def one(x):
+        bits = jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{8 * x.dtype.itemsize}")).astype(jnp.uint32)
+        weights = jax.lax.iota(jnp.uint32, x.size).reshape(x.shape) * jnp.uint32(2654435761) + jnp.uint32(1)
+        return jnp.sum(bits * weights, dtype=jnp.uint32)
+    return jnp.stack([one(x) for x in leaves])
+
+
+def fingerprints(tree: Any) -> list[int]:
+    """One uint32 per leaf, in tree order: the position-weighted sum of its bits mod 2^32. It detects a
+    checkpoint that loads but is corrupt, is computed where the state lives (sharded over any mesh and any
+    hosts: no host copy of the state), and is exact, since integer sums do not depend on the reduction
+    order: a state restored onto another mesh has the same fingerprints."""
+    return [int(v) for v in to_host(_fingerprints(jax.tree.leaves(tree)))]
 
 
 def _encode_data_state(state: Any) -> dict:
@@ -97,7 +110,7 @@ class Checkpointer:
         if not (force or self._manager.should_save(step)):
             return False
         state = jax.tree.map(lambda x: x.copy(), state)
-        meta = {"step": int(step), "crc32": checksums(state)}
+        meta = {"step": int(step), "fingerprints": fingerprints(state)}
         return self._manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(_encode_data_state(data_state)),
             meta=ocp.args.JsonSave(meta)), force=True)
@@ -109,8 +122,8 @@ class Checkpointer:
                 restored = self._manager.restore(step, args=ocp.args.Composite(
                     state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore(),
                     meta=ocp.args.JsonRestore()))
-                if checksums(restored.state) != restored.meta["crc32"]:
-                    raise ValueError("checksum mismatch")
+                if fingerprints(restored.state) != restored.meta["fingerprints"]:
+                    raise ValueError("fingerprint mismatch")
             except Exception as e:  # noqa: BLE001 -- any failure to load means: try the previous one
                 logging.warning("checkpoint at step %d in %s is unreadable (%s: %s); trying the previous one",
                                 step, self.directory, type(e).__name__, str(e)[:200])

@@ -1,5 +1,5 @@
 """Side-by-side results of several architectures trained on one config: a summary JSON and a PNG of
-exact match / token accuracy against the length bin (S5: the number of actions N)."""
+exact match / token accuracy against the length bin (S5: the number of actions N). The lead host writes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
+from t2mlr_jax.parallel.multihost import is_lead_host  # noqa: E402
 from t2mlr_jax.train.trainer import SUMMARY  # noqa: E402  (same name at the top of the workdir)
 
 PLOT = "accuracy_vs_length.png"
@@ -23,6 +24,8 @@ def write_comparison(workdir: Path, summaries: dict[str, dict], *, title: str, t
                     **{k: s["eval"][k] for k in ("loss", "token_accuracy", "exact_match") if k in s["eval"]},
                     "by_length": s["eval"].get("by_length", {})} for arch, s in summaries.items()}
     result = {"title": title, "runs": table}
+    if not is_lead_host():
+        return result
     (workdir / SUMMARY).write_text(json.dumps(result, indent=2, default=str))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for arch, row in table.items():

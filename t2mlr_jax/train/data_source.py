@@ -23,7 +23,7 @@ class DataSource(NamedTuple):
     vocab_size: int  # the tokenizer's; must fit the model's vocabulary
     seq_len: int  # the longest row a batch can hold; must fit the model's max_seq_len
     train_iterator: Callable[[], StatefulIterator]  # a fresh iterator of training batches
-    eval_batches: Callable[[], Iterable[dict]]  # a finite pass over the eval set (teacher-forced)
+    eval_batches: Callable[[], Iterable[dict]]  # a finite pass over the whole eval set, the same on every host
     pad_id: int = 0
     eos_id: Optional[int] = None
     # Generation eval (SFT tasks): examples with int `prompt` (+ optional `prompt_control_flow`, `length`);

@@ -19,6 +19,7 @@ import numpy as np
 
 from t2mlr_jax.data.batch import RECURRENT
 from t2mlr_jax.data.metrics import LengthBinnedAccuracy, sequence_exact_match
+from t2mlr_jax.parallel.multihost import to_host
 from t2mlr_jax.train.architecture import Architecture
 from t2mlr_jax.train.train_step import layout_of, model_inputs, token_stats
 
@@ -53,7 +54,7 @@ def evaluate(eval_step: Callable[[dict, dict], dict], params: dict, batches: Ite
     loss_sum = tokens = correct = scored = exact = examples = 0.0
     bins = LengthBinnedAccuracy()
     for batch in batches:
-        rows = jax.device_get(eval_step(params, model_inputs(batch)))
+        rows = to_host(eval_step(params, model_inputs(batch)))
         mask = score_mask(batch, score)
         right = (rows["predictions"] == batch["targets"]) & mask
         loss_sum += float(rows["loss_sum"].sum())
@@ -100,7 +101,7 @@ def evaluate_generation(arch: Architecture, params: dict, examples: Iterable[dic
         control_flow = None
         if "prompt_control_flow" in chunk[0]:
             control_flow = left_pad([e["prompt_control_flow"] for e in chunk], 0, width)[0]
-        out = jax.device_get(generate(params, tokens, mask, control_flow, max_new_tokens, eos_id, pad_id))
+        out = to_host(generate(params, tokens, mask, control_flow, max_new_tokens, eos_id, pad_id))
         for i, e in enumerate(chunk[: len(examples) - start]):
             ids = out.tokens[i, : out.lengths[i]]
             ids = ids[:-1] if eos_id is not None and len(ids) and ids[-1] == eos_id else ids

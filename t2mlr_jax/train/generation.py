@@ -10,8 +10,8 @@ import itertools
 import json
 from pathlib import Path
 
-import jax
 
+from t2mlr_jax.parallel.multihost import is_lead_host, to_host
 from t2mlr_jax.train.eval import evaluate_generation, make_eval_step, score_mask
 from t2mlr_jax.train.train_step import model_inputs
 
@@ -21,7 +21,7 @@ GENERATIONS = "generations.jsonl"
 def _position_aligned(run, params, count: int) -> list[dict]:
     step, decode, records = make_eval_step(run.arch), run.data.decode, []
     for batch in run.data.eval_batches():
-        predictions = jax.device_get(step(params, model_inputs(batch)))["predictions"]
+        predictions = to_host(step(params, model_inputs(batch)))["predictions"]
         mask = score_mask(batch, run.config.eval.score)
         for row in range(len(predictions)):
             if len(records) == count or not mask[row].any():
@@ -47,7 +47,6 @@ def write_generations(run, params: dict, count: int) -> Path:
                                         pad_id=run.data.pad_id, batch_size=min(cfg.batch_size, count))
         records = [{"prompt": run.data.decode(e["prompt"]), **r} for e, r in zip(examples, scored)]
     path = run.workdir / GENERATIONS
-    with open(path, "w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
+    if is_lead_host():
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path

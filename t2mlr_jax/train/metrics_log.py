@@ -16,6 +16,8 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
+from t2mlr_jax.parallel.multihost import is_lead_host
+
 _CRC32C_TABLE = []
 for _i in range(256):
     _c = _i
@@ -89,9 +91,13 @@ class EventWriter:
 
 
 class MetricsLog:
-    """One JSONL line per call ({"step", "split", **metrics}) plus the same scalars in TensorBoard."""
+    """One JSONL line per call ({"step", "split", **metrics}) plus the same scalars in TensorBoard. Only the
+    lead host writes; on the others every call is a no-op."""
 
     def __init__(self, workdir: Path):
+        self.active = is_lead_host()
+        if not self.active:
+            return
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = workdir / "metrics.jsonl"
@@ -99,6 +105,8 @@ class MetricsLog:
         self._events = EventWriter(workdir / "tensorboard")
 
     def write(self, step: int, split: str, metrics: Mapping[str, Any]) -> None:
+        if not self.active:
+            return
         scalars = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) or hasattr(v, "item")}
         self._jsonl.write(json.dumps({"step": int(step), "split": split, **scalars, **{
             k: v for k, v in metrics.items() if k not in scalars}}) + "\n")
@@ -106,8 +114,9 @@ class MetricsLog:
         self._events.scalars(step, {f"{split}/{k}": v for k, v in scalars.items()})
 
     def close(self) -> None:
-        self._jsonl.close()
-        self._events.close()
+        if self.active:
+            self._jsonl.close()
+            self._events.close()
 
     def __enter__(self) -> "MetricsLog":
         return self

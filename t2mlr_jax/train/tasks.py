@@ -28,6 +28,7 @@ from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
 from t2mlr_jax.data.sft import encode_prompt, gsm8k_aug_record, hotpotqa_record
 from t2mlr_jax.data.tasks import GeneratedTaskSource
 from t2mlr_jax.data.tokenizer import load_tokenizer
+from t2mlr_jax.parallel.multihost import all_hosts_rows
 from t2mlr_jax.train.data_source import DataSource
 
 KINDS = ("generated", "file", "text")
@@ -109,7 +110,7 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
     if records is not None:
         generation_examples = lambda: (_prompt_example(r, tokenizer, d) for r in records())
     return DataSource(vocab_size=tokenizer.vocab_size, seq_len=max(d.seq_len, eval_seq_len), train_iterator=lambda: iter(train),
-                      eval_batches=evaluation, pad_id=tokenizer.pad_id if is_s5 else 0, eos_id=tokenizer.eos_id,
+                      eval_batches=lambda: all_hosts_rows(evaluation()), pad_id=tokenizer.pad_id if is_s5 else 0, eos_id=tokenizer.eos_id,
                       generation_examples=generation_examples, decode=tokenizer.decode, score=scorer)
 
 

@@ -22,7 +22,7 @@ import tqdm
 
 from t2mlr_jax.model.params import count_params
 from t2mlr_jax.parallel.mesh import check_batch, make_mesh
-from t2mlr_jax.parallel.multihost import global_batch
+from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
 from t2mlr_jax.parallel.placement import batch_sharding, model_param_shardings, place, train_state_shardings
 from t2mlr_jax.train import checkpoint as ckpt
 from t2mlr_jax.train.architecture import Architecture, build_architecture
@@ -135,7 +135,9 @@ def run_eval(run: Run, params: dict, eval_step=None) -> dict:
 def train(run: Run) -> dict:
     """Train to config.train.steps (resuming from the workdir), evaluate, and write summary.json."""
     t = run.config.train
-    ckpt.write_run_config(run.workdir, run.identity)
+    lead = is_lead_host()
+    if lead:
+        ckpt.write_run_config(run.workdir, run.identity)
     checkpointer = run.checkpointer()
     state, data_state = run.restore_or_init(checkpointer)
     iterator = run.data.train_iterator()
@@ -156,7 +158,7 @@ def train(run: Run) -> dict:
     start_step, started = int(state.step), time.time()
     window: list[dict] = []
     stopped_by = None
-    progress = tqdm.tqdm(total=t.steps, initial=start_step, disable=not t.progress, desc=run.arch.name,
+    progress = tqdm.tqdm(total=t.steps, initial=start_step, disable=not (t.progress and lead), desc=run.arch.name,
                          dynamic_ncols=True)
     with MetricsLog(run.workdir) as log, jax.set_mesh(run.mesh):
         try:
@@ -190,7 +192,8 @@ def train(run: Run) -> dict:
         log.write(final_step, "eval", results)
     summary = {"arch": run.arch.name, "num_params": run.num_params, "steps": final_step,
                "train_seconds_this_session": round(time.time() - started, 1), "eval": results}
-    (run.workdir / SUMMARY).write_text(json.dumps(summary, indent=2))
+    if lead:
+        (run.workdir / SUMMARY).write_text(json.dumps(summary, indent=2))
     return summary
 
 

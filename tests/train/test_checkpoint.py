@@ -43,7 +43,7 @@ def test_roundtrip_keeps_state_iterator_state_and_bytes(tmp_path):
     np.testing.assert_array_equal(state["w"], np.full((64, 64), 2.0, np.float32))
 
 
-@pytest.mark.parametrize("damage", ["truncate", "checksum"])
+@pytest.mark.parametrize("damage", ["truncate", "fingerprint"])
 def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog, damage):
     _two_checkpoints(tmp_path)
     if damage == "truncate":  # a save cut short: every array file of step 2 loses its tail
@@ -53,7 +53,7 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, ca
     else:  # bytes that load but are not what was saved
         meta = tmp_path / "2" / "meta" / "metadata"
         record = json.loads(meta.read_text())
-        record["crc32"][0] ^= 1
+        record["fingerprints"][0] ^= 1
         meta.write_text(json.dumps(record))
     with caplog.at_level(logging.WARNING):
         state, data_state, step = _restore(tmp_path)
@@ -69,3 +69,20 @@ def test_a_workdir_of_another_config_is_refused_untouched(tmp_path):
     with pytest.raises(ckpt.WorkdirMismatchError, match="model.hidden_size: 32 .workdir. vs 48"):
         Run(other, tmp_path, tiny_source(), "t2mlr")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_fingerprints_see_one_changed_or_moved_value_and_not_the_mesh():
+    state = {"w": jnp.arange(64 * 8, dtype=jnp.float32).reshape(64, 8) / 7, "h": jnp.ones((16, 4), jnp.bfloat16),
+             "step": jnp.int32(3), "rng": jnp.array([1, 2], jnp.uint32)}
+    prints = lambda tree: dict(zip(sorted(tree), ckpt.fingerprints(tree)))  # dict leaves come in key order
+    base = prints(state)
+    one_ulp = np.nextafter(np.float32(state["w"][5, 3]), np.float32(9))
+    assert prints({**state, "w": state["w"].at[5, 3].set(one_ulp)})["w"] != base["w"]
+    assert prints({**state, "step": jnp.int32(4)})["step"] != base["step"]
+    assert prints({**state, "h": state["h"].at[0, 0].set(2.0)})["h"] not in (  # the same value elsewhere
+        base["h"], prints({**state, "h": state["h"].at[0, 1].set(2.0)})["h"])
+    mesh = jax.make_mesh((4, 2), ("a", "b"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    sharded = jax.device_put(state, {"w": jax.NamedSharding(mesh, jax.P("a", "b")),
+                                     "h": jax.NamedSharding(mesh, jax.P("b", "a")),
+                                     "step": jax.NamedSharding(mesh, jax.P()), "rng": jax.NamedSharding(mesh, jax.P())})
+    assert prints(sharded) == base

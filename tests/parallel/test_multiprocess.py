@@ -1,0 +1,64 @@
+"""Two processes x 4 CPU devices run main.py as one 8-device job (the explicit JAX_COORDINATOR_ADDRESS
+launch): each host feeds its rows of the global batch, the checkpoint is saved by both, only the lead host
+writes files, and the final eval, over every host's eval rows, equals a one-process eval of the checkpoint."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.test_main import ROOT, S5, TINY
+
+FAST_XLA = "--xla_backend_optimization_level=0"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(args, devices, **env):
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "main.py"), *args], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} "
+                                 f"{FAST_XLA}", **env})
+
+
+def test_two_processes_train_as_one_job_and_eval_like_one_process(tmp_path):
+    workdir = tmp_path / "run"
+    args = [f"--config={S5}:cpu", *TINY, "--config.arch=t2mlr", "--config.train.checkpoint_every=1",
+            "--config.eval.batch_size=4", f"--workdir={workdir}"]
+    address = f"127.0.0.1:{_free_port()}"
+    hosts = [_launch(args, 4, JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i))
+             for i in range(2)]
+    outputs = [host.communicate(timeout=600) for host in hosts]
+    for host, (out, err) in zip(hosts, outputs):
+        assert host.returncode == 0, err[-3000:]
+        assert "on 8 devices (2 hosts)" in out
+
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["split"] for r in records] == ["train", "train", "eval"]  # written once, by the lead host
+    assert records[0]["tokens"] > 0
+    summary = json.loads((workdir / "summary.json").read_text())
+    # 16 eval examples: 8 per host in batches of 4, gathered so that both hosts score all 16.
+    assert summary["eval"]["examples"] == 16
+
+    one = _launch([*args, "--mode=eval"], 8)
+    _, err = one.communicate(timeout=600)
+    assert one.returncode == 0, err[-3000:]
+    alone = json.loads((workdir / "eval_step2.json").read_text())
+    assert alone["examples"] == 16
+    assert alone["loss"] == pytest.approx(summary["eval"]["loss"], rel=1e-5)
+    assert alone["by_length"] == summary["eval"]["by_length"]
+
+
+def test_an_incomplete_explicit_launch_is_one_clear_error(tmp_path):
+    one = _launch([f"--config={S5}:cpu", f"--workdir={tmp_path / 'run'}"], 1, JAX_COORDINATOR_ADDRESS="127.0.0.1:1",
+                  JAX_PROCESS_ID="0")
+    _, err = one.communicate(timeout=300)
+    assert one.returncode == 2 and "error: JAX_COORDINATOR_ADDRESS is set but JAX_NUM_PROCESSES not" in err
+    assert not (tmp_path / "run").exists()
