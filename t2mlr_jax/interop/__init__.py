@@ -11,7 +11,8 @@ Names are imported lazily so that `t2mlr_jax.interop.torch_reference` works with
 import importlib
 
 _EXPORTS = {
-    "load_pretrained": "pretrained", "retrofit": "pretrained", "mismatches": "pretrained",
+    "load_pretrained": "pretrained", "pretrained_config": "pretrained", "retrofit": "pretrained",
+    "mismatches": "pretrained",
     "load_hf": "hf", "save_hf": "hf",
     "load_t2mlr_torch": "t2mlr_torch", "save_t2mlr_torch": "t2mlr_torch",
     "load_gguf": "gguf", "open_gguf": "gguf", "gguf_metadata": "gguf",

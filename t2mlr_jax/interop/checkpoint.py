@@ -24,14 +24,22 @@ def save_params(path: Path | str, cfg: ModelConfig, params: dict) -> None:
             params=ocp.args.StandardSave(params), model_config=ocp.args.JsonSave(config_to_dict(cfg))))
 
 
+def load_config(path: Path | str) -> ModelConfig:
+    """The stored model config alone (no arrays are read)."""
+    import orbax.checkpoint as ocp
+
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+        stored = checkpointer.restore(Path(path).absolute(), args=ocp.args.Composite(model_config=ocp.args.JsonRestore()))
+    return config_from_dict(stored["model_config"])
+
+
 def load_params(path: Path | str) -> tuple[ModelConfig, dict]:
     """(ModelConfig, params); the stored arrays must match the stored config's parameter table."""
     import orbax.checkpoint as ocp
 
     path = Path(path).absolute()
+    cfg = load_config(path)
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-        stored = checkpointer.restore(path, args=ocp.args.Composite(model_config=ocp.args.JsonRestore()))
-        cfg = config_from_dict(stored["model_config"])
         target = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
         params = checkpointer.restore(path, args=ocp.args.Composite(params=ocp.args.StandardRestore(target)))["params"]
     return cfg, params

@@ -9,8 +9,10 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from t2mlr_jax.interop.checkpoint import is_orbax_checkpoint, load_params
-from t2mlr_jax.interop.gguf import load_gguf
+from t2mlr_jax.interop.checkpoint import is_orbax_checkpoint, load_config, load_params
+from t2mlr_jax.interop.configs import model_config_from_hf, model_config_from_release
+from t2mlr_jax.interop.files import read_json
+from t2mlr_jax.interop.gguf import gguf_model_config, load_gguf, open_gguf
 from t2mlr_jax.interop.hf import load_hf
 from t2mlr_jax.interop.t2mlr_torch import is_t2mlr_folder, load_t2mlr_torch
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
@@ -26,20 +28,38 @@ START_ONLY_FIELDS = ("d_forward", "d_backward", "gate_weight_init_std", "recurre
 IDENTITY_AT_INIT = GAMMA_MIXERS + ("none",)
 
 
+def checkpoint_format(path: Path | str) -> str:
+    """'gguf', 'orbax', 't2mlr-torch' or 'hf', recognised by the contents at `path`."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".gguf":
+        return "gguf"
+    if is_orbax_checkpoint(path):
+        return "orbax"
+    if is_t2mlr_folder(path):
+        return "t2mlr-torch"
+    if (path / "config.json").exists():
+        return "hf"
+    raise ValueError(f"{path}: not a .gguf file, an orbax checkpoint, or a folder with a config.json")
+
+
 def load_pretrained(path_or_gguf: Path | str, *, param_dtype: str = "float32",
                     progress: bool = False) -> tuple[ModelConfig, dict]:
     """(ModelConfig, params) from a .gguf file, an HF Llama folder, the authors' T²MLR folder or our orbax
     checkpoint, recognised by their contents. `param_dtype` applies to the PyTorch and GGUF formats."""
-    path = Path(path_or_gguf)
-    if path.is_file() and path.suffix == ".gguf":
-        return load_gguf(path, param_dtype=param_dtype, progress=progress)
-    if is_orbax_checkpoint(path):
-        return load_params(path)
-    if is_t2mlr_folder(path):
-        return load_t2mlr_torch(path, param_dtype=param_dtype, progress=progress)
-    if (path / "config.json").exists():
-        return load_hf(path, param_dtype=param_dtype, progress=progress)
-    raise ValueError(f"{path}: not a .gguf file, an orbax checkpoint, or a folder with a config.json")
+    load = {"gguf": load_gguf, "t2mlr-torch": load_t2mlr_torch, "hf": load_hf}.get(checkpoint_format(path_or_gguf))
+    return load(path_or_gguf, param_dtype=param_dtype, progress=progress) if load else load_params(path_or_gguf)
+
+
+def pretrained_config(path_or_gguf: Path | str, *, param_dtype: str = "float32") -> ModelConfig:
+    """The ModelConfig `load_pretrained` would return, read without the weights (seconds, not minutes)."""
+    fmt = checkpoint_format(path_or_gguf)
+    if fmt == "gguf":
+        return gguf_model_config(open_gguf(path_or_gguf), param_dtype=param_dtype)
+    if fmt == "orbax":
+        return load_config(path_or_gguf)
+    config = read_json(Path(path_or_gguf) / "config.json")
+    from_json = model_config_from_release if fmt == "t2mlr-torch" else model_config_from_hf
+    return from_json(config, param_dtype=param_dtype)
 
 
 def retrofit(cfg: ModelConfig, params: dict, recurrence: RecurrenceConfig,

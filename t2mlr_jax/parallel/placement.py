@@ -48,11 +48,9 @@ def train_state_shardings(state_shapes, optimizer: optax.GradientTransformation,
                                  rng=replicated)
 
 
-def place(host: Optional[dict], shardings: dict) -> Optional[dict]:
+def place(host: dict, shardings: dict) -> dict:
     """Host arrays (the same on every process) put in their shardings (the matching entries of `shardings`):
     each device receives only its own shard, so no device ever holds a full copy."""
-    if host is None:
-        return None
     return jax.tree.map(lambda w, sharding: jax.make_array_from_callback(w.shape, sharding, lambda index: w[index]),
                         host, {name: shardings[name] for name in host})
 

@@ -30,7 +30,7 @@ from t2mlr_jax.baselines.looped import loop_range, looped_forward
 from t2mlr_jax.baselines.lstm import init_lstm, lstm_forward
 from t2mlr_jax.baselines.pause import PAUSE_PARAM, init_pause, pause_forward
 from t2mlr_jax.config_utils import ARCHS, model_config
-from t2mlr_jax.interop.pretrained import check_retrofittable, load_pretrained, mismatches
+from t2mlr_jax.interop.pretrained import check_retrofittable, load_pretrained, mismatches, pretrained_config
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import gamma_stats
@@ -50,9 +50,10 @@ class Architecture(NamedTuple):
     # (params, prompt_tokens, prompt_mask, prompt_control_flow, max_new_tokens, eos_id, pad_id) -> GenerateOutput
     generate: Callable[..., generation.GenerateOutput]
     gamma_stats: Callable[[dict], dict]  # scalars to log (tanh of the ReZero gammas)
-    # Host weights (config.init_from) replacing init's top-level entries of the same name; what they lack
-    # (a retrofitted T²MLR's mixer, the pause embeddings) starts fresh.
-    pretrained: Optional[dict] = None
+    # () -> host weights (config.init_from) replacing init's top-level entries of the same name; what they
+    # lack (a retrofitted T²MLR's mixer, the pause embeddings) starts fresh. Called only for a fresh start:
+    # a resumed or evaluated run never reads the pretrained file.
+    pretrained: Optional[Callable[[], dict]] = None
 
     def num_params(self) -> int:
         return count_params(jax.eval_shape(self.init, jax.random.PRNGKey(0)))
@@ -124,21 +125,26 @@ def _matched_hidden(name: str, config: ml_collections.ConfigDict) -> int:
 
 
 def _from_checkpoint(arch: Architecture, path: str) -> Architecture:
-    """`arch` with the checkpoint at `path` as its starting weights, read here once on the host (before anything
-    compiles, so a checkpoint of another model is one clear error)."""
+    """`arch` with the checkpoint at `path` as its starting weights. Its config is checked here (before
+    anything compiles, so a checkpoint of another model is one clear error); its weights are read when
+    a fresh run starts."""
     if arch.model is None:
         raise ValueError(f"init_from: the {arch.name} baseline has no transformer backbone to load weights into")
     if not Path(path).exists():
         raise FileNotFoundError(f"init_from {path!r} does not exist")
     model = arch.model
-    checkpoint, weights = load_pretrained(path, param_dtype=model.param_dtype)
+    checkpoint = pretrained_config(path, param_dtype=model.param_dtype)
     differences = mismatches(checkpoint, model)
     if differences:
         raise ValueError(f"init_from {path}: the checkpoint is not config.model ({len(differences)} differing "
                          f"fields: {'; '.join(differences)})")
     if model.recurrence is not None and checkpoint.recurrence is None:
         check_retrofittable(model.recurrence)  # the fresh mixer (gammas 0) keeps the pretrained function
-    return arch._replace(pretrained=jax.tree.map(lambda w: np.asarray(w, jnp.dtype(model.param_dtype)), weights))
+    def weights() -> dict:
+        _, loaded = load_pretrained(path, param_dtype=model.param_dtype)
+        return jax.tree.map(lambda w: np.asarray(w, jnp.dtype(model.param_dtype)), loaded)
+
+    return arch._replace(pretrained=weights)
 
 
 def build_architecture(config: ml_collections.ConfigDict, name: Optional[str] = None) -> Architecture:

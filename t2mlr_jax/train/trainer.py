@@ -80,7 +80,7 @@ class Run:
     def restore_or_init(self, checkpointer: ckpt.Checkpointer) -> tuple[TrainState, Any]:
         restored = checkpointer.restore_latest(self.abstract_state())
         if restored is None:  # initialised in place, already sharded
-            loaded = place(self.arch.pretrained, self.state_shardings.params)
+            loaded = self.arch.pretrained and place(self.arch.pretrained(), self.state_shardings.params)
             return jax.jit(self._init_state, out_shardings=self.state_shardings, donate_argnums=0)(loaded), None
         state, data_state, step = restored
         logging.info("restored step %d from %s", step, checkpointer.directory)

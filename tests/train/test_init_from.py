@@ -1,0 +1,56 @@
+"""config.init_from on a tiny T²MLR orbax checkpoint: a matching recurrence continues with the stored mixer,
+another one is one clear error naming the field, and a resumed run never reads the pretrained file."""
+
+import jax
+import numpy as np
+import pytest
+
+from tests.train.tiny_task import tiny_config, tiny_source
+from t2mlr_jax.config_utils import model_config
+from t2mlr_jax.interop import save_params
+from t2mlr_jax.model.params import init_params
+from t2mlr_jax.train import architecture
+from t2mlr_jax.train.architecture import build_architecture
+from t2mlr_jax.train.trainer import Run, train
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A T²MLR checkpoint of the tiny config with a trained-looking mixer (γ_rec = 0.25)."""
+    cfg = model_config(tiny_config())
+    params = jax.device_get(init_params(cfg, jax.random.PRNGKey(7)))
+    params["mixer"]["rezero_gamma_recurrent_gate"] = np.full((1,), 0.25, np.float32)
+    save_params(tmp_path / "pretrained", cfg, params)
+    return tmp_path / "pretrained", params
+
+
+def _config(path, **train_fields):
+    config = tiny_config(**train_fields)
+    config.init_from = str(path)
+    config.model.recurrence.d_forward = 3  # D is a training choice, not part of the model
+    return config
+
+
+def test_a_t2mlr_checkpoint_starts_a_run_with_its_mixer(tmp_path, checkpoint):
+    path, params = checkpoint
+    run = Run(_config(path), tmp_path / "run", tiny_source(), "t2mlr")
+    state, _ = run.restore_or_init(run.checkpointer())
+    assert jax.tree.all(jax.tree.map(np.array_equal, jax.device_get(state.params), params))
+
+
+def test_another_recurrence_is_one_clear_error(checkpoint):
+    config = _config(checkpoint[0])
+    config.model.recurrence.l_start = 0
+    with pytest.raises(ValueError, match=r"1 differing fields: recurrence.l_start: 1 \(checkpoint\) vs 0"):
+        build_architecture(config)
+
+
+def test_a_resumed_run_does_not_read_the_pretrained_weights(tmp_path, checkpoint, monkeypatch):
+    train(Run(_config(checkpoint[0], steps=2, checkpoint_every=2), tmp_path / "run", tiny_source(), "t2mlr"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the pretrained weights were read on resume")
+
+    monkeypatch.setattr(architecture, "load_pretrained", refuse)
+    summary = train(Run(_config(checkpoint[0], steps=3, checkpoint_every=2), tmp_path / "run", tiny_source(), "t2mlr"))
+    assert summary["steps"] == 3
