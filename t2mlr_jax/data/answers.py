@@ -48,6 +48,39 @@ def exact_answer_correct(generated: str, reference: str) -> bool:
     return _cut_at_end_marker(generated) == reference.strip()
 
 
+def extract_boxed(text: str) -> str | None:
+    """The contents of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none."""
+    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
+    if start < 0:
+        return None
+    depth, begin = 0, text.index("{", start)
+    for i in range(begin, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[begin + 1:i].strip()
+    return None  # unbalanced: the generation stopped inside the box
+
+
+def normalize_math_answer(answer: str) -> str:
+    """Spelling-only differences removed: spaces, $, \\left/\\right, \\! and \\, spacing, \\dfrac/\\tfrac,
+    ^\\circ, a trailing period, and thousands separators inside numbers ("1,234" -> "1234")."""
+    for old, new in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("$", ""),
+                     ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("^\\circ", ""), ("^{\\circ}", "")):
+        answer = answer.replace(old, new)
+    answer = re.sub(r"\s+", "", answer).rstrip(".")
+    return re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", answer)
+
+
+def boxed_answer_correct(generated: str, reference: str) -> bool:
+    """Math SFT (OpenMathReasoning, MATH500): the last boxed answers agree after normalisation; a reference
+    without a box is compared as a whole (`exact_answer_correct`)."""
+    gold = extract_boxed(reference)
+    if gold is None:
+        return exact_answer_correct(generated, reference)
+    predicted = extract_boxed(generated)
+    return predicted is not None and normalize_math_answer(predicted) == normalize_math_answer(gold)
+
+
 def _prosqa_statement(line: str) -> tuple[str, str] | None:
     line = _cut_at_end_marker(line.strip().lstrip("#").strip())
     match = _PROSQA_STATEMENT.match(line)

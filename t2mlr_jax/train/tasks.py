@@ -36,7 +36,7 @@ KINDS = ("generated", "file", "text")
 # How a generated continuation is judged, per task / record format: (text, record) -> bool.
 SCORERS: dict[str, Callable[[str, dict], bool]] = {
     "variable_assignment": lambda text, record: answers.exact_answer_correct(text, record["answer"]),
-    "prompt_response": lambda text, record: answers.exact_answer_correct(text, record["response"]),
+    "prompt_response": lambda text, record: answers.boxed_answer_correct(text, record["response"]),
     "prosqa": answers.prosqa_path_correct,
     "pathfinding": answers.pathfinding_path_correct,
     "gsm8k_aug": lambda text, record: answers.gsm_answer_correct(text, record["answer"]),
