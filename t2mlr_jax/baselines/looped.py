@@ -1,11 +1,14 @@
 """Looped transformers: blocks [start, end] run `repeats` times in depth (weights shared across repeats).
 
 Full looping x2 is start=0, end=-1; the paper's middle-looped x3 over layers 9-22 is start=8, end=21.
+Training loops over the shared weights (`looped_forward`); decoding uses the same model written out as a
+plain transformer with the looped blocks repeated (`unrolled`), so it gets the backbone's KV cache.
 """
 
 from __future__ import annotations
 
 import jax
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model.backbone import embed, head, run_blocks
@@ -29,3 +32,13 @@ def looped_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], la
     h = jax.lax.fori_loop(0, repeats, lambda _, h: run_blocks(cfg, params, h, start, end + 1, **kw)[0], h)
     h, _ = run_blocks(cfg, params, h, end + 1, cfg.num_layers, **kw)
     return head(cfg, params, h)
+
+
+def unrolled(cfg: ModelConfig, params: dict, *, start: int, end: int, repeats: int) -> tuple[ModelConfig, dict]:
+    """The looped model as a plain transformer: blocks 0..start-1, then [start, end] `repeats` times, then
+    the rest (the repeated blocks' weights copied): the same function, `start + repeats (end - start + 1) +
+    (L - end - 1)` layers deep."""
+    start, end = loop_range(cfg, start, end)
+    order = np.r_[np.arange(start), np.tile(np.arange(start, end + 1), repeats), np.arange(end + 1, cfg.num_layers)]
+    return (cfg.replace(num_layers=len(order)),
+            {**params, "layers": jax.tree.map(lambda p: p[order], params["layers"])})

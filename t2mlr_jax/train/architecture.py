@@ -26,7 +26,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.baselines.decode import greedy_by_recompute
-from t2mlr_jax.baselines.looped import loop_range, looped_forward
+from t2mlr_jax.baselines.looped import loop_range, looped_forward, unrolled
 from t2mlr_jax.baselines.lstm import init_lstm, lstm_forward
 from t2mlr_jax.baselines.pause import PAUSE_PARAM, init_pause, pause_forward
 from t2mlr_jax.config_utils import ARCHS, model_config
@@ -87,7 +87,7 @@ def _t2mlr(config: ml_collections.ConfigDict, model: ModelConfig) -> Architectur
 
 
 def _with_forward(name: str, model: Optional[ModelConfig], init, logits_fn) -> Architecture:
-    """An architecture given only its causal forward: decoding re-runs it (no KV-cache path)."""
+    """An architecture given only its causal forward: decoding re-runs it (pause tokens, LSTM)."""
     apply = lambda params, tokens, layout, training, d_forward=None: (logits_fn(params, tokens, layout), {})
 
     def generate(params, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
@@ -102,10 +102,16 @@ def _backbone_baseline(name: str, config: ml_collections.ConfigDict, model: Mode
     if name == "transformer":
         return _t2mlr(config, model)
     if name in ("looped", "middle_looped"):
+        loop = dict(start=b.loop_start, end=b.loop_end, repeats=b.loop_repeats)
         loop_range(model, b.loop_start, b.loop_end)  # reject a bad range before anything is traced
+
+        def generate(params, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
+            # The same model written out as a plain transformer, so decoding has the backbone's KV cache.
+            return generation.generate(*unrolled(model, params, **loop), prompt, mask, max_new_tokens=max_new_tokens,
+                                       eos_id=eos_id, pad_id=pad_id, prompt_control_flow=control_flow)
+
         return _with_forward(name, model, lambda key: init_params(model, key),
-                             lambda p, t, lay: looped_forward(model, p, t, lay, start=b.loop_start, end=b.loop_end,
-                                                              repeats=b.loop_repeats))
+                             lambda p, t, lay: looped_forward(model, p, t, lay, **loop))._replace(generate=generate)
 
     def init(key):
         k_model, k_pause = jax.random.split(key)

@@ -4,7 +4,7 @@ import numpy as np
 
 from tests.train.tiny_task import tiny_config, tiny_model
 from t2mlr_jax.baselines.decode import greedy_by_recompute
-from t2mlr_jax.baselines.looped import looped_forward
+from t2mlr_jax.baselines.looped import looped_forward, unrolled
 from t2mlr_jax.baselines.lstm import init_lstm, lstm_forward
 from t2mlr_jax.baselines.pause import PAUSE_PARAM, init_pause, pause_forward
 from t2mlr_jax.model.backbone import forward
@@ -24,6 +24,26 @@ def test_looping_once_is_the_plain_transformer_and_twice_is_not():
     np.testing.assert_allclose(once, forward(CFG, PARAMS, TOKENS), rtol=1e-5, atol=1e-5)
     middle = looped_forward(CFG, PARAMS, TOKENS, layout, start=1, end=1, repeats=3)
     assert not np.allclose(middle, once, atol=1e-3)
+
+
+def test_looped_decoding_with_the_kv_cache_of_its_unrolled_form_equals_recompute():
+    """The unrolled plain transformer is the looped model; the architecture's cached greedy decoding of it
+    equals decoding by re-running the looped forward, on left-padded prompts."""
+    loop = dict(start=1, end=1, repeats=3)
+    cfg, params = unrolled(CFG, PARAMS, **loop)
+    assert cfg.num_layers == 5
+    np.testing.assert_allclose(forward(cfg, params, TOKENS),
+                               looped_forward(CFG, PARAMS, TOKENS, make_layout(TOKENS), **loop), rtol=1e-5, atol=1e-5)
+    config = tiny_config("looped")
+    config.baseline.update(loop_start=1, loop_end=1, loop_repeats=3, param_match=False)
+    arch = build_architecture(config)
+    prompt = TOKENS[:, :6].at[0, :2].set(0)
+    mask = (jnp.arange(6)[None] >= jnp.asarray([[2], [0]])).astype(jnp.int32)
+    cached = arch.generate(PARAMS, prompt, mask, None, 5, 3, 0)
+    recomputed = greedy_by_recompute(lambda p, t, lay: looped_forward(CFG, p, t, lay, **loop), PARAMS, prompt, mask,
+                                     None, max_new_tokens=5, eos_id=3, pad_id=0)
+    np.testing.assert_array_equal(cached.tokens, recomputed.tokens)
+    np.testing.assert_array_equal(cached.lengths, recomputed.lengths)
 
 
 def test_pause_tokens_are_causal_and_read_at_the_last_pause():
