@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from tests.train.tiny_task import tiny_config, tiny_source
+from t2mlr_jax.parallel.multihost import global_batch
+from t2mlr_jax.parallel.placement import batch_sharding
 from t2mlr_jax.train.depth_sampling import depth_at, depth_values
-from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
+from t2mlr_jax.train.train_step import compile_step, model_inputs
 from t2mlr_jax.train.trainer import Run, train
 
 
@@ -46,17 +48,22 @@ def test_depths_depend_on_seed_and_step_only():
 
 
 def test_each_step_is_the_fixed_depth_step_it_logs(tmp_path):
-    config = _config("1,4", steps=4, log_every=1, checkpoint_every=0, eval_every=0)
+    config = _config("1,4", steps=2, log_every=1, checkpoint_every=100, eval_every=0)
     run = Run(config, tmp_path, tiny_source(), "t2mlr")
     train(run)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     logged = [(r["step"], int(r["d_forward"]), r["loss"]) for r in rows if "d_forward" in r]
-    assert [(s, d) for s, d, _ in logged] == [(s, depth_at([1, 4], config.seed, s)) for s in range(1, 5)]
-    assert {d for _, d, _ in logged} == {1, 4}  # this seed draws both within 4 steps
+    assert [(s, d) for s, d, _ in logged] == [(s, depth_at([1, 4], config.seed, s)) for s in range(1, 3)]
+    assert {d for _, d, _ in logged} == {1, 4}  # this seed draws both in its first 2 steps
 
-    # Replay with fixed-D steps: the same losses, so the sampled D is the one that ran.
-    state, iterator, steps = init_state(run.arch, run.optimizer, config.seed), run.data.train_iterator(), {}
-    for step, depth, loss in logged:
-        steps.setdefault(depth, compile_step(run.arch, run.optimizer, run.schedule, d_forward=depth))
-        state, metrics = steps[depth](state, model_inputs(next(iterator)))
-        np.testing.assert_allclose(float(jax.device_get(metrics["loss"])), loss, rtol=1e-5)
+    # Replay with fixed-D steps (compiled as the trainer compiles them, so the compilation cache serves
+    # them): the same losses, so the sampled D is the one that ran.
+    state = jax.jit(run._init_state, out_shardings=run.state_shardings)()
+    iterator, steps = run.data.train_iterator(), {}
+    with jax.set_mesh(run.mesh):
+        for step, depth, loss in logged:
+            steps.setdefault(depth, compile_step(run.arch, run.optimizer, run.schedule, mesh=run.mesh,
+                                                 state_sharding=run.state_shardings,
+                                                 batch_sharding=batch_sharding(run.mesh), d_forward=depth))
+            state, metrics = steps[depth](state, global_batch(model_inputs(next(iterator)), run.mesh))
+            np.testing.assert_allclose(float(jax.device_get(metrics["loss"])), loss, rtol=1e-5)
