@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
+from t2mlr_jax.model.config import GAMMA_MIXERS, ModelConfig, RecurrenceConfig
 
 # ---------------------------------------------------------------------------------------------
 # Our own checkpoints: the config as a plain dict (stored next to the weights).
@@ -139,7 +139,6 @@ RELEASE_DEFAULTS = {
 }
 # Mixer names that differ between the release's registry and ours.
 RELEASE_MIXER_NAMES = {"coconut": "baseline_coconut", "codi": "baseline_codi"}
-GAMMA_MIXERS = ("gated", "var_norm_gated", "alpha_coupled")
 # Settings (T2MLRSettings fields) and mixer-module kwargs whose other values change the forward pass in
 # ways we do not implement; these values are the release's defaults.
 NEUTRAL_SETTINGS = {

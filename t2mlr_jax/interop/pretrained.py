@@ -15,8 +15,8 @@ from t2mlr_jax.interop.files import read_json
 from t2mlr_jax.interop.gguf import gguf_model_config, load_gguf, open_gguf
 from t2mlr_jax.interop.hf import load_hf
 from t2mlr_jax.interop.t2mlr_torch import is_t2mlr_folder, load_t2mlr_torch
-from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
-from t2mlr_jax.model.fusion import GAMMA_MIXERS, mixer_specs
+from t2mlr_jax.model.config import GAMMA_MIXERS, ModelConfig, RecurrenceConfig
+from t2mlr_jax.model.fusion import mixer_specs
 from t2mlr_jax.model.params import init_from_specs
 
 # What a backbone's weights encode: a checkpoint fits a model config when these agree.

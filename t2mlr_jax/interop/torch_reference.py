@@ -23,8 +23,7 @@ from torch import nn
 
 from t2mlr_jax.interop.configs import model_config_from_release
 from t2mlr_jax.interop.files import numpy_to_torch, read_json, read_state_dict
-from t2mlr_jax.model.config import RecurrenceConfig
-from t2mlr_jax.model.fusion import PROJECTED_MIXERS
+from t2mlr_jax.model.config import PROJECTED_MIXERS, RecurrenceConfig
 
 RECURRENT = 2  # control flow: 0 pad, 1 prompt, 2 recurrent
 

@@ -21,6 +21,8 @@ MIXERS = (
     "coconut",
     "codi",
 )
+GAMMA_MIXERS = ("gated", "var_norm_gated", "alpha_coupled")  # ReZero γ (fp32, 0 at init) scale the mix
+PROJECTED_MIXERS = ("gated", "var_norm_gated", "alpha_coupled", "concat")  # use W_rec when enabled
 CACHE_NORMS = ("rescale", "rmsnorm", "none")
 REMAT_POLICIES = ("none", "full", "dots")
 DTYPES = ("float32", "bfloat16", "float16")

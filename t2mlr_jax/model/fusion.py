@@ -28,13 +28,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.config import PROJECTED_MIXERS, ModelConfig
 from t2mlr_jax.model.layers import rms_norm
 from t2mlr_jax.model.params import ParamSpec, ones, zeros
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
 
-GAMMA_MIXERS = ("gated", "var_norm_gated", "alpha_coupled")
-PROJECTED_MIXERS = ("gated", "var_norm_gated", "alpha_coupled", "concat")  # use W_rec when enabled
 RECURRENT = 2  # control flow: 0 pad, 1 prompt / non-recurrent, 2 recurrent
 
 

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Float
 
 from t2mlr_jax.baselines.decode import greedy_by_recompute
 from t2mlr_jax.baselines.looped import loop_range, looped_forward, unrolled
@@ -35,7 +35,7 @@ from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import gamma_stats
 from t2mlr_jax.model.params import count_params, init_params
-from t2mlr_jax.model.recurrence import Layout, forward
+from t2mlr_jax.model.recurrence import forward
 
 FORWARD_MODES = ("jacobi", "exact")
 
@@ -146,6 +146,7 @@ def _from_checkpoint(arch: Architecture, path: str) -> Architecture:
                          f"fields: {'; '.join(differences)})")
     if model.recurrence is not None and checkpoint.recurrence is None:
         check_retrofittable(model.recurrence)  # the fresh mixer (gammas 0) keeps the pretrained function
+
     def weights() -> dict:
         _, loaded = load_pretrained(path, param_dtype=model.param_dtype)
         return jax.tree.map(lambda w: np.asarray(w, jnp.dtype(model.param_dtype)), loaded)

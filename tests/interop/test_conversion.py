@@ -2,6 +2,8 @@
 the PyTorch T²MLR reference, and clear errors on bad inputs."""
 
 import json
+import subprocess
+import sys
 from functools import partial
 
 import jax
@@ -130,6 +132,12 @@ def test_t2mlr_logits_match_torch_reference(tmp_path, variant):
     params = random_params(cfg, 3)  # every γ != 0
     save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
     assert assert_matches_torch_reference(cfg, params, tmp_path / "t2mlr") > 1e-2  # the recurrence is really on
+
+
+def test_the_torch_reference_needs_no_jax():
+    code = "import sys; sys.modules['jax'] = None; from t2mlr_jax.interop.torch_reference import T2MLRReference"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
 
 
 def test_release_written_folder_imports_and_round_trips(tmp_path):
