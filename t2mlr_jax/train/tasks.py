@@ -109,8 +109,9 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
     generation_examples = None
     if records is not None:
         generation_examples = lambda: (_prompt_example(r, tokenizer, d) for r in records())
-    return DataSource(vocab_size=tokenizer.vocab_size, seq_len=max(d.seq_len, eval_seq_len), train_iterator=lambda: iter(train),
-                      eval_batches=lambda: all_hosts_rows(evaluation()), pad_id=tokenizer.pad_id if is_s5 else 0, eos_id=tokenizer.eos_id,
+    return DataSource(vocab_size=tokenizer.vocab_size, seq_len=max(d.seq_len, eval_seq_len),
+                      train_iterator=lambda: iter(train), eval_batches=lambda: all_hosts_rows(evaluation()),
+                      pad_id=tokenizer.pad_id if is_s5 else 0, eos_id=tokenizer.eos_id,
                       generation_examples=generation_examples, decode=tokenizer.decode, score=scorer)
 
 
