@@ -25,13 +25,21 @@ from ml_collections import config_flags
 DEMO_CONFIG = str(Path(__file__).resolve().parent / "configs" / "s5_retrieval_t2mlr.py") + ":demo"
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", DEMO_CONFIG, "Experiment config file (configs/*.py), optionally with ':preset[,preset]'. "
-    "Fields can be overridden with --config.<section>.<field>=value. Default: the CPU demo.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, logs, results). "
-                               "Default: workdir/<config.name>.")
-_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "generate"],
-                          "train (resumes if the workdir has checkpoints), eval (latest checkpoint) or "
-                          "generate (greedy outputs for the first eval examples).")
+    "config",
+    DEMO_CONFIG,
+    "Experiment config file (configs/*.py), optionally with ':preset[,preset]'. "
+    "Fields can be overridden with --config.<section>.<field>=value. Default: the CPU demo.",
+)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Run directory (checkpoints, logs, results). Default: workdir/<config.name>."
+)
+_MODE = flags.DEFINE_enum(
+    "mode",
+    "train",
+    ["train", "eval", "generate"],
+    "train (resumes if the workdir has checkpoints), eval (latest checkpoint) or "
+    "generate (greedy outputs for the first eval examples).",
+)
 _NUM_GENERATE = flags.DEFINE_integer("num_generate", 16, "Examples to decode in --mode=generate.")
 
 
@@ -55,20 +63,27 @@ def _train(config, workdir: Path, runs: dict) -> None:
     started = time.time()
     summaries = {}
     for name, run in runs.items():
-        print(f"training {name} ({run.num_params} parameters) in {run.workdir} on {run.mesh.size} devices "
-              f"({jax.process_count()} hosts)", flush=True)
+        print(
+            f"training {name} ({run.num_params} parameters) in {run.workdir} on {run.mesh.size} devices "
+            f"({jax.process_count()} hosts)",
+            flush=True,
+        )
         summaries[name] = train(run)
         if "stopped_by" in summaries[name]:
             return
         ev = summaries[name]["eval"]
-        print(f"{name}: {run.num_params} params, loss {ev['loss']:.4f}, token accuracy "
-              f"{ev['token_accuracy']:.3f}, exact match {ev['exact_match']:.3f}")
+        print(
+            f"{name}: {run.num_params} params, loss {ev['loss']:.4f}, token accuracy "
+            f"{ev['token_accuracy']:.3f}, exact match {ev['exact_match']:.3f}"
+        )
     if len(runs) > 1:
         d = config.data.options.to_dict()
         trained = f"N {d['min_actions']}..{d['max_actions']}" if "max_actions" in d else ""
         write_comparison(workdir, summaries, title=f"{config.name}: {', '.join(runs)}", train_lengths=trained)
-        print(f"comparison ({time.time() - started:.0f} s): {workdir / 'summary.json'}, "
-              f"{workdir / 'accuracy_vs_length.png'}")
+        print(
+            f"comparison ({time.time() - started:.0f} s): {workdir / 'summary.json'}, "
+            f"{workdir / 'accuracy_vs_length.png'}"
+        )
 
 
 def _evaluate(runs: dict) -> None:
@@ -81,7 +96,10 @@ def _evaluate(runs: dict) -> None:
         path = run.workdir / f"eval_step{step}.json"
         if is_lead_host():
             path.write_text(json.dumps(metrics, indent=2, default=str))
-        print(f"{name} @ step {step}: loss {metrics['loss']:.4f}, exact match {metrics['exact_match']:.3f} -> {path}")
+        print(
+            f"{name} @ step {step}: loss {metrics['loss']:.4f}, "
+            f"exact match {metrics['exact_match']:.3f} -> {path}"
+        )
 
 
 def _generate(runs: dict, count: int) -> None:
@@ -110,8 +128,11 @@ def main(argv):
     except (ValueError, KeyError, FileNotFoundError) as e:
         _fail(e)
     try:
-        {"train": lambda: _train(config, workdir, runs), "eval": lambda: _evaluate(runs),
-         "generate": lambda: _generate(runs, _NUM_GENERATE.value)}[_MODE.value]()
+        {
+            "train": lambda: _train(config, workdir, runs),
+            "eval": lambda: _evaluate(runs),
+            "generate": lambda: _generate(runs, _NUM_GENERATE.value),
+        }[_MODE.value]()
     except NoCheckpointError as e:
         _fail(e)
 

@@ -15,11 +15,28 @@ SAMPLE = str(Path(__file__).resolve().parent / "samples" / "gsm8k_aug.jsonl")
 
 def get_config(arg=None):
     return finetuning(
-        "gsm8k", l_start=4, d_forward=16, d_backward=8,
+        "gsm8k",
+        l_start=4,
+        d_forward=16,
+        d_backward=8,
         data=dict(kind="file", format="gsm8k_aug", seq_len=1024),
-        optimizer=dict(lr=5e-4, b2=0.99, weight_decay=0.01, warmup_ratio=0.03, min_lr_ratio=0.01,
-                       gate_lr_multiplier=100.0),
-        train=dict(steps=8000, batch_size=256, grad_accum=4, log_every=20, eval_every=1000, checkpoint_every=1000),
+        optimizer=dict(
+            lr=5e-4,
+            b2=0.99,
+            weight_decay=0.01,
+            warmup_ratio=0.03,
+            min_lr_ratio=0.01,
+            gate_lr_multiplier=100.0,
+        ),
+        train=dict(
+            steps=8000, batch_size=256, grad_accum=4, log_every=20, eval_every=1000, checkpoint_every=1000
+        ),
         evaluation=dict(batch_size=64, num_examples=1319, max_new_tokens=256),
-        cpu={"data.train_path": SAMPLE, "data.eval_path": SAMPLE, "data.seq_len": 96, "eval.max_new_tokens": 16},
-        arg=arg)
+        cpu={
+            "data.train_path": SAMPLE,
+            "data.eval_path": SAMPLE,
+            "data.seq_len": 96,
+            "eval.max_new_tokens": 16,
+        },
+        arg=arg,
+    )

@@ -13,10 +13,21 @@ SAMPLE = str(Path(__file__).resolve().parent / "samples" / "hotpotqa.jsonl")
 
 def get_config(arg=None):
     return finetuning(
-        "hotpotqa", l_start=8, d_forward=16, d_backward=8,
+        "hotpotqa",
+        l_start=8,
+        d_forward=16,
+        d_backward=8,
         data=dict(kind="file", format="hotpotqa", seq_len=8192, all_recurrent=True),
         optimizer=dict(lr=1e-4, b2=0.95, weight_decay=0.0, warmup_ratio=0.05, min_lr_ratio=0.02),
-        train=dict(steps=5000, batch_size=64, grad_accum=16, log_every=20, eval_every=1000, checkpoint_every=1000),
+        train=dict(
+            steps=5000, batch_size=64, grad_accum=16, log_every=20, eval_every=1000, checkpoint_every=1000
+        ),
         evaluation=dict(batch_size=16, num_examples=500, max_new_tokens=512),
-        cpu={"data.train_path": SAMPLE, "data.eval_path": SAMPLE, "data.seq_len": 128, "eval.max_new_tokens": 16},
-        arg=arg)
+        cpu={
+            "data.train_path": SAMPLE,
+            "data.eval_path": SAMPLE,
+            "data.seq_len": 128,
+            "eval.max_new_tokens": 16,
+        },
+        arg=arg,
+    )

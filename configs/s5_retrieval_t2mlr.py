@@ -14,29 +14,61 @@ from t2mlr_jax.config_utils import apply_preset, experiment
 from t2mlr_jax.model.config import s5_tiny
 
 PRESETS = {
-    "baseline": {"arch": "transformer", "model.rope_theta": 10_000.0, "baseline.param_match": False,
-                 "train.batch_size": 64, "train.steps": 200_000, "optimizer.schedule": "wsd",
-                 "optimizer.decay_steps": 4000, "optimizer.min_lr_ratio": 0.0, "optimizer.warmup_ratio": 0.06},
-    "lstm": {"arch": "lstm", "train.batch_size": 64, "optimizer.lr": 5e-3, "optimizer.min_lr_ratio": 0.0,
-             "optimizer.warmup_ratio": 0.06},
+    "baseline": {
+        "arch": "transformer",
+        "model.rope_theta": 10_000.0,
+        "baseline.param_match": False,
+        "train.batch_size": 64,
+        "train.steps": 200_000,
+        "optimizer.schedule": "wsd",
+        "optimizer.decay_steps": 4000,
+        "optimizer.min_lr_ratio": 0.0,
+        "optimizer.warmup_ratio": 0.06,
+    },
+    "lstm": {
+        "arch": "lstm",
+        "train.batch_size": 64,
+        "optimizer.lr": 5e-3,
+        "optimizer.min_lr_ratio": 0.0,
+        "optimizer.warmup_ratio": 0.06,
+    },
     "matched": {"baseline.param_match": True},
-    "cpu": {"model.hidden_size": 64, "model.num_layers": 4, "model.num_heads": 4, "model.num_kv_heads": 4,
-            "model.head_dim": 16, "model.mlp_dim": 256, "model.max_seq_len": 128, "model.dtype": "float32",
-            "baseline.lstm_hidden": 64, "baseline.lstm_layers": 2,
-            # Parity (Z2 inside S5), one value char, only the looked-up keys in the dictionary: train
-            # N in 1..6, test N in 1..10 (longer than anything seen in training).
-            "data.options.moved_points": 2, "data.options.value_len": 1, "data.options.full_dict": False,
-            "data.options.min_actions": 1, "data.options.max_actions": 6, "data.eval_options.max_actions": 10,
-            "data.seq_len": 26, "data.eval_seq_len": 42,
-            # Token-by-token training with full backpropagation through time: exact, and on a CPU faster
-            # than Jacobi passes at this length.
-            "train.forward_mode": "exact",
-            # The zoo's constant-weight mixer, (1 - a) x + a r with a = 0.5 at init: the recurrent path is
-            # open from step 0. The default gated mixer starts closed (ReZero gammas = 0) and, measured
-            # here, stays closed for the whole CPU budget (tanh gamma_rec ~ 0 after 800 steps).
-            "model.recurrence.mixer": "constant_weight",
-            "train.steps": 800, "train.batch_size": 32, "train.log_every": 50, "train.checkpoint_every": 200,
-            "optimizer.lr": 3e-3, "eval.num_examples": 500, "eval.batch_size": 250},
+    "cpu": {
+        "model.hidden_size": 64,
+        "model.num_layers": 4,
+        "model.num_heads": 4,
+        "model.num_kv_heads": 4,
+        "model.head_dim": 16,
+        "model.mlp_dim": 256,
+        "model.max_seq_len": 128,
+        "model.dtype": "float32",
+        "baseline.lstm_hidden": 64,
+        "baseline.lstm_layers": 2,
+        # Parity (Z2 inside S5), one value char, only the looked-up keys in the dictionary: train
+        # N in 1..6, test N in 1..10 (longer than anything seen in training).
+        "data.options.moved_points": 2,
+        "data.options.value_len": 1,
+        "data.options.full_dict": False,
+        "data.options.min_actions": 1,
+        "data.options.max_actions": 6,
+        "data.eval_options.max_actions": 10,
+        "data.seq_len": 26,
+        "data.eval_seq_len": 42,
+        # Token-by-token training with full backpropagation through time: exact, and on a CPU faster
+        # than Jacobi passes at this length.
+        "train.forward_mode": "exact",
+        # The zoo's constant-weight mixer, (1 - a) x + a r with a = 0.5 at init: the recurrent path is
+        # open from step 0. The default gated mixer starts closed (ReZero gammas = 0) and, measured
+        # here, stays closed for the whole CPU budget (tanh gamma_rec ~ 0 after 800 steps).
+        "model.recurrence.mixer": "constant_weight",
+        "train.steps": 800,
+        "train.batch_size": 32,
+        "train.log_every": 50,
+        "train.checkpoint_every": 200,
+        "optimizer.lr": 3e-3,
+        "eval.num_examples": 500,
+        "eval.batch_size": 250,
+    },
 }
 PRESETS["demo"] = {**PRESETS["cpu"], "arch": "t2mlr,transformer", "baseline.param_match": True}
 
@@ -44,14 +76,29 @@ PRESETS["demo"] = {**PRESETS["cpu"], "arch": "t2mlr,transformer", "baseline.para
 def get_config(arg=None):
     config = experiment(
         name="s5_retrieval",
-        model=s5_tiny(dtype="bfloat16").with_recurrence(l_start=1, l_end=-2, d_forward=16, d_backward=4,
-                                                        temporal_residual_detach=True, recurrent_gate_init=0.5,
-                                                        input_gate_init=0.5),
-        data=dict(kind="generated", task="s5_retrieval", seq_len=1024, eval_split="test",
-                  options=dict(value_len=4)),
-        optimizer=dict(lr=5e-4, b2=0.95, weight_decay=0.01, schedule="cosine", warmup_ratio=0.05, min_lr_ratio=0.01),
-        train=dict(steps=400_000, batch_size=16, log_every=200, eval_every=10_000, checkpoint_every=10_000,
-                   keep_checkpoints=1),
+        model=s5_tiny(dtype="bfloat16").with_recurrence(
+            l_start=1,
+            l_end=-2,
+            d_forward=16,
+            d_backward=4,
+            temporal_residual_detach=True,
+            recurrent_gate_init=0.5,
+            input_gate_init=0.5,
+        ),
+        data=dict(
+            kind="generated", task="s5_retrieval", seq_len=1024, eval_split="test", options=dict(value_len=4)
+        ),
+        optimizer=dict(
+            lr=5e-4, b2=0.95, weight_decay=0.01, schedule="cosine", warmup_ratio=0.05, min_lr_ratio=0.01
+        ),
+        train=dict(
+            steps=400_000,
+            batch_size=16,
+            log_every=200,
+            eval_every=10_000,
+            checkpoint_every=10_000,
+            keep_checkpoints=1,
+        ),
         evaluation=dict(batch_size=256, num_examples=4800, score="recurrent"),
     )
     return apply_preset(config, arg, PRESETS)

@@ -11,4 +11,6 @@ from t2mlr_jax.model.config import smollm2_135m
 
 
 def get_config(arg=None):
-    return pretraining("smollm135m_t2mlr", smollm2_135m(), (5, 26), ((1, 30), (9, 22), (13, 18), (15, 16)), arg)
+    return pretraining(
+        "smollm135m_t2mlr", smollm2_135m(), (5, 26), ((1, 30), (9, 22), (13, 18), (15, 16)), arg
+    )

@@ -30,19 +30,48 @@ SAMPLE = str(Path(__file__).resolve().parent / "samples" / "gsm8k_aug.jsonl")
 
 def get_config(arg=None):
     return finetuning(
-        "smollm2_retrofit", model=smollm2_1_7b(), l_start=4, d_forward=16, d_backward=8, init_from=None,
+        "smollm2_retrofit",
+        model=smollm2_1_7b(),
+        l_start=4,
+        d_forward=16,
+        d_backward=8,
+        init_from=None,
         data=dict(kind="file", format="prompt_response", seq_len=2048, chat=True),
-        optimizer=dict(lr=1e-5, b2=0.99, weight_decay=0.01, warmup_ratio=0.03, min_lr_ratio=0.01,
-                       gate_lr_multiplier=100.0),
-        train=dict(steps=0, batch_size=128, grad_accum=16, log_every=20, eval_every=1000, checkpoint_every=1000),
+        optimizer=dict(
+            lr=1e-5,
+            b2=0.99,
+            weight_decay=0.01,
+            warmup_ratio=0.03,
+            min_lr_ratio=0.01,
+            gate_lr_multiplier=100.0,
+        ),
+        train=dict(
+            steps=0, batch_size=128, grad_accum=16, log_every=20, eval_every=1000, checkpoint_every=1000
+        ),
         evaluation=dict(generate=False, batch_size=16),
         baseline=dict(param_match=False),
         # The GGUF also holds the tokenizer: smollm2_tokenizer() is that file. Jacobi eval in one batch: the
         # token-by-token exact eval of a 135M model takes minutes on a CPU.
-        cpu={**backbone_preset(smollm2_135m()), "init_from": smollm2_tokenizer(), "model.recurrence.l_start": 4,
-             "model.recurrence.l_end": -5, "model.recurrence.d_forward": 2, "model.recurrence.d_backward": 1,
-             "data.format": "gsm8k_aug", "data.train_path": SAMPLE, "data.eval_path": SAMPLE, "data.seq_len": 128,
-             "train.steps": 4, "train.batch_size": 2, "train.log_every": 2, "optimizer.lr": 1e-4,
-             "eval.mode": "jacobi", "eval.generate": True, "eval.batch_size": 24, "eval.num_examples": 2,
-             "eval.max_new_tokens": 8},
-        arg=arg)
+        cpu={
+            **backbone_preset(smollm2_135m()),
+            "init_from": smollm2_tokenizer(),
+            "model.recurrence.l_start": 4,
+            "model.recurrence.l_end": -5,
+            "model.recurrence.d_forward": 2,
+            "model.recurrence.d_backward": 1,
+            "data.format": "gsm8k_aug",
+            "data.train_path": SAMPLE,
+            "data.eval_path": SAMPLE,
+            "data.seq_len": 128,
+            "train.steps": 4,
+            "train.batch_size": 2,
+            "train.log_every": 2,
+            "optimizer.lr": 1e-4,
+            "eval.mode": "jacobi",
+            "eval.generate": True,
+            "eval.batch_size": 24,
+            "eval.num_examples": 2,
+            "eval.max_new_tokens": 8,
+        },
+        arg=arg,
+    )

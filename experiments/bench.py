@@ -27,9 +27,9 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -50,16 +50,41 @@ NEEDS = {"throughput": ("decode", "train")}  # throughput is computed from these
 PAPER_LAYERS = 30
 PAPER_L_START = {"(1,30)": 0, "(5,26)": 4, "(9,22)": 8, "(13,18)": 12}
 # Table 7 (135M generation time / baseline) and Table 8 (Jacobi prefill speed-up over exact).
-PAPER_DECODE = {("(1,30)", 512): 1.070, ("(1,30)", 1024): 1.064, ("(1,30)", 2048): 1.067,
-                ("(5,26)", 512): 1.076, ("(5,26)", 1024): 1.068, ("(5,26)", 2048): 1.076,
-                ("(9,22)", 512): 1.082, ("(9,22)", 1024): 1.078, ("(9,22)", 2048): 1.078}
-PAPER_PREFILL = {("(5,26)", 4): 3.6, ("(5,26)", 8): 6.2, ("(5,26)", 16): 11.1, ("(5,26)", 32): 20.5,
-                 ("(9,22)", 4): 2.7, ("(9,22)", 8): 4.6, ("(9,22)", 16): 8.0, ("(9,22)", 32): 14.5,
-                 ("(13,18)", 4): 1.8, ("(13,18)", 8): 2.7, ("(13,18)", 16): 4.3, ("(13,18)", 32): 7.7}
+PAPER_DECODE = {
+    ("(1,30)", 512): 1.070,
+    ("(1,30)", 1024): 1.064,
+    ("(1,30)", 2048): 1.067,
+    ("(5,26)", 512): 1.076,
+    ("(5,26)", 1024): 1.068,
+    ("(5,26)", 2048): 1.076,
+    ("(9,22)", 512): 1.082,
+    ("(9,22)", 1024): 1.078,
+    ("(9,22)", 2048): 1.078,
+}
+PAPER_PREFILL = {
+    ("(5,26)", 4): 3.6,
+    ("(5,26)", 8): 6.2,
+    ("(5,26)", 16): 11.1,
+    ("(5,26)", 32): 20.5,
+    ("(9,22)", 4): 2.7,
+    ("(9,22)", 8): 4.6,
+    ("(9,22)", 16): 8.0,
+    ("(9,22)", 32): 14.5,
+    ("(13,18)", 4): 1.8,
+    ("(13,18)", 8): 2.7,
+    ("(13,18)", 16): 4.3,
+    ("(13,18)", 32): 7.7,
+}
 PAPER_TRAIN_WALL_CLOCK = {"(13,18)": 2.24}
 # Dense bf16 peak TFLOP/s per chip, matched against device_kind in this order.
-PEAK_TFLOPS = (("h100", 989.0), ("h200", 989.0), ("v5 lite", 197.0), ("v5e", 197.0), ("v5p", 459.0),
-               ("v5", 459.0))
+PEAK_TFLOPS = (
+    ("h100", 989.0),
+    ("h200", 989.0),
+    ("v5 lite", 197.0),
+    ("v5e", 197.0),
+    ("v5p", 459.0),
+    ("v5", 459.0),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,30 +111,82 @@ ALL_RANGES = tuple(PAPER_L_START)
 PRESETS = {
     # Test-sized: seconds, compile-bound.
     "smoke": Preset(
-        model=smollm2_135m(vocab_size=256, hidden_size=32, num_layers=4, num_heads=2, num_kv_heads=1, head_dim=16,
-                           mlp_dim=88, max_seq_len=128),
-        repeats=2, decode_ranges=("(13,18)",), decode_lengths=(8,), decode_batches=(1,), prompt_len=1,
-        train_ranges=("(13,18)",), train_batch=2, train_seq=16, d_forward=4, d_backward=2,
-        prefill_ranges=("(13,18)",), prefill_depths=(2, 4), prefill_batch=2, prefill_seq=8),
+        model=smollm2_135m(
+            vocab_size=256,
+            hidden_size=32,
+            num_layers=4,
+            num_heads=2,
+            num_kv_heads=1,
+            head_dim=16,
+            mlp_dim=88,
+            max_seq_len=128,
+        ),
+        repeats=2,
+        decode_ranges=("(13,18)",),
+        decode_lengths=(8,),
+        decode_batches=(1,),
+        prompt_len=1,
+        train_ranges=("(13,18)",),
+        train_batch=2,
+        train_seq=16,
+        d_forward=4,
+        d_backward=2,
+        prefill_ranges=("(13,18)",),
+        prefill_depths=(2, 4),
+        prefill_batch=2,
+        prefill_seq=8,
+    ),
     # CPU-sized SmolLM2 (8 layers, d 128, MLP and vocab scaled with it); lengths 1/8 of the paper's.
     "quick": Preset(
-        model=smollm2_135m(vocab_size=4096, hidden_size=128, num_layers=8, num_heads=4, num_kv_heads=2,
-                           head_dim=32, mlp_dim=344, max_seq_len=1024),
-        repeats=3, decode_ranges=ALL_RANGES, decode_lengths=(64, 128, 256), decode_batches=(1,), prompt_len=1,
-        train_ranges=("(13,18)",), train_batch=4, train_seq=128, d_forward=16, d_backward=4,
-        prefill_ranges=("(5,26)", "(13,18)"), prefill_depths=(4, 8, 16, 32), prefill_batch=4, prefill_seq=64),
+        model=smollm2_135m(
+            vocab_size=4096,
+            hidden_size=128,
+            num_layers=8,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=32,
+            mlp_dim=344,
+            max_seq_len=1024,
+        ),
+        repeats=3,
+        decode_ranges=ALL_RANGES,
+        decode_lengths=(64, 128, 256),
+        decode_batches=(1,),
+        prompt_len=1,
+        train_ranges=("(13,18)",),
+        train_batch=4,
+        train_seq=128,
+        d_forward=16,
+        d_backward=4,
+        prefill_ranges=("(5,26)", "(13,18)"),
+        prefill_depths=(4, 8, 16, 32),
+        prefill_batch=4,
+        prefill_seq=64,
+    ),
     # The real SmolLM2-135M shapes in bf16 (parameters fp32 for training, bf16 for inference).
     "full": Preset(
         model=smollm2_135m(dtype="bfloat16"),
-        repeats=5, decode_ranges=ALL_RANGES, decode_lengths=(512, 1024, 2048), decode_batches=(1, 8),
-        prompt_len=1, train_ranges=("(13,18)", "(5,26)"), train_batch=8, train_seq=2048, d_forward=16,
-        d_backward=4, prefill_ranges=("(5,26)", "(9,22)", "(13,18)"), prefill_depths=(4, 8, 16, 32),
-        prefill_batch=8, prefill_seq=512),
+        repeats=5,
+        decode_ranges=ALL_RANGES,
+        decode_lengths=(512, 1024, 2048),
+        decode_batches=(1, 8),
+        prompt_len=1,
+        train_ranges=("(13,18)", "(5,26)"),
+        train_batch=8,
+        train_seq=2048,
+        d_forward=16,
+        d_backward=4,
+        prefill_ranges=("(5,26)", "(9,22)", "(13,18)"),
+        prefill_depths=(4, 8, 16, 32),
+        prefill_batch=8,
+        prefill_seq=512,
+    ),
 }
 
 
 # ---------------------------------------------------------------------------------------------
 # Models
+
 
 def code_range(paper_range: str, num_layers: int) -> tuple[int, int]:
     """The paper's symmetric 30-layer range scaled to `num_layers` (identity at 30 layers)."""
@@ -122,7 +199,7 @@ def with_range(cfg: ModelConfig, paper_range: str) -> ModelConfig:
     return cfg.with_recurrence(l_start=l_start, l_end=l_end).validate()
 
 
-@lru_cache(maxsize=None)
+@cache
 def param_shapes(cfg: ModelConfig) -> dict:
     return jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
 
@@ -147,7 +224,9 @@ def inference_config(cfg: ModelConfig) -> ModelConfig:
 
 
 def with_gammas(params: dict, gamma: float) -> dict:
-    mixer = {k: jnp.full_like(v, gamma) if k.startswith("rezero_gamma") else v for k, v in params["mixer"].items()}
+    mixer = {
+        k: jnp.full_like(v, gamma) if k.startswith("rezero_gamma") else v for k, v in params["mixer"].items()
+    }
     return {**params, "mixer": mixer}
 
 
@@ -158,6 +237,7 @@ def random_tokens(cfg: ModelConfig, batch: int, length: int, seed: int) -> jax.A
 # ---------------------------------------------------------------------------------------------
 # FLOPs: matmuls only, attention counted dense (the masked T x S scores are computed in full, no
 # causal halving), embedding lookups free.
+
 
 def layer_matmul_params(cfg: ModelConfig) -> int:
     d, attn, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
@@ -170,7 +250,9 @@ def mixer_matmul_params(cfg: ModelConfig) -> int:
     return sum(x.size for x in jax.tree.leaves(param_shapes(cfg)["mixer"]) if x.ndim == 2)
 
 
-def forward_flops(cfg: ModelConfig, batch: int, queries: int, keys: int, layer_passes: int, fusions: int) -> float:
+def forward_flops(
+    cfg: ModelConfig, batch: int, queries: int, keys: int, layer_passes: int, fusions: int
+) -> float:
     """`layer_passes` blocks and `fusions` fusion modules over `queries` tokens attending to `keys`, plus the head."""
     per_layer = 2 * queries * layer_matmul_params(cfg) + 4 * queries * keys * cfg.num_heads * cfg.head_dim
     fusion = 2 * queries * mixer_matmul_params(cfg)
@@ -228,7 +310,7 @@ def jaxpr_matmul_flops(jaxpr) -> float:
     return float(total)
 
 
-def xla_flops(compiled) -> Optional[float]:
+def xla_flops(compiled) -> float | None:
     analysis = compiled.cost_analysis()
     analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
     return None if not analysis or "flops" not in analysis else float(analysis["flops"])
@@ -237,14 +319,21 @@ def xla_flops(compiled) -> Optional[float]:
 def memory_stats(compiled) -> dict:
     """Compiled buffer sizes; peak ~ arguments + outputs - donated aliases + temporaries."""
     m = compiled.memory_analysis()
-    stats = {"argument_bytes": m.argument_size_in_bytes, "output_bytes": m.output_size_in_bytes,
-             "alias_bytes": m.alias_size_in_bytes, "temp_bytes": m.temp_size_in_bytes}
-    stats["peak_bytes"] = stats["argument_bytes"] + stats["output_bytes"] - stats["alias_bytes"] + stats["temp_bytes"]
+    stats = {
+        "argument_bytes": m.argument_size_in_bytes,
+        "output_bytes": m.output_size_in_bytes,
+        "alias_bytes": m.alias_size_in_bytes,
+        "temp_bytes": m.temp_size_in_bytes,
+    }
+    stats["peak_bytes"] = (
+        stats["argument_bytes"] + stats["output_bytes"] - stats["alias_bytes"] + stats["temp_bytes"]
+    )
     return stats
 
 
 # ---------------------------------------------------------------------------------------------
 # Timing
+
 
 def timed(fn: Callable[[], Any]) -> float:
     start = time.perf_counter()
@@ -252,7 +341,9 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def measure_interleaved(runners: dict[str, Callable[[], Any]], repeats: int, bar: tqdm) -> dict[str, list[float]]:
+def measure_interleaved(
+    runners: dict[str, Callable[[], Any]], repeats: int, bar: tqdm
+) -> dict[str, list[float]]:
     """Seconds per call of each runner: one warm-up call each (compilation), then `repeats` rounds in which
     every runner runs once, the order rotated per round so that no variant always runs first."""
     for fn in runners.values():
@@ -284,7 +375,10 @@ def progress(desc: str, total: int) -> tqdm:
 # ---------------------------------------------------------------------------------------------
 # Train step
 
-def make_train_step(cfg: ModelConfig, d_forward: int, d_backward: int, optimizer: optax.GradientTransformation):
+
+def make_train_step(
+    cfg: ModelConfig, d_forward: int, d_backward: int, optimizer: optax.GradientTransformation
+):
     def loss_fn(params, tokens):
         logits = jacobi_forward(cfg, params, tokens, d_forward=d_forward, d_backward=d_backward).logits
         return optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], tokens[:, 1:]).mean()
@@ -331,11 +425,12 @@ class DecodeRun:
 # ---------------------------------------------------------------------------------------------
 # The run
 
+
 @dataclasses.dataclass
 class Bench:
     preset: Preset
     baseline: ModelConfig
-    peak_flops: Optional[float]
+    peak_flops: float | None
     seed: int
     results: dict = dataclasses.field(default_factory=dict)
     _memo: dict = dataclasses.field(default_factory=dict)
@@ -349,18 +444,22 @@ class Bench:
     def t2mlr(self, paper_range: str) -> ModelConfig:
         return with_range(self.preset.model, paper_range)
 
-    def paper(self, table: dict, key) -> Optional[float]:
+    def paper(self, table: dict, key) -> float | None:
         """The paper's figure, shown only next to measurements of its own 30-layer shapes."""
         return table.get(key) if self.preset.model.num_layers == PAPER_LAYERS else None
 
     def train_run(self, cfg: ModelConfig, d_forward: int, d_backward: int) -> TrainRun:
         p = self.preset
-        return self._once(("train", cfg, d_forward, d_backward),
-                          lambda: TrainRun(cfg, d_forward, d_backward, p.train_batch, p.train_seq, self.seed))
+        return self._once(
+            ("train", cfg, d_forward, d_backward),
+            lambda: TrainRun(cfg, d_forward, d_backward, p.train_batch, p.train_seq, self.seed),
+        )
 
     def decode_run(self, cfg: ModelConfig, batch: int, new_tokens: int) -> DecodeRun:
-        return self._once(("decode", cfg, batch, new_tokens), lambda: DecodeRun(
-            cfg, self.params(cfg), batch, self.preset.prompt_len, new_tokens))
+        return self._once(
+            ("decode", cfg, batch, new_tokens),
+            lambda: DecodeRun(cfg, self.params(cfg), batch, self.preset.prompt_len, new_tokens),
+        )
 
     def params(self, cfg: ModelConfig) -> dict:
         return self._once(("params", cfg), lambda: init_params(cfg, jax.random.PRNGKey(self.seed)))
@@ -368,10 +467,14 @@ class Bench:
 
 def decode_section(bench: Bench) -> dict:
     p = bench.preset
-    variants = {"baseline": inference_config(bench.baseline),
-                **{r: inference_config(bench.t2mlr(r)) for r in p.decode_ranges}}
+    variants = {
+        "baseline": inference_config(bench.baseline),
+        **{r: inference_config(bench.t2mlr(r)) for r in p.decode_ranges},
+    }
     rows = []
-    with progress("decode", len(p.decode_batches) * len(p.decode_lengths) * len(variants) * (p.repeats + 2)) as bar:
+    with progress(
+        "decode", len(p.decode_batches) * len(p.decode_lengths) * len(variants) * (p.repeats + 2)
+    ) as bar:
         for batch in p.decode_batches:
             for n in p.decode_lengths:
                 runners = {}
@@ -379,17 +482,41 @@ def decode_section(bench: Bench) -> dict:
                     runners[name] = bench.decode_run(cfg, batch, n)
                     bar.update()
                 seconds = measure_interleaved(runners, p.repeats, bar)
-                rows += [{"range": r, "code_range": list(variants[r].layer_range), "batch": batch, "new_tokens": n,
-                          "seconds": median(seconds[r]), "baseline_seconds": median(seconds["baseline"]),
-                          "ratio": median_ratio(seconds[r], seconds["baseline"]),
-                          "paper_ratio": bench.paper(PAPER_DECODE, (r, n)), "seconds_all": seconds[r],
-                          "baseline_seconds_all": seconds["baseline"]} for r in p.decode_ranges]
+                rows += [
+                    {
+                        "range": r,
+                        "code_range": list(variants[r].layer_range),
+                        "batch": batch,
+                        "new_tokens": n,
+                        "seconds": median(seconds[r]),
+                        "baseline_seconds": median(seconds["baseline"]),
+                        "ratio": median_ratio(seconds[r], seconds["baseline"]),
+                        "paper_ratio": bench.paper(PAPER_DECODE, (r, n)),
+                        "seconds_all": seconds[r],
+                        "baseline_seconds_all": seconds["baseline"],
+                    }
+                    for r in p.decode_ranges
+                ]
     table = markdown_table(
         ["batch", "new tokens", "T²MLR (paper)", "code range", "baseline ms", "T²MLR ms", "ratio", "paper"],
-        [[r["batch"], r["new_tokens"], r["range"], layers(r["code_range"]), ms(r["baseline_seconds"]),
-          ms(r["seconds"]), times(r["ratio"]), times(r["paper_ratio"])] for r in rows])
-    notes = ["Generation time relative to the parameter-matched baseline, greedy, from a "
-             f"{p.prompt_len}-token prompt, exact prefill. Goal <= 1.03x (paper Table 7: 1.04-1.08x)."]
+        [
+            [
+                r["batch"],
+                r["new_tokens"],
+                r["range"],
+                layers(r["code_range"]),
+                ms(r["baseline_seconds"]),
+                ms(r["seconds"]),
+                times(r["ratio"]),
+                times(r["paper_ratio"]),
+            ]
+            for r in rows
+        ],
+    )
+    notes = [
+        "Generation time relative to the parameter-matched baseline, greedy, from a "
+        f"{p.prompt_len}-token prompt, exact prefill. Goal <= 1.03x (paper Table 7: 1.04-1.08x)."
+    ]
     return {"rows": rows, "markdown": table, "notes": notes}
 
 
@@ -408,42 +535,81 @@ def train_section(bench: Bench) -> dict:
         costs = _train_costs(cfg, runs[name], p)
         time_ratio = median_ratio(seconds[name], seconds["baseline"])
         flop_ratio = costs["flops"] / base["flops"]
-        rows.append({"variant": name, "code_range": list(cfg.layer_range) if cfg.recurrence else None,
-                     "d_forward": p.d_forward, "d_backward": p.d_backward, "batch": p.train_batch, "seq": p.train_seq,
-                     "seconds": median(seconds[name]), "seconds_all": seconds[name], "time_ratio": time_ratio,
-                     **costs, "flop_ratio": flop_ratio, "flop_ratio_jaxpr": costs["flops_jaxpr"] / base["flops_jaxpr"],
-                     "flop_ratio_xla": _ratio(costs["flops_xla"], base["flops_xla"]),
-                     "time_over_flop_ratio": time_ratio / flop_ratio,
-                     "paper_wall_clock_ratio": bench.paper(PAPER_TRAIN_WALL_CLOCK, name)})
+        rows.append(
+            {
+                "variant": name,
+                "code_range": list(cfg.layer_range) if cfg.recurrence else None,
+                "d_forward": p.d_forward,
+                "d_backward": p.d_backward,
+                "batch": p.train_batch,
+                "seq": p.train_seq,
+                "seconds": median(seconds[name]),
+                "seconds_all": seconds[name],
+                "time_ratio": time_ratio,
+                **costs,
+                "flop_ratio": flop_ratio,
+                "flop_ratio_jaxpr": costs["flops_jaxpr"] / base["flops_jaxpr"],
+                "flop_ratio_xla": _ratio(costs["flops_xla"], base["flops_xla"]),
+                "time_over_flop_ratio": time_ratio / flop_ratio,
+                "paper_wall_clock_ratio": bench.paper(PAPER_TRAIN_WALL_CLOCK, name),
+            }
+        )
     table = markdown_table(
-        ["variant", "code range", "step ms", "time ratio", "FLOP ratio (counted)", "FLOP ratio (jaxpr)",
-         "FLOP ratio (XLA)", "time / FLOP ratio", "paper"],
-        [[r["variant"], layers(r["code_range"]), ms(r["seconds"]), times(r["time_ratio"]),
-          times(r["flop_ratio"]), times(r["flop_ratio_jaxpr"]), times(r["flop_ratio_xla"]),
-          f"{r['time_over_flop_ratio']:.3f}", times(r["paper_wall_clock_ratio"])] for r in rows])
-    notes = [f"Train step = value_and_grad(cross-entropy) + AdamW, jitted with donation; Jacobi D={p.d_forward}, "
-             f"B={p.d_backward}; batch {p.train_batch} x {p.train_seq} tokens.",
-             "Counted: matmul FLOPs by formula (forward L + D*M block passes; backward 2x forward of the blocks "
-             "below l_start, the final pass and the last B refinements; dense attention, no causal halving). "
-             "jaxpr: dot_general FLOPs of the traced step, scan bodies times their trip count. XLA: "
-             "compiled.cost_analysis()['flops'], which counts each loop body (layer scan, Jacobi passes) once, "
-             "so it is no cross-check here.",
-             "Goal: time ratio within 10% of the FLOP ratio (time / FLOP ratio in [0.9, 1.1]) and <= 2.0x for "
-             "(13,18) on 30 layers (paper: 2.24x wall-clock)."]
+        [
+            "variant",
+            "code range",
+            "step ms",
+            "time ratio",
+            "FLOP ratio (counted)",
+            "FLOP ratio (jaxpr)",
+            "FLOP ratio (XLA)",
+            "time / FLOP ratio",
+            "paper",
+        ],
+        [
+            [
+                r["variant"],
+                layers(r["code_range"]),
+                ms(r["seconds"]),
+                times(r["time_ratio"]),
+                times(r["flop_ratio"]),
+                times(r["flop_ratio_jaxpr"]),
+                times(r["flop_ratio_xla"]),
+                f"{r['time_over_flop_ratio']:.3f}",
+                times(r["paper_wall_clock_ratio"]),
+            ]
+            for r in rows
+        ],
+    )
+    notes = [
+        f"Train step = value_and_grad(cross-entropy) + AdamW, jitted with donation; Jacobi D={p.d_forward}, "
+        f"B={p.d_backward}; batch {p.train_batch} x {p.train_seq} tokens.",
+        "Counted: matmul FLOPs by formula (forward L + D*M block passes; backward 2x forward of the blocks "
+        "below l_start, the final pass and the last B refinements; dense attention, no causal halving). "
+        "jaxpr: dot_general FLOPs of the traced step, scan bodies times their trip count. XLA: "
+        "compiled.cost_analysis()['flops'], which counts each loop body (layer scan, Jacobi passes) once, "
+        "so it is no cross-check here.",
+        "Goal: time ratio within 10% of the FLOP ratio (time / FLOP ratio in [0.9, 1.1]) and <= 2.0x for "
+        "(13,18) on 30 layers (paper: 2.24x wall-clock).",
+    ]
     return {"rows": rows, "markdown": table, "notes": notes}
 
 
 def _train_costs(cfg: ModelConfig, run: TrainRun, p: Preset) -> dict:
-    return {"flops": train_flops(cfg, p.train_batch, p.train_seq, p.d_forward, p.d_backward),
-            "flops_jaxpr": run.jaxpr_flops, "flops_xla": xla_flops(run.compiled)}
+    return {
+        "flops": train_flops(cfg, p.train_batch, p.train_seq, p.d_forward, p.d_backward),
+        "flops_jaxpr": run.jaxpr_flops,
+        "flops_xla": xla_flops(run.compiled),
+    }
 
 
-def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+def _ratio(a: float | None, b: float | None) -> float | None:
     return None if not a or not b else a / b
 
 
-def _prefill_fn(cfg: ModelConfig, depth: Optional[int], batch: int, seq: int):
+def _prefill_fn(cfg: ModelConfig, depth: int | None, batch: int, seq: int):
     """The prompt forward as generate() runs it (logits, next-token R, filled KV cache); depth None = exact."""
+
     def run(params, tokens):
         cache = init_cache(cfg, batch, seq)
         if depth is None:
@@ -451,6 +617,7 @@ def _prefill_fn(cfg: ModelConfig, depth: Optional[int], batch: int, seq: int):
         else:
             out = jacobi_forward(cfg, params, tokens, cache=cache, d_forward=depth, d_backward=0)
         return out.logits, out.recurrent_state, out.cache
+
     return jax.jit(run)
 
 
@@ -458,7 +625,12 @@ def _prefill_fn(cfg: ModelConfig, depth: Optional[int], batch: int, seq: int):
 def _deviation(logits, exact_logits, tokens):
     def loss(x):
         return optax.softmax_cross_entropy_with_integer_labels(x[:, :-1], tokens[:, 1:]).mean()
-    return jnp.abs(logits - exact_logits).max(), loss(logits) - loss(exact_logits), jnp.abs(exact_logits).max()
+
+    return (
+        jnp.abs(logits - exact_logits).max(),
+        loss(logits) - loss(exact_logits),
+        jnp.abs(exact_logits).max(),
+    )
 
 
 def prefill_section(bench: Bench) -> dict:
@@ -470,30 +642,70 @@ def prefill_section(bench: Bench) -> dict:
     with progress("prefill", len(p.prefill_ranges) * len(names) * (p.repeats + 1)) as bar:
         for r in p.prefill_ranges:
             cfg = inference_config(bench.t2mlr(r))
-            fns = dict(zip(names, (_prefill_fn(cfg, d, p.prefill_batch, p.prefill_seq)
-                                   for d in (None, *p.prefill_depths))))
+            fns = dict(
+                zip(
+                    names,
+                    (_prefill_fn(cfg, d, p.prefill_batch, p.prefill_seq) for d in (None, *p.prefill_depths)),
+                )
+            )
             runners = {name: (lambda f=f: f(params, tokens)) for name, f in fns.items()}
             seconds = measure_interleaved(runners, p.repeats, bar)
             exact_logits = fns["exact"](params, tokens)[0]
             for depth, name in zip(p.prefill_depths, names[1:]):
-                diff, loss_gap, scale = map(float, _deviation(fns[name](params, tokens)[0], exact_logits, tokens))
-                rows.append({"range": r, "code_range": list(cfg.layer_range), "d_forward": depth,
-                             "exact_seconds": median(seconds["exact"]), "seconds": median(seconds[name]),
-                             "speedup": median_ratio(seconds["exact"], seconds[name]),
-                             "max_abs_logit_diff": diff, "max_abs_exact_logit": scale, "mean_loss_diff": loss_gap,
-                             "exact_everywhere": p.prefill_seq <= depth,
-                             "paper_speedup": bench.paper(PAPER_PREFILL, (r, depth))})
+                diff, loss_gap, scale = map(
+                    float, _deviation(fns[name](params, tokens)[0], exact_logits, tokens)
+                )
+                rows.append(
+                    {
+                        "range": r,
+                        "code_range": list(cfg.layer_range),
+                        "d_forward": depth,
+                        "exact_seconds": median(seconds["exact"]),
+                        "seconds": median(seconds[name]),
+                        "speedup": median_ratio(seconds["exact"], seconds[name]),
+                        "max_abs_logit_diff": diff,
+                        "max_abs_exact_logit": scale,
+                        "mean_loss_diff": loss_gap,
+                        "exact_everywhere": p.prefill_seq <= depth,
+                        "paper_speedup": bench.paper(PAPER_PREFILL, (r, depth)),
+                    }
+                )
     table = markdown_table(
-        ["T²MLR (paper)", "code range", "D", "exact ms", "Jacobi ms", "speed-up", "paper", "max abs Δlogit",
-         "max abs logit", "Δ mean loss"],
-        [[r["range"], layers(r["code_range"]), r["d_forward"], ms(r["exact_seconds"]), ms(r["seconds"]),
-          times(r["speedup"]), times(r["paper_speedup"]), f"{r['max_abs_logit_diff']:.2e}",
-          f"{r['max_abs_exact_logit']:.2f}", f"{r['mean_loss_diff']:+.2e}"] for r in rows])
-    notes = [f"Prefill of {p.prefill_batch} x {p.prefill_seq} random tokens (logits, R and KV cache) by Jacobi with "
-             "D passes vs exact sequential prefill.",
-             f"Deviation on a random-init model with every gamma set to {p.prefill_gamma} so that the recurrence "
-             "changes the logits: it shows how far Jacobi is from exact, not the task-quality gap of Table 8 "
-             "(that needs a trained model). Jacobi is exact at positions < D, so everywhere when D >= prompt length."]
+        [
+            "T²MLR (paper)",
+            "code range",
+            "D",
+            "exact ms",
+            "Jacobi ms",
+            "speed-up",
+            "paper",
+            "max abs Δlogit",
+            "max abs logit",
+            "Δ mean loss",
+        ],
+        [
+            [
+                r["range"],
+                layers(r["code_range"]),
+                r["d_forward"],
+                ms(r["exact_seconds"]),
+                ms(r["seconds"]),
+                times(r["speedup"]),
+                times(r["paper_speedup"]),
+                f"{r['max_abs_logit_diff']:.2e}",
+                f"{r['max_abs_exact_logit']:.2f}",
+                f"{r['mean_loss_diff']:+.2e}",
+            ]
+            for r in rows
+        ],
+    )
+    notes = [
+        f"Prefill of {p.prefill_batch} x {p.prefill_seq} random tokens (logits, R and KV cache) by Jacobi with "
+        "D passes vs exact sequential prefill.",
+        f"Deviation on a random-init model with every gamma set to {p.prefill_gamma} so that the recurrence "
+        "changes the logits: it shows how far Jacobi is from exact, not the task-quality gap of Table 8 "
+        "(that needs a trained model). Jacobi is exact at positions < D, so everywhere when D >= prompt length.",
+    ]
     return {"rows": rows, "markdown": table, "notes": notes}
 
 
@@ -501,7 +713,11 @@ def _state_bytes(cfg: ModelConfig, batch: int, slots: int) -> dict:
     cache = jax.eval_shape(lambda: init_cache(cfg, batch, slots))
     kv = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
     recurrent = 0 if cfg.recurrence is None else batch * cfg.hidden_size * jnp.dtype(cfg.dtype).itemsize
-    return {"kv_cache_bytes": int(kv), "recurrent_state_bytes": int(recurrent), "state_bytes": int(kv + recurrent)}
+    return {
+        "kv_cache_bytes": int(kv),
+        "recurrent_state_bytes": int(recurrent),
+        "state_bytes": int(kv + recurrent),
+    }
 
 
 def memory_section(bench: Bench) -> dict:
@@ -510,14 +726,23 @@ def memory_section(bench: Bench) -> dict:
     batch, n = max(p.decode_batches), max(p.decode_lengths)
     decode_cases = {"baseline": inference_config(bench.baseline), r: inference_config(bench.t2mlr(r))}
     # The Jacobi step at D and at D' = B+1 (no stop-gradient pass at all), both with gradient through B passes.
-    train_cases = [("baseline", bench.baseline, p.d_forward, p.d_backward),
-                   (r, bench.t2mlr(r), p.d_forward, p.d_backward), (r, bench.t2mlr(r), p.d_backward + 1, p.d_backward)]
+    train_cases = [
+        ("baseline", bench.baseline, p.d_forward, p.d_backward),
+        (r, bench.t2mlr(r), p.d_forward, p.d_backward),
+        (r, bench.t2mlr(r), p.d_backward + 1, p.d_backward),
+    ]
     with progress("memory", len(decode_cases) + len(train_cases)) as bar:
         decode_rows = []
         for name, cfg in decode_cases.items():
-            decode_rows.append({"variant": name, "batch": batch, "slots": p.prompt_len + n,
-                                **_state_bytes(cfg, batch, p.prompt_len + n),
-                                "compiled": memory_stats(bench.decode_run(cfg, batch, n).compiled)})
+            decode_rows.append(
+                {
+                    "variant": name,
+                    "batch": batch,
+                    "slots": p.prompt_len + n,
+                    **_state_bytes(cfg, batch, p.prompt_len + n),
+                    "compiled": memory_stats(bench.decode_run(cfg, batch, n).compiled),
+                }
+            )
             bar.update()
         train_rows = []
         for name, cfg, d_forward, d_backward in train_cases:
@@ -528,21 +753,63 @@ def memory_section(bench: Bench) -> dict:
     _add_ratios(train_rows, "peak_bytes", "peak_ratio")
     deep, shallow = train_rows[1], train_rows[2]
     no_activations = deep["temp_bytes"] / shallow["temp_bytes"]
-    tables = "\n\n".join([
-        markdown_table(["decode", "batch", "cache slots", "KV cache", "recurrent state", "state ratio",
-                        "generate() temporaries", "generate() peak"],
-                       [[d["variant"], d["batch"], d["slots"], size(d["kv_cache_bytes"]),
-                         size(d["recurrent_state_bytes"]), times(d["state_ratio"], 5),
-                         size(d["compiled"]["temp_bytes"]), size(d["compiled"]["peak_bytes"])] for d in decode_rows]),
-        markdown_table(["train step", "D", "B", "arguments", "temporaries", "peak", "peak ratio"],
-                       [[t["variant"], t["d_forward"], t["d_backward"], size(t["argument_bytes"]),
-                         size(t["temp_bytes"]), size(t["peak_bytes"]), times(t["peak_ratio"])] for t in train_rows])])
-    notes = ["Decode state = KV cache (keys, values, slot segment ids) + one d-vector per row for T²MLR. "
-             "Compiled peak = arguments + outputs - donated aliases + temporaries (compiled.memory_analysis()).",
-             f"Stop-gradient passes keep no activations: temporaries of D={p.d_forward} / D={p.d_backward + 1} "
-             f"(both B={p.d_backward}) = {no_activations:.3f} (1.0 = none kept)."]
-    return {"decode_rows": decode_rows, "train_rows": train_rows, "temp_ratio_deep_over_shallow": no_activations,
-            "markdown": tables, "notes": notes}
+    tables = "\n\n".join(
+        [
+            markdown_table(
+                [
+                    "decode",
+                    "batch",
+                    "cache slots",
+                    "KV cache",
+                    "recurrent state",
+                    "state ratio",
+                    "generate() temporaries",
+                    "generate() peak",
+                ],
+                [
+                    [
+                        d["variant"],
+                        d["batch"],
+                        d["slots"],
+                        size(d["kv_cache_bytes"]),
+                        size(d["recurrent_state_bytes"]),
+                        times(d["state_ratio"], 5),
+                        size(d["compiled"]["temp_bytes"]),
+                        size(d["compiled"]["peak_bytes"]),
+                    ]
+                    for d in decode_rows
+                ],
+            ),
+            markdown_table(
+                ["train step", "D", "B", "arguments", "temporaries", "peak", "peak ratio"],
+                [
+                    [
+                        t["variant"],
+                        t["d_forward"],
+                        t["d_backward"],
+                        size(t["argument_bytes"]),
+                        size(t["temp_bytes"]),
+                        size(t["peak_bytes"]),
+                        times(t["peak_ratio"]),
+                    ]
+                    for t in train_rows
+                ],
+            ),
+        ]
+    )
+    notes = [
+        "Decode state = KV cache (keys, values, slot segment ids) + one d-vector per row for T²MLR. "
+        "Compiled peak = arguments + outputs - donated aliases + temporaries (compiled.memory_analysis()).",
+        f"Stop-gradient passes keep no activations: temporaries of D={p.d_forward} / D={p.d_backward + 1} "
+        f"(both B={p.d_backward}) = {no_activations:.3f} (1.0 = none kept).",
+    ]
+    return {
+        "decode_rows": decode_rows,
+        "train_rows": train_rows,
+        "temp_ratio_deep_over_shallow": no_activations,
+        "markdown": tables,
+        "notes": notes,
+    }
 
 
 def _add_ratios(rows: list[dict], key: str, name: str) -> None:
@@ -553,41 +820,90 @@ def _add_ratios(rows: list[dict], key: str, name: str) -> None:
 def throughput_section(bench: Bench) -> dict:
     p = bench.preset
     peak, n = bench.peak_flops, max(p.decode_lengths)
-    rows = [_throughput_row("train", t["variant"], p.train_batch * p.train_seq, t["flops"], t["seconds"], peak)
-            for t in bench.results["train"]["rows"]]
+    rows = [
+        _throughput_row("train", t["variant"], p.train_batch * p.train_seq, t["flops"], t["seconds"], peak)
+        for t in bench.results["train"]["rows"]
+    ]
     for batch in p.decode_batches:
         decoded = [d for d in bench.results["decode"]["rows"] if d["batch"] == batch and d["new_tokens"] == n]
-        rows.append(_throughput_row(f"decode b={batch}", "baseline", batch * n,
-                                    decode_flops(bench.baseline, batch, p.prompt_len, n),
-                                    decoded[0]["baseline_seconds"], peak))
-        rows += [_throughput_row(f"decode b={batch}", d["range"], batch * n,
-                                 decode_flops(bench.t2mlr(d["range"]), batch, p.prompt_len, n), d["seconds"], peak)
-                 for d in decoded]
-    table = markdown_table(["workload", "variant", "tokens/s", "counted GFLOP", "GFLOP/s", "MFU"],
-                           [[r["workload"], r["variant"], f"{r['tokens_per_second']:,.0f}", f"{r['flops'] / 1e9:,.1f}",
-                             f"{r['flops_per_second'] / 1e9:,.1f}", "null" if r["mfu"] is None else f"{r['mfu']:.1%}"]
-                            for r in rows])
-    peak_text = "none (CPU or unknown device: pass --peak_tflops)" if peak is None else f"{peak / 1e12:.0f} TFLOP/s"
-    notes = [f"MFU = counted matmul FLOPs (incl. the Jacobi refinement passes) / time / dense bf16 peak; "
-             f"peak {peak_text}. Decode: the longest generation ({n} tokens), every step attending to all cache slots."]
+        rows.append(
+            _throughput_row(
+                f"decode b={batch}",
+                "baseline",
+                batch * n,
+                decode_flops(bench.baseline, batch, p.prompt_len, n),
+                decoded[0]["baseline_seconds"],
+                peak,
+            )
+        )
+        rows += [
+            _throughput_row(
+                f"decode b={batch}",
+                d["range"],
+                batch * n,
+                decode_flops(bench.t2mlr(d["range"]), batch, p.prompt_len, n),
+                d["seconds"],
+                peak,
+            )
+            for d in decoded
+        ]
+    table = markdown_table(
+        ["workload", "variant", "tokens/s", "counted GFLOP", "GFLOP/s", "MFU"],
+        [
+            [
+                r["workload"],
+                r["variant"],
+                f"{r['tokens_per_second']:,.0f}",
+                f"{r['flops'] / 1e9:,.1f}",
+                f"{r['flops_per_second'] / 1e9:,.1f}",
+                "null" if r["mfu"] is None else f"{r['mfu']:.1%}",
+            ]
+            for r in rows
+        ],
+    )
+    peak_text = (
+        "none (CPU or unknown device: pass --peak_tflops)" if peak is None else f"{peak / 1e12:.0f} TFLOP/s"
+    )
+    notes = [
+        f"MFU = counted matmul FLOPs (incl. the Jacobi refinement passes) / time / dense bf16 peak; "
+        f"peak {peak_text}. Decode: the longest generation ({n} tokens), every step attending to all cache slots."
+    ]
     return {"rows": rows, "peak_flops": peak, "markdown": table, "notes": notes}
 
 
-def _throughput_row(workload: str, variant: str, tokens: int, flops: float, seconds: float,
-                    peak: Optional[float]) -> dict:
+def _throughput_row(
+    workload: str, variant: str, tokens: int, flops: float, seconds: float, peak: float | None
+) -> dict:
     achieved = flops / seconds
-    return {"workload": workload, "variant": variant, "tokens_per_second": tokens / seconds, "flops": flops,
-            "flops_per_second": achieved, "mfu": None if peak is None else achieved / peak}
+    return {
+        "workload": workload,
+        "variant": variant,
+        "tokens_per_second": tokens / seconds,
+        "flops": flops,
+        "flops_per_second": achieved,
+        "mfu": None if peak is None else achieved / peak,
+    }
 
 
-SECTION_FNS = {"decode": decode_section, "train": train_section, "prefill": prefill_section,
-               "memory": memory_section, "throughput": throughput_section}
-TITLES = {"decode": "Decode (Table 7)", "train": "Training step (Table 12)", "prefill": "Prefill (Table 8)",
-          "memory": "Peak memory", "throughput": "Throughput and MFU"}
+SECTION_FNS = {
+    "decode": decode_section,
+    "train": train_section,
+    "prefill": prefill_section,
+    "memory": memory_section,
+    "throughput": throughput_section,
+}
+TITLES = {
+    "decode": "Decode (Table 7)",
+    "train": "Training step (Table 12)",
+    "prefill": "Prefill (Table 8)",
+    "memory": "Peak memory",
+    "throughput": "Throughput and MFU",
+}
 
 
 # ---------------------------------------------------------------------------------------------
 # Output
+
 
 def markdown_table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -598,7 +914,7 @@ def ms(seconds: float) -> str:
     return f"{1e3 * seconds:.1f}"
 
 
-def times(ratio: Optional[float], digits: int = 3) -> str:
+def times(ratio: float | None, digits: int = 3) -> str:
     return "—" if ratio is None else f"{ratio:.{digits}f}×"
 
 
@@ -610,31 +926,52 @@ def size(num_bytes: float) -> str:
     return f"{num_bytes:.2f} GiB"
 
 
-def layers(code_range: Optional[list[int]]) -> str:
+def layers(code_range: list[int] | None) -> str:
     return "—" if code_range is None else f"{code_range[0]}–{code_range[1]}"
 
 
 def describe(cfg: ModelConfig) -> str:
-    return (f"{cfg.num_layers} layers, d {cfg.hidden_size}, {cfg.num_heads}/{cfg.num_kv_heads} heads x {cfg.head_dim}, "
-            f"MLP {cfg.mlp_dim}, vocab {cfg.vocab_size}, {cfg.dtype}, {num_params(cfg):,} params")
+    return (
+        f"{cfg.num_layers} layers, d {cfg.hidden_size}, {cfg.num_heads}/{cfg.num_kv_heads} heads x {cfg.head_dim}, "
+        f"MLP {cfg.mlp_dim}, vocab {cfg.vocab_size}, {cfg.dtype}, {num_params(cfg):,} params"
+    )
 
 
 def metadata(name: str, bench: Bench, argv: list[str]) -> dict:
     device = jax.devices()[0]
-    return {"preset": name, "command": " ".join(["python experiments/bench.py", *argv]),
-            "device": f"{device.platform}: {device.device_kind}", "jax": jax.__version__,
-            "python": platform.python_version(), "repeats": bench.preset.repeats, "seed": bench.seed,
-            "t2mlr": describe(bench.preset.model.with_recurrence()), "baseline": describe(bench.baseline),
-            "preset_settings": {k: v for k, v in dataclasses.asdict(bench.preset).items() if k != "model"}}
+    return {
+        "preset": name,
+        "command": " ".join(["python experiments/bench.py", *argv]),
+        "device": f"{device.platform}: {device.device_kind}",
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "repeats": bench.preset.repeats,
+        "seed": bench.seed,
+        "t2mlr": describe(bench.preset.model.with_recurrence()),
+        "baseline": describe(bench.baseline),
+        "preset_settings": {k: v for k, v in dataclasses.asdict(bench.preset).items() if k != "model"},
+    }
 
 
 def render(meta: dict, results: dict) -> str:
-    parts = [f"# T²MLR cost benchmark ({meta['preset']})", "",
-             f"`{meta['command']}` on {meta['device']}, jax {meta['jax']}, {meta['repeats']} repetitions "
-             "(medians of side-by-side ratios).", "", f"- T²MLR backbone: {meta['t2mlr']}",
-             f"- parameter-matched baseline: {meta['baseline']}"]
+    parts = [
+        f"# T²MLR cost benchmark ({meta['preset']})",
+        "",
+        f"`{meta['command']}` on {meta['device']}, jax {meta['jax']}, {meta['repeats']} repetitions "
+        "(medians of side-by-side ratios).",
+        "",
+        f"- T²MLR backbone: {meta['t2mlr']}",
+        f"- parameter-matched baseline: {meta['baseline']}",
+    ]
     for name, section in results.items():
-        parts += ["", f"## {TITLES[name]}", "", section["markdown"], "", *(f"- {n}" for n in section["notes"])]
+        parts += [
+            "",
+            f"## {TITLES[name]}",
+            "",
+            section["markdown"],
+            "",
+            *(f"- {n}" for n in section["notes"]),
+        ]
     return "\n".join(parts) + "\n"
 
 
@@ -648,7 +985,7 @@ def resolve_sections(text: str) -> list[str]:
     return [s for s in SECTIONS if s in wanted]
 
 
-def default_peak_flops(device) -> Optional[float]:
+def default_peak_flops(device) -> float | None:
     kind = device.device_kind.lower()
     if device.platform == "cpu":
         return None
@@ -660,29 +997,43 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="experiments/bench.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=list(PRESETS), default="quick",
-                        help="smoke: test-sized; quick: CPU-sized SmolLM2; full: SmolLM2-135M shapes, bf16")
-    parser.add_argument("--sections", default=",".join(SECTIONS),
-                        help="comma-separated subset of " + ",".join(SECTIONS))
-    parser.add_argument("--out_dir", default="runs/bench", help="where bench_<preset>.json and .md are written")
+    parser = argparse.ArgumentParser(
+        prog="experiments/bench.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default="quick",
+        help="smoke: test-sized; quick: CPU-sized SmolLM2; full: SmolLM2-135M shapes, bf16",
+    )
+    parser.add_argument(
+        "--sections", default=",".join(SECTIONS), help="comma-separated subset of " + ",".join(SECTIONS)
+    )
+    parser.add_argument(
+        "--out_dir", default="runs/bench", help="where bench_<preset>.json and .md are written"
+    )
     parser.add_argument("--repeats", type=int, help="timed repetitions per variant (default: the preset's)")
     parser.add_argument("--decode_lengths", type=_ints, help="generated tokens, e.g. 512,1024,2048")
     parser.add_argument("--decode_batches", type=_ints, help="decode batch sizes, e.g. 1,8")
-    parser.add_argument("--peak_tflops", type=float,
-                        help="peak TFLOP/s per chip for MFU (default by device kind: H100/H200 989, v5e 197, "
-                             "v5p 459; CPU: none)")
+    parser.add_argument(
+        "--peak_tflops",
+        type=float,
+        help="peak TFLOP/s per chip for MFU (default by device kind: H100/H200 989, v5e 197, "
+        "v5p 459; CPU: none)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
 
-def main(argv: Optional[list[str]] = None) -> dict:
+def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     sections = resolve_sections(args.sections)
-    overrides = {k: getattr(args, k) for k in ("repeats", "decode_lengths", "decode_batches")
-                 if getattr(args, k) is not None}
+    overrides = {
+        k: getattr(args, k)
+        for k in ("repeats", "decode_lengths", "decode_batches")
+        if getattr(args, k) is not None
+    }
     preset = dataclasses.replace(PRESETS[args.preset], **overrides)
     peak = default_peak_flops(jax.devices()[0]) if args.peak_tflops is None else args.peak_tflops * 1e12
     bench = Bench(preset, matched_baseline(preset.model), peak, args.seed)
@@ -696,8 +1047,10 @@ def main(argv: Optional[list[str]] = None) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown = render(meta, bench.results)
     (out_dir / f"bench_{args.preset}.md").write_text(markdown)
-    payload = {"meta": meta, "sections": {k: {f: v for f, v in s.items() if f != "markdown"}
-                                          for k, s in bench.results.items()}}
+    payload = {
+        "meta": meta,
+        "sections": {k: {f: v for f, v in s.items() if f != "markdown"} for k, s in bench.results.items()},
+    }
     (out_dir / f"bench_{args.preset}.json").write_text(json.dumps(payload, indent=1))
     print(markdown)
     return payload

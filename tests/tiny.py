@@ -10,8 +10,16 @@ from t2mlr_jax.model.params import init_params
 
 def tiny_config(recurrence=True, **changes) -> ModelConfig:
     rec = RecurrenceConfig(l_start=1, l_end=2) if recurrence is True else recurrence or None
-    cfg = ModelConfig(vocab_size=64, hidden_size=32, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=8,
-                      mlp_dim=64, recurrence=rec)
+    cfg = ModelConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        mlp_dim=64,
+        recurrence=rec,
+    )
     return cfg.replace(**changes).validate()
 
 
@@ -19,8 +27,10 @@ def tiny_params(cfg: ModelConfig, seed: int = 0, gamma: float = 0.0) -> dict:
     """Fresh parameters; with gamma != 0 the fusion is switched on (every gamma set to `gamma`)."""
     params = init_params(cfg, jax.random.PRNGKey(seed))
     if "mixer" in params and gamma:
-        params["mixer"] = {k: (jnp.full_like(v, gamma) if k.startswith("rezero_gamma") else v)
-                           for k, v in params["mixer"].items()}
+        params["mixer"] = {
+            k: (jnp.full_like(v, gamma) if k.startswith("rezero_gamma") else v)
+            for k, v in params["mixer"].items()
+        }
     return params
 
 

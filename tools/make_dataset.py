@@ -34,26 +34,43 @@ def parse_overrides(pairs: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--task", required=True, choices=sorted(TASKS))
-    parser.add_argument("--split", default="train", choices=SPLITS,
-                        help="split name; S5-retrieval test uses N in 1..48, train/validation 1..32")
+    parser.add_argument(
+        "--split",
+        default="train",
+        choices=SPLITS,
+        help="split name; S5-retrieval test uses N in 1..48, train/validation 1..32",
+    )
     parser.add_argument("--num_examples", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", required=True, help="output folder; files are <split>.jsonl / <split>.array_record")
+    parser.add_argument(
+        "--out", required=True, help="output folder; files are <split>.jsonl / <split>.array_record"
+    )
     parser.add_argument("--format", choices=("jsonl", "array_record", "both"), default="both")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a field of the task's config dataclass (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field of the task's config dataclass (repeatable)",
+    )
     args = parser.parse_args(argv)
     try:
-        source = GeneratedTaskSource(args.task, args.split, seed=args.seed, num_examples=args.num_examples,
-                                     **parse_overrides(args.set))
+        source = GeneratedTaskSource(
+            args.task, args.split, seed=args.seed, num_examples=args.num_examples, **parse_overrides(args.set)
+        )
     except ValueError as e:
         parser.error(str(e))
 
     os.makedirs(args.out, exist_ok=True)
-    jsonl = open(os.path.join(args.out, f"{args.split}.jsonl"), "w", encoding="utf-8") \
-        if args.format in ("jsonl", "both") else None
+    jsonl = (
+        open(os.path.join(args.out, f"{args.split}.jsonl"), "w", encoding="utf-8")
+        if args.format in ("jsonl", "both")
+        else None
+    )
     records = None
     if args.format in ("array_record", "both"):
         from array_record.python.array_record_module import ArrayRecordWriter

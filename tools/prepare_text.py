@@ -28,11 +28,17 @@ def _chunks(iterable, size):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--input", required=True, nargs="+", help="document files or folders")
     parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--tokenizer", required=True, help="tokenizer.json, a folder holding it, or a .gguf file")
-    parser.add_argument("--eos_token", default=None, help="EOS token string (default: from the tokenizer files)")
+    parser.add_argument(
+        "--tokenizer", required=True, help="tokenizer.json, a folder holding it, or a .gguf file"
+    )
+    parser.add_argument(
+        "--eos_token", default=None, help="EOS token string (default: from the tokenizer files)"
+    )
     parser.add_argument("--split", default="train", help="shard file name prefix")
     parser.add_argument("--text_key", default="text", help="field holding the text in .jsonl / .parquet")
     parser.add_argument("--documents_per_shard", type=int, default=1_000_000)
@@ -44,9 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         parser.error(str(e))
 
-    writer = TokenStoreWriter(args.output_dir, split=args.split, vocab_size=tokenizer.vocab_size,
-                              eos_id=tokenizer.eos_id, tokenizer=args.tokenizer,
-                              documents_per_shard=args.documents_per_shard)
+    writer = TokenStoreWriter(
+        args.output_dir,
+        split=args.split,
+        vocab_size=tokenizer.vocab_size,
+        eos_id=tokenizer.eos_id,
+        tokenizer=args.tokenizer,
+        documents_per_shard=args.documents_per_shard,
+    )
     skipped = 0
     with tqdm(desc="tokenizing", unit="doc") as progress:
         for file in files:
@@ -58,8 +69,10 @@ def main(argv: list[str] | None = None) -> int:
                         skipped += 1
                 progress.update(len(texts))
     meta = writer.close()
-    print(f"wrote {meta.num_documents} documents, {meta.num_tokens} tokens ({meta.dtype}) in "
-          f"{len(meta.files)} shards to {args.output_dir}; skipped {skipped} empty documents")
+    print(
+        f"wrote {meta.num_documents} documents, {meta.num_tokens} tokens ({meta.dtype}) in "
+        f"{len(meta.files)} shards to {args.output_dir}; skipped {skipped} empty documents"
+    )
     return 0
 
 

@@ -8,7 +8,6 @@ tail irrelevant, so this is exactly greedy decoding, at O(N) forwards instead of
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -21,21 +20,36 @@ from t2mlr_jax.model.recurrence import Layout
 LogitsFn = Callable[[dict, Int[Array, "B T"], Layout], Float[Array, "B T V"]]
 
 
-def greedy_by_recompute(logits_fn: LogitsFn, params: dict, prompt_tokens: Int[Array, "B P"],
-                        prompt_mask: Int[Array, "B P"], prompt_control_flow: Optional[Int[Array, "B P"]], *,
-                        max_new_tokens: int, eos_id: Optional[int], pad_id: int) -> GenerateOutput:
+def greedy_by_recompute(
+    logits_fn: LogitsFn,
+    params: dict,
+    prompt_tokens: Int[Array, "B P"],
+    prompt_mask: Int[Array, "B P"],
+    prompt_control_flow: Int[Array, "B P"] | None,
+    *,
+    max_new_tokens: int,
+    eos_id: int | None,
+    pad_id: int,
+) -> GenerateOutput:
     b, p = prompt_tokens.shape
-    mask = jnp.concatenate([prompt_mask, jnp.ones((b, max_new_tokens), prompt_mask.dtype)], axis=1).astype(jnp.int32)
+    mask = jnp.concatenate([prompt_mask, jnp.ones((b, max_new_tokens), prompt_mask.dtype)], axis=1).astype(
+        jnp.int32
+    )
     if prompt_control_flow is None:
         prompt_control_flow = jnp.where(prompt_mask != 0, RECURRENT, 0)
-    control_flow = jnp.concatenate([prompt_control_flow * prompt_mask,
-                                    jnp.full((b, max_new_tokens), RECURRENT, jnp.int32)], axis=1)
+    control_flow = jnp.concatenate(
+        [prompt_control_flow * prompt_mask, jnp.full((b, max_new_tokens), RECURRENT, jnp.int32)], axis=1
+    )
     layout = Layout(jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0), mask, control_flow.astype(jnp.int32))
-    buffer = jnp.concatenate([prompt_tokens.astype(jnp.int32), jnp.full((b, max_new_tokens), pad_id, jnp.int32)], 1)
+    buffer = jnp.concatenate(
+        [prompt_tokens.astype(jnp.int32), jnp.full((b, max_new_tokens), pad_id, jnp.int32)], 1
+    )
 
     def body(i, state):
         buffer, done = state
-        logits = jax.lax.dynamic_index_in_dim(logits_fn(params, buffer, layout), p + i - 1, axis=1, keepdims=False)
+        logits = jax.lax.dynamic_index_in_dim(
+            logits_fn(params, buffer, layout), p + i - 1, axis=1, keepdims=False
+        )
         nxt = jnp.where(done, pad_id, jnp.argmax(logits, axis=-1).astype(jnp.int32))
         if eos_id is not None:
             done = done | (nxt == eos_id)

@@ -24,8 +24,16 @@ def loop_range(cfg: ModelConfig, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-def looped_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], layout: Layout, *, start: int,
-                   end: int, repeats: int) -> Float[Array, "B T V"]:
+def looped_forward(
+    cfg: ModelConfig,
+    params: dict,
+    tokens: Int[Array, "B T"],
+    layout: Layout,
+    *,
+    start: int,
+    end: int,
+    repeats: int,
+) -> Float[Array, "B T V"]:
     start, end = loop_range(cfg, start, end)
     kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
     h, _ = run_blocks(cfg, params, embed(cfg, params, tokens), 0, start, **kw)
@@ -34,11 +42,17 @@ def looped_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], la
     return head(cfg, params, h)
 
 
-def unrolled(cfg: ModelConfig, params: dict, *, start: int, end: int, repeats: int) -> tuple[ModelConfig, dict]:
+def unrolled(
+    cfg: ModelConfig, params: dict, *, start: int, end: int, repeats: int
+) -> tuple[ModelConfig, dict]:
     """The looped model as a plain transformer: blocks 0..start-1, then [start, end] `repeats` times, then
     the rest (the repeated blocks' weights copied): the same function, `start + repeats (end - start + 1) +
     (L - end - 1)` layers deep."""
     start, end = loop_range(cfg, start, end)
-    order = np.r_[np.arange(start), np.tile(np.arange(start, end + 1), repeats), np.arange(end + 1, cfg.num_layers)]
-    return (cfg.replace(num_layers=len(order)),
-            {**params, "layers": jax.tree.map(lambda p: p[order], params["layers"])})
+    order = np.r_[
+        np.arange(start), np.tile(np.arange(start, end + 1), repeats), np.arange(end + 1, cfg.num_layers)
+    ]
+    return (
+        cfg.replace(num_layers=len(order)),
+        {**params, "layers": jax.tree.map(lambda p: p[order], params["layers"])},
+    )

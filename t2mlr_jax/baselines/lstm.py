@@ -22,9 +22,11 @@ def init_lstm(key: jax.Array, *, vocab_size: int, hidden: int, layers: int) -> d
     uniform = lambda k, shape: jax.random.uniform(k, shape, jnp.float32, -bound, bound)
     return {
         "embed_tokens": jax.random.normal(k_embed, (vocab_size, hidden), jnp.float32),
-        "lstm": {"w_ih": uniform(k_ih, (layers, hidden, 4 * hidden)),
-                 "w_hh": uniform(k_hh, (layers, hidden, 4 * hidden)),
-                 "bias": uniform(k_b, (layers, 4 * hidden))},
+        "lstm": {
+            "w_ih": uniform(k_ih, (layers, hidden, 4 * hidden)),
+            "w_hh": uniform(k_hh, (layers, hidden, 4 * hidden)),
+            "bias": uniform(k_b, (layers, 4 * hidden)),
+        },
     }
 
 

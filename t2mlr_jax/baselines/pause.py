@@ -19,14 +19,22 @@ def init_pause(cfg: ModelConfig, key: jax.Array) -> jax.Array:
     return normal(cfg.init_std)(key, (cfg.hidden_size,), jnp.dtype(cfg.param_dtype))
 
 
-def pause_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], layout: Layout, *,
-                  num_pause: int) -> Float[Array, "B T V"]:
+def pause_forward(
+    cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], layout: Layout, *, num_pause: int
+) -> Float[Array, "B T V"]:
     b, t = tokens.shape
     group = 1 + num_pause
     h = embed(cfg, params, tokens)[:, :, None]
     pauses = jnp.broadcast_to(params[PAUSE_PARAM].astype(h.dtype), (b, t, num_pause, h.shape[-1]))
     h = jnp.concatenate([h, pauses], axis=2).reshape(b, t * group, -1)
     expand = lambda a: jnp.repeat(a, group, axis=1)
-    h, _ = run_blocks(cfg, params, h, 0, cfg.num_layers, positions=expand(layout.positions),
-                      segment_ids=expand(layout.segment_ids))
+    h, _ = run_blocks(
+        cfg,
+        params,
+        h,
+        0,
+        cfg.num_layers,
+        positions=expand(layout.positions),
+        segment_ids=expand(layout.segment_ids),
+    )
     return head(cfg, params, h.reshape(b, t, group, -1)[:, :, -1])

@@ -57,15 +57,24 @@ def extract_boxed(text: str) -> str | None:
     for i in range(begin, len(text)):
         depth += {"{": 1, "}": -1}.get(text[i], 0)
         if depth == 0:
-            return text[begin + 1:i].strip()
+            return text[begin + 1 : i].strip()
     return None  # unbalanced: the generation stopped inside the box
 
 
 def normalize_math_answer(answer: str) -> str:
     """Spelling-only differences removed: spaces, $, \\left/\\right, \\! and \\, spacing, \\dfrac/\\tfrac,
     ^\\circ, a trailing period, and thousands separators inside numbers ("1,234" -> "1234")."""
-    for old, new in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("$", ""),
-                     ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("^\\circ", ""), ("^{\\circ}", "")):
+    for old, new in (
+        ("\\left", ""),
+        ("\\right", ""),
+        ("\\!", ""),
+        ("\\,", ""),
+        ("$", ""),
+        ("\\dfrac", "\\frac"),
+        ("\\tfrac", "\\frac"),
+        ("^\\circ", ""),
+        ("^{\\circ}", ""),
+    ):
         answer = answer.replace(old, new)
     answer = re.sub(r"\s+", "", answer).rstrip(".")
     return re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", answer)
@@ -110,24 +119,32 @@ def prosqa_path_correct(generated: str, record: dict) -> bool:
         return False
     current = gold[0]
     for lhs, rhs in statements:
-        if lhs != current or lhs not in symbols or rhs not in symbols or (symbols[lhs], symbols[rhs]) not in edges:
+        if (
+            lhs != current
+            or lhs not in symbols
+            or rhs not in symbols
+            or (symbols[lhs], symbols[rhs]) not in edges
+        ):
             return False
         current = rhs
     return current == gold[1]
 
 
 def pathfinding_path_correct(generated: str, record: dict) -> bool:
-    """"a -> b -> ... -> z" follows graph edges from start to end with the shortest length (text after
+    """ "a -> b -> ... -> z" follows graph edges from start to end with the shortest length (text after
     a "|" divider only, as the release's random-walk-prefix format)."""
     text = _cut_at_end_marker(generated).split("|")[-1].strip()
     if text.startswith("Wait "):
-        text = text[len("Wait "):]
+        text = text[len("Wait ") :]
     parts = [p.strip().rstrip(".,;") for p in text.split("->")]
     symbols = {s: i for i, s in enumerate(record["idx_to_symbol"])}
     if len(parts) < 2 or any(p not in symbols for p in parts):
         return False
     path = [symbols[p] for p in parts]
     edges = {tuple(e) for e in record["edges"]}
-    return (path[0] == record["start"] and path[-1] == record["end"]
-            and all((u, v) in edges for u, v in zip(path, path[1:]))
-            and len(path) - 1 == record["path_length"])
+    return (
+        path[0] == record["start"]
+        and path[-1] == record["end"]
+        and all((u, v) in edges for u, v in zip(path, path[1:]))
+        and len(path) - 1 == record["path_length"]
+    )

@@ -77,9 +77,10 @@ def validate_batch(batch: Mapping[str, np.ndarray], *, vocab_size: int | None = 
         check_token_ids(batch["targets"], vocab_size, what="batch['targets']")
 
 
-def check_token_ids(ids: Shaped[np.ndarray, "..."], vocab_size: int, *, what: str) -> None:
+def check_token_ids(ids: Shaped[np.ndarray, ...], vocab_size: int, *, what: str) -> None:
     """Raise ValueError if any id in `ids` is negative or >= vocab_size (tokenizer/model mismatch)."""
     if ids.size and (int(ids.max()) >= vocab_size or int(ids.min()) < 0):
         raise ValueError(
             f"{what} holds token id {int(ids.max())} (min {int(ids.min())}) outside the vocabulary of "
-            f"size {vocab_size}: the tokenizer does not match the model")
+            f"size {vocab_size}: the tokenizer does not match the model"
+        )

@@ -15,17 +15,27 @@ from t2mlr_jax.data.batch import BATCH_DTYPES, EXAMPLE_KEYS, PAD, PROMPT
 Packing = Literal["none", "first_fit", "concat_split"]
 
 
-def batch_examples(examples: grain.MapDataset, *, batch_size: int, seq_len: int, packing: Packing = "none",
-                   seed: int = 0, shuffle: bool = True, num_epochs: int | None = None,
-                   shard_options: grain.sharding.ShardOptions | None = None, worker_count: int = 0,
-                   drop_remainder: bool = True) -> grain.IterDataset:
+def batch_examples(
+    examples: grain.MapDataset,
+    *,
+    batch_size: int,
+    seq_len: int,
+    packing: Packing = "none",
+    seed: int = 0,
+    shuffle: bool = True,
+    num_epochs: int | None = None,
+    shard_options: grain.sharding.ShardOptions | None = None,
+    worker_count: int = 0,
+    drop_remainder: bool = True,
+) -> grain.IterDataset:
     """Shard, shuffle, repeat, pack/pad and batch a MapDataset of examples; batch_size is per host.
 
     packing "none": one example per row, right-padded; an example longer than seq_len raises.
     "first_fit": whole examples packed into rows (grain FirstFitPack); one longer than seq_len raises.
     "concat_split": examples concatenated and cut every seq_len tokens; a cut document continues as a new
     segment of the next row (positions restart, as the release truncates documents at its context).
-    Without drop_remainder the last batch is completed with empty rows, so every batch is [batch_size, seq_len].
+    Without drop_remainder the last batch is completed with empty rows, so every batch is
+    [batch_size, seq_len].
     """
     if batch_size < 1 or seq_len < 2:
         raise ValueError(f"need batch_size >= 1 and seq_len >= 2, got {batch_size}, {seq_len}")
@@ -48,13 +58,19 @@ def batch_examples(examples: grain.MapDataset, *, batch_size: int, seq_len: int,
         if packing == "first_fit":
             examples = examples.map(lambda ex: _check_fits(ex, seq_len))
         stripped = examples.map(lambda ex: {k: ex[k] for k in EXAMPLE_KEYS}).to_iter_dataset()
-        packed = (grain.experimental.FirstFitPackIterDataset(stripped, length_struct=lengths,
-                                                             num_packing_bins=batch_size, shuffle_bins=False)
-                  if packing == "first_fit" else
-                  grain.experimental.ConcatThenSplitIterDataset(stripped, length_struct=lengths))
+        packed = (
+            grain.experimental.FirstFitPackIterDataset(
+                stripped, length_struct=lengths, num_packing_bins=batch_size, shuffle_bins=False
+            )
+            if packing == "first_fit"
+            else grain.experimental.ConcatThenSplitIterDataset(stripped, length_struct=lengths)
+        )
         rows = packed.map(_packed_row)
-    batches = rows.batch(batch_size, drop_remainder=drop_remainder,
-                         batch_fn=lambda batch_rows: _stack_rows(batch_rows, batch_size, seq_len))
+    batches = rows.batch(
+        batch_size,
+        drop_remainder=drop_remainder,
+        batch_fn=lambda batch_rows: _stack_rows(batch_rows, batch_size, seq_len),
+    )
     if worker_count > 0:
         batches = batches.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count))
     return batches
@@ -62,8 +78,9 @@ def batch_examples(examples: grain.MapDataset, *, batch_size: int, seq_len: int,
 
 def _check_fits(example: dict, seq_len: int) -> dict:
     if len(example["tokens"]) > seq_len:
-        raise ValueError(f"an example of {len(example['tokens'])} tokens does not fit seq_len {seq_len}; "
-                         "raise seq_len")
+        raise ValueError(
+            f"an example of {len(example['tokens'])} tokens does not fit seq_len {seq_len}; raise seq_len"
+        )
     return example
 
 
@@ -83,8 +100,11 @@ def _packed_row(packed: dict) -> dict:
     positions, segments = packed["tokens_positions"], packed["tokens_segment_ids"]
     control_flow = np.where((positions == 0) & (segments > 0), PROMPT, packed["control_flow"])
     row = {k: np.asarray(packed[k], BATCH_DTYPES[k]) for k in EXAMPLE_KEYS}
-    row.update(positions=positions.astype(np.int32), segment_ids=segments.astype(np.int32),
-               control_flow=np.where(segments > 0, control_flow, PAD).astype(np.int32))
+    row.update(
+        positions=positions.astype(np.int32),
+        segment_ids=segments.astype(np.int32),
+        control_flow=np.where(segments > 0, control_flow, PAD).astype(np.int32),
+    )
     return row
 
 

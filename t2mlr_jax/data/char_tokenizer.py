@@ -28,7 +28,9 @@ class S5CharTokenizer:
     """Characters are single tokens; `<A_xxxxx>` permutation tokens are atomic."""
 
     def __init__(self) -> None:
-        self.tokens: tuple[str, ...] = SPECIAL_TOKENS + tuple(CHARACTERS) + tuple(map(permutation_token, PERMUTATIONS))
+        self.tokens: tuple[str, ...] = (
+            SPECIAL_TOKENS + tuple(CHARACTERS) + tuple(map(permutation_token, PERMUTATIONS))
+        )
         self._ids = {tok: i for i, tok in enumerate(self.tokens)}
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = range(4)
 

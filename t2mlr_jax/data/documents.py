@@ -18,8 +18,12 @@ def list_files(paths: str | Sequence[str], suffixes: Sequence[str]) -> list[str]
         if not os.path.exists(path):
             raise ValueError(f"data path {path!r} does not exist")
         if os.path.isdir(path):
-            found = sorted(os.path.join(root, name) for root, _, names in os.walk(path) for name in names
-                           if name.endswith(tuple(suffixes)))
+            found = sorted(
+                os.path.join(root, name)
+                for root, _, names in os.walk(path)
+                for name in names
+                if name.endswith(tuple(suffixes))
+            )
             if not found:
                 raise ValueError(f"no {'/'.join(suffixes)} files under {path!r}")
             files += found

@@ -9,15 +9,17 @@ import numpy as np
 from jaxtyping import ArrayLike, Bool, Int, Shaped
 
 
-def token_accuracy(predictions: Int[ArrayLike, "B T"], targets: Int[ArrayLike, "B T"],
-                   mask: Shaped[ArrayLike, "B T"]) -> float:
+def token_accuracy(
+    predictions: Int[ArrayLike, "B T"], targets: Int[ArrayLike, "B T"], mask: Shaped[ArrayLike, "B T"]
+) -> float:
     """Fraction of masked positions where prediction == target (0.0 if the mask is empty)."""
     counted = np.asarray(mask) > 0
     return float((np.asarray(predictions) == np.asarray(targets))[counted].mean()) if counted.any() else 0.0
 
 
-def sequence_exact_match(predictions: Int[ArrayLike, "B T"], targets: Int[ArrayLike, "B T"],
-                         mask: Shaped[ArrayLike, "B T"]) -> Bool[np.ndarray, "B"]:
+def sequence_exact_match(
+    predictions: Int[ArrayLike, "B T"], targets: Int[ArrayLike, "B T"], mask: Shaped[ArrayLike, "B T"]
+) -> Bool[np.ndarray, " B"]:
     """Per row: every masked position is right. Rows with an empty mask are False."""
     counted = np.asarray(mask) > 0
     wrong = (np.asarray(predictions) != np.asarray(targets)) & counted
@@ -38,10 +40,13 @@ class LengthBinnedAccuracy:
         self._tokens = collections.Counter()
         self._correct_tokens = collections.Counter()
 
-    def update(self, predictions: Int[ArrayLike, "B T"], batch: dict,
-               mask: Shaped[ArrayLike, "B T"] | None = None) -> None:
+    def update(
+        self, predictions: Int[ArrayLike, "B T"], batch: dict, mask: Shaped[ArrayLike, "B T"] | None = None
+    ) -> None:
         if "length" not in batch:
-            raise ValueError("LengthBinnedAccuracy needs batch['length'] (unpacked batches of a generated task)")
+            raise ValueError(
+                "LengthBinnedAccuracy needs batch['length'] (unpacked batches of a generated task)"
+            )
         mask = batch["loss_mask"] if mask is None else mask
         counted = np.asarray(mask) > 0
         right = (np.asarray(predictions) == batch["targets"]) & counted
@@ -56,7 +61,11 @@ class LengthBinnedAccuracy:
 
     def result(self) -> dict[int, dict[str, float]]:
         """{length: {"exact_match", "token_accuracy", "count"}}, sorted by length."""
-        return {n: {"exact_match": self._exact[n] / self._rows[n],
-                    "token_accuracy": self._correct_tokens[n] / max(self._tokens[n], 1),
-                    "count": float(self._rows[n])}
-                for n in sorted(self._rows)}
+        return {
+            n: {
+                "exact_match": self._exact[n] / self._rows[n],
+                "token_accuracy": self._correct_tokens[n] / max(self._tokens[n], 1),
+                "count": float(self._rows[n]),
+            }
+            for n in sorted(self._rows)
+        }

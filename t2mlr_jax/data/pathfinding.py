@@ -65,9 +65,12 @@ def make_pathfinding_example(rng: random.Random, index: int, config: Pathfinding
     names = node_names(rng, next_node)
     shuffled = list(edges)
     rng.shuffle(shuffled)
-    prompt = ("Find the shortest path in this directed graph.\n"
-              f"Start: {names[0]}\nEnd: {names[length]}\nEdges:\n"
-              + "\n".join(f"{names[u]} -> {names[v]}" for u, v in shuffled) + "\nAnswer: ")
+    prompt = (
+        "Find the shortest path in this directed graph.\n"
+        f"Start: {names[0]}\nEnd: {names[length]}\nEdges:\n"
+        + "\n".join(f"{names[u]} -> {names[v]}" for u, v in shuffled)
+        + "\nAnswer: "
+    )
     answer = " -> ".join(names[: length + 1])
     return {
         "prompt": prompt,

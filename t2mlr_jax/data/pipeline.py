@@ -42,8 +42,14 @@ _ROW_CONVERTERS = {"gsm8k_aug": gsm8k_aug_record, "hotpotqa": hotpotqa_record}
 # Records -> examples
 
 
-def record_encoder(format: str, tokenizer: TextTokenizer | S5CharTokenizer | None, *, chat: bool = False,
-                   all_recurrent: bool = False, prompt_loss: bool = False) -> Callable[[dict], dict]:
+def record_encoder(
+    format: str,
+    tokenizer: TextTokenizer | S5CharTokenizer | None,
+    *,
+    chat: bool = False,
+    all_recurrent: bool = False,
+    prompt_loss: bool = False,
+) -> Callable[[dict], dict]:
     """A function record -> example for one of RECORD_FORMATS (options: see sft.encode_prompt_response)."""
     if format not in RECORD_FORMATS:
         raise ValueError(f"unknown record format {format!r}; expected one of {RECORD_FORMATS}")
@@ -58,15 +64,23 @@ def record_encoder(format: str, tokenizer: TextTokenizer | S5CharTokenizer | Non
 
     def encode(row: dict) -> dict:
         record = to_record(row)
-        return encode_prompt_response(record["prompt"], record["response"], tokenizer, chat=chat,
-                                      all_recurrent=all_recurrent, prompt_loss=prompt_loss)
+        return encode_prompt_response(
+            record["prompt"],
+            record["response"],
+            tokenizer,
+            chat=chat,
+            all_recurrent=all_recurrent,
+            prompt_loss=prompt_loss,
+        )
 
     return encode
 
 
 def _prompt_response_record(row: dict) -> dict:
     if not isinstance(row.get("prompt"), str) or not isinstance(row.get("response"), str):
-        raise ValueError(f"prompt_response record needs string 'prompt' and 'response' fields (has {sorted(row)})")
+        raise ValueError(
+            f"prompt_response record needs string 'prompt' and 'response' fields (has {sorted(row)})"
+        )
     return row
 
 
@@ -78,8 +92,12 @@ def document_example(ids: Int[np.ndarray, " n"], eos_id: int) -> dict[str, np.nd
     loss_mask[-1] = 0.0
     control_flow = np.full(len(tokens), RECURRENT, np.int32)
     control_flow[0] = PROMPT
-    return {"tokens": tokens, "targets": np.append(tokens[1:], np.int32(0)).astype(np.int32),
-            "loss_mask": loss_mask, "control_flow": control_flow}
+    return {
+        "tokens": tokens,
+        "targets": np.append(tokens[1:], np.int32(0)).astype(np.int32),
+        "loss_mask": loss_mask,
+        "control_flow": control_flow,
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -92,16 +110,32 @@ def _as_text_tokenizer(tokenizer: TextTokenizer | str | None) -> TextTokenizer |
 
 def _check_vocab(tokenizer_vocab: int, vocab_size: int | None) -> None:
     if vocab_size is not None and tokenizer_vocab > vocab_size:
-        raise ValueError(f"tokenizer vocabulary ({tokenizer_vocab}) is larger than the model's vocab_size "
-                         f"({vocab_size}): tokenizer/vocab mismatch")
+        raise ValueError(
+            f"tokenizer vocabulary ({tokenizer_vocab}) is larger than the model's vocab_size "
+            f"({vocab_size}): tokenizer/vocab mismatch"
+        )
 
 
-def task_batches(task: str, split: str, *, seed: int, num_examples: int, batch_size: int, seq_len: int,
-                 tokenizer: TextTokenizer | str | None = None, vocab_size: int | None = None,
-                 packing: bool = False, chat: bool = False, all_recurrent: bool = False,
-                 prompt_loss: bool = False, shuffle: bool | None = None, num_epochs: int | None = None,
-                 shard_options: grain.sharding.ShardOptions | None = None, worker_count: int = 0,
-                 **task_config) -> grain.IterDataset:
+def task_batches(
+    task: str,
+    split: str,
+    *,
+    seed: int,
+    num_examples: int,
+    batch_size: int,
+    seq_len: int,
+    tokenizer: TextTokenizer | str | None = None,
+    vocab_size: int | None = None,
+    packing: bool = False,
+    chat: bool = False,
+    all_recurrent: bool = False,
+    prompt_loss: bool = False,
+    shuffle: bool | None = None,
+    num_epochs: int | None = None,
+    shard_options: grain.sharding.ShardOptions | None = None,
+    worker_count: int = 0,
+    **task_config,
+) -> grain.IterDataset:
     """Batches of a generated task (s5_retrieval, variable_assignment, prosqa, pathfinding).
 
     S5-retrieval uses its char tokenizer (pass tokenizer=None); the others need the text tokenizer.
@@ -111,20 +145,30 @@ def task_batches(task: str, split: str, *, seed: int, num_examples: int, batch_s
     """
     source = GeneratedTaskSource(task, split, seed=seed, num_examples=num_examples, **task_config)
     text_tokenizer = _as_text_tokenizer(tokenizer)
-    encode = record_encoder(source.spec.format, text_tokenizer, chat=chat, all_recurrent=all_recurrent,
-                            prompt_loss=prompt_loss)
+    encode = record_encoder(
+        source.spec.format, text_tokenizer, chat=chat, all_recurrent=all_recurrent, prompt_loss=prompt_loss
+    )
     if isinstance(source.config, S5RetrievalConfig):
         _check_vocab(S5CharTokenizer().vocab_size, vocab_size)
         if not packing and source.config.max_tokens > seq_len:
-            raise ValueError(f"S5-retrieval examples reach {source.config.max_tokens} tokens > seq_len {seq_len}")
+            raise ValueError(
+                f"S5-retrieval examples reach {source.config.max_tokens} tokens > seq_len {seq_len}"
+            )
     else:
         _check_vocab(text_tokenizer.vocab_size, vocab_size)
     examples = grain.MapDataset.source(source).map(encode)
-    return batch_examples(examples, batch_size=batch_size, seq_len=seq_len,
-                          packing="first_fit" if packing else "none", seed=seed,
-                          shuffle=split == "train" if shuffle is None else shuffle, num_epochs=num_epochs,
-                          shard_options=shard_options, worker_count=worker_count,
-                          drop_remainder=num_epochs is None)
+    return batch_examples(
+        examples,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        packing="first_fit" if packing else "none",
+        seed=seed,
+        shuffle=split == "train" if shuffle is None else shuffle,
+        num_epochs=num_epochs,
+        shard_options=shard_options,
+        worker_count=worker_count,
+        drop_remainder=num_epochs is None,
+    )
 
 
 class JsonRecordSource:
@@ -147,27 +191,62 @@ def load_records(path: str) -> list[dict] | JsonRecordSource:
     return JsonRecordSource(list_files(path, (".array_record",)))
 
 
-def file_batches(path: str, *, format: str, batch_size: int, seq_len: int,
-                 tokenizer: TextTokenizer | str | None = None, vocab_size: int | None = None,
-                 packing: bool = False, chat: bool = False, all_recurrent: bool = False,
-                 prompt_loss: bool = False, seed: int = 0, shuffle: bool = True, num_epochs: int | None = None,
-                 shard_options: grain.sharding.ShardOptions | None = None, worker_count: int = 0) -> grain.IterDataset:
+def file_batches(
+    path: str,
+    *,
+    format: str,
+    batch_size: int,
+    seq_len: int,
+    tokenizer: TextTokenizer | str | None = None,
+    vocab_size: int | None = None,
+    packing: bool = False,
+    chat: bool = False,
+    all_recurrent: bool = False,
+    prompt_loss: bool = False,
+    seed: int = 0,
+    shuffle: bool = True,
+    num_epochs: int | None = None,
+    shard_options: grain.sharding.ShardOptions | None = None,
+    worker_count: int = 0,
+) -> grain.IterDataset:
     """Batches of records read from `path` in one of RECORD_FORMATS (gsm8k_aug, hotpotqa, prompt_response,
     s5_retrieval)."""
     text_tokenizer = _as_text_tokenizer(tokenizer)
-    encode = record_encoder(format, text_tokenizer, chat=chat, all_recurrent=all_recurrent, prompt_loss=prompt_loss)
-    _check_vocab(S5CharTokenizer().vocab_size if format == "s5_retrieval" else text_tokenizer.vocab_size, vocab_size)
+    encode = record_encoder(
+        format, text_tokenizer, chat=chat, all_recurrent=all_recurrent, prompt_loss=prompt_loss
+    )
+    _check_vocab(
+        S5CharTokenizer().vocab_size if format == "s5_retrieval" else text_tokenizer.vocab_size, vocab_size
+    )
     examples = grain.MapDataset.source(load_records(path)).map(encode)
-    return batch_examples(examples, batch_size=batch_size, seq_len=seq_len,
-                          packing="first_fit" if packing else "none", seed=seed, shuffle=shuffle,
-                          num_epochs=num_epochs, shard_options=shard_options, worker_count=worker_count,
-                          drop_remainder=num_epochs is None)
+    return batch_examples(
+        examples,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        packing="first_fit" if packing else "none",
+        seed=seed,
+        shuffle=shuffle,
+        num_epochs=num_epochs,
+        shard_options=shard_options,
+        worker_count=worker_count,
+        drop_remainder=num_epochs is None,
+    )
 
 
-def text_batches(paths: str | Sequence[str], *, batch_size: int, seq_len: int,
-                 tokenizer: TextTokenizer | str | None = None, vocab_size: int | None = None,
-                 text_key: str = "text", seed: int = 0, shuffle: bool = True, num_epochs: int | None = None,
-                 shard_options: grain.sharding.ShardOptions | None = None, worker_count: int = 0) -> grain.IterDataset:
+def text_batches(
+    paths: str | Sequence[str],
+    *,
+    batch_size: int,
+    seq_len: int,
+    tokenizer: TextTokenizer | str | None = None,
+    vocab_size: int | None = None,
+    text_key: str = "text",
+    seed: int = 0,
+    shuffle: bool = True,
+    num_epochs: int | None = None,
+    shard_options: grain.sharding.ShardOptions | None = None,
+    worker_count: int = 0,
+) -> grain.IterDataset:
     """Packed pretraining batches. `paths`: token-store folders (with metadata.json, from
     tools/prepare_text.py), or raw .txt/.jsonl/.parquet files or folders, tokenized on the fly with
     `tokenizer` (small corpora: raw documents are held in memory)."""
@@ -187,12 +266,25 @@ def text_batches(paths: str | Sequence[str], *, batch_size: int, seq_len: int,
         if text_tokenizer is None:
             raise ValueError("raw text files need a tokenizer (a TextTokenizer or a path to one)")
         _check_vocab(text_tokenizer.vocab_size, vocab_size)
-        documents = [doc for file in list_files(path_list, DOCUMENT_SUFFIXES)
-                     for doc in iter_documents(file, text_key=text_key)]
+        documents = [
+            doc
+            for file in list_files(path_list, DOCUMENT_SUFFIXES)
+            for doc in iter_documents(file, text_key=text_key)
+        ]
         if not documents:
             raise ValueError(f"no documents in {path_list}")
         examples = grain.MapDataset.source(documents).map(
-            lambda doc: document_example(text_tokenizer.encode(doc), text_tokenizer.eos_id))
-    return batch_examples(examples, batch_size=batch_size, seq_len=seq_len, packing="concat_split", seed=seed,
-                          shuffle=shuffle, num_epochs=num_epochs, shard_options=shard_options,
-                          worker_count=worker_count, drop_remainder=num_epochs is None)
+            lambda doc: document_example(text_tokenizer.encode(doc), text_tokenizer.eos_id)
+        )
+    return batch_examples(
+        examples,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        packing="concat_split",
+        seed=seed,
+        shuffle=shuffle,
+        num_epochs=num_epochs,
+        shard_options=shard_options,
+        worker_count=worker_count,
+        drop_remainder=num_epochs is None,
+    )

@@ -17,8 +17,28 @@ import collections
 import dataclasses
 import random
 
-NAMES = ("Alex", "Jordan", "Sam", "Tom", "Max", "Sally", "Polly", "Rex", "Wren", "Fae", "Stella", "Bob",
-         "Davis", "Jack", "Lily", "Rose", "Ivy", "Leo", "Mia", "Noah")
+NAMES = (
+    "Alex",
+    "Jordan",
+    "Sam",
+    "Tom",
+    "Max",
+    "Sally",
+    "Polly",
+    "Rex",
+    "Wren",
+    "Fae",
+    "Stella",
+    "Bob",
+    "Davis",
+    "Jack",
+    "Lily",
+    "Rose",
+    "Ivy",
+    "Leo",
+    "Mia",
+    "Noah",
+)
 _CONSONANTS = "bcdfglmnprstvz"
 _VOWELS = "aeiou"
 

@@ -26,8 +26,10 @@ from t2mlr_jax.data.char_tokenizer import PERMUTATIONS, S5CharTokenizer, permuta
 IDENTITY = (1, 2, 3, 4, 5)
 DELIMITER = "|"
 # Train/validation N in 1..32, test N in 1..48 (paper, Section 3.2).
-SPLIT_DEFAULTS = {split: {"min_actions": 1, "max_actions": hi}
-                  for split, hi in (("train", 32), ("validation", 32), ("test", 48))}
+SPLIT_DEFAULTS = {
+    split: {"min_actions": 1, "max_actions": hi}
+    for split, hi in (("train", 32), ("validation", 32), ("test", 48))
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,10 +49,14 @@ class S5RetrievalConfig:
 
     def __post_init__(self):
         if not 1 <= self.min_actions <= self.max_actions:
-            raise ValueError(f"need 1 <= min_actions <= max_actions, got {self.min_actions}..{self.max_actions}")
+            raise ValueError(
+                f"need 1 <= min_actions <= max_actions, got {self.min_actions}..{self.max_actions}"
+            )
         if self.value_len < 1:
             raise ValueError(f"value_len must be >= 1, got {self.value_len}")
-        if not self.value_alphabet or not set(self.value_alphabet) <= set(string.ascii_letters + string.digits):
+        if not self.value_alphabet or not set(self.value_alphabet) <= set(
+            string.ascii_letters + string.digits
+        ):
             raise ValueError("value_alphabet must be a non-empty subset of [a-zA-Z0-9]")
         if self.value_key not in ("state", "action"):
             raise ValueError(f"value_key must be 'state' or 'action', got {self.value_key!r}")
@@ -60,7 +66,7 @@ class S5RetrievalConfig:
     @property
     def actions(self) -> tuple[tuple[int, ...], ...]:
         """The permutations actions are drawn from: those fixing every point above `moved_points`."""
-        return tuple(p for p in PERMUTATIONS if p[self.moved_points:] == IDENTITY[self.moved_points:])
+        return tuple(p for p in PERMUTATIONS if p[self.moved_points :] == IDENTITY[self.moved_points :])
 
     @property
     def max_tokens(self) -> int:
@@ -124,8 +130,10 @@ def encode_s5_retrieval(record: dict, tokenizer: S5CharTokenizer) -> dict[str, n
     targets = tokenizer.encode(record["target"])
     control_flow = np.asarray(record["control_flow"], dtype=np.int32)
     if not len(tokens) == len(targets) == len(control_flow):
-        raise ValueError(f"S5 record is misaligned: input {len(tokens)}, target {len(targets)}, "
-                         f"control_flow {len(control_flow)} tokens")
+        raise ValueError(
+            f"S5 record is misaligned: input {len(tokens)}, target {len(targets)}, "
+            f"control_flow {len(control_flow)} tokens"
+        )
     return {
         "tokens": tokens,
         "targets": targets,

@@ -30,8 +30,15 @@ def encode_prompt(prompt: str, tokenizer: TextTokenizer, *, chat: bool = False) 
     return tokenizer.encode(format_prompt(prompt, tokenizer, chat=chat))
 
 
-def encode_prompt_response(prompt: str, response: str, tokenizer: TextTokenizer, *, chat: bool = False,
-                           all_recurrent: bool = False, prompt_loss: bool = False) -> dict[str, np.ndarray]:
+def encode_prompt_response(
+    prompt: str,
+    response: str,
+    tokenizer: TextTokenizer,
+    *,
+    chat: bool = False,
+    all_recurrent: bool = False,
+    prompt_loss: bool = False,
+) -> dict[str, np.ndarray]:
     """One example (see t2mlr_jax.data.batch) with next-token targets."""
     prompt_ids = encode_prompt(prompt, tokenizer, chat=chat)
     response_ids = np.append(tokenizer.encode(response), np.int32(tokenizer.eos_id)).astype(np.int32)
@@ -58,15 +65,19 @@ def steps_answer_response(steps, answer) -> str:
 def gsm8k_aug_record(row: dict) -> dict:
     """GSM8K-Aug row {question, steps, answer} -> {prompt, response, answer}."""
     _require(row, ("question", "steps", "answer"), "GSM8K-Aug")
-    return {"prompt": str(row["question"]), "response": steps_answer_response(row["steps"], row["answer"]),
-            "answer": str(row["answer"]).strip()}
+    return {
+        "prompt": str(row["question"]),
+        "response": steps_answer_response(row["steps"], row["answer"]),
+        "answer": str(row["answer"]).strip(),
+    }
 
 
 def hotpotqa_record(row: dict) -> dict:
     """HotpotQA CoT row {question, context, steps|cot, answer} -> {prompt, response, answer}.
 
     `context` is HotpotQA's list of [title, sentences] pairs, its {"title": [...], "sentences": [...]}
-    column form, or a list of strings; it becomes "Context:\nDocument 1: ...\nDocument 2: ..." (paper, Table 15).
+    column form, or a list of strings; it becomes "Context:\nDocument 1: ...\nDocument 2: ..."
+    (paper, Table 15).
     """
     _require(row, ("question", "context", "answer"), "HotpotQA")
     steps = row.get("steps", row.get("cot"))
@@ -77,9 +88,13 @@ def hotpotqa_record(row: dict) -> dict:
         context = list(zip(context["title"], context["sentences"]))
     documents = [d if isinstance(d, str) else " ".join(s.strip() for s in d[1]) for d in context]
     prompt = f"{str(row['question']).strip()}\nContext:\n" + "\n".join(
-        f"Document {i}: {doc.strip()}" for i, doc in enumerate(documents, 1))
-    return {"prompt": prompt, "response": steps_answer_response(steps, row["answer"]),
-            "answer": str(row["answer"]).strip()}
+        f"Document {i}: {doc.strip()}" for i, doc in enumerate(documents, 1)
+    )
+    return {
+        "prompt": prompt,
+        "response": steps_answer_response(steps, row["answer"]),
+        "answer": str(row["answer"]).strip(),
+    }
 
 
 def _require(row: dict, keys: tuple[str, ...], what: str) -> None:

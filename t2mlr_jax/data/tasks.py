@@ -30,7 +30,9 @@ class TaskSpec:
 
 TASKS: dict[str, TaskSpec] = {
     "s5_retrieval": TaskSpec(make_s5_retrieval_example, S5RetrievalConfig, "s5_retrieval", SPLIT_DEFAULTS),
-    "variable_assignment": TaskSpec(make_variable_assignment_example, VariableAssignmentConfig, "prompt_response"),
+    "variable_assignment": TaskSpec(
+        make_variable_assignment_example, VariableAssignmentConfig, "prompt_response"
+    ),
     "prosqa": TaskSpec(make_prosqa_example, ProsQAConfig, "prompt_response"),
     "pathfinding": TaskSpec(make_pathfinding_example, PathfindingConfig, "prompt_response"),
 }

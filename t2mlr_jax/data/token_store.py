@@ -35,8 +35,16 @@ def token_dtype(vocab_size: int) -> str:
 class TokenStoreWriter:
     """Writes documents into shards of at most `documents_per_shard` records, then the metadata."""
 
-    def __init__(self, out_dir: str, *, split: str, vocab_size: int, eos_id: int, tokenizer: str,
-                 documents_per_shard: int = 1_000_000):
+    def __init__(
+        self,
+        out_dir: str,
+        *,
+        split: str,
+        vocab_size: int,
+        eos_id: int,
+        tokenizer: str,
+        documents_per_shard: int = 1_000_000,
+    ):
         os.makedirs(out_dir, exist_ok=True)
         self._out_dir, self._split, self._per_shard = out_dir, split, documents_per_shard
         self._meta = TokenStoreMetadata(token_dtype(vocab_size), vocab_size, eos_id, tokenizer)
@@ -66,8 +74,9 @@ class TokenStoreWriter:
     def close(self) -> TokenStoreMetadata:
         if self._writer is not None:
             self._writer.close()
-        meta = dataclasses.replace(self._meta, files=tuple(self._files), num_documents=self._documents,
-                                   num_tokens=self._tokens)
+        meta = dataclasses.replace(
+            self._meta, files=tuple(self._files), num_documents=self._documents, num_tokens=self._tokens
+        )
         with open(os.path.join(self._out_dir, METADATA_FILE), "w", encoding="utf-8") as f:
             json.dump(dataclasses.asdict(meta), f, indent=2)
         return meta
@@ -93,8 +102,10 @@ class TokenStoreSource:
         metas = [read_metadata(d) for d in dirs]
         for d, meta in zip(dirs, metas):
             if vocab_size is not None and meta.vocab_size > vocab_size:
-                raise ValueError(f"{d} was tokenized with a vocabulary of {meta.vocab_size} > the model's "
-                                 f"{vocab_size}: tokenizer/vocab mismatch")
+                raise ValueError(
+                    f"{d} was tokenized with a vocabulary of {meta.vocab_size} > the model's "
+                    f"{vocab_size}: tokenizer/vocab mismatch"
+                )
             if not meta.files or meta.num_documents == 0:
                 raise ValueError(f"token store {d!r} holds no documents")
         if len({(m.dtype, m.eos_id) for m in metas}) != 1:
@@ -103,7 +114,8 @@ class TokenStoreSource:
         self._dtype = np.dtype(self.metadata.dtype).newbyteorder("<")
         self._vocab_size = vocab_size
         self._records = grain.sources.ArrayRecordDataSource(
-            [os.path.join(d, f) for d, meta in zip(dirs, metas) for f in meta.files])
+            [os.path.join(d, f) for d, meta in zip(dirs, metas) for f in meta.files]
+        )
 
     def __len__(self) -> int:
         return len(self._records)
@@ -111,5 +123,7 @@ class TokenStoreSource:
     def __getitem__(self, index: int) -> Int[np.ndarray, " n"]:
         ids = np.frombuffer(self._records[index], dtype=self._dtype).astype(np.int32)
         if self._vocab_size is not None and ids.size and int(ids.max()) >= self._vocab_size:
-            raise ValueError(f"document {index} holds token id {int(ids.max())} >= vocab size {self._vocab_size}")
+            raise ValueError(
+                f"document {index} holds token id {int(ids.max())} >= vocab size {self._vocab_size}"
+            )
         return ids

@@ -37,15 +37,20 @@ class TextTokenizer:
         return np.asarray(self.backend.encode(text, add_special_tokens=False).ids, dtype=np.int32)
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-        return [np.asarray(e.ids, dtype=np.int32) for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+        return [
+            np.asarray(e.ids, dtype=np.int32)
+            for e in self.backend.encode_batch(texts, add_special_tokens=False)
+        ]
 
     def decode(self, ids) -> str:
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def chat_prompt(self, user_text: str) -> str:
         """SmolLM2's chat template applied to one user message, with the assistant generation prompt."""
-        return (f"<|im_start|>system\n{SMOLLM2_SYSTEM}<|im_end|>\n"
-                f"<|im_start|>user\n{user_text}<|im_end|>\n<|im_start|>assistant\n")
+        return (
+            f"<|im_start|>system\n{SMOLLM2_SYSTEM}<|im_end|>\n"
+            f"<|im_start|>user\n{user_text}<|im_end|>\n<|im_start|>assistant\n"
+        )
 
 
 def load_tokenizer(path: str, *, eos_token: str | None = None) -> TextTokenizer:
@@ -72,7 +77,9 @@ def load_tokenizer(path: str, *, eos_token: str | None = None) -> TextTokenizer:
     return _with_eos(backend, eos_token or config_eos, None, path)
 
 
-def _with_eos(backend: tokenizers.Tokenizer, eos_token: str | None, eos_id: int | None, path: str) -> TextTokenizer:
+def _with_eos(
+    backend: tokenizers.Tokenizer, eos_token: str | None, eos_id: int | None, path: str
+) -> TextTokenizer:
     if eos_token is not None:
         eos_id = backend.token_to_id(eos_token)
         if eos_id is None:
@@ -87,7 +94,9 @@ def tokenizer_from_gguf(path: str) -> tuple[tokenizers.Tokenizer, int | None]:
     meta = read_gguf_metadata(path)
     kind = meta.get("tokenizer.ggml.model")
     if kind != "gpt2":
-        raise ValueError(f"{path}: tokenizer.ggml.model is {kind!r}; only byte-level BPE ('gpt2') is supported")
+        raise ValueError(
+            f"{path}: tokenizer.ggml.model is {kind!r}; only byte-level BPE ('gpt2') is supported"
+        )
     tokens = meta.get("tokenizer.ggml.tokens")
     token_types = meta.get("tokenizer.ggml.token_type", [1] * len(tokens))
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
@@ -97,13 +106,25 @@ def tokenizer_from_gguf(path: str) -> tuple[tokenizers.Tokenizer, int | None]:
     # llama.cpp's "smollm" pre-tokenizer isolates every digit before the GPT-2 split (as SmolLM2's own
     # tokenizer.json does); other byte-level files use the plain GPT-2 split.
     if meta.get("tokenizer.ggml.pre") == "smollm":
-        backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), byte_level]
+        )
     else:
         backend.pre_tokenizer = byte_level
     backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                for t, kind_ in zip(tokens, token_types) if kind_ == _CONTROL])
-    backend.add_tokens([AddedToken(t, special=False, normalized=False)
-                        for t, kind_ in zip(tokens, token_types) if kind_ == _USER_DEFINED])
+    backend.add_special_tokens(
+        [
+            AddedToken(t, special=True, normalized=False)
+            for t, kind_ in zip(tokens, token_types)
+            if kind_ == _CONTROL
+        ]
+    )
+    backend.add_tokens(
+        [
+            AddedToken(t, special=False, normalized=False)
+            for t, kind_ in zip(tokens, token_types)
+            if kind_ == _USER_DEFINED
+        ]
+    )
     eos = meta.get("tokenizer.ggml.eos_token_id")
     return backend, (None if eos is None else int(eos))

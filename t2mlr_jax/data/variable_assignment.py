@@ -30,7 +30,9 @@ class VariableAssignmentConfig:
             raise ValueError("n_base + depth + 1 + n_distractors must be <= 26 (one-letter variable names)")
 
 
-def make_variable_assignment_example(rng: random.Random, index: int, config: VariableAssignmentConfig) -> dict:
+def make_variable_assignment_example(
+    rng: random.Random, index: int, config: VariableAssignmentConfig
+) -> dict:
     del index  # every example has the same shape
     names = rng.sample(string.ascii_lowercase, config.n_base + config.depth + 1 + config.n_distractors)
     base = names[: config.n_base]
@@ -47,5 +49,10 @@ def make_variable_assignment_example(rng: random.Random, index: int, config: Var
     rng.shuffle(lines)
 
     prompt = HEADER + "\n".join(lines) + f"\n{chain[0]}=___\nAnswer: | "
-    return {"prompt": prompt, "response": str(values[sink]), "answer": str(values[sink]),
-            "query": chain[0], "depth": config.depth}
+    return {
+        "prompt": prompt,
+        "response": str(values[sink]),
+        "answer": str(values[sink]),
+        "query": chain[0],
+        "depth": config.depth,
+    }

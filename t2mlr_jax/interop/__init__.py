@@ -1,6 +1,7 @@
 """Checkpoint interop: HF Llama folders, GGUF, the authors' PyTorch T²MLR layout, and our orbax checkpoints.
 
-    cfg, params = load_pretrained("SmolLM2-135M-Instruct.Q4_1.gguf")     # or an HF / t2mlr-torch / orbax folder
+    # a .gguf file, or an HF / t2mlr-torch / orbax folder
+    cfg, params = load_pretrained("SmolLM2-135M-Instruct.Q4_1.gguf")
     cfg, params = retrofit(cfg, params, RecurrenceConfig(l_start=4, l_end=25), jax.random.key(0))
     save_t2mlr_torch(cfg, params, "out/")                                # the authors' layout
     save_hf(cfg, params, "hf/", drop_recurrence=True)                    # the backbone, for transformers
@@ -11,12 +12,19 @@ Names are imported lazily so that `t2mlr_jax.interop.torch_reference` works with
 import importlib
 
 _EXPORTS = {
-    "load_pretrained": "pretrained", "pretrained_config": "pretrained", "retrofit": "pretrained",
+    "load_pretrained": "pretrained",
+    "pretrained_config": "pretrained",
+    "retrofit": "pretrained",
     "mismatches": "pretrained",
-    "load_hf": "hf", "save_hf": "hf",
-    "load_t2mlr_torch": "t2mlr_torch", "save_t2mlr_torch": "t2mlr_torch",
-    "load_gguf": "gguf", "open_gguf": "gguf", "gguf_metadata": "gguf",
-    "save_params": "checkpoint", "load_params": "checkpoint",
+    "load_hf": "hf",
+    "save_hf": "hf",
+    "load_t2mlr_torch": "t2mlr_torch",
+    "save_t2mlr_torch": "t2mlr_torch",
+    "load_gguf": "gguf",
+    "open_gguf": "gguf",
+    "gguf_metadata": "gguf",
+    "save_params": "checkpoint",
+    "load_params": "checkpoint",
     "T2MLRReference": "torch_reference",
 }
 __all__ = sorted(_EXPORTS)

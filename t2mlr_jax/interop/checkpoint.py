@@ -20,8 +20,12 @@ def save_params(path: Path | str, cfg: ModelConfig, params: dict) -> None:
 
     check_params(cfg, params)
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-        checkpointer.save(Path(path).absolute(), args=ocp.args.Composite(
-            params=ocp.args.StandardSave(params), model_config=ocp.args.JsonSave(config_to_dict(cfg))))
+        checkpointer.save(
+            Path(path).absolute(),
+            args=ocp.args.Composite(
+                params=ocp.args.StandardSave(params), model_config=ocp.args.JsonSave(config_to_dict(cfg))
+            ),
+        )
 
 
 def load_config(path: Path | str) -> ModelConfig:
@@ -29,7 +33,9 @@ def load_config(path: Path | str) -> ModelConfig:
     import orbax.checkpoint as ocp
 
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-        stored = checkpointer.restore(Path(path).absolute(), args=ocp.args.Composite(model_config=ocp.args.JsonRestore()))
+        stored = checkpointer.restore(
+            Path(path).absolute(), args=ocp.args.Composite(model_config=ocp.args.JsonRestore())
+        )
     return config_from_dict(stored["model_config"])
 
 
@@ -41,7 +47,9 @@ def load_params(path: Path | str) -> tuple[ModelConfig, dict]:
     cfg = load_config(path)
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
         target = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
-        params = checkpointer.restore(path, args=ocp.args.Composite(params=ocp.args.StandardRestore(target)))["params"]
+        params = checkpointer.restore(path, args=ocp.args.Composite(params=ocp.args.StandardRestore(target)))[
+            "params"
+        ]
     return cfg, params
 
 

@@ -78,7 +78,9 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32") -> ModelConf
 def hf_config_from_model(cfg: ModelConfig, **extra: Any) -> dict:
     """A config.json that transformers' LlamaForCausalLM loads unchanged (4.x and 5.x keys both written)."""
     if cfg.rope_theta is None:
-        raise ValueError("HF Llama has no NoPE variant: a model with rope_theta=None cannot be exported to HF")
+        raise ValueError(
+            "HF Llama has no NoPE variant: a model with rope_theta=None cannot be exported to HF"
+        )
     return {
         "architectures": [LLAMA_ARCHITECTURE],
         "model_type": "llama",
@@ -128,14 +130,25 @@ SETTINGS = {
 }
 # The release's defaults (T2MLRSettings) for what a config.json may omit; they differ from ours.
 RELEASE_DEFAULTS = {
-    "l_start": 0, "l_end": -1, "recurrent_mixing_module_name": "none", "use_recurrent_projection": False,
-    "gate_weight_init_std": 1e-3, "recurrent_gate_init": 0.2, "input_gate_init": 0.8, "recurrent_alpha": 0.5,
-    "pre_norm_streams": False, "post_norm": False, "post_norm_clamp": 5.0,
-    "recurrent_residual_to_recurrent_cache": False, "recurrent_residual_to_recurrent_cache_weight": 1.0,
-    "recurrent_residual_to_recurrent_cache_detach": False, "recurrent_residual_to_recurrent_cache_post_norm": False,
+    "l_start": 0,
+    "l_end": -1,
+    "recurrent_mixing_module_name": "none",
+    "use_recurrent_projection": False,
+    "gate_weight_init_std": 1e-3,
+    "recurrent_gate_init": 0.2,
+    "input_gate_init": 0.8,
+    "recurrent_alpha": 0.5,
+    "pre_norm_streams": False,
+    "post_norm": False,
+    "post_norm_clamp": 5.0,
+    "recurrent_residual_to_recurrent_cache": False,
+    "recurrent_residual_to_recurrent_cache_weight": 1.0,
+    "recurrent_residual_to_recurrent_cache_detach": False,
+    "recurrent_residual_to_recurrent_cache_post_norm": False,
     "recurrent_residual_to_recurrent_cache_post_norm_clamp": 5.0,
     "recurrent_residual_to_recurrent_cache_post_norm_eps": 1e-6,
-    "batch_forward_approximate_depth": 1, "batch_backward_approximate_depth": 10_000_000,
+    "batch_forward_approximate_depth": 1,
+    "batch_backward_approximate_depth": 10_000_000,
 }
 # Mixer names that differ between the release's registry and ours.
 RELEASE_MIXER_NAMES = {"coconut": "baseline_coconut", "codi": "baseline_codi"}
@@ -156,7 +169,8 @@ NEUTRAL_MODULE_KWARGS = {
     "exponential_rotational_gate_c_value": 8.0,
     "exponential_rotational_gate_sqrt_eps": 1e-8,
 }
-# Accepted mixing_module_kwargs (anything else is refused): per-channel gammas, CODI's width, the neutral ones.
+# Accepted mixing_module_kwargs (anything else is refused): per-channel gammas, CODI's width, the neutral
+# ones.
 MIXER_KWARGS = ("rezero_gamma_scalar", "bottleneck_size", *NEUTRAL_SETTINGS, *NEUTRAL_MODULE_KWARGS)
 
 
@@ -164,8 +178,10 @@ def _learnable_gates(settings: dict, mixer: str) -> dict:
     """The release builds gate projections only when these flags are on; ours always has them."""
     if mixer == "gated":
         default = settings.get("use_learnable_gate", False)
-        return {name: settings.get(name) if settings.get(name) is not None else default
-                for name in ("use_learnable_recurrent_gate", "use_learnable_input_gate")}
+        return {
+            name: settings.get(name) if settings.get(name) is not None else default
+            for name in ("use_learnable_recurrent_gate", "use_learnable_input_gate")
+        }
     if mixer in GAMMA_MIXERS:
         return {"use_learnable_gate": settings.get("use_learnable_gate", False)}
     return {}
@@ -178,28 +194,43 @@ def recurrence_from_release(settings: dict, hidden_size: int) -> RecurrenceConfi
     release_mixer = merged["recurrent_mixing_module_name"]
     mixer = {v: k for k, v in RELEASE_MIXER_NAMES.items()}.get(release_mixer, release_mixer)
     problems = [f"mixing_module_kwargs.{k} is not supported" for k in kwargs if k not in MIXER_KWARGS]
-    problems += [f"{name}={merged[name]!r} (only {value!r} is supported)"
-                 for name, value in {**NEUTRAL_SETTINGS, **NEUTRAL_MODULE_KWARGS}.items()
-                 if name in merged and merged[name] != value]
-    problems += [f"{name}=False: the release then has no gate projection, ours always learns one"
-                 for name, on in _learnable_gates(merged, mixer).items() if not on]
+    problems += [
+        f"{name}={merged[name]!r} (only {value!r} is supported)"
+        for name, value in {**NEUTRAL_SETTINGS, **NEUTRAL_MODULE_KWARGS}.items()
+        if name in merged and merged[name] != value
+    ]
+    problems += [
+        f"{name}=False: the release then has no gate projection, ours always learns one"
+        for name, on in _learnable_gates(merged, mixer).items()
+        if not on
+    ]
     if merged.get("recurrent_state_proj_type", "auto") not in ("auto", "linear"):
-        problems.append(f"recurrent_state_proj_type={merged['recurrent_state_proj_type']!r} (only a linear W_rec)")
+        problems.append(
+            f"recurrent_state_proj_type={merged['recurrent_state_proj_type']!r} (only a linear W_rec)"
+        )
     if merged.get("recurrent_projection_dim") not in (None, hidden_size):
         problems.append(f"recurrent_projection_dim={merged['recurrent_projection_dim']} (only hidden_size)")
     if mixer == "codi" and merged.get("bottleneck_size") != hidden_size:
-        problems.append(f"CODI bottleneck_size={merged.get('bottleneck_size')} (only hidden_size={hidden_size})")
+        problems.append(
+            f"CODI bottleneck_size={merged.get('bottleneck_size')} (only hidden_size={hidden_size})"
+        )
     _raise_if(problems, "T²MLR release settings")
     fields = {ours: merged[theirs] for theirs, ours in SETTINGS.items()}
     residual_norm = merged["recurrent_residual_to_recurrent_cache_post_norm"]
-    return RecurrenceConfig(**fields, mixer=mixer, cache_norm="rescale" if residual_norm else "none",
-                            gamma_per_channel=not merged.get("rezero_gamma_scalar", True))
+    return RecurrenceConfig(
+        **fields,
+        mixer=mixer,
+        cache_norm="rescale" if residual_norm else "none",
+        gamma_per_channel=not merged.get("rezero_gamma_scalar", True),
+    )
 
 
 def release_from_recurrence(rec: RecurrenceConfig, hidden_size: int) -> dict:
     """The release's flat settings for our `RecurrenceConfig` (inverse of `recurrence_from_release`)."""
     if rec.cache_norm == "rmsnorm":
-        raise ValueError("cache_norm='rmsnorm' (the paper's learnable RMSNorm) has no equivalent in the release")
+        raise ValueError(
+            "cache_norm='rmsnorm' (the paper's learnable RMSNorm) has no equivalent in the release"
+        )
     kwargs = {}
     if rec.gamma_per_channel and rec.mixer in GAMMA_MIXERS:
         kwargs["rezero_gamma_scalar"] = False
@@ -224,15 +255,25 @@ def release_from_recurrence(rec: RecurrenceConfig, hidden_size: int) -> dict:
 
 MODEL_TYPE = "t2mlr"
 # Keys of the release's config.json that are not T²MLR settings.
-WRAPPER_KEYS = ("base_config", "base_model_type", "model_type", "architectures", "dtype", "torch_dtype",
-                "transformers_version", "_name_or_path")
+WRAPPER_KEYS = (
+    "base_config",
+    "base_model_type",
+    "model_type",
+    "architectures",
+    "dtype",
+    "torch_dtype",
+    "transformers_version",
+    "_name_or_path",
+)
 
 
 def model_config_from_release(config: dict, *, param_dtype: str = "float32") -> ModelConfig:
     """Our config from the release's config.json (its base Llama config plus its flat settings)."""
     if config.get("model_type") != MODEL_TYPE or not isinstance(config.get("base_config"), dict):
-        raise ValueError(f"not a T²MLR release config: model_type={config.get('model_type')!r}, "
-                         f"base_config {'present' if 'base_config' in config else 'absent'}")
+        raise ValueError(
+            f"not a T²MLR release config: model_type={config.get('model_type')!r}, "
+            f"base_config {'present' if 'base_config' in config else 'absent'}"
+        )
     base = model_config_from_hf(config["base_config"], param_dtype=param_dtype)
     settings = {k: v for k, v in config.items() if k not in WRAPPER_KEYS}
     return base.replace(recurrence=recurrence_from_release(settings, base.hidden_size)).validate()
@@ -242,6 +283,11 @@ def release_config(cfg: ModelConfig) -> dict:
     l_start, l_end = cfg.layer_range
     if l_end <= l_start:
         raise ValueError(f"the release requires l_start < l_end, got block range ({l_start}, {l_end})")
-    return {"model_type": MODEL_TYPE, "architectures": ["T2MLRWrapper"], "base_model_type": "llama",
-            "base_config": hf_config_from_model(cfg.replace(recurrence=None)), "dtype": cfg.param_dtype,
-            **release_from_recurrence(cfg.recurrence, cfg.hidden_size)}
+    return {
+        "model_type": MODEL_TYPE,
+        "architectures": ["T2MLRWrapper"],
+        "base_model_type": "llama",
+        "base_config": hf_config_from_model(cfg.replace(recurrence=None)),
+        "dtype": cfg.param_dtype,
+        **release_from_recurrence(cfg.recurrence, cfg.hidden_size),
+    }

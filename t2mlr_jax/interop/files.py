@@ -9,8 +9,8 @@ pytorch_model.bin (single or sharded), which is only unpickled with `weights_onl
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -70,7 +70,8 @@ def _read_torch_bin(path: Path) -> dict[str, np.ndarray]:
         raise ValueError(
             f"{path}: refusing to load this .bin file: it is not a plain tensor state dict and unpickling it "
             f"would run arbitrary code (torch.load weights_only=True failed: {e}). Convert it to safetensors "
-            f"in a trusted environment first.") from e
+            f"in a trusted environment first."
+        ) from e
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{path}: expected a flat {{name: tensor}} state dict, got {type(state).__name__}")
     return {key: torch_to_numpy(value) for key, value in state.items()}
@@ -85,8 +86,10 @@ def _read_sharded(folder: Path, index_name: str, read_one) -> dict[str, np.ndarr
         state.update(read_one(folder / shard))
     listed, found = set(weight_map), set(state)
     if listed != found:
-        raise ValueError(f"{folder / index_name}: the index and the shards disagree; listed but absent: "
-                         f"{sorted(listed - found)}; present but unlisted: {sorted(found - listed)}")
+        raise ValueError(
+            f"{folder / index_name}: the index and the shards disagree; listed but absent: "
+            f"{sorted(listed - found)}; present but unlisted: {sorted(found - listed)}"
+        )
     return state
 
 
@@ -102,8 +105,10 @@ def read_state_dict(folder: Path | str) -> dict[str, np.ndarray]:
     if (folder / TORCH_BIN).exists():
         return _read_torch_bin(folder / TORCH_BIN)
     present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else "not a directory"
-    raise ValueError(f"{folder}: no weights found (looked for {SAFETENSORS}, {SAFETENSORS_INDEX}, {TORCH_BIN}, "
-                     f"{TORCH_BIN_INDEX}); contents: {present}")
+    raise ValueError(
+        f"{folder}: no weights found (looked for {SAFETENSORS}, {SAFETENSORS_INDEX}, {TORCH_BIN}, "
+        f"{TORCH_BIN_INDEX}); contents: {present}"
+    )
 
 
 def write_state_dict(folder: Path | str, state: Mapping[str, np.ndarray]) -> None:
@@ -112,5 +117,8 @@ def write_state_dict(folder: Path | str, state: Mapping[str, np.ndarray]) -> Non
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({key: numpy_to_torch(value) for key, value in state.items()}, str(folder / SAFETENSORS),
-              metadata={"format": "pt"})
+    save_file(
+        {key: numpy_to_torch(value) for key, value in state.items()},
+        str(folder / SAFETENSORS),
+        metadata={"format": "pt"},
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -54,7 +54,9 @@ def gguf_model_config(reader, *, param_dtype: str = "float32") -> ModelConfig:
     if arch != "llama":
         raise ValueError(f"GGUF architecture {arch!r}: only 'llama' is supported")
     if meta.get("llama.rope.scaling.type", "none") != "none":
-        raise ValueError(f"GGUF rope scaling {meta['llama.rope.scaling.type']!r} is not implemented by the model")
+        raise ValueError(
+            f"GGUF rope scaling {meta['llama.rope.scaling.type']!r} is not implemented by the model"
+        )
 
     def get(key, default=None):
         value = meta.get(f"llama.{key}", default)
@@ -65,12 +67,18 @@ def gguf_model_config(reader, *, param_dtype: str = "float32") -> ModelConfig:
     hidden, heads = int(get("embedding_length")), int(get("attention.head_count"))
     vocab = meta.get("llama.vocab_size") or len(meta["tokenizer.ggml.tokens"])
     return ModelConfig(
-        vocab_size=int(vocab), hidden_size=hidden, num_layers=int(get("block_count")), num_heads=heads,
+        vocab_size=int(vocab),
+        hidden_size=hidden,
+        num_layers=int(get("block_count")),
+        num_heads=heads,
         num_kv_heads=int(get("attention.head_count_kv", heads)),
-        head_dim=int(get("attention.key_length", hidden // heads)), mlp_dim=int(get("feed_forward_length")),
-        rope_theta=float(get("rope.freq_base", 10_000.0)), norm_eps=float(get("attention.layer_norm_rms_epsilon")),
+        head_dim=int(get("attention.key_length", hidden // heads)),
+        mlp_dim=int(get("feed_forward_length")),
+        rope_theta=float(get("rope.freq_base", 10_000.0)),
+        norm_eps=float(get("attention.layer_norm_rms_epsilon")),
         tie_embeddings=all(t.name != "output.weight" for t in reader.tensors),
-        max_seq_len=int(get("context_length", 8192)), param_dtype=param_dtype,
+        max_seq_len=int(get("context_length", 8192)),
+        param_dtype=param_dtype,
     ).validate()
 
 
@@ -80,7 +88,7 @@ def _unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.reshape(heads, out // heads // 2, 2, d_in).swapaxes(1, 2).reshape(out, d_in)
 
 
-def _hf_name(name: str) -> Optional[str]:
+def _hf_name(name: str) -> str | None:
     match = _BLOCK.match(name)
     if match:
         template = GGUF_NAMES.get(f"blk.{{i}}.{match.group(2)}")
@@ -113,8 +121,12 @@ def gguf_state_dict(reader, cfg: ModelConfig, *, progress: bool = False) -> dict
     return state
 
 
-def load_gguf(path_or_reader, *, param_dtype: str = "float32", progress: bool = False) -> tuple[ModelConfig, dict]:
+def load_gguf(
+    path_or_reader, *, param_dtype: str = "float32", progress: bool = False
+) -> tuple[ModelConfig, dict]:
     """(ModelConfig, params) from a GGUF file or an already opened reader."""
     reader = path_or_reader if hasattr(path_or_reader, "tensors") else open_gguf(path_or_reader)
     cfg = gguf_model_config(reader, param_dtype=param_dtype)
-    return cfg, from_state_dict(hf_layout(cfg), gguf_state_dict(reader, cfg, progress=progress), progress=progress)
+    return cfg, from_state_dict(
+        hf_layout(cfg), gguf_state_dict(reader, cfg, progress=progress), progress=progress
+    )

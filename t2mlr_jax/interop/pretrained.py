@@ -20,10 +20,27 @@ from t2mlr_jax.model.fusion import mixer_specs
 from t2mlr_jax.model.params import init_from_specs
 
 # What a backbone's weights encode: a checkpoint fits a model config when these agree.
-BACKBONE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim",
-                   "rope_theta", "norm_eps", "tie_embeddings")
-# Recurrence fields that shape only the start of training (init draws, default Jacobi depths), not the function.
-START_ONLY_FIELDS = ("d_forward", "d_backward", "gate_weight_init_std", "recurrent_gate_init", "input_gate_init")
+BACKBONE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "mlp_dim",
+    "rope_theta",
+    "norm_eps",
+    "tie_embeddings",
+)
+# Recurrence fields that shape only the start of training (init draws, default Jacobi depths), not the
+# function.
+START_ONLY_FIELDS = (
+    "d_forward",
+    "d_backward",
+    "gate_weight_init_std",
+    "recurrent_gate_init",
+    "input_gate_init",
+)
 # Mixers for which Phi(x, R) == x at initialisation (the gammas start at 0), so retrofitting keeps the logits.
 IDENTITY_AT_INIT = GAMMA_MIXERS + ("none",)
 
@@ -42,12 +59,17 @@ def checkpoint_format(path: Path | str) -> str:
     raise ValueError(f"{path}: not a .gguf file, an orbax checkpoint, or a folder with a config.json")
 
 
-def load_pretrained(path_or_gguf: Path | str, *, param_dtype: str = "float32",
-                    progress: bool = False) -> tuple[ModelConfig, dict]:
+def load_pretrained(
+    path_or_gguf: Path | str, *, param_dtype: str = "float32", progress: bool = False
+) -> tuple[ModelConfig, dict]:
     """(ModelConfig, params) from a .gguf file, an HF Llama folder, the authors' T²MLR folder or our orbax
     checkpoint, recognised by their contents. `param_dtype` applies to the PyTorch and GGUF formats."""
-    load = {"gguf": load_gguf, "t2mlr-torch": load_t2mlr_torch, "hf": load_hf}.get(checkpoint_format(path_or_gguf))
-    return load(path_or_gguf, param_dtype=param_dtype, progress=progress) if load else load_params(path_or_gguf)
+    load = {"gguf": load_gguf, "t2mlr-torch": load_t2mlr_torch, "hf": load_hf}.get(
+        checkpoint_format(path_or_gguf)
+    )
+    return (
+        load(path_or_gguf, param_dtype=param_dtype, progress=progress) if load else load_params(path_or_gguf)
+    )
 
 
 def pretrained_config(path_or_gguf: Path | str, *, param_dtype: str = "float32") -> ModelConfig:
@@ -62,8 +84,9 @@ def pretrained_config(path_or_gguf: Path | str, *, param_dtype: str = "float32")
     return from_json(config, param_dtype=param_dtype)
 
 
-def retrofit(cfg: ModelConfig, params: dict, recurrence: RecurrenceConfig,
-             key: jax.Array) -> tuple[ModelConfig, dict]:
+def retrofit(
+    cfg: ModelConfig, params: dict, recurrence: RecurrenceConfig, key: jax.Array
+) -> tuple[ModelConfig, dict]:
     """A pretrained plain transformer plus fresh fusion parameters with γ = 0: the T²MLR model it gives
     computes exactly the original logits until training moves the gammas."""
     if cfg.recurrence is not None:
@@ -72,15 +95,19 @@ def retrofit(cfg: ModelConfig, params: dict, recurrence: RecurrenceConfig,
     cfg = cfg.replace(recurrence=recurrence).validate()
     mixer = init_from_specs(mixer_specs(cfg), key, cfg.param_dtype)
     # γ = 0 by construction, not by relying on the initialiser.
-    mixer = {name: jnp.zeros_like(value) if name.startswith("rezero_gamma") else value
-             for name, value in mixer.items()}
+    mixer = {
+        name: jnp.zeros_like(value) if name.startswith("rezero_gamma") else value
+        for name, value in mixer.items()
+    }
     return cfg, {**params, "mixer": mixer}
 
 
 def check_retrofittable(recurrence: RecurrenceConfig) -> None:
     if recurrence.mixer not in IDENTITY_AT_INIT:
-        raise ValueError(f"retrofit: mixer {recurrence.mixer!r} is not the identity at initialisation, so it "
-                         f"would change the pretrained model; choose one of {IDENTITY_AT_INIT}")
+        raise ValueError(
+            f"retrofit: mixer {recurrence.mixer!r} is not the identity at initialisation, so it "
+            f"would change the pretrained model; choose one of {IDENTITY_AT_INIT}"
+        )
 
 
 def mismatches(checkpoint: ModelConfig, model: ModelConfig) -> list[str]:
@@ -91,8 +118,10 @@ def mismatches(checkpoint: ModelConfig, model: ModelConfig) -> list[str]:
         if model.recurrence is None:
             pairs.append(("recurrence", checkpoint.recurrence, None))
         else:
-            stored, wanted = (dataclasses.asdict(dataclasses.replace(cfg.recurrence, l_end=cfg.layer_range[1]))
-                              for cfg in (checkpoint, model))
+            stored, wanted = (
+                dataclasses.asdict(dataclasses.replace(cfg.recurrence, l_end=cfg.layer_range[1]))
+                for cfg in (checkpoint, model)
+            )
             pairs += [(f"recurrence.{k}", stored[k], wanted[k]) for k in stored if k not in START_ONLY_FIELDS]
     return [f"{name}: {a!r} (checkpoint) vs {b!r} (config)" for name, a, b in pairs if not _same(a, b)]
 

@@ -20,16 +20,19 @@ def is_t2mlr_folder(path: Path | str) -> bool:
     return config.exists() and read_json(config).get("model_type") == MODEL_TYPE
 
 
-def load_t2mlr_torch(path: Path | str, *, param_dtype: str = "float32",
-                     progress: bool = False) -> tuple[ModelConfig, dict]:
+def load_t2mlr_torch(
+    path: Path | str, *, param_dtype: str = "float32", progress: bool = False
+) -> tuple[ModelConfig, dict]:
     cfg = model_config_from_release(read_json(Path(path) / "config.json"), param_dtype=param_dtype)
     return cfg, from_state_dict(t2mlr_layout(cfg), read_state_dict(path), progress=progress)
 
 
 def save_t2mlr_torch(cfg: ModelConfig, params: dict, path: Path | str, *, progress: bool = False) -> None:
     if cfg.recurrence is None:
-        raise ValueError("save_t2mlr_torch needs a T²MLR model (recurrence=None here); use save_hf for a "
-                         "plain transformer, or retrofit() it first")
+        raise ValueError(
+            "save_t2mlr_torch needs a T²MLR model (recurrence=None here); use save_hf for a "
+            "plain transformer, or retrofit() it first"
+        )
     config = release_config(cfg)
     state = to_state_dict(t2mlr_layout(cfg), params, progress=progress)
     path = Path(path)

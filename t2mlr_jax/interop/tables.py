@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -58,9 +57,14 @@ MIXER_RULES = (
     Rule(("mixer", "rezero_gamma_recurrent_gate"), _MIXER + "rezero_gamma_recurrent_gate"),
     Rule(("mixer", "rezero_gamma_input_gate"), _MIXER + "rezero_gamma_input_gate"),
     Rule(("mixer", "rezero_gamma"), _MIXER + "rezero_gamma"),
-    *(rule for gate in ("recurrent_gate_proj", "input_gate_proj", "alpha_gate_proj", "erg_r_proj", "erg_i_proj")
-      for rule in (Rule(("mixer", gate, "kernel"), _MIXER + f"{gate}.weight", 1),
-                   Rule(("mixer", gate, "bias"), _MIXER + f"{gate}.bias"))),
+    *(
+        rule
+        for gate in ("recurrent_gate_proj", "input_gate_proj", "alpha_gate_proj", "erg_r_proj", "erg_i_proj")
+        for rule in (
+            Rule(("mixer", gate, "kernel"), _MIXER + f"{gate}.weight", 1),
+            Rule(("mixer", gate, "bias"), _MIXER + f"{gate}.bias"),
+        )
+    ),
     Rule(("mixer", "erg_lambda_param"), _MIXER + "erg_lambda_param"),
     Rule(("mixer", "recurrent_alpha"), _MIXER + "recurrent_alpha"),
     Rule(("mixer", "concat_projection"), _MIXER + "concat_projection.weight", 1),
@@ -82,9 +86,9 @@ class Layout:
     cfg: ModelConfig  # the model whose parameters these rules cover (an HF export has no mixer)
     rules: tuple[Rule, ...]
     prefix: str = ""
-    wrapped_block: Optional[int] = None  # the release wraps block l_start: its keys gain `.model`
+    wrapped_block: int | None = None  # the release wraps block l_start: its keys gain `.model`
 
-    def key(self, rule: Rule, block: Optional[int] = None) -> str:
+    def key(self, rule: Rule, block: int | None = None) -> str:
         spelled = f"{block}.model" if block is not None and block == self.wrapped_block else str(block)
         return self.prefix + rule.key.format(block=spelled, l_start=self.wrapped_block)
 
@@ -98,7 +102,9 @@ class Layout:
 
 
 def _spec_leaves(cfg: ModelConfig) -> dict[tuple[str, ...], ParamSpec]:
-    leaves = jax.tree_util.tree_flatten_with_path(param_specs(cfg), is_leaf=lambda x: isinstance(x, ParamSpec))[0]
+    leaves = jax.tree_util.tree_flatten_with_path(
+        param_specs(cfg), is_leaf=lambda x: isinstance(x, ParamSpec)
+    )[0]
     return {tuple(k.key for k in path): spec for path, spec in leaves}
 
 
@@ -108,7 +114,9 @@ def _select(name: str, cfg: ModelConfig, rules, **layout) -> Layout:
     chosen = tuple(r for r in rules if r.path in paths)
     uncovered = set(paths) - {r.path for r in chosen}
     if uncovered:
-        raise ValueError(f"layout {name!r} has no key for parameters {sorted('/'.join(p) for p in uncovered)}")
+        raise ValueError(
+            f"layout {name!r} has no key for parameters {sorted('/'.join(p) for p in uncovered)}"
+        )
     return Layout(name, cfg, chosen, **layout)
 
 
@@ -120,7 +128,9 @@ def hf_layout(cfg: ModelConfig) -> Layout:
 def t2mlr_layout(cfg: ModelConfig) -> Layout:
     """The authors' T2MLRWrapper state dict: the Llama keys under `t2mlr_model.`, block l_start wrapped."""
     l_start, _ = cfg.layer_range
-    return _select("t2mlr-torch", cfg, LLAMA_RULES + MIXER_RULES, prefix="t2mlr_model.", wrapped_block=l_start)
+    return _select(
+        "t2mlr-torch", cfg, LLAMA_RULES + MIXER_RULES, prefix="t2mlr_model.", wrapped_block=l_start
+    )
 
 
 def _torch_shape(shape: tuple[int, ...], in_dims: int) -> tuple[int, ...]:
@@ -162,8 +172,11 @@ def check_params(cfg: ModelConfig, params: dict) -> None:
     got = {tuple(k.key for k in path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
     problems = [f"missing {'/'.join(p)}" for p in sorted(set(specs) - set(got))]
     problems += [f"unexpected {'/'.join(p)}" for p in sorted(set(got) - set(specs))]
-    problems += [f"{'/'.join(p)}: shape {tuple(got[p].shape)}, expected {specs[p].shape}"
-                 for p in sorted(set(specs) & set(got)) if tuple(got[p].shape) != specs[p].shape]
+    problems += [
+        f"{'/'.join(p)}: shape {tuple(got[p].shape)}, expected {specs[p].shape}"
+        for p in sorted(set(specs) & set(got))
+        if tuple(got[p].shape) != specs[p].shape
+    ]
     if problems:
         raise ValueError("params do not match the model config:\n  - " + "\n  - ".join(problems))
 
@@ -172,7 +185,9 @@ def to_state_dict(layout: Layout, params: dict, *, progress: bool = False) -> di
     """Our params as a PyTorch state dict of numpy arrays ([out, in] Linear weights), dtypes kept."""
     check_params(layout.cfg, params)
     state = {}
-    for key, rule, block, _ in tqdm(list(_entries(layout)), desc=f"export {layout.name}", disable=not progress):
+    for key, rule, block, _ in tqdm(
+        list(_entries(layout)), desc=f"export {layout.name}", disable=not progress
+    ):
         array = np.asarray(_lookup(params, rule.path))
         state[key] = _to_torch(array if block is None else array[block], rule.in_dims)
     return state
@@ -189,14 +204,20 @@ def from_state_dict(layout: Layout, state: Mapping[str, np.ndarray], *, progress
     if cfg.tie_embeddings and layout.head_key in extra and layout.embed_key in state:
         extra.discard(layout.head_key)
         if not np.array_equal(state[layout.head_key], state[layout.embed_key]):
-            problems.append(f"{layout.head_key} differs from {layout.embed_key} in a model with tied embeddings")
+            problems.append(
+                f"{layout.head_key} differs from {layout.embed_key} in a model with tied embeddings"
+            )
     problems += [f"unexpected key {k}" for k in sorted(extra)]
-    problems += [f"{key}: shape {tuple(state[key].shape)}, expected {_torch_shape(shape, rule.in_dims)}"
-                 for key, rule, _, shape in entries
-                 if key in state and tuple(state[key].shape) != _torch_shape(shape, rule.in_dims)]
+    problems += [
+        f"{key}: shape {tuple(state[key].shape)}, expected {_torch_shape(shape, rule.in_dims)}"
+        for key, rule, _, shape in entries
+        if key in state and tuple(state[key].shape) != _torch_shape(shape, rule.in_dims)
+    ]
     if problems:
-        raise ValueError(f"checkpoint does not match the {layout.name!r} layout of this model config "
-                         f"({len(problems)} problems):\n  - " + "\n  - ".join(problems))
+        raise ValueError(
+            f"checkpoint does not match the {layout.name!r} layout of this model config "
+            f"({len(problems)} problems):\n  - " + "\n  - ".join(problems)
+        )
     arrays: dict[tuple[str, ...], list] = {rule.path: [] for rule in layout.rules}
     for key, rule, _, shape in tqdm(entries, desc=f"import {layout.name}", disable=not progress):
         arrays[rule.path].append(_from_torch(np.asarray(state[key]), shape, rule.in_dims))
@@ -207,5 +228,6 @@ def from_state_dict(layout: Layout, state: Mapping[str, np.ndarray], *, progress
         return jnp.asarray(array.astype(spec.dtype or cfg.param_dtype))
 
     # Mapping over the parameter table keeps its exact structure (a mixer without parameters stays {}).
-    return jax.tree_util.tree_map_with_path(leaf, param_specs(cfg), is_leaf=lambda x: isinstance(x, ParamSpec))
-
+    return jax.tree_util.tree_map_with_path(
+        leaf, param_specs(cfg), is_leaf=lambda x: isinstance(x, ParamSpec)
+    )

@@ -15,7 +15,6 @@ document per row and no padding; rows are independent.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import torch
 from jaxtyping import Float, Int
@@ -49,8 +48,9 @@ class Mixer(nn.Module):
         self.name = name
         self.post_norm_clamp = rec.post_norm_clamp if rec.post_norm else None
         gamma = lambda: nn.Parameter(torch.zeros((d,) if rec.gamma_per_channel else (1,)))
-        self.recurrent_projection = (nn.Linear(d, d, bias=False) if rec.recurrent_projection
-                                     and name in PROJECTED_MIXERS else None)
+        self.recurrent_projection = (
+            nn.Linear(d, d, bias=False) if rec.recurrent_projection and name in PROJECTED_MIXERS else None
+        )
         self.norm_x = nn.RMSNorm(d) if rec.pre_norm else None
         self.norm_r = nn.RMSNorm(d) if rec.pre_norm else None
         if name == "gated":
@@ -66,9 +66,11 @@ class Mixer(nn.Module):
             self.erg_r_proj, self.erg_i_proj = nn.Linear(d, d), nn.Linear(d, d)
             self.erg_lambda_param = nn.Parameter(torch.zeros(d))
         elif name == "codi":  # the release's nn.Sequential, hence the keys recurrent_projection.{0,2,3}
-            self.recurrent_projection = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.LayerNorm(d))
+            self.recurrent_projection = nn.Sequential(
+                nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.LayerNorm(d)
+            )
 
-    def keep_fp32(self) -> "Mixer":
+    def keep_fp32(self) -> Mixer:
         """The release keeps the gammas (and the ERG decay rates) in fp32 whatever the model dtype."""
         for name, param in self.named_parameters():
             if name in self.FP32:
@@ -78,10 +80,15 @@ class Mixer(nn.Module):
     def _post(self, y: torch.Tensor) -> torch.Tensor:
         return y if self.post_norm_clamp is None else clamped_rescale(y, self.post_norm_clamp, 1e-6)
 
-    def forward(self, x: Float[torch.Tensor, "B T D"],
-                big_r: Float[torch.Tensor, "B T D"]) -> Float[torch.Tensor, "B T D"]:
+    def forward(
+        self, x: Float[torch.Tensor, "B T D"], big_r: Float[torch.Tensor, "B T D"]
+    ) -> Float[torch.Tensor, "B T D"]:
         name, dtype = self.name, x.dtype
-        r = self.recurrent_projection(big_r) if name in PROJECTED_MIXERS and self.recurrent_projection else big_r
+        r = (
+            self.recurrent_projection(big_r)
+            if name in PROJECTED_MIXERS and self.recurrent_projection
+            else big_r
+        )
         xn, rn = (x, r) if self.norm_x is None else (self.norm_x(x), self.norm_r(r))
         if name == "none":
             return x
@@ -103,8 +110,10 @@ class Mixer(nn.Module):
         if name == "gated":
             gamma_rec = torch.tanh(self.rezero_gamma_recurrent_gate.float()).to(dtype)
             gamma_in = torch.tanh(self.rezero_gamma_input_gate.float()).to(dtype)
-            y = (gamma_rec * torch.sigmoid(self.recurrent_gate_proj(both)) * rn
-                 + gamma_in * torch.sigmoid(self.input_gate_proj(both)) * xn)
+            y = (
+                gamma_rec * torch.sigmoid(self.recurrent_gate_proj(both)) * rn
+                + gamma_in * torch.sigmoid(self.input_gate_proj(both)) * xn
+            )
             return x + self._post(y)
         alpha = torch.sigmoid(self.alpha_gate_proj(both).float()).clamp(1e-4, 1 - 1e-4)
         g_rec, g_in = (alpha.sqrt(), (1 - alpha).sqrt()) if name == "var_norm_gated" else (alpha, 1 - alpha)
@@ -112,13 +121,18 @@ class Mixer(nn.Module):
         return x + torch.tanh(self.rezero_gamma.float()).to(dtype) * y
 
 
-def _load_exact(module: nn.Module, state: dict[str, torch.Tensor], optional: tuple[str, ...] = ()) -> list[str]:
+def _load_exact(
+    module: nn.Module, state: dict[str, torch.Tensor], optional: tuple[str, ...] = ()
+) -> list[str]:
     """Copy `state` into `module`; return every missing / unexpected / mis-shaped key instead of raising."""
     own = module.state_dict()
     problems = [f"missing key {k}" for k in own if k not in state and k not in optional]
     problems += [f"unexpected key {k}" for k in state if k not in own]
-    problems += [f"{k}: shape {tuple(v.shape)}, expected {tuple(own[k].shape)}"
-                 for k, v in state.items() if k in own and v.shape != own[k].shape]
+    problems += [
+        f"{k}: shape {tuple(v.shape)}, expected {tuple(own[k].shape)}"
+        for k, v in state.items()
+        if k in own and v.shape != own[k].shape
+    ]
     if not problems:
         module.load_state_dict(state, strict=False)
     return problems
@@ -128,13 +142,15 @@ class T2MLRReference(nn.Module):
     def __init__(self, llama: nn.Module, rec: RecurrenceConfig, mixer: Mixer):
         super().__init__()
         if rec.cache_norm == "rmsnorm":
-            raise ValueError("the torch reference implements the release's cache (cache_norm rescale or none), "
-                             "not the paper's learnable RMSNorm (cache_norm='rmsnorm')")
+            raise ValueError(
+                "the torch reference implements the release's cache (cache_norm rescale or none), "
+                "not the paper's learnable RMSNorm (cache_norm='rmsnorm')"
+            )
         self.llama, self.rec, self.mixer = llama, rec, mixer
         self.l_start, self.l_end = rec.layer_range(llama.config.num_hidden_layers)
 
     @classmethod
-    def from_pretrained(cls, path: Path | str, dtype: torch.dtype = torch.float32) -> "T2MLRReference":
+    def from_pretrained(cls, path: Path | str, dtype: torch.dtype = torch.float32) -> T2MLRReference:
         """Load a t2mlr-torch folder strictly: one ValueError lists every key problem."""
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -149,17 +165,19 @@ class T2MLRReference(nn.Module):
             if not key.startswith("t2mlr_model."):
                 problems.append(f"unexpected key {key}")
                 continue
-            key, tensor = key[len("t2mlr_model."):], numpy_to_torch(value)
+            key, tensor = key[len("t2mlr_model.") :], numpy_to_torch(value)
             if key.startswith(fused):
-                mixer_state[key[len(fused):]] = tensor
+                mixer_state[key[len(fused) :]] = tensor
             else:
                 backbone[key.replace(wrapped, f"model.layers.{l_start}.", 1)] = tensor
         tied = ("lm_head.weight",) if cfg.tie_embeddings else ()
         problems += _load_exact(llama, backbone, optional=tied)
         problems += [f"mixer: {p}" for p in _load_exact(mixer, mixer_state)]
         if problems:
-            raise ValueError(f"{path}: checkpoint does not match its config ({len(problems)} problems):\n  - "
-                             + "\n  - ".join(problems))
+            raise ValueError(
+                f"{path}: checkpoint does not match its config ({len(problems)} problems):\n  - "
+                + "\n  - ".join(problems)
+            )
         return cls(llama, cfg.recurrence, mixer.keep_fp32())
 
     def _next_cache(self, h_end: torch.Tensor, prev: torch.Tensor, recurrent: torch.Tensor) -> torch.Tensor:
@@ -185,8 +203,10 @@ class T2MLRReference(nn.Module):
             captured["h"] = output[0] if isinstance(output, tuple) else output
 
         layers = self.llama.model.layers
-        hooks = [layers[self.l_end].register_forward_hook(capture),
-                 layers[self.l_start].register_forward_pre_hook(fuse, with_kwargs=True)]
+        hooks = [
+            layers[self.l_end].register_forward_hook(capture),
+            layers[self.l_start].register_forward_pre_hook(fuse, with_kwargs=True),
+        ]
         try:
             out = self.llama(input_ids=input_ids, use_cache=False)
         finally:
@@ -195,17 +215,23 @@ class T2MLRReference(nn.Module):
         return captured["h"][:, -1], out.logits[:, -1].float()
 
     @torch.no_grad()
-    def forward(self, input_ids: Int[torch.Tensor, "B T"],
-                control_flows: Optional[Int[torch.Tensor, "B T"]] = None) -> Float[torch.Tensor, "B T V"]:
+    def forward(
+        self, input_ids: Int[torch.Tensor, "B T"], control_flows: Int[torch.Tensor, "B T"] | None = None
+    ) -> Float[torch.Tensor, "B T V"]:
         """Exact-recurrence logits; control flow 2 (default everywhere) marks recurrent positions."""
         b, t = input_ids.shape
-        recurrent = (torch.full_like(input_ids, RECURRENT) if control_flows is None
-                     else control_flows) >= RECURRENT
+        recurrent = (
+            torch.full_like(input_ids, RECURRENT) if control_flows is None else control_flows
+        ) >= RECURRENT
         dtype = self.llama.model.embed_tokens.weight.dtype
-        big_r = torch.zeros(b, t, self.llama.config.hidden_size, dtype=dtype)  # big_r[:, s]: the cache token s sees
+        big_r = torch.zeros(
+            b, t, self.llama.config.hidden_size, dtype=dtype
+        )  # big_r[:, s]: the cache token s sees
         logits = []
         for step in range(t):
-            h_end, step_logits = self._run_prefix(input_ids[:, :step + 1], big_r[:, :step + 1], recurrent[:, :step + 1])
+            h_end, step_logits = self._run_prefix(
+                input_ids[:, : step + 1], big_r[:, : step + 1], recurrent[:, : step + 1]
+            )
             logits.append(step_logits)
             if step + 1 < t:
                 big_r[:, step + 1] = self._next_cache(h_end, big_r[:, step], recurrent[:, step])

@@ -38,8 +38,11 @@ def torch_logits(fmt: str, path: Path | str, tokens: Int[np.ndarray, "B T"]) -> 
     elif fmt in ("hf", "gguf"):
         from transformers import AutoModelForCausalLM
 
-        where = dict(pretrained_model_name_or_path=path) if fmt == "hf" else dict(
-            pretrained_model_name_or_path=path.parent, gguf_file=path.name)
+        where = (
+            dict(pretrained_model_name_or_path=path)
+            if fmt == "hf"
+            else dict(pretrained_model_name_or_path=path.parent, gguf_file=path.name)
+        )
         model = AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32).eval()
     else:
         raise ValueError(f"format must be one of {TORCH_FORMATS}, got {fmt!r}")
@@ -48,8 +51,17 @@ def torch_logits(fmt: str, path: Path | str, tokens: Int[np.ndarray, "B T"]) -> 
     return (out if isinstance(out, torch.Tensor) else out.logits).float().numpy()
 
 
-def verify(cfg: ModelConfig, params: dict, fmt: str, path: Path | str, *, num_sequences: int = 3,
-           seq_len: int = 32, seed: int = 0, tolerance: float = 1e-4) -> dict:
+def verify(
+    cfg: ModelConfig,
+    params: dict,
+    fmt: str,
+    path: Path | str,
+    *,
+    num_sequences: int = 3,
+    seq_len: int = 32,
+    seed: int = 0,
+    tolerance: float = 1e-4,
+) -> dict:
     """The JSON-able report: largest |logit difference| between our model and the PyTorch one at `path`.
 
     It passes when that difference, relative to the largest |logit|, is within `tolerance`: random
@@ -59,6 +71,15 @@ def verify(cfg: ModelConfig, params: dict, fmt: str, path: Path | str, *, num_se
     reference = torch_logits(fmt, path, tokens)
     diff = float(np.abs(jax_logits(cfg, params, tokens) - reference).max())
     relative = diff / max(float(np.abs(reference).max()), 1e-30)
-    return {"torch_format": fmt, "torch_path": str(path), "mode": "exact" if cfg.recurrence else "plain",
-            "num_sequences": num_sequences, "seq_len": seq_len, "seed": seed, "max_abs_logit_diff": diff,
-            "max_rel_logit_diff": relative, "tolerance": tolerance, "passed": relative <= tolerance}
+    return {
+        "torch_format": fmt,
+        "torch_path": str(path),
+        "mode": "exact" if cfg.recurrence else "plain",
+        "num_sequences": num_sequences,
+        "seq_len": seq_len,
+        "seed": seed,
+        "max_abs_logit_diff": diff,
+        "max_rel_logit_diff": relative,
+        "tolerance": tolerance,
+        "passed": relative <= tolerance,
+    }

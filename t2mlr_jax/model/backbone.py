@@ -7,7 +7,7 @@ stacked layer parameters, so any contiguous range compiles once per range length
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -34,8 +34,12 @@ class KVCache(NamedTuple):
 def init_cache(cfg: ModelConfig, batch: int, max_len: int) -> KVCache:
     shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
     dtype = jnp.dtype(cfg.dtype)
-    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch, max_len), jnp.int32),
-                   jnp.zeros((), jnp.int32))
+    return KVCache(
+        jnp.zeros(shape, dtype),
+        jnp.zeros(shape, dtype),
+        jnp.zeros((batch, max_len), jnp.int32),
+        jnp.zeros((), jnp.int32),
+    )
 
 
 def advance(cache: KVCache, num_tokens: int) -> KVCache:
@@ -61,9 +65,12 @@ def head(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"]) -> Float[Arra
     """Final norm and the (tied or untied) LM head; logits in fp32."""
     x = rms_norm(h, params["norm"].astype(cfg.dtype), cfg.norm_eps)
     if cfg.tie_embeddings:
-        return jnp.einsum("btd,vd->btv", x, params["embed_tokens"].astype(cfg.dtype),
-                          preferred_element_type=jnp.float32)
-    return jnp.einsum("btd,dv->btv", x, params["lm_head"].astype(cfg.dtype), preferred_element_type=jnp.float32)
+        return jnp.einsum(
+            "btd,vd->btv", x, params["embed_tokens"].astype(cfg.dtype), preferred_element_type=jnp.float32
+        )
+    return jnp.einsum(
+        "btd,dv->btv", x, params["lm_head"].astype(cfg.dtype), preferred_element_type=jnp.float32
+    )
 
 
 def _block(cfg: ModelConfig, p: dict, h, positions, mask, kv):
@@ -73,8 +80,10 @@ def _block(cfg: ModelConfig, p: dict, h, positions, mask, kv):
     """
     x = rms_norm(h, p["input_layernorm"], cfg.norm_eps)
     a = p["self_attn"]
-    q = constrain(rope(jnp.einsum("btd,dhe->bthe", x, a["q_proj"]), positions, cfg.rope_theta),
-                  ("batch", "length", "act_heads", "head_dim"))
+    q = constrain(
+        rope(jnp.einsum("btd,dhe->bthe", x, a["q_proj"]), positions, cfg.rope_theta),
+        ("batch", "length", "act_heads", "head_dim"),
+    )
     k = rope(jnp.einsum("btd,dke->btke", x, a["k_proj"]), positions, cfg.rope_theta)
     v = jnp.einsum("btd,dke->btke", x, a["v_proj"])
     keys, values = k, v
@@ -84,8 +93,9 @@ def _block(cfg: ModelConfig, p: dict, h, positions, mask, kv):
         values = jax.lax.dynamic_update_slice_in_dim(v_slots, v, index, axis=1)
     h = h + jnp.einsum("bthe,hed->btd", attend(q, keys, values, mask), a["o_proj"])
     m = p["mlp"]
-    h = h + swiglu(rms_norm(h, p["post_attention_layernorm"], cfg.norm_eps), m["gate_proj"], m["up_proj"],
-                   m["down_proj"])
+    h = h + swiglu(
+        rms_norm(h, p["post_attention_layernorm"], cfg.norm_eps), m["gate_proj"], m["up_proj"], m["down_proj"]
+    )
     return constrain(h, RESIDUAL_AXES), (k, v)
 
 
@@ -97,9 +107,17 @@ def _remat(cfg: ModelConfig, fn):
     return fn
 
 
-def run_blocks(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"], start: int, end: int, *,
-               positions: Int[Array, "B T"], segment_ids: Int[Array, "B T"],
-               cache: Optional[KVCache] = None) -> tuple[Float[Array, "B T D"], Optional[KVCache]]:
+def run_blocks(
+    cfg: ModelConfig,
+    params: dict,
+    h: Float[Array, "B T D"],
+    start: int,
+    end: int,
+    *,
+    positions: Int[Array, "B T"],
+    segment_ids: Int[Array, "B T"],
+    cache: KVCache | None = None,
+) -> tuple[Float[Array, "B T D"], KVCache | None]:
     """Run blocks [start, end) on h. With a cache, this step's keys/values go to slots cache.index + [0, T).
 
     The cache's `index` is not advanced here (a token step may call several ranges); see `advance`.
@@ -129,20 +147,36 @@ def run_blocks(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"], start: 
         p, layer = xs
         h, (k, v) = _block(cfg, p, h, positions, mask, (k_all[layer], v_all[layer], cache.index))
         at = (layer, 0, cache.index, 0, 0)
-        return (h, jax.lax.dynamic_update_slice(k_all, k[None], at),
-                jax.lax.dynamic_update_slice(v_all, v[None], at)), None
+        return (
+            h,
+            jax.lax.dynamic_update_slice(k_all, k[None], at),
+            jax.lax.dynamic_update_slice(v_all, v[None], at),
+        ), None
 
-    (h, k_all, v_all), _ = jax.lax.scan(cached_body, (h, cache.k, cache.v), (layers, jnp.arange(start, end)),
-                                        unroll=True)
+    (h, k_all, v_all), _ = jax.lax.scan(
+        cached_body, (h, cache.k, cache.v), (layers, jnp.arange(start, end)), unroll=True
+    )
     return h, cache._replace(k=k_all, v=v_all)
 
 
-def forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *,
-            positions: Optional[Int[Array, "B T"]] = None,
-            segment_ids: Optional[Int[Array, "B T"]] = None) -> Float[Array, "B T V"]:
+def forward(
+    cfg: ModelConfig,
+    params: dict,
+    tokens: Int[Array, "B T"],
+    *,
+    positions: Int[Array, "B T"] | None = None,
+    segment_ids: Int[Array, "B T"] | None = None,
+) -> Float[Array, "B T V"]:
     """The plain transformer: every block once, no recurrence (the reference T²MLR must equal at γ=0)."""
     if positions is None or segment_ids is None:
         positions, segment_ids = default_layout(tokens)
-    h, _ = run_blocks(cfg, params, embed(cfg, params, tokens), 0, cfg.num_layers, positions=positions,
-                      segment_ids=segment_ids)
+    h, _ = run_blocks(
+        cfg,
+        params,
+        embed(cfg, params, tokens),
+        0,
+        cfg.num_layers,
+        positions=positions,
+        segment_ids=segment_ids,
+    )
     return head(cfg, params, h)

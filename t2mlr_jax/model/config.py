@@ -8,7 +8,6 @@ Every field is checked in `validate()`, before anything is traced or compiled.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 MIXERS = (
     "gated",
@@ -45,8 +44,8 @@ class RecurrenceConfig:
     # gamma_rec / gamma_in: one fp32 scalar each, or one per channel.
     gamma_per_channel: bool = False
     gate_weight_init_std: float = 1.0  # xavier-normal gain of the gate projections
-    recurrent_gate_init: Optional[float] = None  # sigmoid(bias) at init; None = PyTorch-default bias
-    input_gate_init: Optional[float] = None
+    recurrent_gate_init: float | None = None  # sigmoid(bias) at init; None = PyTorch-default bias
+    input_gate_init: float | None = None
     constant_alpha: float = 0.5  # `constant_weight` mixer only
     pre_norm: bool = False  # RMSNorm both streams before mixing
     post_norm: bool = False  # clamped RMS rescale of the mixed-in term y
@@ -80,7 +79,7 @@ class ModelConfig:
     num_kv_heads: int
     head_dim: int
     mlp_dim: int
-    rope_theta: Optional[float] = 10_000.0  # None = no positional encoding (NoPE)
+    rope_theta: float | None = 10_000.0  # None = no positional encoding (NoPE)
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
     init_std: float = 0.02
@@ -88,12 +87,12 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype; parameters stay in `param_dtype`
     param_dtype: str = "float32"
     remat: str = "none"
-    recurrence: Optional[RecurrenceConfig] = None
+    recurrence: RecurrenceConfig | None = None
 
-    def replace(self, **changes) -> "ModelConfig":
+    def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)
 
-    def with_recurrence(self, **changes) -> "ModelConfig":
+    def with_recurrence(self, **changes) -> ModelConfig:
         return self.replace(recurrence=dataclasses.replace(self.recurrence or RecurrenceConfig(), **changes))
 
     @property
@@ -102,19 +101,30 @@ class ModelConfig:
             raise ValueError("layer_range: this model has no recurrence (recurrence=None)")
         return self.recurrence.layer_range(self.num_layers)
 
-    def validate(self) -> "ModelConfig":
+    def validate(self) -> ModelConfig:
         """Raise one ValueError naming the offending field; returns self so calls can chain."""
-        positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                    "mlp_dim", "max_seq_len")
+        positive = (
+            "vocab_size",
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "mlp_dim",
+            "max_seq_len",
+        )
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
-                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
         if self.rope_theta is not None and (self.rope_theta <= 0 or self.head_dim % 2):
-            raise ValueError(f"rope_theta must be > 0 with an even head_dim, got {self.rope_theta}, "
-                             f"head_dim {self.head_dim}")
+            raise ValueError(
+                f"rope_theta must be > 0 with an even head_dim, got {self.rope_theta}, "
+                f"head_dim {self.head_dim}"
+            )
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
@@ -149,33 +159,72 @@ def check_depths(d_forward: int, d_backward: int) -> None:
 # ---------------------------------------------------------------------------------------------
 # Presets. Numbers are the public HF configs of SmolLM2 and the paper's tiny S5 model.
 
+
 def smollm2_135m(**changes) -> ModelConfig:
-    return ModelConfig(vocab_size=49152, hidden_size=576, num_layers=30, num_heads=9, num_kv_heads=3,
-                       head_dim=64, mlp_dim=1536, rope_theta=100_000.0, init_std=0.0417).replace(**changes)
+    return ModelConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        num_layers=30,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        mlp_dim=1536,
+        rope_theta=100_000.0,
+        init_std=0.0417,
+    ).replace(**changes)
 
 
 def smollm2_360m(**changes) -> ModelConfig:
-    return ModelConfig(vocab_size=49152, hidden_size=960, num_layers=32, num_heads=15, num_kv_heads=5,
-                       head_dim=64, mlp_dim=2560, rope_theta=100_000.0).replace(**changes)
+    return ModelConfig(
+        vocab_size=49152,
+        hidden_size=960,
+        num_layers=32,
+        num_heads=15,
+        num_kv_heads=5,
+        head_dim=64,
+        mlp_dim=2560,
+        rope_theta=100_000.0,
+    ).replace(**changes)
 
 
 def smollm2_1_7b(**changes) -> ModelConfig:
-    return ModelConfig(vocab_size=49152, hidden_size=2048, num_layers=24, num_heads=32, num_kv_heads=32,
-                       head_dim=64, mlp_dim=8192, rope_theta=130_000.0).replace(**changes)
+    return ModelConfig(
+        vocab_size=49152,
+        hidden_size=2048,
+        num_layers=24,
+        num_heads=32,
+        num_kv_heads=32,
+        head_dim=64,
+        mlp_dim=8192,
+        rope_theta=130_000.0,
+    ).replace(**changes)
 
 
 def s5_tiny(**changes) -> ModelConfig:
     """The paper's S5-retrieval model: 384 hidden, 6 layers, 6 heads, no positional encoding."""
-    return ModelConfig(vocab_size=188, hidden_size=384, num_layers=6, num_heads=6, num_kv_heads=6,
-                       head_dim=64, mlp_dim=1536, rope_theta=None, max_seq_len=1024).replace(**changes)
+    return ModelConfig(
+        vocab_size=188,
+        hidden_size=384,
+        num_layers=6,
+        num_heads=6,
+        num_kv_heads=6,
+        head_dim=64,
+        mlp_dim=1536,
+        rope_theta=None,
+        max_seq_len=1024,
+    ).replace(**changes)
 
 
 # Widths of parameter-matched baselines: the extra fusion parameters of T²MLR are paid for by a
 # wider plain transformer (the release's 135M baseline is 584 wide, head_dim kept at 64).
 PARAM_MATCHED_HIDDEN = {"smollm2_135m": 584}
 
-PRESETS = {"smollm2_135m": smollm2_135m, "smollm2_360m": smollm2_360m, "smollm2_1_7b": smollm2_1_7b,
-           "s5_tiny": s5_tiny}
+PRESETS = {
+    "smollm2_135m": smollm2_135m,
+    "smollm2_360m": smollm2_360m,
+    "smollm2_1_7b": smollm2_1_7b,
+    "s5_tiny": s5_tiny,
+}
 
 
 def preset(name: str, *, param_matched_baseline: bool = False, **changes) -> ModelConfig:

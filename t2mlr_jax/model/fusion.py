@@ -22,7 +22,6 @@ gated / var_norm_gated / alpha_coupled / none (and concat without pre-norm) are 
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -38,9 +37,11 @@ RECURRENT = 2  # control flow: 0 pad, 1 prompt / non-recurrent, 2 recurrent
 
 def _xavier_normal(gain: float):
     """torch.nn.init.xavier_normal_ on a [in, out] kernel; gain 0 gives zeros."""
+
     def init(key, shape, dtype):
         std = gain * math.sqrt(2.0 / (shape[0] + shape[1]))
         return std * jax.random.normal(key, shape, dtype)
+
     return init
 
 
@@ -50,7 +51,7 @@ def _torch_uniform(fan_in: int):
     return lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, -bound, bound)
 
 
-def _gate_bias(prob: Optional[float], fan_in: int):
+def _gate_bias(prob: float | None, fan_in: int):
     """Bias = logit(prob) when an initial gate value is given, else PyTorch's default uniform."""
     if prob is None:
         return _torch_uniform(fan_in)
@@ -96,20 +97,28 @@ def mixer_specs(cfg: ModelConfig) -> dict:
         specs["rezero_gamma"] = ParamSpec(gamma_shape, gamma_axes, zeros, "float32")
         specs["alpha_gate_proj"] = gate_proj(rec.recurrent_gate_init)
     elif rec.mixer == "constant_weight":
-        specs["recurrent_alpha"] = ParamSpec((1,), (None,), lambda k, s, t: jnp.full(s, rec.constant_alpha, t))
+        specs["recurrent_alpha"] = ParamSpec(
+            (1,), (None,), lambda k, s, t: jnp.full(s, rec.constant_alpha, t)
+        )
     elif rec.mixer == "concat":
         specs["concat_projection"] = ParamSpec((2 * d, d), ("mixer_in", "embed"), _concat_identity)
     elif rec.mixer == "exponential_rotational_gated":
         for name in ("erg_r_proj", "erg_i_proj"):
-            specs[name] = {"kernel": ParamSpec((d, d), ("embed", "mixer_out"), _torch_uniform(d)),
-                           "bias": ParamSpec((d,), ("norm",), _torch_uniform(d))}
+            specs[name] = {
+                "kernel": ParamSpec((d, d), ("embed", "mixer_out"), _torch_uniform(d)),
+                "bias": ParamSpec((d,), ("norm",), _torch_uniform(d)),
+            }
         specs["erg_lambda_param"] = ParamSpec((d,), ("norm",), _erg_lambda, "float32")
     elif rec.mixer == "codi":
         specs["codi_projection"] = {
-            "fc1": {"kernel": ParamSpec((d, d), ("embed", "mixer_out"), _torch_uniform(d)),
-                    "bias": ParamSpec((d,), ("norm",), _torch_uniform(d))},
-            "fc2": {"kernel": ParamSpec((d, d), ("mixer_out", "embed"), _torch_uniform(d)),
-                    "bias": ParamSpec((d,), ("norm",), _torch_uniform(d))},
+            "fc1": {
+                "kernel": ParamSpec((d, d), ("embed", "mixer_out"), _torch_uniform(d)),
+                "bias": ParamSpec((d,), ("norm",), _torch_uniform(d)),
+            },
+            "fc2": {
+                "kernel": ParamSpec((d, d), ("mixer_out", "embed"), _torch_uniform(d)),
+                "bias": ParamSpec((d,), ("norm",), _torch_uniform(d)),
+            },
             "norm": {"scale": ParamSpec((d,), ("norm",), ones), "bias": ParamSpec((d,), ("norm",), zeros)},
         }
     return specs
@@ -154,7 +163,9 @@ def _mix(cfg: ModelConfig, p: dict, x, big_r):
         alpha = jnp.clip(p["recurrent_alpha"], 0.0, 1.0).astype(x.dtype)
         return (1 - alpha) * xn + alpha * rn, {"recurrent_gate": alpha[0]}
     if name == "concat":
-        return jnp.einsum("...i,io->...o", jnp.concatenate([xn, rn], -1), p["concat_projection"].astype(x.dtype)), stats
+        return jnp.einsum(
+            "...i,io->...o", jnp.concatenate([xn, rn], -1), p["concat_projection"].astype(x.dtype)
+        ), stats
     if name == "coconut":
         return post(rn), stats
     if name == "codi":
@@ -175,8 +186,10 @@ def _mix(cfg: ModelConfig, p: dict, x, big_r):
     if name == "gated":
         g_rec = jax.nn.sigmoid(_linear(p["recurrent_gate_proj"], both))
         g_in = jax.nn.sigmoid(_linear(p["input_gate_proj"], both))
-        y = (_tanh_gamma(p["rezero_gamma_recurrent_gate"], x.dtype) * g_rec * rn
-             + _tanh_gamma(p["rezero_gamma_input_gate"], x.dtype) * g_in * xn)
+        y = (
+            _tanh_gamma(p["rezero_gamma_recurrent_gate"], x.dtype) * g_rec * rn
+            + _tanh_gamma(p["rezero_gamma_input_gate"], x.dtype) * g_in * xn
+        )
         return x + post(y), {"recurrent_gate": g_rec.mean(-1), "input_gate": g_in.mean(-1)}
     alpha = jnp.clip(jax.nn.sigmoid(_linear(p["alpha_gate_proj"], both).astype(jnp.float32)), 1e-4, 1 - 1e-4)
     if name == "var_norm_gated":
@@ -187,8 +200,13 @@ def _mix(cfg: ModelConfig, p: dict, x, big_r):
     return x + _tanh_gamma(p["rezero_gamma"], x.dtype) * y, {"recurrent_gate": alpha.mean(-1)}
 
 
-def fuse(cfg: ModelConfig, mixer_params: dict, x: Float[Array, "B T D"], big_r: Float[Array, "B T D"],
-         control_flow: Int[Array, "B T"]) -> tuple[Float[Array, "B T D"], dict]:
+def fuse(
+    cfg: ModelConfig,
+    mixer_params: dict,
+    x: Float[Array, "B T D"],
+    big_r: Float[Array, "B T D"],
+    control_flow: Int[Array, "B T"],
+) -> tuple[Float[Array, "B T D"], dict]:
     """The stream entering block l_start: Phi(x, R) where control flow is recurrent, x elsewhere.
 
     Returns the fused stream and per-token gate statistics (zero at non-recurrent positions).
@@ -199,8 +217,13 @@ def fuse(cfg: ModelConfig, mixer_params: dict, x: Float[Array, "B T D"], big_r: 
     return constrain(jnp.where(recurrent[..., None], mixed.astype(x.dtype), x), RESIDUAL_AXES), stats
 
 
-def update_cache(cfg: ModelConfig, mixer_params: dict, h_end: Float[Array, "B T D"],
-                 big_r: Float[Array, "B T D"], control_flow: Int[Array, "B T"]) -> Float[Array, "B T D"]:
+def update_cache(
+    cfg: ModelConfig,
+    mixer_params: dict,
+    h_end: Float[Array, "B T D"],
+    big_r: Float[Array, "B T D"],
+    control_flow: Int[Array, "B T"],
+) -> Float[Array, "B T D"]:
     """R_t from the stream after block l_end (h_end) and the cache R_{t-1} this token was fused with.
 
     Raw h_end (release default), or with the temporal residual N(h_end + w R_{t-1}) at recurrent
@@ -221,5 +244,8 @@ def update_cache(cfg: ModelConfig, mixer_params: dict, h_end: Float[Array, "B T 
 
 def gamma_stats(cfg: ModelConfig, mixer_params: dict) -> dict:
     """tanh of the ReZero gammas (the paper's Fig. 8 trajectories), as fp32 scalars (means if per-channel)."""
-    return {f"tanh_{k}": jnp.tanh(v.astype(jnp.float32)).mean() for k, v in mixer_params.items()
-            if k.startswith("rezero_gamma")}
+    return {
+        f"tanh_{k}": jnp.tanh(v.astype(jnp.float32)).mean()
+        for k, v in mixer_params.items()
+        if k.startswith("rezero_gamma")
+    }

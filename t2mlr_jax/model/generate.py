@@ -8,7 +8,7 @@ first real token, so its R resets there and padding never reaches it — every r
 from __future__ import annotations
 
 from functools import partial
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,11 +24,16 @@ PREFILLS = ("exact", "jacobi")
 
 class GenerateOutput(NamedTuple):
     tokens: Int[Array, "B N"]  # generated tokens; pad_id after a row's EOS
-    lengths: Int[Array, "B"]  # generated tokens per row, EOS included
+    lengths: Int[Array, " B"]  # generated tokens per row, EOS included
 
 
-def sample(logits: Float[Array, "B V"], key: Optional[jax.Array], temperature: float = 0.0, top_k: int = 0,
-           top_p: float = 1.0) -> Int[Array, "B"]:
+def sample(
+    logits: Float[Array, "B V"],
+    key: jax.Array | None,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> Int[Array, " B"]:
     """Greedy when temperature == 0; otherwise temperature, then top-k, then nucleus (top-p) filtering."""
     if temperature == 0.0:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
@@ -47,8 +52,9 @@ def sample(logits: Float[Array, "B V"], key: Optional[jax.Array], temperature: f
     return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
-def check_generate_args(prefill: str, prefill_passes: int, max_new_tokens: int, temperature: float, top_k: int,
-                        top_p: float) -> None:
+def check_generate_args(
+    prefill: str, prefill_passes: int, max_new_tokens: int, temperature: float, top_k: int, top_p: float
+) -> None:
     """Reject bad sampling settings before anything is traced."""
     if prefill not in PREFILLS:
         raise ValueError(f"prefill must be one of {PREFILLS}, got {prefill!r}")
@@ -63,10 +69,23 @@ def check_generate_args(prefill: str, prefill_passes: int, max_new_tokens: int, 
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
 
-def generate(cfg: ModelConfig, params: dict, prompt_tokens: Int[Array, "B P"], prompt_mask: Int[Array, "B P"], *,
-             max_new_tokens: int, key: Optional[jax.Array] = None, temperature: float = 0.0, top_k: int = 0,
-             top_p: float = 1.0, eos_id: Optional[int] = None, pad_id: int = 0, prefill: str = "exact",
-             prefill_passes: int = 8, prompt_control_flow: Optional[Int[Array, "B P"]] = None) -> GenerateOutput:
+def generate(
+    cfg: ModelConfig,
+    params: dict,
+    prompt_tokens: Int[Array, "B P"],
+    prompt_mask: Int[Array, "B P"],
+    *,
+    max_new_tokens: int,
+    key: jax.Array | None = None,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    eos_id: int | None = None,
+    pad_id: int = 0,
+    prefill: str = "exact",
+    prefill_passes: int = 8,
+    prompt_control_flow: Int[Array, "B P"] | None = None,
+) -> GenerateOutput:
     """Generate up to `max_new_tokens` per row; rows stop independently at `eos_id`.
 
     `prompt_control_flow` marks prompt tokens as recurrent (2, the default: pretraining) or not
@@ -77,16 +96,55 @@ def generate(cfg: ModelConfig, params: dict, prompt_tokens: Int[Array, "B P"], p
         raise ValueError("sampling with temperature > 0 needs a PRNG key")
     if prompt_control_flow is None:
         prompt_control_flow = jnp.where(prompt_mask != 0, RECURRENT, 0)
-    return _generate(cfg, params, prompt_tokens, jnp.asarray(prompt_mask, jnp.int32), prompt_control_flow,
-                     key if key is not None else jax.random.PRNGKey(0), max_new_tokens=max_new_tokens,
-                     temperature=temperature, top_k=top_k, top_p=top_p, eos_id=eos_id, pad_id=pad_id,
-                     prefill=prefill, prefill_passes=prefill_passes)
+    return _generate(
+        cfg,
+        params,
+        prompt_tokens,
+        jnp.asarray(prompt_mask, jnp.int32),
+        prompt_control_flow,
+        key if key is not None else jax.random.PRNGKey(0),
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        prefill=prefill,
+        prefill_passes=prefill_passes,
+    )
 
 
-@partial(jax.jit, static_argnums=0, static_argnames=("max_new_tokens", "temperature", "top_k", "top_p", "eos_id",
-                                                     "pad_id", "prefill", "prefill_passes"))
-def _generate(cfg, params, prompt_tokens, prompt_mask, prompt_control_flow, key, *, max_new_tokens, temperature,
-              top_k, top_p, eos_id, pad_id, prefill, prefill_passes):
+@partial(
+    jax.jit,
+    static_argnums=0,
+    static_argnames=(
+        "max_new_tokens",
+        "temperature",
+        "top_k",
+        "top_p",
+        "eos_id",
+        "pad_id",
+        "prefill",
+        "prefill_passes",
+    ),
+)
+def _generate(
+    cfg,
+    params,
+    prompt_tokens,
+    prompt_mask,
+    prompt_control_flow,
+    key,
+    *,
+    max_new_tokens,
+    temperature,
+    top_k,
+    top_p,
+    eos_id,
+    pad_id,
+    prefill,
+    prefill_passes,
+):
     b, p = prompt_tokens.shape
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=1) - 1, 0)
     layout = Layout(positions, prompt_mask, prompt_control_flow * prompt_mask)
@@ -94,8 +152,9 @@ def _generate(cfg, params, prompt_tokens, prompt_mask, prompt_control_flow, key,
     if prefill == "exact":
         out = exact_forward(cfg, params, prompt_tokens, layout=layout, cache=cache)
     else:
-        out = jacobi_forward(cfg, params, prompt_tokens, layout=layout, cache=cache, d_forward=prefill_passes,
-                             d_backward=0)
+        out = jacobi_forward(
+            cfg, params, prompt_tokens, layout=layout, cache=cache, d_forward=prefill_passes, d_backward=0
+        )
     key, sub = jax.random.split(key)
     first = sample(out.logits[:, -1], sub, temperature, top_k, top_p)
     tokens = jnp.full((b, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(first)
@@ -108,10 +167,12 @@ def _generate(cfg, params, prompt_tokens, prompt_mask, prompt_control_flow, key,
 
     def body(state):
         i, tokens, r, cache, done, key = state
-        step_layout = Layout((next_pos + i - 1)[:, None], jnp.ones((b, 1), jnp.int32),
-                             jnp.full((b, 1), RECURRENT, jnp.int32))
-        step = decode_step(cfg, params, jax.lax.dynamic_slice_in_dim(tokens, i - 1, 1, axis=1), r, cache,
-                           step_layout)
+        step_layout = Layout(
+            (next_pos + i - 1)[:, None], jnp.ones((b, 1), jnp.int32), jnp.full((b, 1), RECURRENT, jnp.int32)
+        )
+        step = decode_step(
+            cfg, params, jax.lax.dynamic_slice_in_dim(tokens, i - 1, 1, axis=1), r, cache, step_layout
+        )
         key, sub = jax.random.split(key)
         nxt = jnp.where(done, pad_id, sample(step.logits[:, -1], sub, temperature, top_k, top_p))
         tokens = jax.lax.dynamic_update_slice_in_dim(tokens, nxt[:, None], i, axis=1)
@@ -124,10 +185,12 @@ def _generate(cfg, params, prompt_tokens, prompt_mask, prompt_control_flow, key,
     return with_lengths(tokens, eos_id)
 
 
-def with_lengths(tokens: Int[Array, "B N"], eos_id: Optional[int]) -> GenerateOutput:
+def with_lengths(tokens: Int[Array, "B N"], eos_id: int | None) -> GenerateOutput:
     """Generated tokens with each row's length: up to and including its first EOS, else all N."""
     n = tokens.shape[1]
     if eos_id is None:
         return GenerateOutput(tokens, jnp.full((tokens.shape[0],), n, jnp.int32))
     is_eos = tokens == eos_id
-    return GenerateOutput(tokens, jnp.where(is_eos.any(axis=1), jnp.argmax(is_eos, axis=1) + 1, n).astype(jnp.int32))
+    return GenerateOutput(
+        tokens, jnp.where(is_eos.any(axis=1), jnp.argmax(is_eos, axis=1) + 1, n).astype(jnp.int32)
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -23,9 +23,9 @@ Init = Callable[[jax.Array, tuple, Any], jax.Array]
 @dataclasses.dataclass(frozen=True)
 class ParamSpec:
     shape: tuple[int, ...]
-    axes: tuple[Optional[str], ...]  # logical axis names, one per dimension; None = replicated
+    axes: tuple[str | None, ...]  # logical axis names, one per dimension; None = replicated
     init: Init
-    dtype: Optional[str] = None  # None = the model's param_dtype; "float32" pins (the gammas)
+    dtype: str | None = None  # None = the model's param_dtype; "float32" pins (the gammas)
 
 
 def normal(std: float) -> Init:
@@ -85,8 +85,9 @@ def init_from_specs(specs: dict, key: jax.Array, param_dtype: str) -> dict:
     """Draw every parameter of a spec tree (the whole model, or a part such as the mixer)."""
     leaves, treedef = jax.tree.flatten(specs, is_leaf=_is_spec)
     keys = jax.random.split(key, max(len(leaves), 1))
-    return jax.tree.unflatten(treedef, [s.init(k, s.shape, jnp.dtype(s.dtype or param_dtype))
-                                        for s, k in zip(leaves, keys)])
+    return jax.tree.unflatten(
+        treedef, [s.init(k, s.shape, jnp.dtype(s.dtype or param_dtype)) for s, k in zip(leaves, keys)]
+    )
 
 
 def init_params(cfg: ModelConfig, key: jax.Array) -> dict:

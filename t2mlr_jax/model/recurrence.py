@@ -16,7 +16,7 @@ only recurrent positions are fused and get the temporal residual).
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +37,7 @@ class Output(NamedTuple):
     logits: Float[Array, "B T V"]
     recurrent_state: Float[Array, "B D"]  # R for the token after the last one (decoding continues from it)
     gate_stats: dict  # per-token gate activations of the fusion that produced the logits, [B, T] each
-    cache: Optional[KVCache]
+    cache: KVCache | None
 
 
 def make_layout(tokens: Int[Array, "B T"], positions=None, segment_ids=None, control_flow=None) -> Layout:
@@ -57,8 +57,9 @@ def shift_right(m: Float[Array, "B T D"], positions: Int[Array, "B T"]) -> Float
 
 
 def _blocks(cfg, params, h, start, end, layout, cache=None):
-    return run_blocks(cfg, params, h, start, end, positions=layout.positions, segment_ids=layout.segment_ids,
-                      cache=cache)
+    return run_blocks(
+        cfg, params, h, start, end, positions=layout.positions, segment_ids=layout.segment_ids, cache=cache
+    )
 
 
 def _middle(cfg, params, h, layout, cache=None):
@@ -89,9 +90,16 @@ def _fused_pass(cfg, params, x, r, layout, cache, tokens) -> Output:
     return Output(head(cfg, params, h), m[:, -1], stats, _advance(cache, tokens))
 
 
-def jacobi_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *, layout: Optional[Layout] = None,
-                   d_forward: Optional[int] = None, d_backward: Optional[int] = None,
-                   cache: Optional[KVCache] = None) -> Output:
+def jacobi_forward(
+    cfg: ModelConfig,
+    params: dict,
+    tokens: Int[Array, "B T"],
+    *,
+    layout: Layout | None = None,
+    d_forward: int | None = None,
+    d_backward: int | None = None,
+    cache: KVCache | None = None,
+) -> Output:
     """Temporal-parallel forward with D = d_forward Jacobi passes, gradient through the last B = d_backward.
 
     With a cache (Jacobi prefill), the lower blocks' keys/values come from the shared first pass and
@@ -129,8 +137,14 @@ def jacobi_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *,
     return _fused_pass(cfg, params, x, r, layout, cache, tokens)
 
 
-def decode_step(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], recurrent_state: Float[Array, "B D"],
-                cache: KVCache, layout: Layout) -> Output:
+def decode_step(
+    cfg: ModelConfig,
+    params: dict,
+    tokens: Int[Array, "B T"],
+    recurrent_state: Float[Array, "B D"],
+    cache: KVCache,
+    layout: Layout,
+) -> Output:
     """One token (T = 1) with the KV cache: fuse R_{t-1} at l_start, update R_t after l_end.
 
     `recurrent_state` is the previous token's cache; it is reset to zero at a document start.
@@ -143,9 +157,16 @@ def decode_step(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], recur
     return _fused_pass(cfg, params, x, r, layout, cache, tokens)
 
 
-def exact_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *, layout: Optional[Layout] = None,
-                  bptt: Optional[int] = None, cache: Optional[KVCache] = None,
-                  recurrent_state: Optional[Float[Array, "B D"]] = None) -> Output:
+def exact_forward(
+    cfg: ModelConfig,
+    params: dict,
+    tokens: Int[Array, "B T"],
+    *,
+    layout: Layout | None = None,
+    bptt: int | None = None,
+    cache: KVCache | None = None,
+    recurrent_state: Float[Array, "B D"] | None = None,
+) -> Output:
     """Exact sequential recurrence: `lax.scan` of `decode_step` over time.
 
     bptt=None: full backpropagation through time. bptt=B: truncated, each token's loss reaching back
@@ -171,7 +192,10 @@ def exact_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *, 
             r = r.reshape(copies, b, -1)
             r = jnp.concatenate([jax.lax.stop_gradient(r[:1]), r[:-1]]).reshape(copies * b, -1)
         out = decode_step(cfg, params, xs[0][:, None], r, cache, Layout(*(a[:, None] for a in xs[1:])))
-        return (out.recurrent_state, out.cache), (out.logits[:, 0], {k: v[:, 0] for k, v in out.gate_stats.items()})
+        return (out.recurrent_state, out.cache), (
+            out.logits[:, 0],
+            {k: v[:, 0] for k, v in out.gate_stats.items()},
+        )
 
     xs = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), (tokens, *layout))
     (r, cache), (logits, stats) = jax.lax.scan(step, (recurrent_state, cache), xs)
@@ -179,9 +203,17 @@ def exact_forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *, 
     return Output(logits, r[-b:], stats, cache)
 
 
-def forward(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], *, mode: str = "jacobi",
-            layout: Optional[Layout] = None, d_forward: Optional[int] = None, d_backward: Optional[int] = None,
-            bptt: Optional[int] = None) -> Output:
+def forward(
+    cfg: ModelConfig,
+    params: dict,
+    tokens: Int[Array, "B T"],
+    *,
+    mode: str = "jacobi",
+    layout: Layout | None = None,
+    d_forward: int | None = None,
+    d_backward: int | None = None,
+    bptt: int | None = None,
+) -> Output:
     """One explicit entry point: mode 'jacobi' (training default) or 'exact' (evaluation default)."""
     if mode == "jacobi":
         return jacobi_forward(cfg, params, tokens, layout=layout, d_forward=d_forward, d_backward=d_backward)

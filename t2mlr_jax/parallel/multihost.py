@@ -23,11 +23,16 @@ def initialize_distributed() -> None:
     if "JAX_COORDINATOR_ADDRESS" in os.environ:
         missing = [v for v in ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID") if v not in os.environ]
         if missing:
-            raise ValueError(f"JAX_COORDINATOR_ADDRESS is set but {' and '.join(missing)} not: an explicit "
-                             "multi-process launch needs all three")
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes need it; others ignore it
-        jax.distributed.initialize(num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
-                                   process_id=int(os.environ["JAX_PROCESS_ID"]))
+            raise ValueError(
+                f"JAX_COORDINATOR_ADDRESS is set but {' and '.join(missing)} not: an explicit "
+                "multi-process launch needs all three"
+            )
+        jax.config.update(
+            "jax_cpu_collectives_implementation", "gloo"
+        )  # CPU processes need it; others ignore it
+        jax.distributed.initialize(
+            num_processes=int(os.environ["JAX_NUM_PROCESSES"]), process_id=int(os.environ["JAX_PROCESS_ID"])
+        )
     elif on_tpu_pod or on_slurm:
         jax.distributed.initialize()
 
@@ -40,16 +45,20 @@ def is_lead_host() -> bool:
 def global_batch(local_batch: dict, mesh: Mesh) -> dict:
     """Each host holds only its rows of the batch; assemble the global arrays, rows over data x fsdp."""
     sharding = batch_sharding(mesh)
-    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in local_batch.items()}
+    return {
+        k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in local_batch.items()
+    }
 
 
 def to_host(tree):
     """Arrays as numpy, whole, on every host, however they are sharded (a multi-host sharded array is
     gathered: every host must call this in the same order)."""
+
     def fetch(x):
         if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
             return multihost_utils.process_allgather(x, tiled=True)
         return jax.device_get(x)
+
     return jax.tree.map(fetch, tree)
 
 

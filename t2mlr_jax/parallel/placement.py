@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import jax
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -27,7 +25,7 @@ def _is_axes(x) -> bool:
     return isinstance(x, tuple) and all(a is None or isinstance(a, str) for a in x)
 
 
-def model_param_shardings(model: Optional[ModelConfig], params_shapes, mesh: Mesh):
+def model_param_shardings(model: ModelConfig | None, params_shapes, mesh: Mesh):
     """Shardings for an architecture's params: the parameter table's axes when the params are that
     table's (T²MLR, transformer, looped), replicated otherwise (e.g. the LSTM baseline)."""
     if model is not None:
@@ -38,21 +36,32 @@ def model_param_shardings(model: Optional[ModelConfig], params_shapes, mesh: Mes
     return jax.tree.map(lambda _: replicated, params_shapes)
 
 
-def train_state_shardings(state_shapes, optimizer: optax.GradientTransformation, params_shardings, mesh: Mesh):
+def train_state_shardings(
+    state_shapes, optimizer: optax.GradientTransformation, params_shardings, mesh: Mesh
+):
     """Shardings of a train state (step, params, opt_state, rng): optimizer moments follow their params
     (so fsdp shards Adam's state too), everything else is replicated."""
     replicated = NamedSharding(mesh, PartitionSpec())
-    opt_shardings = optax.tree_map_params(optimizer, lambda _, s: s, state_shapes.opt_state, params_shardings,
-                                          transform_non_params=lambda _: replicated)
-    return state_shapes._replace(step=replicated, params=params_shardings, opt_state=opt_shardings,
-                                 rng=replicated)
+    opt_shardings = optax.tree_map_params(
+        optimizer,
+        lambda _, s: s,
+        state_shapes.opt_state,
+        params_shardings,
+        transform_non_params=lambda _: replicated,
+    )
+    return state_shapes._replace(
+        step=replicated, params=params_shardings, opt_state=opt_shardings, rng=replicated
+    )
 
 
 def place(host: dict, shardings: dict) -> dict:
     """Host arrays (the same on every process) put in their shardings (the matching entries of `shardings`):
     each device receives only its own shard, so no device ever holds a full copy."""
-    return jax.tree.map(lambda w, sharding: jax.make_array_from_callback(w.shape, sharding, lambda index: w[index]),
-                        host, {name: shardings[name] for name in host})
+    return jax.tree.map(
+        lambda w, sharding: jax.make_array_from_callback(w.shape, sharding, lambda index: w[index]),
+        host,
+        {name: shardings[name] for name in host},
+    )
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

@@ -9,7 +9,6 @@ dimension, so every preset runs on every mesh.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
 
 import jax
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
@@ -39,7 +38,9 @@ LOGICAL_AXIS_RULES: dict[str, tuple[str, ...]] = {
 }
 
 
-def partition_spec(axes: Sequence[Optional[str]], shape: Sequence[int], mesh: Mesh | AbstractMesh) -> PartitionSpec:
+def partition_spec(
+    axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh | AbstractMesh
+) -> PartitionSpec:
     """PartitionSpec for an array with these logical axes; mesh axes that do not divide are dropped."""
     if len(axes) != len(shape):
         raise ValueError(f"logical axes {tuple(axes)} do not match an array of rank {len(shape)}")
@@ -60,17 +61,19 @@ def partition_spec(axes: Sequence[Optional[str]], shape: Sequence[int], mesh: Me
     return PartitionSpec(*spec)
 
 
-def named_sharding(axes: Sequence[Optional[str]], shape: Sequence[int], mesh: Mesh) -> NamedSharding:
+def named_sharding(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, partition_spec(axes, shape, mesh))
 
 
 def tree_shardings(axes_tree, shapes_tree, mesh: Mesh):
     """NamedShardings for a pytree, given a matching tree of logical-axes tuples and of shapes/arrays."""
     is_axes = lambda x: isinstance(x, tuple) and all(a is None or isinstance(a, str) for a in x)
-    return jax.tree.map(lambda a, s: named_sharding(a, s.shape, mesh), axes_tree, shapes_tree, is_leaf=is_axes)
+    return jax.tree.map(
+        lambda a, s: named_sharding(a, s.shape, mesh), axes_tree, shapes_tree, is_leaf=is_axes
+    )
 
 
-def constrain(x: jax.Array, axes: Sequence[Optional[str]]) -> jax.Array:
+def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
     """Pin an activation's sharding inside jit when a mesh is set (`jax.set_mesh`); a no-op otherwise."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:

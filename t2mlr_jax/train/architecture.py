@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,7 +42,7 @@ FORWARD_MODES = ("jacobi", "exact")
 
 class Architecture(NamedTuple):
     name: str
-    model: Optional[ModelConfig]  # the backbone's config; None for the LSTM
+    model: ModelConfig | None  # the backbone's config; None for the LSTM
     init: Callable[[jax.Array], dict]
     # (params, tokens, layout, training, d_forward=None) -> (logits [B,T,V] fp32, per-token gate stats
     # {name: [B,T]}); d_forward overrides the Jacobi depth D (architectures without the recurrence ignore it)
@@ -53,7 +53,7 @@ class Architecture(NamedTuple):
     # () -> host weights (config.init_from) replacing init's top-level entries of the same name; what they
     # lack (a retrofitted T²MLR's mixer, the pause embeddings) starts fresh. Called only for a fresh start:
     # a resumed or evaluated run never reads the pretrained file.
-    pretrained: Optional[Callable[[], dict]] = None
+    pretrained: Callable[[], dict] | None = None
 
     def num_params(self) -> int:
         return count_params(jax.eval_shape(self.init, jax.random.PRNGKey(0)))
@@ -77,22 +77,45 @@ def _t2mlr(config: ml_collections.ConfigDict, model: ModelConfig) -> Architectur
         return out.logits, out.gate_stats
 
     def generate(params, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
-        return generation.generate(model, params, prompt, mask, max_new_tokens=max_new_tokens, eos_id=eos_id,
-                                   pad_id=pad_id, prefill=evaluation.prefill,
-                                   prefill_passes=evaluation.prefill_passes, prompt_control_flow=control_flow)
+        return generation.generate(
+            model,
+            params,
+            prompt,
+            mask,
+            max_new_tokens=max_new_tokens,
+            eos_id=eos_id,
+            pad_id=pad_id,
+            prefill=evaluation.prefill,
+            prefill_passes=evaluation.prefill_passes,
+            prompt_control_flow=control_flow,
+        )
 
     stats = (lambda params: gamma_stats(model, params["mixer"])) if model.recurrence else _no_stats
-    return Architecture("t2mlr" if model.recurrence else "transformer", model,
-                        lambda key: init_params(model, key), apply, generate, stats)
+    return Architecture(
+        "t2mlr" if model.recurrence else "transformer",
+        model,
+        lambda key: init_params(model, key),
+        apply,
+        generate,
+        stats,
+    )
 
 
-def _with_forward(name: str, model: Optional[ModelConfig], init, logits_fn) -> Architecture:
+def _with_forward(name: str, model: ModelConfig | None, init, logits_fn) -> Architecture:
     """An architecture given only its causal forward: decoding re-runs it (pause tokens, LSTM)."""
     apply = lambda params, tokens, layout, training, d_forward=None: (logits_fn(params, tokens, layout), {})
 
     def generate(params, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
-        return greedy_by_recompute(logits_fn, params, prompt, mask, control_flow,
-                                   max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id)
+        return greedy_by_recompute(
+            logits_fn,
+            params,
+            prompt,
+            mask,
+            control_flow,
+            max_new_tokens=max_new_tokens,
+            eos_id=eos_id,
+            pad_id=pad_id,
+        )
 
     return Architecture(name, model, init, apply, generate, _no_stats)
 
@@ -107,25 +130,42 @@ def _backbone_baseline(name: str, config: ml_collections.ConfigDict, model: Mode
 
         def generate(params, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
             # The same model written out as a plain transformer, so decoding has the backbone's KV cache.
-            return generation.generate(*unrolled(model, params, **loop), prompt, mask, max_new_tokens=max_new_tokens,
-                                       eos_id=eos_id, pad_id=pad_id, prompt_control_flow=control_flow)
+            return generation.generate(
+                *unrolled(model, params, **loop),
+                prompt,
+                mask,
+                max_new_tokens=max_new_tokens,
+                eos_id=eos_id,
+                pad_id=pad_id,
+                prompt_control_flow=control_flow,
+            )
 
-        return _with_forward(name, model, lambda key: init_params(model, key),
-                             lambda p, t, lay: looped_forward(model, p, t, lay, **loop))._replace(generate=generate)
+        return _with_forward(
+            name,
+            model,
+            lambda key: init_params(model, key),
+            lambda p, t, lay: looped_forward(model, p, t, lay, **loop),
+        )._replace(generate=generate)
 
     def init(key):
         k_model, k_pause = jax.random.split(key)
         return {**init_params(model, k_model), PAUSE_PARAM: init_pause(model, k_pause)}
 
-    return _with_forward(name, model, init,
-                         lambda p, t, lay: pause_forward(model, p, t, lay, num_pause=b.pause_tokens))
+    return _with_forward(
+        name, model, init, lambda p, t, lay: pause_forward(model, p, t, lay, num_pause=b.pause_tokens)
+    )
 
 
 def _matched_hidden(name: str, config: ml_collections.ConfigDict) -> int:
     """The narrowest width (in steps of baseline.width_multiple) with at least T²MLR's parameter count."""
     target = _random_init(config, "t2mlr").num_params()
     hidden = config.model.hidden_size
-    while _backbone_baseline(name, config, model_config(config, recurrent=False, hidden_size=hidden)).num_params() < target:
+    while (
+        _backbone_baseline(
+            name, config, model_config(config, recurrent=False, hidden_size=hidden)
+        ).num_params()
+        < target
+    ):
         hidden += config.baseline.width_multiple
     return hidden
 
@@ -135,15 +175,19 @@ def _from_checkpoint(arch: Architecture, path: str) -> Architecture:
     anything compiles, so a checkpoint of another model is one clear error); its weights are read when
     a fresh run starts."""
     if arch.model is None:
-        raise ValueError(f"init_from: the {arch.name} baseline has no transformer backbone to load weights into")
+        raise ValueError(
+            f"init_from: the {arch.name} baseline has no transformer backbone to load weights into"
+        )
     if not Path(path).exists():
         raise FileNotFoundError(f"init_from {path!r} does not exist")
     model = arch.model
     checkpoint = pretrained_config(path, param_dtype=model.param_dtype)
     differences = mismatches(checkpoint, model)
     if differences:
-        raise ValueError(f"init_from {path}: the checkpoint is not config.model ({len(differences)} differing "
-                         f"fields: {'; '.join(differences)})")
+        raise ValueError(
+            f"init_from {path}: the checkpoint is not config.model ({len(differences)} differing "
+            f"fields: {'; '.join(differences)})"
+        )
     if model.recurrence is not None and checkpoint.recurrence is None:
         check_retrofittable(model.recurrence)  # the fresh mixer (gammas 0) keeps the pretrained function
 
@@ -154,15 +198,17 @@ def _from_checkpoint(arch: Architecture, path: str) -> Architecture:
     return arch._replace(pretrained=weights)
 
 
-def build_architecture(config: ml_collections.ConfigDict, name: Optional[str] = None) -> Architecture:
+def build_architecture(config: ml_collections.ConfigDict, name: str | None = None) -> Architecture:
     """The architecture `name` (default: config.arch, which must then be a single name), initialised from
     config.init_from when that is set."""
     name = name or config.arch
     if name not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS} (or a comma list of them), got {name!r}")
     if config.init_from is None:
-        raise ValueError("init_from is required by this config: pass --config.init_from=<checkpoint> "
-                         "(a .gguf file, an HF or T²MLR folder, or an orbax checkpoint)")
+        raise ValueError(
+            "init_from is required by this config: pass --config.init_from=<checkpoint> "
+            "(a .gguf file, an HF or T²MLR folder, or an orbax checkpoint)"
+        )
     arch = _random_init(config, name)
     return _from_checkpoint(arch, config.init_from) if config.init_from else arch
 
@@ -173,12 +219,17 @@ def _random_init(config: ml_collections.ConfigDict, name: str) -> Architecture:
         return _t2mlr(config, model_config(config))
     if name == "lstm":
         b, vocab = config.baseline, config.model.vocab_size
-        return _with_forward(name, None, lambda key: init_lstm(key, vocab_size=vocab, hidden=b.lstm_hidden,
-                                                               layers=b.lstm_layers),
-                             lstm_forward)
+        return _with_forward(
+            name,
+            None,
+            lambda key: init_lstm(key, vocab_size=vocab, hidden=b.lstm_hidden, layers=b.lstm_layers),
+            lstm_forward,
+        )
     if config.baseline.param_match and config.init_from:
-        raise ValueError(f"baseline.param_match widens the {name} baseline, so it cannot load init_from's "
-                         f"weights; set --config.baseline.param_match=False to train the pretrained width")
+        raise ValueError(
+            f"baseline.param_match widens the {name} baseline, so it cannot load init_from's "
+            f"weights; set --config.baseline.param_match=False to train the pretrained width"
+        )
     hidden = _matched_hidden(name, config) if config.baseline.param_match else None
     return _backbone_baseline(name, config, model_config(config, recurrent=False, hidden_size=hidden))
 

@@ -1,7 +1,8 @@
 """Checkpoints: the only module that talks to orbax.
 
 A checkpoint holds the train state (params, optimizer state, step, RNG), the data iterator's state and a
-meta record (a fingerprint of every state leaf, computed on device). Saves are async, every `save_every` steps, keeping `keep`;
+meta record (a fingerprint of every state leaf, computed on device). Saves are async, every `save_every`
+steps, keeping `keep`;
 `restore_latest` walks back from the newest step and skips (with a warning) any checkpoint that fails to
 load or whose fingerprints disagree, so a truncated or corrupt latest save falls back to the previous one.
 The run's identity (architecture, model, data, seed) is written once to workdir/run_config.json; a
@@ -14,7 +15,7 @@ import base64
 import json
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -47,8 +48,10 @@ def check_workdir(workdir: Path, identity: dict) -> None:
     diffs = sorted(_diff(stored, identity))
     if diffs:
         shown = "; ".join(f"{k}: {a!r} (workdir) vs {b!r} (this config)" for k, a, b in diffs[:5])
-        raise WorkdirMismatchError(f"{workdir} holds a run of another config ({len(diffs)} differing fields: "
-                                   f"{shown}). Use a fresh --workdir; nothing was changed.")
+        raise WorkdirMismatchError(
+            f"{workdir} holds a run of another config ({len(diffs)} differing fields: "
+            f"{shown}). Use a fresh --workdir; nothing was changed."
+        )
 
 
 def write_run_config(workdir: Path, identity: dict) -> None:
@@ -70,6 +73,7 @@ def _fingerprints(leaves: list) -> jax.Array:
         bits = jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{8 * x.dtype.itemsize}")).astype(jnp.uint32)
         weights = jax.lax.iota(jnp.uint32, x.size).reshape(x.shape) * jnp.uint32(2654435761) + jnp.uint32(1)
         return jnp.sum(bits * weights, dtype=jnp.uint32)
+
     return jnp.stack([one(x) for x in leaves])
 
 
@@ -97,9 +101,13 @@ class Checkpointer:
         self.directory = Path(directory).absolute()
         self._manager = ocp.CheckpointManager(
             self.directory,
-            options=ocp.CheckpointManagerOptions(save_interval_steps=max(int(save_every), 1), max_to_keep=keep,
-                                                 enable_async_checkpointing=async_save),
-            item_names=("state", "data", "meta"))
+            options=ocp.CheckpointManagerOptions(
+                save_interval_steps=max(int(save_every), 1),
+                max_to_keep=keep,
+                enable_async_checkpointing=async_save,
+            ),
+            item_names=("state", "data", "meta"),
+        )
 
     def steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
@@ -111,22 +119,38 @@ class Checkpointer:
             return False
         state = jax.tree.map(lambda x: x.copy(), state)
         meta = {"step": int(step), "fingerprints": fingerprints(state)}
-        return self._manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(_encode_data_state(data_state)),
-            meta=ocp.args.JsonSave(meta)), force=True)
+        return self._manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state),
+                data=ocp.args.JsonSave(_encode_data_state(data_state)),
+                meta=ocp.args.JsonSave(meta),
+            ),
+            force=True,
+        )
 
-    def restore_latest(self, abstract_state: Any) -> Optional[tuple[Any, Any, int]]:
+    def restore_latest(self, abstract_state: Any) -> tuple[Any, Any, int] | None:
         """(state, data_state, step) of the newest loadable checkpoint, or None if there is none."""
         for step in reversed(self.steps()):
             try:
-                restored = self._manager.restore(step, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore(),
-                    meta=ocp.args.JsonRestore()))
+                restored = self._manager.restore(
+                    step,
+                    args=ocp.args.Composite(
+                        state=ocp.args.StandardRestore(abstract_state),
+                        data=ocp.args.JsonRestore(),
+                        meta=ocp.args.JsonRestore(),
+                    ),
+                )
                 if fingerprints(restored.state) != restored.meta["fingerprints"]:
                     raise ValueError("fingerprint mismatch")
             except Exception as e:  # noqa: BLE001 -- any failure to load means: try the previous one
-                logging.warning("checkpoint at step %d in %s is unreadable (%s: %s); trying the previous one",
-                                step, self.directory, type(e).__name__, str(e)[:200])
+                logging.warning(
+                    "checkpoint at step %d in %s is unreadable (%s: %s); trying the previous one",
+                    step,
+                    self.directory,
+                    type(e).__name__,
+                    str(e)[:200],
+                )
                 continue
             return restored.state, _decode_data_state(restored.data), step
         return None

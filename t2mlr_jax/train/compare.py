@@ -17,12 +17,20 @@ from t2mlr_jax.train.trainer import SUMMARY  # noqa: E402  (same name at the top
 PLOT = "accuracy_vs_length.png"
 
 
-def write_comparison(workdir: Path, summaries: dict[str, dict], *, title: str, train_lengths: str = "") -> dict:
+def write_comparison(
+    workdir: Path, summaries: dict[str, dict], *, title: str, train_lengths: str = ""
+) -> dict:
     """summaries: arch -> the summary `train` returned. Writes workdir/summary.json and the plot."""
     workdir = Path(workdir)
-    table = {arch: {"num_params": s["num_params"], "steps": s["steps"],
-                    **{k: s["eval"][k] for k in ("loss", "token_accuracy", "exact_match") if k in s["eval"]},
-                    "by_length": s["eval"].get("by_length", {})} for arch, s in summaries.items()}
+    table = {
+        arch: {
+            "num_params": s["num_params"],
+            "steps": s["steps"],
+            **{k: s["eval"][k] for k in ("loss", "token_accuracy", "exact_match") if k in s["eval"]},
+            "by_length": s["eval"].get("by_length", {}),
+        }
+        for arch, s in summaries.items()
+    }
     result = {"title": title, "runs": table}
     if not is_lead_host():
         return result
@@ -37,7 +45,10 @@ def write_comparison(workdir: Path, summaries: dict[str, dict], *, title: str, t
         axes[0].plot(lengths, [row["by_length"][n]["exact_match"] for n in bins], marker="o", label=label)
         axes[1].plot(lengths, [row["by_length"][n]["token_accuracy"] for n in bins], marker="o", label=label)
     for ax, what in zip(axes, ("sequence exact match", "token accuracy")):
-        ax.set_xlabel("length bin (S5: number of actions N)" + (f"; trained on {train_lengths}" if train_lengths else ""))
+        ax.set_xlabel(
+            "length bin (S5: number of actions N)"
+            + (f"; trained on {train_lengths}" if train_lengths else "")
+        )
         ax.set_ylabel(what)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)

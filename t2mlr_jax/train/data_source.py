@@ -8,7 +8,7 @@ which is what makes resumption exact.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple, Optional, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 class StatefulIterator(Protocol):
@@ -23,22 +23,27 @@ class DataSource(NamedTuple):
     vocab_size: int  # the tokenizer's; must fit the model's vocabulary
     seq_len: int  # the longest row a batch can hold; must fit the model's max_seq_len
     train_iterator: Callable[[], StatefulIterator]  # a fresh iterator of training batches
-    eval_batches: Callable[[], Iterable[dict]]  # a finite pass over the whole eval set, the same on every host
+    eval_batches: Callable[
+        [], Iterable[dict]
+    ]  # a finite pass over the whole eval set, the same on every host
     pad_id: int = 0
-    eos_id: Optional[int] = None
+    eos_id: int | None = None
     # Generation eval (SFT tasks): examples with int `prompt` (+ optional `prompt_control_flow`, `length`);
     # `decode(ids) -> str`; `score(text, example) -> bool`.
-    generation_examples: Optional[Callable[[], Iterable[dict]]] = None
-    decode: Optional[Callable[[Any], str]] = None
-    score: Optional[Callable[[str, dict], bool]] = None
+    generation_examples: Callable[[], Iterable[dict]] | None = None
+    decode: Callable[[Any], str] | None = None
+    score: Callable[[str, dict], bool] | None = None
 
 
-def check_fits(data: DataSource, *, vocab_size: Optional[int], max_seq_len: Optional[int]) -> None:
+def check_fits(data: DataSource, *, vocab_size: int | None, max_seq_len: int | None) -> None:
     """One clear error if the data cannot be fed to the model (before compiling anything)."""
     if vocab_size is not None and data.vocab_size > vocab_size:
-        raise ValueError(f"the tokenizer has {data.vocab_size} tokens but the model's vocabulary is {vocab_size}: "
-                         "tokenizer/vocab mismatch (set model.vocab_size or use the task's tokenizer)")
+        raise ValueError(
+            f"the tokenizer has {data.vocab_size} tokens but the model's vocabulary is {vocab_size}: "
+            "tokenizer/vocab mismatch (set model.vocab_size or use the task's tokenizer)"
+        )
     if max_seq_len is not None and data.seq_len > max_seq_len:
-        raise ValueError(f"data sequences are {data.seq_len} tokens, longer than the model's context "
-                         f"(model.max_seq_len = {max_seq_len})")
-
+        raise ValueError(
+            f"data sequences are {data.seq_len} tokens, longer than the model's context "
+            f"(model.max_seq_len = {max_seq_len})"
+        )

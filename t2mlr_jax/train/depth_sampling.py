@@ -10,28 +10,33 @@ so that a resumed run draws the same depths.
 from __future__ import annotations
 
 import random
-from typing import Optional
 
 import ml_collections
 
 
-def depth_values(config: ml_collections.ConfigDict) -> Optional[list[int]]:
+def depth_values(config: ml_collections.ConfigDict) -> list[int] | None:
     """The depths train.d_forward_values allows, or None when D is fixed; one clear error for a bad spec."""
     spec, minimum = str(config.train.d_forward_values).strip(), config.train.d_forward_min
     if not spec:
         return None
     if config.train.forward_mode != "jacobi":  # architectures without the recurrence ignore D
-        raise ValueError("train.d_forward_values samples the Jacobi depth: it needs train.forward_mode='jacobi', "
-                         f"got {config.train.forward_mode!r}")
+        raise ValueError(
+            "train.d_forward_values samples the Jacobi depth: it needs train.forward_mode='jacobi', "
+            f"got {config.train.forward_mode!r}"
+        )
     try:
         numbers = [int(v) for v in spec.replace(",", " ").split()]
     except ValueError:
-        raise ValueError(f"train.d_forward_values must be a max depth 'N' or a list '8,16,32', got {spec!r}") from None
+        raise ValueError(
+            f"train.d_forward_values must be a max depth 'N' or a list '8,16,32', got {spec!r}"
+        ) from None
     if minimum < 1:
         raise ValueError(f"train.d_forward_min must be >= 1, got {minimum}")
     values = list(range(minimum, numbers[0] + 1)) if len(numbers) == 1 else sorted(set(numbers))
     if not values or values[0] < 1:
-        raise ValueError(f"train.d_forward_values {spec!r} (with d_forward_min {minimum}) gives no depth >= 1")
+        raise ValueError(
+            f"train.d_forward_values {spec!r} (with d_forward_min {minimum}) gives no depth >= 1"
+        )
     return values
 
 

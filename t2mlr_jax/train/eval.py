@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -47,8 +46,9 @@ def score_mask(batch: dict, score: str) -> np.ndarray:
     return mask & (batch["control_flow"] == RECURRENT) if score == "recurrent" else mask
 
 
-def evaluate(eval_step: Callable[[dict, dict], dict], params: dict, batches: Iterable[dict],
-             score: str = "loss_mask") -> dict:
+def evaluate(
+    eval_step: Callable[[dict, dict], dict], params: dict, batches: Iterable[dict], score: str = "loss_mask"
+) -> dict:
     """Over `batches`: loss and perplexity (all supervised tokens), token accuracy and sequence exact match
     (on `score` positions), and both per length bin when batches carry `length`."""
     loss_sum = tokens = correct = scored = exact = examples = 0.0
@@ -68,24 +68,41 @@ def evaluate(eval_step: Callable[[dict, dict], dict], params: dict, batches: Ite
     if not tokens or not scored:
         raise ValueError("evaluation saw no supervised tokens: is the eval set empty?")
     loss = loss_sum / tokens
-    return {"loss": loss, "perplexity": float(np.exp(min(loss, 50.0))), "token_accuracy": correct / scored,
-            "exact_match": exact / examples, "examples": int(examples), "by_length": bins.result()}
+    return {
+        "loss": loss,
+        "perplexity": float(np.exp(min(loss, 50.0))),
+        "token_accuracy": correct / scored,
+        "exact_match": exact / examples,
+        "examples": int(examples),
+        "by_length": bins.result(),
+    }
 
 
-def left_pad(prompts: list[np.ndarray], pad_id: int, width: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+def left_pad(
+    prompts: list[np.ndarray], pad_id: int, width: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Prompts as one left-padded [B, P] array and its mask (1 = real)."""
     width = width or max(len(p) for p in prompts)
     tokens = np.full((len(prompts), width), pad_id, np.int32)
     mask = np.zeros((len(prompts), width), np.int32)
     for i, p in enumerate(prompts):
-        tokens[i, width - len(p):] = p
-        mask[i, width - len(p):] = 1
+        tokens[i, width - len(p) :] = p
+        mask[i, width - len(p) :] = 1
     return tokens, mask
 
 
-def evaluate_generation(arch: Architecture, params: dict, examples: Iterable[dict], *, decode: Callable,
-                        score: Callable[[str, dict], bool], max_new_tokens: int, eos_id: Optional[int],
-                        pad_id: int, batch_size: int) -> tuple[dict, list[dict]]:
+def evaluate_generation(
+    arch: Architecture,
+    params: dict,
+    examples: Iterable[dict],
+    *,
+    decode: Callable,
+    score: Callable[[str, dict], bool],
+    max_new_tokens: int,
+    eos_id: int | None,
+    pad_id: int,
+    batch_size: int,
+) -> tuple[dict, list[dict]]:
     """Greedy generation from each example's `prompt` (int ids; optional `prompt_control_flow`);
     `score(text, example)` says whether the decoded continuation is right. Returns the exact match
     (overall and per `length` bin when examples carry one) and one record per example."""
@@ -95,7 +112,7 @@ def evaluate_generation(arch: Architecture, params: dict, examples: Iterable[dic
         raise ValueError("generation eval got no examples")
     width = max(len(e["prompt"]) for e in examples)  # one compiled shape for every batch
     for start in range(0, len(examples), batch_size):
-        chunk = examples[start:start + batch_size]
+        chunk = examples[start : start + batch_size]
         chunk = chunk + [chunk[-1]] * (batch_size - len(chunk))
         tokens, mask = left_pad([e["prompt"] for e in chunk], pad_id, width)
         control_flow = None
@@ -106,12 +123,24 @@ def evaluate_generation(arch: Architecture, params: dict, examples: Iterable[dic
             ids = out.tokens[i, : out.lengths[i]]
             ids = ids[:-1] if eos_id is not None and len(ids) and ids[-1] == eos_id else ids
             text = decode(ids)
-            records.append({"prediction": text, "correct": bool(score(text, e)),
-                            **({BIN_KEY: int(e[BIN_KEY])} if BIN_KEY in e else {})})
+            records.append(
+                {
+                    "prediction": text,
+                    "correct": bool(score(text, e)),
+                    **({BIN_KEY: int(e[BIN_KEY])} if BIN_KEY in e else {}),
+                }
+            )
     bins = defaultdict(list)
     for r in records:
         if BIN_KEY in r:
             bins[r[BIN_KEY]].append(r["correct"])
-    return ({"generation_exact_match": float(np.mean([r["correct"] for r in records])), "examples": len(records),
-             "generation_by_length": {n: {"exact_match": float(np.mean(v)), "examples": len(v)}
-                                      for n, v in sorted(bins.items())}}, records)
+    return (
+        {
+            "generation_exact_match": float(np.mean([r["correct"] for r in records])),
+            "examples": len(records),
+            "generation_by_length": {
+                n: {"exact_match": float(np.mean(v)), "examples": len(v)} for n, v in sorted(bins.items())
+            },
+        },
+        records,
+    )

@@ -10,7 +10,6 @@ import itertools
 import json
 from pathlib import Path
 
-
 from t2mlr_jax.parallel.multihost import is_lead_host, to_host
 from t2mlr_jax.train.eval import evaluate_generation, make_eval_step, score_mask
 from t2mlr_jax.train.train_step import model_inputs
@@ -27,10 +26,14 @@ def _position_aligned(run, params, count: int) -> list[dict]:
             if len(records) == count or not mask[row].any():
                 continue
             seen = batch["segment_ids"][row] > 0
-            records.append({"input": decode(batch["tokens"][row][seen]),
-                            "prediction": decode(predictions[row][mask[row]]),
-                            "target": decode(batch["targets"][row][mask[row]]),
-                            "correct": bool((predictions[row] == batch["targets"][row])[mask[row]].all())})
+            records.append(
+                {
+                    "input": decode(batch["tokens"][row][seen]),
+                    "prediction": decode(predictions[row][mask[row]]),
+                    "target": decode(batch["targets"][row][mask[row]]),
+                    "correct": bool((predictions[row] == batch["targets"][row])[mask[row]].all()),
+                }
+            )
         if len(records) == count:
             break
     return records
@@ -42,9 +45,17 @@ def write_generations(run, params: dict, count: int) -> Path:
     else:
         examples = list(itertools.islice(run.data.generation_examples(), count))
         cfg = run.config.eval
-        _, scored = evaluate_generation(run.arch, params, examples, decode=run.data.decode, score=run.data.score,
-                                        max_new_tokens=cfg.max_new_tokens, eos_id=run.data.eos_id,
-                                        pad_id=run.data.pad_id, batch_size=min(cfg.batch_size, count))
+        _, scored = evaluate_generation(
+            run.arch,
+            params,
+            examples,
+            decode=run.data.decode,
+            score=run.data.score,
+            max_new_tokens=cfg.max_new_tokens,
+            eos_id=run.data.eos_id,
+            pad_id=run.data.pad_id,
+            batch_size=min(cfg.batch_size, count),
+        )
         records = [{"prompt": run.data.decode(e["prompt"]), **r} for e, r in zip(examples, scored)]
     path = run.workdir / GENERATIONS
     if is_lead_host():

@@ -12,8 +12,8 @@ import math
 import socket
 import struct
 import time
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from t2mlr_jax.parallel.multihost import is_lead_host
@@ -55,19 +55,28 @@ def _length_delimited(number: int, payload: bytes) -> bytes:
     return _field(number, 2, _varint(len(payload)) + payload)
 
 
-def event_bytes(step: int, wall_time: float, *, scalars: Mapping[str, float] = (), file_version: str = "") -> bytes:
+def event_bytes(
+    step: int, wall_time: float, *, scalars: Mapping[str, float] = (), file_version: str = ""
+) -> bytes:
     """One serialized Event: either the file-version header or a Summary of scalar values."""
     body = _field(1, 1, struct.pack("<d", wall_time)) + _field(2, 0, _varint(step))
     if file_version:
         return body + _length_delimited(3, file_version.encode())
-    values = b"".join(_length_delimited(1, _length_delimited(1, tag.encode()) + _field(2, 5, struct.pack("<f", v)))
-                      for tag, v in scalars.items())
+    values = b"".join(
+        _length_delimited(1, _length_delimited(1, tag.encode()) + _field(2, 5, struct.pack("<f", v)))
+        for tag, v in scalars.items()
+    )
     return body + _length_delimited(5, values)
 
 
 def record_bytes(payload: bytes) -> bytes:
     length = struct.pack("<Q", len(payload))
-    return length + struct.pack("<I", masked_crc32c(length)) + payload + struct.pack("<I", masked_crc32c(payload))
+    return (
+        length
+        + struct.pack("<I", masked_crc32c(length))
+        + payload
+        + struct.pack("<I", masked_crc32c(payload))
+    )
 
 
 class EventWriter:
@@ -107,9 +116,20 @@ class MetricsLog:
     def write(self, step: int, split: str, metrics: Mapping[str, Any]) -> None:
         if not self.active:
             return
-        scalars = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) or hasattr(v, "item")}
-        self._jsonl.write(json.dumps({"step": int(step), "split": split, **scalars, **{
-            k: v for k, v in metrics.items() if k not in scalars}}) + "\n")
+        scalars = {
+            k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) or hasattr(v, "item")
+        }
+        self._jsonl.write(
+            json.dumps(
+                {
+                    "step": int(step),
+                    "split": split,
+                    **scalars,
+                    **{k: v for k, v in metrics.items() if k not in scalars},
+                }
+            )
+            + "\n"
+        )
         self._jsonl.flush()
         self._events.scalars(step, {f"{split}/{k}": v for k, v in scalars.items()})
 
@@ -118,7 +138,7 @@ class MetricsLog:
             self._jsonl.close()
             self._events.close()
 
-    def __enter__(self) -> "MetricsLog":
+    def __enter__(self) -> MetricsLog:
         return self
 
     def __exit__(self, *exc) -> None:

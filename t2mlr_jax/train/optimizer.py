@@ -58,26 +58,38 @@ def _path_name(path) -> str:
 def decay_mask(params: Any) -> Any:
     """True where weight decay applies: not on norms, biases or the ReZero gammas."""
     return jax.tree_util.tree_map_with_path(
-        lambda path, _: not any(n in _path_name(path) for n in NO_DECAY_NAMES), params)
+        lambda path, _: not any(n in _path_name(path) for n in NO_DECAY_NAMES), params
+    )
 
 
 def lr_multipliers(params: Any, gate_multiplier: float) -> Any:
     """Per-leaf LR multiplier: `gate_multiplier` for the fusion parameters, 1 elsewhere."""
     return jax.tree_util.tree_map_with_path(
-        lambda path, _: gate_multiplier if _path_name(path).startswith(GATE_GROUP) else 1.0, params)
+        lambda path, _: gate_multiplier if _path_name(path).startswith(GATE_GROUP) else 1.0, params
+    )
 
 
 def _scale_by_tree(multipliers: Any) -> optax.GradientTransformation:
     return optax.stateless(lambda updates, params: jax.tree.map(lambda u, m: u * m, updates, multipliers))
 
 
-def make_optimizer(opt: ml_collections.ConfigDict, params: Any, total_steps: int) -> optax.GradientTransformation:
+def make_optimizer(
+    opt: ml_collections.ConfigDict, params: Any, total_steps: int
+) -> optax.GradientTransformation:
     """clip -> AdamW(schedule, decay mask) -> per-group LR multiplier."""
     parts = []
     if opt.grad_clip:
         parts.append(optax.clip_by_global_norm(float(opt.grad_clip)))
-    parts.append(optax.adamw(make_schedule(opt, total_steps), b1=opt.b1, b2=opt.b2, eps=opt.eps,
-                             weight_decay=opt.weight_decay, mask=decay_mask(params)))
+    parts.append(
+        optax.adamw(
+            make_schedule(opt, total_steps),
+            b1=opt.b1,
+            b2=opt.b2,
+            eps=opt.eps,
+            weight_decay=opt.weight_decay,
+            mask=decay_mask(params),
+        )
+    )
     if opt.gate_lr_multiplier != 1.0:
         parts.append(_scale_by_tree(lr_multipliers(params, float(opt.gate_lr_multiplier))))
     return optax.chain(*parts)

@@ -40,8 +40,9 @@ SCORERS: dict[str, Callable[[str, dict], bool]] = {
     "prosqa": answers.prosqa_path_correct,
     "pathfinding": answers.pathfinding_path_correct,
     "gsm8k_aug": lambda text, record: answers.gsm_answer_correct(text, record["answer"]),
-    "hotpotqa": lambda text, record: answers.exact_answer_correct(answers.extract_gsm_answer(text) or "",
-                                                                  record["answer"]),
+    "hotpotqa": lambda text, record: answers.exact_answer_correct(
+        answers.extract_gsm_answer(text) or "", record["answer"]
+    ),
 }
 
 
@@ -59,7 +60,9 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
     d, t, e = config.data, config.train, config.eval
     if d.kind not in KINDS:
         raise ValueError(f"data.kind must be one of {KINDS}, got {d.kind!r}")
-    is_s5 = d.kind == "generated" and d.task == "s5_retrieval" or d.kind == "file" and d.format == "s5_retrieval"
+    is_s5 = (
+        d.kind == "generated" and d.task == "s5_retrieval" or d.kind == "file" and d.format == "s5_retrieval"
+    )
     tokenizer = S5CharTokenizer() if is_s5 else load_tokenizer(_require_path(d.tokenizer, "tokenizer"))
     vocab = config.model.vocab_size
     eval_seq_len = d.eval_seq_len or d.seq_len
@@ -74,21 +77,38 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
         task_tokenizer = None if is_s5 else tokenizer
 
         def batches(split, num_examples, task_options, **kw):
-            return pipeline.task_batches(d.task, split, seed=config.seed if split == "train" else config.seed + 1,
-                                         num_examples=num_examples, tokenizer=task_tokenizer, **common, **sft,
-                                         **task_options, **kw)
+            return pipeline.task_batches(
+                d.task,
+                split,
+                seed=config.seed if split == "train" else config.seed + 1,
+                num_examples=num_examples,
+                tokenizer=task_tokenizer,
+                **common,
+                **sft,
+                **task_options,
+                **kw,
+            )
 
         train = batches("train", d.train_examples, options, **train_pass)
         evaluation = lambda: batches(d.eval_split, e.num_examples, eval_options, **eval_pass)
         if not is_s5:
-            source = GeneratedTaskSource(d.task, d.eval_split, seed=config.seed + 1, num_examples=e.num_examples,
-                                         **eval_options)
+            source = GeneratedTaskSource(
+                d.task, d.eval_split, seed=config.seed + 1, num_examples=e.num_examples, **eval_options
+            )
             records = lambda: (source[i] for i in range(len(source)))
         scorer = SCORERS.get(d.task)
     elif d.kind == "file":
+
         def batches(path, **kw):
-            return pipeline.file_batches(path, format=d.format, tokenizer=None if is_s5 else tokenizer,
-                                         seed=config.seed, **common, **sft, **kw)
+            return pipeline.file_batches(
+                path,
+                format=d.format,
+                tokenizer=None if is_s5 else tokenizer,
+                seed=config.seed,
+                **common,
+                **sft,
+                **kw,
+            )
 
         train = batches(_require_path(d.train_path, "train_path"), **train_pass)
         eval_path = _require_path(d.eval_path, "eval_path")
@@ -97,22 +117,31 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
             records = lambda: itertools.islice(_file_records(eval_path, d.format), e.num_examples)
         scorer = SCORERS.get(d.format)
     else:
+
         def batches(path, **kw):
             return pipeline.text_batches(path, tokenizer=tokenizer, seed=config.seed, **common, **kw)
 
         train = batches(_require_path(d.train_path, "train_path"), **train_pass)
         eval_path = _require_path(d.eval_path, "eval_path")
-        evaluation = lambda: itertools.islice(iter(batches(eval_path, **eval_pass)), max(
-            1, e.num_examples // e.batch_size))
+        evaluation = lambda: itertools.islice(
+            iter(batches(eval_path, **eval_pass)), max(1, e.num_examples // e.batch_size)
+        )
         scorer = None
 
     generation_examples = None
     if records is not None:
         generation_examples = lambda: (_prompt_example(r, tokenizer, d) for r in records())
-    return DataSource(vocab_size=tokenizer.vocab_size, seq_len=max(d.seq_len, eval_seq_len),
-                      train_iterator=lambda: iter(train), eval_batches=lambda: all_hosts_rows(evaluation()),
-                      pad_id=tokenizer.pad_id if is_s5 else 0, eos_id=tokenizer.eos_id,
-                      generation_examples=generation_examples, decode=tokenizer.decode, score=scorer)
+    return DataSource(
+        vocab_size=tokenizer.vocab_size,
+        seq_len=max(d.seq_len, eval_seq_len),
+        train_iterator=lambda: iter(train),
+        eval_batches=lambda: all_hosts_rows(evaluation()),
+        pad_id=tokenizer.pad_id if is_s5 else 0,
+        eos_id=tokenizer.eos_id,
+        generation_examples=generation_examples,
+        decode=tokenizer.decode,
+        score=scorer,
+    )
 
 
 def _prompt_example(record: dict, tokenizer, d: ml_collections.ConfigDict) -> dict:

@@ -9,7 +9,7 @@ so accumulation changes memory, not the update.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,8 +30,9 @@ class TrainState(NamedTuple):
     rng: Any  # raw uint32 key data, so checkpoints need no typed-key handler
 
 
-def init_state(arch: Architecture, optimizer: optax.GradientTransformation, seed: int,
-               loaded: Optional[dict] = None) -> TrainState:
+def init_state(
+    arch: Architecture, optimizer: optax.GradientTransformation, seed: int, loaded: dict | None = None
+) -> TrainState:
     """The state at step 0. `loaded` (arch.pretrained, already on device) replaces the fresh entries of the same
     name; passed as an argument, not closed over, so it is not compiled into the function as constants, and
     under jit the draws it replaces are never computed."""
@@ -75,9 +76,13 @@ def _micro_batches(batch: dict, n: int) -> dict:
     return jax.tree.map(lambda a: a.reshape(n, b // n, *a.shape[1:]), batch)
 
 
-def make_train_step(arch: Architecture, optimizer: optax.GradientTransformation, schedule: optax.Schedule,
-                    grad_accum: int = 1, d_forward: Optional[int] = None
-                    ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+def make_train_step(
+    arch: Architecture,
+    optimizer: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    grad_accum: int = 1,
+    d_forward: int | None = None,
+) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """The un-jitted step (state, batch) -> (state, metrics); see `compile_step`. `d_forward` overrides the
     model's Jacobi depth D."""
 
@@ -94,30 +99,50 @@ def make_train_step(arch: Architecture, optimizer: optax.GradientTransformation,
             return jax.tree.map(jnp.add, acc, (grads, aux)), None
 
         micro = _micro_batches(batch, grad_accum)
-        zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(grad_fn, state.params,
-                                                             jax.tree.map(lambda a: a[0], micro)))
+        zeros = jax.tree.map(
+            jnp.zeros_like, jax.eval_shape(grad_fn, state.params, jax.tree.map(lambda a: a[0], micro))
+        )
         (grads, sums), _ = jax.lax.scan(accumulate, zeros, micro)
         tokens = jnp.maximum(sums["tokens"], 1.0)
         grads = jax.tree.map(lambda g: g / tokens, grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {"loss": sums["loss_sum"] / tokens, "accuracy": sums["correct"] / tokens, "tokens": sums["tokens"],
-                   "grad_norm": optax.tree.norm(grads), "lr": schedule(state.step),
-                   **{k: v / jnp.maximum(sums["gate/positions"], 1.0) for k, v in sums.items()
-                      if k.startswith("gate/") and k != "gate/positions"},
-                   **arch.gamma_stats(params)}
+        metrics = {
+            "loss": sums["loss_sum"] / tokens,
+            "accuracy": sums["correct"] / tokens,
+            "tokens": sums["tokens"],
+            "grad_norm": optax.tree.norm(grads),
+            "lr": schedule(state.step),
+            **{
+                k: v / jnp.maximum(sums["gate/positions"], 1.0)
+                for k, v in sums.items()
+                if k.startswith("gate/") and k != "gate/positions"
+            },
+            **arch.gamma_stats(params),
+        }
         return TrainState(state.step + 1, params, opt_state, state.rng), metrics
 
     return step
 
 
-def compile_step(arch: Architecture, optimizer: optax.GradientTransformation, schedule: optax.Schedule,
-                 grad_accum: int = 1, *, mesh: Optional[jax.sharding.Mesh] = None, state_sharding: Any = None,
-                 batch_sharding: Any = None, d_forward: Optional[int] = None
-                 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+def compile_step(
+    arch: Architecture,
+    optimizer: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    grad_accum: int = 1,
+    *,
+    mesh: jax.sharding.Mesh | None = None,
+    state_sharding: Any = None,
+    batch_sharding: Any = None,
+    d_forward: int | None = None,
+) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """jit the step with the state donated; with a mesh, in/out shardings place state and batch on it."""
     step = make_train_step(arch, optimizer, schedule, grad_accum, d_forward)
     if mesh is None:
         return jax.jit(step, donate_argnums=0)
-    return jax.jit(step, donate_argnums=0, in_shardings=(state_sharding, batch_sharding),
-                   out_shardings=(state_sharding, None))
+    return jax.jit(
+        step,
+        donate_argnums=0,
+        in_shardings=(state_sharding, batch_sharding),
+        out_shardings=(state_sharding, None),
+    )

@@ -13,7 +13,7 @@ import signal
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import ml_collections
@@ -45,8 +45,10 @@ class Run:
         if config.train.steps < 1 or config.train.batch_size < 1 or config.train.grad_accum < 1:
             raise ValueError("train.steps, train.batch_size and train.grad_accum must be >= 1")
         if config.train.batch_size % config.train.grad_accum:
-            raise ValueError(f"train.batch_size ({config.train.batch_size}) must be divisible by "
-                             f"train.grad_accum ({config.train.grad_accum})")
+            raise ValueError(
+                f"train.batch_size ({config.train.batch_size}) must be divisible by "
+                f"train.grad_accum ({config.train.grad_accum})"
+            )
         self.arch: Architecture = build_architecture(config, arch_name)
         model = self.arch.model
         check_fits(data, vocab_size=config.model.vocab_size, max_seq_len=model.max_seq_len if model else None)
@@ -60,28 +62,40 @@ class Run:
         self.optimizer = make_optimizer(config.optimizer, abstract_params, config.train.steps)
         self.num_params = count_params(abstract_params)
         self.state_shardings = train_state_shardings(
-            jax.eval_shape(self._init_state), self.optimizer,
-            model_param_shardings(model, abstract_params, self.mesh), self.mesh)
+            jax.eval_shape(self._init_state),
+            self.optimizer,
+            model_param_shardings(model, abstract_params, self.mesh),
+            self.mesh,
+        )
 
     def checkpointer(self) -> ckpt.Checkpointer:
         t = self.config.train
-        return ckpt.Checkpointer(self.workdir / "checkpoints", save_every=t.checkpoint_every, keep=t.keep_checkpoints,
-                                 async_save=t.async_checkpoint)
+        return ckpt.Checkpointer(
+            self.workdir / "checkpoints",
+            save_every=t.checkpoint_every,
+            keep=t.keep_checkpoints,
+            async_save=t.async_checkpoint,
+        )
 
-    def _init_state(self, loaded: Optional[dict] = None) -> TrainState:
+    def _init_state(self, loaded: dict | None = None) -> TrainState:
         return init_state(self.arch, self.optimizer, self.config.seed, loaded)
 
     def abstract_state(self) -> TrainState:
         """The state's shapes with this run's shardings: restoring onto them reshards a checkpoint
         saved on any other mesh."""
-        return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                            jax.eval_shape(self._init_state), self.state_shardings)
+        return jax.tree.map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+            jax.eval_shape(self._init_state),
+            self.state_shardings,
+        )
 
     def restore_or_init(self, checkpointer: ckpt.Checkpointer) -> tuple[TrainState, Any]:
         restored = checkpointer.restore_latest(self.abstract_state())
         if restored is None:  # initialised in place, already sharded
             loaded = self.arch.pretrained and place(self.arch.pretrained(), self.state_shardings.params)
-            return jax.jit(self._init_state, out_shardings=self.state_shardings, donate_argnums=0)(loaded), None
+            return jax.jit(self._init_state, out_shardings=self.state_shardings, donate_argnums=0)(
+                loaded
+            ), None
         state, data_state, step = restored
         logging.info("restored step %d from %s", step, checkpointer.directory)
         return state, data_state
@@ -95,7 +109,7 @@ class _StopFlag:
     """Set by SIGTERM/SIGINT: the loop finishes its step, saves and exits (preemption)."""
 
     def __init__(self):
-        self.signal: Optional[int] = None
+        self.signal: int | None = None
 
     def __call__(self, signum, frame):
         self.signal = signum
@@ -124,10 +138,20 @@ def run_eval(run: Run, params: dict, eval_step=None) -> dict:
     metrics = evaluate(eval_step or make_eval_step(run.arch), params, run.data.eval_batches(), cfg.score)
     if cfg.generate:
         if run.data.generation_examples is None:
-            raise ValueError(f"eval.generate is on but task {run.config.data.task!r} has no generation examples")
-        gen, _ = evaluate_generation(run.arch, params, run.data.generation_examples(), decode=run.data.decode,
-                                     score=run.data.score, max_new_tokens=cfg.max_new_tokens, eos_id=run.data.eos_id,
-                                     pad_id=run.data.pad_id, batch_size=cfg.batch_size)
+            raise ValueError(
+                f"eval.generate is on but task {run.config.data.task!r} has no generation examples"
+            )
+        gen, _ = evaluate_generation(
+            run.arch,
+            params,
+            run.data.generation_examples(),
+            decode=run.data.decode,
+            score=run.data.score,
+            max_new_tokens=cfg.max_new_tokens,
+            eos_id=run.data.eos_id,
+            pad_id=run.data.pad_id,
+            batch_size=cfg.batch_size,
+        )
         metrics.update(gen)
     return metrics
 
@@ -143,14 +167,21 @@ def train(run: Run) -> dict:
     iterator = run.data.train_iterator()
     if data_state is not None:
         iterator.set_state(data_state)
-    compiled: dict[Optional[int], Any] = {}  # one jitted step per Jacobi depth D (None: the model's own)
+    compiled: dict[int | None, Any] = {}  # one jitted step per Jacobi depth D (None: the model's own)
 
     def step_fn(step: int, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         depth = depth_at(run.depths, run.config.seed, step) if run.depths else None
         if depth not in compiled:
-            compiled[depth] = compile_step(run.arch, run.optimizer, run.schedule, t.grad_accum, mesh=run.mesh,
-                                           state_sharding=run.state_shardings,
-                                           batch_sharding=batch_sharding(run.mesh), d_forward=depth)
+            compiled[depth] = compile_step(
+                run.arch,
+                run.optimizer,
+                run.schedule,
+                t.grad_accum,
+                mesh=run.mesh,
+                state_sharding=run.state_shardings,
+                batch_sharding=batch_sharding(run.mesh),
+                d_forward=depth,
+            )
         state, metrics = compiled[depth](state, batch)
         return state, metrics if depth is None else {**metrics, "d_forward": depth}
 
@@ -158,13 +189,20 @@ def train(run: Run) -> dict:
     start_step, started = int(state.step), time.time()
     window: list[dict] = []
     stopped_by = None
-    progress = tqdm.tqdm(total=t.steps, initial=start_step, disable=not (t.progress and lead), desc=run.arch.name,
-                         dynamic_ncols=True)
+    progress = tqdm.tqdm(
+        total=t.steps,
+        initial=start_step,
+        disable=not (t.progress and lead),
+        desc=run.arch.name,
+        dynamic_ncols=True,
+    )
     with MetricsLog(run.workdir) as log, jax.set_mesh(run.mesh):
         try:
             with _stop_on_signals() as stop:
                 for step in range(start_step + 1, t.steps + 1):
-                    state, metrics = step_fn(step, state, global_batch(model_inputs(next(iterator)), run.mesh))
+                    state, metrics = step_fn(
+                        step, state, global_batch(model_inputs(next(iterator)), run.mesh)
+                    )
                     window.append(metrics)
                     progress.update(1)
                     if step % t.log_every == 0 or step == t.steps:
@@ -174,8 +212,9 @@ def train(run: Run) -> dict:
                         progress.set_postfix(loss=f"{summary['loss']:.4f}", acc=f"{summary['accuracy']:.3f}")
                     if t.eval_every and step % t.eval_every == 0 and step != t.steps:
                         log.write(step, "eval", run_eval(run, state.params, eval_step))
-                    checkpointer.save(step, state, iterator.get_state(),
-                                      force=stop.signal is not None or step == t.steps)
+                    checkpointer.save(
+                        step, state, iterator.get_state(), force=stop.signal is not None or step == t.steps
+                    )
                     if stop.signal is not None:
                         stopped_by = signal.Signals(stop.signal).name
                         break
@@ -185,13 +224,21 @@ def train(run: Run) -> dict:
             checkpointer.close()
         final_step = int(state.step)
         if stopped_by:
-            logging.warning("stopped by %s at step %d after saving; rerun the same command to resume",
-                            stopped_by, final_step)
+            logging.warning(
+                "stopped by %s at step %d after saving; rerun the same command to resume",
+                stopped_by,
+                final_step,
+            )
             return {"stopped_by": stopped_by, "step": final_step}
         results = run_eval(run, state.params, eval_step)
         log.write(final_step, "eval", results)
-    summary = {"arch": run.arch.name, "num_params": run.num_params, "steps": final_step,
-               "train_seconds_this_session": round(time.time() - started, 1), "eval": results}
+    summary = {
+        "arch": run.arch.name,
+        "num_params": run.num_params,
+        "steps": final_step,
+        "train_seconds_this_session": round(time.time() - started, 1),
+        "eval": results,
+    }
     if lead:
         (run.workdir / SUMMARY).write_text(json.dumps(summary, indent=2))
     return summary
@@ -207,4 +254,3 @@ def restore_params(run: Run) -> tuple[dict, int]:
     if restored is None:
         raise NoCheckpointError(f"no loadable checkpoint in {run.workdir / 'checkpoints'}; train first")
     return restored[0].params, restored[2]
-

@@ -1,17 +1,26 @@
 import pytest
 
-from t2mlr_jax.data.answers import (boxed_answer_correct, exact_answer_correct, extract_boxed, extract_gsm_answer,
-                                    gsm_answer_correct, normalize_gsm_answer)
+from t2mlr_jax.data.answers import (
+    boxed_answer_correct,
+    exact_answer_correct,
+    extract_boxed,
+    extract_gsm_answer,
+    gsm_answer_correct,
+    normalize_gsm_answer,
+)
 
 
-@pytest.mark.parametrize("text, answer", [
-    ("a\nb\n#### 1,234.<|endoftext|>", "1,234."),
-    ("steps\n### 42!!!! ", "42"),
-    ("x ### 1 ### 7", "7"),
-    ("no marker\nlast line 9<|eot_id|>", "last line 9"),
-    ("### \nfallback", "fallback"),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        ("a\nb\n#### 1,234.<|endoftext|>", "1,234."),
+        ("steps\n### 42!!!! ", "42"),
+        ("x ### 1 ### 7", "7"),
+        ("no marker\nlast line 9<|eot_id|>", "last line 9"),
+        ("### \nfallback", "fallback"),
+        ("", None),
+    ],
+)
 def test_extract_gsm_answer(text, answer):
     assert extract_gsm_answer(text) == answer
 
@@ -23,13 +32,16 @@ def test_gsm_comparison_normalises():
     assert exact_answer_correct(" 8<|im_end|>", "8") and not exact_answer_correct("80", "8")
 
 
-@pytest.mark.parametrize("text, answer", [
-    (r"so $x = \boxed{\frac{1}{2}}$.", r"\frac{1}{2}"),
-    (r"\boxed{3} then \boxed{ \{1, 2\} }", r"\{1, 2\}"),
-    (r"\fbox{7}", "7"),
-    (r"cut off \boxed{\frac{1}{", None),
-    ("no box", None),
-])
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        (r"so $x = \boxed{\frac{1}{2}}$.", r"\frac{1}{2}"),
+        (r"\boxed{3} then \boxed{ \{1, 2\} }", r"\{1, 2\}"),
+        (r"\fbox{7}", "7"),
+        (r"cut off \boxed{\frac{1}{", None),
+        ("no box", None),
+    ],
+)
 def test_extract_boxed(text, answer):
     assert extract_boxed(text) == answer
 

@@ -19,15 +19,18 @@ def test_valid_batch_passes_with_and_without_length():
     validate_batch(batch)
 
 
-@pytest.mark.parametrize("corrupt, message", [
-    (lambda b: b.pop("targets"), "missing keys"),
-    (lambda b: b.update(tokens=b["tokens"].astype(np.int64)), "int32"),
-    (lambda b: b.update(loss_mask=np.zeros((2, 4), np.float32)), "shape"),
-    (lambda b: b.update(extra=np.zeros((2, 5), np.int32)), "unknown keys"),
-    (lambda b: b["control_flow"].__setitem__((0, 4), 2), "padding"),
-    (lambda b: b["control_flow"].__setitem__((0, 1), 3), "only hold"),
-    (lambda b: b.update(length=np.zeros(3, np.int32)), "length"),
-])
+@pytest.mark.parametrize(
+    "corrupt, message",
+    [
+        (lambda b: b.pop("targets"), "missing keys"),
+        (lambda b: b.update(tokens=b["tokens"].astype(np.int64)), "int32"),
+        (lambda b: b.update(loss_mask=np.zeros((2, 4), np.float32)), "shape"),
+        (lambda b: b.update(extra=np.zeros((2, 5), np.int32)), "unknown keys"),
+        (lambda b: b["control_flow"].__setitem__((0, 4), 2), "padding"),
+        (lambda b: b["control_flow"].__setitem__((0, 1), 3), "only hold"),
+        (lambda b: b.update(length=np.zeros(3, np.int32)), "length"),
+    ],
+)
 def test_broken_batches_raise_one_clear_error(corrupt, message):
     batch = good_batch()
     corrupt(batch)

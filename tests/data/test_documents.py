@@ -10,7 +10,9 @@ from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, iter_documents, list_fil
 def test_reads_txt_jsonl_and_parquet_documents(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "a.txt").write_text("whole file\nis one document")
-    (tmp_path / "sub" / "b.jsonl").write_text(json.dumps({"text": "one"}) + "\n\n" + json.dumps({"text": "two"}))
+    (tmp_path / "sub" / "b.jsonl").write_text(
+        json.dumps({"text": "one"}) + "\n\n" + json.dumps({"text": "two"})
+    )
     pq.write_table(pa.table({"text": ["three", None, "four"], "id": [1, 2, 3]}), tmp_path / "c.parquet")
     (tmp_path / "ignored.md").write_text("not a document")
     files = list_files(str(tmp_path), DOCUMENT_SUFFIXES)

@@ -15,11 +15,16 @@ def test_token_accuracy_and_exact_match():
 
 def test_length_binned_accumulation_skips_padding_rows():
     metric = LengthBinnedAccuracy()
-    batch = {"targets": np.array([[1, 2], [3, 4], [0, 0]]), "loss_mask": np.ones((3, 2), np.float32),
-             "length": np.array([2, 2, 0], np.int32)}
+    batch = {
+        "targets": np.array([[1, 2], [3, 4], [0, 0]]),
+        "loss_mask": np.ones((3, 2), np.float32),
+        "length": np.array([2, 2, 0], np.int32),
+    }
     metric.update(np.array([[1, 2], [3, 0], [0, 0]]), batch)
     metric.update(np.array([[1, 2], [0, 0], [5, 5]]), {**batch, "length": np.array([5, 2, 0], np.int32)})
-    assert metric.result() == {2: {"exact_match": 1 / 3, "token_accuracy": 3 / 6, "count": 3.0},
-                               5: {"exact_match": 1.0, "token_accuracy": 1.0, "count": 1.0}}
+    assert metric.result() == {
+        2: {"exact_match": 1 / 3, "token_accuracy": 3 / 6, "count": 3.0},
+        5: {"exact_match": 1.0, "token_accuracy": 1.0, "count": 1.0},
+    }
     with pytest.raises(ValueError, match="length"):
         metric.update(np.zeros((1, 2), int), {"targets": np.zeros((1, 2)), "loss_mask": np.ones((1, 2))})

@@ -45,8 +45,19 @@ def assert_documents_stay_separate(batch, *, cut_rows_continue: bool):
 
 def test_s5_eval_batches_are_the_encoded_records_in_order():
     source = GeneratedTaskSource("s5_retrieval", "test", seed=5, num_examples=5)
-    batches = list(task_batches("s5_retrieval", "test", seed=5, num_examples=5, batch_size=2, seq_len=900,
-                                num_epochs=1, shard_options=ONE_HOST, vocab_size=188))
+    batches = list(
+        task_batches(
+            "s5_retrieval",
+            "test",
+            seed=5,
+            num_examples=5,
+            batch_size=2,
+            seq_len=900,
+            num_epochs=1,
+            shard_options=ONE_HOST,
+            vocab_size=188,
+        )
+    )
     assert len(batches) == 3
     tok = S5CharTokenizer()
     for i in range(5):
@@ -54,15 +65,35 @@ def test_s5_eval_batches_are_the_encoded_records_in_order():
         validate_batch(batch, vocab_size=188)
         example = encode_s5_retrieval(source[i], tok)
         n = len(example["tokens"])
-        assert (batch["tokens"][row, :n] == example["tokens"]).all() and (batch["segment_ids"][row, n:] == 0).all()
-        assert (batch["targets"][row, :n] == example["targets"]).all() and batch["length"][row] == source[i]["length"]
+        assert (batch["tokens"][row, :n] == example["tokens"]).all() and (
+            batch["segment_ids"][row, n:] == 0
+        ).all()
+        assert (batch["targets"][row, :n] == example["targets"]).all() and batch["length"][row] == source[i][
+            "length"
+        ]
         assert (batch["positions"][row, :n] == np.arange(n)).all()
-    assert batches[2]["length"].tolist() == [5, 0] and batches[2]["loss_mask"][1].sum() == 0  # padded last batch
+    assert (
+        batches[2]["length"].tolist() == [5, 0] and batches[2]["loss_mask"][1].sum() == 0
+    )  # padded last batch
 
 
 def test_packed_sft_task_keeps_examples_whole(smollm2):
-    batches = take(iter(task_batches("variable_assignment", "train", seed=0, num_examples=64, batch_size=2,
-                                     seq_len=256, tokenizer=smollm2, packing=True, shard_options=ONE_HOST)), 3)
+    batches = take(
+        iter(
+            task_batches(
+                "variable_assignment",
+                "train",
+                seed=0,
+                num_examples=64,
+                batch_size=2,
+                seq_len=256,
+                tokenizer=smollm2,
+                packing=True,
+                shard_options=ONE_HOST,
+            )
+        ),
+        3,
+    )
     for batch in batches:
         validate_batch(batch, vocab_size=smollm2.vocab_size)
         assert batch["segment_ids"].max() >= 2  # several examples per row
@@ -74,8 +105,14 @@ def test_packed_sft_task_keeps_examples_whole(smollm2):
 @pytest.fixture(scope="module")
 def token_store(tmp_path_factory, smollm2, play_texts):
     folder = tmp_path_factory.mktemp("store")
-    writer = TokenStoreWriter(str(folder), split="train", vocab_size=smollm2.vocab_size, eos_id=smollm2.eos_id,
-                              tokenizer="smollm2", documents_per_shard=3)
+    writer = TokenStoreWriter(
+        str(folder),
+        split="train",
+        vocab_size=smollm2.vocab_size,
+        eos_id=smollm2.eos_id,
+        tokenizer="smollm2",
+        documents_per_shard=3,
+    )
     for text in play_texts + ["A short one.", "Another short document here."]:
         writer.write(smollm2.encode(text))
     meta = writer.close()
@@ -84,8 +121,17 @@ def token_store(tmp_path_factory, smollm2, play_texts):
 
 
 def test_text_packing_never_crosses_documents_and_streams_every_token(token_store, smollm2, play_texts):
-    stream = list(text_batches(token_store, batch_size=2, seq_len=128, num_epochs=1, shuffle=False,
-                               shard_options=ONE_HOST, vocab_size=smollm2.vocab_size))
+    stream = list(
+        text_batches(
+            token_store,
+            batch_size=2,
+            seq_len=128,
+            num_epochs=1,
+            shuffle=False,
+            shard_options=ONE_HOST,
+            vocab_size=smollm2.vocab_size,
+        )
+    )
     for batch in stream:
         validate_batch(batch)
         assert_documents_stay_separate(batch, cut_rows_continue=True)
@@ -111,11 +157,21 @@ def test_raw_files_match_the_token_store(token_store, tmp_path, smollm2, play_te
     folder.mkdir()
     for i, text in enumerate(play_texts):
         (folder / f"{i}.txt").write_text(text, encoding="utf-8")
-    (folder / "more.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in
-                                                 ["A short one.", "Another short document here."]))
-    raw = text_batches(str(folder), tokenizer=smollm2, batch_size=2, seq_len=64, num_epochs=1, shuffle=False,
-                       shard_options=ONE_HOST)
-    stored = text_batches(token_store, batch_size=2, seq_len=64, num_epochs=1, shuffle=False, shard_options=ONE_HOST)
+    (folder / "more.jsonl").write_text(
+        "\n".join(json.dumps({"text": t}) for t in ["A short one.", "Another short document here."])
+    )
+    raw = text_batches(
+        str(folder),
+        tokenizer=smollm2,
+        batch_size=2,
+        seq_len=64,
+        num_epochs=1,
+        shuffle=False,
+        shard_options=ONE_HOST,
+    )
+    stored = text_batches(
+        token_store, batch_size=2, seq_len=64, num_epochs=1, shuffle=False, shard_options=ONE_HOST
+    )
     assert_same(list(raw), list(stored))
 
 
@@ -123,18 +179,34 @@ def test_hosts_get_disjoint_shards(token_store):
     seen = []
     for index in range(2):
         shard = grain.sharding.ShardOptions(shard_index=index, shard_count=2)
-        stream = text_batches(token_store, batch_size=1, seq_len=4096, num_epochs=1, shuffle=False, shard_options=shard)
+        stream = text_batches(
+            token_store, batch_size=1, seq_len=4096, num_epochs=1, shuffle=False, shard_options=shard
+        )
         seen.append({int(b["tokens"][0, 0]) for b in stream})  # first tokens of each packed row
     assert seen[0] and seen[1] and not seen[0] & seen[1]
 
 
 def test_gsm8k_file_batches_supervise_only_responses(tmp_path, smollm2):
     path = tmp_path / "gsm.jsonl"
-    rows = [{"question": f"What is {i}+{i}?", "steps": [f"<<{i}+{i}={2 * i}>>"], "answer": str(2 * i)}
-            for i in range(6)]
+    rows = [
+        {"question": f"What is {i}+{i}?", "steps": [f"<<{i}+{i}={2 * i}>>"], "answer": str(2 * i)}
+        for i in range(6)
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    batch = next(iter(file_batches(str(path), format="gsm8k_aug", tokenizer=smollm2, batch_size=6, seq_len=64,
-                                   num_epochs=1, shuffle=False, shard_options=ONE_HOST)))
+    batch = next(
+        iter(
+            file_batches(
+                str(path),
+                format="gsm8k_aug",
+                tokenizer=smollm2,
+                batch_size=6,
+                seq_len=64,
+                num_epochs=1,
+                shuffle=False,
+                shard_options=ONE_HOST,
+            )
+        )
+    )
     validate_batch(batch)
     for row in range(6):
         counted = batch["targets"][row][batch["loss_mask"][row] > 0]
@@ -165,8 +237,17 @@ def test_bad_inputs_raise_clear_errors(tmp_path, smollm2, token_store):
         task_batches("s5_retrieval", "test", seed=0, num_examples=4, batch_size=1, seq_len=512)
     with pytest.raises(ValueError, match="unknown task"):
         task_batches("s6", "test", seed=0, num_examples=4, batch_size=1, seq_len=512)
-    long = task_batches("pathfinding", "test", seed=0, num_examples=4, batch_size=1, seq_len=32, tokenizer=smollm2,
-                        num_epochs=1, shard_options=ONE_HOST)
+    long = task_batches(
+        "pathfinding",
+        "test",
+        seed=0,
+        num_examples=4,
+        batch_size=1,
+        seq_len=32,
+        tokenizer=smollm2,
+        num_epochs=1,
+        shard_options=ONE_HOST,
+    )
     with pytest.raises(ValueError, match="does not fit seq_len 32"):
         next(iter(long))
     bad_store = tmp_path / "bad_store"
@@ -174,4 +255,8 @@ def test_bad_inputs_raise_clear_errors(tmp_path, smollm2, token_store):
     writer.write(np.array([5, 150], np.int32))
     writer.close()
     with pytest.raises(ValueError, match="token id 150 >= vocab size 100"):
-        next(iter(text_batches(str(bad_store), vocab_size=100, batch_size=1, seq_len=8, shard_options=ONE_HOST)))
+        next(
+            iter(
+                text_batches(str(bad_store), vocab_size=100, batch_size=1, seq_len=8, shard_options=ONE_HOST)
+            )
+        )

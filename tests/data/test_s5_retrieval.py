@@ -41,8 +41,9 @@ def tokens_of(text: str) -> list[str]:
 @pytest.mark.parametrize("value_key", ["state", "action"])
 @pytest.mark.parametrize("full_dict", [True, False])
 def test_targets_match_independently_composed_states(value_key, full_dict):
-    source = GeneratedTaskSource("s5_retrieval", "test", seed=3, num_examples=48, value_key=value_key,
-                                 full_dict=full_dict)
+    source = GeneratedTaskSource(
+        "s5_retrieval", "test", seed=3, num_examples=48, value_key=value_key, full_dict=full_dict
+    )
     for index in range(0, 48, 5):
         record = source[index]
         assert tokens_of(record["target"]) == expected_target(tokens_of(record["input"]), 4, value_key)
@@ -80,8 +81,9 @@ def test_records_are_deterministic_from_the_seed():
     assert a[5] != GeneratedTaskSource("s5_retrieval", "validation", seed=1, num_examples=10)[5]
 
 
-@pytest.mark.parametrize("bad", [dict(min_actions=0), dict(value_len=0), dict(value_key="key"),
-                                 dict(value_alphabet="a-b")])
+@pytest.mark.parametrize(
+    "bad", [dict(min_actions=0), dict(value_len=0), dict(value_key="key"), dict(value_alphabet="a-b")]
+)
 def test_bad_config_raises(bad):
     with pytest.raises(ValueError):
         S5RetrievalConfig(**bad)

@@ -27,15 +27,25 @@ def test_chat_all_recurrent_and_prompt_loss_options(smollm2):
 
 
 def test_gsm8k_aug_and_hotpotqa_formats():
-    gsm = gsm8k_aug_record({"question": "Q?", "steps": ["<<600*30/100=180>>", " <<180+60=240>> "], "answer": "360"})
+    gsm = gsm8k_aug_record(
+        {"question": "Q?", "steps": ["<<600*30/100=180>>", " <<180+60=240>> "], "answer": "360"}
+    )
     assert gsm == {"prompt": "Q?", "response": "<<600*30/100=180>>\n<<180+60=240>>\n### 360", "answer": "360"}
-    hotpot = hotpotqa_record({
-        "question": "Which magazine was founded first?",
-        "context": {"title": ["The Economist", "The Atlantic"],
-                    "sentences": [["The Economist is a weekly", " founded in 1843."], ["The Atlantic, 1857."]]},
-        "cot": "The Economist was founded in 1843.\n1843 is earlier than 1857.", "answer": "The Economist"})
-    assert hotpot["prompt"] == ("Which magazine was founded first?\nContext:\nDocument 1: The Economist is a weekly "
-                                "founded in 1843.\nDocument 2: The Atlantic, 1857.")
+    hotpot = hotpotqa_record(
+        {
+            "question": "Which magazine was founded first?",
+            "context": {
+                "title": ["The Economist", "The Atlantic"],
+                "sentences": [["The Economist is a weekly", " founded in 1843."], ["The Atlantic, 1857."]],
+            },
+            "cot": "The Economist was founded in 1843.\n1843 is earlier than 1857.",
+            "answer": "The Economist",
+        }
+    )
+    assert hotpot["prompt"] == (
+        "Which magazine was founded first?\nContext:\nDocument 1: The Economist is a weekly "
+        "founded in 1843.\nDocument 2: The Atlantic, 1857."
+    )
     assert hotpot["response"].endswith("1843 is earlier than 1857.\n### The Economist")
     with pytest.raises(ValueError, match="missing fields"):
         gsm8k_aug_record({"question": "Q"})

@@ -30,9 +30,28 @@ def test_help(name, capsys):
 
 def test_make_dataset_writes_jsonl_and_array_record(tmp_path):
     out = str(tmp_path / "prosqa")
-    assert load_tool("make_dataset").main(["--task", "prosqa", "--split", "validation", "--num_examples", "3",
-                                           "--seed", "7", "--out", out, "--set", "max_path=8"]) == 0
-    expected = [GeneratedTaskSource("prosqa", "validation", seed=7, num_examples=3, max_path=8)[i] for i in range(3)]
+    assert (
+        load_tool("make_dataset").main(
+            [
+                "--task",
+                "prosqa",
+                "--split",
+                "validation",
+                "--num_examples",
+                "3",
+                "--seed",
+                "7",
+                "--out",
+                out,
+                "--set",
+                "max_path=8",
+            ]
+        )
+        == 0
+    )
+    expected = [
+        GeneratedTaskSource("prosqa", "validation", seed=7, num_examples=3, max_path=8)[i] for i in range(3)
+    ]
     from_jsonl = load_records(os.path.join(out, "validation.jsonl"))
     from_array_record = load_records(os.path.join(out, "validation.array_record"))
     assert from_jsonl == expected and [from_array_record[i] for i in range(3)] == expected
@@ -40,8 +59,18 @@ def test_make_dataset_writes_jsonl_and_array_record(tmp_path):
 
 def test_make_dataset_rejects_bad_options(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        load_tool("make_dataset").main(["--task", "s5_retrieval", "--num_examples", "2", "--out", str(tmp_path),
-                                        "--set", "no_such_field=1"])
+        load_tool("make_dataset").main(
+            [
+                "--task",
+                "s5_retrieval",
+                "--num_examples",
+                "2",
+                "--out",
+                str(tmp_path),
+                "--set",
+                "no_such_field=1",
+            ]
+        )
     assert "bad option" in capsys.readouterr().err
 
 
@@ -49,11 +78,29 @@ def test_prepare_text_writes_a_token_store(tmp_path, tokenizer_dir, smollm2):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.txt").write_text("First document, with some words.")
-    (docs / "b.jsonl").write_text(json.dumps({"text": "Second."}) + "\n" + json.dumps({"text": ""}) + "\n"
-                                  + json.dumps({"text": "Third one!"}))
+    (docs / "b.jsonl").write_text(
+        json.dumps({"text": "Second."})
+        + "\n"
+        + json.dumps({"text": ""})
+        + "\n"
+        + json.dumps({"text": "Third one!"})
+    )
     out = str(tmp_path / "store")
-    assert load_tool("prepare_text").main(["--input", str(docs), "--output_dir", out, "--tokenizer", tokenizer_dir,
-                                           "--documents_per_shard", "2"]) == 0
+    assert (
+        load_tool("prepare_text").main(
+            [
+                "--input",
+                str(docs),
+                "--output_dir",
+                out,
+                "--tokenizer",
+                tokenizer_dir,
+                "--documents_per_shard",
+                "2",
+            ]
+        )
+        == 0
+    )
     meta = read_metadata(out)
     assert (meta.num_documents, len(meta.files), meta.eos_id, meta.vocab_size) == (3, 2, 2, 49152)
     source = TokenStoreSource(out, vocab_size=49152)
@@ -65,7 +112,9 @@ def test_prepare_text_fails_fast_on_bad_input(tmp_path, tokenizer_dir, capsys):
     (tmp_path / "empty.txt").write_text("")
     for argv in (["--input", str(tmp_path / "nope")], ["--input", str(tmp_path / "empty.txt")]):
         with pytest.raises(SystemExit):
-            load_tool("prepare_text").main(argv + ["--output_dir", str(tmp_path / "o"), "--tokenizer", tokenizer_dir])
+            load_tool("prepare_text").main(
+                argv + ["--output_dir", str(tmp_path / "o"), "--tokenizer", tokenizer_dir]
+            )
     err = capsys.readouterr().err
     assert "does not exist" in err and "is empty" in err
     assert not os.path.exists(tmp_path / "o")

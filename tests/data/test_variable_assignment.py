@@ -6,7 +6,7 @@ from t2mlr_jax.data.variable_assignment import HEADER, VariableAssignmentConfig
 
 def resolve(prompt: str) -> tuple[str, int]:
     """Follow the assignments in the prompt text from the query to a number; return (value, hops)."""
-    body = prompt[len(HEADER):].split("\n")
+    body = prompt[len(HEADER) :].split("\n")
     query = next(line for line in body if line.endswith("=___"))[:-4]
     assignments = dict(line.split("=") for line in body if "=" in line and not line.endswith("___"))
     hops, current = 0, query
@@ -25,7 +25,7 @@ def test_response_is_the_resolved_value(depth):
         assert record["response"] == value
         assert hops == depth + 1  # the release's chain: depth + 1 alias hops
         assert record["prompt"].endswith("=___\nAnswer: | ")
-        lines = record["prompt"][len(HEADER):].split("\n")[:-2]
+        lines = record["prompt"][len(HEADER) :].split("\n")[:-2]
         assert len(lines) == 8 + depth + 1 + 6 and len({line.split("=")[0] for line in lines}) == len(lines)
 
 

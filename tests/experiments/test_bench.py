@@ -36,9 +36,17 @@ def test_help_lists_the_flags(capsys):
 
 def test_paper_ranges_map_to_code_indices_and_scale_down():
     assert [bench.code_range(r, 30) for r in ("(1,30)", "(5,26)", "(9,22)", "(13,18)")] == [
-        (0, 29), (4, 25), (8, 21), (12, 17)]
+        (0, 29),
+        (4, 25),
+        (8, 21),
+        (12, 17),
+    ]
     assert [bench.code_range(r, 8) for r in ("(1,30)", "(5,26)", "(9,22)", "(13,18)")] == [
-        (0, 7), (1, 6), (2, 5), (3, 4)]
+        (0, 7),
+        (1, 6),
+        (2, 5),
+        (3, 4),
+    ]
     assert bench.code_range("(13,18)", 4) == (1, 2)  # never l_end < l_start
 
 
@@ -58,9 +66,17 @@ def test_smoke_preset_writes_json_and_markdown(tmp_path):
     sections = result["sections"]
     assert list(sections) == list(bench.SECTIONS)
     assert {"preset", "command", "device", "t2mlr", "baseline", "wall_seconds"} <= set(result["meta"])
-    assert {"ratio", "seconds", "baseline_seconds", "new_tokens", "batch"} <= set(sections["decode"]["rows"][0])
+    assert {"ratio", "seconds", "baseline_seconds", "new_tokens", "batch"} <= set(
+        sections["decode"]["rows"][0]
+    )
     for row in sections["train"]["rows"]:
-        assert {"time_ratio", "flop_ratio", "flop_ratio_jaxpr", "flop_ratio_xla", "time_over_flop_ratio"} <= set(row)
+        assert {
+            "time_ratio",
+            "flop_ratio",
+            "flop_ratio_jaxpr",
+            "flop_ratio_xla",
+            "time_over_flop_ratio",
+        } <= set(row)
         # The counting formula and the traced program agree on every matmul.
         assert row["flops"] == pytest.approx(row["flops_jaxpr"], rel=1e-9)
     assert {"speedup", "max_abs_logit_diff", "mean_loss_diff"} <= set(sections["prefill"]["rows"][0])

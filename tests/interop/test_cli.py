@@ -7,8 +7,14 @@ from pathlib import Path
 
 from t2mlr_jax.interop import load_params, save_params
 from t2mlr_jax.interop.files import read_state_dict
-from tests.interop.helpers import (random_params, state_dicts_identical, tiny_llama_config, tiny_t2mlr_config,
-                                   transformers_model, trees_identical)
+from tests.interop.helpers import (
+    random_params,
+    state_dicts_identical,
+    tiny_llama_config,
+    tiny_t2mlr_config,
+    transformers_model,
+    trees_identical,
+)
 
 TOOL = Path(__file__).parents[2] / "tools" / "convert_checkpoint.py"
 
@@ -29,7 +35,12 @@ def convert(*argv) -> int:
 def test_help_lists_every_direction(capsys):
     assert convert("--help") == 0
     text = capsys.readouterr().out
-    for name in ("hf | gguf | t2mlr-torch  ->  orbax", "orbax  ->  hf | t2mlr-torch", "--verify", "--drop-recurrence"):
+    for name in (
+        "hf | gguf | t2mlr-torch  ->  orbax",
+        "orbax  ->  hf | t2mlr-torch",
+        "--verify",
+        "--drop-recurrence",
+    ):
         assert name in text
 
 
@@ -40,8 +51,12 @@ def test_unsupported_direction_is_refused(tmp_path, capsys):
 
 def test_hf_round_trip_with_verify(tmp_path, capsys):
     transformers_model(tiny_llama_config(kv_heads=2, tied=False)).save_pretrained(tmp_path / "hf")
-    assert convert("--from", "hf", "--to", "orbax", tmp_path / "hf", tmp_path / "ckpt", "--verify",
-                   "--seq-len", 8) == 0
+    assert (
+        convert(
+            "--from", "hf", "--to", "orbax", tmp_path / "hf", tmp_path / "ckpt", "--verify", "--seq-len", 8
+        )
+        == 0
+    )
     assert convert("--from", "orbax", "--to", "hf", tmp_path / "ckpt", tmp_path / "back") == 0
     assert state_dicts_identical(read_state_dict(tmp_path / "hf"), read_state_dict(tmp_path / "back"))
     report = json.loads((tmp_path / "ckpt.verify.json").read_text())
@@ -54,13 +69,40 @@ def test_t2mlr_export_and_import_with_verify(tmp_path, capsys):
     params = random_params(cfg, 1)
     save_params(tmp_path / "ckpt", cfg, params)
     report = tmp_path / "report.json"
-    assert convert("--from", "orbax", "--to", "t2mlr-torch", tmp_path / "ckpt", tmp_path / "t2mlr", "--verify",
-                   "--report", report, "--seq-len", 6) == 0
+    assert (
+        convert(
+            "--from",
+            "orbax",
+            "--to",
+            "t2mlr-torch",
+            tmp_path / "ckpt",
+            tmp_path / "t2mlr",
+            "--verify",
+            "--report",
+            report,
+            "--seq-len",
+            6,
+        )
+        == 0
+    )
     assert json.loads(report.read_text())["mode"] == "exact" and json.loads(report.read_text())["passed"]
     assert convert("--from", "t2mlr-torch", "--to", "orbax", tmp_path / "t2mlr", tmp_path / "again") == 0
     cfg_back, params_back = load_params(tmp_path / "again")
     assert cfg_back == cfg and trees_identical(params_back, params)
     assert convert("--from", "orbax", "--to", "hf", tmp_path / "ckpt", tmp_path / "hf") == 2
     assert "drop_recurrence" in capsys.readouterr().err
-    assert convert("--from", "orbax", "--to", "hf", tmp_path / "ckpt", tmp_path / "hf", "--drop-recurrence",
-                   "--verify", "--seq-len", 6) == 0
+    assert (
+        convert(
+            "--from",
+            "orbax",
+            "--to",
+            "hf",
+            tmp_path / "ckpt",
+            tmp_path / "hf",
+            "--drop-recurrence",
+            "--verify",
+            "--seq-len",
+            6,
+        )
+        == 0
+    )

@@ -14,16 +14,32 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaForCausalLM
 
-from t2mlr_jax.interop import (T2MLRReference, load_hf, load_params, load_pretrained, load_t2mlr_torch, retrofit,
-                               save_hf, save_params, save_t2mlr_torch)
+from t2mlr_jax.interop import (
+    T2MLRReference,
+    load_hf,
+    load_params,
+    load_pretrained,
+    load_t2mlr_torch,
+    retrofit,
+    save_hf,
+    save_params,
+    save_t2mlr_torch,
+)
 from t2mlr_jax.interop.configs import recurrence_from_release, release_from_recurrence
 from t2mlr_jax.interop.files import read_state_dict
 from t2mlr_jax.interop.torch_reference import Mixer
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.recurrence import exact_forward, make_layout
-from tests.interop.helpers import (random_params, save_release_style, state_dicts_identical, tiny_llama_config,
-                                   tiny_t2mlr_config, transformers_model, trees_identical)
+from tests.interop.helpers import (
+    random_params,
+    save_release_style,
+    state_dicts_identical,
+    tiny_llama_config,
+    tiny_t2mlr_config,
+    transformers_model,
+    trees_identical,
+)
 
 TOKENS = np.random.default_rng(0).integers(0, 61, (2, 10))
 
@@ -79,7 +95,10 @@ def test_sharded_safetensors_and_plain_bin_load(tmp_path):
         out.mkdir()
         (out / "config.json").write_text((src / "config.json").read_text())
         if writer == "safetensors":
-            shards = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
+            shards = {
+                "model-00001-of-00002.safetensors": keys[::2],
+                "model-00002-of-00002.safetensors": keys[1::2],
+            }
             for name, names in shards.items():
                 save_file({k: state[k] for k in names}, str(out / name), metadata={"format": "pt"})
             weight_map = {k: name for name, names in shards.items() for k in names}
@@ -106,8 +125,16 @@ def test_t2mlr_round_trip_is_bitwise(tmp_path, kv_heads, tied):
 T2MLR_VARIANTS = {
     "release-default": dict(),
     "tied-1kv-per-channel-prenorm-postnorm-raw-cache": dict(
-        kv_heads=1, tied=True, gamma_per_channel=True, pre_norm=True, post_norm=True, temporal_residual=False,
-        recurrent_projection=False, l_start=0, l_end=-1),
+        kv_heads=1,
+        tied=True,
+        gamma_per_channel=True,
+        pre_norm=True,
+        post_norm=True,
+        temporal_residual=False,
+        recurrent_projection=False,
+        l_start=0,
+        l_end=-1,
+    ),
 }
 
 
@@ -118,8 +145,12 @@ def assert_matches_torch_reference(cfg, params, folder):
     prompt_then_recurrent = np.where(np.arange(TOKENS.shape[1]) < 4, 1, 2)[None].repeat(2, 0)
     prompt_then_recurrent[1, 6] = 1
     for control in (np.full_like(TOKENS, 2), prompt_then_recurrent):
-        ours = exact_logits(cfg, params, jnp.asarray(TOKENS), make_layout(jnp.asarray(TOKENS),
-                                                                          control_flow=jnp.asarray(control)))
+        ours = exact_logits(
+            cfg,
+            params,
+            jnp.asarray(TOKENS),
+            make_layout(jnp.asarray(TOKENS), control_flow=jnp.asarray(control)),
+        )
         theirs = reference(torch.as_tensor(TOKENS), torch.as_tensor(control)).numpy()
         assert np.abs(np.asarray(ours) - theirs).max() <= 1e-4
     plain = np.asarray(backbone.forward(cfg, params, jnp.asarray(TOKENS)))
@@ -131,11 +162,15 @@ def test_t2mlr_logits_match_torch_reference(tmp_path, variant):
     cfg = tiny_t2mlr_config(**T2MLR_VARIANTS[variant])
     params = random_params(cfg, 3)  # every γ != 0
     save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
-    assert assert_matches_torch_reference(cfg, params, tmp_path / "t2mlr") > 1e-2  # the recurrence is really on
+    assert (
+        assert_matches_torch_reference(cfg, params, tmp_path / "t2mlr") > 1e-2
+    )  # the recurrence is really on
 
 
 def test_the_torch_reference_needs_no_jax():
-    code = "import sys; sys.modules['jax'] = None; from t2mlr_jax.interop.torch_reference import T2MLRReference"
+    code = (
+        "import sys; sys.modules['jax'] = None; from t2mlr_jax.interop.torch_reference import T2MLRReference"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
 
@@ -144,8 +179,12 @@ def test_release_written_folder_imports_and_round_trips(tmp_path):
     """A folder laid out by torch itself the way the release saves it (key names from module nesting)."""
     llama = transformers_model(tiny_llama_config(kv_heads=2, tied=True), seed=5)
     cfg = tiny_t2mlr_config(tied=True)
-    settings = {**release_from_recurrence(RecurrenceConfig(l_start=1, l_end=-1), 32), "batch_forward": True,
-                "connection_detach": False, "freeze_base_model": False}
+    settings = {
+        **release_from_recurrence(RecurrenceConfig(l_start=1, l_end=-1), 32),
+        "batch_forward": True,
+        "connection_detach": False,
+        "freeze_base_model": False,
+    }
     cfg = cfg.replace(num_layers=3, recurrence=recurrence_from_release(settings, 32))
     torch.manual_seed(6)
     mixer = Mixer(32, cfg.recurrence)
@@ -164,16 +203,37 @@ def test_release_written_folder_imports_and_round_trips(tmp_path):
 
 def test_settings_a_release_config_omits_take_the_release_defaults():
     rec = recurrence_from_release({"recurrent_mixing_module_name": "gated", "use_learnable_gate": True}, 32)
-    assert (rec.l_start, rec.l_end, rec.recurrent_projection, rec.temporal_residual, rec.cache_norm,
-            rec.d_forward) == (0, -1, False, False, "none", 1)
+    assert (
+        rec.l_start,
+        rec.l_end,
+        rec.recurrent_projection,
+        rec.temporal_residual,
+        rec.cache_norm,
+        rec.d_forward,
+    ) == (0, -1, False, False, "none", 1)
 
 
-@pytest.mark.parametrize("mixer", ["var_norm_gated", "alpha_coupled", "constant_weight", "concat",
-                                   "exponential_rotational_gated", "coconut", "codi", "none"])
+@pytest.mark.parametrize(
+    "mixer",
+    [
+        "var_norm_gated",
+        "alpha_coupled",
+        "constant_weight",
+        "concat",
+        "exponential_rotational_gated",
+        "coconut",
+        "codi",
+        "none",
+    ],
+)
 def test_every_release_mixer_round_trips_and_matches_the_torch_reference(tmp_path, mixer):
     # Pre/post norms on where a mixer has them, so their torch counterparts are exercised too.
-    cfg = tiny_t2mlr_config(mixer=mixer, gamma_per_channel=mixer == "alpha_coupled", pre_norm=mixer != "none",
-                            post_norm=mixer in ("var_norm_gated", "coconut", "codi", "exponential_rotational_gated"))
+    cfg = tiny_t2mlr_config(
+        mixer=mixer,
+        gamma_per_channel=mixer == "alpha_coupled",
+        pre_norm=mixer != "none",
+        post_norm=mixer in ("var_norm_gated", "coconut", "codi", "exponential_rotational_gated"),
+    )
     params = random_params(cfg, 7)
     save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
     cfg_back, params_back = load_t2mlr_torch(tmp_path / "t2mlr")
@@ -263,9 +323,15 @@ def test_unsupported_settings_are_refused(tmp_path):
     (src / "config.json").write_text(json.dumps({**config, "attention_bias": True, "hidden_act": "gelu"}))
     with pytest.raises(ValueError, match=r"(?s)hidden_act 'gelu'.*attention_bias"):
         load_hf(src)
-    settings = {**release_from_recurrence(RecurrenceConfig(), 32), "recurrent_skip_to_l_end": True,
-                "use_learnable_input_gate": False, "mixing_module_kwargs": {"orig_weight": 0.5}}
-    with pytest.raises(ValueError, match=r"(?s)orig_weight.*recurrent_skip_to_l_end.*use_learnable_input_gate"):
+    settings = {
+        **release_from_recurrence(RecurrenceConfig(), 32),
+        "recurrent_skip_to_l_end": True,
+        "use_learnable_input_gate": False,
+        "mixing_module_kwargs": {"orig_weight": 0.5},
+    }
+    with pytest.raises(
+        ValueError, match=r"(?s)orig_weight.*recurrent_skip_to_l_end.*use_learnable_input_gate"
+    ):
         recurrence_from_release(settings, 32)
     with pytest.raises(ValueError, match="no equivalent in the release"):
         save_t2mlr_torch(tiny_t2mlr_config(cache_norm="rmsnorm"), {}, tmp_path / "x")

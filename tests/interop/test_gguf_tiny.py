@@ -15,10 +15,15 @@ from tests.interop.helpers import tiny_llama_config, transformers_model
 Q = gguf.GGMLQuantizationType
 # HF key suffix -> (GGUF name, stored type); the types cover every format the importer promises.
 TENSORS = {
-    "input_layernorm": ("attn_norm", Q.F32), "self_attn.q_proj": ("attn_q", Q.Q4_0),
-    "self_attn.k_proj": ("attn_k", Q.Q8_0), "self_attn.v_proj": ("attn_v", Q.F16),
-    "self_attn.o_proj": ("attn_output", Q.Q4_1), "post_attention_layernorm": ("ffn_norm", Q.F32),
-    "mlp.gate_proj": ("ffn_gate", Q.Q4_0), "mlp.up_proj": ("ffn_up", Q.Q8_0), "mlp.down_proj": ("ffn_down", Q.F16),
+    "input_layernorm": ("attn_norm", Q.F32),
+    "self_attn.q_proj": ("attn_q", Q.Q4_0),
+    "self_attn.k_proj": ("attn_k", Q.Q8_0),
+    "self_attn.v_proj": ("attn_v", Q.F16),
+    "self_attn.o_proj": ("attn_output", Q.Q4_1),
+    "post_attention_layernorm": ("ffn_norm", Q.F32),
+    "mlp.gate_proj": ("ffn_gate", Q.Q4_0),
+    "mlp.up_proj": ("ffn_up", Q.Q8_0),
+    "mlp.down_proj": ("ffn_down", Q.F16),
 }
 
 
@@ -69,7 +74,9 @@ def test_tiny_gguf_matches_transformers(tmp_path):
     write_gguf(tmp_path / "tiny.gguf", transformers_model(config))
     cfg, params = load_pretrained(tmp_path / "tiny.gguf")
     assert (cfg.num_kv_heads, cfg.tie_embeddings, cfg.rope_theta) == (2, False, 5000.0)
-    reference = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="tiny.gguf", dtype=torch.float32).eval()
+    reference = AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file="tiny.gguf", dtype=torch.float32
+    ).eval()
     ours = to_state_dict(hf_layout(cfg), params)
     theirs = {k: v.numpy() for k, v in reference.state_dict().items()}
     assert ours.keys() == theirs.keys() and all(np.array_equal(ours[k], theirs[k]) for k in ours)

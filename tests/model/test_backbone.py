@@ -18,7 +18,7 @@ def test_rope_is_hf_rotate_half():
     out = np.asarray(rope(x, pos, theta))
     freq = theta ** (-np.arange(e // 2) * 2.0 / e)
     ang = np.asarray(pos)[..., None, None] * freq
-    z = (np.asarray(x[..., :e // 2]) + 1j * np.asarray(x[..., e // 2:])) * np.exp(1j * ang)
+    z = (np.asarray(x[..., : e // 2]) + 1j * np.asarray(x[..., e // 2 :])) * np.exp(1j * ang)
     np.testing.assert_allclose(out, np.concatenate([z.real, z.imag], -1), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(rope(x, pos, None), x)  # NoPE
 
@@ -56,5 +56,12 @@ def test_shape_annotations_are_checked_at_run_time():
     params = tiny_params(cfg)
     h = jnp.zeros((2, 8, cfg.hidden_size))
     with pytest.raises(Exception, match="positions|Type-check|type"):
-        backbone.run_blocks(cfg, params, h, 0, 2, positions=jnp.zeros((2, 7), jnp.int32),
-                            segment_ids=jnp.ones((2, 8), jnp.int32))
+        backbone.run_blocks(
+            cfg,
+            params,
+            h,
+            0,
+            2,
+            positions=jnp.zeros((2, 7), jnp.int32),
+            segment_ids=jnp.ones((2, 8), jnp.int32),
+        )

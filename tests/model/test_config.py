@@ -9,28 +9,34 @@ from t2mlr_jax.model.recurrence import jacobi_forward
 from tests.tiny import tiny_config, tiny_params, tokens
 
 
-@pytest.mark.parametrize("changes,field", [
-    (dict(l_start=4), "l_start"),
-    (dict(l_start=-1), "l_start"),
-    (dict(l_start=2, l_end=1), "l_end"),
-    (dict(l_end=7), "l_end"),
-    (dict(d_forward=0), "d_forward"),
-    (dict(d_backward=-1), "d_backward"),
-    (dict(mixer="attention"), "mixer"),
-    (dict(cache_norm="layernorm"), "cache_norm"),
-])
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        (dict(l_start=4), "l_start"),
+        (dict(l_start=-1), "l_start"),
+        (dict(l_start=2, l_end=1), "l_end"),
+        (dict(l_end=7), "l_end"),
+        (dict(d_forward=0), "d_forward"),
+        (dict(d_backward=-1), "d_backward"),
+        (dict(mixer="attention"), "mixer"),
+        (dict(cache_norm="layernorm"), "cache_norm"),
+    ],
+)
 def test_bad_recurrence_raises_naming_the_field(changes, field):
     with pytest.raises(ValueError, match=field):
         tiny_config().with_recurrence(**changes).validate()
 
 
-@pytest.mark.parametrize("changes,field", [
-    (dict(num_kv_heads=3), "num_heads"),
-    (dict(hidden_size=0), "hidden_size"),
-    (dict(remat="sometimes"), "remat"),
-    (dict(dtype="float8"), "dtype"),
-    (dict(head_dim=7), "rope_theta"),
-])
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        (dict(num_kv_heads=3), "num_heads"),
+        (dict(hidden_size=0), "hidden_size"),
+        (dict(remat="sometimes"), "remat"),
+        (dict(dtype="float8"), "dtype"),
+        (dict(head_dim=7), "rope_theta"),
+    ],
+)
 def test_bad_backbone_raises_naming_the_field(changes, field):
     with pytest.raises(ValueError, match=field):
         tiny_config(recurrence=None).replace(**changes).validate()

@@ -82,7 +82,7 @@ def test_cache_update_raw_residual_rescale_and_rmsnorm():
     cfg, p = mixer_params("gated")
     new = np.asarray(update_cache(cfg, p, x, r, cf))
     y = np.asarray(x + r)
-    scale = np.clip(1 / np.sqrt(np.mean(y ** 2, -1, keepdims=True) + 1e-6), 1 / 5, 5)
+    scale = np.clip(1 / np.sqrt(np.mean(y**2, -1, keepdims=True) + 1e-6), 1 / 5, 5)
     rec = np.asarray(cf == 2)
     np.testing.assert_allclose(new[rec], (y * scale)[rec], rtol=1e-6)
     np.testing.assert_array_equal(new[~rec], np.asarray(x)[~rec])  # non-recurrent: raw h^(l_end)
@@ -96,7 +96,7 @@ def test_cache_update_raw_residual_rescale_and_rmsnorm():
     rms_cfg, p = mixer_params("gated", cache_norm="rmsnorm")
     assert p["cache_norm"].shape == (D,)
     normed = np.asarray(update_cache(rms_cfg, p, x, r, jnp.full((B, T), 2)))
-    np.testing.assert_allclose(np.sqrt(np.mean(normed ** 2, -1)), 1.0, rtol=1e-4)
+    np.testing.assert_allclose(np.sqrt(np.mean(normed**2, -1)), 1.0, rtol=1e-4)
 
 
 def test_detached_temporal_residual_blocks_the_gradient_to_the_previous_cache():

@@ -31,7 +31,9 @@ def test_left_padded_batch_equals_rows_alone():
     for prefill in ("exact", "jacobi"):
         batch = generate(CFG, PARAMS, prompt, mask, max_new_tokens=N, prefill=prefill, prefill_passes=5)
         for i, r in enumerate(rows):
-            alone = generate(CFG, PARAMS, r, jnp.ones_like(r), max_new_tokens=N, prefill=prefill, prefill_passes=5)
+            alone = generate(
+                CFG, PARAMS, r, jnp.ones_like(r), max_new_tokens=N, prefill=prefill, prefill_passes=5
+            )
             np.testing.assert_array_equal(batch.tokens[i], alone.tokens[0])
 
 
@@ -51,8 +53,8 @@ def test_eos_stops_each_row():
     out = generate(CFG, PARAMS, prompt, jnp.ones_like(prompt), max_new_tokens=N, eos_id=eos, pad_id=0)
     first = int(np.argmax(np.asarray(greedy.tokens[0]) == eos))
     assert int(out.lengths[0]) == first + 1
-    np.testing.assert_array_equal(out.tokens[0, :first + 1], greedy.tokens[0, :first + 1])
-    assert (np.asarray(out.tokens[0, first + 1:]) == 0).all()
+    np.testing.assert_array_equal(out.tokens[0, : first + 1], greedy.tokens[0, : first + 1])
+    assert (np.asarray(out.tokens[0, first + 1 :]) == 0).all()
 
 
 def test_sampling_filters():
@@ -65,10 +67,16 @@ def test_sampling_filters():
     assert set(drawn.tolist()) == {0, 1, 2}
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    (dict(prefill="parallel"), "prefill"), (dict(prefill_passes=0), "d_forward"),
-    (dict(max_new_tokens=0), "max_new_tokens"), (dict(top_p=0.0), "top_p"), (dict(temperature=1.0), "key"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        (dict(prefill="parallel"), "prefill"),
+        (dict(prefill_passes=0), "d_forward"),
+        (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(temperature=1.0), "key"),
+    ],
+)
 def test_bad_generation_arguments(kwargs, field):
     prompt = tokens(1, 3)
     args = dict(max_new_tokens=2) | kwargs

@@ -12,7 +12,9 @@ def test_jacobi_training_memory_depends_on_b_not_d():
     toks = tokens(4, 32)
 
     def temp_bytes(d, b):
-        grad = jax.jit(jax.grad(lambda p: jacobi_forward(cfg, p, toks, d_forward=d, d_backward=b).logits.std()))
+        grad = jax.jit(
+            jax.grad(lambda p: jacobi_forward(cfg, p, toks, d_forward=d, d_backward=b).logits.std())
+        )
         return grad.lower(params).compile().memory_analysis().temp_size_in_bytes
 
     shallow, deep, deep_wide = temp_bytes(2, 1), temp_bytes(12, 1), temp_bytes(12, 6)

@@ -9,8 +9,14 @@ import pytest
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.fusion import fuse, update_cache
-from t2mlr_jax.model.recurrence import (Layout, decode_step, exact_forward, jacobi_forward, make_layout,
-                                        shift_right)
+from t2mlr_jax.model.recurrence import (
+    Layout,
+    decode_step,
+    exact_forward,
+    jacobi_forward,
+    make_layout,
+    shift_right,
+)
 from tests.tiny import rel_err, tiny_config, tiny_params, tokens
 
 T = 12
@@ -24,7 +30,9 @@ def decode_logits(cfg, params, toks, layout=None):
     b, t = toks.shape
     cache, r, logits = init_cache(cfg, b, t), jnp.zeros((b, cfg.hidden_size)), []
     for i in range(t):
-        out = _decode_step(cfg, params, toks[:, i:i + 1], r, cache, Layout(*(a[:, i:i + 1] for a in layout)))
+        out = _decode_step(
+            cfg, params, toks[:, i : i + 1], r, cache, Layout(*(a[:, i : i + 1] for a in layout))
+        )
         r, cache = out.recurrent_state, out.cache
         logits.append(out.logits)
     return jnp.concatenate(logits, axis=1)
@@ -74,7 +82,9 @@ def ce_loss(logits, toks):
 def test_jacobi_full_gradient_equals_exact_full_bptt():
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, 8)
-    g_jacobi = jax.grad(lambda p: ce_loss(jacobi_forward(CFG, p, toks, d_forward=8, d_backward=8).logits, toks))(params)
+    g_jacobi = jax.grad(
+        lambda p: ce_loss(jacobi_forward(CFG, p, toks, d_forward=8, d_backward=8).logits, toks)
+    )(params)
     g_exact = jax.grad(lambda p: ce_loss(exact_forward(CFG, p, toks).logits, toks))(params)
     for path, a in jax.tree_util.tree_leaves_with_path(g_jacobi):
         b = _get(g_exact, path)
@@ -98,8 +108,13 @@ def reference_jacobi(cfg, params, toks, d, b):
     if b < d:
         r = jax.lax.stop_gradient(r)
     for i in range(d - 1):
-        m = update_cache(cfg, params["mixer"], middle(fuse(cfg, params["mixer"], x, r, layout.control_flow)[0]), r,
-                         layout.control_flow)
+        m = update_cache(
+            cfg,
+            params["mixer"],
+            middle(fuse(cfg, params["mixer"], x, r, layout.control_flow)[0]),
+            r,
+            layout.control_flow,
+        )
         if d - 1 - i > b:
             m = jax.lax.stop_gradient(m)
         r = shift_right(m, layout.positions)
@@ -132,7 +147,9 @@ def test_b0_lower_layers_get_gradient_only_through_the_final_pass():
         h, _ = backbone.run_blocks(CFG, p, fuse(CFG, p["mixer"], x, r_d, layout.control_flow)[0], 1, 4, **kw)
         return backbone.head(CFG, p, h)
 
-    g = jax.grad(lambda p: ce_loss(jacobi_forward(CFG, p, toks, d_forward=4, d_backward=0).logits, toks))(params)
+    g = jax.grad(lambda p: ce_loss(jacobi_forward(CFG, p, toks, d_forward=4, d_backward=0).logits, toks))(
+        params
+    )
     g_ref = jax.grad(lambda p: ce_loss(final_pass_only(p), toks))(params)
     lower = lambda t: jax.tree.map(lambda a: a[:1], t["layers"])
     for a, r in zip(jax.tree.leaves(lower(g)), jax.tree.leaves(lower(g_ref))):
@@ -148,7 +165,9 @@ def _cache_after(cfg, params, toks, d):
     m = backbone.run_blocks(cfg, params, x, 1, 3, **kw)[0]
     for _ in range(d - 1):
         r = shift_right(m, layout.positions)
-        h = backbone.run_blocks(cfg, params, fuse(cfg, params["mixer"], x, r, layout.control_flow)[0], 1, 3, **kw)[0]
+        h = backbone.run_blocks(
+            cfg, params, fuse(cfg, params["mixer"], x, r, layout.control_flow)[0], 1, 3, **kw
+        )[0]
         m = update_cache(cfg, params["mixer"], h, r, layout.control_flow)
     return m
 
@@ -180,10 +199,12 @@ def packed_and_alone(cfg, params, forward, lengths=(5, 3, 4)):
 @pytest.mark.parametrize("mode", ["jacobi", "exact", "decode", "backbone"])
 def test_packed_documents_equal_documents_alone(mode):
     forward = {
-        "jacobi": lambda c, p, t, l: jacobi_forward(c, p, t, layout=l, d_forward=12, d_backward=0).logits,
-        "exact": lambda c, p, t, l: exact_forward(c, p, t, layout=l).logits,
+        "jacobi": lambda c, p, t, lay: jacobi_forward(c, p, t, layout=lay, d_forward=12, d_backward=0).logits,
+        "exact": lambda c, p, t, lay: exact_forward(c, p, t, layout=lay).logits,
         "decode": decode_logits,
-        "backbone": lambda c, p, t, l: backbone.forward(c, p, t, positions=l.positions, segment_ids=l.segment_ids),
+        "backbone": lambda c, p, t, lay: backbone.forward(
+            c, p, t, positions=lay.positions, segment_ids=lay.segment_ids
+        ),
     }[mode]
     params = tiny_params(CFG, gamma=0.8)
     logits, alone = packed_and_alone(CFG, params, forward)
@@ -204,9 +225,13 @@ def test_mixed_control_flow_rows_behave_as_if_alone():
     assert rel_err(np.asarray(jacobi)[real], np.asarray(exact)[real]) <= 1e-5
     for i in range(3):
         n = int(seg[i].sum())
-        row = exact_forward(CFG, params, toks[i:i + 1, -n:],
-                            layout=make_layout(toks[i:i + 1, -n:], control_flow=cf[i:i + 1, -n:])).logits
-        assert rel_err(exact[i:i + 1, -n:], row) <= 1e-5
+        row = exact_forward(
+            CFG,
+            params,
+            toks[i : i + 1, -n:],
+            layout=make_layout(toks[i : i + 1, -n:], control_flow=cf[i : i + 1, -n:]),
+        ).logits
+        assert rel_err(exact[i : i + 1, -n:], row) <= 1e-5
 
 
 def test_plain_transformer_runs_through_every_mode():

@@ -22,19 +22,35 @@ def _free_port() -> int:
 
 
 def _launch(args, devices, **env):
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, "main.py"), *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} "
-                                 f"{FAST_XLA}", **env})
+    return subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "main.py"), *args],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={
+            **os.environ,
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} {FAST_XLA}",
+            **env,
+        },
+    )
 
 
 def test_two_processes_train_as_one_job_and_eval_like_one_process(tmp_path):
     workdir = tmp_path / "run"
-    args = [f"--config={S5}:cpu", *TINY, "--config.arch=t2mlr", "--config.train.checkpoint_every=1",
-            "--config.eval.batch_size=4", f"--workdir={workdir}"]
+    args = [
+        f"--config={S5}:cpu",
+        *TINY,
+        "--config.arch=t2mlr",
+        "--config.train.checkpoint_every=1",
+        "--config.eval.batch_size=4",
+        f"--workdir={workdir}",
+    ]
     address = f"127.0.0.1:{_free_port()}"
-    hosts = [_launch(args, 4, JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i))
-             for i in range(2)]
+    hosts = [
+        _launch(args, 4, JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i))
+        for i in range(2)
+    ]
     outputs = [host.communicate(timeout=600) for host in hosts]
     for host, (out, err) in zip(hosts, outputs):
         assert host.returncode == 0, err[-3000:]
@@ -57,8 +73,12 @@ def test_two_processes_train_as_one_job_and_eval_like_one_process(tmp_path):
 
 
 def test_an_incomplete_explicit_launch_is_one_clear_error(tmp_path):
-    one = _launch([f"--config={S5}:cpu", f"--workdir={tmp_path / 'run'}"], 1, JAX_COORDINATOR_ADDRESS="127.0.0.1:1",
-                  JAX_PROCESS_ID="0")
+    one = _launch(
+        [f"--config={S5}:cpu", f"--workdir={tmp_path / 'run'}"],
+        1,
+        JAX_COORDINATOR_ADDRESS="127.0.0.1:1",
+        JAX_PROCESS_ID="0",
+    )
     _, err = one.communicate(timeout=300)
     assert one.returncode == 2 and "error: JAX_COORDINATOR_ADDRESS is set but JAX_NUM_PROCESSES not" in err
     assert not (tmp_path / "run").exists()

@@ -11,7 +11,9 @@ from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run
 from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
 
-pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs the 8 fake devices of tests/conftest.py")
+pytestmark = pytest.mark.skipif(
+    jax.device_count() < 8, reason="needs the 8 fake devices of tests/conftest.py"
+)
 STEPS = 3
 MESHES = [(8, 1, 1), (2, 2, 2), (1, 4, 2)]
 
@@ -36,8 +38,14 @@ def train_on_one_device(run):
 
 
 def train_on_mesh(run):
-    step = compile_step(run.arch, run.optimizer, run.schedule, mesh=run.mesh, state_sharding=run.state_shardings,
-                        batch_sharding=batch_sharding(run.mesh))
+    step = compile_step(
+        run.arch,
+        run.optimizer,
+        run.schedule,
+        mesh=run.mesh,
+        state_sharding=run.state_shardings,
+        batch_sharding=batch_sharding(run.mesh),
+    )
     with jax.set_mesh(run.mesh):
         state = jax.jit(run._init_state, out_shardings=run.state_shardings)()
         losses = []

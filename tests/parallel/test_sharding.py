@@ -3,7 +3,8 @@
 import jax
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from t2mlr_jax.model.recurrence import jacobi_forward
 from t2mlr_jax.parallel.mesh import check_batch, make_mesh, resolve_mesh_shape
@@ -11,7 +12,9 @@ from t2mlr_jax.parallel.placement import init_params_sharded, param_shardings
 from t2mlr_jax.parallel.rules import partition_spec
 from tests.tiny import rel_err, tiny_config, tiny_params, tokens
 
-pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs the 8 fake devices of tests/conftest.py")
+pytestmark = pytest.mark.skipif(
+    jax.device_count() < 8, reason="needs the 8 fake devices of tests/conftest.py"
+)
 
 
 def test_mesh_shapes_and_errors():
@@ -29,8 +32,12 @@ def test_mesh_shapes_and_errors():
 
 def test_rules_shard_what_divides_and_replicate_the_rest():
     mesh = make_mesh(2, 2, 2)
-    assert partition_spec(("layers", "embed", "heads", "head_dim"), (4, 32, 4, 8), mesh) == P(None, "fsdp", "tensor", None)
-    assert partition_spec(("layers", "embed", "kv_heads", "head_dim"), (4, 32, 3, 8), mesh) == P(None, "fsdp", None, None)
+    assert partition_spec(("layers", "embed", "heads", "head_dim"), (4, 32, 4, 8), mesh) == P(
+        None, "fsdp", "tensor", None
+    )
+    assert partition_spec(("layers", "embed", "kv_heads", "head_dim"), (4, 32, 3, 8), mesh) == P(
+        None, "fsdp", None, None
+    )
     assert partition_spec(("batch", "length"), (8, 16), mesh) == P(("data", "fsdp"), None)
     with pytest.raises(ValueError, match="no rule"):
         partition_spec(("nonsense",), (4,), mesh)
@@ -41,13 +48,16 @@ def test_sharded_jacobi_forward_and_grad_equal_one_device(shape):
     cfg = tiny_config()
     params = tiny_params(cfg, gamma=0.8)
     toks = tokens(8, 8)
-    fn = jax.jit(jax.value_and_grad(
-        lambda p, t: jacobi_forward(cfg, p, t, d_forward=4, d_backward=2).logits.std()))
+    fn = jax.jit(
+        jax.value_and_grad(lambda p, t: jacobi_forward(cfg, p, t, d_forward=4, d_backward=2).logits.std())
+    )
     ref_loss, ref_grad = fn(params, toks)
     mesh = make_mesh(*shape)
     with jax.set_mesh(mesh):
         sharded = jax.device_put(params, param_shardings(cfg, mesh))
-        toks_s = jax.device_put(toks, NamedSharding(mesh, partition_spec(("batch", "length"), toks.shape, mesh)))
+        toks_s = jax.device_put(
+            toks, NamedSharding(mesh, partition_spec(("batch", "length"), toks.shape, mesh))
+        )
         loss, grad = fn(sharded, toks_s)
     assert abs(float(loss - ref_loss)) <= 1e-5 * abs(float(ref_loss))
     assert max(rel_err(a, b) for a, b in zip(jax.tree.leaves(grad), jax.tree.leaves(ref_grad))) <= 1e-4

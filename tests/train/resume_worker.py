@@ -30,8 +30,9 @@ class SignallingIterator(TinyIterator):
 def main(workdir: str, kill_at: int, signame: str) -> None:
     source = tiny_source()
     if kill_at:
-        source = source._replace(train_iterator=lambda: SignallingIterator(
-            kill_at, getattr(signal, signame), 0, 8, 16))
+        source = source._replace(
+            train_iterator=lambda: SignallingIterator(kill_at, getattr(signal, signame), 0, 8, 16)
+        )
     summary = train(Run(tiny_config("t2mlr", steps=9, checkpoint_every=2), workdir, source, "t2mlr"))
     print("stopped_by" in summary and "STOPPED" or "DONE", flush=True)
 

@@ -2,7 +2,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tests.train.tiny_task import tiny_config, tiny_model
 from t2mlr_jax.baselines.decode import greedy_by_recompute
 from t2mlr_jax.baselines.looped import looped_forward, unrolled
 from t2mlr_jax.baselines.lstm import init_lstm, lstm_forward
@@ -12,6 +11,7 @@ from t2mlr_jax.model.generate import generate
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train.architecture import build_architecture
+from tests.train.tiny_task import tiny_config, tiny_model
 
 CFG = tiny_model()
 PARAMS = init_params(CFG, jax.random.PRNGKey(0))
@@ -32,16 +32,28 @@ def test_looped_decoding_with_the_kv_cache_of_its_unrolled_form_equals_recompute
     loop = dict(start=1, end=1, repeats=3)
     cfg, params = unrolled(CFG, PARAMS, **loop)
     assert cfg.num_layers == 5
-    np.testing.assert_allclose(forward(cfg, params, TOKENS),
-                               looped_forward(CFG, PARAMS, TOKENS, make_layout(TOKENS), **loop), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        forward(cfg, params, TOKENS),
+        looped_forward(CFG, PARAMS, TOKENS, make_layout(TOKENS), **loop),
+        rtol=1e-5,
+        atol=1e-5,
+    )
     config = tiny_config("looped")
     config.baseline.update(loop_start=1, loop_end=1, loop_repeats=3, param_match=False)
     arch = build_architecture(config)
     prompt = TOKENS[:, :6].at[0, :2].set(0)
     mask = (jnp.arange(6)[None] >= jnp.asarray([[2], [0]])).astype(jnp.int32)
     cached = arch.generate(PARAMS, prompt, mask, None, 5, 3, 0)
-    recomputed = greedy_by_recompute(lambda p, t, lay: looped_forward(CFG, p, t, lay, **loop), PARAMS, prompt, mask,
-                                     None, max_new_tokens=5, eos_id=3, pad_id=0)
+    recomputed = greedy_by_recompute(
+        lambda p, t, lay: looped_forward(CFG, p, t, lay, **loop),
+        PARAMS,
+        prompt,
+        mask,
+        None,
+        max_new_tokens=5,
+        eos_id=3,
+        pad_id=0,
+    )
     np.testing.assert_array_equal(cached.tokens, recomputed.tokens)
     np.testing.assert_array_equal(cached.lengths, recomputed.lengths)
 
@@ -60,8 +72,11 @@ def test_lstm_state_resets_at_document_starts():
     params = init_lstm(jax.random.PRNGKey(3), vocab_size=CFG.vocab_size, hidden=16, layers=2)
     a, b = TOKENS[0, :4], TOKENS[1, :6]
     packed = jnp.concatenate([a, b])[None]
-    layout = make_layout(packed, positions=jnp.concatenate([jnp.arange(4), jnp.arange(6)])[None],
-                         segment_ids=jnp.asarray([[1] * 4 + [2] * 6]))
+    layout = make_layout(
+        packed,
+        positions=jnp.concatenate([jnp.arange(4), jnp.arange(6)])[None],
+        segment_ids=jnp.asarray([[1] * 4 + [2] * 6]),
+    )
     alone = lstm_forward(params, b[None], make_layout(b[None]))
     np.testing.assert_allclose(lstm_forward(params, packed, layout)[:, 4:], alone, rtol=1e-5, atol=1e-6)
 
@@ -70,9 +85,16 @@ def test_decoding_by_recompute_equals_kv_cache_generation_on_left_padded_prompts
     prompt = TOKENS[:, :6].at[0, :2].set(0)
     mask = (jnp.arange(6)[None] >= jnp.asarray([[2], [0]])).astype(jnp.int32)
     cached = generate(CFG, PARAMS, prompt, mask, max_new_tokens=5, eos_id=3)
-    recomputed = greedy_by_recompute(lambda p, t, lay: forward(CFG, p, t, positions=lay.positions,
-                                                               segment_ids=lay.segment_ids),
-                                     PARAMS, prompt, mask, None, max_new_tokens=5, eos_id=3, pad_id=0)
+    recomputed = greedy_by_recompute(
+        lambda p, t, lay: forward(CFG, p, t, positions=lay.positions, segment_ids=lay.segment_ids),
+        PARAMS,
+        prompt,
+        mask,
+        None,
+        max_new_tokens=5,
+        eos_id=3,
+        pad_id=0,
+    )
     np.testing.assert_array_equal(cached.tokens, recomputed.tokens)
     np.testing.assert_array_equal(cached.lengths, recomputed.lengths)
 

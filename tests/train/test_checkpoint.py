@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.train.tiny_task import tiny_config, tiny_source
 from t2mlr_jax.train import checkpoint as ckpt
 from t2mlr_jax.train.trainer import Run
+from tests.train.tiny_task import tiny_config, tiny_source
 
 
 def _state(value: float) -> dict:
@@ -72,17 +72,29 @@ def test_a_workdir_of_another_config_is_refused_untouched(tmp_path):
 
 
 def test_fingerprints_see_one_changed_or_moved_value_and_not_the_mesh():
-    state = {"w": jnp.arange(64 * 8, dtype=jnp.float32).reshape(64, 8) / 7, "h": jnp.ones((16, 4), jnp.bfloat16),
-             "step": jnp.int32(3), "rng": jnp.array([1, 2], jnp.uint32)}
+    state = {
+        "w": jnp.arange(64 * 8, dtype=jnp.float32).reshape(64, 8) / 7,
+        "h": jnp.ones((16, 4), jnp.bfloat16),
+        "step": jnp.int32(3),
+        "rng": jnp.array([1, 2], jnp.uint32),
+    }
     prints = lambda tree: dict(zip(sorted(tree), ckpt.fingerprints(tree)))  # dict leaves come in key order
     base = prints(state)
     one_ulp = np.nextafter(np.float32(state["w"][5, 3]), np.float32(9))
     assert prints({**state, "w": state["w"].at[5, 3].set(one_ulp)})["w"] != base["w"]
     assert prints({**state, "step": jnp.int32(4)})["step"] != base["step"]
     assert prints({**state, "h": state["h"].at[0, 0].set(2.0)})["h"] not in (  # the same value elsewhere
-        base["h"], prints({**state, "h": state["h"].at[0, 1].set(2.0)})["h"])
+        base["h"],
+        prints({**state, "h": state["h"].at[0, 1].set(2.0)})["h"],
+    )
     mesh = jax.make_mesh((4, 2), ("a", "b"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    sharded = jax.device_put(state, {"w": jax.NamedSharding(mesh, jax.P("a", "b")),
-                                     "h": jax.NamedSharding(mesh, jax.P("b", "a")),
-                                     "step": jax.NamedSharding(mesh, jax.P()), "rng": jax.NamedSharding(mesh, jax.P())})
+    sharded = jax.device_put(
+        state,
+        {
+            "w": jax.NamedSharding(mesh, jax.P("a", "b")),
+            "h": jax.NamedSharding(mesh, jax.P("b", "a")),
+            "step": jax.NamedSharding(mesh, jax.P()),
+            "rng": jax.NamedSharding(mesh, jax.P()),
+        },
+    )
     assert prints(sharded) == base

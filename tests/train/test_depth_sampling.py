@@ -7,12 +7,12 @@ import jax
 import numpy as np
 import pytest
 
-from tests.train.tiny_task import tiny_config, tiny_source
 from t2mlr_jax.parallel.multihost import global_batch
 from t2mlr_jax.parallel.placement import batch_sharding
 from t2mlr_jax.train.depth_sampling import depth_at, depth_values
 from t2mlr_jax.train.train_step import compile_step, model_inputs
 from t2mlr_jax.train.trainer import Run, train
+from tests.train.tiny_task import tiny_config, tiny_source
 
 
 def _config(spec, minimum=1, **train_fields):
@@ -21,20 +21,29 @@ def _config(spec, minimum=1, **train_fields):
     return config
 
 
-@pytest.mark.parametrize("spec, minimum, values", [
-    ("", 1, None), ("4", 2, [2, 3, 4]), ("8,16,32", 1, [8, 16, 32]), ("16 8 8", 1, [8, 16]),
-])
+@pytest.mark.parametrize(
+    "spec, minimum, values",
+    [
+        ("", 1, None),
+        ("4", 2, [2, 3, 4]),
+        ("8,16,32", 1, [8, 16, 32]),
+        ("16 8 8", 1, [8, 16]),
+    ],
+)
 def test_depth_specs(spec, minimum, values):
     assert depth_values(_config(spec, minimum)) == values
 
 
-@pytest.mark.parametrize("spec, minimum, fields, message", [
-    ("eight", 1, {}, "a max depth 'N' or a list"),
-    ("0", 1, {}, "gives no depth >= 1"),
-    ("3", 5, {}, "gives no depth >= 1"),
-    ("4", 0, {}, "d_forward_min must be >= 1"),
-    ("4", 1, {"forward_mode": "exact"}, "needs train.forward_mode='jacobi'"),
-])
+@pytest.mark.parametrize(
+    "spec, minimum, fields, message",
+    [
+        ("eight", 1, {}, "a max depth 'N' or a list"),
+        ("0", 1, {}, "gives no depth >= 1"),
+        ("3", 5, {}, "gives no depth >= 1"),
+        ("4", 0, {}, "d_forward_min must be >= 1"),
+        ("4", 1, {"forward_mode": "exact"}, "needs train.forward_mode='jacobi'"),
+    ],
+)
 def test_bad_depth_specs_are_one_clear_error(spec, minimum, fields, message):
     with pytest.raises(ValueError, match=message):
         depth_values(_config(spec, minimum, **fields))
@@ -61,9 +70,18 @@ def test_each_step_is_the_fixed_depth_step_it_logs(tmp_path):
     state = jax.jit(run._init_state, out_shardings=run.state_shardings)()
     iterator, steps = run.data.train_iterator(), {}
     with jax.set_mesh(run.mesh):
-        for step, depth, loss in logged:
-            steps.setdefault(depth, compile_step(run.arch, run.optimizer, run.schedule, mesh=run.mesh,
-                                                 state_sharding=run.state_shardings,
-                                                 batch_sharding=batch_sharding(run.mesh), d_forward=depth))
+        for _step, depth, loss in logged:
+            steps.setdefault(
+                depth,
+                compile_step(
+                    run.arch,
+                    run.optimizer,
+                    run.schedule,
+                    mesh=run.mesh,
+                    state_sharding=run.state_shardings,
+                    batch_sharding=batch_sharding(run.mesh),
+                    d_forward=depth,
+                ),
+            )
             state, metrics = steps[depth](state, global_batch(model_inputs(next(iterator)), run.mesh))
             np.testing.assert_allclose(float(jax.device_get(metrics["loss"])), loss, rtol=1e-5)

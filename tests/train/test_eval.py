@@ -8,16 +8,26 @@ from t2mlr_jax.train.eval import evaluate, left_pad
 def _batch():
     """Two S5-like rows: a copied prefix (control flow 1) then answers (2); row 0 answers right."""
     targets = np.asarray([[5, 6, 7, 8], [5, 6, 9, 9]], np.int32)
-    return {"tokens": targets.copy(), "targets": targets, "loss_mask": np.ones((2, 4), np.float32),
-            "positions": np.tile(np.arange(4, dtype=np.int32), (2, 1)), "segment_ids": np.ones((2, 4), np.int32),
-            "control_flow": np.asarray([[1, 1, 2, 2], [1, 1, 2, 2]], np.int32), "length": np.asarray([1, 2], np.int32)}
+    return {
+        "tokens": targets.copy(),
+        "targets": targets,
+        "loss_mask": np.ones((2, 4), np.float32),
+        "positions": np.tile(np.arange(4, dtype=np.int32), (2, 1)),
+        "segment_ids": np.ones((2, 4), np.int32),
+        "control_flow": np.asarray([[1, 1, 2, 2], [1, 1, 2, 2]], np.int32),
+        "length": np.asarray([1, 2], np.int32),
+    }
 
 
 def fake_step(params, batch):
     predictions = batch["targets"].copy()
     predictions[1, 3] = 0  # one wrong answer token in row 1
-    return {"loss_sum": np.asarray([0.5, 1.5]), "tokens": np.asarray([4.0, 4.0]), "correct": None,
-            "predictions": predictions}
+    return {
+        "loss_sum": np.asarray([0.5, 1.5]),
+        "tokens": np.asarray([4.0, 4.0]),
+        "correct": None,
+        "predictions": predictions,
+    }
 
 
 def test_scores_on_answers_only_and_per_length_bin():
@@ -46,15 +56,29 @@ def test_generation_eval_batches_left_padded_prompts_strips_eos_and_bins():
         """A stand-in model: 'generates' the last two prompt tokens, then EOS."""
         out = jnp.concatenate([prompt[:, -2:], jnp.full((len(prompt), 1), eos_id)], axis=1)
         assert control_flow is not None
-        return GenerateOutput(out, jnp.full(len(prompt), 3) - jnp.sum(control_flow * (1 - mask)))  # pads: flow 0
+        return GenerateOutput(
+            out, jnp.full(len(prompt), 3) - jnp.sum(control_flow * (1 - mask))
+        )  # pads: flow 0
 
     arch = Architecture("fake", None, None, None, echo_last_two, None)
-    examples = [{"prompt": np.asarray(p), "prompt_control_flow": np.ones(len(p), np.int32), "answer": a, "length": n}
-                for p, a, n in (([5, 6], "5 6", 1), ([7, 8, 9], "8 9", 2), ([4, 4, 4, 4], "0 0", 2))]
+    examples = [
+        {"prompt": np.asarray(p), "prompt_control_flow": np.ones(len(p), np.int32), "answer": a, "length": n}
+        for p, a, n in (([5, 6], "5 6", 1), ([7, 8, 9], "8 9", 2), ([4, 4, 4, 4], "0 0", 2))
+    ]
     metrics, records = evaluate_generation(
-        arch, {}, examples, decode=lambda ids: " ".join(map(str, ids)), score=lambda t, e: t == e["answer"],
-        max_new_tokens=3, eos_id=1, pad_id=0, batch_size=2)
+        arch,
+        {},
+        examples,
+        decode=lambda ids: " ".join(map(str, ids)),
+        score=lambda t, e: t == e["answer"],
+        max_new_tokens=3,
+        eos_id=1,
+        pad_id=0,
+        batch_size=2,
+    )
     assert [r["prediction"] for r in records] == ["5 6", "8 9", "4 4"]
     assert metrics["generation_exact_match"] == pytest.approx(2 / 3) and metrics["examples"] == 3
-    assert metrics["generation_by_length"] == {1: {"exact_match": 1.0, "examples": 1},
-                                               2: {"exact_match": 0.5, "examples": 2}}
+    assert metrics["generation_by_length"] == {
+        1: {"exact_match": 1.0, "examples": 1},
+        2: {"exact_match": 0.5, "examples": 2},
+    }

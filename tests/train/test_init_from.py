@@ -5,13 +5,13 @@ import jax
 import numpy as np
 import pytest
 
-from tests.train.tiny_task import tiny_config, tiny_source
 from t2mlr_jax.config_utils import model_config
 from t2mlr_jax.interop import save_params
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.train import architecture
 from t2mlr_jax.train.architecture import build_architecture
 from t2mlr_jax.train.trainer import Run, train
+from tests.train.tiny_task import tiny_config, tiny_source
 
 
 @pytest.fixture
@@ -52,5 +52,7 @@ def test_a_resumed_run_does_not_read_the_pretrained_weights(tmp_path, checkpoint
         raise AssertionError("the pretrained weights were read on resume")
 
     monkeypatch.setattr(architecture, "load_pretrained", refuse)
-    summary = train(Run(_config(checkpoint[0], steps=3, checkpoint_every=2), tmp_path / "run", tiny_source(), "t2mlr"))
+    summary = train(
+        Run(_config(checkpoint[0], steps=3, checkpoint_every=2), tmp_path / "run", tiny_source(), "t2mlr")
+    )
     assert summary["steps"] == 3

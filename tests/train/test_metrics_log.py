@@ -31,12 +31,12 @@ def _fields(data):
         if wire == 0:
             value, i = _varint(data, i)
         elif wire == 1:
-            value, i = struct.unpack("<d", data[i:i + 8])[0], i + 8
+            value, i = struct.unpack("<d", data[i : i + 8])[0], i + 8
         elif wire == 5:
-            value, i = struct.unpack("<f", data[i:i + 4])[0], i + 4
+            value, i = struct.unpack("<f", data[i : i + 4])[0], i + 4
         else:
             n, i = _varint(data, i)
-            value, i = data[i:i + n], i + n
+            value, i = data[i : i + n], i + n
         out.append((number, value))
     return out
 
@@ -44,10 +44,10 @@ def _fields(data):
 def _records(raw):
     i = 0
     while i < len(raw):
-        (n,) = struct.unpack("<Q", raw[i:i + 8])
-        assert struct.unpack("<I", raw[i + 8:i + 12])[0] == masked_crc32c(raw[i:i + 8])
-        payload = raw[i + 12:i + 12 + n]
-        assert struct.unpack("<I", raw[i + 12 + n:i + 16 + n])[0] == masked_crc32c(payload)
+        (n,) = struct.unpack("<Q", raw[i : i + 8])
+        assert struct.unpack("<I", raw[i + 8 : i + 12])[0] == masked_crc32c(raw[i : i + 8])
+        payload = raw[i + 12 : i + 12 + n]
+        assert struct.unpack("<I", raw[i + 12 + n : i + 16 + n])[0] == masked_crc32c(payload)
         yield payload
         i += 16 + n
 
@@ -66,7 +66,7 @@ def test_jsonl_and_tensorboard_events_hold_the_same_scalars(tmp_path):
     scalars = {}
     for record in records[1:]:
         event = dict(_fields(record))
-        for number, value in _fields(event[5]):
+        for _number, value in _fields(event[5]):
             tag_value = dict(_fields(value))
             scalars[(event[2], tag_value[1].decode())] = tag_value[2]
     assert scalars == {(7, "train/loss"): 1.25, (7, "train/lr"): pytest.approx(3e-4), (8, "eval/loss"): 2.0}

@@ -9,8 +9,19 @@ from t2mlr_jax.train.optimizer import decay_mask, lr_multipliers, make_optimizer
 
 
 def opt(**changes):
-    base = dict(lr=1.0, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1, schedule="cosine", warmup_ratio=0.1,
-                min_lr_ratio=0.1, decay_steps=0, grad_clip=0.0, gate_lr_multiplier=1.0)
+    base = dict(
+        lr=1.0,
+        b1=0.9,
+        b2=0.95,
+        eps=1e-8,
+        weight_decay=0.1,
+        schedule="cosine",
+        warmup_ratio=0.1,
+        min_lr_ratio=0.1,
+        decay_steps=0,
+        grad_clip=0.0,
+        gate_lr_multiplier=1.0,
+    )
     return ml_collections.ConfigDict({**base, **changes})
 
 
@@ -37,17 +48,30 @@ def test_bad_schedule_name_is_rejected():
         make_schedule(opt(schedule="linear"), 10)
 
 
-PARAMS = {"embed_tokens": jnp.ones((4, 2)), "norm": jnp.ones((2,)),
-          "layers": {"input_layernorm": jnp.ones((3, 2)), "mlp": {"up_proj": jnp.ones((3, 2, 2))}},
-          "mixer": {"rezero_gamma_recurrent_gate": jnp.zeros((1,)), "recurrent_gate_proj": {
-              "kernel": jnp.ones((4, 2)), "bias": jnp.zeros((2,))}}}
+PARAMS = {
+    "embed_tokens": jnp.ones((4, 2)),
+    "norm": jnp.ones((2,)),
+    "layers": {"input_layernorm": jnp.ones((3, 2)), "mlp": {"up_proj": jnp.ones((3, 2, 2))}},
+    "mixer": {
+        "rezero_gamma_recurrent_gate": jnp.zeros((1,)),
+        "recurrent_gate_proj": {"kernel": jnp.ones((4, 2)), "bias": jnp.zeros((2,))},
+    },
+}
 
 
 def test_no_decay_on_norms_biases_and_gammas():
     mask = decay_mask(PARAMS)
-    assert mask["embed_tokens"] and mask["layers"]["mlp"]["up_proj"] and mask["mixer"]["recurrent_gate_proj"]["kernel"]
-    assert not mask["norm"] and not mask["layers"]["input_layernorm"]  # stacked norms are 2-D: named, not ndim
-    assert not mask["mixer"]["rezero_gamma_recurrent_gate"] and not mask["mixer"]["recurrent_gate_proj"]["bias"]
+    assert (
+        mask["embed_tokens"]
+        and mask["layers"]["mlp"]["up_proj"]
+        and mask["mixer"]["recurrent_gate_proj"]["kernel"]
+    )
+    assert (
+        not mask["norm"] and not mask["layers"]["input_layernorm"]
+    )  # stacked norms are 2-D: named, not ndim
+    assert (
+        not mask["mixer"]["rezero_gamma_recurrent_gate"] and not mask["mixer"]["recurrent_gate_proj"]["bias"]
+    )
 
 
 def test_gate_multiplier_scales_exactly_the_mixer_update():
@@ -56,8 +80,11 @@ def test_gate_multiplier_scales_exactly_the_mixer_update():
     boosted = make_optimizer(opt(warmup_ratio=0.0, gate_lr_multiplier=100.0), PARAMS, 10)
     u1, _ = plain.update(grads, plain.init(PARAMS), PARAMS)
     u100, _ = boosted.update(grads, boosted.init(PARAMS), PARAMS)
-    np.testing.assert_allclose(u100["mixer"]["recurrent_gate_proj"]["kernel"],
-                               100 * u1["mixer"]["recurrent_gate_proj"]["kernel"], rtol=1e-6)
+    np.testing.assert_allclose(
+        u100["mixer"]["recurrent_gate_proj"]["kernel"],
+        100 * u1["mixer"]["recurrent_gate_proj"]["kernel"],
+        rtol=1e-6,
+    )
     np.testing.assert_array_equal(u100["embed_tokens"], u1["embed_tokens"])
     assert lr_multipliers(PARAMS, 3.0)["layers"]["mlp"]["up_proj"] == 1.0
 
@@ -66,7 +93,9 @@ def test_clipping_rescales_gradients_to_the_global_norm_first():
     # eps=1 keeps Adam's first step scale-dependent, so clipping shows in the update.
     huge = jax.tree.map(lambda p: jnp.full_like(p, 1e3), PARAMS)
     unit = jax.tree.map(lambda g: g / optax.tree.norm(huge), huge)
-    clipped, plain = (make_optimizer(opt(grad_clip=c, eps=1.0, warmup_ratio=0.0), PARAMS, 10) for c in (1.0, 0.0))
+    clipped, plain = (
+        make_optimizer(opt(grad_clip=c, eps=1.0, warmup_ratio=0.0), PARAMS, 10) for c in (1.0, 0.0)
+    )
     u_clipped, _ = clipped.update(huge, clipped.init(PARAMS), PARAMS)
     u_unit, _ = plain.update(unit, plain.init(PARAMS), PARAMS)
     for a, b in zip(jax.tree.leaves(u_clipped), jax.tree.leaves(u_unit)):

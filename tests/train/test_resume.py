@@ -8,20 +8,26 @@ import sys
 import jax
 import numpy as np
 
-from tests.train.tiny_task import tiny_config, tiny_source
 from t2mlr_jax.train.trainer import Run, restore_params
+from tests.train.tiny_task import tiny_config, tiny_source
 
 WORKER = os.path.join(os.path.dirname(__file__), "resume_worker.py")
 
 
 def _run(workdir, kill_at=0, signame="SIGKILL"):
-    return subprocess.run([sys.executable, WORKER, str(workdir), str(kill_at), signame], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    return subprocess.run(
+        [sys.executable, WORKER, str(workdir), str(kill_at), signame],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
 
 
 def _final_params(workdir):
-    params, step = restore_params(Run(tiny_config("t2mlr", steps=9, checkpoint_every=2), workdir, tiny_source(),
-                                      "t2mlr"))
+    params, step = restore_params(
+        Run(tiny_config("t2mlr", steps=9, checkpoint_every=2), workdir, tiny_source(), "t2mlr")
+    )
     assert step == 9
     return params
 

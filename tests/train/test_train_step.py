@@ -2,9 +2,9 @@ import jax
 import numpy as np
 import pytest
 
-from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
-from t2mlr_jax.train.trainer import Run
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
+from t2mlr_jax.train.trainer import Run
+from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
 
 
 def _run(arch, tmp_path, **model):
@@ -37,8 +37,16 @@ def test_t2mlr_step_bf16_compute_fp32_master_weights_gate_stats_and_donation(tmp
     assert all(x.is_deleted() for x in old)  # the state is donated
     assert {x.dtype for x in jax.tree.leaves(state.params)} == {np.dtype("float32")}
     metrics = jax.device_get(metrics)
-    for key in ("loss", "accuracy", "grad_norm", "lr", "gate/recurrent_gate", "gate/input_gate",
-                "tanh_rezero_gamma_recurrent_gate", "tanh_rezero_gamma_input_gate"):
+    for key in (
+        "loss",
+        "accuracy",
+        "grad_norm",
+        "lr",
+        "gate/recurrent_gate",
+        "gate/input_gate",
+        "tanh_rezero_gamma_recurrent_gate",
+        "tanh_rezero_gamma_input_gate",
+    ):
         assert np.isfinite(metrics[key]), key
     assert 0.0 < metrics["gate/recurrent_gate"] < 1.0
     assert int(state.step) == 1

@@ -20,10 +20,15 @@ def tiny_batch(seed: int, index: int, batch: int, seq_len: int, modulus: int = 3
     real = np.arange(seq_len)[None] < lengths[:, None]
     tokens = np.where(real, tokens, 0).astype(np.int32)
     targets = (np.cumsum(tokens, axis=1) % modulus + 4).astype(np.int32) * real
-    return {"tokens": tokens, "targets": targets.astype(np.int32), "loss_mask": real.astype(np.float32),
-            "positions": np.where(real, np.arange(seq_len)[None], 0).astype(np.int32),
-            "segment_ids": real.astype(np.int32), "control_flow": (2 * real).astype(np.int32),
-            "length": lengths.astype(np.int32)}
+    return {
+        "tokens": tokens,
+        "targets": targets.astype(np.int32),
+        "loss_mask": real.astype(np.float32),
+        "positions": np.where(real, np.arange(seq_len)[None], 0).astype(np.int32),
+        "segment_ids": real.astype(np.int32),
+        "control_flow": (2 * real).astype(np.int32),
+        "length": lengths.astype(np.int32),
+    }
 
 
 class TinyIterator:
@@ -45,21 +50,45 @@ class TinyIterator:
 
 
 def tiny_source(batch: int = 8, seq_len: int = 16, eval_batches: int = 2) -> DataSource:
-    return DataSource(vocab_size=VOCAB, seq_len=seq_len, train_iterator=lambda: TinyIterator(0, batch, seq_len),
-                      eval_batches=lambda: [tiny_batch(1, i, batch, seq_len) for i in range(eval_batches)])
+    return DataSource(
+        vocab_size=VOCAB,
+        seq_len=seq_len,
+        train_iterator=lambda: TinyIterator(0, batch, seq_len),
+        eval_batches=lambda: [tiny_batch(1, i, batch, seq_len) for i in range(eval_batches)],
+    )
 
 
 def tiny_model(**changes) -> ModelConfig:
-    return ModelConfig(vocab_size=VOCAB, hidden_size=32, num_layers=3, num_heads=2, num_kv_heads=2, head_dim=16,
-                       mlp_dim=64, rope_theta=None, max_seq_len=64).replace(**changes)
+    return ModelConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_layers=3,
+        num_heads=2,
+        num_kv_heads=2,
+        head_dim=16,
+        mlp_dim=64,
+        rope_theta=None,
+        max_seq_len=64,
+    ).replace(**changes)
 
 
 def tiny_config(arch: str = "t2mlr", steps: int = 6, **train):
-    config = experiment(name="tiny", arch=arch, model=tiny_model(), data={"task": "tiny"},
-                        optimizer=dict(lr=3e-3, warmup_ratio=0.1),
-                        train={"steps": steps, "batch_size": 8, "log_every": 2, "checkpoint_every": 2,
-                               "progress": False, **train},
-                        evaluation=dict(batch_size=8))
+    config = experiment(
+        name="tiny",
+        arch=arch,
+        model=tiny_model(),
+        data={"task": "tiny"},
+        optimizer=dict(lr=3e-3, warmup_ratio=0.1),
+        train={
+            "steps": steps,
+            "batch_size": 8,
+            "log_every": 2,
+            "checkpoint_every": 2,
+            "progress": False,
+            **train,
+        },
+        evaluation=dict(batch_size=8),
+    )
     config.model.recurrence.l_start = 1
     config.model.recurrence.l_end = 1
     config.model.recurrence.d_forward = 4
