@@ -40,8 +40,9 @@ from tqdm import tqdm
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.config import ModelConfig, smollm2_135m
 from t2mlr_jax.model.generate import generate
-from t2mlr_jax.model.params import count_params, init_params
+from t2mlr_jax.model.params import init_params
 from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
+from t2mlr_jax.model.spec import count_params
 
 SECTIONS = ("decode", "train", "prefill", "memory", "throughput")
 NEEDS = {"throughput": ("decode", "train")}  # throughput is computed from these sections' timings

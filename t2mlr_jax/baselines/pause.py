@@ -9,8 +9,8 @@ from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model.backbone import embed, head, run_blocks
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.params import normal
 from t2mlr_jax.model.recurrence import Layout
+from t2mlr_jax.model.spec import normal
 
 PAUSE_PARAM = "pause_embedding"
 

@@ -17,7 +17,7 @@ from t2mlr_jax.interop.hf import load_hf
 from t2mlr_jax.interop.t2mlr_torch import is_t2mlr_folder, load_t2mlr_torch
 from t2mlr_jax.model.config import GAMMA_MIXERS, ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import mixer_specs
-from t2mlr_jax.model.params import init_from_specs
+from t2mlr_jax.model.spec import init_from_specs
 
 # What a backbone's weights encode: a checkpoint fits a model config when these agree.
 BACKBONE_FIELDS = (

@@ -19,7 +19,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.params import ParamSpec, param_specs
+from t2mlr_jax.model.params import param_specs
+from t2mlr_jax.model.spec import ParamSpec
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,7 @@ from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model.config import PROJECTED_MIXERS, ModelConfig
 from t2mlr_jax.model.layers import rms_norm
-from t2mlr_jax.model.params import ParamSpec, ones, zeros
+from t2mlr_jax.model.spec import ParamSpec, ones, zeros
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
 
 RECURRENT = 2  # control flow: 0 pad, 1 prompt / non-recurrent, 2 recurrent
@@ -75,51 +75,65 @@ def mixer_specs(cfg: ModelConfig) -> dict:
     rec, d = cfg.recurrence, cfg.hidden_size
     gamma_shape = (d,) if rec.gamma_per_channel else (1,)
     gamma_axes = ("norm",) if rec.gamma_per_channel else (None,)
-    gate = {"kernel": ParamSpec((2 * d, d), ("mixer_in", "embed"), _xavier_normal(rec.gate_weight_init_std))}
+    gamma = ParamSpec(gamma_shape, gamma_axes, zeros, "gate", dtype="float32")
+    gate = {
+        "kernel": ParamSpec(
+            (2 * d, d), ("mixer_in", "embed"), _xavier_normal(rec.gate_weight_init_std), "matrix", 1
+        )
+    }
 
     def gate_proj(prob):
-        return {**gate, "bias": ParamSpec((d,), ("norm",), _gate_bias(prob, 2 * d))}
+        return {**gate, "bias": ParamSpec((d,), ("norm",), _gate_bias(prob, 2 * d), "bias")}
 
     specs: dict = {}
     if rec.recurrent_projection and rec.mixer in PROJECTED_MIXERS:
-        specs["recurrent_projection"] = ParamSpec((d, d), ("embed", "mixer_out"), _torch_uniform(d))
+        specs["recurrent_projection"] = ParamSpec(
+            (d, d), ("embed", "mixer_out"), _torch_uniform(d), "matrix", 1
+        )
     if rec.pre_norm:
-        specs["norm_x"] = ParamSpec((d,), ("norm",), ones)
-        specs["norm_r"] = ParamSpec((d,), ("norm",), ones)
+        specs["norm_x"] = ParamSpec((d,), ("norm",), ones, "norm")
+        specs["norm_r"] = ParamSpec((d,), ("norm",), ones, "norm")
     if rec.cache_norm == "rmsnorm":
-        specs["cache_norm"] = ParamSpec((d,), ("norm",), ones)
+        specs["cache_norm"] = ParamSpec((d,), ("norm",), ones, "norm")
     if rec.mixer == "gated":
-        specs["rezero_gamma_recurrent_gate"] = ParamSpec(gamma_shape, gamma_axes, zeros, "float32")
-        specs["rezero_gamma_input_gate"] = ParamSpec(gamma_shape, gamma_axes, zeros, "float32")
+        specs["rezero_gamma_recurrent_gate"] = ParamSpec(
+            gamma_shape, gamma_axes, zeros, "gate", dtype="float32"
+        )
+        specs["rezero_gamma_input_gate"] = ParamSpec(gamma_shape, gamma_axes, zeros, "gate", dtype="float32")
         specs["recurrent_gate_proj"] = gate_proj(rec.recurrent_gate_init)
         specs["input_gate_proj"] = gate_proj(rec.input_gate_init)
     elif rec.mixer in ("var_norm_gated", "alpha_coupled"):
-        specs["rezero_gamma"] = ParamSpec(gamma_shape, gamma_axes, zeros, "float32")
+        specs["rezero_gamma"] = gamma
         specs["alpha_gate_proj"] = gate_proj(rec.recurrent_gate_init)
     elif rec.mixer == "constant_weight":
         specs["recurrent_alpha"] = ParamSpec(
-            (1,), (None,), lambda k, s, t: jnp.full(s, rec.constant_alpha, t)
+            (1,), (None,), lambda k, s, t: jnp.full(s, rec.constant_alpha, t), "scalar"
         )
     elif rec.mixer == "concat":
-        specs["concat_projection"] = ParamSpec((2 * d, d), ("mixer_in", "embed"), _concat_identity)
+        specs["concat_projection"] = ParamSpec(
+            (2 * d, d), ("mixer_in", "embed"), _concat_identity, "matrix", 1
+        )
     elif rec.mixer == "exponential_rotational_gated":
         for name in ("erg_r_proj", "erg_i_proj"):
             specs[name] = {
-                "kernel": ParamSpec((d, d), ("embed", "mixer_out"), _torch_uniform(d)),
-                "bias": ParamSpec((d,), ("norm",), _torch_uniform(d)),
+                "kernel": ParamSpec((d, d), ("embed", "mixer_out"), _torch_uniform(d), "matrix", 1),
+                "bias": ParamSpec((d,), ("norm",), _torch_uniform(d), "bias"),
             }
-        specs["erg_lambda_param"] = ParamSpec((d,), ("norm",), _erg_lambda, "float32")
+        specs["erg_lambda_param"] = ParamSpec((d,), ("norm",), _erg_lambda, "scalar", dtype="float32")
     elif rec.mixer == "codi":
         specs["codi_projection"] = {
             "fc1": {
-                "kernel": ParamSpec((d, d), ("embed", "mixer_out"), _torch_uniform(d)),
-                "bias": ParamSpec((d,), ("norm",), _torch_uniform(d)),
+                "kernel": ParamSpec((d, d), ("embed", "mixer_out"), _torch_uniform(d), "matrix", 1),
+                "bias": ParamSpec((d,), ("norm",), _torch_uniform(d), "bias"),
             },
             "fc2": {
-                "kernel": ParamSpec((d, d), ("mixer_out", "embed"), _torch_uniform(d)),
-                "bias": ParamSpec((d,), ("norm",), _torch_uniform(d)),
+                "kernel": ParamSpec((d, d), ("mixer_out", "embed"), _torch_uniform(d), "matrix", 1),
+                "bias": ParamSpec((d,), ("norm",), _torch_uniform(d), "bias"),
             },
-            "norm": {"scale": ParamSpec((d,), ("norm",), ones), "bias": ParamSpec((d,), ("norm",), zeros)},
+            "norm": {
+                "scale": ParamSpec((d,), ("norm",), ones, "norm"),
+                "bias": ParamSpec((d,), ("norm",), zeros, "bias"),
+            },
         }
     return specs
 

@@ -34,8 +34,9 @@ from t2mlr_jax.interop.pretrained import check_retrofittable, load_pretrained, m
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import gamma_stats
-from t2mlr_jax.model.params import count_params, init_params
+from t2mlr_jax.model.params import init_params
 from t2mlr_jax.model.recurrence import forward
+from t2mlr_jax.model.spec import count_params
 
 FORWARD_MODES = ("jacobi", "exact")
 

@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from t2mlr_jax.model.params import count_params
+from t2mlr_jax.model.spec import count_params
 from t2mlr_jax.parallel.mesh import check_batch, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
 from t2mlr_jax.parallel.placement import batch_sharding, model_param_shardings, place, train_state_shardings

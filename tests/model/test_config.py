@@ -4,8 +4,9 @@ import jax
 import pytest
 
 from t2mlr_jax.model import config as C
-from t2mlr_jax.model.params import count_params, init_params, param_axes
+from t2mlr_jax.model.params import init_params, param_axes
 from t2mlr_jax.model.recurrence import jacobi_forward
+from t2mlr_jax.model.spec import count_params
 from tests.tiny import tiny_config, tiny_params, tokens
 
 
