@@ -1,1 +1,0 @@
-"""Baselines of the paper, each a small composition of the backbone (or, for the LSTM, its own cell)."""
