@@ -45,7 +45,7 @@ _NUM_GENERATE = flags.DEFINE_integer("num_generate", 16, "Examples to decode in 
 
 def _setup(config, workdir: Path):
     """Build and check every run before anything is compiled: one clear error on bad input."""
-    from t2mlr_jax.train.architecture import arch_names
+    from t2mlr_jax.architectures import arch_names
     from t2mlr_jax.train.tasks import build_data_source
     from t2mlr_jax.train.trainer import Run
 
@@ -88,11 +88,11 @@ def _train(config, workdir: Path, runs: dict) -> None:
 
 def _evaluate(runs: dict) -> None:
     from t2mlr_jax.parallel.multihost import is_lead_host
-    from t2mlr_jax.train.trainer import restore_params, run_eval
+    from t2mlr_jax.train.trainer import restore_state, run_eval
 
     for name, run in runs.items():
-        params, step = restore_params(run)
-        metrics = run_eval(run, params)
+        state, step = restore_state(run)
+        metrics = run_eval(run, state.params, state.model_state)
         path = run.workdir / f"eval_step{step}.json"
         if is_lead_host():
             path.write_text(json.dumps(metrics, indent=2, default=str))
@@ -104,11 +104,11 @@ def _evaluate(runs: dict) -> None:
 
 def _generate(runs: dict, count: int) -> None:
     from t2mlr_jax.train.generation import write_generations
-    from t2mlr_jax.train.trainer import restore_params
+    from t2mlr_jax.train.trainer import restore_state
 
     for name, run in runs.items():
-        params, step = restore_params(run)
-        path = write_generations(run, params, count)
+        state, step = restore_state(run)
+        path = write_generations(run, state.params, state.model_state, count)
         print(f"{name} @ step {step}: {count} examples -> {path}")
 
 

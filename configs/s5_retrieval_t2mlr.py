@@ -42,8 +42,8 @@ PRESETS = {
         "model.mlp_dim": 256,
         "model.max_seq_len": 128,
         "model.dtype": "float32",
-        "baseline.lstm_hidden": 64,
-        "baseline.lstm_layers": 2,
+        "lstm.hidden": 64,
+        "lstm.layers": 2,
         # Parity (Z2 inside S5), one value char, only the looked-up keys in the dictionary: train
         # N in 1..6, test N in 1..10 (longer than anything seen in training).
         "data.options.moved_points": 2,
@@ -56,7 +56,7 @@ PRESETS = {
         "data.eval_seq_len": 42,
         # Token-by-token training with full backpropagation through time: exact, and on a CPU faster
         # than Jacobi passes at this length.
-        "train.forward_mode": "exact",
+        "t2mlr.forward_mode": "exact",
         # The zoo's constant-weight mixer, (1 - a) x + a r with a = 0.5 at init: the recurrent path is
         # open from step 0. The default gated mixer starts closed (ReZero gammas = 0) and, measured
         # here, stays closed for the whole CPU budget (tanh gamma_rec ~ 0 after 800 steps).

@@ -67,7 +67,7 @@ def get_config(arg=None):
             "train.batch_size": 2,
             "train.log_every": 2,
             "optimizer.lr": 1e-4,
-            "eval.mode": "jacobi",
+            "t2mlr.eval_mode": "jacobi",
             "eval.generate": True,
             "eval.batch_size": 24,
             "eval.num_examples": 2,

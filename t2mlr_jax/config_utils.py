@@ -1,16 +1,19 @@
 """Experiment configs (ml_collections) shared by every file in configs/: one schema, one set of defaults.
 
 A config file calls `experiment(...)` with what its experiment changes and applies its presets with
-`apply_preset`; `model_config(config)` turns the `model` section back into a `ModelConfig`.
+`apply_preset`; `backbone_config(config)` (t2mlr_jax.architectures.contract) turns the `model` section
+back into a `ModelConfig`.
 
 Sections:
-  arch       what to train: t2mlr | transformer | looped | middle_looped | pause | lstm, or a comma list
-             (e.g. "t2mlr,transformer") to train each into workdir/<arch> and compare them.
+  arch       what to train: a registered architecture (t2mlr | transformer | looped | middle_looped |
+             pause | lstm | ...), or a comma list (e.g. "t2mlr,transformer") to train each into
+             workdir/<arch> and compare them.
   model      every ModelConfig field, with `model.recurrence` the RecurrenceConfig fields (used by t2mlr).
-  baseline   knobs of the non-T²MLR architectures; `param_match` widens the transformer baselines to the
-             T²MLR model's parameter count.
+  <arch>     each registered architecture's own section, with the defaults it registered: t2mlr (how
+             it trains, evaluates, decodes), looped (range, repeats), pause (tokens), lstm (width, depth).
+  baseline   how baselines are sized: `param_match` widens them to the T²MLR model's parameter count.
   optimizer  AdamW, schedule, clipping, gate LR multiplier (t2mlr_jax.train.optimizer).
-  train      steps, batch, forward mode, logging / checkpoint cadence.
+  train      steps, batch, logging / checkpoint cadence.
   data       task name and the task's own settings (t2mlr_jax.train.data_source).
   eval       loss mode, generation settings, how many examples.
 """
@@ -23,9 +26,9 @@ from typing import Any
 
 from ml_collections import config_dict
 
+from t2mlr_jax.architectures import ARCHITECTURES
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 
-ARCHS = ("t2mlr", "transformer", "looped", "middle_looped", "pause", "lstm")
 FREE_FORM = ("options", "eval_options")  # data sub-sections whose keys are the task's, not ours
 
 
@@ -52,17 +55,6 @@ def model_dict(model: ModelConfig) -> config_dict.ConfigDict:
     return out
 
 
-def model_config(
-    config: config_dict.ConfigDict, *, recurrent: bool = True, hidden_size: int | None = None
-) -> ModelConfig:
-    """The ModelConfig a config describes; `recurrent=False` drops the recurrence (plain transformer)."""
-    fields = {k: v for k, v in config.model.to_dict().items() if k != "recurrence"}
-    if hidden_size is not None:
-        fields["hidden_size"] = hidden_size
-    recurrence = RecurrenceConfig(**config.model.recurrence.to_dict()) if recurrent else None
-    return ModelConfig(**fields, recurrence=recurrence).validate()
-
-
 def experiment(
     *,
     name: str,
@@ -73,11 +65,13 @@ def experiment(
     evaluation: dict = (),
     baseline: dict = (),
     mesh: dict = (),
+    sections: dict = (),
     arch: str = "t2mlr",
     seed: int = 42,
     init_from: str | None = "",
 ) -> config_dict.ConfigDict:
-    """The full config with the library defaults, updated by what an experiment sets."""
+    """The full config with the library defaults, updated by what an experiment sets (`sections`: the
+    architecture sections, e.g. {"t2mlr": {"forward_mode": "exact"}, "looped": {"repeats": 3}})."""
     c = config_dict.ConfigDict()
     c.name = name
     c.seed = seed
@@ -91,14 +85,8 @@ def experiment(
     c.mesh = config_dict.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     c.baseline = config_dict.ConfigDict(
         dict(
-            param_match=True,  # widen transformer-family baselines to the T²MLR parameter count (not with init_from)
+            param_match=True,  # widen backbone baselines to the T²MLR parameter count (not with init_from)
             width_multiple=8,  # ... in steps of this many channels (the release's 135M baseline: 576 -> 584)
-            loop_start=0,
-            loop_end=-1,
-            loop_repeats=2,  # looped: blocks [loop_start, loop_end] run repeats times
-            pause_tokens=2,  # pause: pause tokens after every token
-            lstm_hidden=360,
-            lstm_layers=4,  # lstm (the release's S5 RNN baseline)
         )
     )
     c.optimizer = config_dict.ConfigDict(
@@ -121,10 +109,6 @@ def experiment(
             steps=1000,
             batch_size=16,
             grad_accum=1,
-            forward_mode="jacobi",  # jacobi (release training) | exact (token by token; bptt = truncation, 0 = full)
-            bptt=0,
-            d_forward_values="",
-            d_forward_min=1,  # sample D per step: "N" (d_forward_min..N) or "8,16,32"; "" = fixed
             log_every=50,
             eval_every=0,  # 0 = evaluate at the end only
             checkpoint_every=500,
@@ -158,26 +142,34 @@ def experiment(
         c.data[free_form] = config_dict.ConfigDict(data.pop(free_form, {}))
     c.eval = config_dict.ConfigDict(
         dict(
-            mode="exact",  # teacher-forced loss with exact recurrence (the release's eval); or jacobi
             batch_size=64,
             num_examples=512,
             generate=False,  # greedy-generation exact match (SFT tasks); off = per-position argmax (S5)
             max_new_tokens=64,
-            prefill="exact",
-            prefill_passes=8,
-            score="loss_mask",  # positions scored for accuracy / exact match: loss_mask | recurrent (S5 answers)
+            score="loss_mask",  # positions scored for accuracy / exact match: loss_mask | recurrent (S5)
         )
     )
-    for section, values in (
-        ("optimizer", optimizer),
-        ("train", train),
-        ("eval", evaluation),
-        ("baseline", baseline),
-        ("data", data),
-        ("mesh", mesh),
-    ):
+    for _, entry in ARCHITECTURES.items():
+        if entry.section and entry.section not in c:
+            c[entry.section] = config_dict.ConfigDict(entry.defaults)
+    updates = dict(
+        optimizer=optimizer,
+        train=train,
+        eval=evaluation,
+        baseline=baseline,
+        data=data,
+        mesh=mesh,
+        **dict(sections),
+    )
+    for section, values in updates.items():
+        if section not in c:
+            raise KeyError(f"{section} is not a config section; architecture sections: {_arch_sections(c)}")
         _update_known(c[section], dict(values), section)
     return c
+
+
+def _arch_sections(c: config_dict.ConfigDict) -> list[str]:
+    return sorted({e.section for _, e in ARCHITECTURES.items() if e.section})
 
 
 def _update_known(section: config_dict.ConfigDict, values: dict, where: str) -> None:
@@ -274,11 +266,13 @@ def pretraining(
     """The release's FineWeb-Edu recipe (SmolLM2 backbones from scratch): packed 2048-token sequences,
     batch 256, 1 epoch of 10B tokens, AdamW (0.9, 0.98) wd 0.01, LR 6e-4 (the release's; the paper says
     5e-4), 5% warmup, cosine to 1e-3 x peak, bf16, Jacobi D=16 B=4, temporal residual on, exact-recurrence
-    eval loss. `window` is the paper's 1-based (a, b) (default); each of `windows` becomes a preset "wA_B"; also:
+    eval loss. `window` is the paper's 1-based (a, b) (default); each of `windows` becomes a preset "wA_B";
+    also:
       baseline  the parameter-matched transformer
-      looped / middle_looped / pause   the paper's Table 2 baselines (x2 full loop, x3 over layers 9-22, 2 pauses)
+      looped / middle_looped / pause   the paper's Table 2 baselines (x2 full loop, x3 over layers 9-22,
+                2 pauses)
       cpu       a tiny model on offline Shakespeare text with the SmolLM2 tokenizer (minutes on a CPU); put it
-                last; middle_looped on it needs --config.baseline.loop_start/loop_end inside its 4 layers
+                last; middle_looped on it needs --config.looped.start/end inside its 4 layers
     Data: data.train_path / data.eval_path are token stores from tools/prepare_text.py (or raw text)."""
     steps = 10_000_000_000 // (256 * 2048)
     config = experiment(
@@ -305,17 +299,17 @@ def pretraining(
         "baseline": {"arch": "transformer"},
         "looped": {
             "arch": "looped",
-            "baseline.loop_start": 0,
-            "baseline.loop_end": -1,
-            "baseline.loop_repeats": 2,
+            "looped.start": 0,
+            "looped.end": -1,
+            "looped.repeats": 2,
         },
         "middle_looped": {
             "arch": "middle_looped",
-            "baseline.loop_start": 8,
-            "baseline.loop_end": 21,
-            "baseline.loop_repeats": 3,
+            "looped.start": 8,
+            "looped.end": 21,
+            "looped.repeats": 3,
         },
-        "pause": {"arch": "pause", "baseline.pause_tokens": 2},
+        "pause": {"arch": "pause", "pause.tokens": 2},
         "cpu": {
             **CPU_BACKBONE,
             "data.train_path": offline_asset("shksprdata", "texts"),

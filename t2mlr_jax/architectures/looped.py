@@ -3,16 +3,23 @@
 Full looping x2 is start=0, end=-1; the paper's middle-looped x3 over layers 9-22 is start=8, end=21.
 Training loops over the shared weights (`looped_forward`); decoding uses the same model written out as a
 plain transformer with the looped blocks repeated (`unrolled`), so it gets the backbone's KV cache.
+Registered as `looped` and `middle_looped` (the same module; presets choose the range), both reading the
+config section `looped`.
 """
 
 from __future__ import annotations
 
 import jax
+import ml_collections
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from t2mlr_jax.architectures.contract import Architecture, Outputs, layout_of, register_architecture
+from t2mlr_jax.architectures.t2mlr import baseline_backbone
+from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.backbone import embed, head, run_blocks
 from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.recurrence import Layout
 
 
@@ -56,3 +63,42 @@ def unrolled(
         cfg.replace(num_layers=len(order)),
         {**params, "layers": jax.tree.map(lambda p: p[order], params["layers"])},
     )
+
+
+def _builder(name: str):
+    def build(config: ml_collections.ConfigDict) -> Architecture:
+        loop = dict(start=config.looped.start, end=config.looped.end, repeats=config.looped.repeats)
+        model = baseline_backbone(config, param_specs)
+        loop_range(model, loop["start"], loop["end"])  # reject a bad range before anything is traced
+
+        def apply(params, batch, *, training, rng, model_state, sample=None):
+            return Outputs(looped_forward(model, params, batch["tokens"], layout_of(batch), **loop))
+
+        def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
+            return generation.generate(
+                *unrolled(model, params, **loop),
+                prompt,
+                mask,
+                max_new_tokens=max_new_tokens,
+                eos_id=eos_id,
+                pad_id=pad_id,
+                prompt_control_flow=control_flow,
+            )
+
+        return Architecture(
+            name,
+            param_specs(model),
+            model.param_dtype,
+            apply,
+            generate,
+            backbone=model,
+            max_seq_len=model.max_seq_len,
+        )
+
+    return build
+
+
+register_architecture(
+    "looped", _builder("looped"), section="looped", defaults=dict(start=0, end=-1, repeats=2)
+)
+register_architecture("middle_looped", _builder("middle_looped"), section="looped")

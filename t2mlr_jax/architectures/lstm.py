@@ -10,22 +10,26 @@ import math
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 from jaxtyping import Array, Float, Int
 
+from t2mlr_jax.architectures.contract import Architecture, Outputs, layout_of, register_architecture
+from t2mlr_jax.architectures.recompute import greedy_by_recompute
 from t2mlr_jax.model.recurrence import Layout
+from t2mlr_jax.model.spec import ParamSpec, normal
 
 
-def init_lstm(key: jax.Array, *, vocab_size: int, hidden: int, layers: int) -> dict:
+def lstm_specs(*, vocab_size: int, hidden: int, layers: int) -> dict:
     """PyTorch's LSTM init, U(-1/sqrt(H), 1/sqrt(H)), for the cells; N(0, 1) embedding (nn.Embedding)."""
-    k_embed, k_ih, k_hh, k_b = jax.random.split(key, 4)
     bound = 1.0 / math.sqrt(hidden)
-    uniform = lambda k, shape: jax.random.uniform(k, shape, jnp.float32, -bound, bound)
+    uniform = lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, -bound, bound)
+    cell = ParamSpec((layers, hidden, 4 * hidden), ("layers", "embed", "mlp"), uniform, "matrix", 1)
     return {
-        "embed_tokens": jax.random.normal(k_embed, (vocab_size, hidden), jnp.float32),
+        "embed_tokens": ParamSpec((vocab_size, hidden), ("vocab", "embed"), normal(1.0), "embedding"),
         "lstm": {
-            "w_ih": uniform(k_ih, (layers, hidden, 4 * hidden)),
-            "w_hh": uniform(k_hh, (layers, hidden, 4 * hidden)),
-            "bias": uniform(k_b, (layers, 4 * hidden)),
+            "w_ih": cell,
+            "w_hh": cell,
+            "bias": ParamSpec((layers, 4 * hidden), ("layers", "mlp"), uniform, "bias"),
         },
     }
 
@@ -52,3 +56,29 @@ def lstm_forward(params: dict, tokens: Int[Array, "B T"], layout: Layout) -> Flo
 
     x, _ = jax.lax.scan(layer, x, params["lstm"])
     return jnp.einsum("bth,vh->btv", x, params["embed_tokens"], preferred_element_type=jnp.float32)
+
+
+def _build(config: ml_collections.ConfigDict) -> Architecture:
+    specs = lstm_specs(
+        vocab_size=config.model.vocab_size, hidden=config.lstm.hidden, layers=config.lstm.layers
+    )
+
+    def apply(params, batch, *, training, rng, model_state, sample=None):
+        return Outputs(lstm_forward(params, batch["tokens"], layout_of(batch)))
+
+    def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
+        return greedy_by_recompute(
+            lstm_forward,
+            params,
+            prompt,
+            mask,
+            control_flow,
+            max_new_tokens=max_new_tokens,
+            eos_id=eos_id,
+            pad_id=pad_id,
+        )
+
+    return Architecture("lstm", specs, "float32", apply, generate)
+
+
+register_architecture("lstm", _build, section="lstm", defaults=dict(hidden=360, layers=4))

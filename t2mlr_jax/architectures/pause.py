@@ -3,20 +3,26 @@ prediction for a token is read at its last pause (Goyal et al., the paper's "pau
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
+import ml_collections
 from jaxtyping import Array, Float, Int
 
+from t2mlr_jax.architectures.contract import Architecture, Outputs, layout_of, register_architecture
+from t2mlr_jax.architectures.recompute import greedy_by_recompute
+from t2mlr_jax.architectures.t2mlr import baseline_backbone
 from t2mlr_jax.model.backbone import embed, head, run_blocks
 from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.recurrence import Layout
-from t2mlr_jax.model.spec import normal
+from t2mlr_jax.model.spec import ParamSpec, normal
 
 PAUSE_PARAM = "pause_embedding"
 
 
-def init_pause(cfg: ModelConfig, key: jax.Array) -> jax.Array:
-    return normal(cfg.init_std)(key, (cfg.hidden_size,), jnp.dtype(cfg.param_dtype))
+def pause_specs(cfg: ModelConfig) -> dict:
+    """The backbone's table plus the one learned pause embedding."""
+    embedding = ParamSpec((cfg.hidden_size,), ("embed",), normal(cfg.init_std), "embedding")
+    return {**param_specs(cfg), PAUSE_PARAM: embedding}
 
 
 def pause_forward(
@@ -38,3 +44,40 @@ def pause_forward(
         segment_ids=expand(layout.segment_ids),
     )
     return head(cfg, params, h.reshape(b, t, group, -1)[:, :, -1])
+
+
+def _build(config: ml_collections.ConfigDict) -> Architecture:
+    model, num_pause = baseline_backbone(config, pause_specs), config.pause.tokens
+    if num_pause < 1:
+        raise ValueError(f"pause.tokens must be >= 1, got {num_pause}")
+    logits_fn = lambda params, tokens, layout: pause_forward(
+        model, params, tokens, layout, num_pause=num_pause
+    )
+
+    def apply(params, batch, *, training, rng, model_state, sample=None):
+        return Outputs(logits_fn(params, batch["tokens"], layout_of(batch)))
+
+    def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
+        return greedy_by_recompute(
+            logits_fn,
+            params,
+            prompt,
+            mask,
+            control_flow,
+            max_new_tokens=max_new_tokens,
+            eos_id=eos_id,
+            pad_id=pad_id,
+        )
+
+    return Architecture(
+        "pause",
+        pause_specs(model),
+        model.param_dtype,
+        apply,
+        generate,
+        backbone=model,
+        max_seq_len=model.max_seq_len // (1 + num_pause),
+    )
+
+
+register_architecture("pause", _build, section="pause", defaults=dict(tokens=2))

@@ -6,41 +6,31 @@ import jax
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.params import init_params, param_axes
-from t2mlr_jax.parallel.rules import tree_shardings
+from t2mlr_jax.parallel.rules import is_axes, tree_shardings
 
 
-def param_shardings(cfg: ModelConfig, mesh: Mesh):
-    shapes = jax.eval_shape(lambda: init_params(cfg, jax.random.PRNGKey(0)))
-    return tree_shardings(param_axes(cfg), shapes, mesh)
-
-
-def init_params_sharded(cfg: ModelConfig, key: jax.Array, mesh: Mesh) -> dict:
-    """Initialise directly into the sharded layout: no host ever holds a full copy of the parameters."""
-    return jax.jit(init_params, static_argnums=0, out_shardings=param_shardings(cfg, mesh))(cfg, key)
-
-
-def _is_axes(x) -> bool:
-    return isinstance(x, tuple) and all(a is None or isinstance(a, str) for a in x)
-
-
-def model_param_shardings(model: ModelConfig | None, params_shapes, mesh: Mesh):
-    """Shardings for an architecture's params: the parameter table's axes when the params are that
-    table's (T²MLR, transformer, looped), replicated otherwise (e.g. the LSTM baseline)."""
-    if model is not None:
-        axes = param_axes(model)
-        if jax.tree.structure(axes, is_leaf=_is_axes) == jax.tree.structure(params_shapes):
-            return tree_shardings(axes, params_shapes, mesh)
-    replicated = NamedSharding(mesh, PartitionSpec())
-    return jax.tree.map(lambda _: replicated, params_shapes)
+def param_shardings(axes, params_shapes, mesh: Mesh):
+    """Shardings of a params tree from its table's logical axes (`spec_axes(arch.specs)`). Every parameter
+    must have axes: one without (or a table entry without a parameter) is an error naming it, never a
+    silently replicated model."""
+    named = lambda tree, leaf: {
+        jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree, is_leaf=leaf)[0]
+    }
+    have, want = named(params_shapes, None), named(axes, is_axes)
+    if have != want:
+        raise ValueError(
+            f"the parameter table does not match the params: no spec for {sorted(have - want)}, "
+            f"no parameter for {sorted(want - have)}"
+        )
+    return tree_shardings(axes, params_shapes, mesh)
 
 
 def train_state_shardings(
     state_shapes, optimizer: optax.GradientTransformation, params_shardings, mesh: Mesh
 ):
-    """Shardings of a train state (step, params, opt_state, rng): optimizer moments follow their params
-    (so fsdp shards Adam's state too), everything else is replicated."""
+    """Shardings of a train state (step, params, opt_state, rng, model_state): optimizer moments follow
+    their params (so fsdp shards Adam's state too); everything else is replicated (the non-gradient model
+    state is small: per-expert biases, counters)."""
     replicated = NamedSharding(mesh, PartitionSpec())
     opt_shardings = optax.tree_map_params(
         optimizer,
@@ -50,7 +40,11 @@ def train_state_shardings(
         transform_non_params=lambda _: replicated,
     )
     return state_shapes._replace(
-        step=replicated, params=params_shardings, opt_state=opt_shardings, rng=replicated
+        step=replicated,
+        params=params_shardings,
+        opt_state=opt_shardings,
+        rng=replicated,
+        model_state=jax.tree.map(lambda _: replicated, state_shapes.model_state),
     )
 
 

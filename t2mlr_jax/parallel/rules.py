@@ -65,9 +65,13 @@ def named_sharding(axes: Sequence[str | None], shape: Sequence[int], mesh: Mesh)
     return NamedSharding(mesh, partition_spec(axes, shape, mesh))
 
 
+def is_axes(x) -> bool:
+    """A leaf of a logical-axes tree: a tuple of axis names (or None)."""
+    return isinstance(x, tuple) and all(a is None or isinstance(a, str) for a in x)
+
+
 def tree_shardings(axes_tree, shapes_tree, mesh: Mesh):
     """NamedShardings for a pytree, given a matching tree of logical-axes tuples and of shapes/arrays."""
-    is_axes = lambda x: isinstance(x, tuple) and all(a is None or isinstance(a, str) for a in x)
     return jax.tree.map(
         lambda a, s: named_sharding(a, s.shape, mesh), axes_tree, shapes_tree, is_leaf=is_axes
     )

@@ -11,28 +11,31 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2mlr_jax.architectures import Architecture
+from t2mlr_jax.architectures.contract import row_stats
 from t2mlr_jax.data.batch import RECURRENT
 from t2mlr_jax.data.metrics import LengthBinnedAccuracy, sequence_exact_match
 from t2mlr_jax.parallel.multihost import to_host
-from t2mlr_jax.train.architecture import Architecture
-from t2mlr_jax.train.train_step import layout_of, model_inputs, token_stats
+from t2mlr_jax.train.train_step import model_inputs
 
 BIN_KEY = "length"  # optional per-row metadata of the batch contract (S5: the number of actions)
 SCORES = ("loss_mask", "recurrent")
 
 
-def make_eval_step(arch: Architecture) -> Callable[[dict, dict], dict]:
-    """jit (params, batch) -> per-row loss_sum / tokens and per-position argmax of the eval forward."""
+def make_eval_step(arch: Architecture) -> Callable[[dict, Any, dict], dict]:
+    """jit (params, model_state, batch) -> per-row loss_sum / tokens and per-position argmax of the eval
+    forward (deterministic: a fixed rng)."""
 
     @jax.jit
-    def step(params, batch):
-        logits, _ = arch.apply(params, batch["tokens"], layout_of(batch), False)
-        return {**token_stats(logits, batch), "predictions": jnp.argmax(logits, axis=-1)}
+    def step(params, model_state, batch):
+        out = arch.apply(params, batch, training=False, rng=jax.random.PRNGKey(0), model_state=model_state)
+        return {**row_stats(out.logits, batch), "predictions": jnp.argmax(out.logits, axis=-1)}
 
     return step
 
@@ -47,14 +50,18 @@ def score_mask(batch: dict, score: str) -> np.ndarray:
 
 
 def evaluate(
-    eval_step: Callable[[dict, dict], dict], params: dict, batches: Iterable[dict], score: str = "loss_mask"
+    eval_step: Callable[[dict, Any, dict], dict],
+    params: dict,
+    model_state: Any,
+    batches: Iterable[dict],
+    score: str = "loss_mask",
 ) -> dict:
     """Over `batches`: loss and perplexity (all supervised tokens), token accuracy and sequence exact match
     (on `score` positions), and both per length bin when batches carry `length`."""
     loss_sum = tokens = correct = scored = exact = examples = 0.0
     bins = LengthBinnedAccuracy()
     for batch in batches:
-        rows = to_host(eval_step(params, model_inputs(batch)))
+        rows = to_host(eval_step(params, model_state, model_inputs(batch)))
         mask = score_mask(batch, score)
         right = (rows["predictions"] == batch["targets"]) & mask
         loss_sum += float(rows["loss_sum"].sum())
@@ -94,6 +101,7 @@ def left_pad(
 def evaluate_generation(
     arch: Architecture,
     params: dict,
+    model_state: Any,
     examples: Iterable[dict],
     *,
     decode: Callable,
@@ -106,7 +114,7 @@ def evaluate_generation(
     """Greedy generation from each example's `prompt` (int ids; optional `prompt_control_flow`);
     `score(text, example)` says whether the decoded continuation is right. Returns the exact match
     (overall and per `length` bin when examples carry one) and one record per example."""
-    generate = jax.jit(arch.generate, static_argnums=(4, 5, 6))
+    generate = jax.jit(arch.generate, static_argnums=(5, 6, 7))
     records, examples = [], list(examples)
     if not examples:
         raise ValueError("generation eval got no examples")
@@ -118,7 +126,9 @@ def evaluate_generation(
         control_flow = None
         if "prompt_control_flow" in chunk[0]:
             control_flow = left_pad([e["prompt_control_flow"] for e in chunk], 0, width)[0]
-        out = to_host(generate(params, tokens, mask, control_flow, max_new_tokens, eos_id, pad_id))
+        out = to_host(
+            generate(params, model_state, tokens, mask, control_flow, max_new_tokens, eos_id, pad_id)
+        )
         for i, e in enumerate(chunk[: len(examples) - start]):
             ids = out.tokens[i, : out.lengths[i]]
             ids = ids[:-1] if eos_id is not None and len(ids) and ids[-1] == eos_id else ids

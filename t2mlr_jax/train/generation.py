@@ -17,10 +17,10 @@ from t2mlr_jax.train.train_step import model_inputs
 GENERATIONS = "generations.jsonl"
 
 
-def _position_aligned(run, params, count: int) -> list[dict]:
+def _position_aligned(run, params, model_state, count: int) -> list[dict]:
     step, decode, records = make_eval_step(run.arch), run.data.decode, []
     for batch in run.data.eval_batches():
-        predictions = to_host(step(params, model_inputs(batch)))["predictions"]
+        predictions = to_host(step(params, model_state, model_inputs(batch)))["predictions"]
         mask = score_mask(batch, run.config.eval.score)
         for row in range(len(predictions)):
             if len(records) == count or not mask[row].any():
@@ -39,15 +39,16 @@ def _position_aligned(run, params, count: int) -> list[dict]:
     return records
 
 
-def write_generations(run, params: dict, count: int) -> Path:
+def write_generations(run, params: dict, model_state, count: int) -> Path:
     if run.data.generation_examples is None:
-        records = _position_aligned(run, params, count)
+        records = _position_aligned(run, params, model_state, count)
     else:
         examples = list(itertools.islice(run.data.generation_examples(), count))
         cfg = run.config.eval
         _, scored = evaluate_generation(
             run.arch,
             params,
+            model_state,
             examples,
             decode=run.data.decode,
             score=run.data.score,

@@ -1,24 +1,23 @@
-"""The training state and the one jitted train step.
+"""The training state and the one jitted train step, over any `Architecture` (t2mlr_jax.architectures).
 
 `compile_step` is the only place a step is jitted: the state is donated, and a mesh (with state and batch
 shardings) can be passed without touching the step itself. Gradient accumulation splits the batch into
 `grad_accum` micro-batches under a `lax.scan`; the loss is the token-weighted mean over the whole batch,
-so accumulation changes memory, not the update.
+so accumulation changes memory, not the update. After the optimizer update, the architecture's
+non-gradient state is updated from the statistics its forward reported (e.g. MoE routing balance).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Int
 
-from t2mlr_jax.model.fusion import RECURRENT
-from t2mlr_jax.model.recurrence import Layout
-from t2mlr_jax.train.architecture import Architecture
+from t2mlr_jax.architectures import Architecture
 
 MODEL_INPUTS = ("tokens", "targets", "loss_mask", "positions", "segment_ids", "control_flow")
 
@@ -28,17 +27,18 @@ class TrainState(NamedTuple):
     params: Any
     opt_state: Any
     rng: Any  # raw uint32 key data, so checkpoints need no typed-key handler
+    model_state: Any = None  # state updated without gradients (`Architecture.update_model_state`)
 
 
 def init_state(
     arch: Architecture, optimizer: optax.GradientTransformation, seed: int, loaded: dict | None = None
 ) -> TrainState:
-    """The state at step 0. `loaded` (arch.pretrained, already on device) replaces the fresh entries of the same
-    name; passed as an argument, not closed over, so it is not compiled into the function as constants, and
-    under jit the draws it replaces are never computed."""
+    """The state at step 0. `loaded` (arch.pretrained, already on device) replaces the fresh entries of the
+    same name; passed as an argument, not closed over, so it is not compiled into the function as
+    constants, and under jit the draws it replaces are never computed."""
     init_key, rng = jax.random.split(jax.random.PRNGKey(seed))
     params = {**arch.init(init_key), **(loaded or {})}
-    return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), rng)
+    return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), rng, arch.init_model_state())
 
 
 def model_inputs(batch: dict) -> dict:
@@ -49,26 +49,6 @@ def model_inputs(batch: dict) -> dict:
     return {k: batch[k] for k in MODEL_INPUTS}
 
 
-def layout_of(batch: dict) -> Layout:
-    return Layout(batch["positions"], batch["segment_ids"], batch["control_flow"])
-
-
-def token_stats(logits: Float[Array, "B T V"], batch: dict) -> dict:
-    """Per-row sums over supervised positions: loss, token count, correct argmax predictions."""
-    mask = batch["loss_mask"].astype(jnp.float32)
-    logits = logits.astype(jnp.float32)
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
-    correct = (jnp.argmax(logits, axis=-1) == batch["targets"]).astype(jnp.float32)
-    return {"loss_sum": (nll * mask).sum(-1), "tokens": mask.sum(-1), "correct": (correct * mask).sum(-1)}
-
-
-def gate_means(gate_stats: dict, control_flow: Int[Array, "B T"]) -> dict:
-    """Sum of each per-token gate activation over recurrent positions, and how many there were."""
-    recurrent = (control_flow >= RECURRENT).astype(jnp.float32)
-    sums = {f"gate/{k}": (v.astype(jnp.float32) * recurrent).sum() for k, v in gate_stats.items()}
-    return {**sums, "gate/positions": recurrent.sum()} if sums else {}
-
-
 def _micro_batches(batch: dict, n: int) -> dict:
     b = batch["tokens"].shape[0]
     if b % n:
@@ -76,51 +56,57 @@ def _micro_batches(batch: dict, n: int) -> dict:
     return jax.tree.map(lambda a: a.reshape(n, b // n, *a.shape[1:]), batch)
 
 
+def _means(sums: dict) -> dict:
+    return {name: total / jnp.maximum(count, 1.0) for name, (total, count) in sums.items()}
+
+
 def make_train_step(
     arch: Architecture,
     optimizer: optax.GradientTransformation,
     schedule: optax.Schedule,
     grad_accum: int = 1,
-    d_forward: int | None = None,
+    sample: Hashable | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
-    """The un-jitted step (state, batch) -> (state, metrics); see `compile_step`. `d_forward` overrides the
-    model's Jacobi depth D."""
+    """The un-jitted step (state, batch) -> (state, metrics); see `compile_step`. `sample` is the step's
+    static choice (`Architecture.sample`, e.g. the Jacobi depth D)."""
 
-    def loss_fn(params, mb):
-        logits, gates = arch.apply(params, mb["tokens"], layout_of(mb), True, d_forward)
-        sums = jax.tree.map(jnp.sum, token_stats(logits, mb))
-        return sums["loss_sum"], {**sums, **gate_means(gates, mb["control_flow"])}
+    def loss_fn(params, mb, model_state, rng):
+        out = arch.apply(params, mb, training=True, rng=rng, model_state=model_state, sample=sample)
+        sums = arch.loss(out, mb)
+        return sums["loss"][0], (sums, out.stats)
 
     grad_fn = jax.grad(loss_fn, has_aux=True)
 
     def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-        def accumulate(acc, mb):
-            grads, aux = grad_fn(state.params, mb)
+        step_key = jax.random.fold_in(state.rng, state.step)
+
+        def accumulate(acc, xs):
+            i, mb = xs
+            grads, aux = grad_fn(state.params, mb, state.model_state, jax.random.fold_in(step_key, i))
             return jax.tree.map(jnp.add, acc, (grads, aux)), None
 
         micro = _micro_batches(batch, grad_accum)
+        first = jax.tree.map(lambda a: a[0], micro)
         zeros = jax.tree.map(
-            jnp.zeros_like, jax.eval_shape(grad_fn, state.params, jax.tree.map(lambda a: a[0], micro))
+            jnp.zeros_like, jax.eval_shape(grad_fn, state.params, first, state.model_state, step_key)
         )
-        (grads, sums), _ = jax.lax.scan(accumulate, zeros, micro)
-        tokens = jnp.maximum(sums["tokens"], 1.0)
-        grads = jax.tree.map(lambda g: g / tokens, grads)
+        (grads, (sums, stats)), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(grad_accum), micro))
+        tokens = sums["loss"][1]
+        grads = jax.tree.map(lambda g: g / jnp.maximum(tokens, 1.0), grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
+        model_state = state.model_state
+        if arch.update_model_state is not None:
+            model_state = arch.update_model_state(model_state, jax.lax.stop_gradient(stats))
         metrics = {
-            "loss": sums["loss_sum"] / tokens,
-            "accuracy": sums["correct"] / tokens,
-            "tokens": sums["tokens"],
+            **_means(sums),
+            "tokens": tokens,
+            **{name: v for name, v in stats.items() if not jnp.ndim(v)},
             "grad_norm": optax.tree.norm(grads),
             "lr": schedule(state.step),
-            **{
-                k: v / jnp.maximum(sums["gate/positions"], 1.0)
-                for k, v in sums.items()
-                if k.startswith("gate/") and k != "gate/positions"
-            },
-            **arch.gamma_stats(params),
+            **arch.param_stats(params),
         }
-        return TrainState(state.step + 1, params, opt_state, state.rng), metrics
+        return TrainState(state.step + 1, params, opt_state, state.rng, model_state), metrics
 
     return step
 
@@ -134,10 +120,10 @@ def compile_step(
     mesh: jax.sharding.Mesh | None = None,
     state_sharding: Any = None,
     batch_sharding: Any = None,
-    d_forward: int | None = None,
+    sample: Hashable | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """jit the step with the state donated; with a mesh, in/out shardings place state and batch on it."""
-    step = make_train_step(arch, optimizer, schedule, grad_accum, d_forward)
+    step = make_train_step(arch, optimizer, schedule, grad_accum, sample)
     if mesh is None:
         return jax.jit(step, donate_argnums=0)
     return jax.jit(

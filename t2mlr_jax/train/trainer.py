@@ -20,15 +20,15 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from t2mlr_jax.model.spec import count_params
+from t2mlr_jax.architectures import ARCHITECTURES, Architecture
+from t2mlr_jax.model.spec import spec_axes
 from t2mlr_jax.parallel.mesh import check_batch, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
-from t2mlr_jax.parallel.placement import batch_sharding, model_param_shardings, place, train_state_shardings
+from t2mlr_jax.parallel.placement import batch_sharding, param_shardings, place, train_state_shardings
 from t2mlr_jax.train import checkpoint as ckpt
-from t2mlr_jax.train.architecture import Architecture, build_architecture
 from t2mlr_jax.train.data_source import DataSource, check_fits
-from t2mlr_jax.train.depth_sampling import depth_at, depth_values
 from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step
+from t2mlr_jax.train.init_from import architecture
 from t2mlr_jax.train.metrics_log import MetricsLog
 from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
 from t2mlr_jax.train.train_step import TrainState, compile_step, init_state, model_inputs
@@ -49,22 +49,24 @@ class Run:
                 f"train.batch_size ({config.train.batch_size}) must be divisible by "
                 f"train.grad_accum ({config.train.grad_accum})"
             )
-        self.arch: Architecture = build_architecture(config, arch_name)
-        model = self.arch.model
-        check_fits(data, vocab_size=config.model.vocab_size, max_seq_len=model.max_seq_len if model else None)
-        self.identity = {**ckpt.run_identity(config), "arch": arch_name}
+        self.arch: Architecture = architecture(config, arch_name)
+        check_fits(data, vocab_size=config.model.vocab_size, max_seq_len=self.arch.max_seq_len)
+        self.identity = {
+            **ckpt.run_identity(config),
+            "arch": arch_name,
+            **_section_identity(config, arch_name),
+        }
         self.mesh = make_mesh(**config.mesh)
         check_batch(config.train.batch_size, self.mesh, config.train.grad_accum)
-        self.depths = depth_values(config) if model and model.recurrence else None
         ckpt.check_workdir(self.workdir, self.identity)
         abstract_params = jax.eval_shape(self.arch.init, jax.random.PRNGKey(0))
         self.schedule = make_schedule(config.optimizer, config.train.steps)
         self.optimizer = make_optimizer(config.optimizer, abstract_params, config.train.steps)
-        self.num_params = count_params(abstract_params)
+        self.num_params = self.arch.num_params()
         self.state_shardings = train_state_shardings(
             jax.eval_shape(self._init_state),
             self.optimizer,
-            model_param_shardings(model, abstract_params, self.mesh),
+            param_shardings(spec_axes(self.arch.specs), abstract_params, self.mesh),
             self.mesh,
         )
 
@@ -101,6 +103,12 @@ class Run:
         return state, data_state
 
 
+def _section_identity(config: ml_collections.ConfigDict, arch_name: str) -> dict:
+    """The architecture's own config section, when it shapes the saved state."""
+    entry = ARCHITECTURES.get(arch_name)
+    return {entry.section: config[entry.section].to_dict()} if entry.section and entry.identity else {}
+
+
 class NoCheckpointError(FileNotFoundError):
     """eval / generate found nothing to load."""
 
@@ -132,10 +140,11 @@ def _mean_metrics(window: list[dict]) -> dict:
     return {k: float(np.mean([m[k] for m in host])) for k in host[0]}
 
 
-def run_eval(run: Run, params: dict, eval_step=None) -> dict:
+def run_eval(run: Run, params: dict, model_state: Any, eval_step=None) -> dict:
     """Teacher-forced metrics, plus greedy-generation exact match when eval.generate is on."""
     cfg = run.config.eval
-    metrics = evaluate(eval_step or make_eval_step(run.arch), params, run.data.eval_batches(), cfg.score)
+    step = eval_step or make_eval_step(run.arch)
+    metrics = evaluate(step, params, model_state, run.data.eval_batches(), cfg.score)
     if cfg.generate:
         if run.data.generation_examples is None:
             raise ValueError(
@@ -144,6 +153,7 @@ def run_eval(run: Run, params: dict, eval_step=None) -> dict:
         gen, _ = evaluate_generation(
             run.arch,
             params,
+            model_state,
             run.data.generation_examples(),
             decode=run.data.decode,
             score=run.data.score,
@@ -167,12 +177,12 @@ def train(run: Run) -> dict:
     iterator = run.data.train_iterator()
     if data_state is not None:
         iterator.set_state(data_state)
-    compiled: dict[int | None, Any] = {}  # one jitted step per Jacobi depth D (None: the model's own)
+    compiled: dict[Any, Any] = {}  # one jitted step per value of the architecture's per-step sample
 
     def step_fn(step: int, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-        depth = depth_at(run.depths, run.config.seed, step) if run.depths else None
-        if depth not in compiled:
-            compiled[depth] = compile_step(
+        sample = run.arch.sample(run.config.seed, step) if run.arch.sample else None
+        if sample not in compiled:
+            compiled[sample] = compile_step(
                 run.arch,
                 run.optimizer,
                 run.schedule,
@@ -180,10 +190,10 @@ def train(run: Run) -> dict:
                 mesh=run.mesh,
                 state_sharding=run.state_shardings,
                 batch_sharding=batch_sharding(run.mesh),
-                d_forward=depth,
+                sample=sample,
             )
-        state, metrics = compiled[depth](state, batch)
-        return state, metrics if depth is None else {**metrics, "d_forward": depth}
+        state, metrics = compiled[sample](state, batch)
+        return state, metrics if sample is None else {**metrics, run.arch.sample_name: sample}
 
     eval_step = make_eval_step(run.arch)
     start_step, started = int(state.step), time.time()
@@ -211,7 +221,7 @@ def train(run: Run) -> dict:
                         log.write(step, "train", summary)
                         progress.set_postfix(loss=f"{summary['loss']:.4f}", acc=f"{summary['accuracy']:.3f}")
                     if t.eval_every and step % t.eval_every == 0 and step != t.steps:
-                        log.write(step, "eval", run_eval(run, state.params, eval_step))
+                        log.write(step, "eval", run_eval(run, state.params, state.model_state, eval_step))
                     checkpointer.save(
                         step, state, iterator.get_state(), force=stop.signal is not None or step == t.steps
                     )
@@ -230,7 +240,7 @@ def train(run: Run) -> dict:
                 final_step,
             )
             return {"stopped_by": stopped_by, "step": final_step}
-        results = run_eval(run, state.params, eval_step)
+        results = run_eval(run, state.params, state.model_state, eval_step)
         log.write(final_step, "eval", results)
     summary = {
         "arch": run.arch.name,
@@ -244,8 +254,8 @@ def train(run: Run) -> dict:
     return summary
 
 
-def restore_params(run: Run) -> tuple[dict, int]:
-    """The latest checkpoint's parameters (for eval / generate); an error if the workdir has none."""
+def restore_state(run: Run) -> tuple[TrainState, int]:
+    """The latest checkpoint's state and step (for eval / generate); an error if the workdir has none."""
     checkpointer = run.checkpointer()
     try:
         restored = checkpointer.restore_latest(run.abstract_state())
@@ -253,4 +263,4 @@ def restore_params(run: Run) -> tuple[dict, int]:
         checkpointer.close()
     if restored is None:
         raise NoCheckpointError(f"no loadable checkpoint in {run.workdir / 'checkpoints'}; train first")
-    return restored[0].params, restored[2]
+    return restored[0], restored[2]

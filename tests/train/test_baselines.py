@@ -2,15 +2,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2mlr_jax.baselines.decode import greedy_by_recompute
-from t2mlr_jax.baselines.looped import looped_forward, unrolled
-from t2mlr_jax.baselines.lstm import init_lstm, lstm_forward
-from t2mlr_jax.baselines.pause import PAUSE_PARAM, init_pause, pause_forward
+from t2mlr_jax.architectures import build_architecture
+from t2mlr_jax.architectures.looped import looped_forward, unrolled
+from t2mlr_jax.architectures.lstm import lstm_forward, lstm_specs
+from t2mlr_jax.architectures.pause import pause_forward, pause_specs
+from t2mlr_jax.architectures.recompute import greedy_by_recompute
 from t2mlr_jax.model.backbone import forward
 from t2mlr_jax.model.generate import generate
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.model.recurrence import make_layout
-from t2mlr_jax.train.architecture import build_architecture
+from t2mlr_jax.model.spec import init_from_specs
 from tests.train.tiny_task import tiny_config, tiny_model
 
 CFG = tiny_model()
@@ -39,11 +40,12 @@ def test_looped_decoding_with_the_kv_cache_of_its_unrolled_form_equals_recompute
         atol=1e-5,
     )
     config = tiny_config("looped")
-    config.baseline.update(loop_start=1, loop_end=1, loop_repeats=3, param_match=False)
+    config.looped.update(start=1, end=1, repeats=3)
+    config.baseline.param_match = False
     arch = build_architecture(config)
     prompt = TOKENS[:, :6].at[0, :2].set(0)
     mask = (jnp.arange(6)[None] >= jnp.asarray([[2], [0]])).astype(jnp.int32)
-    cached = arch.generate(PARAMS, prompt, mask, None, 5, 3, 0)
+    cached = arch.generate(PARAMS, {}, prompt, mask, None, 5, 3, 0)
     recomputed = greedy_by_recompute(
         lambda p, t, lay: looped_forward(CFG, p, t, lay, **loop),
         PARAMS,
@@ -59,7 +61,7 @@ def test_looped_decoding_with_the_kv_cache_of_its_unrolled_form_equals_recompute
 
 
 def test_pause_tokens_are_causal_and_read_at_the_last_pause():
-    params = {**PARAMS, PAUSE_PARAM: init_pause(CFG, jax.random.PRNGKey(2))}
+    params = init_from_specs(pause_specs(CFG), jax.random.PRNGKey(2), "float32")
     logits = pause_forward(CFG, params, TOKENS, make_layout(TOKENS), num_pause=2)
     assert logits.shape == (2, 10, CFG.vocab_size)
     changed = TOKENS.at[:, 6].set(TOKENS[:, 6] % (CFG.vocab_size - 1) + 1)
@@ -69,7 +71,9 @@ def test_pause_tokens_are_causal_and_read_at_the_last_pause():
 
 
 def test_lstm_state_resets_at_document_starts():
-    params = init_lstm(jax.random.PRNGKey(3), vocab_size=CFG.vocab_size, hidden=16, layers=2)
+    params = init_from_specs(
+        lstm_specs(vocab_size=CFG.vocab_size, hidden=16, layers=2), jax.random.PRNGKey(3), "float32"
+    )
     a, b = TOKENS[0, :4], TOKENS[1, :6]
     packed = jnp.concatenate([a, b])[None]
     layout = make_layout(
@@ -105,5 +109,5 @@ def test_param_matched_baseline_is_the_narrowest_width_at_or_above_t2mlr():
     matched = build_architecture(config, "transformer")
     assert matched.num_params() >= target
     config.baseline.param_match = False
-    config.model.hidden_size = matched.model.hidden_size - config.baseline.width_multiple
+    config.model.hidden_size = matched.backbone.hidden_size - config.baseline.width_multiple
     assert build_architecture(config, "transformer").num_params() < target

@@ -7,17 +7,19 @@ import jax
 import numpy as np
 import pytest
 
+from t2mlr_jax.architectures.depth_sampling import depth_at, depth_values
 from t2mlr_jax.parallel.multihost import global_batch
 from t2mlr_jax.parallel.placement import batch_sharding
-from t2mlr_jax.train.depth_sampling import depth_at, depth_values
 from t2mlr_jax.train.train_step import compile_step, model_inputs
 from t2mlr_jax.train.trainer import Run, train
 from tests.train.tiny_task import tiny_config, tiny_source
 
 
-def _config(spec, minimum=1, **train_fields):
-    config = tiny_config("t2mlr", **train_fields)
-    config.train.d_forward_values, config.train.d_forward_min = spec, minimum
+def _config(spec, minimum=1, **fields):
+    """A tiny T²MLR config; fields of the t2mlr section go there, the rest to train."""
+    config = tiny_config("t2mlr", **{k: v for k, v in fields.items() if k not in ("forward_mode",)})
+    config.t2mlr.update(d_forward_values=spec, d_forward_min=minimum)
+    config.t2mlr.update({k: v for k, v in fields.items() if k == "forward_mode"})
     return config
 
 
@@ -41,7 +43,7 @@ def test_depth_specs(spec, minimum, values):
         ("0", 1, {}, "gives no depth >= 1"),
         ("3", 5, {}, "gives no depth >= 1"),
         ("4", 0, {}, "d_forward_min must be >= 1"),
-        ("4", 1, {"forward_mode": "exact"}, "needs train.forward_mode='jacobi'"),
+        ("4", 1, {"forward_mode": "exact"}, "needs t2mlr.forward_mode='jacobi'"),
     ],
 )
 def test_bad_depth_specs_are_one_clear_error(spec, minimum, fields, message):
@@ -80,7 +82,7 @@ def test_each_step_is_the_fixed_depth_step_it_logs(tmp_path):
                     mesh=run.mesh,
                     state_sharding=run.state_shardings,
                     batch_sharding=batch_sharding(run.mesh),
-                    d_forward=depth,
+                    sample=depth,
                 ),
             )
             state, metrics = steps[depth](state, global_batch(model_inputs(next(iterator)), run.mesh))

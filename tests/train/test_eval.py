@@ -19,7 +19,7 @@ def _batch():
     }
 
 
-def fake_step(params, batch):
+def fake_step(params, model_state, batch):
     predictions = batch["targets"].copy()
     predictions[1, 3] = 0  # one wrong answer token in row 1
     return {
@@ -31,14 +31,14 @@ def fake_step(params, batch):
 
 
 def test_scores_on_answers_only_and_per_length_bin():
-    answers = evaluate(fake_step, {}, [_batch()], score="recurrent")
+    answers = evaluate(fake_step, {}, {}, [_batch()], score="recurrent")
     assert answers["loss"] == pytest.approx(2.0 / 8) and answers["examples"] == 2
     assert answers["token_accuracy"] == pytest.approx(3 / 4) and answers["exact_match"] == pytest.approx(0.5)
     assert answers["by_length"][1]["exact_match"] == 1.0 and answers["by_length"][2]["exact_match"] == 0.0
-    everything = evaluate(fake_step, {}, [_batch()], score="loss_mask")
+    everything = evaluate(fake_step, {}, {}, [_batch()], score="loss_mask")
     assert everything["token_accuracy"] == pytest.approx(7 / 8)
     with pytest.raises(ValueError, match="eval.score"):
-        evaluate(fake_step, {}, [_batch()], score="all")
+        evaluate(fake_step, {}, {}, [_batch()], score="all")
 
 
 def test_left_pad_aligns_prompts_to_the_right():
@@ -48,11 +48,11 @@ def test_left_pad_aligns_prompts_to_the_right():
 
 
 def test_generation_eval_batches_left_padded_prompts_strips_eos_and_bins():
+    from t2mlr_jax.architectures import Architecture
     from t2mlr_jax.model.generate import GenerateOutput
-    from t2mlr_jax.train.architecture import Architecture
     from t2mlr_jax.train.eval import evaluate_generation
 
-    def echo_last_two(params, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
+    def echo_last_two(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
         """A stand-in model: 'generates' the last two prompt tokens, then EOS."""
         out = jnp.concatenate([prompt[:, -2:], jnp.full((len(prompt), 1), eos_id)], axis=1)
         assert control_flow is not None
@@ -60,13 +60,14 @@ def test_generation_eval_batches_left_padded_prompts_strips_eos_and_bins():
             out, jnp.full(len(prompt), 3) - jnp.sum(control_flow * (1 - mask))
         )  # pads: flow 0
 
-    arch = Architecture("fake", None, None, None, echo_last_two, None)
+    arch = Architecture("fake", {}, "float32", lambda *a, **k: None, echo_last_two)
     examples = [
         {"prompt": np.asarray(p), "prompt_control_flow": np.ones(len(p), np.int32), "answer": a, "length": n}
         for p, a, n in (([5, 6], "5 6", 1), ([7, 8, 9], "8 9", 2), ([4, 4, 4, 4], "0 0", 2))
     ]
     metrics, records = evaluate_generation(
         arch,
+        {},
         {},
         examples,
         decode=lambda ids: " ".join(map(str, ids)),

@@ -5,11 +5,10 @@ import jax
 import numpy as np
 import pytest
 
-from t2mlr_jax.config_utils import model_config
+from t2mlr_jax.architectures.contract import backbone_config
 from t2mlr_jax.interop import save_params
 from t2mlr_jax.model.params import init_params
-from t2mlr_jax.train import architecture
-from t2mlr_jax.train.architecture import build_architecture
+from t2mlr_jax.train import init_from
 from t2mlr_jax.train.trainer import Run, train
 from tests.train.tiny_task import tiny_config, tiny_source
 
@@ -17,7 +16,7 @@ from tests.train.tiny_task import tiny_config, tiny_source
 @pytest.fixture
 def checkpoint(tmp_path):
     """A T²MLR checkpoint of the tiny config with a trained-looking mixer (γ_rec = 0.25)."""
-    cfg = model_config(tiny_config())
+    cfg = backbone_config(tiny_config())
     params = jax.device_get(init_params(cfg, jax.random.PRNGKey(7)))
     params["mixer"]["rezero_gamma_recurrent_gate"] = np.full((1,), 0.25, np.float32)
     save_params(tmp_path / "pretrained", cfg, params)
@@ -42,7 +41,7 @@ def test_another_recurrence_is_one_clear_error(checkpoint):
     config = _config(checkpoint[0])
     config.model.recurrence.l_start = 0
     with pytest.raises(ValueError, match=r"1 differing fields: recurrence.l_start: 1 \(checkpoint\) vs 0"):
-        build_architecture(config)
+        init_from.architecture(config)
 
 
 def test_a_resumed_run_does_not_read_the_pretrained_weights(tmp_path, checkpoint, monkeypatch):
@@ -51,7 +50,7 @@ def test_a_resumed_run_does_not_read_the_pretrained_weights(tmp_path, checkpoint
     def refuse(*args, **kwargs):
         raise AssertionError("the pretrained weights were read on resume")
 
-    monkeypatch.setattr(architecture, "load_pretrained", refuse)
+    monkeypatch.setattr(init_from, "load_pretrained", refuse)
     summary = train(
         Run(_config(checkpoint[0], steps=3, checkpoint_every=2), tmp_path / "run", tiny_source(), "t2mlr")
     )

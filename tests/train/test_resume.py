@@ -8,7 +8,7 @@ import sys
 import jax
 import numpy as np
 
-from t2mlr_jax.train.trainer import Run, restore_params
+from t2mlr_jax.train.trainer import Run, restore_state
 from tests.train.tiny_task import tiny_config, tiny_source
 
 WORKER = os.path.join(os.path.dirname(__file__), "resume_worker.py")
@@ -25,11 +25,11 @@ def _run(workdir, kill_at=0, signame="SIGKILL"):
 
 
 def _final_params(workdir):
-    params, step = restore_params(
+    state, step = restore_state(
         Run(tiny_config("t2mlr", steps=9, checkpoint_every=2), workdir, tiny_source(), "t2mlr")
     )
     assert step == 9
-    return params
+    return state.params
 
 
 def test_killed_and_preempted_runs_resume_bitwise(tmp_path):

@@ -22,8 +22,7 @@ from t2mlr_jax.data.tokenizer import load_tokenizer
 from t2mlr_jax.interop import load_pretrained
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.recurrence import make_layout
-from t2mlr_jax.train import architecture
-from t2mlr_jax.train.architecture import build_architecture
+from t2mlr_jax.train import init_from
 from t2mlr_jax.train.tasks import build_data_source
 from t2mlr_jax.train.trainer import Run
 
@@ -55,7 +54,7 @@ def pretrained():
 
 @pytest.fixture
 def loaded_once(pretrained, monkeypatch):
-    monkeypatch.setattr(architecture, "load_pretrained", lambda path, **kw: pretrained)
+    monkeypatch.setattr(init_from, "load_pretrained", lambda path, **kw: pretrained)
     return pretrained
 
 
@@ -111,7 +110,7 @@ def _bad(config, case):
 )
 def test_bad_init_from_is_one_clear_error_before_compiling(loaded_once, caplog, case, error, message):
     with jax.log_compiles(), caplog.at_level(logging.DEBUG), pytest.raises(error, match=re.escape(message)):
-        build_architecture(_bad(cpu_config(), case))
+        init_from.architecture(_bad(cpu_config(), case))
     assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
 
 

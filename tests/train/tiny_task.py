@@ -72,7 +72,7 @@ def tiny_model(**changes) -> ModelConfig:
     ).replace(**changes)
 
 
-def tiny_config(arch: str = "t2mlr", steps: int = 6, **train):
+def tiny_config(arch: str = "t2mlr", steps: int = 6, sections: dict | None = None, **train):
     config = experiment(
         name="tiny",
         arch=arch,
@@ -88,6 +88,7 @@ def tiny_config(arch: str = "t2mlr", steps: int = 6, **train):
             **train,
         },
         evaluation=dict(batch_size=8),
+        sections=sections or {},
     )
     config.model.recurrence.l_start = 1
     config.model.recurrence.l_end = 1

@@ -1,0 +1,29 @@
+"""Every trainable architecture, registered by name from its own module (see contract.py).
+
+A new variant is one module here (or anywhere imported before the config is built) that calls
+`register_architecture(name, build, section=..., defaults=...)`; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from t2mlr_jax.architectures import looped, lstm, pause, t2mlr  # noqa: F401  (registers the built-ins)
+from t2mlr_jax.architectures.contract import ARCHITECTURES, Architecture, register_architecture
+
+__all__ = ["ARCHITECTURES", "Architecture", "arch_names", "build_architecture", "register_architecture"]
+
+
+def arch_names(config: ml_collections.ConfigDict) -> list[str]:
+    """config.arch as a list: one name, or a comma list to train each and compare them."""
+    names = [n.strip() for n in config.arch.split(",") if n.strip()]
+    for name in names:
+        ARCHITECTURES.get(name)
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"arch must name each architecture once, got {config.arch!r}")
+    return names
+
+
+def build_architecture(config: ml_collections.ConfigDict, name: str | None = None) -> Architecture:
+    """The architecture `name` (default: config.arch, a single name) with freshly drawn weights."""
+    return ARCHITECTURES.get(name or config.arch).build(config)

@@ -1,0 +1,183 @@
+"""The architecture contract: everything the trainer, evaluation, generation and main.py know about a model.
+
+An `Architecture` is built from the experiment config by a builder registered under its name in
+`ARCHITECTURES`. It carries its parameter table (`specs`: one ParamSpec per parameter, from which init,
+sharding, counts and optimizer masks are read), a pure `apply`, its `loss` (default: masked next-token
+cross-entropy), a cached `generate`, and optional non-gradient state (`model_state`) with its update.
+
+    apply(params, batch, *, training, rng, model_state, sample=None) -> Outputs
+    loss(outputs, batch) -> {"loss": (sum, count), <metric>: (sum, count), ...}   # means = sum / count
+    generate(params, model_state, prompt_tokens, prompt_mask, prompt_control_flow,
+             max_new_tokens, eos_id, pad_id) -> GenerateOutput
+    update_model_state(model_state, stats) -> model_state     # after each optimizer step, no gradient
+
+`sample(seed, step)` is an optional per-step static choice (T²MLR: the Jacobi depth D): the trainer compiles
+one step per distinct value and passes it to `apply` as `sample`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol, runtime_checkable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from jaxtyping import Array, Float, Int
+
+from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
+from t2mlr_jax.model.generate import GenerateOutput
+from t2mlr_jax.model.recurrence import Layout
+from t2mlr_jax.model.spec import count_params, init_from_specs, spec_shapes
+from t2mlr_jax.registry import Registry
+
+RECURRENT = 2  # control flow: 0 pad, 1 prompt, 2 recurrent (t2mlr_jax.data.batch holds the contract)
+
+
+@flax.struct.dataclass
+class Outputs:
+    """What `apply` returns. `logits` is the prediction the loss and the metrics read; `pass_logits` holds
+    the logits of earlier refinement passes for losses that average over passes; `aux_losses` are scalars
+    the default loss adds (each weighted by the batch's token count); `token_stats` are per-token
+    activations ([B, T]) logged as their mean over recurrent positions; `stats` are scalars or arrays
+    summed over micro-batches and given to `update_model_state` (and logged when scalar)."""
+
+    logits: Float[Array, "B T V"]
+    pass_logits: tuple = ()
+    aux_losses: dict = dataclasses.field(default_factory=dict)
+    token_stats: dict = dataclasses.field(default_factory=dict)
+    stats: dict = dataclasses.field(default_factory=dict)
+
+
+@runtime_checkable
+class ApplyFn(Protocol):
+    def __call__(
+        self,
+        params: dict,
+        batch: dict,
+        *,
+        training: bool,
+        rng: jax.Array,
+        model_state: Any,
+        sample: Hashable | None = None,
+    ) -> Outputs: ...
+
+
+@runtime_checkable
+class GenerateFn(Protocol):
+    def __call__(
+        self,
+        params: dict,
+        model_state: Any,
+        prompt_tokens: Int[Array, "B P"],
+        prompt_mask: Int[Array, "B P"],
+        prompt_control_flow: Int[Array, "B P"] | None,
+        max_new_tokens: int,
+        eos_id: int | None,
+        pad_id: int,
+    ) -> GenerateOutput: ...
+
+
+def layout_of(batch: dict) -> Layout:
+    return Layout(batch["positions"], batch["segment_ids"], batch["control_flow"])
+
+
+def row_stats(logits: Float[Array, "B T V"], batch: dict) -> dict:
+    """Per-row sums over supervised positions: next-token loss, token count, correct argmax predictions."""
+    mask = batch["loss_mask"].astype(jnp.float32)
+    logits = logits.astype(jnp.float32)
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
+    correct = (jnp.argmax(logits, axis=-1) == batch["targets"]).astype(jnp.float32)
+    return {"loss_sum": (nll * mask).sum(-1), "tokens": mask.sum(-1), "correct": (correct * mask).sum(-1)}
+
+
+def next_token_loss(outputs: Outputs, batch: dict) -> dict:
+    """{metric: (sum, count)} over the batch: "loss" (masked next-token cross-entropy, plus each aux loss,
+    per supervised token; its sum is what the gradient is taken of), "accuracy", each aux loss, and each
+    token statistic over recurrent positions."""
+    rows = jax.tree.map(jnp.sum, row_stats(outputs.logits, batch))
+    tokens, loss = rows["tokens"], rows["loss_sum"]
+    sums = {"accuracy": (rows["correct"], tokens)}
+    for name, value in outputs.aux_losses.items():
+        sums[f"aux/{name}"] = (tokens * value, tokens)
+        loss = loss + tokens * value
+    recurrent = (batch["control_flow"] >= RECURRENT).astype(jnp.float32)
+    for name, value in outputs.token_stats.items():
+        sums[name] = ((value.astype(jnp.float32) * recurrent).sum(), recurrent.sum())
+    return {"loss": (loss, tokens), **sums}
+
+
+def _no_stats(params: dict) -> dict:
+    return {}
+
+
+def _empty_state() -> dict:
+    return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    name: str
+    specs: dict  # the parameter table: a ParamSpec per parameter, shaped like the params
+    param_dtype: str
+    apply: ApplyFn
+    generate: GenerateFn
+    loss: Callable[[Outputs, dict], dict] = next_token_loss
+    param_stats: Callable[[dict], dict] = _no_stats  # scalars of the params to log (T²MLR: tanh of γ)
+    init_model_state: Callable[[], Any] = _empty_state  # non-gradient state at step 0
+    update_model_state: Callable[[Any, dict], Any] | None = None  # (model_state, summed stats) -> model_state
+    sample: Callable[[int, int], Hashable] | None = None  # (seed, step) -> the step's static choice
+    sample_name: str = "sample"  # how the trainer logs it
+    backbone: ModelConfig | None = None  # the transformer inside, when there is one (init_from, context)
+    max_seq_len: int | None = None  # the longest row it accepts (None: any)
+    # () -> host weights replacing init's top-level entries of the same name (config.init_from); called
+    # only for a fresh start, so a resumed or evaluated run never reads the pretrained file.
+    pretrained: Callable[[], dict] | None = None
+
+    def init(self, key: jax.Array) -> dict:
+        return init_from_specs(self.specs, key, self.param_dtype)
+
+    def num_params(self) -> int:
+        return count_params(spec_shapes(self.specs, self.param_dtype))
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchitectureEntry:
+    """A registered architecture: its builder and the defaults of its own config section (`section`,
+    shared by aliases such as middle_looped, which reads `looped`). `identity`: the section shapes the
+    saved state, so a workdir trained with other values is refused (False for settings that may change
+    on resume, such as how T²MLR is trained or decoded)."""
+
+    build: Callable[[ml_collections.ConfigDict], Architecture]
+    section: str | None = None
+    defaults: dict = dataclasses.field(default_factory=dict)
+    identity: bool = True
+
+
+ARCHITECTURES: Registry = Registry("architecture")
+
+
+def register_architecture(
+    name: str,
+    build: Callable,
+    *,
+    section: str | None = None,
+    defaults: dict | None = None,
+    identity: bool = True,
+) -> None:
+    """Register `build(config) -> Architecture` under `name`; `defaults` become config section `section`."""
+    ARCHITECTURES.register(name, ArchitectureEntry(build, section, dict(defaults or {}), identity))
+
+
+def backbone_config(
+    config: ml_collections.ConfigDict, *, recurrent: bool = True, hidden_size: int | None = None
+) -> ModelConfig:
+    """The ModelConfig of the `model` section; `recurrent=False` drops the recurrence (plain transformer)."""
+    fields = {k: v for k, v in config.model.to_dict().items() if k != "recurrence"}
+    if hidden_size is not None:
+        fields["hidden_size"] = hidden_size
+    recurrence = RecurrenceConfig(**config.model.recurrence.to_dict()) if recurrent else None
+    return ModelConfig(**fields, recurrence=recurrence).validate()

@@ -1,0 +1,132 @@
+"""T²MLR and the plain transformer: the backbone with or without the temporal recurrence.
+
+t2mlr        Jacobi (release) or exact training, exact evaluation by default; its settings are
+             config.model.recurrence (the model) and config.t2mlr (how it is trained, evaluated, decoded)
+transformer  the same backbone without the recurrence, widened to T²MLR's parameter count when
+             baseline.param_match is on (the paper's parameter-matched baseline)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import ml_collections
+
+from t2mlr_jax.architectures.contract import (
+    Architecture,
+    Outputs,
+    backbone_config,
+    layout_of,
+    register_architecture,
+)
+from t2mlr_jax.architectures.depth_sampling import depth_at, depth_values
+from t2mlr_jax.model import generate as generation
+from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.fusion import gamma_stats
+from t2mlr_jax.model.params import param_specs
+from t2mlr_jax.model.recurrence import forward
+from t2mlr_jax.model.spec import count_params, matched_width, spec_shapes
+
+FORWARD_MODES = ("jacobi", "exact")
+PREFILLS = generation.PREFILLS
+T2MLR_DEFAULTS = dict(
+    forward_mode="jacobi",  # training: jacobi (the release) | exact (token by token)
+    bptt=0,  # exact training: truncation B of backpropagation through time; 0 = full
+    d_forward_values="",  # sample D per step: "N" (d_forward_min..N) or "8,16,32"; "" = model's D
+    d_forward_min=1,
+    eval_mode="exact",  # teacher-forced evaluation: exact recurrence (the release) | jacobi
+    prefill="exact",  # generation prefill: exact | jacobi (prefill_passes passes, the paper's Table 8)
+    prefill_passes=8,
+)
+
+
+def backbone_architecture(
+    name: str, model: ModelConfig, settings: ml_collections.ConfigDict | None
+) -> Architecture:
+    """The backbone as an architecture; `settings` (config.t2mlr) says how a recurrent one runs."""
+    s = ml_collections.ConfigDict(T2MLR_DEFAULTS) if settings is None else settings
+    for where, mode in (("t2mlr.forward_mode", s.forward_mode), ("t2mlr.eval_mode", s.eval_mode)):
+        if mode not in FORWARD_MODES:
+            raise ValueError(f"{where} must be one of {FORWARD_MODES}, got {mode!r}")
+    if s.prefill not in PREFILLS:
+        raise ValueError(f"t2mlr.prefill must be one of {PREFILLS}, got {s.prefill!r}")
+
+    def apply(params, batch, *, training, rng, model_state, sample=None):
+        # Without recurrence every mode is the same function; "jacobi" computes it in one parallel pass.
+        mode = "jacobi" if model.recurrence is None else s.forward_mode if training else s.eval_mode
+        bptt = (s.bptt or None) if training else None
+        out = forward(
+            model, params, batch["tokens"], mode=mode, layout=layout_of(batch), bptt=bptt, d_forward=sample
+        )
+        return Outputs(out.logits, token_stats={f"gate/{k}": v for k, v in out.gate_stats.items()})
+
+    def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
+        return generation.generate(
+            model,
+            params,
+            prompt,
+            mask,
+            max_new_tokens=max_new_tokens,
+            eos_id=eos_id,
+            pad_id=pad_id,
+            prefill=s.prefill,
+            prefill_passes=s.prefill_passes,
+            prompt_control_flow=control_flow,
+        )
+
+    arch = Architecture(
+        name,
+        param_specs(model),
+        model.param_dtype,
+        apply,
+        generate,
+        backbone=model,
+        max_seq_len=model.max_seq_len,
+    )
+    if model.recurrence is None:
+        return arch
+    return dataclasses.replace(arch, param_stats=lambda params: gamma_stats(model, params["mixer"]))
+
+
+def baseline_backbone(
+    config: ml_collections.ConfigDict, specs_at: Callable[[ModelConfig], dict]
+) -> ModelConfig:
+    """The plain backbone a baseline runs on: config.model without the recurrence, widened (in steps of
+    baseline.width_multiple) to the T²MLR model's parameter count when baseline.param_match is on.
+    `specs_at(model)` is the baseline's parameter table at a given backbone."""
+    plain = backbone_config(config, recurrent=False)
+    if not config.baseline.param_match:
+        return plain
+    if config.init_from:
+        raise ValueError(
+            "baseline.param_match widens the baseline, so it cannot load init_from's weights; set "
+            "--config.baseline.param_match=False to train the pretrained width"
+        )
+    count = lambda specs: count_params(spec_shapes(specs, plain.param_dtype))
+    target = count(param_specs(backbone_config(config)))
+    width = matched_width(
+        lambda h: count(specs_at(plain.replace(hidden_size=h))),
+        target,
+        plain.hidden_size,
+        config.baseline.width_multiple,
+    )
+    return plain.replace(hidden_size=width).validate()
+
+
+def _t2mlr(config: ml_collections.ConfigDict) -> Architecture:
+    arch = backbone_architecture("t2mlr", backbone_config(config), config.t2mlr)
+    depths = depth_values(config)
+    if depths is None:
+        return arch
+    return dataclasses.replace(
+        arch, sample=lambda seed, step: depth_at(depths, seed, step), sample_name="d_forward"
+    )
+
+
+def _transformer(config: ml_collections.ConfigDict) -> Architecture:
+    return backbone_architecture("transformer", baseline_backbone(config, param_specs), None)
+
+
+register_architecture("t2mlr", _t2mlr, section="t2mlr", defaults=T2MLR_DEFAULTS, identity=False)
+register_architecture("transformer", _transformer)
