@@ -15,13 +15,14 @@ import base64
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 from t2mlr_jax.parallel.multihost import to_host
+from t2mlr_jax.train.train_step import TrainState
 
 RUN_CONFIG = "run_config.json"
 IDENTITY_SECTIONS = ("arch", "model", "baseline", "data", "seed")
@@ -85,6 +86,27 @@ def fingerprints(tree: Any) -> list[int]:
     return [int(v) for v in to_host(_fingerprints(jax.tree.leaves(tree)))]
 
 
+class _SavedState(NamedTuple):
+    """A TrainState as checkpoints store it (the layout of checkpoints written before `model_state`
+    existed); the model state is its own item, absent when it has no arrays, so old checkpoints restore."""
+
+    step: Any
+    params: Any
+    opt_state: Any
+    rng: Any
+
+
+def _split(state: Any) -> tuple[Any, Any]:
+    """(the stored state item, the model_state item) of a TrainState; other pytrees are stored whole."""
+    if isinstance(state, TrainState):
+        return _SavedState(state.step, state.params, state.opt_state, state.rng), state.model_state
+    return state, {}
+
+
+def _join(core: Any, model_state: Any) -> Any:
+    return TrainState(*core, model_state=model_state) if isinstance(core, _SavedState) else core
+
+
 def _encode_data_state(state: Any) -> dict:
     """grain iterator states are dicts (dataset API) or bytes (DataLoader API); store either as JSON."""
     if isinstance(state, bytes):
@@ -106,7 +128,7 @@ class Checkpointer:
                 max_to_keep=keep,
                 enable_async_checkpointing=async_save,
             ),
-            item_names=("state", "data", "meta"),
+            item_names=("state", "model_state", "data", "meta"),
         )
 
     def steps(self) -> list[int]:
@@ -118,30 +140,31 @@ class Checkpointer:
         if not (force or self._manager.should_save(step)):
             return False
         state = jax.tree.map(lambda x: x.copy(), state)
-        meta = {"step": int(step), "fingerprints": fingerprints(state)}
-        return self._manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state),
-                data=ocp.args.JsonSave(_encode_data_state(data_state)),
-                meta=ocp.args.JsonSave(meta),
-            ),
-            force=True,
+        core, model_state = _split(state)
+        meta = {"step": int(step), "fingerprints": fingerprints((core, model_state))}
+        items = dict(
+            state=ocp.args.StandardSave(core),
+            data=ocp.args.JsonSave(_encode_data_state(data_state)),
+            meta=ocp.args.JsonSave(meta),
         )
+        if jax.tree.leaves(model_state):  # orbax refuses an empty item
+            items["model_state"] = ocp.args.StandardSave(model_state)
+        return self._manager.save(step, args=ocp.args.Composite(**items), force=True)
 
     def restore_latest(self, abstract_state: Any) -> tuple[Any, Any, int] | None:
         """(state, data_state, step) of the newest loadable checkpoint, or None if there is none."""
         for step in reversed(self.steps()):
+            core, model_state = _split(abstract_state)
+            items = dict(
+                state=ocp.args.StandardRestore(core), data=ocp.args.JsonRestore(), meta=ocp.args.JsonRestore()
+            )
+            if jax.tree.leaves(model_state):
+                items["model_state"] = ocp.args.StandardRestore(model_state)
             try:
-                restored = self._manager.restore(
-                    step,
-                    args=ocp.args.Composite(
-                        state=ocp.args.StandardRestore(abstract_state),
-                        data=ocp.args.JsonRestore(),
-                        meta=ocp.args.JsonRestore(),
-                    ),
-                )
-                if fingerprints(restored.state) != restored.meta["fingerprints"]:
+                restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+                if jax.tree.leaves(model_state):
+                    model_state = restored.model_state
+                if fingerprints((restored.state, model_state)) != restored.meta["fingerprints"]:
                     raise ValueError("fingerprint mismatch")
             except Exception as e:  # noqa: BLE001 -- any failure to load means: try the previous one
                 logging.warning(
@@ -152,7 +175,7 @@ class Checkpointer:
                     str(e)[:200],
                 )
                 continue
-            return restored.state, _decode_data_state(restored.data), step
+            return _join(restored.state, model_state), _decode_data_state(restored.data), step
         return None
 
     def wait(self) -> None:

@@ -1,5 +1,6 @@
 import json
 import logging
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.train import checkpoint as ckpt
+from t2mlr_jax.train.train_step import TrainState
 from t2mlr_jax.train.trainer import Run
 from tests.train.tiny_task import tiny_config, tiny_source
 
@@ -98,3 +100,33 @@ def test_fingerprints_see_one_changed_or_moved_value_and_not_the_mesh():
         },
     )
     assert prints(sharded) == base
+
+
+class _TrainStateBeforeModelState(NamedTuple):
+    step: Any
+    params: Any
+    opt_state: Any
+    rng: Any
+
+
+def test_model_state_roundtrips_and_checkpoints_from_before_it_still_restore(tmp_path):
+    core = (jnp.asarray(3, jnp.int32), {"w": jnp.arange(4.0)}, {"mu": jnp.ones(4)}, jax.random.PRNGKey(1))
+    saver = ckpt.Checkpointer(tmp_path / "old", save_every=1, keep=2)
+    saver.save(3, _TrainStateBeforeModelState(*core), {"index": 3})
+    saver.wait()
+    saver.close()
+    new = TrainState(*core, model_state={"bias": jnp.asarray([0.5, -0.5])})
+    saver = ckpt.Checkpointer(tmp_path / "new", save_every=1, keep=2)
+    saver.save(3, new, {"index": 3})
+    saver.wait()
+    saver.close()
+    for name, expected in (("old", {}), ("new", new.model_state)):
+        loader = ckpt.Checkpointer(tmp_path / name, save_every=1, keep=2)
+        state, data, step = loader.restore_latest(_abstract(TrainState(*core, model_state=expected)))
+        loader.close()
+        assert step == 3 and data == {"index": 3} and isinstance(state, TrainState)
+        assert jax.tree.all(
+            jax.tree.map(
+                np.array_equal, jax.device_get(state), jax.device_get(new._replace(model_state=expected))
+            )
+        )
