@@ -91,6 +91,7 @@ def experiment(
     )
     c.optimizer = config_dict.ConfigDict(
         dict(
+            name="adamw",  # a registered optimizer (t2mlr_jax.train.optimizer.OPTIMIZERS)
             lr=5e-4,
             b1=0.9,
             b2=0.95,

@@ -1,5 +1,6 @@
-"""AdamW as the release trains it: HF-style LR schedules, a weight-decay mask, a per-group LR multiplier
-for the fusion ("gate") parameters, and global-norm gradient clipping.
+"""Optimizers, registered by name (`optimizer.name`; AdamW as the release trains it is `adamw`): HF-style
+LR schedules, a weight-decay mask read off the parameter table's kinds, a per-group LR multiplier for the
+fusion ("gate") parameters, and global-norm gradient clipping.
 
 The multiplier scales the final AdamW update of the mixer parameters, which is exactly a PyTorch param
 group with lr x m (both the Adam step and the decoupled decay are proportional to the group's lr).
@@ -15,9 +16,11 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from t2mlr_jax.model.spec import is_spec
+from t2mlr_jax.registry import Registry
+
 SCHEDULES = ("cosine", "wsd", "constant")
 GATE_GROUP = "mixer"  # every fusion parameter, as the release's `is_boosted_param_name`
-NO_DECAY_NAMES = ("bias", "norm", "rezero_gamma")  # substrings of a parameter path that skip decay
 
 
 def warmup_steps(opt: ml_collections.ConfigDict, total_steps: int) -> int:
@@ -55,17 +58,18 @@ def _path_name(path) -> str:
     return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
 
 
-def decay_mask(params: Any) -> Any:
-    """True where weight decay applies: not on norms, biases or the ReZero gammas."""
-    return jax.tree_util.tree_map_with_path(
-        lambda path, _: not any(n in _path_name(path) for n in NO_DECAY_NAMES), params
-    )
+def decay_mask(specs: dict) -> Any:
+    """True where weight decay applies, read off each parameter's kind: not on norms, biases or the
+    ReZero gammas (the release's rule)."""
+    return jax.tree.map(lambda spec: spec.decays, specs, is_leaf=is_spec)
 
 
-def lr_multipliers(params: Any, gate_multiplier: float) -> Any:
+def lr_multipliers(specs: dict, gate_multiplier: float) -> Any:
     """Per-leaf LR multiplier: `gate_multiplier` for the fusion parameters, 1 elsewhere."""
     return jax.tree_util.tree_map_with_path(
-        lambda path, _: gate_multiplier if _path_name(path).startswith(GATE_GROUP) else 1.0, params
+        lambda path, _: gate_multiplier if _path_name(path).startswith(GATE_GROUP) else 1.0,
+        specs,
+        is_leaf=is_spec,
     )
 
 
@@ -73,23 +77,29 @@ def _scale_by_tree(multipliers: Any) -> optax.GradientTransformation:
     return optax.stateless(lambda updates, params: jax.tree.map(lambda u, m: u * m, updates, multipliers))
 
 
-def make_optimizer(
-    opt: ml_collections.ConfigDict, params: Any, total_steps: int
+OPTIMIZERS = Registry("optimizer")
+
+
+@OPTIMIZERS.register("adamw")
+def adamw(
+    opt: ml_collections.ConfigDict, specs: dict, schedule: optax.Schedule
 ) -> optax.GradientTransformation:
-    """clip -> AdamW(schedule, decay mask) -> per-group LR multiplier."""
+    """AdamW with decoupled decay on the parameters whose kind decays."""
+    return optax.adamw(
+        schedule, b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay, mask=decay_mask(specs)
+    )
+
+
+def make_optimizer(
+    opt: ml_collections.ConfigDict, specs: dict, total_steps: int
+) -> optax.GradientTransformation:
+    """clip -> the registered optimizer `opt.name` (schedule, masks from the parameter table `specs`) ->
+    per-group LR multiplier."""
+    build = OPTIMIZERS.get(opt.name)
     parts = []
     if opt.grad_clip:
         parts.append(optax.clip_by_global_norm(float(opt.grad_clip)))
-    parts.append(
-        optax.adamw(
-            make_schedule(opt, total_steps),
-            b1=opt.b1,
-            b2=opt.b2,
-            eps=opt.eps,
-            weight_decay=opt.weight_decay,
-            mask=decay_mask(params),
-        )
-    )
+    parts.append(build(opt, specs, make_schedule(opt, total_steps)))
     if opt.gate_lr_multiplier != 1.0:
-        parts.append(_scale_by_tree(lr_multipliers(params, float(opt.gate_lr_multiplier))))
+        parts.append(_scale_by_tree(lr_multipliers(specs, float(opt.gate_lr_multiplier))))
     return optax.chain(*parts)

@@ -61,7 +61,7 @@ class Run:
         ckpt.check_workdir(self.workdir, self.identity)
         abstract_params = jax.eval_shape(self.arch.init, jax.random.PRNGKey(0))
         self.schedule = make_schedule(config.optimizer, config.train.steps)
-        self.optimizer = make_optimizer(config.optimizer, abstract_params, config.train.steps)
+        self.optimizer = make_optimizer(config.optimizer, self.arch.specs, config.train.steps)
         self.num_params = self.arch.num_params()
         self.state_shardings = train_state_shardings(
             jax.eval_shape(self._init_state),

@@ -1,23 +1,21 @@
-"""experiments/bench.py: its helpers, --help, and one run of the test-sized preset (1 repetition) writing
-the JSON and markdown. Timings themselves are not tested."""
+"""experiments/bench.py and its benchmarks package: the helpers, --help, and one run of the test-sized
+preset (1 repetition) writing the JSON and markdown. Timings themselves are not tested."""
 
 import importlib.util
 import json
 import os
-import sys
 
 import pytest
 
-from t2mlr_jax.model.config import PARAM_MATCHED_HIDDEN, smollm2_135m
+from t2mlr_jax.model.config import smollm2_135m
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _load_bench():
-    """The script as users run it (a file, not an installed package)."""
+    """The script as users run it (a file, not an installed package); it makes its package importable."""
     spec = importlib.util.spec_from_file_location("bench", os.path.join(ROOT, "experiments", "bench.py"))
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve string annotations through sys.modules
     spec.loader.exec_module(module)
     return module
 
@@ -35,23 +33,24 @@ def test_help_lists_the_flags(capsys):
 
 
 def test_paper_ranges_map_to_code_indices_and_scale_down():
-    assert [bench.code_range(r, 30) for r in ("(1,30)", "(5,26)", "(9,22)", "(13,18)")] == [
+    assert [bench.presets.code_range(r, 30) for r in ("(1,30)", "(5,26)", "(9,22)", "(13,18)")] == [
         (0, 29),
         (4, 25),
         (8, 21),
         (12, 17),
     ]
-    assert [bench.code_range(r, 8) for r in ("(1,30)", "(5,26)", "(9,22)", "(13,18)")] == [
+    assert [bench.presets.code_range(r, 8) for r in ("(1,30)", "(5,26)", "(9,22)", "(13,18)")] == [
         (0, 7),
         (1, 6),
         (2, 5),
         (3, 4),
     ]
-    assert bench.code_range("(13,18)", 4) == (1, 2)  # never l_end < l_start
+    assert bench.presets.code_range("(13,18)", 4) == (1, 2)  # never l_end < l_start
 
 
-def test_matched_baseline_is_the_papers_584_wide_transformer():
-    assert bench.matched_baseline(smollm2_135m()).hidden_size == PARAM_MATCHED_HIDDEN["smollm2_135m"]
+def test_matched_baseline_is_the_releases_584_wide_transformer():
+    baseline = bench.presets.matched_baseline(smollm2_135m())
+    assert baseline.hidden_size == 584 and baseline.recurrence is None
 
 
 def test_unknown_section_is_one_clear_error():
@@ -84,5 +83,5 @@ def test_smoke_preset_writes_json_and_markdown(tmp_path):
     assert sections["memory"]["decode_rows"][1]["recurrent_state_bytes"] > 0
     assert all(row["mfu"] is None and row["tokens_per_second"] > 0 for row in sections["throughput"]["rows"])
     markdown = (tmp_path / "bench_smoke.md").read_text()
-    for title in bench.TITLES.values():
-        assert f"## {title}" in markdown
+    for section in bench.SECTIONS.values():
+        assert f"## {section.TITLE}" in markdown

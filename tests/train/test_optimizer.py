@@ -5,11 +5,15 @@ import numpy as np
 import optax
 import pytest
 
+from t2mlr_jax.model.params import param_specs
+from t2mlr_jax.model.spec import init_from_specs
 from t2mlr_jax.train.optimizer import decay_mask, lr_multipliers, make_optimizer, make_schedule
+from tests.train.tiny_task import tiny_model
 
 
 def opt(**changes):
     base = dict(
+        name="adamw",
         lr=1.0,
         b1=0.9,
         b2=0.95,
@@ -48,36 +52,36 @@ def test_bad_schedule_name_is_rejected():
         make_schedule(opt(schedule="linear"), 10)
 
 
-PARAMS = {
-    "embed_tokens": jnp.ones((4, 2)),
-    "norm": jnp.ones((2,)),
-    "layers": {"input_layernorm": jnp.ones((3, 2)), "mlp": {"up_proj": jnp.ones((3, 2, 2))}},
-    "mixer": {
-        "rezero_gamma_recurrent_gate": jnp.zeros((1,)),
-        "recurrent_gate_proj": {"kernel": jnp.ones((4, 2)), "bias": jnp.zeros((2,))},
-    },
-}
+# The parameter table of a tiny T²MLR model with every kind of parameter (pre-norm adds mixer norms).
+SPECS = param_specs(tiny_model().with_recurrence(l_start=1, l_end=1, pre_norm=True, cache_norm="rmsnorm"))
+PARAMS = init_from_specs(SPECS, jax.random.PRNGKey(0), "float32")
 
 
 def test_no_decay_on_norms_biases_and_gammas():
-    mask = decay_mask(PARAMS)
-    assert (
-        mask["embed_tokens"]
-        and mask["layers"]["mlp"]["up_proj"]
-        and mask["mixer"]["recurrent_gate_proj"]["kernel"]
+    """The mask read off the parameter kinds is the release's rule on names (no decay where the name holds
+    bias, norm or rezero_gamma), on every parameter."""
+    mask = decay_mask(SPECS)
+    by_name = jax.tree_util.tree_map_with_path(
+        lambda path, _: not any(n in jax.tree_util.keystr(path) for n in ("bias", "norm", "rezero_gamma")),
+        PARAMS,
     )
-    assert (
-        not mask["norm"] and not mask["layers"]["input_layernorm"]
-    )  # stacked norms are 2-D: named, not ndim
+    assert jax.tree.structure(mask) == jax.tree.structure(PARAMS)
+    assert jax.tree.leaves(mask) == jax.tree.leaves(by_name)
+    assert mask["layers"]["mlp"]["up_proj"] and not mask["layers"]["input_layernorm"]
     assert (
         not mask["mixer"]["rezero_gamma_recurrent_gate"] and not mask["mixer"]["recurrent_gate_proj"]["bias"]
     )
 
 
+def test_an_unknown_optimizer_lists_the_registered_ones():
+    with pytest.raises(ValueError, match="unknown optimizer 'adam'; registered: adamw"):
+        make_optimizer(opt(name="adam"), SPECS, 10)
+
+
 def test_gate_multiplier_scales_exactly_the_mixer_update():
     grads = jax.tree.map(lambda p: jnp.full_like(p, 0.5), PARAMS)
-    plain = make_optimizer(opt(warmup_ratio=0.0), PARAMS, 10)
-    boosted = make_optimizer(opt(warmup_ratio=0.0, gate_lr_multiplier=100.0), PARAMS, 10)
+    plain = make_optimizer(opt(warmup_ratio=0.0), SPECS, 10)
+    boosted = make_optimizer(opt(warmup_ratio=0.0, gate_lr_multiplier=100.0), SPECS, 10)
     u1, _ = plain.update(grads, plain.init(PARAMS), PARAMS)
     u100, _ = boosted.update(grads, boosted.init(PARAMS), PARAMS)
     np.testing.assert_allclose(
@@ -86,7 +90,7 @@ def test_gate_multiplier_scales_exactly_the_mixer_update():
         rtol=1e-6,
     )
     np.testing.assert_array_equal(u100["embed_tokens"], u1["embed_tokens"])
-    assert lr_multipliers(PARAMS, 3.0)["layers"]["mlp"]["up_proj"] == 1.0
+    assert lr_multipliers(SPECS, 3.0)["layers"]["mlp"]["up_proj"] == 1.0
 
 
 def test_clipping_rescales_gradients_to_the_global_norm_first():
@@ -94,7 +98,7 @@ def test_clipping_rescales_gradients_to_the_global_norm_first():
     huge = jax.tree.map(lambda p: jnp.full_like(p, 1e3), PARAMS)
     unit = jax.tree.map(lambda g: g / optax.tree.norm(huge), huge)
     clipped, plain = (
-        make_optimizer(opt(grad_clip=c, eps=1.0, warmup_ratio=0.0), PARAMS, 10) for c in (1.0, 0.0)
+        make_optimizer(opt(grad_clip=c, eps=1.0, warmup_ratio=0.0), SPECS, 10) for c in (1.0, 0.0)
     )
     u_clipped, _ = clipped.update(huge, clipped.init(PARAMS), PARAMS)
     u_unit, _ = plain.update(unit, plain.init(PARAMS), PARAMS)
