@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 WORKDIR ?= runs/demo
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test clean
+.PHONY: demo test lint clean
 
 $(VENV)/.base: setup.cfg setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,12 @@ $(VENV)/.test: $(VENV)/.base
 demo: $(VENV)/.base
 	$(PY) main.py --workdir=$(WORKDIR)
 
-test: $(VENV)/.test
+# Style (ruff.toml): lint and formatting, checked before the tests run.
+lint: $(VENV)/.test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 clean:
