@@ -46,7 +46,7 @@ _NUM_GENERATE = flags.DEFINE_integer("num_generate", 16, "Examples to decode in 
 def _setup(config, workdir: Path):
     """Build and check every run before anything is compiled: one clear error on bad input."""
     from t2mlr_jax.architectures import arch_names
-    from t2mlr_jax.train.tasks import build_data_source
+    from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.trainer import Run
 
     names = arch_names(config)
@@ -103,7 +103,7 @@ def _evaluate(runs: dict) -> None:
 
 
 def _generate(runs: dict, count: int) -> None:
-    from t2mlr_jax.train.generation import write_generations
+    from t2mlr_jax.train.dump_generations import write_generations
     from t2mlr_jax.train.trainer import restore_state
 
     for name, run in runs.items():

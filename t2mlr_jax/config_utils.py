@@ -120,7 +120,7 @@ def experiment(
     )
     c.data = config_dict.ConfigDict(
         dict(
-            kind="generated",  # generated | file | text (t2mlr_jax.train.tasks)
+            kind="generated",  # generated | file | text (t2mlr_jax.train.build_data)
             task="",
             format="",  # generated task name / record format of files
             tokenizer="",

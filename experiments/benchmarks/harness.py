@@ -68,7 +68,7 @@ def random_tokens(cfg: ModelConfig, batch: int, length: int, seed: int) -> jax.A
     return jax.random.randint(jax.random.PRNGKey(seed), (batch, length), 1, cfg.vocab_size, jnp.int32)
 
 
-def make_train_step(
+def compile_jacobi_step(
     cfg: ModelConfig, d_forward: int, d_backward: int, optimizer: optax.GradientTransformation
 ):
     def loss_fn(params, tokens):
@@ -91,7 +91,7 @@ class TrainRun:
         params = init_params(cfg, jax.random.PRNGKey(seed))
         self.state = (params, optimizer.init(params))
         self.tokens = random_tokens(cfg, batch, seq, seed + 1)
-        traced = make_train_step(cfg, d_forward, d_backward, optimizer).trace(*self.state, self.tokens)
+        traced = compile_jacobi_step(cfg, d_forward, d_backward, optimizer).trace(*self.state, self.tokens)
         self.jaxpr_flops = jaxpr_matmul_flops(traced.jaxpr)
         self.compiled = traced.lower().compile()
 

@@ -18,14 +18,14 @@ from t2mlr_jax.architectures.contract import Architecture, Outputs, layout_of, r
 from t2mlr_jax.architectures.t2mlr import baseline_backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.backbone import embed, head, run_blocks
-from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.config import ModelConfig, resolve_range
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.recurrence import Layout
 
 
 def loop_range(cfg: ModelConfig, start: int, end: int) -> tuple[int, int]:
     """0-based inclusive [start, end] with negative `end` counted from the last block."""
-    end = end + cfg.num_layers if end < 0 else end
+    start, end = resolve_range(start, end, cfg.num_layers)
     if not 0 <= start <= end < cfg.num_layers:
         raise ValueError(f"loop range [{start}, {end}] is not inside {cfg.num_layers} layers")
     return start, end

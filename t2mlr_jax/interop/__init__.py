@@ -23,8 +23,8 @@ _EXPORTS = {
     "load_gguf": "gguf",
     "open_gguf": "gguf",
     "gguf_metadata": "gguf",
-    "save_params": "checkpoint",
-    "load_params": "checkpoint",
+    "save_params": "orbax_folder",
+    "load_params": "orbax_folder",
     "T2MLRReference": "torch_reference",
 }
 __all__ = sorted(_EXPORTS)

@@ -9,11 +9,11 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from t2mlr_jax.interop.checkpoint import is_orbax_checkpoint, load_config, load_params
 from t2mlr_jax.interop.configs import model_config_from_hf, model_config_from_release
 from t2mlr_jax.interop.files import read_json
 from t2mlr_jax.interop.gguf import gguf_model_config, load_gguf, open_gguf
 from t2mlr_jax.interop.hf import load_hf
+from t2mlr_jax.interop.orbax_folder import is_orbax_checkpoint, load_config, load_params
 from t2mlr_jax.interop.t2mlr_torch import is_t2mlr_folder, load_t2mlr_torch
 from t2mlr_jax.model.config import GAMMA_MIXERS, ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import mixer_specs

@@ -3,7 +3,8 @@
 
   jacobi_forward   temporal-parallel: an unfused pass, then D-1 refinement passes of the middle block
                    [l_start, l_end] (`fori_loop`, fully stop_gradient'ed except the last B), then a
-                   final pass. Exactly the release's D/B semantics (shared/spec/t2mlr.md).
+                   final pass. Exactly the release's D/B semantics: the gradient reaches back through
+                   the last B refinements only.
   exact_forward    token by token (`lax.scan` over time) carrying R and the KV cache; with `bptt=B` the
                    gradient of each token flows through at most B links of the recurrent chain.
   decode_step      one token with the KV cache and R (the body of exact_forward and of generation).

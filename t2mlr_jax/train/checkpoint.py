@@ -1,4 +1,5 @@
-"""Checkpoints: the only module that talks to orbax.
+"""Checkpoints: the only module that talks to orbax (training checkpoints, and the folders of exported
+models that t2mlr_jax.interop.orbax_folder reads and writes).
 
 A checkpoint holds the train state (params, optimizer state, step, RNG), the data iterator's state and a
 meta record (a fingerprint of every state leaf, computed on device). Saves are async, every `save_every`
@@ -183,3 +184,35 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# A folder of arrays plus JSON metadata items (exported models: t2mlr_jax.interop.orbax_folder).
+
+
+def save_folder(path: Path | str, *, params: Any, metadata: dict[str, Any]) -> None:
+    """Write `params` (item "params") and each JSON-able metadata value (one item per key)."""
+    items = {
+        "params": ocp.args.StandardSave(params),
+        **{k: ocp.args.JsonSave(v) for k, v in metadata.items()},
+    }
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+        checkpointer.save(Path(path).absolute(), args=ocp.args.Composite(**items))
+
+
+def read_folder_metadata(path: Path | str, name: str) -> Any:
+    """One metadata item of a folder, without reading any array."""
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+        stored = checkpointer.restore(
+            Path(path).absolute(), args=ocp.args.Composite(**{name: ocp.args.JsonRestore()})
+        )
+    return stored[name]
+
+
+def read_folder_arrays(path: Path | str, target: Any) -> Any:
+    """The folder's "params" item, restored onto `target` (ShapeDtypeStructs)."""
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+        restored = checkpointer.restore(
+            Path(path).absolute(), args=ocp.args.Composite(params=ocp.args.StandardRestore(target))
+        )
+    return restored["params"]

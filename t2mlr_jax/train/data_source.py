@@ -1,6 +1,6 @@
 """What the trainer needs from a task's data, and the checks that run before anything is compiled.
 
-A `DataSource` is built from `config.data` by `build_data_source` (t2mlr_jax.train.tasks); tests build
+A `DataSource` is built from `config.data` by `build_data_source` (t2mlr_jax.train.build_data); tests build
 small ones directly. Iterators follow grain's DatasetIterator protocol (`next`, `get_state`, `set_state`),
 which is what makes resumption exact.
 """

@@ -1,5 +1,5 @@
-"""T²MLR's three modes agree with each other, with the plain backbone at γ = 0, and with the spec's D/B
-semantics (shared/spec/t2mlr.md, Jacobi step 3) on gradients."""
+"""T²MLR's three modes agree with each other, with the plain backbone at γ = 0, and with the release's D/B
+semantics on gradients (the gradient reaches back through exactly the last B refinement passes)."""
 
 import jax
 import jax.numpy as jnp

@@ -23,7 +23,7 @@ from t2mlr_jax.interop import load_pretrained
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train import init_from
-from t2mlr_jax.train.tasks import build_data_source
+from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.trainer import Run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -6,7 +6,7 @@ import pytest
 
 from t2mlr_jax.data.batch import validate_batch
 from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
-from t2mlr_jax.train.tasks import build_data_source
+from t2mlr_jax.train.build_data import build_data_source
 
 CONFIGS = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs"
