@@ -29,12 +29,11 @@ import optax
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
+from t2mlr_jax.model.fusion import RECURRENT
 from t2mlr_jax.model.generate import GenerateOutput
 from t2mlr_jax.model.recurrence import Layout
 from t2mlr_jax.model.spec import count_params, init_from_specs, spec_shapes
 from t2mlr_jax.registry import Registry
-
-RECURRENT = 2  # control flow: 0 pad, 1 prompt, 2 recurrent (t2mlr_jax.data.batch holds the contract)
 
 
 @flax.struct.dataclass

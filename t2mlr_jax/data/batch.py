@@ -31,7 +31,7 @@ from collections.abc import Mapping
 import numpy as np
 from jaxtyping import Shaped
 
-PAD, PROMPT, RECURRENT = 0, 1, 2
+from t2mlr_jax.model.fusion import PAD, PROMPT, RECURRENT  # noqa: F401  (part of the batch contract)
 
 BATCH_DTYPES: dict[str, type] = {
     "tokens": np.int32,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from t2mlr_jax.model.config import GAMMA_MIXERS, ModelConfig, RecurrenceConfig
+from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
+from t2mlr_jax.model.mixers import MIXERS
 
 # ---------------------------------------------------------------------------------------------
 # Our own checkpoints: the config as a plain dict (stored next to the weights).
@@ -75,11 +76,31 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32") -> ModelConf
     ).validate()
 
 
+# The backbone's configurable parts (norms, QK-norm, windows, softcaps, MLP): Llama is their defaults.
+BLOCK_FIELDS = ("norm_weights", "embed_norm", "qk_norm", "window_pattern", "sliding_window", "attn_softcap",
+                "logit_softcap", "mlp")  # fmt: skip
+LLAMA_SHAPE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "mlp_dim",
+)
+
+
 def hf_config_from_model(cfg: ModelConfig, **extra: Any) -> dict:
     """A config.json that transformers' LlamaForCausalLM loads unchanged (4.x and 5.x keys both written)."""
     if cfg.rope_theta is None:
         raise ValueError(
             "HF Llama has no NoPE variant: a model with rope_theta=None cannot be exported to HF"
+        )
+    llama = ModelConfig(**{f: getattr(cfg, f) for f in LLAMA_SHAPE_FIELDS})
+    other = [f"{f}={getattr(cfg, f)!r}" for f in BLOCK_FIELDS if getattr(cfg, f) != getattr(llama, f)]
+    if other:
+        raise ValueError(
+            f"HF Llama has no such block ({', '.join(other)}): this model cannot be exported to HF"
         )
     return {
         "architectures": [LLAMA_ARCHITECTURE],
@@ -182,7 +203,7 @@ def _learnable_gates(settings: dict, mixer: str) -> dict:
             name: settings.get(name) if settings.get(name) is not None else default
             for name in ("use_learnable_recurrent_gate", "use_learnable_input_gate")
         }
-    if mixer in GAMMA_MIXERS:
+    if MIXERS.get(mixer).rezero:
         return {"use_learnable_gate": settings.get("use_learnable_gate", False)}
     return {}
 
@@ -232,7 +253,7 @@ def release_from_recurrence(rec: RecurrenceConfig, hidden_size: int) -> dict:
             "cache_norm='rmsnorm' (the paper's learnable RMSNorm) has no equivalent in the release"
         )
     kwargs = {}
-    if rec.gamma_per_channel and rec.mixer in GAMMA_MIXERS:
+    if rec.gamma_per_channel and MIXERS.get(rec.mixer).rezero:
         kwargs["rezero_gamma_scalar"] = False
     if rec.mixer == "codi":
         kwargs["bottleneck_size"] = hidden_size

@@ -15,8 +15,9 @@ from t2mlr_jax.interop.gguf import gguf_model_config, load_gguf, open_gguf
 from t2mlr_jax.interop.hf import load_hf
 from t2mlr_jax.interop.orbax_folder import is_orbax_checkpoint, load_config, load_params
 from t2mlr_jax.interop.t2mlr_torch import is_t2mlr_folder, load_t2mlr_torch
-from t2mlr_jax.model.config import GAMMA_MIXERS, ModelConfig, RecurrenceConfig
+from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import mixer_specs
+from t2mlr_jax.model.mixers import MIXERS
 from t2mlr_jax.model.spec import init_from_specs
 
 # What a backbone's weights encode: a checkpoint fits a model config when these agree.
@@ -42,7 +43,7 @@ START_ONLY_FIELDS = (
     "input_gate_init",
 )
 # Mixers for which Phi(x, R) == x at initialisation (the gammas start at 0), so retrofitting keeps the logits.
-IDENTITY_AT_INIT = GAMMA_MIXERS + ("none",)
+IDENTITY_AT_INIT = tuple(name for name, mixer in MIXERS.items() if mixer.rezero) + ("none",)
 
 
 def checkpoint_format(path: Path | str) -> str:

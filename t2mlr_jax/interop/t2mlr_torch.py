@@ -2,7 +2,7 @@
 
 config.json: model_type "t2mlr", the Llama config under `base_config`, the T²MLR settings flat.
 Weights: the Llama keys under `t2mlr_model.`, block l_start under `...layers.{l_start}.model.`
-and the mixer under `...layers.{l_start}.t2mlr_mixing_module.` (see tables.MIXER_RULES).
+and the mixer under `...layers.{l_start}.t2mlr_mixing_module.` (see tables.mixer_rules).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 A rule pairs one of our parameters (a path in the params pytree) with a PyTorch state-dict key.
 Our weights are stored [in..., out...] (q_proj is [D, H, E]); PyTorch Linear weights are
-[out, in]. `in_dims` says how many leading dimensions (after the stacked layer axis) are the
-Linear's input, which is all a transform needs: flatten to [in, out], transpose. Rules with
-`in_dims=0` are copied as they are (embeddings, norms, biases, gammas).
+[out, in]. The parameter's spec says how many leading dimensions (after the stacked layer axis) are
+the Linear's input (`ParamSpec.in_dims`), which is all a transform needs: flatten to [in, out],
+transpose. Parameters with `in_dims=0` are copied as they are (embeddings, norms, biases, gammas).
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.mixers import MIXERS, SHARED_KEYS
 from t2mlr_jax.model.params import param_specs
-from t2mlr_jax.model.spec import ParamSpec
+from t2mlr_jax.model.spec import is_spec, spec_leaves
 
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
     path: tuple[str, ...]
     key: str  # `{block}`: the block index of a stacked per-layer parameter; `{l_start}`: the fused block
-    in_dims: int = 0
 
     @property
     def stacked(self) -> bool:
@@ -37,46 +37,27 @@ class Rule:
 LLAMA_RULES = (
     Rule(("embed_tokens",), "model.embed_tokens.weight"),
     Rule(("layers", "input_layernorm"), "model.layers.{block}.input_layernorm.weight"),
-    Rule(("layers", "self_attn", "q_proj"), "model.layers.{block}.self_attn.q_proj.weight", 1),
-    Rule(("layers", "self_attn", "k_proj"), "model.layers.{block}.self_attn.k_proj.weight", 1),
-    Rule(("layers", "self_attn", "v_proj"), "model.layers.{block}.self_attn.v_proj.weight", 1),
-    Rule(("layers", "self_attn", "o_proj"), "model.layers.{block}.self_attn.o_proj.weight", 2),
+    Rule(("layers", "self_attn", "q_proj"), "model.layers.{block}.self_attn.q_proj.weight"),
+    Rule(("layers", "self_attn", "k_proj"), "model.layers.{block}.self_attn.k_proj.weight"),
+    Rule(("layers", "self_attn", "v_proj"), "model.layers.{block}.self_attn.v_proj.weight"),
+    Rule(("layers", "self_attn", "o_proj"), "model.layers.{block}.self_attn.o_proj.weight"),
     Rule(("layers", "post_attention_layernorm"), "model.layers.{block}.post_attention_layernorm.weight"),
-    Rule(("layers", "mlp", "gate_proj"), "model.layers.{block}.mlp.gate_proj.weight", 1),
-    Rule(("layers", "mlp", "up_proj"), "model.layers.{block}.mlp.up_proj.weight", 1),
-    Rule(("layers", "mlp", "down_proj"), "model.layers.{block}.mlp.down_proj.weight", 1),
+    Rule(("layers", "mlp", "gate_proj"), "model.layers.{block}.mlp.gate_proj.weight"),
+    Rule(("layers", "mlp", "up_proj"), "model.layers.{block}.mlp.up_proj.weight"),
+    Rule(("layers", "mlp", "down_proj"), "model.layers.{block}.mlp.down_proj.weight"),
     Rule(("norm",), "model.norm.weight"),
-    Rule(("lm_head",), "lm_head.weight", 1),
+    Rule(("lm_head",), "lm_head.weight"),
 )
 
+
 _MIXER = "model.layers.{l_start}.t2mlr_mixing_module."
-# The release's mixer modules (t2mlr_gate_zoo), by our parameter names (t2mlr_jax.model.fusion).
-MIXER_RULES = (
-    Rule(("mixer", "recurrent_projection"), _MIXER + "recurrent_projection.weight", 1),
-    Rule(("mixer", "norm_x"), _MIXER + "norm_x.weight"),
-    Rule(("mixer", "norm_r"), _MIXER + "norm_r.weight"),
-    Rule(("mixer", "rezero_gamma_recurrent_gate"), _MIXER + "rezero_gamma_recurrent_gate"),
-    Rule(("mixer", "rezero_gamma_input_gate"), _MIXER + "rezero_gamma_input_gate"),
-    Rule(("mixer", "rezero_gamma"), _MIXER + "rezero_gamma"),
-    *(
-        rule
-        for gate in ("recurrent_gate_proj", "input_gate_proj", "alpha_gate_proj", "erg_r_proj", "erg_i_proj")
-        for rule in (
-            Rule(("mixer", gate, "kernel"), _MIXER + f"{gate}.weight", 1),
-            Rule(("mixer", gate, "bias"), _MIXER + f"{gate}.bias"),
-        )
-    ),
-    Rule(("mixer", "erg_lambda_param"), _MIXER + "erg_lambda_param"),
-    Rule(("mixer", "recurrent_alpha"), _MIXER + "recurrent_alpha"),
-    Rule(("mixer", "concat_projection"), _MIXER + "concat_projection.weight", 1),
-    # CODI's nn.Sequential(Linear, GELU, Linear, LayerNorm) is stored as recurrent_projection.{0,2,3}.
-    Rule(("mixer", "codi_projection", "fc1", "kernel"), _MIXER + "recurrent_projection.0.weight", 1),
-    Rule(("mixer", "codi_projection", "fc1", "bias"), _MIXER + "recurrent_projection.0.bias"),
-    Rule(("mixer", "codi_projection", "fc2", "kernel"), _MIXER + "recurrent_projection.2.weight", 1),
-    Rule(("mixer", "codi_projection", "fc2", "bias"), _MIXER + "recurrent_projection.2.bias"),
-    Rule(("mixer", "codi_projection", "norm", "scale"), _MIXER + "recurrent_projection.3.weight"),
-    Rule(("mixer", "codi_projection", "norm", "bias"), _MIXER + "recurrent_projection.3.bias"),
-)
+
+
+def mixer_rules(mixer: str) -> tuple[Rule, ...]:
+    """The release's keys (its t2mlr_gate_zoo modules) of every parameter a mixer may have: the shared W_rec
+    and pre-norm scales and the mixer's own, from its registry entry."""
+    keys = {**SHARED_KEYS, **MIXERS.get(mixer).keys}
+    return tuple(Rule(("mixer", *path), _MIXER + key) for path, key in keys.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,16 +83,9 @@ class Layout:
         return self.prefix + "model.embed_tokens.weight"
 
 
-def _spec_leaves(cfg: ModelConfig) -> dict[tuple[str, ...], ParamSpec]:
-    leaves = jax.tree_util.tree_flatten_with_path(
-        param_specs(cfg), is_leaf=lambda x: isinstance(x, ParamSpec)
-    )[0]
-    return {tuple(k.key for k in path): spec for path, spec in leaves}
-
-
 def _select(name: str, cfg: ModelConfig, rules, **layout) -> Layout:
     """The rules for the parameters this model has; every parameter must have one."""
-    paths = _spec_leaves(cfg)
+    paths = spec_leaves(param_specs(cfg))
     chosen = tuple(r for r in rules if r.path in paths)
     uncovered = set(paths) - {r.path for r in chosen}
     if uncovered:
@@ -129,9 +103,8 @@ def hf_layout(cfg: ModelConfig) -> Layout:
 def t2mlr_layout(cfg: ModelConfig) -> Layout:
     """The authors' T2MLRWrapper state dict: the Llama keys under `t2mlr_model.`, block l_start wrapped."""
     l_start, _ = cfg.layer_range
-    return _select(
-        "t2mlr-torch", cfg, LLAMA_RULES + MIXER_RULES, prefix="t2mlr_model.", wrapped_block=l_start
-    )
+    rules = LLAMA_RULES + mixer_rules(cfg.recurrence.mixer)
+    return _select("t2mlr-torch", cfg, rules, prefix="t2mlr_model.", wrapped_block=l_start)
 
 
 def _torch_shape(shape: tuple[int, ...], in_dims: int) -> tuple[int, ...]:
@@ -149,16 +122,16 @@ def _from_torch(weight: np.ndarray, shape: tuple[int, ...], in_dims: int) -> np.
 
 
 def _entries(layout: Layout):
-    """(key, rule, block, per-key shape in our layout) for every key of the layout."""
+    """(key, rule, block, per-key shape in our layout, fan-in dims) for every key of the layout."""
     cfg = layout.cfg
-    specs = _spec_leaves(cfg)
+    specs = spec_leaves(param_specs(cfg))
     for rule in layout.rules:
-        shape = specs[rule.path].shape
+        spec = specs[rule.path]
         if rule.stacked:
             for block in range(cfg.num_layers):
-                yield layout.key(rule, block), rule, block, shape[1:]
+                yield layout.key(rule, block), rule, block, spec.shape[1:], spec.in_dims
         else:
-            yield layout.key(rule), rule, None, shape
+            yield layout.key(rule), rule, None, spec.shape, spec.in_dims
 
 
 def _lookup(tree: dict, path: tuple[str, ...]):
@@ -169,7 +142,7 @@ def _lookup(tree: dict, path: tuple[str, ...]):
 
 def check_params(cfg: ModelConfig, params: dict) -> None:
     """Params must match the parameter table exactly: one ValueError naming every difference."""
-    specs = _spec_leaves(cfg)
+    specs = spec_leaves(param_specs(cfg))
     got = {tuple(k.key for k in path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
     problems = [f"missing {'/'.join(p)}" for p in sorted(set(specs) - set(got))]
     problems += [f"unexpected {'/'.join(p)}" for p in sorted(set(got) - set(specs))]
@@ -186,11 +159,11 @@ def to_state_dict(layout: Layout, params: dict, *, progress: bool = False) -> di
     """Our params as a PyTorch state dict of numpy arrays ([out, in] Linear weights), dtypes kept."""
     check_params(layout.cfg, params)
     state = {}
-    for key, rule, block, _ in tqdm(
+    for key, rule, block, _, in_dims in tqdm(
         list(_entries(layout)), desc=f"export {layout.name}", disable=not progress
     ):
         array = np.asarray(_lookup(params, rule.path))
-        state[key] = _to_torch(array if block is None else array[block], rule.in_dims)
+        state[key] = _to_torch(array if block is None else array[block], in_dims)
     return state
 
 
@@ -199,7 +172,7 @@ def from_state_dict(layout: Layout, state: Mapping[str, np.ndarray], *, progress
     unexpected key and every shape mismatch. A tied model may carry a copy of the embedding as lm_head."""
     cfg = layout.cfg
     entries = list(_entries(layout))
-    expected = {key: shape for key, _, _, shape in entries}
+    expected = {key: shape for key, _, _, shape, _ in entries}
     problems = [f"missing key {k}" for k in expected if k not in state]
     extra = set(state) - set(expected)
     if cfg.tie_embeddings and layout.head_key in extra and layout.embed_key in state:
@@ -210,9 +183,9 @@ def from_state_dict(layout: Layout, state: Mapping[str, np.ndarray], *, progress
             )
     problems += [f"unexpected key {k}" for k in sorted(extra)]
     problems += [
-        f"{key}: shape {tuple(state[key].shape)}, expected {_torch_shape(shape, rule.in_dims)}"
-        for key, rule, _, shape in entries
-        if key in state and tuple(state[key].shape) != _torch_shape(shape, rule.in_dims)
+        f"{key}: shape {tuple(state[key].shape)}, expected {_torch_shape(shape, in_dims)}"
+        for key, _, _, shape, in_dims in entries
+        if key in state and tuple(state[key].shape) != _torch_shape(shape, in_dims)
     ]
     if problems:
         raise ValueError(
@@ -220,8 +193,8 @@ def from_state_dict(layout: Layout, state: Mapping[str, np.ndarray], *, progress
             f"({len(problems)} problems):\n  - " + "\n  - ".join(problems)
         )
     arrays: dict[tuple[str, ...], list] = {rule.path: [] for rule in layout.rules}
-    for key, rule, _, shape in tqdm(entries, desc=f"import {layout.name}", disable=not progress):
-        arrays[rule.path].append(_from_torch(np.asarray(state[key]), shape, rule.in_dims))
+    for key, rule, _, shape, in_dims in tqdm(entries, desc=f"import {layout.name}", disable=not progress):
+        arrays[rule.path].append(_from_torch(np.asarray(state[key]), shape, in_dims))
 
     def leaf(path, spec):
         path = tuple(k.key for k in path)
@@ -229,6 +202,4 @@ def from_state_dict(layout: Layout, state: Mapping[str, np.ndarray], *, progress
         return jnp.asarray(array.astype(spec.dtype or cfg.param_dtype))
 
     # Mapping over the parameter table keeps its exact structure (a mixer without parameters stays {}).
-    return jax.tree_util.tree_map_with_path(
-        leaf, param_specs(cfg), is_leaf=lambda x: isinstance(x, ParamSpec)
-    )
+    return jax.tree_util.tree_map_with_path(leaf, param_specs(cfg), is_leaf=is_spec)

@@ -3,10 +3,11 @@
 It loads the authors' checkpoint layout (or ours exported to it) and runs token by token with R
 carried: token t fuses R_{t-1} into the stream entering block l_start (Phi, any mixer of the
 release's gate zoo) and R_t is read after block l_end, with the temporal residual and the clamped
-stop-gradient RMS rescale at recurrent positions (shared/spec/t2mlr.md). Each step re-runs the
-prefix with the already known caches instead of keeping a KV cache: O(T^2), but it needs nothing
-from transformers beyond a plain forward and two hooks, so it is hard to get wrong. It assumes one
-document per row and no padding; rows are independent.
+stop-gradient RMS rescale at recurrent positions. Each step re-runs the prefix with the already known
+caches instead of keeping a KV cache: O(T^2), but it needs nothing from transformers beyond a plain
+forward and two hooks, so it is hard to get wrong. It assumes one document per row and no padding;
+rows are independent. Of this package it reads only pure-Python metadata (configs, the mixer
+registry's key names), so it runs without JAX installed.
 
     model = T2MLRReference.from_pretrained("ckpt/")          # a t2mlr-torch folder
     logits = model(input_ids)                               # [B, T, V], every token recurrent
@@ -14,17 +15,21 @@ document per row and no padding; rows are independent.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import torch
 from jaxtyping import Float, Int
 from torch import nn
+from torch.nn import functional as F
 
 from t2mlr_jax.interop.configs import model_config_from_release
 from t2mlr_jax.interop.files import numpy_to_torch, read_json, read_state_dict
-from t2mlr_jax.model.config import PROJECTED_MIXERS, RecurrenceConfig
+from t2mlr_jax.model.config import RecurrenceConfig
+from t2mlr_jax.model.mixers import MIXERS, SHARED_KEYS
 
 RECURRENT = 2  # control flow: 0 pad, 1 prompt, 2 recurrent
+W_REC, NORM_X, NORM_R = (SHARED_KEYS[(name,)] for name in ("recurrent_projection", "norm_x", "norm_r"))
 
 
 def clamped_rescale(y: torch.Tensor, clamp: float, eps: float) -> torch.Tensor:
@@ -35,90 +40,134 @@ def clamped_rescale(y: torch.Tensor, clamp: float, eps: float) -> torch.Tensor:
     return y * scale.to(y.dtype)
 
 
+# ---------------------------------------------------------------------------------------------
+# The release's mixing modules, one formula each: (weights by release key, x, pre-normed x and r, P) -> Phi.
+# Weights keep the checkpoint's dtype and are cast where used: to the stream's dtype, the gammas and the
+# ERG decay rates to fp32 (the release keeps those in fp32 whatever the model dtype).
+
+Weights = Mapping[str, torch.Tensor]
+Post = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _linear(w: Weights, name: str, x: torch.Tensor) -> torch.Tensor:
+    bias = w.get(f"{name}.bias")
+    return F.linear(x, w[f"{name}.weight"].to(x.dtype), None if bias is None else bias.to(x.dtype))
+
+
+def _tanh_gamma(w: Weights, name: str, dtype: torch.dtype) -> torch.Tensor:
+    return torch.tanh(w[name].float()).to(dtype)
+
+
+def _gated(w: Weights, x, xn, rn, post: Post) -> torch.Tensor:
+    both = torch.cat([xn, rn], dim=-1)  # [x ; r], x first (release order)
+    g_rec = torch.sigmoid(_linear(w, "recurrent_gate_proj", both))
+    g_in = torch.sigmoid(_linear(w, "input_gate_proj", both))
+    gamma_rec = _tanh_gamma(w, "rezero_gamma_recurrent_gate", x.dtype)
+    gamma_in = _tanh_gamma(w, "rezero_gamma_input_gate", x.dtype)
+    return x + post(gamma_rec * g_rec * rn + gamma_in * g_in * xn)
+
+
+def _alpha_gated(gates: Callable) -> Callable:
+    def formula(w: Weights, x, xn, rn, post: Post) -> torch.Tensor:
+        both = torch.cat([xn, rn], dim=-1)
+        alpha = torch.sigmoid(_linear(w, "alpha_gate_proj", both).float()).clamp(1e-4, 1 - 1e-4)
+        g_rec, g_in = gates(alpha)
+        y = post(g_rec.to(x.dtype) * rn + g_in.to(x.dtype) * xn)
+        return x + _tanh_gamma(w, "rezero_gamma", x.dtype) * y
+
+    return formula
+
+
+def _constant_weight(w: Weights, x, xn, rn, post: Post) -> torch.Tensor:
+    alpha = w["recurrent_alpha"].clamp(0.0, 1.0).to(x.dtype)
+    return (1 - alpha) * xn + alpha * rn
+
+
+def _concat(w: Weights, x, xn, rn, post: Post) -> torch.Tensor:
+    return _linear(w, "concat_projection", torch.cat([xn, rn], dim=-1))
+
+
+def _exponential_rotational_gated(w: Weights, x, xn, rn, post: Post) -> torch.Tensor:
+    gate_r, gate_i = torch.sigmoid(_linear(w, "erg_r_proj", xn)), torch.sigmoid(_linear(w, "erg_i_proj", xn))
+    a = torch.exp(-8.0 * F.softplus(w["erg_lambda_param"].float()) * gate_r.float())
+    coeff = torch.sqrt(1.0 - a * a + 1e-8)
+    return post(a.to(x.dtype) * xn + coeff.to(x.dtype) * gate_i * rn)
+
+
+def _codi(w: Weights, x, xn, rn, post: Post) -> torch.Tensor:
+    """The release's nn.Sequential(Linear, GELU, Linear, LayerNorm) under recurrent_projection.{0,2,3}."""
+    z = _linear(w, "recurrent_projection.2", F.gelu(_linear(w, "recurrent_projection.0", rn)))
+    scale, shift = (w[f"recurrent_projection.3.{k}"].to(x.dtype) for k in ("weight", "bias"))
+    return post(F.layer_norm(z, z.shape[-1:], scale, shift))
+
+
+FORMULAS: dict[str, Callable] = {
+    "gated": _gated,
+    "var_norm_gated": _alpha_gated(lambda alpha: (alpha.sqrt(), (1 - alpha).sqrt())),
+    "alpha_coupled": _alpha_gated(lambda alpha: (alpha, 1 - alpha)),
+    "constant_weight": _constant_weight,
+    "concat": _concat,
+    "exponential_rotational_gated": _exponential_rotational_gated,
+    "coconut": lambda w, x, xn, rn, post: post(rn),
+    "codi": _codi,
+    "none": lambda w, x, xn, rn, post: x,
+}
+
+
+def mixer_keys(rec: RecurrenceConfig) -> set[str]:
+    """The release's state-dict keys of the mixer `rec` configures (under `...t2mlr_mixing_module.`)."""
+    mixer = MIXERS.get(rec.mixer)
+    keys = set(mixer.keys.values())
+    if rec.recurrent_projection and mixer.recurrent_projection:
+        keys.add(W_REC)
+    if rec.pre_norm:
+        keys |= {NORM_X, NORM_R}
+    return keys
+
+
+def _key_problems(expected: Iterable[str], state: Mapping, optional: tuple[str, ...] = ()) -> list[str]:
+    expected = dict.fromkeys(expected)  # ordered, for the messages
+    problems = [f"missing key {k}" for k in expected if k not in state and k not in optional]
+    return problems + [f"unexpected key {k}" for k in state if k not in expected]
+
+
 class Mixer(nn.Module):
-    """Phi(x, R) for every mixer of the release's gate zoo: the formulas of t2mlr_jax.model.fusion, written
-    again in torch. Attribute names are the release's state-dict names, so its checkpoints load as they are.
-    """
+    """Phi(x, R) of the release's gate zoo, its formula written again in torch (`FORMULAS`). Its parameters
+    are the mixer's entries of a release state dict, nested by their dotted keys, so `state_dict()` gives
+    the release's keys back."""
 
-    FP32 = ("rezero_gamma_recurrent_gate", "rezero_gamma_input_gate", "rezero_gamma", "erg_lambda_param")
-
-    def __init__(self, hidden: int, rec: RecurrenceConfig):
+    def __init__(self, rec: RecurrenceConfig, weights: Mapping[str, torch.Tensor]):
         super().__init__()
-        d, name = hidden, rec.mixer
-        self.name = name
-        self.post_norm_clamp = rec.post_norm_clamp if rec.post_norm else None
-        gamma = lambda: nn.Parameter(torch.zeros((d,) if rec.gamma_per_channel else (1,)))
-        self.recurrent_projection = (
-            nn.Linear(d, d, bias=False) if rec.recurrent_projection and name in PROJECTED_MIXERS else None
-        )
-        self.norm_x = nn.RMSNorm(d) if rec.pre_norm else None
-        self.norm_r = nn.RMSNorm(d) if rec.pre_norm else None
-        if name == "gated":
-            self.rezero_gamma_recurrent_gate, self.rezero_gamma_input_gate = gamma(), gamma()
-            self.recurrent_gate_proj, self.input_gate_proj = nn.Linear(2 * d, d), nn.Linear(2 * d, d)
-        elif name in ("var_norm_gated", "alpha_coupled"):
-            self.rezero_gamma, self.alpha_gate_proj = gamma(), nn.Linear(2 * d, d)
-        elif name == "constant_weight":
-            self.recurrent_alpha = nn.Parameter(torch.full((1,), rec.constant_alpha))
-        elif name == "concat":
-            self.concat_projection = nn.Linear(2 * d, d, bias=False)
-        elif name == "exponential_rotational_gated":
-            self.erg_r_proj, self.erg_i_proj = nn.Linear(d, d), nn.Linear(d, d)
-            self.erg_lambda_param = nn.Parameter(torch.zeros(d))
-        elif name == "codi":  # the release's nn.Sequential, hence the keys recurrent_projection.{0,2,3}
-            self.recurrent_projection = nn.Sequential(
-                nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.LayerNorm(d)
-            )
-
-    def keep_fp32(self) -> Mixer:
-        """The release keeps the gammas (and the ERG decay rates) in fp32 whatever the model dtype."""
-        for name, param in self.named_parameters():
-            if name in self.FP32:
-                param.data = param.data.float()
-        return self
+        problems = _key_problems(sorted(mixer_keys(rec)), weights)
+        if rec.mixer not in FORMULAS:
+            problems.append(f"the torch reference has no formula for mixer {rec.mixer!r}")
+        if problems:
+            raise ValueError("mixer weights do not match the config:\n  - " + "\n  - ".join(problems))
+        self.rec = rec
+        for key, value in weights.items():
+            *parents, leaf = key.split(".")
+            module = self
+            for name in parents:
+                if name not in module._modules:
+                    module.add_module(name, nn.Module())
+                module = module._modules[name]
+            module.register_parameter(leaf, nn.Parameter(value))
 
     def _post(self, y: torch.Tensor) -> torch.Tensor:
-        return y if self.post_norm_clamp is None else clamped_rescale(y, self.post_norm_clamp, 1e-6)
+        rec = self.rec
+        return clamped_rescale(y, rec.post_norm_clamp, 1e-6) if rec.post_norm else y
 
     def forward(
         self, x: Float[torch.Tensor, "B T D"], big_r: Float[torch.Tensor, "B T D"]
     ) -> Float[torch.Tensor, "B T D"]:
-        name, dtype = self.name, x.dtype
-        r = (
-            self.recurrent_projection(big_r)
-            if name in PROJECTED_MIXERS and self.recurrent_projection
-            else big_r
-        )
-        xn, rn = (x, r) if self.norm_x is None else (self.norm_x(x), self.norm_r(r))
-        if name == "none":
-            return x
-        if name == "constant_weight":
-            alpha = self.recurrent_alpha.clamp(0.0, 1.0).to(dtype)
-            return (1 - alpha) * xn + alpha * rn
-        if name == "concat":
-            return self.concat_projection(torch.cat([xn, rn], dim=-1))
-        if name == "coconut":
-            return self._post(rn)
-        if name == "codi":
-            return self._post(self.recurrent_projection(rn))
-        if name == "exponential_rotational_gated":
-            gate_r, gate_i = torch.sigmoid(self.erg_r_proj(xn)), torch.sigmoid(self.erg_i_proj(xn))
-            a = torch.exp(-8.0 * nn.functional.softplus(self.erg_lambda_param.float()) * gate_r.float())
-            coeff = torch.sqrt(1.0 - a * a + 1e-8)
-            return self._post(a.to(dtype) * xn + coeff.to(dtype) * gate_i * rn)
-        both = torch.cat([xn, rn], dim=-1)  # [x ; r], x first (release order)
-        if name == "gated":
-            gamma_rec = torch.tanh(self.rezero_gamma_recurrent_gate.float()).to(dtype)
-            gamma_in = torch.tanh(self.rezero_gamma_input_gate.float()).to(dtype)
-            y = (
-                gamma_rec * torch.sigmoid(self.recurrent_gate_proj(both)) * rn
-                + gamma_in * torch.sigmoid(self.input_gate_proj(both)) * xn
-            )
-            return x + self._post(y)
-        alpha = torch.sigmoid(self.alpha_gate_proj(both).float()).clamp(1e-4, 1 - 1e-4)
-        g_rec, g_in = (alpha.sqrt(), (1 - alpha).sqrt()) if name == "var_norm_gated" else (alpha, 1 - alpha)
-        y = self._post(g_rec.to(dtype) * rn + g_in.to(dtype) * xn)
-        return x + torch.tanh(self.rezero_gamma.float()).to(dtype) * y
+        w = dict(self.named_parameters())
+        r = _linear(w, "recurrent_projection", big_r) if W_REC in w else big_r
+        if NORM_X in w:  # torch.nn.RMSNorm(eps=None): the dtype's epsilon
+            xn = F.rms_norm(x, x.shape[-1:], w[NORM_X].to(x.dtype))
+            rn = F.rms_norm(r, r.shape[-1:], w[NORM_R].to(r.dtype))
+        else:
+            xn, rn = x, r
+        return FORMULAS[self.rec.mixer](w, x, xn, rn, self._post)
 
 
 def _load_exact(
@@ -126,8 +175,7 @@ def _load_exact(
 ) -> list[str]:
     """Copy `state` into `module`; return every missing / unexpected / mis-shaped key instead of raising."""
     own = module.state_dict()
-    problems = [f"missing key {k}" for k in own if k not in state and k not in optional]
-    problems += [f"unexpected key {k}" for k in state if k not in own]
+    problems = _key_problems(own, state, optional)
     problems += [
         f"{k}: shape {tuple(v.shape)}, expected {tuple(own[k].shape)}"
         for k, v in state.items()
@@ -157,7 +205,6 @@ class T2MLRReference(nn.Module):
         config = read_json(Path(path) / "config.json")
         cfg = model_config_from_release(config)
         llama = LlamaForCausalLM(LlamaConfig.from_dict(config["base_config"])).to(dtype).eval()
-        mixer = Mixer(cfg.hidden_size, cfg.recurrence).to(dtype)
         l_start = cfg.layer_range[0]
         wrapped, fused = f"model.layers.{l_start}.model.", f"model.layers.{l_start}.t2mlr_mixing_module."
         backbone, mixer_state, problems = {}, {}, []
@@ -172,13 +219,13 @@ class T2MLRReference(nn.Module):
                 backbone[key.replace(wrapped, f"model.layers.{l_start}.", 1)] = tensor
         tied = ("lm_head.weight",) if cfg.tie_embeddings else ()
         problems += _load_exact(llama, backbone, optional=tied)
-        problems += [f"mixer: {p}" for p in _load_exact(mixer, mixer_state)]
+        problems += [f"mixer: {p}" for p in _key_problems(sorted(mixer_keys(cfg.recurrence)), mixer_state)]
         if problems:
             raise ValueError(
                 f"{path}: checkpoint does not match its config ({len(problems)} problems):\n  - "
                 + "\n  - ".join(problems)
             )
-        return cls(llama, cfg.recurrence, mixer.keep_fp32())
+        return cls(llama, cfg.recurrence, Mixer(cfg.recurrence, mixer_state))
 
     def _next_cache(self, h_end: torch.Tensor, prev: torch.Tensor, recurrent: torch.Tensor) -> torch.Tensor:
         """R_t: raw h^(l_end), or N(h^(l_end) + w R_{t-1}) in fp32 at recurrent positions."""

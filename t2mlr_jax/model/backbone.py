@@ -3,19 +3,29 @@
 `run_blocks(cfg, params, h, start, end, ...)` runs blocks [start, end) under one `lax.scan` over the
 stacked layer parameters, so any contiguous range compiles once per range length. Every model variant
 (plain transformer, T²MLR's three modes, later baselines) is a composition of these three.
+
+The block is assembled from config-chosen parts (QK-norm and its order, per-layer sliding windows,
+attention / output logit softcaps, the MLP from the `layers.MLPS` registry, norms with or without
+weights); per-layer choices (window sizes) are scanned arrays, so the stack still compiles once.
+Variants that feed state back into the blocks (LRT memory, thought tokens) pass a `Feedback`, one
+hook point rather than a branch per variant.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.layers import attend, attention_mask, rms_norm, rope, swiglu
+from t2mlr_jax.model.layers import MLPS, attend, attention_mask, rms_norm, rope, softcap
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
+
+FULL_WINDOW = np.iinfo(np.int32).max  # a full-attention layer's entry in the scanned window array
 
 
 class KVCache(NamedTuple):
@@ -42,6 +52,24 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int) -> KVCache:
     )
 
 
+class Feedback(NamedTuple):
+    """A per-block hook: state fed into the residual stream before each block and into its keys/values.
+
+    params: a pytree whose leaves are stacked on a leading layer axis [L, ...]; `run_blocks` slices
+      [start:end] and scans it with the block params, so each fn sees its own layer's slice (or None).
+    inputs: a per-call pytree shared by every block (e.g. a memory m [B, T, D] for this call's tokens).
+    residual_fn(p, inputs, h) -> h: the stream entering the block (cast back to h's dtype).
+    kv_fn(p, inputs, x, k, v) -> (k, v): x [B, T, D] is the block's normed input, k, v [B, T, K, E]
+      straight from k_proj / v_proj, before QK-norm and RoPE; the result is what the cache stores.
+    Either fn may be None. Build it inside the jitted function (it holds callables).
+    """
+
+    params: Any = None
+    inputs: Any = None
+    residual_fn: Callable | None = None
+    kv_fn: Callable | None = None
+
+
 def advance(cache: KVCache, num_tokens: int) -> KVCache:
     """Move the write slot past the tokens a step has just stored (once per step, not per block range)."""
     return cache._replace(index=cache.index + num_tokens)
@@ -57,45 +85,81 @@ def _cast(tree, dtype: str):
     return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
+def _norm_weight(params: dict, name: str, dtype: str):
+    """A norm's scale in the compute dtype, or None for a weightless norm (norm_weights=False)."""
+    return params[name].astype(dtype) if name in params else None
+
+
 def embed(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"]) -> Float[Array, "B T D"]:
-    return constrain(jnp.take(params["embed_tokens"], tokens, axis=0).astype(cfg.dtype), RESIDUAL_AXES)
+    h = jnp.take(params["embed_tokens"], tokens, axis=0).astype(cfg.dtype)
+    if cfg.embed_norm:
+        h = rms_norm(h, _norm_weight(params, "embed_norm", cfg.dtype), cfg.norm_eps)
+    return constrain(h, RESIDUAL_AXES)
 
 
 def head(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
-    """Final norm and the (tied or untied) LM head; logits in fp32."""
-    x = rms_norm(h, params["norm"].astype(cfg.dtype), cfg.norm_eps)
+    """Final norm and the (tied or untied) LM head; logits in fp32, softcapped when configured."""
+    x = rms_norm(h, _norm_weight(params, "norm", cfg.dtype), cfg.norm_eps)
     if cfg.tie_embeddings:
-        return jnp.einsum(
+        logits = jnp.einsum(
             "btd,vd->btv", x, params["embed_tokens"].astype(cfg.dtype), preferred_element_type=jnp.float32
         )
-    return jnp.einsum(
-        "btd,dv->btv", x, params["lm_head"].astype(cfg.dtype), preferred_element_type=jnp.float32
-    )
+    else:
+        logits = jnp.einsum(
+            "btd,dv->btv", x, params["lm_head"].astype(cfg.dtype), preferred_element_type=jnp.float32
+        )
+    return logits if cfg.logit_softcap is None else softcap(logits, cfg.logit_softcap)
 
 
-def _block(cfg: ModelConfig, p: dict, h, positions, mask, kv):
-    """One pre-norm Llama block; returns h and this step's keys/values.
+class _Step(NamedTuple):
+    """What every block of one `run_blocks` call shares."""
 
-    `kv` is (this layer's cached k slots, v slots, write index) when decoding with a cache, else None.
+    positions: Int[Array, "B T"]
+    mask: Any  # [B, T, S] causal, same-document
+    distance: Any  # [B, T, S] query slot - key slot (sliding windows only), else None
+    feedback: Feedback | None
+
+
+def _qk(cfg: ModelConfig, x, weight, positions):
+    """RoPE on queries or keys [B, T, N, E], with QK-RMSNorm before (Qwen3) or after (nanochat) it."""
+    if cfg.qk_norm == "before_rope":
+        x = rms_norm(x, weight, cfg.norm_eps)
+    x = rope(x, positions, cfg.rope_theta)
+    if cfg.qk_norm == "after_rope":
+        x = rms_norm(x, weight, cfg.norm_eps)
+    return x
+
+
+def _block(cfg: ModelConfig, p: dict, h, step: _Step, window, fb_params, kv):
+    """One pre-norm block; returns h and this step's keys/values (what the cache stores).
+
+    `window` is this layer's attention window (None without sliding windows), `fb_params` its slice
+    of the feedback params; `kv` is (this layer's cached k slots, v slots, write index) when decoding
+    with a cache, else None.
     """
-    x = rms_norm(h, p["input_layernorm"], cfg.norm_eps)
+    fb = step.feedback
+    if fb is not None and fb.residual_fn is not None:
+        h = fb.residual_fn(fb_params, fb.inputs, h).astype(h.dtype)
+    x = rms_norm(h, p.get("input_layernorm"), cfg.norm_eps)
     a = p["self_attn"]
     q = constrain(
-        rope(jnp.einsum("btd,dhe->bthe", x, a["q_proj"]), positions, cfg.rope_theta),
+        _qk(cfg, jnp.einsum("btd,dhe->bthe", x, a["q_proj"]), a.get("q_norm"), step.positions),
         ("batch", "length", "act_heads", "head_dim"),
     )
-    k = rope(jnp.einsum("btd,dke->btke", x, a["k_proj"]), positions, cfg.rope_theta)
+    k = jnp.einsum("btd,dke->btke", x, a["k_proj"])
     v = jnp.einsum("btd,dke->btke", x, a["v_proj"])
+    if fb is not None and fb.kv_fn is not None:
+        k_fb, v_fb = fb.kv_fn(fb_params, fb.inputs, x, k, v)
+        k, v = k_fb.astype(k.dtype), v_fb.astype(v.dtype)
+    k = _qk(cfg, k, a.get("k_norm"), step.positions)
     keys, values = k, v
     if kv is not None:
         k_slots, v_slots, index = kv
         keys = jax.lax.dynamic_update_slice_in_dim(k_slots, k, index, axis=1)
         values = jax.lax.dynamic_update_slice_in_dim(v_slots, v, index, axis=1)
-    h = h + jnp.einsum("bthe,hed->btd", attend(q, keys, values, mask), a["o_proj"])
-    m = p["mlp"]
-    h = h + swiglu(
-        rms_norm(h, p["post_attention_layernorm"], cfg.norm_eps), m["gate_proj"], m["up_proj"], m["down_proj"]
-    )
+    mask = step.mask if window is None else step.mask & (step.distance <= window)
+    h = h + jnp.einsum("bthe,hed->btd", attend(q, keys, values, mask, cfg.attn_softcap), a["o_proj"])
+    h = h + MLPS[cfg.mlp].apply(cfg, p["mlp"], rms_norm(h, p.get("post_attention_layernorm"), cfg.norm_eps))
     return constrain(h, RESIDUAL_AXES), (k, v)
 
 
@@ -117,26 +181,42 @@ def run_blocks(
     positions: Int[Array, "B T"],
     segment_ids: Int[Array, "B T"],
     cache: KVCache | None = None,
+    feedback: Feedback | None = None,
 ) -> tuple[Float[Array, "B T D"], KVCache | None]:
     """Run blocks [start, end) on h. With a cache, this step's keys/values go to slots cache.index + [0, T).
 
     The cache's `index` is not advanced here (a token step may call several ranges); see `advance`.
+    `feedback` (optional) hooks state into every block's residual stream and keys/values; its inputs
+    cover this call's T tokens (one token per call when decoding).
     """
     if end <= start:
         return h, cache
     layers = _cast(jax.tree.map(lambda p: p[start:end], params["layers"]), cfg.dtype)
     b, t = positions.shape
+    windowed = any(w is not None for w in cfg.layer_windows)
+    # Per-layer xs beside the params (None when unused, so the scan is unchanged without them).
+    windows = None
+    if windowed:
+        windows = jnp.asarray([FULL_WINDOW if w is None else w for w in cfg.layer_windows], jnp.int32)
+        windows = windows[start:end]
+    fb_params = None
+    if feedback is not None and feedback.params is not None:
+        fb_params = jax.tree.map(lambda p: p[start:end], feedback.params)
     if cache is None:
         slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
         mask = attention_mask(segment_ids, segment_ids, slots, slots)
-        body = lambda h, p: (_block(cfg, p, h, positions, mask, None)[0], None)
-        h, _ = jax.lax.scan(_remat(cfg, body), h, layers)
+        distance = slots[:, :, None] - slots[:, None, :] if windowed else None
+        step = _Step(positions, mask, distance, feedback)
+        body = lambda h, xs: (_block(cfg, xs[0], h, step, *xs[1:], None)[0], None)
+        h, _ = jax.lax.scan(_remat(cfg, body), h, (layers, windows, fb_params))
         return h, None
 
     key_segments = jax.lax.dynamic_update_slice_in_dim(cache.segment_ids, segment_ids, cache.index, axis=1)
     q_slots = cache.index + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     k_slots = jnp.broadcast_to(jnp.arange(key_segments.shape[1], dtype=jnp.int32), key_segments.shape)
     mask = attention_mask(segment_ids, key_segments, q_slots, k_slots)
+    distance = q_slots[:, :, None] - k_slots[:, None, :] if windowed else None
+    step = _Step(positions, mask, distance, feedback)
     cache = cache._replace(segment_ids=key_segments)
 
     def cached_body(carry, xs):
@@ -144,8 +224,8 @@ def run_blocks(
         # per-range cache copies); the loop is unrolled, so splitting a token's blocks into the three
         # T²MLR ranges adds no loop overhead to decoding.
         h, k_all, v_all = carry
-        p, layer = xs
-        h, (k, v) = _block(cfg, p, h, positions, mask, (k_all[layer], v_all[layer], cache.index))
+        p, window, fb, layer = xs
+        h, (k, v) = _block(cfg, p, h, step, window, fb, (k_all[layer], v_all[layer], cache.index))
         at = (layer, 0, cache.index, 0, 0)
         return (
             h,
@@ -154,7 +234,7 @@ def run_blocks(
         ), None
 
     (h, k_all, v_all), _ = jax.lax.scan(
-        cached_body, (h, cache.k, cache.v), (layers, jnp.arange(start, end)), unroll=True
+        cached_body, (h, cache.k, cache.v), (layers, windows, fb_params, jnp.arange(start, end)), unroll=True
     )
     return h, cache._replace(k=k_all, v=v_all)
 
@@ -166,6 +246,7 @@ def forward(
     *,
     positions: Int[Array, "B T"] | None = None,
     segment_ids: Int[Array, "B T"] | None = None,
+    feedback: Feedback | None = None,
 ) -> Float[Array, "B T V"]:
     """The plain transformer: every block once, no recurrence (the reference T²MLR must equal at γ=0)."""
     if positions is None or segment_ids is None:
@@ -178,5 +259,6 @@ def forward(
         cfg.num_layers,
         positions=positions,
         segment_ids=segment_ids,
+        feedback=feedback,
     )
     return head(cfg, params, h)

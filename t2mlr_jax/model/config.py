@@ -9,19 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-MIXERS = (
-    "gated",
-    "none",
-    "constant_weight",
-    "concat",
-    "var_norm_gated",
-    "alpha_coupled",
-    "exponential_rotational_gated",
-    "coconut",
-    "codi",
-)
-GAMMA_MIXERS = ("gated", "var_norm_gated", "alpha_coupled")  # ReZero γ (fp32, 0 at init) scale the mix
-PROJECTED_MIXERS = ("gated", "var_norm_gated", "alpha_coupled", "concat")  # use W_rec when enabled
+from t2mlr_jax.model.mixers import MIXERS
+
 CACHE_NORMS = ("rescale", "rmsnorm", "none")
 REMAT_POLICIES = ("none", "full", "dots")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -29,7 +18,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 @dataclasses.dataclass(frozen=True)
 class RecurrenceConfig:
-    """T²MLR settings; defaults are the authors' release (see shared/spec/t2mlr.md).
+    """T²MLR settings; defaults are the authors' release (princeton-pli/T2MLR), not the paper where they
+    differ.
 
     Layer indices are 0-based blocks: R is read after block `l_end` of token t-1 and fused into the
     stream entering block `l_start` of token t. Negative `l_end` counts from the end (L + l_end).
@@ -64,13 +54,22 @@ class RecurrenceConfig:
 
     def layer_range(self, num_layers: int) -> tuple[int, int]:
         """(l_start, l_end) as non-negative 0-based block indices; the single source of truth."""
-        l_end = self.l_end + num_layers if self.l_end < 0 else self.l_end
-        return self.l_start, l_end
+        return resolve_range(self.l_start, self.l_end, num_layers)
+
+
+# The block's parts (ModelConfig fields). MLP_NAMES is the registry's key set, kept here so `validate`
+# needs no JAX; `t2mlr_jax.model.layers.register_mlp` adds to it.
+QK_NORMS = ("none", "before_rope", "after_rope")
+WINDOW_KINDS = ("S", "L")
+MLP_NAMES: set[str] = {"swiglu", "relu2"}
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """A Llama-family decoder; parameter names follow HF Llama so conversion is a table."""
+    """A decoder assembled from parts; the defaults are exactly Llama / SmolLM2, whose parameter names
+    (HF Llama's) make conversion a table. NanoChat-style: norm_weights=False, embed_norm=True,
+    qk_norm="after_rope", window_pattern="SSSL", mlp="relu2", tie_embeddings=False, logit_softcap=15.
+    """
 
     vocab_size: int
     hidden_size: int
@@ -87,6 +86,19 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype; parameters stay in `param_dtype`
     param_dtype: str = "float32"
     remat: str = "none"
+    # Norms: learned RMSNorm scales (HF names) or weightless RMSNorm everywhere (also in QK-norm).
+    norm_weights: bool = True
+    embed_norm: bool = False  # RMSNorm the embeddings before block 0 (nanochat)
+    # QK-RMSNorm over head_dim: "before_rope" (Qwen3) or "after_rope" (nanochat); weighted iff norm_weights.
+    qk_norm: str = "none"
+    # Sliding-window attention: window_pattern tiles over layers (S = a query sees keys at most
+    # `sliding_window` slots back, i.e. w + 1 keys with itself, FA3/nanochat's window_size=(w, 0);
+    # L = full); the last layer is always L.
+    window_pattern: str = "L"
+    sliding_window: int | None = None
+    attn_softcap: float | None = None  # attention logits -> c * tanh(z / c)
+    logit_softcap: float | None = None  # output logits -> c * tanh(z / c)
+    mlp: str = "swiglu"  # a key of t2mlr_jax.model.layers.MLPS (swiglu | relu2 | registered ones)
     recurrence: RecurrenceConfig | None = None
 
     def replace(self, **changes) -> ModelConfig:
@@ -100,6 +112,13 @@ class ModelConfig:
         if self.recurrence is None:
             raise ValueError("layer_range: this model has no recurrence (recurrence=None)")
         return self.recurrence.layer_range(self.num_layers)
+
+    @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's attention window (None = full): window_pattern tiled, the last layer full."""
+        pattern = self.window_pattern
+        kinds = [pattern[i % len(pattern)] for i in range(self.num_layers - 1)]
+        return (*(self.sliding_window if kind == "S" else None for kind in kinds), None)
 
     def validate(self) -> ModelConfig:
         """Raise one ValueError naming the offending field; returns self so calls can chain."""
@@ -130,11 +149,11 @@ class ModelConfig:
                 raise ValueError(f"{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
+        self._validate_block()
         rec = self.recurrence
         if rec is None:
             return self
-        if rec.mixer not in MIXERS:
-            raise ValueError(f"recurrence.mixer: unknown mixer {rec.mixer!r}; choose one of {MIXERS}")
+        MIXERS.get(rec.mixer)  # an unknown name: one ValueError listing the registered mixers
         if rec.cache_norm not in CACHE_NORMS:
             raise ValueError(f"recurrence.cache_norm must be one of {CACHE_NORMS}, got {rec.cache_norm!r}")
         if not 0 <= rec.l_start < self.num_layers:
@@ -146,6 +165,36 @@ class ModelConfig:
             raise ValueError(f"recurrence.l_end ({l_end}) must be >= l_start ({l_start})")
         check_depths(rec.d_forward, rec.d_backward)
         return self
+
+    def _validate_block(self) -> None:
+        for name in ("norm_weights", "embed_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.qk_norm not in QK_NORMS:
+            raise ValueError(f"qk_norm must be one of {QK_NORMS}, got {self.qk_norm!r}")
+        pattern = self.window_pattern
+        if not isinstance(pattern, str) or not pattern or set(pattern) - set(WINDOW_KINDS):
+            raise ValueError(f"window_pattern must be a non-empty string of {WINDOW_KINDS}, got {pattern!r}")
+        if "S" in pattern and (
+            isinstance(self.sliding_window, bool)
+            or not isinstance(self.sliding_window, int)
+            or self.sliding_window < 1
+        ):
+            raise ValueError(
+                f"sliding_window must be an int >= 1 when window_pattern has an S, "
+                f"got {self.sliding_window!r}"
+            )
+        if "S" not in pattern and self.sliding_window is not None:
+            raise ValueError(
+                f"sliding_window must be None when window_pattern ({pattern!r}) has no S, "
+                f"got {self.sliding_window!r}"
+            )
+        for name in ("attn_softcap", "logit_softcap"):
+            cap = getattr(self, name)
+            if cap is not None and not cap > 0:
+                raise ValueError(f"{name} must be None or > 0, got {cap!r}")
+        if self.mlp not in MLP_NAMES:
+            raise ValueError(f"mlp must be one of {sorted(MLP_NAMES)}, got {self.mlp!r}")
 
 
 def check_depths(d_forward: int, d_backward: int) -> None:
@@ -215,25 +264,7 @@ def s5_tiny(**changes) -> ModelConfig:
     ).replace(**changes)
 
 
-# Widths of parameter-matched baselines: the extra fusion parameters of T²MLR are paid for by a
-# wider plain transformer (the release's 135M baseline is 584 wide, head_dim kept at 64).
-PARAM_MATCHED_HIDDEN = {"smollm2_135m": 584}
-
-PRESETS = {
-    "smollm2_135m": smollm2_135m,
-    "smollm2_360m": smollm2_360m,
-    "smollm2_1_7b": smollm2_1_7b,
-    "s5_tiny": s5_tiny,
-}
-
-
-def preset(name: str, *, param_matched_baseline: bool = False, **changes) -> ModelConfig:
-    """A named preset; `param_matched_baseline=True` gives the wider plain transformer."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
-    cfg = PRESETS[name](**changes)
-    if param_matched_baseline:
-        if name not in PARAM_MATCHED_HIDDEN:
-            raise ValueError(f"no parameter-matched baseline width is known for preset {name!r}")
-        cfg = cfg.replace(hidden_size=PARAM_MATCHED_HIDDEN[name], recurrence=None)
-    return cfg
+def resolve_range(start: int, end: int, num_layers: int) -> tuple[int, int]:
+    """An inclusive 0-based block range [start, end] with a negative `end` counted from the end (L + end):
+    the one rule for T²MLR's window and the looped baselines' range."""
+    return start, end + num_layers if end < 0 else end

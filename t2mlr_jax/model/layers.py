@@ -1,4 +1,5 @@
-"""Llama building blocks as pure functions: RMSNorm, RoPE (HF rotate-half layout), GQA attention, SwiGLU.
+"""Transformer building blocks as pure functions: RMSNorm, RoPE (HF rotate-half layout), GQA attention
+(optional logit softcap), and the MLP registry (`MLPS`: SwiGLU, ReLU²; more register by name).
 
 Dimension letters (shared with the einsum strings and the sharding rules):
 B batch, T query time, S key time, D model, H query heads, K kv heads, G = H/K heads per kv head,
@@ -7,9 +8,16 @@ E head dim, F mlp hidden, V vocab, L layers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
+from einops import rearrange
 from jaxtyping import Array, Bool, Float, Int
+
+from t2mlr_jax.model.config import MLP_NAMES, ModelConfig
+from t2mlr_jax.model.spec import ParamSpec, normal
 
 NEG_INF = -1e30  # finite so a fully masked row (padding) averages instead of producing NaN
 
@@ -50,21 +58,28 @@ def attention_mask(
     return same_doc & (k_slots[:, None, :] <= q_slots[:, :, None])
 
 
+def softcap(x: Float[Array, "*B"], cap: float) -> Float[Array, "*B"]:
+    """cap * tanh(x / cap): a smooth bound |x| < cap (Gemma 2 / nanochat logit softcap)."""
+    return cap * jnp.tanh(x / cap)
+
+
 def attend(
     q: Float[Array, "B T H E"],
     k: Float[Array, "B S K E"],
     v: Float[Array, "B S K E"],
     mask: Bool[Array, "B T S"],
+    logit_cap: float | None = None,
 ) -> Float[Array, "B T H E"]:
-    """Grouped-query softmax attention; logits and softmax in fp32."""
-    b, t, h, e = q.shape
-    kv_heads = k.shape[2]
-    q = q.reshape(b, t, kv_heads, h // kv_heads, e)
+    """Grouped-query softmax attention; logits (softcapped when `logit_cap` is set) and softmax in fp32."""
+    e = q.shape[-1]
+    q = rearrange(q, "b t (k g) e -> b t k g e", k=k.shape[2])
     logits = jnp.einsum("btkge,bske->bkgts", q, k, preferred_element_type=jnp.float32) * (e**-0.5)
+    if logit_cap is not None:
+        logits = softcap(logits, logit_cap)
     logits = jnp.where(mask[:, None, None], logits, NEG_INF)
     probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
     out = jnp.einsum("bkgts,bske->btkge", probs, v)
-    return out.reshape(b, t, h, e)
+    return rearrange(out, "b t k g e -> b t (k g) e")
 
 
 def swiglu(
@@ -76,3 +91,64 @@ def swiglu(
     gate = jnp.einsum("btd,df->btf", x, gate_proj)
     up = jnp.einsum("btd,df->btf", x, up_proj)
     return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, down_proj)
+
+
+def relu2(
+    x: Float[Array, "B T D"], up_proj: Float[Array, "D F"], down_proj: Float[Array, "F D"]
+) -> Float[Array, "B T D"]:
+    """nanochat's MLP: down(relu(up x)²)."""
+    up = jnp.einsum("btd,df->btf", x, up_proj)
+    return jnp.einsum("btf,fd->btd", jnp.square(jax.nn.relu(up)), down_proj)
+
+
+# ---------------------------------------------------------------------------------------------
+# The MLP registry: `ModelConfig.mlp` names an entry; the block and the parameter table only look it up.
+
+
+class MLP(NamedTuple):
+    """One MLP variant: its parameter table and its function.
+
+    specs(cfg) -> {name: ParamSpec}: the tree of params["layers"]["mlp"], every leaf stacked on a
+      leading `layers` axis (kind, fan-in dims and logical axes as any ParamSpec).
+    apply(cfg, p, x) -> y: one block's MLP on the normed stream x [B, T, D], p = one layer's slice.
+    """
+
+    specs: Callable[[ModelConfig], dict]
+    apply: Callable[[ModelConfig, dict, Array], Array]
+
+
+MLPS: dict[str, MLP] = {}
+
+
+def register_mlp(name: str, specs: Callable[[ModelConfig], dict], apply: Callable) -> None:
+    """Make `ModelConfig(mlp=name)` valid and build its blocks with `apply` over the params of `specs`."""
+    MLPS[name] = MLP(specs, apply)
+    MLP_NAMES.add(name)
+
+
+def layer_matrix(cfg: ModelConfig, shape: tuple, axes: tuple, in_dims: int = 1) -> ParamSpec:
+    """A per-layer projection [L, *shape] drawn N(0, init_std), its first `in_dims` dims the fan-in."""
+    return ParamSpec((cfg.num_layers, *shape), ("layers", *axes), normal(cfg.init_std), "matrix", in_dims)
+
+
+def _swiglu_specs(cfg: ModelConfig) -> dict:
+    d, f = cfg.hidden_size, cfg.mlp_dim
+    return {
+        "gate_proj": layer_matrix(cfg, (d, f), ("embed", "mlp")),
+        "up_proj": layer_matrix(cfg, (d, f), ("embed", "mlp")),
+        "down_proj": layer_matrix(cfg, (f, d), ("mlp", "embed")),
+    }
+
+
+def _relu2_specs(cfg: ModelConfig) -> dict:
+    d, f = cfg.hidden_size, cfg.mlp_dim
+    return {
+        "up_proj": layer_matrix(cfg, (d, f), ("embed", "mlp")),
+        "down_proj": layer_matrix(cfg, (f, d), ("mlp", "embed")),
+    }
+
+
+register_mlp(
+    "swiglu", _swiglu_specs, lambda cfg, p, x: swiglu(x, p["gate_proj"], p["up_proj"], p["down_proj"])
+)
+register_mlp("relu2", _relu2_specs, lambda cfg, p, x: relu2(x, p["up_proj"], p["down_proj"]))

@@ -12,47 +12,48 @@ import jax
 
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import mixer_specs
+from t2mlr_jax.model.layers import MLPS
 from t2mlr_jax.model.spec import ParamSpec, init_from_specs, normal, ones, spec_axes
 
 
 def backbone_specs(cfg: ModelConfig) -> dict:
+    """The backbone's table. Which entries exist follows the config: norm scales only with
+    norm_weights, q_norm / k_norm only with qk_norm, the MLP's from its registry entry (`MLPS`)."""
     d, n_layers, e = cfg.hidden_size, cfg.num_layers, cfg.head_dim
-    h, k, f, v = cfg.num_heads, cfg.num_kv_heads, cfg.mlp_dim, cfg.vocab_size
+    h, k, v = cfg.num_heads, cfg.num_kv_heads, cfg.vocab_size
     w = normal(cfg.init_std)
 
-    def matrix(shape, axes, in_dims=1):
-        return ParamSpec((n_layers, *shape), ("layers", *axes), w, "matrix", in_dims)
+    def norm(shape, axes):
+        return ParamSpec(shape, axes, ones, "norm") if cfg.norm_weights else None
 
+    attn = {
+        "q_proj": ParamSpec((n_layers, d, h, e), ("layers", "embed", "heads", "head_dim"), w, "matrix", 1),
+        "k_proj": ParamSpec((n_layers, d, k, e), ("layers", "embed", "kv_heads", "head_dim"), w, "matrix", 1),
+        "v_proj": ParamSpec((n_layers, d, k, e), ("layers", "embed", "kv_heads", "head_dim"), w, "matrix", 1),
+        "o_proj": ParamSpec((n_layers, h, e, d), ("layers", "heads", "head_dim", "embed"), w, "matrix", 2),
+    }
+    if cfg.qk_norm != "none":  # one scale over head_dim shared by the heads (HF Qwen3's q_norm / k_norm)
+        attn["q_norm"] = norm((n_layers, e), ("layers", "head_dim"))
+        attn["k_norm"] = norm((n_layers, e), ("layers", "head_dim"))
     specs = {
         "embed_tokens": ParamSpec((v, d), ("vocab", "embed"), w, "embedding"),
         "layers": {
-            "input_layernorm": ParamSpec((n_layers, d), ("layers", "norm"), ones, "norm"),
-            "self_attn": {
-                "q_proj": ParamSpec(
-                    (n_layers, d, h, e), ("layers", "embed", "heads", "head_dim"), w, "matrix", 1
-                ),
-                "k_proj": ParamSpec(
-                    (n_layers, d, k, e), ("layers", "embed", "kv_heads", "head_dim"), w, "matrix", 1
-                ),
-                "v_proj": ParamSpec(
-                    (n_layers, d, k, e), ("layers", "embed", "kv_heads", "head_dim"), w, "matrix", 1
-                ),
-                "o_proj": ParamSpec(
-                    (n_layers, h, e, d), ("layers", "heads", "head_dim", "embed"), w, "matrix", 2
-                ),
-            },
-            "post_attention_layernorm": ParamSpec((n_layers, d), ("layers", "norm"), ones, "norm"),
-            "mlp": {
-                "gate_proj": matrix((d, f), ("embed", "mlp")),
-                "up_proj": matrix((d, f), ("embed", "mlp")),
-                "down_proj": matrix((f, d), ("mlp", "embed")),
-            },
+            "input_layernorm": norm((n_layers, d), ("layers", "norm")),
+            "self_attn": attn,
+            "post_attention_layernorm": norm((n_layers, d), ("layers", "norm")),
+            "mlp": MLPS[cfg.mlp].specs(cfg),
         },
-        "norm": ParamSpec((d,), ("norm",), ones, "norm"),
+        "norm": norm((d,), ("norm",)),
     }
+    if cfg.embed_norm:
+        specs["embed_norm"] = norm((d,), ("norm",))
     if not cfg.tie_embeddings:
         specs["lm_head"] = ParamSpec((d, v), ("embed", "vocab"), w, "head", 1)
-    return specs
+    return _drop_none(specs)
+
+
+def _drop_none(tree: dict) -> dict:
+    return {k: _drop_none(v) if isinstance(v, dict) else v for k, v in tree.items() if v is not None}
 
 
 def param_specs(cfg: ModelConfig) -> dict:

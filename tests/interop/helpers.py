@@ -87,6 +87,18 @@ def state_dicts_identical(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]) for k in a)
 
 
+class ReleaseGatedMixer(nn.Module):
+    """The release's gated mixing module, structurally: W_rec without a bias, two Linear([x ; r]) gates and
+    the two scalar ReZero gammas, so torch itself names the keys."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.recurrent_projection = nn.Linear(d, d, bias=False)
+        self.recurrent_gate_proj, self.input_gate_proj = nn.Linear(2 * d, d), nn.Linear(2 * d, d)
+        self.rezero_gamma_recurrent_gate = nn.Parameter(torch.full((1,), 0.8))
+        self.rezero_gamma_input_gate = nn.Parameter(torch.full((1,), -0.3))
+
+
 class BlockWrapper(nn.Module):
     """The release's BlockWrapper, structurally: the block under `.model`, the mixer beside it."""
 

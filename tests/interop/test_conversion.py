@@ -27,11 +27,11 @@ from t2mlr_jax.interop import (
 )
 from t2mlr_jax.interop.configs import recurrence_from_release, release_from_recurrence
 from t2mlr_jax.interop.files import read_state_dict
-from t2mlr_jax.interop.torch_reference import Mixer
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.recurrence import exact_forward, make_layout
 from tests.interop.helpers import (
+    ReleaseGatedMixer,
     random_params,
     save_release_style,
     state_dicts_identical,
@@ -167,12 +167,23 @@ def test_t2mlr_logits_match_torch_reference(tmp_path, variant):
     )  # the recurrence is really on
 
 
-def test_the_torch_reference_needs_no_jax():
+def test_the_torch_reference_needs_no_jax(tmp_path):
+    cfg = tiny_t2mlr_config(mixer="codi", pre_norm=True)
+    params = random_params(cfg, 4)
+    save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
+    np.save(tmp_path / "tokens.npy", TOKENS)
     code = (
-        "import sys; sys.modules['jax'] = None; from t2mlr_jax.interop.torch_reference import T2MLRReference"
+        "import sys; sys.modules['jax'] = None\n"
+        "import numpy as np, torch\n"
+        "from t2mlr_jax.interop.torch_reference import T2MLRReference\n"
+        f"model = T2MLRReference.from_pretrained({str(tmp_path / 't2mlr')!r})\n"
+        f"tokens = torch.as_tensor(np.load({str(tmp_path / 'tokens.npy')!r}))\n"
+        f"np.save({str(tmp_path / 'logits.npy')!r}, model(tokens).numpy())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
+    ours = exact_logits(cfg, params, jnp.asarray(TOKENS), make_layout(jnp.asarray(TOKENS)))
+    assert np.abs(np.asarray(ours) - np.load(tmp_path / "logits.npy")).max() <= 1e-4
 
 
 def test_release_written_folder_imports_and_round_trips(tmp_path):
@@ -187,11 +198,7 @@ def test_release_written_folder_imports_and_round_trips(tmp_path):
     }
     cfg = cfg.replace(num_layers=3, recurrence=recurrence_from_release(settings, 32))
     torch.manual_seed(6)
-    mixer = Mixer(32, cfg.recurrence)
-    with torch.no_grad():
-        mixer.rezero_gamma_recurrent_gate.fill_(0.8)
-        mixer.rezero_gamma_input_gate.fill_(-0.3)
-    save_release_style(tmp_path / "release", llama, mixer, 1, settings)
+    save_release_style(tmp_path / "release", llama, ReleaseGatedMixer(32), 1, settings)
     loaded_cfg, params = load_pretrained(tmp_path / "release")
     assert loaded_cfg.recurrence == cfg.recurrence and loaded_cfg.tie_embeddings
     save_t2mlr_torch(loaded_cfg, params, tmp_path / "back")

@@ -1,4 +1,5 @@
-"""The backbone: RoPE layout, remat, untied head, NoPE, and runtime shape checking."""
+"""The backbone: the default block is Llama exactly, RoPE layout, remat, untied head, NoPE, and runtime
+shape checking. The configurable parts and the feedback hook are tested in test_blocks.py."""
 
 import jax
 import jax.numpy as jnp
@@ -6,8 +7,58 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.model import backbone
-from t2mlr_jax.model.layers import rope
+from t2mlr_jax.model.layers import NEG_INF, attention_mask, rms_norm, rope
 from tests.tiny import rel_err, tiny_config, tiny_params, tokens
+
+
+def _llama_reference(cfg, params, toks):
+    """The Llama forward written out with the formula the backbone had before its parts became
+    configurable (hand-grouped GQA reshape, SwiGLU inline), under the same lax.scan over layers."""
+    b, t = toks.shape
+    pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    mask = attention_mask(jnp.ones_like(toks), jnp.ones_like(toks), pos, pos)
+
+    def block(h, p):
+        x = rms_norm(h, p["input_layernorm"], cfg.norm_eps)
+        a = p["self_attn"]
+        q = rope(jnp.einsum("btd,dhe->bthe", x, a["q_proj"]), pos, cfg.rope_theta)
+        k = rope(jnp.einsum("btd,dke->btke", x, a["k_proj"]), pos, cfg.rope_theta)
+        v = jnp.einsum("btd,dke->btke", x, a["v_proj"])
+        n_kv, e = k.shape[2], q.shape[-1]
+        q = q.reshape(b, t, n_kv, cfg.num_heads // n_kv, e)
+        logits = jnp.einsum("btkge,bske->bkgts", q, k, preferred_element_type=jnp.float32) * (e**-0.5)
+        probs = jax.nn.softmax(jnp.where(mask[:, None, None], logits, NEG_INF), axis=-1).astype(v.dtype)
+        out = jnp.einsum("bkgts,bske->btkge", probs, v).reshape(b, t, cfg.num_heads, e)
+        h = h + jnp.einsum("bthe,hed->btd", out, a["o_proj"])
+        m = p["mlp"]
+        x = rms_norm(h, p["post_attention_layernorm"], cfg.norm_eps)
+        gate = jnp.einsum("btd,df->btf", x, m["gate_proj"])
+        up = jnp.einsum("btd,df->btf", x, m["up_proj"])
+        return h + jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, m["down_proj"]), None
+
+    layers = jax.tree.map(lambda a: a.astype(cfg.dtype), params["layers"])
+    h, _ = jax.lax.scan(block, jnp.take(params["embed_tokens"], toks, axis=0).astype(cfg.dtype), layers)
+    x = rms_norm(h, params["norm"].astype(cfg.dtype), cfg.norm_eps)
+    if cfg.tie_embeddings:
+        w = params["embed_tokens"].astype(cfg.dtype)
+        return jnp.einsum("btd,vd->btv", x, w, preferred_element_type=jnp.float32)
+    w = params["lm_head"].astype(cfg.dtype)
+    return jnp.einsum("btd,dv->btv", x, w, preferred_element_type=jnp.float32)
+
+
+@pytest.mark.parametrize(
+    "changes", [{}, dict(tie_embeddings=False, rope_theta=None), dict(dtype="bfloat16")], ids=str
+)
+def test_default_block_is_llama_bit_for_bit(changes):
+    """With every block field at its default, the forward is exactly (array_equal) the Llama formula."""
+    cfg = tiny_config(recurrence=None, **changes)
+    params, toks = tiny_params(cfg, seed=3), tokens(2, 9)
+    assert set(params["layers"]) == {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}
+    assert set(params["layers"]["mlp"]) == {"gate_proj", "up_proj", "down_proj"}
+    assert set(params["layers"]["self_attn"]) == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    got = jax.jit(backbone.forward, static_argnums=0)(cfg, params, toks)
+    want = jax.jit(_llama_reference, static_argnums=0)(cfg, params, toks)
+    assert np.array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_rope_is_hf_rotate_half():

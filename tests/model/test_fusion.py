@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.model.config import MIXERS
 from t2mlr_jax.model.fusion import fuse, gamma_stats, update_cache
+from t2mlr_jax.model.mixers import MIXERS
 from t2mlr_jax.model.params import init_params
 from tests.tiny import tiny_config
 
@@ -26,7 +26,7 @@ def mixer_params(mixer, **rec):
     return cfg, init_params(cfg, jax.random.PRNGKey(0)).get("mixer", {})
 
 
-@pytest.mark.parametrize("mixer", MIXERS)
+@pytest.mark.parametrize("mixer", MIXERS.names())
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_every_mixer_shape_dtype_and_identity_at_init(mixer, dtype):
     cfg, p = mixer_params(mixer)

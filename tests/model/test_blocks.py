@@ -1,0 +1,345 @@
+"""The block's configurable parts (QK-norm, sliding windows, softcaps, MLP registry, weightless norms,
+embedding norm) and the per-block feedback hook; every option also decodes through the KV cache."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2mlr_jax.model import backbone
+from t2mlr_jax.model.backbone import Feedback
+from t2mlr_jax.model.config import MLP_NAMES
+from t2mlr_jax.model.layers import MLPS, attend, attention_mask, register_mlp, relu2, softcap
+from t2mlr_jax.model.params import param_axes, param_specs
+from t2mlr_jax.model.spec import ParamSpec, ones, spec_leaves
+from tests.tiny import tiny_config, tiny_params, tokens
+
+BASE = tiny_config(recurrence=None)
+TOKS = tokens(2, 10)
+B, T = TOKS.shape
+D, L, K, E = BASE.hidden_size, BASE.num_layers, BASE.num_kv_heads, BASE.head_dim
+LAYOUT = dict(zip(("positions", "segment_ids"), backbone.default_layout(TOKS)))
+forward = jax.jit(backbone.forward, static_argnums=0)
+
+
+def _blocks(cfg, params, h, start, end, feedback_params=None, memory=None, lrt=False):
+    fb = _lrt_feedback(feedback_params, memory) if lrt else None
+    return backbone.run_blocks(cfg, params, h, start, end, **LAYOUT, feedback=fb)[0]
+
+
+run_blocks = jax.jit(_blocks, static_argnums=(0, 3, 4, 7))
+
+
+def differs(a, b) -> bool:
+    return not np.allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Config
+
+
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        (dict(qk_norm="post"), "qk_norm"),
+        (dict(window_pattern="SXL"), "window_pattern"),
+        (dict(window_pattern=""), "window_pattern"),
+        (dict(window_pattern="SL"), "sliding_window"),
+        (dict(window_pattern="SL", sliding_window=0), "sliding_window"),
+        (dict(sliding_window=4), "sliding_window"),
+        (dict(attn_softcap=0.0), "attn_softcap"),
+        (dict(logit_softcap=-1.0), "logit_softcap"),
+        (dict(mlp="gelu"), "mlp"),
+    ],
+)
+def test_bad_block_options_name_their_field(changes, field):
+    with pytest.raises(ValueError, match=f"^{field} "):
+        BASE.replace(**changes).validate()
+
+
+def test_window_pattern_tiles_and_the_last_layer_is_full():
+    cfg = BASE.replace(num_layers=6, window_pattern="SSSL", sliding_window=3)
+    assert cfg.layer_windows == (3, 3, 3, None, 3, None)
+    assert BASE.replace(window_pattern="S", sliding_window=3).layer_windows == (3, 3, 3, None)
+    assert BASE.replace(num_layers=1, window_pattern="S", sliding_window=3).layer_windows == (None,)
+    assert BASE.layer_windows == (None,) * L
+
+
+def test_new_parameters_have_specs_and_known_axes():
+    cfg = BASE.replace(qk_norm="before_rope", embed_norm=True, mlp="relu2")
+    specs = spec_leaves(param_specs(cfg))
+    assert specs[("layers", "self_attn", "q_norm")].shape == (L, E)
+    assert specs[("layers", "self_attn", "k_norm")].kind == "norm"
+    assert specs[("embed_norm",)].shape == (D,)
+    up, down = specs[("layers", "mlp", "up_proj")], specs[("layers", "mlp", "down_proj")]
+    assert (up.shape, up.kind, up.fan_in) == ((L, D, cfg.mlp_dim), "matrix", (1,))
+    assert (down.shape, down.fan_in, down.fan_out) == ((L, cfg.mlp_dim, D), (1,), (2,))
+    assert ("layers", "mlp", "gate_proj") not in specs
+    jax.tree.map(lambda *_: None, param_axes(cfg), tiny_params(cfg), is_leaf=lambda x: isinstance(x, tuple))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parts
+
+
+def test_weightless_norms_have_no_params_and_equal_unit_scales():
+    cfg = BASE.replace(norm_weights=False, qk_norm="after_rope", embed_norm=True)
+    params = tiny_params(cfg)
+    assert "norm" not in params and "embed_norm" not in params
+    assert set(params["layers"]) == {"self_attn", "mlp"}
+    assert set(params["layers"]["self_attn"]) == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    ones = dict(params, norm=jnp.ones(D), embed_norm=jnp.ones(D))
+    ones["layers"] = dict(
+        params["layers"],
+        input_layernorm=jnp.ones((L, D)),
+        post_attention_layernorm=jnp.ones((L, D)),
+        self_attn=dict(params["layers"]["self_attn"], q_norm=jnp.ones((L, E)), k_norm=jnp.ones((L, E))),
+    )
+    weighted = cfg.replace(norm_weights=True)
+    assert np.array_equal(forward(cfg, params, TOKS), forward(weighted, ones, TOKS))
+
+
+def test_embed_norm_gives_unit_rms_embeddings_and_changes_the_output():
+    cfg = BASE.replace(embed_norm=True, norm_weights=False, norm_eps=1e-12)
+    params = tiny_params(cfg)
+    h = backbone.embed(cfg, params, TOKS)
+    np.testing.assert_allclose(jnp.sqrt(jnp.mean(h * h, -1)), 1.0, rtol=1e-4)
+    assert differs(forward(cfg, params, TOKS), forward(cfg.replace(embed_norm=False), params, TOKS))
+
+
+def test_qk_norm_orders_differ_with_learned_scales_and_agree_without():
+    """RoPE rotates pairs, so it keeps the RMS of a head: a weightless QK-norm commutes with it, a
+    per-channel scale does not (Qwen3's before-RoPE and nanochat's after-RoPE differ only then)."""
+    before = BASE.replace(qk_norm="before_rope")
+    params = tiny_params(before)
+    attn = params["layers"]["self_attn"]
+    for i, name in enumerate(("q_norm", "k_norm")):
+        attn[name] = 1.0 + jax.random.uniform(jax.random.PRNGKey(i), (L, E))
+    after = before.replace(qk_norm="after_rope")
+    out_before, out_after = forward(before, params, TOKS), forward(after, params, TOKS)
+    plain = {k: v for k, v in attn.items() if not k.endswith("_norm")}
+    out_none = forward(BASE, dict(params, layers=dict(params["layers"], self_attn=plain)), TOKS)
+    assert differs(out_before, out_after) and differs(out_before, out_none) and differs(out_after, out_none)
+    nw = tiny_params(before.replace(norm_weights=False))
+    np.testing.assert_allclose(
+        forward(before.replace(norm_weights=False), nw, TOKS),
+        forward(after.replace(norm_weights=False), nw, TOKS),
+        atol=1e-5,
+    )
+
+
+def test_sliding_window_hides_tokens_beyond_it():
+    """Pattern SL: layers 0, 2 see keys <= w slots back, layers 1, 3 everything. Perturb the stream at
+    slot 0 and see which queries move, per layer range (the window array is sliced like the params)."""
+    w = 3
+    cfg = BASE.replace(window_pattern="SL", sliding_window=w)
+    params = tiny_params(cfg)
+    h = jax.random.normal(jax.random.PRNGKey(5), (B, T, D))
+    bumped = h.at[:, 0].add(1.0)
+
+    def moved(cfg, start, end):  # per query slot: how far the output moved
+        diff = run_blocks(cfg, params, bumped, start, end) - run_blocks(cfg, params, h, start, end)
+        return np.abs(diff).max(axis=(0, 2))
+
+    for windowed_layer in (0, 2):
+        reach = moved(cfg, windowed_layer, windowed_layer + 1)
+        assert (reach[: w + 1] > 1e-4).all() and (reach[w + 1 :] == 0).all()
+    assert (moved(cfg, 1, 2) > 1e-4).all()  # a full layer
+    assert (moved(cfg, 0, 2) > 1e-4).all()
+    assert (moved(BASE, 0, 1) > 1e-4).all()  # layer 0 without the window
+
+
+def test_attention_softcap_is_the_capped_formula():
+    q = jax.random.normal(jax.random.PRNGKey(1), (B, T, 4, E)) * 3
+    k = jax.random.normal(jax.random.PRNGKey(2), (B, T, 2, E)) * 3
+    v = jax.random.normal(jax.random.PRNGKey(3), (B, T, 2, E))
+    pos = jnp.broadcast_to(jnp.arange(T), (B, T))
+    mask = attention_mask(jnp.ones((B, T), int), jnp.ones((B, T), int), pos, pos)
+    z = np.einsum("btkge,bske->bkgts", np.asarray(q).reshape(B, T, 2, 2, E), np.asarray(k)) / np.sqrt(E)
+    z = np.where(np.asarray(mask)[:, None, None], 2.0 * np.tanh(z / 2.0), -np.inf)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    want = np.einsum("bkgts,bske->btkge", p / p.sum(-1, keepdims=True), np.asarray(v)).reshape(B, T, 4, E)
+    np.testing.assert_allclose(attend(q, k, v, mask, 2.0), want, atol=1e-5)
+    assert differs(attend(q, k, v, mask), want)
+    cfg = BASE.replace(attn_softcap=0.05)
+    params = tiny_params(cfg)
+    assert differs(forward(cfg, params, TOKS), forward(BASE, params, TOKS))
+
+
+def test_logit_softcap_bounds_the_logits():
+    cfg = BASE.replace(logit_softcap=0.2, tie_embeddings=False)
+    params = tiny_params(cfg)
+    capped, raw = forward(cfg, params, TOKS), forward(cfg.replace(logit_softcap=None), params, TOKS)
+    assert float(jnp.abs(capped).max()) < 0.2 < float(jnp.abs(raw).max())
+    np.testing.assert_allclose(capped, softcap(raw, 0.2), atol=1e-6)
+
+
+def test_relu2_mlp_is_down_of_squared_relu_of_up():
+    cfg = BASE.replace(mlp="relu2")
+    params = tiny_params(cfg)
+    assert set(params["layers"]["mlp"]) == {"up_proj", "down_proj"}
+    mlp = jax.tree.map(lambda a: a[0], params["layers"]["mlp"])
+    x = jax.random.normal(jax.random.PRNGKey(4), (B, T, D))
+    up, down = np.asarray(mlp["up_proj"], np.float64), np.asarray(mlp["down_proj"], np.float64)
+    want = np.maximum(np.asarray(x, np.float64) @ up, 0.0) ** 2 @ down
+    np.testing.assert_allclose(MLPS["relu2"].apply(cfg, mlp, x), want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(
+        relu2(x, mlp["up_proj"], mlp["down_proj"]), MLPS["relu2"].apply(cfg, mlp, x)
+    )
+    assert forward(cfg, params, TOKS).shape == (B, T, cfg.vocab_size)
+
+
+@pytest.fixture
+def scaled_identity_mlp():
+    """A throwaway MLP registered by name, as MoE will be: no edit to the block or the table."""
+
+    def specs(cfg):
+        return {"scale": ParamSpec((cfg.num_layers,), ("layers",), ones, "scalar")}
+
+    register_mlp("scaled_identity", specs, lambda cfg, p, x: x * p["scale"])
+    yield "scaled_identity"
+    del MLPS["scaled_identity"]
+    MLP_NAMES.discard("scaled_identity")
+
+
+def test_an_mlp_registers_by_name(scaled_identity_mlp):
+    cfg = BASE.replace(mlp=scaled_identity_mlp).validate()
+    params = tiny_params(cfg)
+    assert params["layers"]["mlp"]["scale"].shape == (L,)
+    assert forward(cfg, params, TOKS).shape == (B, T, cfg.vocab_size)
+    with pytest.raises(ValueError, match="^mlp "):
+        BASE.replace(mlp="scaled_identity_typo").validate()
+
+
+# ---------------------------------------------------------------------------------------------
+# The feedback hook, in the LRT's shape: memory m [B, T, D] into the residual stream before every block
+# (x <- alpha x + beta x0 + gamma m) and into every layer's keys/values through learned projections.
+
+
+def _lrt_params(key, scale=1.0):
+    ks = jax.random.split(key, 5)
+    return {
+        "alpha": 1.0 + 0.1 * scale * jax.random.normal(ks[0], (L,)),
+        "beta": 0.1 * scale * jax.random.normal(ks[1], (L,)),
+        "gamma": scale * jax.random.normal(ks[2], (L,)),
+        "k_fb": 0.2 * scale * jax.random.normal(ks[3], (L, D, K, E)),
+        "v_fb": 0.2 * scale * jax.random.normal(ks[4], (L, D, K, E)),
+    }
+
+
+def _lrt_feedback(params, inputs, residual=True, kv=True):
+    def residual_fn(p, inp, h):
+        return p["alpha"] * h + p["beta"] * inp["x0"] + p["gamma"] * inp["m"]
+
+    def kv_fn(p, inp, x, k, v):
+        k = k + jnp.einsum("btd,dke->btke", inp["m"], p["k_fb"])
+        return k, v + jnp.einsum("btd,dke->btke", inp["m"], p["v_fb"])
+
+    return Feedback(params, inputs, residual_fn if residual else None, kv_fn if kv else None)
+
+
+def _fb_forward(cfg, params, toks, fb_params, m, residual=True, kv=True):
+    h = backbone.embed(cfg, params, toks)
+    fb = _lrt_feedback(fb_params, {"m": m, "x0": h}, residual, kv)
+    h, _ = backbone.run_blocks(cfg, params, h, 0, cfg.num_layers, **LAYOUT, feedback=fb)
+    return backbone.head(cfg, params, h)
+
+
+fb_forward = jax.jit(_fb_forward, static_argnums=(0, 5, 6))
+PARAMS = tiny_params(BASE)
+MEMORY = jax.random.normal(jax.random.PRNGKey(7), (B, T, D))
+
+
+def test_zero_feedback_equals_no_feedback():
+    zero = jax.tree.map(jnp.zeros_like, _lrt_params(jax.random.PRNGKey(0)))
+    zero["alpha"] = jnp.ones(L)
+    np.testing.assert_array_equal(fb_forward(BASE, PARAMS, TOKS, zero, MEMORY), forward(BASE, PARAMS, TOKS))
+
+
+@pytest.mark.parametrize("residual,kv", [(True, False), (False, True), (True, True)])
+def test_feedback_reaches_only_its_position_and_later_ones(residual, kv):
+    """Memory at slot j alone moves the logits at j and after it (through attention), never before."""
+    j = 4
+    fbp = _lrt_params(jax.random.PRNGKey(1))
+    m = jnp.zeros((B, T, D)).at[:, j].set(MEMORY[:, j])
+    base = fb_forward(BASE, PARAMS, TOKS, fbp, jnp.zeros((B, T, D)), residual, kv)
+    moved = np.abs(fb_forward(BASE, PARAMS, TOKS, fbp, m, residual, kv) - base).max(axis=(0, 2))
+    assert (moved[:j] == 0).all() and (moved[j:] > 1e-5).all()
+
+
+def test_feedback_params_are_sliced_with_the_layer_range():
+    """Only layer 2 feeds back: blocks [0, 2) are untouched, [0, 3) and [2, 3) are not."""
+    fbp = jax.tree.map(jnp.zeros_like, _lrt_params(jax.random.PRNGKey(2)))
+    fbp["alpha"] = jnp.ones(L)
+    fbp["gamma"] = fbp["gamma"].at[2].set(1.0)
+    h = backbone.embed(BASE, PARAMS, TOKS)
+    mem = {"m": MEMORY, "x0": h}
+    np.testing.assert_array_equal(
+        run_blocks(BASE, PARAMS, h, 0, 2, fbp, mem, True), run_blocks(BASE, PARAMS, h, 0, 2)
+    )
+    for start in (0, 2):
+        assert differs(
+            run_blocks(BASE, PARAMS, h, start, 3, fbp, mem, True), run_blocks(BASE, PARAMS, h, start, 3)
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Everything at once, through the KV cache: a prefill chunk, then one token per step.
+
+NANOCHAT = BASE.replace(
+    norm_weights=False,
+    embed_norm=True,
+    qk_norm="after_rope",
+    window_pattern="SL",
+    sliding_window=2,
+    attn_softcap=3.0,
+    logit_softcap=5.0,
+    mlp="relu2",
+    tie_embeddings=False,
+)
+QWEN_LIKE = BASE.replace(qk_norm="before_rope", window_pattern="S", sliding_window=3, attn_softcap=2.0)
+
+
+def _cached_step(cfg, params, fb_params, cache, toks, positions, m):
+    h = backbone.embed(cfg, params, toks)
+    fb = _lrt_feedback(fb_params, {"m": m, "x0": h})
+    h, cache = backbone.run_blocks(
+        cfg,
+        params,
+        h,
+        0,
+        cfg.num_layers,
+        positions=positions,
+        segment_ids=jnp.ones_like(toks),
+        cache=cache,
+        feedback=fb,
+    )
+    return backbone.head(cfg, params, h), backbone.advance(cache, toks.shape[1])
+
+
+cached_step = jax.jit(_cached_step, static_argnums=0)
+
+
+@pytest.mark.parametrize("cfg", [NANOCHAT, QWEN_LIKE], ids=["nanochat", "qwen_like"])
+def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
+    cfg = cfg.validate()
+    params = tiny_params(cfg, seed=1)
+    if "q_norm" in params["layers"]["self_attn"]:
+        for name in ("q_norm", "k_norm"):
+            params["layers"]["self_attn"][name] = 1.0 + jax.random.uniform(jax.random.PRNGKey(9), (L, E))
+    fbp = _lrt_params(jax.random.PRNGKey(3), scale=0.5)
+    want = fb_forward(cfg, params, TOKS, fbp, MEMORY, True, True)
+    cache = backbone.init_cache(cfg, B, T)
+    pos = LAYOUT["positions"]
+    prefill = 4
+    logits, cache = cached_step(
+        cfg, params, fbp, cache, TOKS[:, :prefill], pos[:, :prefill], MEMORY[:, :prefill]
+    )
+    got = [logits]
+    for t in range(prefill, T):
+        logits, cache = cached_step(
+            cfg, params, fbp, cache, TOKS[:, t : t + 1], pos[:, t : t + 1], MEMORY[:, t : t + 1]
+        )
+        got.append(logits)
+    np.testing.assert_allclose(jnp.concatenate(got, axis=1), want, rtol=1e-4, atol=1e-5)
+    assert differs(want, forward(cfg, params, TOKS))  # the feedback is on
