@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import ml_collections
 from jaxtyping import Array, Float, Int
 
-from t2mlr_jax.architectures.contract import Architecture, Outputs, layout_of, register_architecture
-from t2mlr_jax.architectures.recompute import greedy_by_recompute
+from t2mlr_jax.architectures.contract import Architecture, register_architecture
+from t2mlr_jax.architectures.recompute import recompute_architecture
 from t2mlr_jax.model.recurrence import Layout
 from t2mlr_jax.model.spec import ParamSpec, normal
 
@@ -59,26 +59,9 @@ def lstm_forward(params: dict, tokens: Int[Array, "B T"], layout: Layout) -> Flo
 
 
 def _build(config: ml_collections.ConfigDict) -> Architecture:
-    specs = lstm_specs(
-        vocab_size=config.model.vocab_size, hidden=config.lstm.hidden, layers=config.lstm.layers
-    )
-
-    def apply(params, batch, *, training, rng, model_state, sample=None):
-        return Outputs(lstm_forward(params, batch["tokens"], layout_of(batch)))
-
-    def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
-        return greedy_by_recompute(
-            lstm_forward,
-            params,
-            prompt,
-            mask,
-            control_flow,
-            max_new_tokens=max_new_tokens,
-            eos_id=eos_id,
-            pad_id=pad_id,
-        )
-
-    return Architecture("lstm", specs, "float32", apply, generate)
+    c = config.lstm
+    specs = lstm_specs(vocab_size=config.model.vocab_size, hidden=c.hidden, layers=c.layers)
+    return recompute_architecture("lstm", specs, "float32", lstm_forward)
 
 
 register_architecture("lstm", _build, section="lstm", defaults=dict(hidden=360, layers=4))

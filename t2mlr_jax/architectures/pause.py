@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import ml_collections
 from jaxtyping import Array, Float, Int
 
-from t2mlr_jax.architectures.contract import Architecture, Outputs, layout_of, register_architecture
-from t2mlr_jax.architectures.recompute import greedy_by_recompute
+from t2mlr_jax.architectures.contract import Architecture, register_architecture
+from t2mlr_jax.architectures.recompute import recompute_architecture
 from t2mlr_jax.architectures.t2mlr import baseline_backbone
 from t2mlr_jax.model.backbone import embed, head, run_blocks
 from t2mlr_jax.model.config import ModelConfig
@@ -54,30 +54,10 @@ def _build(config: ml_collections.ConfigDict) -> Architecture:
         model, params, tokens, layout, num_pause=num_pause
     )
 
-    def apply(params, batch, *, training, rng, model_state, sample=None):
-        return Outputs(logits_fn(params, batch["tokens"], layout_of(batch)))
-
-    def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
-        return greedy_by_recompute(
-            logits_fn,
-            params,
-            prompt,
-            mask,
-            control_flow,
-            max_new_tokens=max_new_tokens,
-            eos_id=eos_id,
-            pad_id=pad_id,
-        )
-
-    return Architecture(
-        "pause",
-        pause_specs(model),
-        model.param_dtype,
-        apply,
-        generate,
-        backbone=model,
+    return recompute_architecture(
+        "pause", pause_specs(model), model.param_dtype, logits_fn, backbone=model,
         max_seq_len=model.max_seq_len // (1 + num_pause),
-    )
+    )  # fmt: skip
 
 
 register_architecture("pause", _build, section="pause", defaults=dict(tokens=2))

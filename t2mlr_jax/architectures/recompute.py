@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from t2mlr_jax.architectures.contract import Architecture, Outputs, layout_of
 from t2mlr_jax.model.fusion import RECURRENT
 from t2mlr_jax.model.generate import GenerateOutput, with_lengths
 from t2mlr_jax.model.recurrence import Layout
@@ -57,3 +58,21 @@ def greedy_by_recompute(
 
     buffer, _ = jax.lax.fori_loop(0, max_new_tokens, body, (buffer, jnp.zeros((b,), bool)))
     return with_lengths(buffer[:, p:], eos_id)
+
+
+def recompute_architecture(
+    name: str, specs: dict, param_dtype: str, logits_fn: LogitsFn, **fields
+) -> Architecture:
+    """An architecture given only its causal forward `logits_fn(params, tokens, layout)`: `apply` runs it,
+    `generate` re-runs it per token (`greedy_by_recompute`); `fields` are the other Architecture fields."""
+
+    def apply(params, batch, *, training, rng, model_state, sample=None):
+        return Outputs(logits_fn(params, batch["tokens"], layout_of(batch)))
+
+    def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
+        return greedy_by_recompute(
+            logits_fn, params, prompt, mask, control_flow, max_new_tokens=max_new_tokens, eos_id=eos_id,
+            pad_id=pad_id,
+        )  # fmt: skip
+
+    return Architecture(name, specs, param_dtype, apply, generate, **fields)
