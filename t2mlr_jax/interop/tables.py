@@ -61,7 +61,7 @@ def mixer_rules(mixer: str) -> tuple[Rule, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Layout:
+class StateDictLayout:
     """The rules of one PyTorch layout for one model, and how its keys are spelled."""
 
     name: str
@@ -83,7 +83,7 @@ class Layout:
         return self.prefix + "model.embed_tokens.weight"
 
 
-def _select(name: str, cfg: ModelConfig, rules, **layout) -> Layout:
+def _select(name: str, cfg: ModelConfig, rules, **layout) -> StateDictLayout:
     """The rules for the parameters this model has; every parameter must have one."""
     paths = spec_leaves(param_specs(cfg))
     chosen = tuple(r for r in rules if r.path in paths)
@@ -92,15 +92,15 @@ def _select(name: str, cfg: ModelConfig, rules, **layout) -> Layout:
         raise ValueError(
             f"layout {name!r} has no key for parameters {sorted('/'.join(p) for p in uncovered)}"
         )
-    return Layout(name, cfg, chosen, **layout)
+    return StateDictLayout(name, cfg, chosen, **layout)
 
 
-def hf_layout(cfg: ModelConfig) -> Layout:
+def hf_layout(cfg: ModelConfig) -> StateDictLayout:
     """transformers' LlamaForCausalLM state dict (the backbone: a T²MLR model's mixer is not part of it)."""
     return _select("hf", cfg.replace(recurrence=None), LLAMA_RULES)
 
 
-def t2mlr_layout(cfg: ModelConfig) -> Layout:
+def t2mlr_layout(cfg: ModelConfig) -> StateDictLayout:
     """The authors' T2MLRWrapper state dict: the Llama keys under `t2mlr_model.`, block l_start wrapped."""
     l_start, _ = cfg.layer_range
     rules = LLAMA_RULES + mixer_rules(cfg.recurrence.mixer)
@@ -121,7 +121,7 @@ def _from_torch(weight: np.ndarray, shape: tuple[int, ...], in_dims: int) -> np.
     return (weight.T if in_dims else weight).reshape(shape)
 
 
-def _entries(layout: Layout):
+def _entries(layout: StateDictLayout):
     """(key, rule, block, per-key shape in our layout, fan-in dims) for every key of the layout."""
     cfg = layout.cfg
     specs = spec_leaves(param_specs(cfg))
@@ -155,7 +155,7 @@ def check_params(cfg: ModelConfig, params: dict) -> None:
         raise ValueError("params do not match the model config:\n  - " + "\n  - ".join(problems))
 
 
-def to_state_dict(layout: Layout, params: dict, *, progress: bool = False) -> dict[str, np.ndarray]:
+def to_state_dict(layout: StateDictLayout, params: dict, *, progress: bool = False) -> dict[str, np.ndarray]:
     """Our params as a PyTorch state dict of numpy arrays ([out, in] Linear weights), dtypes kept."""
     check_params(layout.cfg, params)
     state = {}
@@ -167,7 +167,9 @@ def to_state_dict(layout: Layout, params: dict, *, progress: bool = False) -> di
     return state
 
 
-def from_state_dict(layout: Layout, state: Mapping[str, np.ndarray], *, progress: bool = False) -> dict:
+def from_state_dict(
+    layout: StateDictLayout, state: Mapping[str, np.ndarray], *, progress: bool = False
+) -> dict:
     """Our params (jax arrays) from a PyTorch state dict; strict: one ValueError lists every missing or
     unexpected key and every shape mismatch. A tied model may carry a copy of the embedding as lm_head."""
     cfg = layout.cfg

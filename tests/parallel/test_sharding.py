@@ -6,9 +6,10 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from t2mlr_jax.model.params import init_params, param_axes
 from t2mlr_jax.model.recurrence import jacobi_forward
 from t2mlr_jax.parallel.mesh import check_batch, make_mesh, resolve_mesh_shape
-from t2mlr_jax.parallel.placement import init_params_sharded, param_shardings
+from t2mlr_jax.parallel.placement import param_shardings
 from t2mlr_jax.parallel.rules import partition_spec
 from tests.tiny import rel_err, tiny_config, tiny_params, tokens
 
@@ -54,7 +55,7 @@ def test_sharded_jacobi_forward_and_grad_equal_one_device(shape):
     ref_loss, ref_grad = fn(params, toks)
     mesh = make_mesh(*shape)
     with jax.set_mesh(mesh):
-        sharded = jax.device_put(params, param_shardings(cfg, mesh))
+        sharded = jax.device_put(params, param_shardings(param_axes(cfg), params, mesh))
         toks_s = jax.device_put(
             toks, NamedSharding(mesh, partition_spec(("batch", "length"), toks.shape, mesh))
         )
@@ -66,7 +67,9 @@ def test_sharded_jacobi_forward_and_grad_equal_one_device(shape):
 def test_sharded_init_matches_host_init_and_is_sharded():
     cfg = tiny_config()
     mesh = make_mesh(2, 2, 2)
-    sharded = init_params_sharded(cfg, jax.random.PRNGKey(0), mesh)
+    init = lambda key: init_params(cfg, key)
+    shardings = param_shardings(param_axes(cfg), jax.eval_shape(init, jax.random.PRNGKey(0)), mesh)
+    sharded = jax.jit(init, out_shardings=shardings)(jax.random.PRNGKey(0))
     host = tiny_params(cfg)
     q = sharded["layers"]["self_attn"]["q_proj"]
     assert q.sharding.spec == P(None, "fsdp", "tensor", None)

@@ -72,9 +72,9 @@ def test_retrofitted_model_is_the_pretrained_one_at_step_0(loaded_once, tmp_path
     recurrent = (
         jnp.full(tokens.shape, 2, jnp.int32).at[:, 0].set(1)
     )  # fusion on at every position but the first
-    logits, _ = jax.jit(run.arch.apply, static_argnums=3)(
-        params, tokens, make_layout(tokens, control_flow=recurrent), True
-    )
+    batch = make_layout(tokens, control_flow=recurrent)._asdict() | {"tokens": tokens}
+    apply = jax.jit(lambda p, b: run.arch.apply(p, b, training=True, rng=None, model_state={}).logits)
+    logits = apply(params, batch)
     reference = backbone.forward(*loaded_once, tokens)
     relative = float(jnp.abs(logits - reference).max() / jnp.abs(reference).max())
     print(
