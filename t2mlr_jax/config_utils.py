@@ -164,12 +164,12 @@ def experiment(
     )
     for section, values in updates.items():
         if section not in c:
-            raise KeyError(f"{section} is not a config section; architecture sections: {_arch_sections(c)}")
+            raise KeyError(f"{section} is not a config section; architecture sections: {_arch_sections()}")
         _update_known(c[section], dict(values), section)
     return c
 
 
-def _arch_sections(c: config_dict.ConfigDict) -> list[str]:
+def _arch_sections() -> list[str]:
     return sorted({e.section for _, e in ARCHITECTURES.items() if e.section})
 
 

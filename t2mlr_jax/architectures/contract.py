@@ -32,7 +32,7 @@ from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import RECURRENT
 from t2mlr_jax.model.generate import GenerateOutput
 from t2mlr_jax.model.recurrence import Layout
-from t2mlr_jax.model.spec import count_params, init_from_specs, spec_shapes
+from t2mlr_jax.model.spec import count_specs, init_from_specs
 from t2mlr_jax.registry import Registry
 
 
@@ -140,7 +140,7 @@ class Architecture:
         return init_from_specs(self.specs, key, self.param_dtype)
 
     def num_params(self) -> int:
-        return count_params(spec_shapes(self.specs, self.param_dtype))
+        return count_specs(self.specs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,12 +171,8 @@ def register_architecture(
     ARCHITECTURES.register(name, ArchitectureEntry(build, section, dict(defaults or {}), identity))
 
 
-def backbone_config(
-    config: ml_collections.ConfigDict, *, recurrent: bool = True, hidden_size: int | None = None
-) -> ModelConfig:
+def backbone_config(config: ml_collections.ConfigDict, *, recurrent: bool = True) -> ModelConfig:
     """The ModelConfig of the `model` section; `recurrent=False` drops the recurrence (plain transformer)."""
     fields = {k: v for k, v in config.model.to_dict().items() if k != "recurrence"}
-    if hidden_size is not None:
-        fields["hidden_size"] = hidden_size
     recurrence = RecurrenceConfig(**config.model.recurrence.to_dict()) if recurrent else None
     return ModelConfig(**fields, recurrence=recurrence).validate()

@@ -26,10 +26,9 @@ from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import gamma_stats
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.recurrence import forward
-from t2mlr_jax.model.spec import count_params, matched_width, spec_shapes
+from t2mlr_jax.model.spec import count_specs, matched_width
 
 FORWARD_MODES = ("jacobi", "exact")
-PREFILLS = generation.PREFILLS
 T2MLR_DEFAULTS = dict(
     forward_mode="jacobi",  # training: jacobi (the release) | exact (token by token)
     bptt=0,  # exact training: truncation B of backpropagation through time; 0 = full
@@ -49,8 +48,8 @@ def backbone_architecture(
     for where, mode in (("t2mlr.forward_mode", s.forward_mode), ("t2mlr.eval_mode", s.eval_mode)):
         if mode not in FORWARD_MODES:
             raise ValueError(f"{where} must be one of {FORWARD_MODES}, got {mode!r}")
-    if s.prefill not in PREFILLS:
-        raise ValueError(f"t2mlr.prefill must be one of {PREFILLS}, got {s.prefill!r}")
+    if s.prefill not in generation.PREFILLS:
+        raise ValueError(f"t2mlr.prefill must be one of {generation.PREFILLS}, got {s.prefill!r}")
 
     def apply(params, batch, *, training, rng, model_state, sample=None):
         # Without recurrence every mode is the same function; "jacobi" computes it in one parallel pass.
@@ -103,10 +102,9 @@ def baseline_backbone(
             "baseline.param_match widens the baseline, so it cannot load init_from's weights; set "
             "--config.baseline.param_match=False to train the pretrained width"
         )
-    count = lambda specs: count_params(spec_shapes(specs, plain.param_dtype))
-    target = count(param_specs(backbone_config(config)))
+    target = count_specs(param_specs(backbone_config(config)))
     width = matched_width(
-        lambda h: count(specs_at(plain.replace(hidden_size=h))),
+        lambda h: count_specs(specs_at(plain.replace(hidden_size=h))),
         target,
         plain.hidden_size,
         config.baseline.width_multiple,

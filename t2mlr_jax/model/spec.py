@@ -10,6 +10,7 @@ everywhere, never silently replicated or decayed.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -103,6 +104,11 @@ def spec_shapes(specs: dict, param_dtype: str) -> dict:
     return jax.tree.map(
         lambda s: jax.ShapeDtypeStruct(s.shape, jnp.dtype(s.dtype or param_dtype)), specs, is_leaf=is_spec
     )
+
+
+def count_specs(specs: dict) -> int:
+    """How many numbers the parameters of a table hold (nothing is drawn)."""
+    return sum(math.prod(s.shape) for s in jax.tree.leaves(specs, is_leaf=is_spec))
 
 
 def count_params(params) -> int:

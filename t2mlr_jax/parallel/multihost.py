@@ -27,9 +27,8 @@ def initialize_distributed() -> None:
                 f"JAX_COORDINATOR_ADDRESS is set but {' and '.join(missing)} not: an explicit "
                 "multi-process launch needs all three"
             )
-        jax.config.update(
-            "jax_cpu_collectives_implementation", "gloo"
-        )  # CPU processes need it; others ignore it
+        # CPU processes need gloo collectives; other platforms ignore the setting.
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(
             num_processes=int(os.environ["JAX_NUM_PROCESSES"]), process_id=int(os.environ["JAX_PROCESS_ID"])
         )

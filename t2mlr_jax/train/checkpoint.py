@@ -154,17 +154,17 @@ class Checkpointer:
 
     def restore_latest(self, abstract_state: Any) -> tuple[Any, Any, int] | None:
         """(state, data_state, step) of the newest loadable checkpoint, or None if there is none."""
+        core, abstract_model_state = _split(abstract_state)
+        has_model_state = bool(jax.tree.leaves(abstract_model_state))
+        items = dict(
+            state=ocp.args.StandardRestore(core), data=ocp.args.JsonRestore(), meta=ocp.args.JsonRestore()
+        )
+        if has_model_state:
+            items["model_state"] = ocp.args.StandardRestore(abstract_model_state)
         for step in reversed(self.steps()):
-            core, model_state = _split(abstract_state)
-            items = dict(
-                state=ocp.args.StandardRestore(core), data=ocp.args.JsonRestore(), meta=ocp.args.JsonRestore()
-            )
-            if jax.tree.leaves(model_state):
-                items["model_state"] = ocp.args.StandardRestore(model_state)
             try:
                 restored = self._manager.restore(step, args=ocp.args.Composite(**items))
-                if jax.tree.leaves(model_state):
-                    model_state = restored.model_state
+                model_state = restored.model_state if has_model_state else abstract_model_state
                 if fingerprints((restored.state, model_state)) != restored.meta["fingerprints"]:
                     raise ValueError("fingerprint mismatch")
             except Exception as e:  # noqa: BLE001 -- any failure to load means: try the previous one

@@ -27,7 +27,7 @@ class TrainState(NamedTuple):
     params: Any
     opt_state: Any
     rng: Any  # raw uint32 key data, so checkpoints need no typed-key handler
-    model_state: Any = None  # state updated without gradients (`Architecture.update_model_state`)
+    model_state: Any  # state updated without gradients (`Architecture.update_model_state`)
 
 
 def init_state(
