@@ -82,7 +82,7 @@ def experiment(
     c.init_from = config_dict.placeholder(str) if init_from is None else init_from
     c.model = model_dict(model)
     # Device mesh (t2mlr_jax.parallel): sizes of the data / fsdp / tensor axes, -1 = all remaining devices.
-    c.mesh = config_dict.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    c.mesh = config_dict.ConfigDict(dict(data=-1, fsdp=1, expert=1, tensor=1))  # expert: MoE's experts
     c.baseline = config_dict.ConfigDict(
         dict(
             param_match=True,  # widen backbone baselines to the T²MLR parameter count (not with init_from)
@@ -91,18 +91,28 @@ def experiment(
     )
     c.optimizer = config_dict.ConfigDict(
         dict(
-            name="adamw",  # a registered optimizer (t2mlr_jax.train.optimizer.OPTIMIZERS)
-            lr=5e-4,
-            b1=0.9,
+            name="adamw",  # a registered optimizer (t2mlr_jax.train.optimizer.OPTIMIZERS): adamw | muon
+            lr=5e-4,  # adamw: the peak lr; muon: only normalises the schedule (multiplier = schedule / lr)
+            b1=0.9,  # Adam betas (muon: of its Adam groups; nanochat's recipe 0.8, 0.95)
             b2=0.95,
-            eps=1e-8,
-            weight_decay=0.01,
-            schedule="cosine",
+            eps=1e-8,  # adamw only (muon's Adam groups use 1e-10)
+            weight_decay=0.01,  # adamw: decoupled, on decaying kinds; muon: matrices only, x (12 / layers)^2
+            schedule="cosine",  # cosine | wsd | constant | linear_decay
             warmup_ratio=0.05,
             min_lr_ratio=0.01,
             decay_steps=0,  # decay_steps: wsd only
+            decay_ratio=0.5,  # linear_decay only: the final fraction of steps that decays (nanochat)
             grad_clip=1.0,
             gate_lr_multiplier=1.0,
+            # muon only (nanochat's MuonAdamW; every lr x sqrt(batch_tokens / 2**19) x schedule / lr):
+            matrix_lr=0.02,  # Muon lr of the "matrix" kind
+            embedding_lr=0.3,  # Adam lr of the "embedding" kind, x (d_model / 768) ** -0.5
+            head_lr=0.004,  # Adam lr of the "head" kind, x (d_model / 768) ** -0.5
+            scalar_lr=0.5,  # Adam lr of scalar / gate / norm / bias / skip; residual: x 0.01
+            momentum_start=0.85,  # Muon momentum, linear from start to end over the first warmup steps
+            momentum_end=0.95,
+            momentum_warmup_steps=300,
+            batch_tokens=0,  # tokens per step (train.batch_size x data.seq_len); 0 = no batch scaling
         )
     )
     c.train = config_dict.ConfigDict(

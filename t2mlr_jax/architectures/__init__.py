@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from t2mlr_jax.architectures import looped, lstm, pause, t2mlr  # noqa: F401  (registers the built-ins)
+from t2mlr_jax.architectures import looped, lrt, lstm, pause, t2mlr  # noqa: F401  (registers the built-ins)
 from t2mlr_jax.architectures.contract import ARCHITECTURES, Architecture, register_architecture
 
 __all__ = ["ARCHITECTURES", "Architecture", "arch_names", "build_architecture", "register_architecture"]

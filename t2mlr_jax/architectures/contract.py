@@ -9,7 +9,7 @@ cross-entropy), a cached `generate`, and optional non-gradient state (`model_sta
     loss(outputs, batch) -> {"loss": (sum, count), <metric>: (sum, count), ...}   # means = sum / count
     generate(params, model_state, prompt_tokens, prompt_mask, prompt_control_flow,
              max_new_tokens, eos_id, pad_id) -> GenerateOutput
-    update_model_state(model_state, stats) -> model_state     # after each optimizer step, no gradient
+    update_model_state(model_state, stats) -> (model_state, metrics)   # after each step, no gradient
 
 `sample(seed, step)` is an optional per-step static choice (T²MLR: the Jacobi depth D): the trainer compiles
 one step per distinct value and passes it to `apply` as `sample`.
@@ -85,21 +85,28 @@ def layout_of(batch: dict) -> Layout:
 
 
 def row_stats(logits: Float[Array, "B T V"], batch: dict) -> dict:
-    """Per-row sums over supervised positions: next-token loss, token count, correct argmax predictions."""
+    """Per-row sums over supervised positions: next-token loss, token count, correct argmax predictions,
+    and UTF-8 bytes of the targets ("bytes") when the batch carries `target_bytes`."""
     mask = batch["loss_mask"].astype(jnp.float32)
     logits = logits.astype(jnp.float32)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
     correct = (jnp.argmax(logits, axis=-1) == batch["targets"]).astype(jnp.float32)
-    return {"loss_sum": (nll * mask).sum(-1), "tokens": mask.sum(-1), "correct": (correct * mask).sum(-1)}
+    stats = {"loss_sum": (nll * mask).sum(-1), "tokens": mask.sum(-1), "correct": (correct * mask).sum(-1)}
+    if "target_bytes" in batch:
+        stats["bytes"] = (batch["target_bytes"].astype(jnp.float32) * mask).sum(-1)
+    return stats
 
 
 def next_token_loss(outputs: Outputs, batch: dict) -> dict:
     """{metric: (sum, count)} over the batch: "loss" (masked next-token cross-entropy, plus each aux loss,
-    per supervised token; its sum is what the gradient is taken of), "accuracy", each aux loss, and each
-    token statistic over recurrent positions."""
+    per supervised token; its sum is what the gradient is taken of), "accuracy", "bpb" (bits per UTF-8
+    byte of the targets: cross-entropy in bits over their bytes, without aux losses) when the batch carries
+    `target_bytes`, each aux loss, and each token statistic over recurrent positions."""
     rows = jax.tree.map(jnp.sum, row_stats(outputs.logits, batch))
     tokens, loss = rows["tokens"], rows["loss_sum"]
     sums = {"accuracy": (rows["correct"], tokens)}
+    if "bytes" in rows:
+        sums["bpb"] = (rows["loss_sum"] / jnp.log(2.0), rows["bytes"])
     for name, value in outputs.aux_losses.items():
         sums[f"aux/{name}"] = (tokens * value, tokens)
         loss = loss + tokens * value
@@ -127,7 +134,8 @@ class Architecture:
     loss: Callable[[Outputs, dict], dict] = next_token_loss
     param_stats: Callable[[dict], dict] = _no_stats  # scalars of the params to log (T²MLR: tanh of γ)
     init_model_state: Callable[[], Any] = _empty_state  # non-gradient state at step 0
-    update_model_state: Callable[[Any, dict], Any] | None = None  # (model_state, summed stats) -> model_state
+    # (model_state, stats summed over micro-batches) -> (model_state, scalar metrics to log)
+    update_model_state: Callable[[Any, dict], tuple[Any, dict]] | None = None
     sample: Callable[[int, int], Hashable] | None = None  # (seed, step) -> the step's static choice
     sample_name: str = "sample"  # how the trainer logs it
     backbone: ModelConfig | None = None  # the transformer inside, when there is one (init_from, context)

@@ -40,6 +40,8 @@ def depth_values(config: ml_collections.ConfigDict) -> list[int] | None:
     return values
 
 
-def depth_at(values: list[int], seed: int, step: int) -> int:
-    """The depth of optimizer step `step`: a function of (seed, step) only, the same on every host."""
-    return random.Random(seed * 1_000_003 + step).choice(values)
+def draw_at(values: list, seed: int, step: int, weights: list[float] | None = None):
+    """One of `values` (with `weights`, else uniform) for optimizer step `step`: a function of (seed, step)
+    only, the same on every host and after a resume (the Jacobi depth D, the LRT's pass count P)."""
+    rng = random.Random(seed * 1_000_003 + step)
+    return rng.choice(values) if weights is None else rng.choices(values, weights)[0]

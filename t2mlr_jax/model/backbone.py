@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from t2mlr_jax.model import moe  # noqa: F401  (registers mlp="moe")
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import MLPS, attend, attention_mask, rms_norm, rope, softcap
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
@@ -97,9 +98,13 @@ def embed(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"]) -> Float[Ar
     return constrain(h, RESIDUAL_AXES)
 
 
-def head(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
-    """Final norm and the (tied or untied) LM head; logits in fp32, softcapped when configured."""
-    x = rms_norm(h, _norm_weight(params, "norm", cfg.dtype), cfg.norm_eps)
+def final_norm(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
+    """The last hidden state the head reads (the LRT's memory)."""
+    return rms_norm(h, _norm_weight(params, "norm", cfg.dtype), cfg.norm_eps)
+
+
+def unembed(cfg: ModelConfig, params: dict, x: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
+    """The (tied or untied) LM head on the final-normed state; logits in fp32, softcapped when configured."""
     if cfg.tie_embeddings:
         logits = jnp.einsum(
             "btd,vd->btv", x, params["embed_tokens"].astype(cfg.dtype), preferred_element_type=jnp.float32
@@ -111,6 +116,11 @@ def head(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"]) -> Float[Arra
     return logits if cfg.logit_softcap is None else softcap(logits, cfg.logit_softcap)
 
 
+def head(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
+    """Final norm and the LM head."""
+    return unembed(cfg, params, final_norm(cfg, params, h))
+
+
 class _Step(NamedTuple):
     """What every block of one `run_blocks` call shares."""
 
@@ -118,6 +128,23 @@ class _Step(NamedTuple):
     mask: Any  # [B, T, S] causal, same-document
     distance: Any  # [B, T, S] query slot - key slot (sliding windows only), else None
     feedback: Feedback | None
+    x0: Any  # [B, T, D] the embedded stream (resid_scalars only), else None
+
+
+class _Layer(NamedTuple):
+    """One layer's slices of everything scanned beside the block params (None where unused)."""
+
+    window: Any  # attention window (sliding windows only)
+    feedback: Any  # the feedback params' slice
+    value_embed: Any  # [B, T, K, E] this layer's value embedding of the tokens (zeros on layers without)
+    mlp_state: Any  # the MLP's non-gradient state (e.g. MoE routing biases)
+    resid: Any  # (λ_resid, λ_x0) (resid_scalars only)
+
+
+class BlocksOut(NamedTuple):
+    h: Float[Array, "B T D"]
+    cache: KVCache | None
+    stats: dict  # the MLP's per-layer stats stacked on a leading [end - start] axis ({} for most MLPs)
 
 
 def _qk(cfg: ModelConfig, x, weight, positions):
@@ -130,16 +157,24 @@ def _qk(cfg: ModelConfig, x, weight, positions):
     return x
 
 
-def _block(cfg: ModelConfig, p: dict, h, step: _Step, window, fb_params, kv):
-    """One pre-norm block; returns h and this step's keys/values (what the cache stores).
+def kv_head_gate(x: Float[Array, "B T D"], weight: Float[Array, "C N"]) -> Float[Array, "B T N"]:
+    """nanochat's per-kv-head gate 2 sigmoid(W x[..., :C]): 1 at a zero-initialised W, in (0, 2)."""
+    c = weight.shape[0]
+    return 2.0 * jax.nn.sigmoid(
+        jnp.einsum("btc,cn->btn", x[..., :c], weight, preferred_element_type=jnp.float32)
+    )
 
-    `window` is this layer's attention window (None without sliding windows), `fb_params` its slice
-    of the feedback params; `kv` is (this layer's cached k slots, v slots, write index) when decoding
-    with a cache, else None.
+
+def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
+    """One pre-norm block; returns h, this step's keys/values (what the cache stores) and the MLP's stats.
+
+    `kv` is (this layer's cached k slots, v slots, write index) when decoding with a cache, else None.
     """
+    if layer.resid is not None:
+        h = (layer.resid[0] * h + layer.resid[1] * step.x0).astype(h.dtype)
     fb = step.feedback
     if fb is not None and fb.residual_fn is not None:
-        h = fb.residual_fn(fb_params, fb.inputs, h).astype(h.dtype)
+        h = fb.residual_fn(layer.feedback, fb.inputs, h).astype(h.dtype)
     x = rms_norm(h, p.get("input_layernorm"), cfg.norm_eps)
     a = p["self_attn"]
     q = constrain(
@@ -149,18 +184,21 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, window, fb_params, kv):
     k = jnp.einsum("btd,dke->btke", x, a["k_proj"])
     v = jnp.einsum("btd,dke->btke", x, a["v_proj"])
     if fb is not None and fb.kv_fn is not None:
-        k_fb, v_fb = fb.kv_fn(fb_params, fb.inputs, x, k, v)
+        k_fb, v_fb = fb.kv_fn(layer.feedback, fb.inputs, x, k, v)
         k, v = k_fb.astype(k.dtype), v_fb.astype(v.dtype)
+    if layer.value_embed is not None:
+        v = v + (kv_head_gate(x, a["ve_gate"])[..., None] * layer.value_embed).astype(v.dtype)
     k = _qk(cfg, k, a.get("k_norm"), step.positions)
     keys, values = k, v
     if kv is not None:
         k_slots, v_slots, index = kv
         keys = jax.lax.dynamic_update_slice_in_dim(k_slots, k, index, axis=1)
         values = jax.lax.dynamic_update_slice_in_dim(v_slots, v, index, axis=1)
-    mask = step.mask if window is None else step.mask & (step.distance <= window)
+    mask = step.mask if layer.window is None else step.mask & (step.distance <= layer.window)
     h = h + jnp.einsum("bthe,hed->btd", attend(q, keys, values, mask, cfg.attn_softcap), a["o_proj"])
-    h = h + MLPS[cfg.mlp].apply(cfg, p["mlp"], rms_norm(h, p.get("post_attention_layernorm"), cfg.norm_eps))
-    return constrain(h, RESIDUAL_AXES), (k, v)
+    x = rms_norm(h, p.get("post_attention_layernorm"), cfg.norm_eps)
+    y, stats = MLPS[cfg.mlp].apply(cfg, p["mlp"], x, layer.mlp_state)
+    return constrain(h + y.astype(h.dtype), RESIDUAL_AXES), (k, v), stats
 
 
 def _remat(cfg: ModelConfig, fn):
@@ -169,6 +207,36 @@ def _remat(cfg: ModelConfig, fn):
     if cfg.remat == "dots":
         return jax.checkpoint(fn, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
     return fn
+
+
+def _value_embeds(cfg: ModelConfig, params: dict, tokens, start: int, end: int):
+    """Each layer's value embedding of the tokens [end - start, B, T, K, E]; zeros on layers without one."""
+    layers = cfg.value_embed_layers
+    slot = np.asarray([layers.index(i) if i in layers else 0 for i in range(start, end)])
+    has = np.asarray([i in layers for i in range(start, end)], np.float32)
+    table = params["value_embeds"].astype(cfg.dtype)
+    return jnp.take(table, tokens, axis=1)[slot] * has[:, None, None, None, None].astype(cfg.dtype)
+
+
+def _layer_slices(cfg, params, start, end, feedback, tokens, mlp_state) -> _Layer:
+    """Everything scanned beside the block params, sliced to blocks [start, end)."""
+    cut = lambda tree: None if tree is None else jax.tree.map(lambda a: a[start:end], tree)
+    windows = None
+    if any(w is not None for w in cfg.layer_windows):
+        windows = jnp.asarray([FULL_WINDOW if w is None else w for w in cfg.layer_windows], jnp.int32)
+        windows = windows[start:end]
+    value_embed = None
+    if cfg.value_embeds:
+        if tokens is None:
+            raise ValueError("run_blocks: value_embeds needs the tokens (tokens=...)")
+        value_embed = _value_embeds(cfg, params, tokens, start, end)
+    resid = None
+    if cfg.resid_scalars:
+        resid = cut((params["resid_lambdas"], params["x0_lambdas"]))
+        resid = jax.tree.map(lambda a: a.astype(cfg.dtype), resid)
+    return _Layer(
+        windows, cut(feedback.params if feedback is not None else None), value_embed, cut(mlp_state), resid
+    )
 
 
 def run_blocks(
@@ -182,41 +250,47 @@ def run_blocks(
     segment_ids: Int[Array, "B T"],
     cache: KVCache | None = None,
     feedback: Feedback | None = None,
-) -> tuple[Float[Array, "B T D"], KVCache | None]:
+    tokens: Int[Array, "B T"] | None = None,
+    x0: Float[Array, "B T D"] | None = None,
+    mlp_state: Any = None,
+) -> BlocksOut:
     """Run blocks [start, end) on h. With a cache, this step's keys/values go to slots cache.index + [0, T).
 
     The cache's `index` is not advanced here (a token step may call several ranges); see `advance`.
     `feedback` (optional) hooks state into every block's residual stream and keys/values; its inputs
-    cover this call's T tokens (one token per call when decoding).
+    cover this call's T tokens (one token per call when decoding). `tokens` feed the value embeddings,
+    `x0` (the embedded stream; defaults to h when start == 0) the per-layer resid/x0 scalars, `mlp_state`
+    (stacked on layers) the MLP's non-gradient state; the MLP's per-layer stats come back in `stats`.
     """
     if end <= start:
-        return h, cache
+        return BlocksOut(h, cache, {})
+    if cfg.resid_scalars and x0 is None:
+        if start != 0:
+            raise ValueError(f"run_blocks: resid_scalars needs x0 for a range starting at block {start}")
+        x0 = h
     layers = _cast(jax.tree.map(lambda p: p[start:end], params["layers"]), cfg.dtype)
+    per_layer = _layer_slices(cfg, params, start, end, feedback, tokens, mlp_state)
     b, t = positions.shape
-    windowed = any(w is not None for w in cfg.layer_windows)
-    # Per-layer xs beside the params (None when unused, so the scan is unchanged without them).
-    windows = None
-    if windowed:
-        windows = jnp.asarray([FULL_WINDOW if w is None else w for w in cfg.layer_windows], jnp.int32)
-        windows = windows[start:end]
-    fb_params = None
-    if feedback is not None and feedback.params is not None:
-        fb_params = jax.tree.map(lambda p: p[start:end], feedback.params)
+    windowed = per_layer.window is not None
     if cache is None:
         slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
         mask = attention_mask(segment_ids, segment_ids, slots, slots)
         distance = slots[:, :, None] - slots[:, None, :] if windowed else None
-        step = _Step(positions, mask, distance, feedback)
-        body = lambda h, xs: (_block(cfg, xs[0], h, step, *xs[1:], None)[0], None)
-        h, _ = jax.lax.scan(_remat(cfg, body), h, (layers, windows, fb_params))
-        return h, None
+        step = _Step(positions, mask, distance, feedback, x0)
+
+        def body(h, xs):
+            h, _, stats = _block(cfg, xs[0], h, step, xs[1], None)
+            return h, stats
+
+        h, stats = jax.lax.scan(_remat(cfg, body), h, (layers, per_layer))
+        return BlocksOut(h, None, stats)
 
     key_segments = jax.lax.dynamic_update_slice_in_dim(cache.segment_ids, segment_ids, cache.index, axis=1)
     q_slots = cache.index + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     k_slots = jnp.broadcast_to(jnp.arange(key_segments.shape[1], dtype=jnp.int32), key_segments.shape)
     mask = attention_mask(segment_ids, key_segments, q_slots, k_slots)
     distance = q_slots[:, :, None] - k_slots[:, None, :] if windowed else None
-    step = _Step(positions, mask, distance, feedback)
+    step = _Step(positions, mask, distance, feedback, x0)
     cache = cache._replace(segment_ids=key_segments)
 
     def cached_body(carry, xs):
@@ -224,19 +298,19 @@ def run_blocks(
         # per-range cache copies); the loop is unrolled, so splitting a token's blocks into the three
         # T²MLR ranges adds no loop overhead to decoding.
         h, k_all, v_all = carry
-        p, window, fb, layer = xs
-        h, (k, v) = _block(cfg, p, h, step, window, fb, (k_all[layer], v_all[layer], cache.index))
+        p, layer_xs, layer = xs
+        h, (k, v), stats = _block(cfg, p, h, step, layer_xs, (k_all[layer], v_all[layer], cache.index))
         at = (layer, 0, cache.index, 0, 0)
         return (
             h,
             jax.lax.dynamic_update_slice(k_all, k[None], at),
             jax.lax.dynamic_update_slice(v_all, v[None], at),
-        ), None
+        ), stats
 
-    (h, k_all, v_all), _ = jax.lax.scan(
-        cached_body, (h, cache.k, cache.v), (layers, windows, fb_params, jnp.arange(start, end)), unroll=True
+    (h, k_all, v_all), stats = jax.lax.scan(
+        cached_body, (h, cache.k, cache.v), (layers, per_layer, jnp.arange(start, end)), unroll=True
     )
-    return h, cache._replace(k=k_all, v=v_all)
+    return BlocksOut(h, cache._replace(k=k_all, v=v_all), stats)
 
 
 def forward(
@@ -247,11 +321,12 @@ def forward(
     positions: Int[Array, "B T"] | None = None,
     segment_ids: Int[Array, "B T"] | None = None,
     feedback: Feedback | None = None,
+    mlp_state: Any = None,
 ) -> Float[Array, "B T V"]:
     """The plain transformer: every block once, no recurrence (the reference T²MLR must equal at γ=0)."""
     if positions is None or segment_ids is None:
         positions, segment_ids = default_layout(tokens)
-    h, _ = run_blocks(
+    out = run_blocks(
         cfg,
         params,
         embed(cfg, params, tokens),
@@ -260,5 +335,7 @@ def forward(
         positions=positions,
         segment_ids=segment_ids,
         feedback=feedback,
+        tokens=tokens,
+        mlp_state=mlp_state,
     )
-    return head(cfg, params, h)
+    return head(cfg, params, out.h)

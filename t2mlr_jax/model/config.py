@@ -62,6 +62,9 @@ class RecurrenceConfig:
 QK_NORMS = ("none", "before_rope", "after_rope")
 WINDOW_KINDS = ("S", "L")
 MLP_NAMES: set[str] = {"swiglu", "relu2"}
+# normal: every weight N(0, init_std) (HF Llama). nanochat: embeddings N(0, 1), input projections
+# U(±sqrt(3/d)), output projections (o_proj, MLP down) zero, lm_head N(0, 0.001), gates zero.
+INIT_SCHEMES = ("normal", "nanochat")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +101,25 @@ class ModelConfig:
     sliding_window: int | None = None
     attn_softcap: float | None = None  # attention logits -> c * tanh(z / c)
     logit_softcap: float | None = None  # output logits -> c * tanh(z / c)
-    mlp: str = "swiglu"  # a key of t2mlr_jax.model.layers.MLPS (swiglu | relu2 | registered ones)
+    mlp: str = "swiglu"  # a key of t2mlr_jax.model.layers.MLPS (swiglu | relu2 | moe | registered ones)
+    init_scheme: str = "normal"
+    # nanochat's per-layer scalars: the stream entering block i is λ_resid[i] * h + λ_x0[i] * x0, x0 the
+    # (normed) embedding (λ_resid init 1, λ_x0 init 0.1).
+    resid_scalars: bool = False
+    # nanochat's value embeddings: on alternating layers (the last included) v += g * VE[token], the gate
+    # per kv head g = 2 sigmoid(W x[..., :gate_channels]) with W zero-initialised (g starts at 1).
+    value_embeds: bool = False
+    gate_channels: int = 32  # input channels of the per-kv-head gates (value embeddings, LRT feedback)
+    # Mixture of experts (mlp="moe", t2mlr_jax.model.moe): `moe_experts` routed experts of width moe_dim
+    # (None = mlp_dim), each token to its top `moe_top_k` by a sigmoid router, plus `moe_shared` experts
+    # every token uses. Expert capacity is capacity_factor * tokens * top_k / experts (None: no token is
+    # ever dropped); balancing adds a per-expert routing bias moved by `moe_bias_rate` after each step.
+    moe_experts: int = 8
+    moe_top_k: int = 2
+    moe_shared: int = 1
+    moe_dim: int | None = None
+    moe_capacity_factor: float | None = 1.25
+    moe_bias_rate: float = 1e-3
     recurrence: RecurrenceConfig | None = None
 
     def replace(self, **changes) -> ModelConfig:
@@ -153,6 +174,11 @@ class ModelConfig:
         rec = self.recurrence
         if rec is None:
             return self
+        if self.resid_scalars or self.value_embeds:
+            raise ValueError(
+                "resid_scalars / value_embeds are not supported with the T²MLR recurrence yet (its block "
+                "ranges do not carry x0 and the tokens); use them with the transformer or lrt architectures"
+            )
         MIXERS.get(rec.mixer)  # an unknown name: one ValueError listing the registered mixers
         if rec.cache_norm not in CACHE_NORMS:
             raise ValueError(f"recurrence.cache_norm must be one of {CACHE_NORMS}, got {rec.cache_norm!r}")
@@ -195,6 +221,47 @@ class ModelConfig:
                 raise ValueError(f"{name} must be None or > 0, got {cap!r}")
         if self.mlp not in MLP_NAMES:
             raise ValueError(f"mlp must be one of {sorted(MLP_NAMES)}, got {self.mlp!r}")
+        if self.init_scheme not in INIT_SCHEMES:
+            raise ValueError(f"init_scheme must be one of {INIT_SCHEMES}, got {self.init_scheme!r}")
+        for name in ("resid_scalars", "value_embeds"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.gate_channels < 1 or self.value_embeds and self.gate_channels > self.hidden_size:
+            raise ValueError(
+                f"gate_channels must be in [1, hidden_size={self.hidden_size}], got {self.gate_channels}"
+            )
+        if self.mlp == "moe":
+            self._validate_moe()
+
+    def _validate_moe(self) -> None:
+        if self.moe_experts < 1 or self.moe_shared < 0:
+            raise ValueError(
+                f"moe_experts must be >= 1 and moe_shared >= 0, got {self.moe_experts}, {self.moe_shared}"
+            )
+        if not 1 <= self.moe_top_k <= self.moe_experts:
+            raise ValueError(
+                f"moe_top_k ({self.moe_top_k}) must be in [1, moe_experts={self.moe_experts}]: each token "
+                "picks top_k distinct experts"
+            )
+        if self.moe_dim is not None and self.moe_dim < 1:
+            raise ValueError(f"moe_dim must be None or >= 1, got {self.moe_dim}")
+        if self.moe_capacity_factor is not None and not self.moe_capacity_factor > 0:
+            raise ValueError(
+                f"moe_capacity_factor must be None (no drops) or > 0, got {self.moe_capacity_factor}"
+            )
+        if not self.moe_bias_rate >= 0:
+            raise ValueError(f"moe_bias_rate must be >= 0, got {self.moe_bias_rate}")
+
+    @property
+    def expert_dim(self) -> int:
+        return self.mlp_dim if self.moe_dim is None else self.moe_dim
+
+    @property
+    def value_embed_layers(self) -> tuple[int, ...]:
+        """The layers with value embeddings: alternating, the last one included (nanochat's rule)."""
+        if not self.value_embeds:
+            return ()
+        return tuple(i for i in range(self.num_layers) if i % 2 == (self.num_layers - 1) % 2)
 
 
 def check_depths(d_forward: int, d_backward: int) -> None:
@@ -261,6 +328,42 @@ def s5_tiny(**changes) -> ModelConfig:
         mlp_dim=1536,
         rope_theta=None,
         max_seq_len=1024,
+    ).replace(**changes)
+
+
+def nanochat(depth: int, *, seq_len: int = 2048, **changes) -> ModelConfig:
+    """nanochat's backbone at a depth as the LRT paper trains it: width 64 * depth in heads of 128 (as
+    many kv heads), relu² MoE (8 routed experts of width 4d/3, top-2, one shared expert: the active MLP
+    width is nanochat's dense 4d), QK-norm after RoPE, weightless norms (also on the embedding), untied
+    head, logit softcap 15, per-layer resid / x0 scalars, value embeddings on alternating layers, windows
+    "SSSL" with S = half the context, nanochat's init. 16 layers: 0.80B parameters, 20 layers: 1.42B (the
+    paper reports 0.8B / 1.3B) with nanochat's 32,768-token vocabulary."""
+    head_dim = 128
+    width = -(-64 * depth // head_dim) * head_dim
+    return ModelConfig(
+        vocab_size=32768,
+        hidden_size=width,
+        num_layers=depth,
+        num_heads=width // head_dim,
+        num_kv_heads=width // head_dim,
+        head_dim=head_dim,
+        mlp_dim=4 * width,
+        rope_theta=10_000.0,
+        norm_eps=1e-6,
+        tie_embeddings=False,
+        max_seq_len=seq_len,
+        dtype="bfloat16",
+        norm_weights=False,
+        embed_norm=True,
+        qk_norm="after_rope",
+        window_pattern="SSSL",
+        sliding_window=seq_len // 2,
+        logit_softcap=15.0,
+        mlp="moe",
+        moe_dim=round(4 * width / 3),
+        init_scheme="nanochat",
+        resid_scalars=True,
+        value_embeds=True,
     ).replace(**changes)
 
 

@@ -1,5 +1,6 @@
 """Autoregressive generation: prefill (exact, or k Jacobi passes as in the paper's Table 8), then one
-token per step with the KV cache and the one-vector-per-row recurrent state.
+token per step with the KV cache and the one-vector-per-row recurrent state. The loop (`generate_with`)
+takes any `Decoder`: T²MLR's here, the LRT's in t2mlr_jax.architectures.lrt.
 
 Batches are left padded (`prompt_mask` 0 on padding): each row gets positions starting at 0 on its
 first real token, so its R resets there and padding never reaches it — every row decodes as if alone.
@@ -7,17 +8,18 @@ first real token, so its R resets there and padding never reaches it — every r
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from t2mlr_jax.model.backbone import init_cache
+from t2mlr_jax.model.backbone import KVCache, init_cache
 from t2mlr_jax.model.config import ModelConfig, check_depths
 from t2mlr_jax.model.fusion import RECURRENT
-from t2mlr_jax.model.recurrence import Layout, decode_step, exact_forward, jacobi_forward
+from t2mlr_jax.model.recurrence import Layout, Output, decode_step, exact_forward, jacobi_forward
 
 PREFILLS = ("exact", "jacobi")
 
@@ -69,9 +71,67 @@ def check_generate_args(
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
 
+@runtime_checkable
+class Decoder(Protocol):
+    """How a model decodes with a KV cache and one state vector per row; hashable (a frozen dataclass),
+    since it is a static argument of the compiled loop. T²MLR's state is R, the LRT's its memory m.
+
+    prefill(params, tokens, layout, cache) -> Output   # the prompt, filling the cache
+    step(params, tokens, state, cache, layout) -> Output   # one token [B, 1]
+    """
+
+    model: ModelConfig
+
+    def prefill(self, params, tokens, layout: Layout, cache: KVCache) -> Output: ...
+
+    def step(self, params, tokens, state, cache: KVCache, layout: Layout) -> Output: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class T2MLRDecoder:
+    """The backbone with or without T²MLR: prefill exact or by `prefill_passes` Jacobi passes."""
+
+    model: ModelConfig
+    prefill_mode: str = "exact"
+    prefill_passes: int = 8
+
+    def prefill(self, params, tokens, layout, cache):
+        if self.prefill_mode == "exact":
+            return exact_forward(self.model, params, tokens, layout=layout, cache=cache)
+        return jacobi_forward(
+            self.model,
+            params,
+            tokens,
+            layout=layout,
+            cache=cache,
+            d_forward=self.prefill_passes,
+            d_backward=0,
+        )
+
+    def step(self, params, tokens, state, cache, layout):
+        return decode_step(self.model, params, tokens, state, cache, layout)
+
+
 def generate(
     cfg: ModelConfig,
     params: dict,
+    prompt_tokens: Int[Array, "B P"],
+    prompt_mask: Int[Array, "B P"],
+    *,
+    prefill: str = "exact",
+    prefill_passes: int = 8,
+    **kwargs,
+) -> GenerateOutput:
+    """T²MLR (or the plain backbone) generation; `kwargs` as `generate_with`."""
+    check_generate_args(prefill, prefill_passes, 1, 0.0, 0, 1.0)
+    return generate_with(
+        T2MLRDecoder(cfg, prefill, prefill_passes), params, prompt_tokens, prompt_mask, **kwargs
+    )
+
+
+def generate_with(
+    decoder: Decoder,
+    params: Any,  # what the decoder reads (T²MLR: the params; the LRT: (params, model_state))
     prompt_tokens: Int[Array, "B P"],
     prompt_mask: Int[Array, "B P"],
     *,
@@ -82,22 +142,20 @@ def generate(
     top_p: float = 1.0,
     eos_id: int | None = None,
     pad_id: int = 0,
-    prefill: str = "exact",
-    prefill_passes: int = 8,
     prompt_control_flow: Int[Array, "B P"] | None = None,
 ) -> GenerateOutput:
-    """Generate up to `max_new_tokens` per row; rows stop independently at `eos_id`.
+    """Generate up to `max_new_tokens` per row with `decoder`; rows stop independently at `eos_id`.
 
     `prompt_control_flow` marks prompt tokens as recurrent (2, the default: pretraining) or not
     (1, SFT prompts as in the release); generated tokens are always recurrent.
     """
-    check_generate_args(prefill, prefill_passes, max_new_tokens, temperature, top_k, top_p)
+    check_generate_args("exact", 1, max_new_tokens, temperature, top_k, top_p)
     if temperature > 0 and key is None:
         raise ValueError("sampling with temperature > 0 needs a PRNG key")
     if prompt_control_flow is None:
         prompt_control_flow = jnp.where(prompt_mask != 0, RECURRENT, 0)
     return _generate(
-        cfg,
+        decoder,
         params,
         prompt_tokens,
         jnp.asarray(prompt_mask, jnp.int32),
@@ -109,27 +167,16 @@ def generate(
         top_p=top_p,
         eos_id=eos_id,
         pad_id=pad_id,
-        prefill=prefill,
-        prefill_passes=prefill_passes,
     )
 
 
 @partial(
     jax.jit,
     static_argnums=0,
-    static_argnames=(
-        "max_new_tokens",
-        "temperature",
-        "top_k",
-        "top_p",
-        "eos_id",
-        "pad_id",
-        "prefill",
-        "prefill_passes",
-    ),
+    static_argnames=("max_new_tokens", "temperature", "top_k", "top_p", "eos_id", "pad_id"),
 )
 def _generate(
-    cfg,
+    decoder,
     params,
     prompt_tokens,
     prompt_mask,
@@ -142,19 +189,11 @@ def _generate(
     top_p,
     eos_id,
     pad_id,
-    prefill,
-    prefill_passes,
 ):
     b, p = prompt_tokens.shape
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=1) - 1, 0)
     layout = Layout(positions, prompt_mask, prompt_control_flow * prompt_mask)
-    cache = init_cache(cfg, b, p + max_new_tokens)
-    if prefill == "exact":
-        out = exact_forward(cfg, params, prompt_tokens, layout=layout, cache=cache)
-    else:
-        out = jacobi_forward(
-            cfg, params, prompt_tokens, layout=layout, cache=cache, d_forward=prefill_passes, d_backward=0
-        )
+    out = decoder.prefill(params, prompt_tokens, layout, init_cache(decoder.model, b, p + max_new_tokens))
     key, sub = jax.random.split(key)
     first = sample(out.logits[:, -1], sub, temperature, top_k, top_p)
     tokens = jnp.full((b, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(first)
@@ -170,8 +209,8 @@ def _generate(
         step_layout = Layout(
             (next_pos + i - 1)[:, None], jnp.ones((b, 1), jnp.int32), jnp.full((b, 1), RECURRENT, jnp.int32)
         )
-        step = decode_step(
-            cfg, params, jax.lax.dynamic_slice_in_dim(tokens, i - 1, 1, axis=1), r, cache, step_layout
+        step = decoder.step(
+            params, jax.lax.dynamic_slice_in_dim(tokens, i - 1, 1, axis=1), r, cache, step_layout
         )
         key, sub = jax.random.split(key)
         nxt = jnp.where(done, pad_id, sample(step.logits[:, -1], sub, temperature, top_k, top_p))

@@ -9,7 +9,7 @@ E head dim, F mlp hidden, V vocab, L layers.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +17,7 @@ from einops import rearrange
 from jaxtyping import Array, Bool, Float, Int
 
 from t2mlr_jax.model.config import MLP_NAMES, ModelConfig
-from t2mlr_jax.model.spec import ParamSpec, normal
+from t2mlr_jax.model.spec import ParamSpec, normal, uniform, zeros
 
 NEG_INF = -1e30  # finite so a fully masked row (padding) averages instead of producing NaN
 
@@ -102,33 +102,72 @@ def relu2(
 
 
 # ---------------------------------------------------------------------------------------------
+# Initialisation by role, per `ModelConfig.init_scheme`; every table (backbone, MLPs, variants) asks here.
+
+ROLES = ("in", "out", "embedding", "head", "gate")
+
+
+def weight_init(cfg: ModelConfig, role: str):
+    """The initializer of a weight by its role: an input projection ("in"), an output projection into the
+    residual stream ("out"), the embedding table, the LM head, or a zero-started gate projection."""
+    if role not in ROLES:
+        raise ValueError(f"weight role must be one of {ROLES}, got {role!r}")
+    if role == "gate":
+        return zeros
+    if cfg.init_scheme == "normal":
+        return normal(cfg.init_std)
+    return {
+        "in": uniform(cfg.hidden_size**-0.5),
+        "out": zeros,
+        "embedding": normal(1.0),
+        "head": normal(0.001),
+    }[role]
+
+
+def layer_matrix(
+    cfg: ModelConfig, shape: tuple, axes: tuple, in_dims: int = 1, role: str = "in"
+) -> ParamSpec:
+    """A per-layer projection [L, *shape], its first `in_dims` dims the fan-in, initialised by `role`."""
+    return ParamSpec((cfg.num_layers, *shape), ("layers", *axes), weight_init(cfg, role), "matrix", in_dims)
+
+
+# ---------------------------------------------------------------------------------------------
 # The MLP registry: `ModelConfig.mlp` names an entry; the block and the parameter table only look it up.
 
 
 class MLP(NamedTuple):
-    """One MLP variant: its parameter table and its function.
+    """One MLP variant: its parameter table, its function and (optionally) its non-gradient state.
 
     specs(cfg) -> {name: ParamSpec}: the tree of params["layers"]["mlp"], every leaf stacked on a
       leading `layers` axis (kind, fan-in dims and logical axes as any ParamSpec).
-    apply(cfg, p, x) -> y: one block's MLP on the normed stream x [B, T, D], p = one layer's slice.
+    apply(cfg, p, x, state) -> (y, stats): one block's MLP on the normed stream x [B, T, D]; p and state
+      are this layer's slices; stats are this layer's arrays to report (sums, so micro-batches add up),
+      stacked over layers by `run_blocks`.
+    init_state(cfg) -> state: per-layer arrays stacked on a leading layer axis (e.g. MoE routing biases).
+    update_state(cfg, state, stats) -> (state, metrics): after each optimizer step, from the stats summed
+      over the step's micro-batches; metrics are scalars to log.
     """
 
     specs: Callable[[ModelConfig], dict]
-    apply: Callable[[ModelConfig, dict, Array], Array]
+    apply: Callable[[ModelConfig, dict, Array, Any], tuple[Array, dict]]
+    init_state: Callable[[ModelConfig], Any] | None = None
+    update_state: Callable[[ModelConfig, Any, dict], tuple[Any, dict]] | None = None
 
 
 MLPS: dict[str, MLP] = {}
 
 
-def register_mlp(name: str, specs: Callable[[ModelConfig], dict], apply: Callable) -> None:
+def register_mlp(
+    name: str,
+    specs: Callable[[ModelConfig], dict],
+    apply: Callable,
+    *,
+    init_state: Callable | None = None,
+    update_state: Callable | None = None,
+) -> None:
     """Make `ModelConfig(mlp=name)` valid and build its blocks with `apply` over the params of `specs`."""
-    MLPS[name] = MLP(specs, apply)
+    MLPS[name] = MLP(specs, apply, init_state, update_state)
     MLP_NAMES.add(name)
-
-
-def layer_matrix(cfg: ModelConfig, shape: tuple, axes: tuple, in_dims: int = 1) -> ParamSpec:
-    """A per-layer projection [L, *shape] drawn N(0, init_std), its first `in_dims` dims the fan-in."""
-    return ParamSpec((cfg.num_layers, *shape), ("layers", *axes), normal(cfg.init_std), "matrix", in_dims)
 
 
 def _swiglu_specs(cfg: ModelConfig) -> dict:
@@ -136,7 +175,7 @@ def _swiglu_specs(cfg: ModelConfig) -> dict:
     return {
         "gate_proj": layer_matrix(cfg, (d, f), ("embed", "mlp")),
         "up_proj": layer_matrix(cfg, (d, f), ("embed", "mlp")),
-        "down_proj": layer_matrix(cfg, (f, d), ("mlp", "embed")),
+        "down_proj": layer_matrix(cfg, (f, d), ("mlp", "embed"), role="out"),
     }
 
 
@@ -144,11 +183,13 @@ def _relu2_specs(cfg: ModelConfig) -> dict:
     d, f = cfg.hidden_size, cfg.mlp_dim
     return {
         "up_proj": layer_matrix(cfg, (d, f), ("embed", "mlp")),
-        "down_proj": layer_matrix(cfg, (f, d), ("mlp", "embed")),
+        "down_proj": layer_matrix(cfg, (f, d), ("mlp", "embed"), role="out"),
     }
 
 
 register_mlp(
-    "swiglu", _swiglu_specs, lambda cfg, p, x: swiglu(x, p["gate_proj"], p["up_proj"], p["down_proj"])
+    "swiglu",
+    _swiglu_specs,
+    lambda cfg, p, x, state: (swiglu(x, p["gate_proj"], p["up_proj"], p["down_proj"]), {}),
 )
-register_mlp("relu2", _relu2_specs, lambda cfg, p, x: relu2(x, p["up_proj"], p["down_proj"]))
+register_mlp("relu2", _relu2_specs, lambda cfg, p, x, state: (relu2(x, p["up_proj"], p["down_proj"]), {}))

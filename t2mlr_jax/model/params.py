@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import jax
 
+from t2mlr_jax.model import moe  # noqa: F401  (registers mlp="moe")
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import mixer_specs
-from t2mlr_jax.model.layers import MLPS
-from t2mlr_jax.model.spec import ParamSpec, init_from_specs, normal, ones, spec_axes
+from t2mlr_jax.model.layers import MLPS, layer_matrix, weight_init
+from t2mlr_jax.model.spec import ParamSpec, constant, init_from_specs, ones, spec_axes
 
 
 def backbone_specs(cfg: ModelConfig) -> dict:
@@ -21,22 +22,23 @@ def backbone_specs(cfg: ModelConfig) -> dict:
     norm_weights, q_norm / k_norm only with qk_norm, the MLP's from its registry entry (`MLPS`)."""
     d, n_layers, e = cfg.hidden_size, cfg.num_layers, cfg.head_dim
     h, k, v = cfg.num_heads, cfg.num_kv_heads, cfg.vocab_size
-    w = normal(cfg.init_std)
 
     def norm(shape, axes):
         return ParamSpec(shape, axes, ones, "norm") if cfg.norm_weights else None
 
     attn = {
-        "q_proj": ParamSpec((n_layers, d, h, e), ("layers", "embed", "heads", "head_dim"), w, "matrix", 1),
-        "k_proj": ParamSpec((n_layers, d, k, e), ("layers", "embed", "kv_heads", "head_dim"), w, "matrix", 1),
-        "v_proj": ParamSpec((n_layers, d, k, e), ("layers", "embed", "kv_heads", "head_dim"), w, "matrix", 1),
-        "o_proj": ParamSpec((n_layers, h, e, d), ("layers", "heads", "head_dim", "embed"), w, "matrix", 2),
+        "q_proj": layer_matrix(cfg, (d, h, e), ("embed", "heads", "head_dim")),
+        "k_proj": layer_matrix(cfg, (d, k, e), ("embed", "kv_heads", "head_dim")),
+        "v_proj": layer_matrix(cfg, (d, k, e), ("embed", "kv_heads", "head_dim")),
+        "o_proj": layer_matrix(cfg, (h, e, d), ("heads", "head_dim", "embed"), in_dims=2, role="out"),
     }
     if cfg.qk_norm != "none":  # one scale over head_dim shared by the heads (HF Qwen3's q_norm / k_norm)
         attn["q_norm"] = norm((n_layers, e), ("layers", "head_dim"))
         attn["k_norm"] = norm((n_layers, e), ("layers", "head_dim"))
+    if cfg.value_embeds:  # every layer has a gate; those without a value embedding leave it unused
+        attn["ve_gate"] = layer_matrix(cfg, (cfg.gate_channels, k), ("embed", "kv_heads"), role="gate")
     specs = {
-        "embed_tokens": ParamSpec((v, d), ("vocab", "embed"), w, "embedding"),
+        "embed_tokens": ParamSpec((v, d), ("vocab", "embed"), weight_init(cfg, "embedding"), "embedding"),
         "layers": {
             "input_layernorm": norm((n_layers, d), ("layers", "norm")),
             "self_attn": attn,
@@ -48,7 +50,17 @@ def backbone_specs(cfg: ModelConfig) -> dict:
     if cfg.embed_norm:
         specs["embed_norm"] = norm((d,), ("norm",))
     if not cfg.tie_embeddings:
-        specs["lm_head"] = ParamSpec((d, v), ("embed", "vocab"), w, "head", 1)
+        specs["lm_head"] = ParamSpec((d, v), ("embed", "vocab"), weight_init(cfg, "head"), "head", 1)
+    if cfg.resid_scalars:
+        specs["resid_lambdas"] = ParamSpec((n_layers,), ("layers",), constant(1.0), "residual")
+        specs["x0_lambdas"] = ParamSpec((n_layers,), ("layers",), constant(0.1), "skip")
+    if cfg.value_embeds:  # initialised like v_proj (nanochat)
+        specs["value_embeds"] = ParamSpec(
+            (len(cfg.value_embed_layers), v, k, e),
+            (None, "vocab", "kv_heads", "head_dim"),
+            weight_init(cfg, "in"),
+            "embedding",
+        )
     return _drop_none(specs)
 
 

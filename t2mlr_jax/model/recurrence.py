@@ -57,10 +57,19 @@ def shift_right(m: Float[Array, "B T D"], positions: Int[Array, "B T"]) -> Float
     return jnp.where((positions == 0)[..., None], jnp.zeros_like(r), r)
 
 
-def _blocks(cfg, params, h, start, end, layout, cache=None):
-    return run_blocks(
-        cfg, params, h, start, end, positions=layout.positions, segment_ids=layout.segment_ids, cache=cache
+def _blocks(cfg, params, h, start, end, layout, cache=None, tokens=None):
+    out = run_blocks(
+        cfg,
+        params,
+        h,
+        start,
+        end,
+        positions=layout.positions,
+        segment_ids=layout.segment_ids,
+        cache=cache,
+        tokens=tokens,
     )
+    return out.h, out.cache
 
 
 def _middle(cfg, params, h, layout, cache=None):
@@ -74,7 +83,7 @@ def _advance(cache, tokens):
 
 def _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state) -> Output:
     """A model without recurrence: every block once; the recurrent state passes through untouched."""
-    h, cache = _blocks(cfg, params, h, 0, cfg.num_layers, layout, cache)
+    h, cache = _blocks(cfg, params, h, 0, cfg.num_layers, layout, cache, tokens)
     return Output(head(cfg, params, h), recurrent_state, {}, _advance(cache, tokens))
 
 

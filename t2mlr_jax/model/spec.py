@@ -21,9 +21,11 @@ Init = Callable[[jax.Array, tuple, Any], jax.Array]
 
 # matrix: a projection (decayed; Muon's domain). embedding / head: the vocabulary tables. norm: norm scales.
 # bias: additive biases. gate: ReZero gammas that open the recurrent path. scalar: other learned
-# coefficients (mixing weights, decay rates). Weight decay skips norm, bias and gate (the release's rule).
-KINDS = ("matrix", "embedding", "head", "norm", "bias", "gate", "scalar")
-NO_DECAY_KINDS = ("norm", "bias", "gate")
+# coefficients (mixing weights, decay rates, LRT's γ). residual / skip: nanochat's per-layer λ_resid
+# (Muon recipe: scalar LR x 0.01) and λ_x0 (Adam betas 0.96, 0.95). Weight decay skips norm, bias, gate
+# (the T²MLR release's rule) and the nanochat scalars.
+KINDS = ("matrix", "embedding", "head", "norm", "bias", "gate", "scalar", "residual", "skip")
+NO_DECAY_KINDS = ("norm", "bias", "gate", "residual", "skip")
 STACKED_AXES = ("layers", "experts")  # leading batch-like axes: one weight per layer / expert
 
 
@@ -65,6 +67,16 @@ class ParamSpec:
 
 def normal(std: float) -> Init:
     return jax.nn.initializers.normal(stddev=std)
+
+
+def uniform(std: float) -> Init:
+    """U(-a, a) with standard deviation `std` (a = sqrt(3) std): nanochat's outlier-free matrix init."""
+    bound = 3**0.5 * std
+    return lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+def constant(value: float) -> Init:
+    return lambda key, shape, dtype: jnp.full(shape, value, dtype)
 
 
 def ones(key, shape, dtype):

@@ -1,4 +1,4 @@
-"""Building the (data, fsdp, tensor) mesh from config sizes, and the divisibility checks that must
+"""Building the (data, fsdp, expert, tensor) mesh from config sizes, and the divisibility checks that must
 fail before anything compiles."""
 
 from __future__ import annotations
@@ -9,18 +9,20 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-from t2mlr_jax.parallel.rules import MESH_AXES
+from t2mlr_jax.parallel.rules import LOGICAL_AXIS_RULES, MESH_AXES
 
 
 def resolve_mesh_shape(
-    data: int = -1, fsdp: int = 1, tensor: int = 1, num_devices: int | None = None
-) -> tuple[int, int, int]:
-    """Sizes of (data, fsdp, tensor); at most one may be -1, meaning 'all remaining devices'."""
+    data: int = -1, fsdp: int = 1, tensor: int = 1, num_devices: int | None = None, *, expert: int = 1
+) -> tuple[int, int, int, int]:
+    """Sizes of the mesh axes in MESH_AXES order (data, fsdp, expert, tensor); at most one may be -1,
+    meaning 'all remaining devices'. `expert` is keyword-only so (data, fsdp, tensor) calls keep working."""
     n = jax.device_count() if num_devices is None else num_devices
-    sizes = [int(data), int(fsdp), int(tensor)]
+    given = {"data": data, "fsdp": fsdp, "expert": expert, "tensor": tensor}
+    sizes = [int(given[name]) for name in MESH_AXES]
     if sizes.count(-1) > 1:
         raise ValueError(
-            f"mesh: at most one of data/fsdp/tensor may be -1, got {dict(zip(MESH_AXES, sizes))}"
+            f"mesh: at most one of {'/'.join(MESH_AXES)} may be -1, got {dict(zip(MESH_AXES, sizes))}"
         )
     for name, s in zip(MESH_AXES, sizes):
         if s == 0 or s < -1:
@@ -33,25 +35,40 @@ def resolve_mesh_shape(
             )
         sizes[sizes.index(-1)] = n // known
     if int(np.prod(sizes)) != n:
-        raise ValueError(f"mesh: data*fsdp*tensor = {int(np.prod(sizes))} but there are {n} devices")
+        raise ValueError(f"mesh: {'*'.join(MESH_AXES)} = {int(np.prod(sizes))} but there are {n} devices")
     return tuple(sizes)
 
 
-def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices: Sequence | None = None) -> Mesh:
+def make_mesh(
+    data: int = -1, fsdp: int = 1, tensor: int = 1, devices: Sequence | None = None, *, expert: int = 1
+) -> Mesh:
     devices = list(jax.devices() if devices is None else devices)
-    shape = resolve_mesh_shape(data, fsdp, tensor, len(devices))
-    return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
+    shape = resolve_mesh_shape(data, fsdp, tensor, len(devices), expert=expert)
+    return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)
 
 
 def check_batch(global_batch: int, mesh: Mesh, grad_accum: int = 1) -> None:
-    """The global batch (each micro-batch of it) must split evenly over the data-parallel devices."""
-    parallel = mesh.shape["data"] * mesh.shape["fsdp"]
+    """The global batch (each micro-batch of it) must split evenly over the data-parallel devices (the
+    batch axes: data, fsdp and expert, which is data parallel outside the experts)."""
+    batch_axes = LOGICAL_AXIS_RULES["batch"]
+    parallel = int(np.prod([mesh.shape[a] for a in batch_axes]))
     if global_batch % grad_accum:
         raise ValueError(f"batch_size {global_batch} is not divisible by grad_accum {grad_accum}")
     if (global_batch // grad_accum) % parallel:
         raise ValueError(
             f"batch_size {global_batch} (per micro-batch {global_batch // grad_accum}) is not "
-            f"divisible by the data-parallel devices data*fsdp = {parallel}"
+            f"divisible by the data-parallel devices {'*'.join(batch_axes)} = {parallel}"
         )
     if global_batch % jax.process_count():
         raise ValueError(f"batch_size {global_batch} is not divisible by the {jax.process_count()} hosts")
+
+
+def check_experts(num_experts: int, mesh: Mesh) -> None:
+    """A mixture of experts' experts must split evenly over the mesh's expert axis (else they would
+    silently be replicated: no expert parallelism)."""
+    n = mesh.shape.get("expert", 1)
+    if n > 1 and num_experts % n:
+        raise ValueError(
+            f"model.moe_experts ({num_experts}) is not divisible by the expert-parallel devices "
+            f"mesh.expert = {n}: choose mesh.expert dividing the number of experts"
+        )

@@ -6,7 +6,7 @@ import jax
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from t2mlr_jax.parallel.rules import is_axes, tree_shardings
+from t2mlr_jax.parallel.rules import LOGICAL_AXIS_RULES, is_axes, tree_shardings
 
 
 def param_shardings(axes, params_shapes, mesh: Mesh):
@@ -32,12 +32,16 @@ def train_state_shardings(
     their params (so fsdp shards Adam's state too); everything else is replicated (the non-gradient model
     state is small: per-expert biases, counters)."""
     replicated = NamedSharding(mesh, PartitionSpec())
+    # Optimizers built from per-group parts (Muon's multi_transform) hold MaskedNode placeholders where
+    # another group's parameters would be: they stay placeholders.
+    masked = lambda x: isinstance(x, optax.transforms.MaskedNode)
     opt_shardings = optax.tree_map_params(
         optimizer,
-        lambda _, s: s,
+        lambda leaf, s: leaf if masked(leaf) else s,
         state_shapes.opt_state,
         params_shardings,
         transform_non_params=lambda _: replicated,
+        is_leaf=masked,
     )
     return state_shapes._replace(
         step=replicated,
@@ -59,5 +63,5 @@ def place(host: dict, shardings: dict) -> dict:
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """[B, T] batch arrays: rows over the data-parallel axes."""
-    return NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+    """[B, T] batch arrays: rows over the data-parallel axes (the `batch` rule: data, fsdp, expert)."""
+    return NamedSharding(mesh, PartitionSpec(LOGICAL_AXIS_RULES["batch"]))

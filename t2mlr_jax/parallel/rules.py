@@ -1,9 +1,10 @@
 """The one table mapping logical axis names (used by params.ParamSpec.axes and by `constrain`) to mesh axes.
 
 Mesh axes: `data` (pure data parallel), `fsdp` (data parallel with parameters sharded over it, ZeRO-3
-style) and `tensor` (Megatron-style model parallel: heads and MLP columns). A logical axis whose size a
-mesh axis does not divide (e.g. SmolLM2-135M's 3 kv heads on tensor=2) falls back to replicated on that
-dimension, so every preset runs on every mesh.
+style), `expert` (expert parallel: a mixture of experts' experts are split over it; the batch is too, so
+the expert devices are data parallel everywhere else) and `tensor` (Megatron-style model parallel: heads
+and MLP columns). A logical axis whose size a mesh axis does not divide (e.g. SmolLM2-135M's 3 kv heads on
+tensor=2) falls back to replicated on that dimension, so every preset runs on every mesh.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from collections.abc import Sequence
 import jax
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "expert", "tensor")
 RESIDUAL_AXES = ("batch", "length", "act_embed")  # the residual stream [B, T, D] between blocks
 
 LOGICAL_AXIS_RULES: dict[str, tuple[str, ...]] = {
     # activations
-    "batch": ("data", "fsdp"),
+    "batch": ("data", "fsdp", "expert"),
     "length": (),
     "act_embed": (),
     "act_heads": ("tensor",),
@@ -32,6 +33,7 @@ LOGICAL_AXIS_RULES: dict[str, tuple[str, ...]] = {
     "kv_heads": ("tensor",),
     "head_dim": (),
     "mlp": ("tensor",),
+    "experts": ("expert",),
     "norm": (),
     "mixer_in": ("fsdp",),
     "mixer_out": ("tensor",),

@@ -7,6 +7,9 @@ config.data.kind:
              gsm8k_aug | hotpotqa | prompt_response | s5_retrieval)
   text       pretraining text (data.train_path, data.eval_path: token stores or raw documents)
 
+With a byte-level text tokenizer (every task but S5-retrieval) the batches carry `target_bytes`, so
+training and evaluation also report bits per byte ("bpb"); a text token store must match data.tokenizer.
+
 Generation eval (eval.generate) scores greedy continuations of the eval prompts with the task's rule
 from t2mlr_jax.data.answers. Everything here checks its inputs (paths, vocabulary) eagerly, so a bad
 config fails before compilation.

@@ -1,5 +1,5 @@
-"""Evaluation: teacher-forced loss / perplexity / per-token accuracy, sequence exact match per length bin,
-and greedy-generation exact match.
+"""Evaluation: teacher-forced loss / perplexity / bits per byte / per-token accuracy, sequence exact match
+per length bin, and greedy-generation exact match.
 
 The loss uses the architecture's eval forward (exact recurrence for T²MLR unless eval.mode = jacobi).
 For position-aligned tasks (S5-retrieval) the per-position argmax of that one forward *is* the greedy
@@ -29,8 +29,8 @@ SCORES = ("loss_mask", "recurrent")
 
 
 def make_eval_step(arch: Architecture) -> Callable[[dict, Any, dict], dict]:
-    """jit (params, model_state, batch) -> per-row loss_sum / tokens and per-position argmax of the eval
-    forward (deterministic: a fixed rng)."""
+    """jit (params, model_state, batch) -> per-row loss_sum / tokens (/ bytes with target_bytes) and
+    per-position argmax of the eval forward (deterministic: a fixed rng)."""
 
     @jax.jit
     def step(params, model_state, batch):
@@ -56,9 +56,10 @@ def evaluate(
     batches: Iterable[dict],
     score: str = "loss_mask",
 ) -> dict:
-    """Over `batches`: loss and perplexity (all supervised tokens), token accuracy and sequence exact match
-    (on `score` positions), and both per length bin when batches carry `length`."""
-    loss_sum = tokens = correct = scored = exact = examples = 0.0
+    """Over `batches`: loss and perplexity (all supervised tokens), bits per byte ("bpb": the summed loss
+    in bits over the targets' UTF-8 bytes) when batches carry `target_bytes`, token accuracy and sequence
+    exact match (on `score` positions), and both per length bin when batches carry `length`."""
+    loss_sum = tokens = correct = scored = exact = examples = target_bytes = 0.0
     bins = LengthBinnedAccuracy()
     for batch in batches:
         rows = to_host(eval_step(params, model_state, model_inputs(batch)))
@@ -66,6 +67,7 @@ def evaluate(
         right = (rows["predictions"] == batch["targets"]) & mask
         loss_sum += float(rows["loss_sum"].sum())
         tokens += float(rows["tokens"].sum())
+        target_bytes += float(rows["bytes"].sum()) if "bytes" in rows else 0.0
         correct += float(right.sum())
         scored += float(mask.sum())
         exact += float(sequence_exact_match(rows["predictions"], batch["targets"], mask).sum())
@@ -78,6 +80,7 @@ def evaluate(
     return {
         "loss": loss,
         "perplexity": float(np.exp(min(loss, 50.0))),
+        **({"bpb": float(loss_sum / (np.log(2.0) * target_bytes))} if target_bytes else {}),
         "token_accuracy": correct / scored,
         "exact_match": exact / examples,
         "examples": int(examples),

@@ -1,9 +1,10 @@
-"""Optimizers, registered by name (`optimizer.name`; AdamW as the release trains it is `adamw`): HF-style
-LR schedules, a weight-decay mask read off the parameter table's kinds, a per-group LR multiplier for the
-fusion ("gate") parameters, and global-norm gradient clipping.
+"""Optimizers, registered by name (`optimizer.name`): `adamw` (AdamW as the T²MLR release trains it) and
+`muon` (nanochat's MuonAdamW: Muon on the matrices, Adam on the rest, groups read off the parameter kinds).
+Also: HF-style LR schedules plus nanochat's `linear_decay`, a weight-decay mask read off the parameter
+table's kinds, a per-group LR multiplier for the fusion ("gate") parameters, and global-norm clipping.
 
-The multiplier scales the final AdamW update of the mixer parameters, which is exactly a PyTorch param
-group with lr x m (both the Adam step and the decoupled decay are proportional to the group's lr).
+The multiplier scales the final update of the mixer parameters, which is exactly a PyTorch param group
+with lr x m (both the step and the decoupled decay are proportional to the group's lr).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from t2mlr_jax.model.spec import is_spec
+from t2mlr_jax.model.spec import ParamSpec, is_spec
 from t2mlr_jax.registry import Registry
 
-SCHEDULES = ("cosine", "wsd", "constant")
+SCHEDULES = ("cosine", "wsd", "constant", "linear_decay")
 GATE_GROUP = "mixer"  # every fusion parameter, as the release's `is_boosted_param_name`
 
 
@@ -35,20 +36,33 @@ def make_schedule(opt: ml_collections.ConfigDict, total_steps: int) -> optax.Sch
     wsd:      constant, then a cosine decay to min_lr_ratio * lr over the last `decay_steps`
               (HF warmup_stable_decay, the release's S5 transformer baseline).
     constant: lr after warmup.
+    linear_decay: constant, then a linear decay to min_lr_ratio * lr over the last
+              round(decay_ratio * total) steps (nanochat's warmdown: decay_ratio 0.5, to 0; no warmup there).
     """
     if opt.schedule not in SCHEDULES:
         raise ValueError(f"optimizer.schedule must be one of {SCHEDULES}, got {opt.schedule!r}")
     peak, floor = float(opt.lr), float(opt.min_lr_ratio)
     warm = warmup_steps(opt, total_steps)
-    decay_start = total_steps - int(opt.decay_steps) if opt.schedule == "wsd" else warm
+    if opt.schedule == "wsd":
+        decay_start = total_steps - int(opt.decay_steps)
+    elif opt.schedule == "linear_decay":
+        if not 0.0 <= float(opt.decay_ratio) <= 1.0:
+            raise ValueError(f"optimizer.decay_ratio must be in [0, 1], got {opt.decay_ratio}")
+        decay_start = total_steps - round(float(opt.decay_ratio) * total_steps)
+    else:
+        decay_start = warm
     decay_len = max(total_steps - decay_start, 1)
 
     def schedule(step):
         step = jnp.asarray(step, jnp.float32)
         ramp = step / max(warm, 1)
         progress = jnp.clip((step - decay_start) / decay_len, 0.0, 1.0)
-        cosine = floor + (1.0 - floor) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
-        body = jnp.ones_like(step) if opt.schedule == "constant" else cosine
+        if opt.schedule == "constant":
+            body = jnp.ones_like(step)
+        elif opt.schedule == "linear_decay":
+            body = 1.0 - (1.0 - floor) * progress
+        else:
+            body = floor + (1.0 - floor) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
         return peak * jnp.where(step < warm, ramp, body)
 
     return schedule
@@ -88,6 +102,206 @@ def adamw(
     return optax.adamw(
         schedule, b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay, mask=decay_mask(specs)
     )
+
+
+# --- muon: nanochat's MuonAdamW -------------------------------------------------------------------------
+# Groups are read off the parameter kinds only (never names): kind -> group.
+MUON_GROUPS = {
+    "matrix": "muon",
+    "embedding": "embedding",
+    "head": "head",
+    "norm": "scalar",
+    "bias": "scalar",
+    "gate": "scalar",
+    "scalar": "scalar",
+    "residual": "residual",
+    "skip": "skip",
+}
+REFERENCE_WIDTH = 768  # nanochat's d_model at which embedding_lr / head_lr are tuned: lr x (d / 768) ** -0.5
+REFERENCE_DEPTH = 12  # ... and its depth: Muon weight decay x (12 / num_layers) ** 2
+REFERENCE_BATCH_TOKENS = 2**19  # ... and its batch: every lr x sqrt(batch_tokens / 2**19)
+ADAM_EPS = 1e-10
+SKIP_BETAS = (0.96, 0.95)  # the x0 lambdas (kind "skip")
+RESIDUAL_LR_SCALE = 0.01  # the resid lambdas (kind "residual"): scalar_lr x 0.01
+NS_STEPS = 5  # Newton-Schulz steps, optax's default quintic coefficients
+
+# nanochat's recipe as preset entries (a config's presets: `{"muon": MUON_RECIPE}`) over the defaults.
+# lr = 1: under muon `optimizer.lr` only normalises the schedule, so the logged "lr" is the LR multiplier.
+MUON_RECIPE = {
+    "optimizer.name": "muon",
+    "optimizer.lr": 1.0,
+    "optimizer.b1": 0.8,
+    "optimizer.b2": 0.95,
+    "optimizer.weight_decay": 0.2,
+    "optimizer.schedule": "linear_decay",
+    "optimizer.warmup_ratio": 0.0,
+    "optimizer.min_lr_ratio": 0.0,
+    "optimizer.decay_ratio": 0.5,
+    "optimizer.grad_clip": 0.0,  # nanochat does not clip
+}
+
+
+def check_muon(opt: ml_collections.ConfigDict) -> None:
+    """One clear error for a bad muon setting, raised when the optimizer is built (before compilation)."""
+    for field in ("momentum_start", "momentum_end", "b1", "b2"):
+        if not 0.0 <= float(opt[field]) < 1.0:
+            raise ValueError(f"optimizer.{field} must be in [0, 1) for muon, got {opt[field]}")
+    for field in ("matrix_lr", "embedding_lr", "head_lr", "scalar_lr", "weight_decay", "batch_tokens"):
+        if float(opt[field]) < 0:
+            raise ValueError(f"optimizer.{field} must be >= 0 for muon, got {opt[field]}")
+    if int(opt.momentum_warmup_steps) < 0:
+        raise ValueError(f"optimizer.momentum_warmup_steps must be >= 0, got {opt.momentum_warmup_steps}")
+    if float(opt.lr) <= 0:
+        raise ValueError(
+            f"optimizer.lr must be > 0 for muon (schedule / lr is the LR multiplier), got {opt.lr}"
+        )
+
+
+def muon_labels(specs: dict) -> Any:
+    """The group of every parameter (a tree shaped like the params), read off its kind."""
+    return jax.tree.map(lambda spec: MUON_GROUPS[spec.kind], specs, is_leaf=is_spec)
+
+
+def muon_width(specs: dict) -> int | None:
+    """d_model: the size of the `embed` axis of the vocabulary tables (kinds embedding / head); None if no
+    table has one."""
+    widths = {
+        size
+        for spec in jax.tree.leaves(specs, is_leaf=is_spec)
+        if spec.kind in ("embedding", "head")
+        for size, axis in zip(spec.shape, spec.axes)
+        if axis == "embed"
+    }
+    if len(widths) > 1:
+        raise ValueError(
+            f"muon: the vocabulary tables disagree on d_model (their embed axes: {sorted(widths)})"
+        )
+    return widths.pop() if widths else None
+
+
+def muon_depth(specs: dict) -> int:
+    """num_layers: the largest `layers` axis of the matrices (1 when no matrix is stacked over layers)."""
+    return max(
+        [
+            size
+            for spec in jax.tree.leaves(specs, is_leaf=is_spec)
+            if spec.kind == "matrix"
+            for size, axis in zip(spec.shape, spec.axes)
+            if axis == "layers"
+        ],
+        default=1,
+    )
+
+
+def muon_batch_scale(opt: ml_collections.ConfigDict) -> float:
+    """nanochat's batch scaling of every lr: sqrt(batch_tokens / 2**19); 1 when batch_tokens is 0."""
+    tokens = float(opt.batch_tokens)
+    return math.sqrt(tokens / REFERENCE_BATCH_TOKENS) if tokens else 1.0
+
+
+def muon_group_lrs(opt: ml_collections.ConfigDict, specs: dict) -> dict[str, float]:
+    """The peak lr of every group present in `specs` (before the schedule's multiplier): matrix_lr (muon),
+    embedding_lr and head_lr x (d_model / 768) ** -0.5, scalar_lr (scalar, skip), scalar_lr x 0.01
+    (residual); all x the batch scale."""
+    present = set(jax.tree.leaves(muon_labels(specs)))
+    width = muon_width(specs) if present & {"embedding", "head"} else None
+    if present & {"embedding", "head"} and width is None:
+        raise ValueError("muon: no embedding / head table has an 'embed' axis to read d_model from")
+    width_scale = (width / REFERENCE_WIDTH) ** -0.5 if width else 1.0
+    lrs = {
+        "muon": float(opt.matrix_lr),
+        "embedding": float(opt.embedding_lr) * width_scale,
+        "head": float(opt.head_lr) * width_scale,
+        "scalar": float(opt.scalar_lr),
+        "residual": float(opt.scalar_lr) * RESIDUAL_LR_SCALE,
+        "skip": float(opt.scalar_lr),
+    }
+    batch = muon_batch_scale(opt)
+    return {group: lr * batch for group, lr in lrs.items() if group in present}
+
+
+def muon_weight_decay(opt: ml_collections.ConfigDict, specs: dict) -> float:
+    """The Muon matrices' decoupled decay (x the lr, so it anneals with the schedule):
+    weight_decay x (12 / num_layers) ** 2."""
+    return float(opt.weight_decay) * (REFERENCE_DEPTH / muon_depth(specs)) ** 2
+
+
+def momentum_schedule(opt: ml_collections.ConfigDict) -> optax.Schedule:
+    """Muon's momentum: linear from momentum_start to momentum_end over momentum_warmup_steps, then flat."""
+    start, end, steps = float(opt.momentum_start), float(opt.momentum_end), int(opt.momentum_warmup_steps)
+    if steps == 0:
+        return lambda step: jnp.full((), end, jnp.float32)
+    return lambda step: start + (end - start) * jnp.clip(jnp.asarray(step, jnp.float32) / steps, 0.0, 1.0)
+
+
+def _on_matrices(specs: dict, fn) -> Any:
+    """fn(path, spec) at the matrices, optax's MaskedNode elsewhere: the structure the muon group's
+    transforms see inside `multi_transform`."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, spec: fn(path, spec) if spec.kind == "matrix" else optax.transforms.MaskedNode(),
+        specs,
+        is_leaf=is_spec,
+    )
+
+
+def _dimension_numbers(path, spec: ParamSpec) -> optax.contrib.MuonDimensionNumbers:
+    if not spec.fan_in or not spec.fan_out:
+        raise ValueError(
+            f"muon: matrix {_path_name(path)} {spec.shape} needs fan-in and fan-out dims, "
+            f"got fan_in={spec.fan_in} fan_out={spec.fan_out} (in_dims={spec.in_dims})"
+        )
+    return optax.contrib.MuonDimensionNumbers(reduction_axis=spec.fan_in, output_axis=spec.fan_out)
+
+
+def _shape_scale(path, spec: ParamSpec) -> float:
+    fan_in = math.prod(spec.shape[i] for i in spec.fan_in)
+    fan_out = math.prod(spec.shape[i] for i in spec.fan_out)
+    return math.sqrt(max(1.0, fan_out / fan_in))
+
+
+def scale_by_muon(opt: ml_collections.ConfigDict, specs: dict) -> optax.GradientTransformation:
+    """Nesterov momentum (warmed up by `momentum_schedule`), orthogonalised by 5 Newton-Schulz steps over
+    each matrix's (fan_in, fan_out) dims (stacked layer / expert axes are batch axes: one orthogonalisation
+    per layer / expert), then x sqrt(max(1, fan_out / fan_in)) (nanochat / Keller Jordan's shape scale).
+    Inside `multi_transform`: the other groups' leaves are MaskedNodes."""
+    dims = _on_matrices(specs, _dimension_numbers)
+    shape_scale = _on_matrices(specs, _shape_scale)
+    orthogonalise = optax.inject_hyperparams(
+        optax.contrib.scale_by_muon, static_args=("ns_steps",), hyperparam_dtype=jnp.float32
+    )(ns_steps=NS_STEPS, beta=momentum_schedule(opt), nesterov=True, weight_dimension_numbers=dims)
+    rescale = optax.stateless(lambda updates, params: jax.tree.map(lambda u, m: u * m, updates, shape_scale))
+    return optax.chain(orthogonalise, rescale)
+
+
+@OPTIMIZERS.register("muon")
+def muon(
+    opt: ml_collections.ConfigDict, specs: dict, schedule: optax.Schedule
+) -> optax.GradientTransformation:
+    """nanochat's MuonAdamW. Groups by kind (`MUON_GROUPS`): matrix -> Muon (`scale_by_muon`, decoupled
+    decay `muon_weight_decay` x lr); embedding, head, scalar (+ norm, bias, gate), residual, skip -> Adam
+    (betas b1, b2; skip (0.96, 0.95); eps 1e-10; no decay), each at its lr from `muon_group_lrs` x the
+    schedule's multiplier schedule(step) / optimizer.lr (any schedule; nanochat's is `linear_decay`).
+
+    Differences from nanochat: optax's Nesterov momentum is bias-corrected, the Newton-Schulz runs in the
+    parameters' dtype (nanochat: bf16), and the decay is plain decoupled decay (nanochat's is "cautious")."""
+    check_muon(opt)
+    unknown = {spec.kind for spec in jax.tree.leaves(specs, is_leaf=is_spec)} - set(MUON_GROUPS)
+    if unknown:
+        raise ValueError(f"muon has no group for parameter kinds {sorted(unknown)}")
+    peak = float(opt.lr)
+    transforms = {}
+    for group, lr in muon_group_lrs(opt, specs).items():
+        group_lr = lambda step, lr=lr: lr * schedule(step) / peak
+        if group == "muon":
+            decay = muon_weight_decay(opt, specs)
+            parts = [scale_by_muon(opt, specs)]
+            if decay:
+                parts.append(optax.add_decayed_weights(decay))
+            transforms[group] = optax.chain(*parts, optax.scale_by_learning_rate(group_lr))
+        else:
+            b1, b2 = SKIP_BETAS if group == "skip" else (float(opt.b1), float(opt.b2))
+            transforms[group] = optax.adam(group_lr, b1=b1, b2=b2, eps=ADAM_EPS)
+    return optax.multi_transform(transforms, muon_labels(specs))
 
 
 def make_optimizer(

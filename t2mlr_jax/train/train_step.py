@@ -20,6 +20,7 @@ from jaxtyping import Array, Int
 from t2mlr_jax.architectures import Architecture
 
 MODEL_INPUTS = ("tokens", "targets", "loss_mask", "positions", "segment_ids", "control_flow")
+OPTIONAL_MODEL_INPUTS = ("target_bytes",)  # passed on when the batch has them (the loss then reports bpb)
 
 
 class TrainState(NamedTuple):
@@ -42,11 +43,12 @@ def init_state(
 
 
 def model_inputs(batch: dict) -> dict:
-    """The batch-contract arrays a step consumes (extra metadata such as length bins stays outside)."""
+    """The batch-contract arrays a step consumes: MODEL_INPUTS, plus OPTIONAL_MODEL_INPUTS the batch has
+    (extra metadata such as length bins stays outside)."""
     missing = [k for k in MODEL_INPUTS if k not in batch]
     if missing:
         raise KeyError(f"batch lacks {missing}; a batch needs {MODEL_INPUTS}")
-    return {k: batch[k] for k in MODEL_INPUTS}
+    return {k: batch[k] for k in MODEL_INPUTS + OPTIONAL_MODEL_INPUTS if k in batch}
 
 
 def _micro_batches(batch: dict, n: int) -> dict:
@@ -95,16 +97,17 @@ def make_train_step(
         grads = jax.tree.map(lambda g: g / jnp.maximum(tokens, 1.0), grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        model_state = state.model_state
+        model_state, state_metrics = state.model_state, {}
         if arch.update_model_state is not None:
-            model_state = arch.update_model_state(model_state, jax.lax.stop_gradient(stats))
+            model_state, state_metrics = arch.update_model_state(model_state, jax.lax.stop_gradient(stats))
         metrics = {
             **_means(sums),
             "tokens": tokens,
-            **{name: v for name, v in stats.items() if not jnp.ndim(v)},
+            **{name: v for name, v in stats.items() if getattr(v, "ndim", None) == 0},  # scalars only
             "grad_norm": optax.tree.norm(grads),
             "lr": schedule(state.step),
             **arch.param_stats(params),
+            **state_metrics,
         }
         return TrainState(state.step + 1, params, opt_state, state.rng, model_state), metrics
 

@@ -22,7 +22,7 @@ import tqdm
 
 from t2mlr_jax.architectures import ARCHITECTURES, Architecture
 from t2mlr_jax.model.spec import spec_axes
-from t2mlr_jax.parallel.mesh import check_batch, make_mesh
+from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
 from t2mlr_jax.parallel.placement import batch_sharding, param_shardings, place, train_state_shardings
 from t2mlr_jax.train import checkpoint as ckpt
@@ -58,6 +58,8 @@ class Run:
         }
         self.mesh = make_mesh(**config.mesh)
         check_batch(config.train.batch_size, self.mesh, config.train.grad_accum)
+        if self.arch.backbone is not None and self.arch.backbone.mlp == "moe":
+            check_experts(self.arch.backbone.moe_experts, self.mesh)
         ckpt.check_workdir(self.workdir, self.identity)
         abstract_params = jax.eval_shape(self.arch.init, jax.random.PRNGKey(0))
         self.schedule = make_schedule(config.optimizer, config.train.steps)

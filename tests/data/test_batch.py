@@ -12,10 +12,14 @@ def good_batch(b=2, t=5):
     return batch
 
 
-def test_valid_batch_passes_with_and_without_length():
+def test_valid_batch_passes_with_and_without_length_and_target_bytes():
     batch = good_batch()
     validate_batch(batch, vocab_size=10)
     batch["length"] = np.array([3, 0], np.int32)
+    validate_batch(batch)
+    batch["loss_mask"][:, :2] = 1.0
+    batch["target_bytes"] = np.zeros((2, 5), np.int32)
+    batch["target_bytes"][:, :2] = [3, 0]  # 0 for a special token inside the loss
     validate_batch(batch)
 
 
@@ -29,6 +33,8 @@ def test_valid_batch_passes_with_and_without_length():
         (lambda b: b["control_flow"].__setitem__((0, 4), 2), "padding"),
         (lambda b: b["control_flow"].__setitem__((0, 1), 3), "only hold"),
         (lambda b: b.update(length=np.zeros(3, np.int32)), "length"),
+        (lambda b: b.update(target_bytes=np.zeros((2, 5), np.int64)), "target_bytes.*int32"),
+        (lambda b: b.update(target_bytes=np.ones((2, 5), np.int32)), "0 wherever loss_mask is 0"),
     ],
 )
 def test_broken_batches_raise_one_clear_error(corrupt, message):

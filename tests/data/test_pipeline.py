@@ -3,6 +3,7 @@ import json
 import grain
 import numpy as np
 import pytest
+import tokenizers
 
 from t2mlr_jax.data.batch import validate_batch
 from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
@@ -58,7 +59,7 @@ def test_s5_eval_batches_are_the_encoded_records_in_order():
             vocab_size=188,
         )
     )
-    assert len(batches) == 3
+    assert len(batches) == 3 and "target_bytes" not in batches[0]  # no bits per byte for S5's char tokens
     tok = S5CharTokenizer()
     for i in range(5):
         batch, row = batches[i // 2], i % 2
@@ -141,8 +142,10 @@ def test_text_packing_never_crosses_documents_and_streams_every_token(token_stor
     assert (np.concatenate(rows) == expected).all()  # EOS after every document, nothing lost or repeated
 
 
-def test_resuming_from_a_state_gives_the_same_batches(token_store):
-    dataset = text_batches(token_store, batch_size=2, seq_len=64, seed=3, shard_options=ONE_HOST)
+def test_resuming_from_a_state_gives_the_same_batches(token_store, smollm2):
+    dataset = text_batches(
+        token_store, tokenizer=smollm2, batch_size=2, seq_len=64, seed=3, shard_options=ONE_HOST
+    )
     iterator = iter(dataset)
     take(iterator, 4)
     state = iterator.get_state()
@@ -150,6 +153,7 @@ def test_resuming_from_a_state_gives_the_same_batches(token_store):
     resumed = iter(dataset)
     resumed.set_state(json.loads(json.dumps(state)))  # the state survives a JSON round trip (checkpoints)
     assert_same(take(resumed, 4), expected)
+    assert "target_bytes" in expected[0]
 
 
 def test_raw_files_match_the_token_store(token_store, tmp_path, smollm2, play_texts):
@@ -170,9 +174,54 @@ def test_raw_files_match_the_token_store(token_store, tmp_path, smollm2, play_te
         shard_options=ONE_HOST,
     )
     stored = text_batches(
-        token_store, batch_size=2, seq_len=64, num_epochs=1, shuffle=False, shard_options=ONE_HOST
+        token_store,
+        tokenizer=smollm2,
+        batch_size=2,
+        seq_len=64,
+        num_epochs=1,
+        shuffle=False,
+        shard_options=ONE_HOST,
     )
     assert_same(list(raw), list(stored))
+
+
+def test_text_batches_carry_the_utf8_bytes_of_every_target(tmp_path, token_store, smollm2, play_texts):
+    documents = play_texts + ["héllo wörld ✓ 日本", "🤗 don't<|im_end|> stop"]
+    for i, text in enumerate(documents):
+        (tmp_path / f"{i}.txt").write_text(text, encoding="utf-8")
+    stream = list(
+        text_batches(
+            str(tmp_path),
+            tokenizer=smollm2,
+            batch_size=2,
+            seq_len=128,
+            num_epochs=1,
+            shuffle=False,
+            shard_options=ONE_HOST,
+        )
+    )
+    for batch in stream:
+        validate_batch(batch)
+        counted = batch["loss_mask"] > 0
+        assert (batch["target_bytes"][counted] == smollm2.byte_lengths[batch["targets"][counted]]).all()
+        assert (batch["target_bytes"][batch["targets"] == smollm2.eos_id] == 0).all()
+    # Every token of a document but its first is a target once (also across cut rows); EOS and other
+    # special tokens count 0 bytes.
+    expected = sum(
+        len(d.encode("utf-8")) - int(smollm2.byte_lengths[smollm2.encode(d)[0]]) for d in documents
+    ) - len("<|im_end|>")
+    assert sum(int(b["target_bytes"].sum()) for b in stream) == expected
+    without = next(iter(text_batches(token_store, batch_size=2, seq_len=128, shard_options=ONE_HOST)))
+    assert "target_bytes" not in without  # a token store without its tokenizer: the metric is absent
+
+
+def test_a_token_store_refuses_another_tokenizer(token_store, tmp_path):
+    from t2mlr_jax.data.tokenizer import TextTokenizer
+
+    other = tokenizers.Tokenizer(tokenizers.models.BPE())
+    other.add_special_tokens(["<eos>"])
+    with pytest.raises(ValueError, match="not the one the token store was written with"):
+        text_batches(token_store, tokenizer=TextTokenizer(other, 0), batch_size=1, seq_len=8)
 
 
 def test_hosts_get_disjoint_shards(token_store):
@@ -210,7 +259,9 @@ def test_gsm8k_file_batches_supervise_only_responses(tmp_path, smollm2):
     validate_batch(batch)
     for row in range(6):
         counted = batch["targets"][row][batch["loss_mask"][row] > 0]
-        assert smollm2.decode(counted) == f"<<{row}+{row}={2 * row}>>\n### {2 * row}<|im_end|>"
+        response = f"<<{row}+{row}={2 * row}>>\n### {2 * row}"
+        assert smollm2.decode(counted) == response + "<|im_end|>"
+        assert batch["target_bytes"][row].sum() == len(response.encode())  # <|im_end|> counts 0 bytes
         recurrent = batch["tokens"][row][batch["control_flow"][row] == 2]
         assert smollm2.decode(recurrent).startswith("<<")
 

@@ -1,6 +1,9 @@
+import numpy as np
 import pytest
+import tokenizers
+from tokenizers import models
 
-from t2mlr_jax.data.tokenizer import load_tokenizer
+from t2mlr_jax.data.tokenizer import load_tokenizer, token_byte_lengths
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +53,40 @@ def test_bad_tokenizer_paths_raise(tmp_path, tokenizer_dir):
         load_tokenizer(str(tmp_path))
     with pytest.raises(ValueError, match="not in the vocabulary"):
         load_tokenizer(tokenizer_dir, eos_token="<nope>")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "héllo wörld ✓ 日本",
+        "Hi<|im_start|>user\nx 12345  tabs\t\té 🤗 don't<|im_end|>",
+        " \n\n  a\x00b\x7f",
+        "",
+    ],
+)
+def test_token_byte_lengths_sum_to_the_utf8_length(smollm2, text):
+    lengths = smollm2.byte_lengths
+    assert lengths.dtype == np.int32 and lengths.shape == (smollm2.vocab_size,)
+    specials = "<|im_start|>", "<|im_end|>"
+    expected = len(text.encode("utf-8")) - sum(text.count(s) * len(s) for s in specials)
+    assert int(lengths[smollm2.encode(text)].sum()) == expected
+
+
+def test_token_byte_lengths_count_partial_characters_and_zero_specials(smollm2, english_paragraph):
+    lengths = token_byte_lengths(smollm2)
+    assert (lengths == smollm2.byte_lengths).all()
+    ids = smollm2.encode(english_paragraph)
+    assert int(lengths[ids].sum()) == len(english_paragraph.encode("utf-8"))
+    # "✓" is 3 bytes split over several byte-level tokens: each counts its own bytes, not a decoded "�".
+    check = smollm2.encode("✓")
+    assert len(check) > 1 and (lengths[check] < 3).all() and lengths[check].sum() == 3
+    for special in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+        assert lengths[smollm2.backend.token_to_id(special)] == 0
+    assert lengths[smollm2.eos_id] == 0 and (lengths[17:] > 0).all()
+
+
+def test_token_byte_lengths_survive_a_tokenizer_json_and_refuse_other_models(tokenizer_dir, smollm2):
+    assert (load_tokenizer(tokenizer_dir).byte_lengths == smollm2.byte_lengths).all()
+    word_level = tokenizers.Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>"))
+    with pytest.raises(ValueError, match="byte-level"):
+        token_byte_lengths(word_level)

@@ -24,7 +24,7 @@ forward = jax.jit(backbone.forward, static_argnums=0)
 
 def _blocks(cfg, params, h, start, end, feedback_params=None, memory=None, lrt=False):
     fb = _lrt_feedback(feedback_params, memory) if lrt else None
-    return backbone.run_blocks(cfg, params, h, start, end, **LAYOUT, feedback=fb)[0]
+    return backbone.run_blocks(cfg, params, h, start, end, **LAYOUT, feedback=fb).h
 
 
 run_blocks = jax.jit(_blocks, static_argnums=(0, 3, 4, 7))
@@ -182,9 +182,9 @@ def test_relu2_mlp_is_down_of_squared_relu_of_up():
     x = jax.random.normal(jax.random.PRNGKey(4), (B, T, D))
     up, down = np.asarray(mlp["up_proj"], np.float64), np.asarray(mlp["down_proj"], np.float64)
     want = np.maximum(np.asarray(x, np.float64) @ up, 0.0) ** 2 @ down
-    np.testing.assert_allclose(MLPS["relu2"].apply(cfg, mlp, x), want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(MLPS["relu2"].apply(cfg, mlp, x, None)[0], want, rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(
-        relu2(x, mlp["up_proj"], mlp["down_proj"]), MLPS["relu2"].apply(cfg, mlp, x)
+        relu2(x, mlp["up_proj"], mlp["down_proj"]), MLPS["relu2"].apply(cfg, mlp, x, None)[0]
     )
     assert forward(cfg, params, TOKS).shape == (B, T, cfg.vocab_size)
 
@@ -196,7 +196,7 @@ def scaled_identity_mlp():
     def specs(cfg):
         return {"scale": ParamSpec((cfg.num_layers,), ("layers",), ones, "scalar")}
 
-    register_mlp("scaled_identity", specs, lambda cfg, p, x: x * p["scale"])
+    register_mlp("scaled_identity", specs, lambda cfg, p, x, state: (x * p["scale"], {}))
     yield "scaled_identity"
     del MLPS["scaled_identity"]
     MLP_NAMES.discard("scaled_identity")
@@ -241,7 +241,7 @@ def _lrt_feedback(params, inputs, residual=True, kv=True):
 def _fb_forward(cfg, params, toks, fb_params, m, residual=True, kv=True):
     h = backbone.embed(cfg, params, toks)
     fb = _lrt_feedback(fb_params, {"m": m, "x0": h}, residual, kv)
-    h, _ = backbone.run_blocks(cfg, params, h, 0, cfg.num_layers, **LAYOUT, feedback=fb)
+    h = backbone.run_blocks(cfg, params, h, 0, cfg.num_layers, **LAYOUT, feedback=fb).h
     return backbone.head(cfg, params, h)
 
 
@@ -303,7 +303,7 @@ QWEN_LIKE = BASE.replace(qk_norm="before_rope", window_pattern="S", sliding_wind
 def _cached_step(cfg, params, fb_params, cache, toks, positions, m):
     h = backbone.embed(cfg, params, toks)
     fb = _lrt_feedback(fb_params, {"m": m, "x0": h})
-    h, cache = backbone.run_blocks(
+    h, cache, _ = backbone.run_blocks(
         cfg,
         params,
         h,

@@ -102,8 +102,8 @@ def reference_jacobi(cfg, params, toks, d, b):
     layout = make_layout(toks)
     l_start, l_end = cfg.layer_range
     kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
-    x, _ = backbone.run_blocks(cfg, params, backbone.embed(cfg, params, toks), 0, l_start, **kw)
-    middle = lambda h: backbone.run_blocks(cfg, params, h, l_start, l_end + 1, **kw)[0]
+    x = backbone.run_blocks(cfg, params, backbone.embed(cfg, params, toks), 0, l_start, **kw).h
+    middle = lambda h: backbone.run_blocks(cfg, params, h, l_start, l_end + 1, **kw).h
     r = shift_right(middle(x), layout.positions)
     if b < d:
         r = jax.lax.stop_gradient(r)
@@ -119,7 +119,7 @@ def reference_jacobi(cfg, params, toks, d, b):
             m = jax.lax.stop_gradient(m)
         r = shift_right(m, layout.positions)
     h = middle(fuse(cfg, params["mixer"], x, r, layout.control_flow)[0])
-    h, _ = backbone.run_blocks(cfg, params, h, l_end + 1, cfg.num_layers, **kw)
+    h = backbone.run_blocks(cfg, params, h, l_end + 1, cfg.num_layers, **kw).h
     return backbone.head(cfg, params, h)
 
 
@@ -143,8 +143,8 @@ def test_b0_lower_layers_get_gradient_only_through_the_final_pass():
 
     def final_pass_only(p):
         kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
-        x, _ = backbone.run_blocks(CFG, p, backbone.embed(CFG, p, toks), 0, 1, **kw)
-        h, _ = backbone.run_blocks(CFG, p, fuse(CFG, p["mixer"], x, r_d, layout.control_flow)[0], 1, 4, **kw)
+        x = backbone.run_blocks(CFG, p, backbone.embed(CFG, p, toks), 0, 1, **kw).h
+        h = backbone.run_blocks(CFG, p, fuse(CFG, p["mixer"], x, r_d, layout.control_flow)[0], 1, 4, **kw).h
         return backbone.head(CFG, p, h)
 
     g = jax.grad(lambda p: ce_loss(jacobi_forward(CFG, p, toks, d_forward=4, d_backward=0).logits, toks))(
@@ -161,8 +161,8 @@ def _cache_after(cfg, params, toks, d):
     """M of the (d-1)-th refinement pass, i.e. the values R<d> is shifted from."""
     layout = make_layout(toks)
     kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
-    x, _ = backbone.run_blocks(cfg, params, backbone.embed(cfg, params, toks), 0, 1, **kw)
-    m = backbone.run_blocks(cfg, params, x, 1, 3, **kw)[0]
+    x = backbone.run_blocks(cfg, params, backbone.embed(cfg, params, toks), 0, 1, **kw).h
+    m = backbone.run_blocks(cfg, params, x, 1, 3, **kw).h
     for _ in range(d - 1):
         r = shift_right(m, layout.positions)
         h = backbone.run_blocks(

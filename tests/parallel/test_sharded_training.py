@@ -80,4 +80,4 @@ def test_checkpoint_saved_on_one_mesh_restores_on_another(tmp_path):
     for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     embed = restored.params["embed_tokens"]
-    assert embed.sharding.mesh.shape == loader.mesh.shape == {"data": 1, "fsdp": 4, "tensor": 2}
+    assert embed.sharding.mesh.shape == loader.mesh.shape == {"data": 1, "fsdp": 4, "expert": 1, "tensor": 2}

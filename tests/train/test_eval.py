@@ -41,6 +41,60 @@ def test_scores_on_answers_only_and_per_length_bin():
         evaluate(fake_step, {}, {}, [_batch()], score="all")
 
 
+def test_bits_per_byte_is_reported_only_when_batches_carry_target_bytes():
+    def step_with_bytes(params, model_state, batch):
+        assert batch["target_bytes"].shape == (2, 4)  # model_inputs passes the optional key on
+        return {**fake_step(params, model_state, batch), "bytes": np.asarray([3.0, 5.0])}
+
+    batch = {**_batch(), "target_bytes": np.full((2, 4), 1, np.int32)}
+    metrics = evaluate(step_with_bytes, {}, {}, [batch, batch])
+    assert metrics["bpb"] == pytest.approx(2 * 2.0 / (np.log(2) * 16))
+    assert metrics["loss"] == pytest.approx(2.0 / 8)
+    assert "bpb" not in evaluate(fake_step, {}, {}, [_batch()])
+
+
+def test_the_default_loss_and_row_stats_count_bits_per_target_byte():
+    from t2mlr_jax.architectures.contract import Outputs, next_token_loss, row_stats
+
+    batch = _batch()
+    batch["loss_mask"][1, 3] = 0.0
+    batch["target_bytes"] = np.asarray([[1, 2, 0, 4], [3, 3, 3, 0]], np.int32)  # 0: a special, or no loss
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(2, 4, 10)), jnp.float32)
+    rows = row_stats(logits, batch)
+    np.testing.assert_allclose(rows["bytes"], [7.0, 9.0])
+    sums = next_token_loss(Outputs(logits, aux_losses={"z": jnp.float32(1.0)}), batch)
+    nll_bits, total_bytes = sums["bpb"]
+    assert float(total_bytes) == 16.0
+    assert float(nll_bits) == pytest.approx(float(rows["loss_sum"].sum()) / np.log(2), rel=1e-6)  # no aux
+    del batch["target_bytes"]
+    assert "bytes" not in row_stats(logits, batch) and "bpb" not in next_token_loss(Outputs(logits), batch)
+
+
+def test_train_and_eval_steps_log_bits_per_byte(tmp_path):
+    """Through model_inputs, the jitted train step (2 micro-batches) and the eval step; every architecture
+    shares the default loss, so the tiny transformer stands for all."""
+    import jax
+
+    from t2mlr_jax.train.eval import make_eval_step
+    from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
+    from t2mlr_jax.train.trainer import Run
+    from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
+
+    run = Run(tiny_config("transformer"), tmp_path, tiny_source(), "transformer")
+    batch = tiny_batch(0, 1, 8, 16)
+    target_bytes = np.random.default_rng(1).integers(1, 5, size=batch["targets"].shape)
+    batch["target_bytes"] = (target_bytes * batch["loss_mask"]).astype(np.int32)
+    inputs = model_inputs(batch)
+    assert "target_bytes" in inputs and "length" not in inputs
+    state = init_state(run.arch, run.optimizer, 0)
+    eval_metrics = evaluate(make_eval_step(run.arch), state.params, state.model_state, [batch])
+    _, metrics = compile_step(run.arch, run.optimizer, run.schedule, 2)(state, inputs)
+    metrics = jax.device_get(metrics)
+    expected = float(metrics["loss"]) * float(metrics["tokens"]) / (np.log(2) * batch["target_bytes"].sum())
+    assert float(metrics["bpb"]) == pytest.approx(expected, rel=1e-5)
+    assert float(metrics["bpb"]) == pytest.approx(eval_metrics["bpb"], rel=1e-5)
+
+
 def test_left_pad_aligns_prompts_to_the_right():
     tokens, mask = left_pad([np.asarray([1, 2]), np.asarray([3, 4, 5])], pad_id=0)
     np.testing.assert_array_equal(tokens, [[0, 1, 2], [3, 4, 5]])

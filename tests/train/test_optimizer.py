@@ -23,6 +23,7 @@ def opt(**changes):
         warmup_ratio=0.1,
         min_lr_ratio=0.1,
         decay_steps=0,
+        decay_ratio=0.5,
         grad_clip=0.0,
         gate_lr_multiplier=1.0,
     )
@@ -74,7 +75,7 @@ def test_no_decay_on_norms_biases_and_gammas():
 
 
 def test_an_unknown_optimizer_lists_the_registered_ones():
-    with pytest.raises(ValueError, match="unknown optimizer 'adam'; registered: adamw"):
+    with pytest.raises(ValueError, match="unknown optimizer 'adam'; registered: adamw, muon"):
         make_optimizer(opt(name="adam"), SPECS, 10)
 
 

@@ -51,7 +51,10 @@ def _toy(config) -> Architecture:
     return Architecture(
         "toy", specs, model.param_dtype, apply, generate,
         init_model_state=lambda: {"tokens_seen": jnp.zeros((), jnp.float32)},
-        update_model_state=lambda state, stats: {"tokens_seen": state["tokens_seen"] + stats["tokens_seen"]},
+        update_model_state=lambda state, stats: (
+            {"tokens_seen": state["tokens_seen"] + stats["tokens_seen"]},
+            {},
+        ),
         backbone=model, max_seq_len=model.max_seq_len,
     )  # fmt: skip
 

@@ -1,0 +1,160 @@
+"""The LRT: sequential decoding == the exact recurrence == P >= T parallel refinement passes (fp32, 1e-5);
+feedback off == the plain backbone; the pass count P drawn per step; every bad setting one clear error."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2mlr_jax.architectures import lrt
+from t2mlr_jax.model import backbone
+from t2mlr_jax.model import generate as generation
+from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.model.spec import init_from_specs
+from t2mlr_jax.train.init_from import architecture
+from tests.train.tiny_task import tiny_config as trainer_config
+
+B, T = 2, 7
+# nanochat's block at toy size: every feature the LRT touches (value embeddings, resid / x0 scalars,
+# sliding windows, QK-norm, softcaps, dropless MoE so that routing is per token).
+NANO = ModelConfig(
+    vocab_size=48,
+    hidden_size=32,
+    num_layers=3,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=16,
+    mlp_dim=64,
+    tie_embeddings=False,
+    norm_weights=False,
+    embed_norm=True,
+    qk_norm="after_rope",
+    window_pattern="SL",
+    sliding_window=3,
+    logit_softcap=15.0,
+    mlp="moe",
+    moe_experts=4,
+    moe_dim=16,
+    moe_capacity_factor=None,
+    init_scheme="nanochat",
+    resid_scalars=True,
+    value_embeds=True,
+    gate_channels=8,
+).validate()
+CFG = lrt.LRTConfig(NANO)
+TOKS = jax.random.randint(jax.random.PRNGKey(1), (B, T), 1, NANO.vocab_size)
+# Two documents in row 1 (the memory must reset at the second one's start).
+LAYOUT = make_layout(
+    TOKS,
+    positions=jnp.asarray([list(range(T)), [0, 1, 2, 0, 1, 2, 3]]),
+    segment_ids=jnp.asarray([[1] * T, [1, 1, 1, 2, 2, 2, 2]]),
+)
+
+
+def _params(cfg, seed=0):
+    """Random weights everywhere (nanochat's zero inits would hide paths): the gates and the feedback
+    projections all matter."""
+    params = init_from_specs(lrt.lrt_specs(cfg), jax.random.PRNGKey(seed), "float32")
+    leaves, tree = jax.tree.flatten(params)
+    keys = jax.random.split(jax.random.PRNGKey(seed + 1), len(leaves))
+    return jax.tree.unflatten(tree, [x + 0.3 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
+
+
+PARAMS = _params(CFG)
+STATE = {"router_bias": 0.1 * jax.random.normal(jax.random.PRNGKey(5), (NANO.num_layers, NANO.moe_experts))}
+refine = jax.jit(lrt.refine, static_argnums=(0, 4))
+exact = jax.jit(
+    lambda cfg, p, t, layout, s: lrt.exact_forward(cfg, p, t, layout, mlp_state=s), static_argnums=0
+)
+
+
+def test_exact_recurrence_equals_enough_refinement_passes():
+    want = exact(CFG, PARAMS, TOKS, LAYOUT, STATE).logits
+    passes = refine(CFG, PARAMS, TOKS, LAYOUT, T, STATE).logits
+    np.testing.assert_allclose(passes[-1], want, atol=1e-5, rtol=1e-5)
+    # After p passes the first p positions are exact and a later one is not yet.
+    p = 2
+    np.testing.assert_allclose(passes[p - 1][0, :p], want[0, :p], atol=1e-5, rtol=1e-5)
+    assert np.abs(passes[p - 1][0, p:] - want[0, p:]).max() > 1e-3
+
+
+def test_decoding_step_by_step_equals_the_exact_recurrence():
+    """Generation's prefill + cached steps reproduce the teacher-forced recurrence's greedy choices."""
+    prompt, n = TOKS[:, :3], 4
+    decoder = lrt.LRTDecoder(CFG)
+    out = generation.generate_with(
+        decoder, (PARAMS, {"mlp": STATE}), prompt, jnp.ones_like(prompt), max_new_tokens=n
+    )
+    full = jnp.concatenate([prompt, out.tokens[:, :-1]], axis=1)
+    logits = exact(CFG, PARAMS, full, make_layout(full), STATE).logits
+    np.testing.assert_array_equal(jnp.argmax(logits[:, 2:], axis=-1), out.tokens)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["per_layer", "shared"])
+def test_silent_feedback_is_the_plain_backbone(shared):
+    """feedback=none is the backbone; so is feedback=both with gamma = 0, W^fb = 0 and the gates at 1."""
+    cfg = dataclasses.replace(CFG, shared_projections=shared)
+    params = _params(cfg)
+    plain = backbone.forward(NANO, params, TOKS, positions=LAYOUT.positions, segment_ids=LAYOUT.segment_ids,
+                             mlp_state=STATE)  # fmt: skip
+    none = dataclasses.replace(cfg, feedback="none")
+    np.testing.assert_allclose(refine(none, params, TOKS, LAYOUT, 1, STATE).logits[-1], plain, atol=1e-6)
+    params["lrt"] = jax.tree.map(jnp.zeros_like, params["lrt"])
+    np.testing.assert_allclose(refine(cfg, params, TOKS, LAYOUT, 3, STATE).logits[-1], plain, atol=1e-5)
+    np.testing.assert_allclose(exact(cfg, params, TOKS, LAYOUT, STATE).logits, plain, atol=1e-5)
+
+
+def test_shared_projections_are_a_small_fraction():
+    from t2mlr_jax.model.spec import count_specs
+
+    per_layer, shared = (count_specs(lrt.lrt_specs(dataclasses.replace(CFG, shared_projections=s))["lrt"])
+                         for s in (False, True))  # fmt: skip
+    assert shared < per_layer / 2
+    assert count_specs(lrt.lrt_specs(dataclasses.replace(CFG, feedback="none"))) < count_specs(
+        lrt.lrt_specs(CFG)
+    )
+
+
+def _config(**lrt_settings):
+    config = trainer_config("lrt", steps=4)
+    for key, value in lrt_settings.items():
+        config.lrt[key] = value
+    return config
+
+
+def test_pass_count_is_drawn_per_step_from_seed_and_step():
+    arch = architecture(_config(), "lrt")
+    draws = [arch.sample(0, step) for step in range(1, 2001)]
+    assert draws == [arch.sample(0, step) for step in range(1, 2001)]
+    freq = np.bincount(draws, minlength=5)[1:] / len(draws)
+    np.testing.assert_allclose(freq, (0.4, 0.3, 0.2, 0.1), atol=0.04)
+    assert architecture(_config(feedback="none"), "lrt").sample is None  # one plain pass
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (dict(feedback="memory"), "lrt.feedback must be one of"),
+        (dict(pass_probs=(0.5, 0.3, 0.1, 0.05)), "lrt.pass_probs must be 4 probabilities"),
+        (dict(passes=(1, 2), pass_probs=(1.0,)), "lrt.pass_probs must be 2 probabilities"),
+        (dict(passes=(0, 2), pass_probs=(0.5, 0.5)), "lrt.passes must be distinct"),
+        (dict(supervise="first"), "lrt.supervise must be one of"),
+    ],
+)
+def test_bad_lrt_settings_are_one_clear_error(change, message):
+    with pytest.raises(ValueError, match=message):
+        architecture(_config(**change), "lrt")
+
+
+def test_bad_moe_settings_are_one_clear_error():
+    config = _config()
+    config.model.mlp, config.model.moe_experts, config.model.moe_top_k = "moe", 4, 5
+    with pytest.raises(ValueError, match=r"moe_top_k \(5\) must be in \[1, moe_experts=4\]"):
+        architecture(config, "lrt")
+    config.arch = "transformer"
+    config.model.moe_top_k = 2
+    with pytest.raises(ValueError, match="keeps routing state"):
+        architecture(config, "transformer")

@@ -1,0 +1,211 @@
+"""The mixture-of-experts MLP: sorted dispatch equals a dense reference (every expert on every token, masked
+by the routing), with and without capacity drops, gradients included; routing semantics; bias balancing."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2mlr_jax.model import moe
+from t2mlr_jax.model.config import MLP_NAMES, ModelConfig
+from t2mlr_jax.model.layers import MLPS
+from t2mlr_jax.model.spec import init_from_specs, spec_leaves
+from tests.tiny import rel_err
+
+X, K, D, F = 4, 2, 32, 24
+B, T = 2, 8
+
+
+def config(**changes) -> ModelConfig:
+    base = ModelConfig(
+        vocab_size=32,
+        hidden_size=D,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=2,
+        head_dim=8,
+        mlp_dim=F,
+        mlp="moe",
+        moe_experts=X,
+        moe_top_k=K,
+        init_std=0.3,
+    )
+    return base.replace(**changes).validate()
+
+
+def layer_params(cfg: ModelConfig, seed: int = 0) -> dict:
+    """Layer 0's slice of freshly drawn MoE params."""
+    stacked = init_from_specs(moe.moe_specs(cfg), jax.random.PRNGKey(seed), "float32")
+    return jax.tree.map(lambda a: a[0], stacked)
+
+
+def inputs(seed: int = 1):
+    return jax.random.normal(jax.random.PRNGKey(seed), (B, T, D))
+
+
+def kept_assignments(experts: np.ndarray, capacity: int) -> np.ndarray:
+    """[N, K] bool: the assignments within their expert's capacity, in (token, pick) order (a loop)."""
+    used = np.zeros(X, int)
+    keep = np.zeros(experts.shape, bool)
+    for n in range(experts.shape[0]):
+        for k in range(experts.shape[1]):
+            e = experts[n, k]
+            keep[n, k] = used[e] < capacity
+            used[e] += 1
+    return keep
+
+
+def dense_reference(cfg, p, x, bias, keep=None):
+    """Every expert on every token; each token's output mixes its routed experts' outputs (independent
+    routing: top-k by a descending argsort; `keep` [N, K] removes dropped assignments)."""
+    n = x.shape[0] * x.shape[1]
+    xf = x.reshape(n, -1).astype(jnp.float32)
+    scores = jax.nn.sigmoid(xf @ p["router"])
+    experts = jnp.argsort(-(scores + bias), axis=-1)[:, : cfg.moe_top_k]
+    picked = jnp.take_along_axis(scores, experts, axis=-1)
+    weights = picked / picked.sum(-1, keepdims=True)
+    if keep is not None:
+        weights = weights * keep
+    mix = jnp.zeros((n, cfg.moe_experts)).at[jnp.arange(n)[:, None], experts].add(weights)
+    hidden = jnp.square(jax.nn.relu(jnp.einsum("nd,xdf->xnf", xf, p["up_proj"])))
+    every = jnp.einsum("xnf,xfd->xnd", hidden, p["down_proj"])
+    y = jnp.einsum("nx,xnd->nd", mix, every)
+    if "shared" in p:
+        h = jnp.square(jax.nn.relu(xf @ p["shared"]["up_proj"]))
+        y = y + h @ p["shared"]["down_proj"]
+    return y.reshape(x.shape), experts
+
+
+apply = jax.jit(moe.moe_apply, static_argnums=0)
+
+
+def test_registered_with_its_specs():
+    assert "moe" in MLP_NAMES and MLPS["moe"].apply is moe.moe_apply
+    cfg = config(moe_shared=2, moe_dim=12, init_scheme="nanochat")
+    specs = spec_leaves(moe.moe_specs(cfg))
+    up, down, router = specs[("up_proj",)], specs[("down_proj",)], specs[("router",)]
+    assert (up.shape, up.axes, up.kind) == ((2, X, D, 12), ("layers", "experts", "embed", "mlp"), "matrix")
+    assert (down.shape, down.axes) == ((2, X, 12, D), ("layers", "experts", "mlp", "embed"))
+    assert up.stacked == 2 and up.fan_in == (2,) and up.fan_out == (3,) and down.fan_in == (2,)
+    assert (router.shape, router.axes, router.kind, router.fan_in) == (
+        (2, D, X),
+        ("layers", "embed", None),
+        "matrix",
+        (1,),
+    )
+    assert specs[("shared", "up_proj")].shape == (2, D, 24) and specs[("shared", "down_proj")].shape == (
+        2,
+        24,
+        D,
+    )
+    params = init_from_specs(moe.moe_specs(cfg), jax.random.PRNGKey(0), "float32")
+    assert not np.any(params["down_proj"]) and not np.any(params["shared"]["down_proj"])  # role "out": zero
+    assert "shared" not in moe.moe_specs(config(moe_shared=0))
+    state = moe.moe_init_state(cfg)
+    assert state["router_bias"].shape == (2, X) and state["router_bias"].dtype == jnp.float32
+
+
+def test_capacity():
+    assert moe.capacity(config(moe_capacity_factor=1.25), 16) == 10  # ceil(1.25 * 16 * 2 / 4)
+    assert moe.capacity(config(moe_capacity_factor=0.01), 16) == 1
+    assert moe.capacity(config(moe_capacity_factor=100.0), 16) == 16
+    assert moe.capacity(config(moe_capacity_factor=None), 16) == 16
+
+
+@pytest.mark.parametrize("shared", [0, 1])
+def test_dropless_dispatch_equals_the_dense_reference_with_gradients(shared):
+    cfg = config(moe_capacity_factor=None, moe_shared=shared)
+    p, x = layer_params(cfg), inputs()
+    bias = jnp.array([0.3, -0.2, 0.0, 0.1])
+    y, stats = apply(cfg, p, x, {"router_bias": bias})
+    ref, experts = dense_reference(cfg, p, x, bias)
+    assert rel_err(y, ref) <= 1e-5
+    np.testing.assert_array_equal(stats["load"], np.bincount(np.asarray(experts).ravel(), minlength=X))
+    assert float(stats["dropped"]) == 0.0
+
+    loss = lambda fn: lambda p, x: jnp.sum(jnp.sin(fn(p, x)))
+    ours = jax.grad(loss(lambda p, x: moe.moe_apply(cfg, p, x, {"router_bias": bias})[0]), argnums=(0, 1))
+    theirs = jax.grad(loss(lambda p, x: dense_reference(cfg, p, x, bias)[0]), argnums=(0, 1))
+    got, want = jax.jit(ours)(p, x), jax.jit(theirs)(p, x)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert rel_err(a, b) <= 1e-5
+    assert float(jnp.abs(got[0]["router"]).max()) > 0  # the combine weights train the router
+
+
+def test_capacity_drops_exactly_the_late_assignments():
+    cfg = config(moe_capacity_factor=0.5)  # C = ceil(0.5 * 16 * 2 / 4) = 4 slots per expert
+    p, x = layer_params(cfg, seed=3), inputs(seed=4)
+    bias = jnp.array([0.4, 0.0, 0.0, -0.4])  # skewed, so some experts overflow
+    y, stats = apply(cfg, p, x, {"router_bias": bias})
+    _, experts = dense_reference(cfg, p, x, bias)
+    keep = kept_assignments(np.asarray(experts), moe.capacity(cfg, B * T))
+    assert 0 < (~keep).sum() == float(stats["dropped"])
+    np.testing.assert_array_equal(stats["load"], np.bincount(np.asarray(experts).ravel(), minlength=X))
+    assert rel_err(y, dense_reference(cfg, p, x, bias, keep)[0]) <= 1e-5
+    # Only tokens that lost an assignment differ from the dropless output.
+    full, _ = apply(cfg.replace(moe_capacity_factor=None), p, x, {"router_bias": bias})
+    changed = np.abs(np.asarray(y - full)).reshape(B * T, D).max(-1) > 1e-7
+    np.testing.assert_array_equal(changed, (~keep).any(-1))
+
+
+def test_routing_picks_distinct_experts_and_the_bias_only_selects():
+    cfg = config()
+    p, x = layer_params(cfg), inputs().reshape(B * T, D)
+    experts, weights = moe.route(cfg, x, p["router"], jnp.zeros(X))
+    assert all(len(set(row)) == K for row in np.asarray(experts).tolist())
+    np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
+    scores = jax.nn.sigmoid(x @ p["router"])
+    biased, biased_weights = moe.route(cfg, x, p["router"], jnp.array([0.0, 0.0, 0.0, 10.0]))
+    assert (np.asarray(biased) == 3).any(-1).all()  # every token now picks expert 3
+    picked = np.take_along_axis(np.asarray(scores), np.asarray(biased), axis=-1)
+    np.testing.assert_allclose(biased_weights, picked / picked.sum(-1, keepdims=True), rtol=1e-6)
+    # No gradient reaches the bias (it is state, moved only by update_state).
+    bias_grad = jax.grad(lambda b: jnp.sum(moe.moe_apply(cfg, p, inputs(), {"router_bias": b})[0]))(
+        jnp.zeros(X)
+    )
+    assert not np.any(bias_grad)
+
+
+def test_update_state_moves_a_skewed_router_toward_balance():
+    cfg = config(num_layers=1, moe_top_k=1, moe_capacity_factor=None, moe_bias_rate=0.05)
+    p = layer_params(cfg)
+    p["router"] = p["router"].at[0, 0].set(4.0)  # feature 0 is always 1: expert 0 wins nearly every token
+    x = inputs().at[..., 0].set(1.0)
+    state = moe.moe_init_state(cfg)
+    update = jax.jit(moe.moe_update_state, static_argnums=0)
+    imbalance = []
+    for _ in range(40):
+        _, stats = apply(cfg, p, x, jax.tree.map(lambda a: a[0], state))
+        state, metrics = update(cfg, state, jax.tree.map(lambda a: a[None], stats))
+        imbalance.append(float(metrics["moe/imbalance"]))
+    assert set(metrics) == {"moe/imbalance", "moe/dropped_fraction", *(f"moe/load/e{i}" for i in range(X))}
+    assert all(np.ndim(v) == 0 for v in metrics.values())
+    assert float(metrics["moe/dropped_fraction"]) == 0.0
+    assert abs(sum(float(metrics[f"moe/load/e{i}"]) for i in range(X)) - 1.0) < 1e-6
+    assert imbalance[0] > 2.5 and max(imbalance[-5:]) < 0.6 * imbalance[0]
+    assert float(state["router_bias"][0, 0]) < 0 < float(state["router_bias"][0, 1:].max())
+
+
+def test_update_state_metrics_from_summed_stats():
+    cfg = config(moe_bias_rate=0.1)
+    stats = {
+        "load": jnp.array([[4.0, 2.0, 2.0, 0.0], [2.0, 2.0, 2.0, 2.0]]),
+        "dropped": jnp.array([1.0, 0.0]),
+    }
+    state, metrics = moe.moe_update_state(cfg, moe.moe_init_state(cfg), stats)
+    np.testing.assert_allclose(state["router_bias"], [[-0.1, 0.0, 0.0, 0.1], [0.0, 0.0, 0.0, 0.0]])
+    assert float(metrics["moe/imbalance"]) == pytest.approx((2.0 + 1.0) / 2)
+    assert float(metrics["moe/dropped_fraction"]) == pytest.approx(1 / 16)
+    assert float(metrics["moe/load/e0"]) == pytest.approx((0.5 + 0.25) / 2)
+
+
+def test_bfloat16_runs_and_keeps_its_dtype():
+    cfg = config(dtype="bfloat16")
+    p = jax.tree.map(lambda a: a.astype(jnp.bfloat16), layer_params(cfg))
+    x = inputs().astype(jnp.bfloat16)
+    y, stats = apply(cfg, p, x, {"router_bias": jnp.zeros(X)})
+    f32 = lambda tree: jax.tree.map(lambda a: a.astype(jnp.float32), tree)
+    ref, _ = dense_reference(cfg, f32(p), f32(x), jnp.zeros(X))
+    assert y.dtype == jnp.bfloat16 and stats["load"].dtype == jnp.float32
+    assert rel_err(y.astype(jnp.float32), ref) <= 5e-2
