@@ -75,6 +75,7 @@ def _train(config, workdir: Path, runs: dict) -> None:
         print(
             f"{name}: {run.num_params} params, loss {ev['loss']:.4f}, token accuracy "
             f"{ev['token_accuracy']:.3f}, exact match {ev['exact_match']:.3f}"
+            + (f", bits per byte {ev['bpb']:.4f}" if "bpb" in ev else "")
         )
     if len(runs) > 1:
         d = config.data.options.to_dict()

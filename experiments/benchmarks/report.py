@@ -44,14 +44,21 @@ def describe(cfg: ModelConfig) -> str:
     )
 
 
-def metadata(name: str, bench: Bench, argv: list[str]) -> dict:
+def environment(name: str, script: str, argv: list[str]) -> dict:
+    """What every benchmark page records about its run: preset, exact command, device and versions."""
     device = jax.devices()[0]
     return {
         "preset": name,
-        "command": " ".join(["python experiments/bench.py", *argv]),
+        "command": " ".join([f"python {script}", *argv]),
         "device": f"{device.platform}: {device.device_kind}",
         "jax": jax.__version__,
         "python": platform.python_version(),
+    }
+
+
+def metadata(name: str, bench: Bench, argv: list[str]) -> dict:
+    return {
+        **environment(name, "experiments/bench.py", argv),
         "repeats": bench.preset.repeats,
         "seed": bench.seed,
         "t2mlr": describe(bench.preset.model.with_recurrence()),
@@ -60,17 +67,28 @@ def metadata(name: str, bench: Bench, argv: list[str]) -> dict:
     }
 
 
-def render(meta: dict, sections: dict[str, dict]) -> str:
-    """The page: the run's header, then one part per section, keyed by its title."""
-    parts = [
-        f"# T²MLR cost benchmark ({meta['preset']})",
-        "",
+def page(title: str, header: list[str], sections: dict[str, dict]) -> str:
+    """A benchmark page: the title, header lines, then one part per section (its table and notes), keyed
+    by the section's title."""
+    parts = [f"# {title}", "", *header]
+    for name, section in sections.items():
+        parts += ["", f"## {name}", "", section["markdown"], "", *(f"- {n}" for n in section["notes"])]
+    return "\n".join(parts) + "\n"
+
+
+def run_line(meta: dict) -> str:
+    return (
         f"`{meta['command']}` on {meta['device']}, jax {meta['jax']}, {meta['repeats']} repetitions "
-        "(medians of side-by-side ratios).",
+        "(medians of side-by-side ratios)."
+    )
+
+
+def render(meta: dict, sections: dict[str, dict]) -> str:
+    """The T²MLR page: the run's header, then one part per section, keyed by its title."""
+    header = [
+        run_line(meta),
         "",
         f"- T²MLR backbone: {meta['t2mlr']}",
         f"- parameter-matched baseline: {meta['baseline']}",
     ]
-    for title, section in sections.items():
-        parts += ["", f"## {title}", "", section["markdown"], "", *(f"- {n}" for n in section["notes"])]
-    return "\n".join(parts) + "\n"
+    return page(f"T²MLR cost benchmark ({meta['preset']})", header, sections)

@@ -78,7 +78,7 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32") -> ModelConf
 
 # The backbone's configurable parts (norms, QK-norm, windows, softcaps, MLP): Llama is their defaults.
 BLOCK_FIELDS = ("norm_weights", "embed_norm", "qk_norm", "window_pattern", "sliding_window", "attn_softcap",
-                "logit_softcap", "mlp")  # fmt: skip
+                "logit_softcap", "mlp", "resid_scalars", "value_embeds")  # fmt: skip
 LLAMA_SHAPE_FIELDS = (
     "vocab_size",
     "hidden_size",

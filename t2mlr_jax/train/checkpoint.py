@@ -47,7 +47,9 @@ def check_workdir(workdir: Path, identity: dict) -> None:
     if not path.exists():
         return
     stored = json.loads(path.read_text())
-    diffs = sorted(_diff(stored, identity))
+    diffs = sorted(
+        _diff(stored, json.loads(json.dumps(identity, default=str)))
+    )  # as stored: tuples are lists
     if diffs:
         shown = "; ".join(f"{k}: {a!r} (workdir) vs {b!r} (this config)" for k, a, b in diffs[:5])
         raise WorkdirMismatchError(

@@ -221,7 +221,10 @@ def train(run: Run) -> dict:
                         summary = _mean_metrics(window)
                         window = []
                         log.write(step, "train", summary)
-                        progress.set_postfix(loss=f"{summary['loss']:.4f}", acc=f"{summary['accuracy']:.3f}")
+                        shown = {"loss": f"{summary['loss']:.4f}", "acc": f"{summary['accuracy']:.3f}"}
+                        if "bpb" in summary:
+                            shown["bpb"] = f"{summary['bpb']:.3f}"
+                        progress.set_postfix(shown)
                     if t.eval_every and step % t.eval_every == 0 and step != t.steps:
                         log.write(step, "eval", run_eval(run, state.params, state.model_state, eval_step))
                     checkpointer.save(

@@ -158,3 +158,15 @@ def test_bad_moe_settings_are_one_clear_error():
     config.model.moe_top_k = 2
     with pytest.raises(ValueError, match="keeps routing state"):
         architecture(config, "transformer")
+
+
+def test_experts_not_divisible_by_the_expert_axis_fail_before_compiling(tmp_path):
+    from t2mlr_jax.train.trainer import Run
+    from tests.train.tiny_task import tiny_lrt_config, tiny_source
+
+    config = tiny_lrt_config()
+    config.model.moe_experts = 6
+    config.mesh.data, config.mesh.expert = 2, 4
+    with pytest.raises(ValueError, match=r"moe_experts \(6\) is not divisible by .* mesh.expert = 4"):
+        Run(config, tmp_path, tiny_source(), "lrt")
+    assert not any(tmp_path.iterdir())  # nothing written

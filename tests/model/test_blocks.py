@@ -241,7 +241,7 @@ def _lrt_feedback(params, inputs, residual=True, kv=True):
 def _fb_forward(cfg, params, toks, fb_params, m, residual=True, kv=True):
     h = backbone.embed(cfg, params, toks)
     fb = _lrt_feedback(fb_params, {"m": m, "x0": h}, residual, kv)
-    h = backbone.run_blocks(cfg, params, h, 0, cfg.num_layers, **LAYOUT, feedback=fb).h
+    h = backbone.run_blocks(cfg, params, h, 0, cfg.num_layers, **LAYOUT, feedback=fb, tokens=toks).h
     return backbone.head(cfg, params, h)
 
 
@@ -296,6 +296,10 @@ NANOCHAT = BASE.replace(
     logit_softcap=5.0,
     mlp="relu2",
     tie_embeddings=False,
+    resid_scalars=True,
+    value_embeds=True,
+    gate_channels=8,
+    init_scheme="nanochat",
 )
 QWEN_LIKE = BASE.replace(qk_norm="before_rope", window_pattern="S", sliding_window=3, attn_softcap=2.0)
 
@@ -313,6 +317,7 @@ def _cached_step(cfg, params, fb_params, cache, toks, positions, m):
         segment_ids=jnp.ones_like(toks),
         cache=cache,
         feedback=fb,
+        tokens=toks,
     )
     return backbone.head(cfg, params, h), backbone.advance(cache, toks.shape[1])
 
@@ -324,6 +329,8 @@ cached_step = jax.jit(_cached_step, static_argnums=0)
 def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
     cfg = cfg.validate()
     params = tiny_params(cfg, seed=1)
+    if cfg.init_scheme == "nanochat":  # zero-initialised projections and gates would hide paths
+        params = jax.tree.map(lambda x: x + 0.2 * jax.random.normal(jax.random.PRNGKey(8), x.shape), params)
     if "q_norm" in params["layers"]["self_attn"]:
         for name in ("q_norm", "k_norm"):
             params["layers"]["self_attn"][name] = 1.0 + jax.random.uniform(jax.random.PRNGKey(9), (L, E))
@@ -343,3 +350,51 @@ def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
         got.append(logits)
     np.testing.assert_allclose(jnp.concatenate(got, axis=1), want, rtol=1e-4, atol=1e-5)
     assert differs(want, forward(cfg, params, TOKS))  # the feedback is on
+
+
+# ---------------------------------------------------------------------------------------------
+# nanochat's parts: per-layer resid / x0 scalars, value embeddings on alternating layers, its init.
+
+
+def test_nanochat_init_scheme():
+    specs = spec_leaves(param_specs(NANOCHAT.validate()))
+    params = tiny_params(NANOCHAT.validate())
+    attn, mlp = params["layers"]["self_attn"], params["layers"]["mlp"]
+    for zero in (attn["o_proj"], mlp["down_proj"], attn["ve_gate"]):
+        assert not np.asarray(zero).any()
+    assert 0.6 < float(jnp.std(params["embed_tokens"])) < 1.4
+    assert float(jnp.std(params["lm_head"])) < 0.002
+    bound = 3**0.5 * NANOCHAT.hidden_size**-0.5
+    assert float(jnp.abs(attn["q_proj"]).max()) <= bound
+    np.testing.assert_array_equal(params["resid_lambdas"], np.ones(L))
+    np.testing.assert_allclose(params["x0_lambdas"], np.full(L, 0.1))
+    assert specs[("resid_lambdas",)].kind == "residual" and specs[("x0_lambdas",)].kind == "skip"
+
+
+def test_value_embeddings_sit_on_alternating_layers_ending_with_the_last():
+    assert NANOCHAT.replace(num_layers=4).value_embed_layers == (1, 3)
+    assert NANOCHAT.replace(num_layers=5).value_embed_layers == (0, 2, 4)
+    cfg = NANOCHAT.replace(num_layers=4).validate()
+    params = tiny_params(cfg)
+    assert params["value_embeds"].shape == (2, cfg.vocab_size, cfg.num_kv_heads, cfg.head_dim)
+    params = jax.tree.map(lambda x: x + 0.2 * jax.random.normal(jax.random.PRNGKey(2), x.shape), params)
+    h = backbone.embed(cfg, params, TOKS)
+    run = lambda p, end: backbone.run_blocks(cfg, p, h, 0, end, **LAYOUT, tokens=TOKS).h
+    # Layer 0 has no value embedding: its output ignores the table; layer 1's does not.
+    moved = {**params, "value_embeds": params["value_embeds"] * 2.0}
+    np.testing.assert_array_equal(run(moved, 1), run(params, 1))
+    assert differs(run(moved, 2), run(params, 2))
+
+
+def test_resid_scalars_at_one_and_zero_are_the_plain_residual_stream():
+    cfg = NANOCHAT.replace(value_embeds=False).validate()
+    params = tiny_params(cfg, seed=3)
+    params = jax.tree.map(lambda x: x + 0.2 * jax.random.normal(jax.random.PRNGKey(4), x.shape), params)
+    plain = {k: v for k, v in params.items() if k not in ("resid_lambdas", "x0_lambdas")}
+    neutral = {**params, "resid_lambdas": jnp.ones(L), "x0_lambdas": jnp.zeros(L)}
+    np.testing.assert_allclose(
+        forward(cfg, neutral, TOKS), forward(cfg.replace(resid_scalars=False), plain, TOKS), atol=1e-6
+    )
+    assert differs(forward(cfg, params, TOKS), forward(cfg, neutral, TOKS))
+    with pytest.raises(ValueError, match="resid_scalars needs x0"):
+        backbone.run_blocks(cfg, params, backbone.embed(cfg, params, TOKS), 1, 2, **LAYOUT)

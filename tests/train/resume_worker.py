@@ -1,5 +1,6 @@
-"""Run by test_resume.py in a subprocess: train the tiny T²MLR config in WORKDIR, and optionally signal
-itself (SIGKILL: a crash; SIGTERM: a preemption) when the iterator is asked for batch KILL_AT."""
+"""Run by test_resume.py in a subprocess: train ARCH's tiny config (t2mlr, or lrt with MoE state, sampled
+pass counts and Muon) in WORKDIR, and optionally signal itself (SIGKILL: a crash; SIGTERM: a preemption)
+when the iterator is asked for batch KILL_AT."""
 
 import os
 import signal
@@ -11,7 +12,7 @@ jax.config.update("jax_compilation_cache_dir", os.environ["T2MLR_TEST_JAX_CACHE"
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 sys.path.insert(0, os.path.dirname(__file__))
-from tiny_task import TinyIterator, tiny_config, tiny_source  # noqa: E402
+from tiny_task import TinyIterator, tiny_config, tiny_lrt_config, tiny_source  # noqa: E402
 
 from t2mlr_jax.train.trainer import Run, train  # noqa: E402
 
@@ -27,15 +28,21 @@ class SignallingIterator(TinyIterator):
         return super().__next__()
 
 
-def main(workdir: str, kill_at: int, signame: str) -> None:
+CONFIGS = {
+    "t2mlr": lambda: tiny_config("t2mlr", steps=9, checkpoint_every=2),
+    "lrt": lambda: tiny_lrt_config(steps=9, checkpoint_every=2),
+}
+
+
+def main(arch: str, workdir: str, kill_at: int, signame: str) -> None:
     source = tiny_source()
     if kill_at:
         source = source._replace(
             train_iterator=lambda: SignallingIterator(kill_at, getattr(signal, signame), 0, 8, 16)
         )
-    summary = train(Run(tiny_config("t2mlr", steps=9, checkpoint_every=2), workdir, source, "t2mlr"))
+    summary = train(Run(CONFIGS[arch](), workdir, source, arch))
     print("stopped_by" in summary and "STOPPED" or "DONE", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])

@@ -95,3 +95,14 @@ def tiny_config(arch: str = "t2mlr", steps: int = 6, sections: dict | None = Non
     config.model.recurrence.d_forward = 4
     config.model.recurrence.d_backward = 2
     return config
+
+
+def tiny_lrt_config(steps: int = 6, **train):
+    """The tiny task on an LRT with every stateful part: MoE routing biases (balanced fast), P sampled per
+    step, Muon."""
+    config = tiny_config("lrt", steps=steps, **train)
+    model = config.model
+    model.mlp, model.moe_experts, model.moe_dim, model.moe_bias_rate = "moe", 4, 32, 0.01
+    model.resid_scalars = True
+    config.optimizer.name = "muon"
+    return config
