@@ -98,8 +98,9 @@ def _evaluate(runs: dict) -> None:
         if is_lead_host():
             path.write_text(json.dumps(metrics, indent=2, default=str))
         print(
-            f"{name} @ step {step}: loss {metrics['loss']:.4f}, "
-            f"exact match {metrics['exact_match']:.3f} -> {path}"
+            f"{name} @ step {step}: loss {metrics['loss']:.4f}, exact match {metrics['exact_match']:.3f}"
+            + (f", bits per byte {metrics['bpb']:.4f}" if "bpb" in metrics else "")
+            + f" -> {path}"
         )
 
 

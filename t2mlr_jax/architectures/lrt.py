@@ -348,4 +348,7 @@ def _build(config: ml_collections.ConfigDict) -> Architecture:
     )
 
 
-register_architecture("lrt", _build, section="lrt", defaults=LRT_DEFAULTS)
+# Only the feedback's shape is the run's identity: how P is sampled, supervised or evaluated may change.
+register_architecture(
+    "lrt", _build, section="lrt", defaults=LRT_DEFAULTS, identity=("feedback", "shared_projections")
+)

@@ -5,7 +5,8 @@ config.data.kind:
              pathfinding; data.options: the task's generator fields, e.g. max_actions, value_len)
   file       prompt/response records from files (data.train_path, data.eval_path, data.format:
              gsm8k_aug | hotpotqa | prompt_response | s5_retrieval)
-  text       pretraining text (data.train_path, data.eval_path: token stores or raw documents)
+  text       pretraining text (data.train_path, data.eval_path: token stores or raw documents; each a
+             path or a comma list of paths)
 
 With a byte-level text tokenizer (every task but S5-retrieval) the batches carry `target_bytes`, so
 training and evaluation also report bits per byte ("bpb"); a text token store must match data.tokenizer.
@@ -57,6 +58,13 @@ def _require_path(path: str, what: str) -> str:
     if os.path.isfile(path) and os.path.getsize(path) == 0:
         raise ValueError(f"data.{what} {path!r} is an empty file")
     return path
+
+
+def _require_paths(paths: str, what: str) -> list[str]:
+    """Text data: one path or a comma list of files / folders (e.g. a held-out split of one corpus)."""
+    return [_require_path(p.strip(), what) for p in (paths or "").split(",") if p.strip()] or [
+        _require_path("", what)
+    ]
 
 
 def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
@@ -124,8 +132,8 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
         def batches(path, **kw):
             return pipeline.text_batches(path, tokenizer=tokenizer, seed=config.seed, **common, **kw)
 
-        train = batches(_require_path(d.train_path, "train_path"), **train_pass)
-        eval_path = _require_path(d.eval_path, "eval_path")
+        train = batches(_require_paths(d.train_path, "train_path"), **train_pass)
+        eval_path = _require_paths(d.eval_path, "eval_path")
         evaluation = lambda: itertools.islice(
             iter(batches(eval_path, **eval_pass)), max(1, e.num_examples // e.batch_size)
         )

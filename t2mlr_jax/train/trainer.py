@@ -108,7 +108,11 @@ class Run:
 def _section_identity(config: ml_collections.ConfigDict, arch_name: str) -> dict:
     """The architecture's own config section, when it shapes the saved state."""
     entry = ARCHITECTURES.get(arch_name)
-    return {entry.section: config[entry.section].to_dict()} if entry.section and entry.identity else {}
+    if not entry.section or not entry.identity:
+        return {}
+    section = config[entry.section].to_dict()
+    fields = section if entry.identity is True else entry.identity
+    return {entry.section: {k: section[k] for k in fields}}
 
 
 class NoCheckpointError(FileNotFoundError):

