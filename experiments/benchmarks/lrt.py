@@ -62,15 +62,13 @@ class LRTPreset:
 PRESETS = {
     # Test-sized: seconds, compile-bound.
     "test": LRTPreset(
-        model=nanochat(2, seq_len=32).replace(
-            vocab_size=64,
-            hidden_size=32,
-            num_heads=2,
-            num_kv_heads=2,
+        model=nanochat(
+            2,
+            seq_len=32,
+            width=32,
             head_dim=16,
-            mlp_dim=64,
+            vocab_size=64,
             moe_experts=4,
-            moe_dim=16,
             gate_channels=8,
             dtype="float32",
         ),
@@ -87,16 +85,7 @@ PRESETS = {
     # CPU-sized nanochat (4 layers, d 128, MoE 8+1 experts, vocab 4096), fp32; 1/16 of the paper's prompt,
     # 1/8 of its new tokens, and many short rounds: a shared CPU's noise comes in bursts of seconds.
     "quick": LRTPreset(
-        model=nanochat(4, seq_len=256).replace(
-            vocab_size=4096,
-            hidden_size=128,
-            num_heads=2,
-            num_kv_heads=2,
-            head_dim=64,
-            mlp_dim=512,
-            moe_dim=171,
-            dtype="float32",
-        ),
+        model=nanochat(4, seq_len=256, width=128, head_dim=64, vocab_size=4096, dtype="float32"),
         repeats=10,
         decode_batch=8,
         prompt_len=64,

@@ -295,10 +295,8 @@ def _build(config: ml_collections.ConfigDict) -> Architecture:
     model = backbone_config(config, recurrent=False)
     check_settings(s, model)
     cfg = LRTConfig(model, s.feedback, s.shared_projections)
-    # Evaluation and decoding never drop a token: the outputs must not depend on the batch's routing.
-    eval_cfg = (
-        cfg if model.mlp != "moe" else dataclasses.replace(cfg, model=model.replace(moe_capacity_factor=None))
-    )
+    # Evaluation and decoding never drop a token (MoE): outputs must not depend on the batch's routing.
+    eval_cfg = dataclasses.replace(cfg, model=model.replace(moe_capacity_factor=None))
     mlp = MLPS[model.mlp]
     passes, probs = tuple(s.passes), tuple(s.pass_probs)
     if cfg.feedback == "none":  # every pass would be the same plain forward

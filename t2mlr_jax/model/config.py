@@ -331,15 +331,17 @@ def s5_tiny(**changes) -> ModelConfig:
     ).replace(**changes)
 
 
-def nanochat(depth: int, *, seq_len: int = 2048, **changes) -> ModelConfig:
+def nanochat(
+    depth: int, *, seq_len: int = 2048, width: int | None = None, head_dim: int = 128, **changes
+) -> ModelConfig:
     """nanochat's backbone at a depth as the LRT paper trains it: width 64 * depth in heads of 128 (as
     many kv heads), relu² MoE (8 routed experts of width 4d/3, top-2, one shared expert: the active MLP
     width is nanochat's dense 4d), QK-norm after RoPE, weightless norms (also on the embedding), untied
     head, logit softcap 15, per-layer resid / x0 scalars, value embeddings on alternating layers, windows
     "SSSL" with S = half the context, nanochat's init. 16 layers: 0.80B parameters, 20 layers: 1.42B (the
-    paper reports 0.8B / 1.3B) with nanochat's 32,768-token vocabulary."""
-    head_dim = 128
-    width = -(-64 * depth // head_dim) * head_dim
+    paper reports 0.8B / 1.3B) with nanochat's 32,768-token vocabulary. `width` / `head_dim` shrink it
+    (CPU presets); the MLP widths follow the width."""
+    width = width or -(-64 * depth // head_dim) * head_dim
     return ModelConfig(
         vocab_size=32768,
         hidden_size=width,
