@@ -1,12 +1,15 @@
 """The backbone as three pure functions over the params pytree: `embed`, `run_blocks`, `head`.
 
 `run_blocks(cfg, params, h, start, end, ...)` runs blocks [start, end) under one `lax.scan` over the
-stacked layer parameters, so any contiguous range compiles once per range length. Every model variant
-(plain transformer, T²MLR's three modes, later baselines) is a composition of these three.
+stacked layer parameters, so any contiguous range compiles once per range length; it returns
+`BlocksOut(h, cache, stats)`. Every model variant (plain transformer, T²MLR's three modes, the LRT, the
+baselines) is a composition of these three (`head` = `unembed(final_norm(h))`).
 
 The block is assembled from config-chosen parts (QK-norm and its order, per-layer sliding windows,
-attention / output logit softcaps, the MLP from the `layers.MLPS` registry, norms with or without
-weights); per-layer choices (window sizes) are scanned arrays, so the stack still compiles once.
+attention / output logit softcaps, the MLP from the `layers.MLPS` registry with its optional
+non-gradient state and per-layer stats, norms with or without weights, nanochat's resid / x0 scalars and
+value embeddings); per-layer choices (window sizes, value embeddings, scalars) are scanned arrays, so
+the stack still compiles once.
 Variants that feed state back into the blocks (LRT memory, thought tokens) pass a `Feedback`, one
 hook point rather than a branch per variant.
 """

@@ -54,13 +54,15 @@ def sample(
     return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
-def check_generate_args(
-    prefill: str, prefill_passes: int, max_new_tokens: int, temperature: float, top_k: int, top_p: float
-) -> None:
-    """Reject bad sampling settings before anything is traced."""
+def check_prefill(prefill: str, prefill_passes: int) -> None:
+    """Reject a bad T²MLR prefill before anything is traced."""
     if prefill not in PREFILLS:
         raise ValueError(f"prefill must be one of {PREFILLS}, got {prefill!r}")
     check_depths(prefill_passes, 0)
+
+
+def check_sampling(max_new_tokens: int, temperature: float, top_k: int, top_p: float) -> None:
+    """Reject bad sampling settings before anything is traced."""
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0:
@@ -123,7 +125,7 @@ def generate(
     **kwargs,
 ) -> GenerateOutput:
     """T²MLR (or the plain backbone) generation; `kwargs` as `generate_with`."""
-    check_generate_args(prefill, prefill_passes, 1, 0.0, 0, 1.0)
+    check_prefill(prefill, prefill_passes)
     return generate_with(
         T2MLRDecoder(cfg, prefill, prefill_passes), params, prompt_tokens, prompt_mask, **kwargs
     )
@@ -149,7 +151,7 @@ def generate_with(
     `prompt_control_flow` marks prompt tokens as recurrent (2, the default: pretraining) or not
     (1, SFT prompts as in the release); generated tokens are always recurrent.
     """
-    check_generate_args("exact", 1, max_new_tokens, temperature, top_k, top_p)
+    check_sampling(max_new_tokens, temperature, top_k, top_p)
     if temperature > 0 and key is None:
         raise ValueError("sampling with temperature > 0 needs a PRNG key")
     if prompt_control_flow is None:
