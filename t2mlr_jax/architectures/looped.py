@@ -42,9 +42,8 @@ def looped_forward(
     repeats: int,
 ) -> Float[Array, "B T V"]:
     start, end = loop_range(cfg, start, end)
-    x0 = embed(cfg, params, tokens)
-    kw = dict(positions=layout.positions, segment_ids=layout.segment_ids, tokens=tokens, x0=x0)
-    h = run_blocks(cfg, params, x0, 0, start, **kw).h
+    kw = dict(positions=layout.positions, segment_ids=layout.segment_ids, tokens=tokens)
+    h = run_blocks(cfg, params, embed(cfg, params, tokens), 0, start, **kw).h
     h = jax.lax.fori_loop(0, repeats, lambda _, h: run_blocks(cfg, params, h, start, end + 1, **kw).h, h)
     h = run_blocks(cfg, params, h, end + 1, cfg.num_layers, **kw).h
     return head(cfg, params, h)

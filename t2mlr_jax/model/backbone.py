@@ -254,23 +254,26 @@ def run_blocks(
     cache: KVCache | None = None,
     feedback: Feedback | None = None,
     tokens: Int[Array, "B T"] | None = None,
-    x0: Float[Array, "B T D"] | None = None,
     mlp_state: Any = None,
 ) -> BlocksOut:
     """Run blocks [start, end) on h. With a cache, this step's keys/values go to slots cache.index + [0, T).
 
     The cache's `index` is not advanced here (a token step may call several ranges); see `advance`.
     `feedback` (optional) hooks state into every block's residual stream and keys/values; its inputs
-    cover this call's T tokens (one token per call when decoding). `tokens` feed the value embeddings,
-    `x0` (the embedded stream; defaults to h when start == 0) the per-layer resid/x0 scalars, `mlp_state`
-    (stacked on layers) the MLP's non-gradient state; the MLP's per-layer stats come back in `stats`.
+    cover this call's T tokens (one token per call when decoding). `tokens` feed the value embeddings
+    and x0 of the resid / x0 scalars (their embedding; without tokens a range from block 0 takes h as
+    x0); `mlp_state` (stacked on layers) is the MLP's non-gradient state; the MLP's per-layer stats come
+    back in `stats`.
     """
     if end <= start:
         return BlocksOut(h, cache, {})
-    if cfg.resid_scalars and x0 is None:
-        if start != 0:
-            raise ValueError(f"run_blocks: resid_scalars needs x0 for a range starting at block {start}")
-        x0 = h
+    x0 = None
+    if cfg.resid_scalars:
+        if tokens is None and start != 0:
+            raise ValueError(
+                f"run_blocks: resid_scalars needs the tokens for a range starting at block {start}"
+            )
+        x0 = h if tokens is None else embed(cfg, params, tokens)
     layers = _cast(jax.tree.map(lambda p: p[start:end], params["layers"]), cfg.dtype)
     per_layer = _layer_slices(cfg, params, start, end, feedback, tokens, mlp_state)
     b, t = positions.shape

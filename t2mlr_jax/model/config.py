@@ -174,11 +174,6 @@ class ModelConfig:
         rec = self.recurrence
         if rec is None:
             return self
-        if self.resid_scalars or self.value_embeds:
-            raise ValueError(
-                "resid_scalars / value_embeds are not supported with the T²MLR recurrence yet (its block "
-                "ranges do not carry x0 and the tokens); use them with the transformer or lrt architectures"
-            )
         MIXERS.get(rec.mixer)  # an unknown name: one ValueError listing the registered mixers
         if rec.cache_norm not in CACHE_NORMS:
             raise ValueError(f"recurrence.cache_norm must be one of {CACHE_NORMS}, got {rec.cache_norm!r}")

@@ -57,7 +57,8 @@ def shift_right(m: Float[Array, "B T D"], positions: Int[Array, "B T"]) -> Float
     return jnp.where((positions == 0)[..., None], jnp.zeros_like(r), r)
 
 
-def _blocks(cfg, params, h, start, end, layout, cache=None, tokens=None):
+def _blocks(cfg, params, h, start, end, layout, tokens, cache=None):
+    """Blocks [start, end); the tokens feed nanochat's value embeddings and x0 (resid scalars)."""
     out = run_blocks(
         cfg,
         params,
@@ -72,9 +73,9 @@ def _blocks(cfg, params, h, start, end, layout, cache=None, tokens=None):
     return out.h, out.cache
 
 
-def _middle(cfg, params, h, layout, cache=None):
+def _middle(cfg, params, h, layout, tokens, cache=None):
     l_start, l_end = cfg.layer_range
-    return _blocks(cfg, params, h, l_start, l_end + 1, layout, cache)
+    return _blocks(cfg, params, h, l_start, l_end + 1, layout, tokens, cache)
 
 
 def _advance(cache, tokens):
@@ -83,7 +84,7 @@ def _advance(cache, tokens):
 
 def _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state) -> Output:
     """A model without recurrence: every block once; the recurrent state passes through untouched."""
-    h, cache = _blocks(cfg, params, h, 0, cfg.num_layers, layout, cache, tokens)
+    h, cache = _blocks(cfg, params, h, 0, cfg.num_layers, layout, tokens, cache)
     return Output(head(cfg, params, h), recurrent_state, {}, _advance(cache, tokens))
 
 
@@ -94,9 +95,9 @@ def _fused_pass(cfg, params, x, r, layout, cache, tokens) -> Output:
     l_end = cfg.layer_range[1]
     mixer = params["mixer"]
     fused, stats = fuse(cfg, mixer, x, r, layout.control_flow)
-    out, cache = _middle(cfg, params, fused, layout, cache)
+    out, cache = _middle(cfg, params, fused, layout, tokens, cache)
     m = update_cache(cfg, mixer, out, r, layout.control_flow)
-    h, cache = _blocks(cfg, params, out, l_end + 1, cfg.num_layers, layout, cache)
+    h, cache = _blocks(cfg, params, out, l_end + 1, cfg.num_layers, layout, tokens, cache)
     return Output(head(cfg, params, h), m[:, -1], stats, _advance(cache, tokens))
 
 
@@ -123,15 +124,15 @@ def jacobi_forward(
     d_forward = rec.d_forward if d_forward is None else d_forward
     d_backward = rec.d_backward if d_backward is None else d_backward
     check_depths(d_forward, d_backward)
-    x, cache = _blocks(cfg, params, h, 0, cfg.layer_range[0], layout, cache)
+    x, cache = _blocks(cfg, params, h, 0, cfg.layer_range[0], layout, tokens, cache)
 
     def refine(p, x, r):
         """One Jacobi pass: fuse R into the stream, run the middle block, update and shift the cache."""
         fused, _ = fuse(cfg, p["mixer"], x, r, layout.control_flow)
-        out, _ = _middle(cfg, p, fused, layout)
+        out, _ = _middle(cfg, p, fused, layout, tokens)
         return shift_right(update_cache(cfg, p["mixer"], out, r, layout.control_flow), layout.positions)
 
-    h0, _ = _middle(cfg, params, x, layout)  # the unfused first pass
+    h0, _ = _middle(cfg, params, x, layout, tokens)  # the unfused first pass
     r = shift_right(h0, layout.positions)  # R<1>: neither residual-added nor normalised
     if d_backward < d_forward:
         r = jax.lax.stop_gradient(r)
@@ -163,7 +164,7 @@ def decode_step(
     if cfg.recurrence is None:
         return _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state)
     r = jnp.where((layout.positions == 0)[..., None], 0.0, recurrent_state[:, None].astype(h.dtype))
-    x, cache = _blocks(cfg, params, h, 0, cfg.layer_range[0], layout, cache)
+    x, cache = _blocks(cfg, params, h, 0, cfg.layer_range[0], layout, tokens, cache)
     return _fused_pass(cfg, params, x, r, layout, cache, tokens)
 
 

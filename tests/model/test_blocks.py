@@ -396,5 +396,5 @@ def test_resid_scalars_at_one_and_zero_are_the_plain_residual_stream():
         forward(cfg, neutral, TOKS), forward(cfg.replace(resid_scalars=False), plain, TOKS), atol=1e-6
     )
     assert differs(forward(cfg, params, TOKS), forward(cfg, neutral, TOKS))
-    with pytest.raises(ValueError, match="resid_scalars needs x0"):
+    with pytest.raises(ValueError, match="resid_scalars needs the tokens"):
         backbone.run_blocks(cfg, params, backbone.embed(cfg, params, TOKS), 1, 2, **LAYOUT)

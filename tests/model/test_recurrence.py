@@ -63,6 +63,34 @@ def test_jacobi_with_enough_passes_equals_exact_equals_decode(l_range):
     assert rel_err(backbone.forward(cfg, params, toks), exact.logits) > 1e-2
 
 
+NANOCHAT_PARTS = dict(
+    norm_weights=False,
+    embed_norm=True,
+    qk_norm="after_rope",
+    window_pattern="SL",
+    sliding_window=3,
+    mlp="relu2",
+    tie_embeddings=False,
+    logit_softcap=15.0,
+    resid_scalars=True,
+    value_embeds=True,
+    gate_channels=8,
+)
+
+
+@pytest.mark.parametrize("l_range", [(0, -1), (1, 2)])
+def test_t2mlr_on_nanochat_blocks_modes_agree(l_range):
+    """x0 and the value embeddings come from the tokens in every block range, also the fused one."""
+    cfg = tiny_config(**NANOCHAT_PARTS).with_recurrence(l_start=l_range[0], l_end=l_range[1])
+    params = tiny_params(cfg, gamma=0.8)
+    toks = tokens(2, T)
+    exact = exact_forward(cfg, params, toks)
+    assert rel_err(jacobi_forward(cfg, params, toks, d_forward=T, d_backward=2).logits, exact.logits) <= 1e-5
+    assert rel_err(decode_logits(cfg, params, toks), exact.logits) <= 1e-5
+    plain = backbone.forward(cfg, tiny_params(cfg), toks)  # γ = 0: the backbone
+    assert np.abs(exact_forward(cfg, tiny_params(cfg), toks).logits - plain).max() <= 1e-6
+
+
 def test_few_jacobi_passes_are_exact_only_before_position_d():
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, T)
