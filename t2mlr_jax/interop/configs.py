@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
+from t2mlr_jax.model.config import SHAPE_FIELDS, ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.mixers import MIXERS
 
 # ---------------------------------------------------------------------------------------------
@@ -79,15 +79,6 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32") -> ModelConf
 # The backbone's configurable parts (norms, QK-norm, windows, softcaps, MLP): Llama is their defaults.
 BLOCK_FIELDS = ("norm_weights", "embed_norm", "qk_norm", "window_pattern", "sliding_window", "attn_softcap",
                 "logit_softcap", "mlp", "resid_scalars", "value_embeds")  # fmt: skip
-LLAMA_SHAPE_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_layers",
-    "num_heads",
-    "num_kv_heads",
-    "head_dim",
-    "mlp_dim",
-)
 
 
 def hf_config_from_model(cfg: ModelConfig, **extra: Any) -> dict:
@@ -96,7 +87,7 @@ def hf_config_from_model(cfg: ModelConfig, **extra: Any) -> dict:
         raise ValueError(
             "HF Llama has no NoPE variant: a model with rope_theta=None cannot be exported to HF"
         )
-    llama = ModelConfig(**{f: getattr(cfg, f) for f in LLAMA_SHAPE_FIELDS})
+    llama = ModelConfig(**{f: getattr(cfg, f) for f in SHAPE_FIELDS})
     other = [f"{f}={getattr(cfg, f)!r}" for f in BLOCK_FIELDS if getattr(cfg, f) != getattr(llama, f)]
     if other:
         raise ValueError(

@@ -15,24 +15,13 @@ from t2mlr_jax.interop.gguf import gguf_model_config, load_gguf, open_gguf
 from t2mlr_jax.interop.hf import load_hf
 from t2mlr_jax.interop.orbax_folder import is_orbax_checkpoint, load_config, load_params
 from t2mlr_jax.interop.t2mlr_torch import is_t2mlr_folder, load_t2mlr_torch
-from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
+from t2mlr_jax.model.config import SHAPE_FIELDS, ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import mixer_specs
 from t2mlr_jax.model.mixers import MIXERS
 from t2mlr_jax.model.spec import init_from_specs
 
 # What a backbone's weights encode: a checkpoint fits a model config when these agree.
-BACKBONE_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_layers",
-    "num_heads",
-    "num_kv_heads",
-    "head_dim",
-    "mlp_dim",
-    "rope_theta",
-    "norm_eps",
-    "tie_embeddings",
-)
+BACKBONE_FIELDS = (*SHAPE_FIELDS, "rope_theta", "norm_eps", "tie_embeddings")
 # Recurrence fields that shape only the start of training (init draws, default Jacobi depths), not the
 # function.
 START_ONLY_FIELDS = (

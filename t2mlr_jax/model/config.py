@@ -57,6 +57,8 @@ class RecurrenceConfig:
         return resolve_range(self.l_start, self.l_end, num_layers)
 
 
+# The sizes that fix every weight's shape (validated >= 1; what a checkpoint's shapes encode).
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
 # The block's parts (ModelConfig fields). MLP_NAMES is the registry's key set, kept here so `validate`
 # needs no JAX; `t2mlr_jax.model.layers.register_mlp` adds to it.
 QK_NORMS = ("none", "before_rope", "after_rope")
@@ -143,17 +145,7 @@ class ModelConfig:
 
     def validate(self) -> ModelConfig:
         """Raise one ValueError naming the offending field; returns self so calls can chain."""
-        positive = (
-            "vocab_size",
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "num_kv_heads",
-            "head_dim",
-            "mlp_dim",
-            "max_seq_len",
-        )
-        for name in positive:
+        for name in (*SHAPE_FIELDS, "max_seq_len"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_heads % self.num_kv_heads:
