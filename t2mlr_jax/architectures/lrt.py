@@ -54,7 +54,7 @@ from t2mlr_jax.model.backbone import (
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import MLPS, layer_matrix, weight_init
 from t2mlr_jax.model.params import param_specs
-from t2mlr_jax.model.recurrence import Layout, Output, shift_right
+from t2mlr_jax.model.recurrence import Layout, Output, scan_over_tokens, shift_right
 from t2mlr_jax.model.spec import ParamSpec, constant
 
 FEEDBACK_MODES = ("both", "residual", "kv", "none")
@@ -219,16 +219,13 @@ def exact_forward(
     cache = init_cache(cfg.model, b, t) if cache is None else cache
     memory = jnp.zeros((b, cfg.model.hidden_size), cfg.model.dtype)
 
-    def step(carry, xs):
+    def step(carry, token, token_layout):
         memory, cache = carry
-        out = decode_step(
-            cfg, params, xs[0][:, None], memory, cache, Layout(*(a[:, None] for a in xs[1:])), mlp_state
-        )
+        out = decode_step(cfg, params, token, memory, cache, token_layout, mlp_state)
         return (out.recurrent_state, out.cache), out.logits[:, 0]
 
-    xs = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), (tokens, *layout))
-    (memory, cache), logits = jax.lax.scan(step, (memory, cache), xs)
-    return Output(jnp.swapaxes(logits, 0, 1), memory, {}, cache)
+    (memory, cache), logits = scan_over_tokens(step, (memory, cache), tokens, layout)
+    return Output(logits, memory, {}, cache)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,6 +57,18 @@ def shift_right(m: Float[Array, "B T D"], positions: Int[Array, "B T"]) -> Float
     return jnp.where((positions == 0)[..., None], jnp.zeros_like(r), r)
 
 
+def scan_over_tokens(step, carry, tokens: Int[Array, "B T"], layout: Layout):
+    """`lax.scan` over time of step(carry, token [B, 1], its layout) -> (carry, ys); ys come back [B, T, ...].
+    The exact recurrences (T²MLR's, the LRT's) are this over their decode step."""
+
+    def body(carry, xs):
+        return step(carry, xs[0][:, None], Layout(*(a[:, None] for a in xs[1:])))
+
+    xs = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), (tokens, *layout))
+    carry, ys = jax.lax.scan(body, carry, xs)
+    return carry, jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), ys)
+
+
 def _blocks(cfg, params, h, start, end, layout, tokens, cache=None):
     """Blocks [start, end); the tokens feed nanochat's value embeddings and x0 (resid scalars)."""
     out = run_blocks(
@@ -197,20 +209,19 @@ def exact_forward(
     if recurrent_state is None:
         recurrent_state = jnp.zeros((b * copies, cfg.hidden_size), cfg.dtype)
 
-    def step(carry, xs):
+    def step(carry, token, token_layout):
         r, cache = carry
         if bptt is not None:  # copy j continues copy j-1's chain; copy 0 starts a fresh (detached) one
             r = r.reshape(copies, b, -1)
             r = jnp.concatenate([jax.lax.stop_gradient(r[:1]), r[:-1]]).reshape(copies * b, -1)
-        out = decode_step(cfg, params, xs[0][:, None], r, cache, Layout(*(a[:, None] for a in xs[1:])))
+        out = decode_step(cfg, params, token, r, cache, token_layout)
         return (out.recurrent_state, out.cache), (
             out.logits[:, 0],
             {k: v[:, 0] for k, v in out.gate_stats.items()},
         )
 
-    xs = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), (tokens, *layout))
-    (r, cache), (logits, stats) = jax.lax.scan(step, (recurrent_state, cache), xs)
-    logits, stats = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1)[-b:], (logits, stats))
+    (r, cache), (logits, stats) = scan_over_tokens(step, (recurrent_state, cache), tokens, layout)
+    logits, stats = jax.tree.map(lambda a: a[-b:], (logits, stats))
     return Output(logits, r[-b:], stats, cache)
 
 
