@@ -30,7 +30,7 @@ from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import RECURRENT
-from t2mlr_jax.model.generate import GenerateOutput
+from t2mlr_jax.model.generate import Decoder, GenerateOutput, generate_with
 from t2mlr_jax.model.recurrence import Layout
 from t2mlr_jax.model.spec import count_specs, init_from_specs
 from t2mlr_jax.registry import Registry
@@ -78,6 +78,26 @@ class GenerateFn(Protocol):
         eos_id: int | None,
         pad_id: int,
     ) -> GenerateOutput: ...
+
+
+def cached_generate(decoding: Callable[[dict, Any], tuple[Decoder, Any]]) -> GenerateFn:
+    """`generate` of an architecture that decodes with a KV cache: decoding(params, model_state) gives its
+    `Decoder` and what the decoder reads; the one loop `generate_with` does the rest."""
+
+    def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
+        decoder, inputs = decoding(params, model_state)
+        return generate_with(
+            decoder,
+            inputs,
+            prompt,
+            mask,
+            max_new_tokens=max_new_tokens,
+            eos_id=eos_id,
+            pad_id=pad_id,
+            prompt_control_flow=control_flow,
+        )
+
+    return generate
 
 
 def layout_of(batch: dict) -> Layout:

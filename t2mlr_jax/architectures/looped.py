@@ -14,7 +14,13 @@ import ml_collections
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from t2mlr_jax.architectures.contract import Architecture, Outputs, layout_of, register_architecture
+from t2mlr_jax.architectures.contract import (
+    Architecture,
+    Outputs,
+    cached_generate,
+    layout_of,
+    register_architecture,
+)
 from t2mlr_jax.architectures.t2mlr import baseline_backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.backbone import embed, head, run_blocks
@@ -74,23 +80,16 @@ def _builder(name: str):
         def apply(params, batch, *, training, rng, model_state, sample=None):
             return Outputs(looped_forward(model, params, batch["tokens"], layout_of(batch), **loop))
 
-        def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
-            return generation.generate(
-                *unrolled(model, params, **loop),
-                prompt,
-                mask,
-                max_new_tokens=max_new_tokens,
-                eos_id=eos_id,
-                pad_id=pad_id,
-                prompt_control_flow=control_flow,
-            )
+        def decoding(params, model_state):
+            cfg, weights = unrolled(model, params, **loop)
+            return generation.T2MLRDecoder(cfg), weights
 
         return Architecture(
             name,
             param_specs(model),
             model.param_dtype,
             apply,
-            generate,
+            cached_generate(decoding),
             backbone=model,
             max_seq_len=model.max_seq_len,
         )

@@ -33,13 +33,13 @@ from t2mlr_jax.architectures.contract import (
     Architecture,
     Outputs,
     backbone_config,
+    cached_generate,
     layout_of,
     next_token_loss,
     register_architecture,
     row_stats,
 )
 from t2mlr_jax.architectures.depth_sampling import draw_at
-from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.backbone import (
     Feedback,
     KVCache,
@@ -230,7 +230,7 @@ def exact_forward(
 
 @dataclasses.dataclass(frozen=True)
 class LRTDecoder:
-    """The LRT for `generation.generate_with`; its params are (params, model_state)."""
+    """The LRT for `t2mlr_jax.model.generate.generate_with`; its params are (params, model_state)."""
 
     cfg: LRTConfig
 
@@ -309,18 +309,6 @@ def _build(config: ml_collections.ConfigDict) -> Architecture:
         out = exact_forward(eval_cfg, params, batch["tokens"], layout, mlp_state=state)
         return Outputs(out.logits)
 
-    def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
-        return generation.generate_with(
-            LRTDecoder(eval_cfg),
-            (params, model_state),
-            prompt,
-            mask,
-            max_new_tokens=max_new_tokens,
-            eos_id=eos_id,
-            pad_id=pad_id,
-            prompt_control_flow=control_flow,
-        )
-
     def update_model_state(model_state, stats):
         state, metrics = mlp.update_state(model, model_state["mlp"], stats["mlp"])
         return {**model_state, "mlp": state}, metrics
@@ -330,7 +318,7 @@ def _build(config: ml_collections.ConfigDict) -> Architecture:
         lrt_specs(cfg),
         model.param_dtype,
         apply,
-        generate,
+        cached_generate(lambda params, model_state: (LRTDecoder(eval_cfg), (params, model_state))),
         loss=multi_pass_loss(s.supervise),
         init_model_state=lambda: {} if mlp.init_state is None else {"mlp": mlp.init_state(model)},
         update_model_state=None if mlp.update_state is None else update_model_state,

@@ -17,12 +17,13 @@ from t2mlr_jax.architectures.contract import (
     Architecture,
     Outputs,
     backbone_config,
+    cached_generate,
     layout_of,
     register_architecture,
 )
 from t2mlr_jax.architectures.depth_sampling import depth_values, draw_at
 from t2mlr_jax.model import generate as generation
-from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.config import ModelConfig, check_depths
 from t2mlr_jax.model.fusion import gamma_stats
 from t2mlr_jax.model.layers import MLPS
 from t2mlr_jax.model.params import param_specs
@@ -62,6 +63,8 @@ def backbone_architecture(
             raise ValueError(f"{where} must be one of {FORWARD_MODES}, got {mode!r}")
     if s.prefill not in generation.PREFILLS:
         raise ValueError(f"t2mlr.prefill must be one of {generation.PREFILLS}, got {s.prefill!r}")
+    check_depths(s.prefill_passes, 0)  # Jacobi prefill passes
+    decoder = generation.T2MLRDecoder(model, s.prefill, s.prefill_passes)
 
     def apply(params, batch, *, training, rng, model_state, sample=None):
         # Without recurrence every mode is the same function; "jacobi" computes it in one parallel pass.
@@ -72,26 +75,12 @@ def backbone_architecture(
         )
         return Outputs(out.logits, token_stats={f"gate/{k}": v for k, v in out.gate_stats.items()})
 
-    def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
-        return generation.generate(
-            model,
-            params,
-            prompt,
-            mask,
-            max_new_tokens=max_new_tokens,
-            eos_id=eos_id,
-            pad_id=pad_id,
-            prefill=s.prefill,
-            prefill_passes=s.prefill_passes,
-            prompt_control_flow=control_flow,
-        )
-
     arch = Architecture(
         name,
         param_specs(model),
         model.param_dtype,
         apply,
-        generate,
+        cached_generate(lambda params, model_state: (decoder, params)),
         backbone=model,
         max_seq_len=model.max_seq_len,
     )
