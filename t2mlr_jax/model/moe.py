@@ -131,10 +131,9 @@ def moe_update_state(cfg: ModelConfig, state: dict, stats: dict) -> tuple[dict, 
     routed = jnp.sum(load, axis=-1)  # [L]
     share = load / jnp.maximum(routed, 1.0)[:, None]
     imbalance = jnp.where(mean[:, 0] > 0, jnp.max(load, axis=-1) / jnp.maximum(mean[:, 0], 1e-9), 1.0)
-    dropped = jnp.sum(stats["dropped"]) if "dropped" in stats else jnp.zeros((), jnp.float32)
     metrics = {
         "moe/imbalance": jnp.mean(imbalance),
-        "moe/dropped_fraction": dropped / jnp.maximum(jnp.sum(routed), 1.0),
+        "moe/dropped_fraction": jnp.sum(stats["dropped"]) / jnp.maximum(jnp.sum(routed), 1.0),
         **{f"moe/load/e{i}": v for i, v in enumerate(jnp.mean(share, axis=0))},
     }
     return {**state, "router_bias": bias.astype(state["router_bias"].dtype)}, metrics
