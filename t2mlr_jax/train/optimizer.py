@@ -162,16 +162,21 @@ def muon_labels(specs: dict) -> Any:
     return jax.tree.map(lambda spec: MUON_GROUPS[spec.kind], specs, is_leaf=is_spec)
 
 
+def _axis_sizes(specs: dict, kinds: tuple[str, ...], axis: str) -> set[int]:
+    """The sizes of logical axis `axis` over the parameters of these kinds."""
+    return {
+        size
+        for spec in jax.tree.leaves(specs, is_leaf=is_spec)
+        if spec.kind in kinds
+        for size, name in zip(spec.shape, spec.axes)
+        if name == axis
+    }
+
+
 def muon_width(specs: dict) -> int | None:
     """d_model: the size of the `embed` axis of the vocabulary tables (kinds embedding / head); None if no
     table has one."""
-    widths = {
-        size
-        for spec in jax.tree.leaves(specs, is_leaf=is_spec)
-        if spec.kind in ("embedding", "head")
-        for size, axis in zip(spec.shape, spec.axes)
-        if axis == "embed"
-    }
+    widths = _axis_sizes(specs, ("embedding", "head"), "embed")
     if len(widths) > 1:
         raise ValueError(
             f"muon: the vocabulary tables disagree on d_model (their embed axes: {sorted(widths)})"
@@ -181,16 +186,7 @@ def muon_width(specs: dict) -> int | None:
 
 def muon_depth(specs: dict) -> int:
     """num_layers: the largest `layers` axis of the matrices (1 when no matrix is stacked over layers)."""
-    return max(
-        [
-            size
-            for spec in jax.tree.leaves(specs, is_leaf=is_spec)
-            if spec.kind == "matrix"
-            for size, axis in zip(spec.shape, spec.axes)
-            if axis == "layers"
-        ],
-        default=1,
-    )
+    return max(_axis_sizes(specs, ("matrix",), "layers"), default=1)
 
 
 def muon_batch_scale(opt: ml_collections.ConfigDict) -> float:
@@ -269,8 +265,7 @@ def scale_by_muon(opt: ml_collections.ConfigDict, specs: dict) -> optax.Gradient
     orthogonalise = optax.inject_hyperparams(
         optax.contrib.scale_by_muon, static_args=("ns_steps",), hyperparam_dtype=jnp.float32
     )(ns_steps=NS_STEPS, beta=momentum_schedule(opt), nesterov=True, weight_dimension_numbers=dims)
-    rescale = optax.stateless(lambda updates, params: jax.tree.map(lambda u, m: u * m, updates, shape_scale))
-    return optax.chain(orthogonalise, rescale)
+    return optax.chain(orthogonalise, _scale_by_tree(shape_scale))
 
 
 @OPTIMIZERS.register("muon")
