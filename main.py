@@ -65,7 +65,8 @@ def _train(config, workdir: Path, runs: dict) -> None:
     for name, run in runs.items():
         print(
             f"training {name} ({run.num_params} parameters) in {run.workdir} on {run.mesh.size} devices "
-            f"({jax.process_count()} hosts)",
+            f"({jax.process_count()} hosts)"
+            + (f", {run.flops_per_step:.3g} FLOPs per step" if run.flops_per_step else ""),
             flush=True,
         )
         summaries[name] = train(run)

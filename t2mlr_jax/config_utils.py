@@ -126,6 +126,9 @@ def experiment(
             keep_checkpoints=2,
             async_checkpoint=True,
             progress=True,
+            # > 0: train.steps = round(flop_budget / the architecture's expected training FLOPs per
+            # step) (FLOP-matched comparisons; t2mlr_jax.model.flops); 0 = train.steps as given
+            flop_budget=0.0,
         )
     )
     c.data = config_dict.ConfigDict(
@@ -158,6 +161,9 @@ def experiment(
             generate=False,  # greedy-generation exact match (SFT tasks); off = per-position argmax (S5)
             max_new_tokens=64,
             score="loss_mask",  # positions scored for accuracy / exact match: loss_mask | recurrent (S5)
+            # latent thought slots per vocabulary token when evaluating / generating (architectures with
+            # thought slots: lrt, ponderlm2); None = the largest trained count
+            thoughts=config_dict.placeholder(int),
         )
     )
     for _, entry in ARCHITECTURES.items():

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import ml_collections
 
-from t2mlr_jax.architectures import looped, lrt, lstm, pause, t2mlr  # noqa: F401  (registers the built-ins)
+from t2mlr_jax.architectures import (  # noqa: F401  (registers the built-ins)
+    looped,
+    lrt,
+    lstm,
+    pause,
+    ponderlm2,
+    t2mlr,
+)
 from t2mlr_jax.architectures.contract import ARCHITECTURES, Architecture, register_architecture
 
 __all__ = ["ARCHITECTURES", "Architecture", "arch_names", "build_architecture", "register_architecture"]
@@ -26,4 +33,11 @@ def arch_names(config: ml_collections.ConfigDict) -> list[str]:
 
 def build_architecture(config: ml_collections.ConfigDict, name: str | None = None) -> Architecture:
     """The architecture `name` (default: config.arch, a single name) with freshly drawn weights."""
-    return ARCHITECTURES.get(name or config.arch).build(config)
+    name = name or config.arch
+    arch = ARCHITECTURES.get(name).build(config)
+    if config.eval.thoughts not in (None, 0) and not arch.thought_slots:
+        raise ValueError(
+            f"eval.thoughts={config.eval.thoughts}: architecture {name!r} has no latent thought slots "
+            "(lrt with lrt.thoughts holding a K > 0, or ponderlm2)"
+        )
+    return arch

@@ -11,8 +11,9 @@ cross-entropy), a cached `generate`, and optional non-gradient state (`model_sta
              max_new_tokens, eos_id, pad_id) -> GenerateOutput
     update_model_state(model_state, stats) -> (model_state, metrics)   # after each step, no gradient
 
-`sample(seed, step)` is an optional per-step static choice (T²MLR: the Jacobi depth D): the trainer compiles
-one step per distinct value and passes it to `apply` as `sample`.
+`sample(seed, step)` is an optional per-step static choice (T²MLR: the Jacobi depth D; the LRT: its thought
+count K and passes P): the trainer compiles one step per distinct value and passes it to `apply` as
+`sample`. `train_flops(seq_len)` is the expected training FLOPs of a row (FLOP-matched budgets).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from jaxtyping import Array, Float, Int
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import RECURRENT
 from t2mlr_jax.model.generate import Decoder, GenerateOutput, generate_with
+from t2mlr_jax.model.layers import MLPS
 from t2mlr_jax.model.recurrence import Layout
 from t2mlr_jax.model.spec import count_specs, init_from_specs
 from t2mlr_jax.registry import Registry
@@ -157,12 +159,16 @@ class Architecture:
     # (model_state, stats summed over micro-batches) -> (model_state, scalar metrics to log)
     update_model_state: Callable[[Any, dict], tuple[Any, dict]] | None = None
     sample: Callable[[int, int], Hashable] | None = None  # (seed, step) -> the step's static choice
-    sample_name: str = "sample"  # how the trainer logs it
+    sample_name: str = "sample"  # how the trainer logs it (a NamedTuple sample logs its fields)
     backbone: ModelConfig | None = None  # the transformer inside, when there is one (init_from, context)
     max_seq_len: int | None = None  # the longest row it accepts (None: any)
     # () -> host weights replacing init's top-level entries of the same name (config.init_from); called
     # only for a fresh start, so a resumed or evaluated run never reads the pretrained file.
     pretrained: Callable[[], dict] | None = None
+    thought_slots: bool = False  # decodes K latent thought slots per token (eval.thoughts applies)
+    # seq_len -> expected training FLOPs (forward + backward) of one row (t2mlr_jax.model.flops); None:
+    # no accounting, so no train.flop_budget
+    train_flops: Callable[[int], float] | None = None
 
     def init(self, key: jax.Array) -> dict:
         return init_from_specs(self.specs, key, self.param_dtype)
@@ -204,3 +210,31 @@ def backbone_config(config: ml_collections.ConfigDict, *, recurrent: bool = True
     fields = {k: v for k, v in config.model.to_dict().items() if k != "recurrence"}
     recurrence = RecurrenceConfig(**config.model.recurrence.to_dict()) if recurrent else None
     return ModelConfig(**fields, recurrence=recurrence).validate()
+
+
+def mlp_state_hooks(model: ModelConfig) -> dict:
+    """The `Architecture` keyword arguments `init_model_state` / `update_model_state` that carry the
+    backbone MLP's non-gradient state (MoE routing biases) as the LRT does: model_state["mlp"] is the
+    state stacked on the backbone's layers, and after each step the MLP's `update_state` moves it from
+    `Outputs.stats["mlp"]` (per-layer stats shaped [L, ...] like the state). One place, so that every
+    architecture running the backbone keeps and updates it alike; a stateless MLP gets no state, no update."""
+    mlp = MLPS[model.mlp]
+    if mlp.init_state is None:
+        return dict(init_model_state=_empty_state, update_model_state=None)
+
+    def update_model_state(model_state, stats):
+        state, metrics = mlp.update_state(model, model_state["mlp"], stats["mlp"])
+        return {**model_state, "mlp": state}, metrics
+
+    return dict(
+        init_model_state=lambda: {"mlp": mlp.init_state(model)},
+        update_model_state=None if mlp.update_state is None else update_model_state,
+    )
+
+
+def stack_layer_stats(*ranges: dict) -> dict:
+    """The MLP's per-layer stats of consecutive block ranges (each stacked on its range's layers, {} when
+    the range is empty or the MLP reports none) as one stack over all their layers: `run_blocks` reports
+    each range apart, while `update_state` reads stats shaped like the state [L, ...]."""
+    ranges = [stats for stats in ranges if stats]
+    return jax.tree.map(lambda *a: jnp.concatenate(a), *ranges) if ranges else {}

@@ -5,11 +5,19 @@ Training loops over the shared weights (`looped_forward`); decoding uses the sam
 plain transformer with the looped blocks repeated (`unrolled`), so it gets the backbone's KV cache.
 Registered as `looped` and `middle_looped` (the same module; presets choose the range), both reading the
 config section `looped`.
+
+A stateful MLP (mlp="moe") keeps one state slice per weight layer (model_state["mlp"], [L, ...]): every
+repeat of a looped block reads its slice, and the step's stats sum the repeats' loads into that slot.
+Evaluation and decoding never drop tokens (moe_capacity_factor=None), as in the LRT.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, NamedTuple
+
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from jaxtyping import Array, Float, Int
@@ -19,14 +27,16 @@ from t2mlr_jax.architectures.contract import (
     Outputs,
     cached_generate,
     layout_of,
+    mlp_state_hooks,
     register_architecture,
+    stack_layer_stats,
 )
 from t2mlr_jax.architectures.t2mlr import baseline_backbone
-from t2mlr_jax.model import generate as generation
-from t2mlr_jax.model.backbone import embed, head, run_blocks
+from t2mlr_jax.model import flops
+from t2mlr_jax.model.backbone import advance, embed, head, run_blocks
 from t2mlr_jax.model.config import ModelConfig, resolve_range
 from t2mlr_jax.model.params import param_specs
-from t2mlr_jax.model.recurrence import Layout
+from t2mlr_jax.model.recurrence import Layout, Output
 
 
 def loop_range(cfg: ModelConfig, start: int, end: int) -> tuple[int, int]:
@@ -35,6 +45,37 @@ def loop_range(cfg: ModelConfig, start: int, end: int) -> tuple[int, int]:
     if not 0 <= start <= end < cfg.num_layers:
         raise ValueError(f"loop range [{start}, {end}] is not inside {cfg.num_layers} layers")
     return start, end
+
+
+class LoopedOut(NamedTuple):
+    logits: Float[Array, "B T V"]
+    stats: dict  # the MLP's per-layer stats [L, ...]; the looped blocks' summed over the repeats
+
+
+def looped_pass(
+    cfg: ModelConfig,
+    params: dict,
+    tokens: Int[Array, "B T"],
+    layout: Layout,
+    *,
+    start: int,
+    end: int,
+    repeats: int,
+    mlp_state: Any = None,
+) -> LoopedOut:
+    """The looped forward with the MLP's state (stacked on the L weight layers) and per-layer stats."""
+    start, end = loop_range(cfg, start, end)
+    kw = dict(positions=layout.positions, segment_ids=layout.segment_ids, tokens=tokens, mlp_state=mlp_state)
+    before = run_blocks(cfg, params, embed(cfg, params, tokens), 0, start, **kw)
+
+    def repeat(h, _):
+        out = run_blocks(cfg, params, h, start, end + 1, **kw)
+        return out.h, out.stats
+
+    h, loop_stats = jax.lax.scan(repeat, before.h, None, length=repeats)
+    after = run_blocks(cfg, params, h, end + 1, cfg.num_layers, **kw)
+    loop_stats = jax.tree.map(lambda a: a.sum(0), loop_stats)
+    return LoopedOut(head(cfg, params, after.h), stack_layer_stats(before.stats, loop_stats, after.stats))
 
 
 def looped_forward(
@@ -46,13 +87,21 @@ def looped_forward(
     start: int,
     end: int,
     repeats: int,
+    mlp_state: Any = None,
 ) -> Float[Array, "B T V"]:
+    """The looped model's logits (`looped_pass` without the stats)."""
+    return looped_pass(
+        cfg, params, tokens, layout, start=start, end=end, repeats=repeats, mlp_state=mlp_state
+    ).logits
+
+
+def unrolled_order(cfg: ModelConfig, *, start: int, end: int, repeats: int) -> np.ndarray:
+    """The weight layer behind each layer of the unrolled model: blocks 0..start-1, then [start, end]
+    `repeats` times, then the rest."""
     start, end = loop_range(cfg, start, end)
-    kw = dict(positions=layout.positions, segment_ids=layout.segment_ids, tokens=tokens)
-    h = run_blocks(cfg, params, embed(cfg, params, tokens), 0, start, **kw).h
-    h = jax.lax.fori_loop(0, repeats, lambda _, h: run_blocks(cfg, params, h, start, end + 1, **kw).h, h)
-    h = run_blocks(cfg, params, h, end + 1, cfg.num_layers, **kw).h
-    return head(cfg, params, h)
+    return np.r_[
+        np.arange(start), np.tile(np.arange(start, end + 1), repeats), np.arange(end + 1, cfg.num_layers)
+    ]
 
 
 def unrolled(
@@ -61,28 +110,70 @@ def unrolled(
     """The looped model as a plain transformer: blocks 0..start-1, then [start, end] `repeats` times, then
     the rest (the repeated blocks' weights copied): the same function, `start + repeats (end - start + 1) +
     (L - end - 1)` layers deep."""
-    start, end = loop_range(cfg, start, end)
-    order = np.r_[
-        np.arange(start), np.tile(np.arange(start, end + 1), repeats), np.arange(end + 1, cfg.num_layers)
-    ]
+    order = unrolled_order(cfg, start=start, end=end, repeats=repeats)
     return (
         cfg.replace(num_layers=len(order)),
         {**params, "layers": jax.tree.map(lambda p: p[order], params["layers"])},
     )
 
 
+def unrolled_state(cfg: ModelConfig, mlp_state: Any, *, start: int, end: int, repeats: int) -> Any:
+    """The MLP's layer-stacked state (None: stateless) laid out like `unrolled`'s layers."""
+    order = unrolled_order(cfg, start=start, end=end, repeats=repeats)
+    return None if mlp_state is None else jax.tree.map(lambda a: a[order], mlp_state)
+
+
+@dataclasses.dataclass(frozen=True)
+class BackboneDecoder:
+    """The plain backbone (no recurrence) for `generate_with`, with its MLP's state: its params are
+    (params, mlp_state). The prompt fills the cache in one parallel pass; the state vector is unused."""
+
+    model: ModelConfig
+    slots_per_token = 1  # one KV-cache slot per token
+
+    def prefill(self, params, tokens, layout, cache):
+        state = jnp.zeros((tokens.shape[0], self.model.hidden_size), self.model.dtype)
+        return self.step(params, tokens, state, cache, layout)
+
+    def step(self, params, tokens, state, cache, layout):
+        params, mlp_state = params
+        out = run_blocks(
+            self.model,
+            params,
+            embed(self.model, params, tokens),
+            0,
+            self.model.num_layers,
+            positions=layout.positions,
+            segment_ids=layout.segment_ids,
+            cache=cache,
+            tokens=tokens,
+            mlp_state=mlp_state,
+        )
+        return Output(head(self.model, params, out.h), state, {}, advance(out.cache, tokens.shape[1]))
+
+
 def _builder(name: str):
     def build(config: ml_collections.ConfigDict) -> Architecture:
         loop = dict(start=config.looped.start, end=config.looped.end, repeats=config.looped.repeats)
-        model = baseline_backbone(config, param_specs)
+        model = baseline_backbone(config, param_specs, carries_mlp_state=True)
         loop_range(model, loop["start"], loop["end"])  # reject a bad range before anything is traced
+        # Evaluation and decoding never drop a token (MoE): outputs must not depend on the batch's routing.
+        eval_model = model.replace(moe_capacity_factor=None)
 
         def apply(params, batch, *, training, rng, model_state, sample=None):
-            return Outputs(looped_forward(model, params, batch["tokens"], layout_of(batch), **loop))
+            out = looped_pass(
+                model if training else eval_model,
+                params,
+                batch["tokens"],
+                layout_of(batch),
+                mlp_state=model_state.get("mlp"),
+                **loop,
+            )
+            return Outputs(out.logits, stats={"mlp": out.stats})
 
         def decoding(params, model_state):
-            cfg, weights = unrolled(model, params, **loop)
-            return generation.T2MLRDecoder(cfg), weights
+            cfg, weights = unrolled(eval_model, params, **loop)
+            return BackboneDecoder(cfg), (weights, unrolled_state(model, model_state.get("mlp"), **loop))
 
         return Architecture(
             name,
@@ -92,6 +183,11 @@ def _builder(name: str):
             cached_generate(decoding),
             backbone=model,
             max_seq_len=model.max_seq_len,
+            train_flops=lambda seq_len: flops.train(
+                flops.pass_flops(model, seq_len, layers=unrolled_order(model, **loop))
+                + flops.head_flops(model, seq_len)
+            ),
+            **mlp_state_hooks(model),
         )
 
     return build

@@ -1,5 +1,6 @@
 """The Latent Recurrent Transformer (LRT): the final hidden state of token t-1 fed back into every layer of
-token t (Huang et al. 2026, as ../shared/spec/lrt_thought_tokens.md reads it).
+token t (Huang et al. 2026), and its latent thought tokens (the depth-versus-time paper, 002), as
+../shared/spec/lrt_thought_tokens.md reads them.
 
 Memory m_t = the final-normed hidden state of position t-1 (zeros at a document start). At every layer i:
   residual   x <- alpha_i x + beta_i x0 + gamma_i m      (alpha, beta: the backbone's resid / x0 scalars)
@@ -8,14 +9,26 @@ with per-kv-head gates (g_loc, g_fb) = 2 sigmoid(W_g xn[..., :C]), W_g zero-init
 so the KV cache keeps its shape and decoding carries one d-vector per row. W^fb: per layer (~5% of the
 parameters) or one pair shared by every layer (~0.3%), `lrt.shared_projections`.
 
+Thought tokens (`lrt.thoughts`, K per vocabulary token; t2mlr_jax.architectures.thought_slots): after
+token x_t come K slots, h_t^(0) = F(E[x_t], m = h_{t-1}^(K)), h_t^(j) = F(h_t^(j-1), m = h_t^(j-1)); the
+last one predicts x_{t+1} and is its memory. Vocabulary and thought slots share every projection; gamma
+and the gate W_g are separate for thought slots, one set shared by every j (per-j gates would leave an
+evaluation beyond the trained K without parameters). A thought slot's x0 is its input state.
+
 Training is multi-refinement over the whole sequence at once: pass 0 with m = 0, pass p with
 m = shift_right(final states of pass p-1); P passes, P drawn per step from `lrt.passes` with
 `lrt.pass_probs` (from (seed, step): a resume draws the same P; each distinct P compiles once); the loss is
 averaged over the passes (`lrt.supervise="all"`, gradients kept across passes) or read at the last one.
-After p passes positions < p are exact, so P >= T passes equal the sequential recurrence. Evaluation and
-generation run the exact recurrence token by token with the KV cache (`lrt.eval_mode="parallel"`: P =
-eval_passes refinement passes instead). `lrt.feedback` ablates: both | residual | kv | none (none is
-the plain backbone: the vanilla NanoChat baseline, one pass).
+After p passes positions < p are exact, so P >= T passes equal the sequential recurrence. A thought model
+draws K uniformly from `lrt.thoughts` per step too; its pass 0 over the vocabulary tokens is an
+unsupervised initialisation whose state also fills each token's thought slots, then P refinement passes
+run over the N(K+1) slots. A row of data.seq_len tokens holds seq_len / (K+1) vocabulary tokens at K
+(the expanded length is fixed; the rest of the row is unused that step).
+Evaluation and generation run the exact recurrence token by token with the KV cache, K + 1 slots per
+token at K = eval.thoughts (default: the largest trained K); `lrt.eval_mode="parallel"`: eval_passes
+refinement passes instead. `lrt.feedback` ablates: both | residual | kv | none (none is the plain
+backbone: the vanilla NanoChat baseline, one pass); `lrt.cross_token=False` cuts the memory of the
+vocabulary slots (thought slots keep theirs). PonderLM-2 (ponderlm2.py) is thought slots with no feedback.
 """
 
 from __future__ import annotations
@@ -27,7 +40,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import ml_collections
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from t2mlr_jax.architectures.contract import (
     Architecture,
@@ -35,11 +48,22 @@ from t2mlr_jax.architectures.contract import (
     backbone_config,
     cached_generate,
     layout_of,
+    mlp_state_hooks,
     next_token_loss,
     register_architecture,
     row_stats,
 )
 from t2mlr_jax.architectures.depth_sampling import draw_at
+from t2mlr_jax.architectures.thought_slots import (
+    LATENT,
+    check_thoughts,
+    expand,
+    interval_tokens,
+    last_slots,
+    shift,
+    vocabulary_prefix,
+)
+from t2mlr_jax.model import flops
 from t2mlr_jax.model.backbone import (
     Feedback,
     KVCache,
@@ -52,20 +76,25 @@ from t2mlr_jax.model.backbone import (
     unembed,
 )
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.layers import MLPS, layer_matrix, weight_init
+from t2mlr_jax.model.layers import layer_matrix, weight_init
 from t2mlr_jax.model.params import param_specs
-from t2mlr_jax.model.recurrence import Layout, Output, scan_over_tokens, shift_right
+from t2mlr_jax.model.recurrence import Layout, Output, scan_over_tokens
 from t2mlr_jax.model.spec import ParamSpec, constant
 
 FEEDBACK_MODES = ("both", "residual", "kv", "none")
 SUPERVISE = ("all", "last")
 EVAL_MODES = ("exact", "parallel")
+PASSES, PASS_PROBS = (1, 2, 3, 4), (0.4, 0.3, 0.2, 0.1)  # the paper's P distribution, E[P] = 2
 LRT_DEFAULTS = dict(
     feedback="both",  # both | residual | kv | none (the plain backbone)
     shared_projections=False,  # W_k^fb / W_v^fb shared by every layer instead of one pair per layer
-    passes=(1, 2, 3, 4),  # refinement pass counts P sampled per training step ...
-    pass_probs=(0.4, 0.3, 0.2, 0.1),  # ... with these probabilities
-    supervise="all",  # loss averaged over every pass | only the last pass
+    thoughts=(
+        0,
+    ),  # thought counts K drawn uniformly per training step: (0,) the LRT, (0, 1) TT1, (0, 1, 2) TT2
+    cross_token=True,  # the last state of token t-1's interval feeds token t (False: Table 3's ablation)
+    passes=PASSES,  # refinement pass counts P sampled per training step ...
+    pass_probs=PASS_PROBS,  # ... with these probabilities
+    supervise="all",  # loss averaged over every (refinement) pass | only the last pass
     eval_mode="exact",  # teacher-forced eval: exact sequential recurrence | parallel refinement
     eval_passes=4,  # parallel eval only
 )
@@ -78,6 +107,9 @@ class LRTConfig:
     model: ModelConfig
     feedback: str = "both"
     shared_projections: bool = False
+    thought_slots: bool = False  # trained with thought slots: own thought gates, pass 0 unsupervised
+    cross_token: bool = True
+    embed_scale: float = 1.0  # vocabulary embeddings x this (PonderLM-2's option)
 
     @property
     def residual(self) -> bool:
@@ -89,16 +121,22 @@ class LRTConfig:
 
 
 def lrt_specs(cfg: LRTConfig) -> dict:
-    """The backbone's table plus params["lrt"]: gamma [L], the gate W_g [L, C, 2K] (local, feedback), and
-    the feedback projections [L, D, K, E] (or [D, K, E] when shared), initialised like v_proj."""
+    """The backbone's table plus params["lrt"]: gamma [L], the gate W_g [L, C, 2K] (local, feedback), the
+    thought slots' own gamma_thought / gate_thought, and the feedback projections [L, D, K, E] (or
+    [D, K, E] when shared), initialised like v_proj."""
     model = cfg.model
     d, k, e = model.hidden_size, model.num_kv_heads, model.head_dim
     specs = param_specs(model)
+    kinds = ("", "_thought") if cfg.thought_slots else ("",)
     lrt = {}
     if cfg.residual:
-        lrt["gamma"] = ParamSpec((model.num_layers,), ("layers",), constant(0.1), "scalar")
+        for kind in kinds:
+            lrt["gamma" + kind] = ParamSpec((model.num_layers,), ("layers",), constant(0.1), "scalar")
     if cfg.kv:
-        lrt["gate"] = layer_matrix(model, (model.gate_channels, 2 * k), ("embed", None), role="gate")
+        for kind in kinds:
+            lrt["gate" + kind] = layer_matrix(
+                model, (model.gate_channels, 2 * k), ("embed", None), role="gate"
+            )
         for name in ("k_fb", "v_fb"):
             if cfg.shared_projections:
                 lrt[name] = ParamSpec(
@@ -109,12 +147,22 @@ def lrt_specs(cfg: LRTConfig) -> dict:
     return {**specs, "lrt": lrt} if lrt else specs
 
 
+def _own(p: dict, inputs: dict, name: str, value_of):
+    """value_of(param) for this slot: the thought slots' own parameter where the call has thought slots."""
+    value = value_of(p[name])
+    if "thought" not in inputs:
+        return value
+    thought = inputs["thought"].reshape(inputs["thought"].shape + (1,) * (value.ndim - 2))
+    return jnp.where(thought, value_of(p[name + "_thought"]), value)
+
+
 def _residual(p, inputs, h):
-    return h + p["gamma"].astype(h.dtype) * inputs["m"]
+    gamma = _own(p, inputs, "gamma", lambda g: jnp.broadcast_to(g, h.shape[:2]))[..., None]
+    return h + gamma.astype(h.dtype) * inputs["m"]
 
 
 def _kv(p, inputs, x, k, v):
-    gates = kv_head_gate(x, p["gate"])[..., None]  # [B, T, 2K, 1]
+    gates = _own(p, inputs, "gate", lambda w: kv_head_gate(x, w))[..., None]  # [B, T, 2K, 1]
     g_loc, g_fb = jnp.split(gates, 2, axis=2)
     m = inputs["m"]
     k_fb = jnp.einsum("btd,dke->btke", m, inputs.get("k_fb", p.get("k_fb")).astype(m.dtype))
@@ -122,22 +170,53 @@ def _kv(p, inputs, x, k, v):
     return g_loc * k + g_fb * k_fb, g_loc * v + g_fb * v_fb
 
 
-def feedback(cfg: LRTConfig, params: dict, m: Float[Array, "B T D"]) -> Feedback | None:
-    """The memory m hooked into every block: stacked params ride the layer scan, shared ones the inputs."""
+def feedback(
+    cfg: LRTConfig, params: dict, m: Float[Array, "B T D"], thought: Bool[Array, "B T"] | None = None
+) -> Feedback | None:
+    """The memory m hooked into every block: stacked params ride the layer scan, shared ones the inputs;
+    `thought` marks the slots that use the thought gates (thought models only)."""
     if cfg.feedback == "none":
         return None
     lrt = params["lrt"]
     shared = ("k_fb", "v_fb") if cfg.shared_projections and cfg.kv else ()
+    inputs = {"m": m.astype(cfg.model.dtype), **{name: lrt[name] for name in shared}}
+    if cfg.thought_slots and thought is not None:
+        inputs["thought"] = thought
     return Feedback(
         {name: value for name, value in lrt.items() if name not in shared},
-        {"m": m.astype(cfg.model.dtype), **{name: lrt[name] for name in shared}},
+        inputs,
         _residual if cfg.residual else None,
         _kv if cfg.kv else None,
     )
 
 
+def vocab_inputs(cfg: LRTConfig, params: dict, tokens: Int[Array, "B T"]) -> Float[Array, "B T D"]:
+    x = embed(cfg.model, params, tokens)
+    return x if cfg.embed_scale == 1.0 else (x * cfg.embed_scale).astype(x.dtype)
+
+
+def _run(cfg: LRTConfig, params, h, tokens, layout: Layout, m, thought, mlp_state, cache=None):
+    """One backbone pass over slots (h their input, also x0) with memory m: (final-normed states, out)."""
+    model = cfg.model
+    out = run_blocks(
+        model,
+        params,
+        h,
+        0,
+        model.num_layers,
+        positions=layout.positions,
+        segment_ids=layout.segment_ids,
+        cache=cache,
+        feedback=feedback(cfg, params, m, thought),
+        tokens=tokens,
+        x0=h,
+        mlp_state=mlp_state,
+    )
+    return final_norm(model, params, out.h), out
+
+
 class Passes(NamedTuple):
-    logits: tuple  # each pass's logits [B, T, V], the last one last
+    logits: tuple  # each supervised pass's logits [B, T, V], the last one last
     stats: dict  # the MLP's per-layer stats summed over the passes
 
 
@@ -148,61 +227,64 @@ def refine(
     layout: Layout,
     num_passes: int,
     mlp_state=None,
+    thoughts: int = 0,
 ) -> Passes:
-    """Parallel multi-refinement: pass 0 with zero memory, pass p with the shifted final states of pass
-    p - 1 (gradients flow through every pass)."""
+    """Parallel multi-refinement with `num_passes` supervised passes (gradients flow through every pass).
+
+    Pass 0 runs the vocabulary tokens with zero memory. The plain LRT supervises it and refines
+    num_passes - 1 times, each with m = the final states of the pass before, shifted one token. A thought
+    model takes it as the unsupervised initialisation, puts each token's state on its K thought slots
+    too, and refines the N(K+1) slots num_passes times: a vocabulary slot's input is its embedding, a
+    thought slot's the shifted state; the memory is the shifted state (zero at vocabulary slots without
+    cross-token feedback). Logits are read at each interval's last slot.
+    """
     model = cfg.model
-    x0 = embed(model, params, tokens)
-    m = jnp.zeros_like(x0)
-    logits, stats = [], None
-    for _ in range(num_passes):
-        out = run_blocks(
-            model,
-            params,
-            x0,
-            0,
-            model.num_layers,
-            positions=layout.positions,
-            segment_ids=layout.segment_ids,
-            feedback=feedback(cfg, params, m),
-            tokens=tokens,
-            mlp_state=mlp_state,
-        )
-        hn = final_norm(model, params, out.h)
-        logits.append(unembed(model, params, hn))
-        stats = out.stats if stats is None else jax.tree.map(jnp.add, stats, out.stats)
-        m = shift_right(hn, layout.positions)
+    x = vocab_inputs(cfg, params, tokens)
+    states, out = _run(cfg, params, x, tokens, layout, jnp.zeros_like(x), None, mlp_state)
+    stats = out.stats
+    logits = [] if cfg.thought_slots else [unembed(model, params, states)]
+    slots = expand(tokens, layout, thoughts)
+    inputs = jnp.repeat(x, thoughts + 1, axis=1)
+    states = jnp.repeat(states, thoughts + 1, axis=1)
+    thought = slots.thought[..., None]
+    for _ in range(num_passes - len(logits)):
+        previous = shift(states, slots.starts)
+        m = previous if cfg.cross_token else jnp.where(thought, previous, 0.0).astype(previous.dtype)
+        h = jnp.where(thought, previous, inputs)
+        states, out = _run(cfg, params, h, slots.tokens, slots.layout, m, slots.thought, mlp_state)
+        stats = jax.tree.map(jnp.add, stats, out.stats)
+        logits.append(unembed(model, params, last_slots(states, thoughts)))
     return Passes(tuple(logits), stats)
 
 
 def decode_step(
     cfg: LRTConfig,
     params: dict,
-    tokens: Int[Array, "B T"],
+    tokens: Int[Array, "B 1"],
     memory: Float[Array, "B D"],
     cache: KVCache,
     layout: Layout,
     mlp_state=None,
+    thoughts: int = 0,
 ) -> Output:
-    """One token (T = 1) through the cache with the previous token's memory (zero at a document start);
-    returns its logits and the memory for the next token."""
+    """One vocabulary token and its K thought slots through the cache (K + 1 slots): the token's slot
+    with the previous interval's last state as memory (zero at a document start, or without cross-token
+    feedback), then each thought slot fed the previous slot's state as input and memory. Returns the
+    last slot's logits and state (the next token's memory)."""
     model = cfg.model
-    m = jnp.where((layout.positions == 0)[..., None], 0.0, memory[:, None]).astype(model.dtype)
-    out = run_blocks(
-        model,
-        params,
-        embed(model, params, tokens),
-        0,
-        model.num_layers,
-        positions=layout.positions,
-        segment_ids=layout.segment_ids,
-        cache=cache,
-        feedback=feedback(cfg, params, m),
-        tokens=tokens,
-        mlp_state=mlp_state,
+    keep = (layout.positions != 0)[..., None] & cfg.cross_token
+    m = jnp.where(keep, memory[:, None], 0.0).astype(model.dtype)
+
+    def slot(h, slot_tokens, m, thought, cache):
+        hn, out = _run(cfg, params, h, slot_tokens, layout, m, thought, mlp_state, cache)
+        return hn, advance(out.cache, 1)
+
+    hn, cache = slot(vocab_inputs(cfg, params, tokens), tokens, m, jnp.zeros(tokens.shape, bool), cache)
+    latent, thought = jnp.full_like(tokens, LATENT), jnp.ones(tokens.shape, bool)
+    hn, cache = jax.lax.fori_loop(
+        0, thoughts, lambda _, carry: slot(carry[0], latent, carry[0], thought, carry[1]), (hn, cache)
     )
-    hn = final_norm(model, params, out.h)
-    return Output(unembed(model, params, hn), hn[:, -1], {}, advance(out.cache, tokens.shape[1]))
+    return Output(unembed(model, params, hn), hn[:, -1], {}, cache)
 
 
 def exact_forward(
@@ -213,15 +295,16 @@ def exact_forward(
     *,
     cache: KVCache | None = None,
     mlp_state=None,
+    thoughts: int = 0,
 ) -> Output:
-    """The sequential recurrence: `lax.scan` of `decode_step` over time with the KV cache."""
+    """The sequential recurrence: `lax.scan` of `decode_step` over time with a KV cache of T(K+1) slots."""
     b, t = tokens.shape
-    cache = init_cache(cfg.model, b, t) if cache is None else cache
+    cache = init_cache(cfg.model, b, t * (thoughts + 1)) if cache is None else cache
     memory = jnp.zeros((b, cfg.model.hidden_size), cfg.model.dtype)
 
     def step(carry, token, token_layout):
         memory, cache = carry
-        out = decode_step(cfg, params, token, memory, cache, token_layout, mlp_state)
+        out = decode_step(cfg, params, token, memory, cache, token_layout, mlp_state, thoughts)
         return (out.recurrent_state, out.cache), out.logits[:, 0]
 
     (memory, cache), logits = scan_over_tokens(step, (memory, cache), tokens, layout)
@@ -233,25 +316,42 @@ class LRTDecoder:
     """The LRT for `t2mlr_jax.model.generate.generate_with`; its params are (params, model_state)."""
 
     cfg: LRTConfig
+    thoughts: int = 0
 
     @property
     def model(self) -> ModelConfig:
         return self.cfg.model
 
+    @property
+    def slots_per_token(self) -> int:
+        return self.thoughts + 1
+
     def prefill(self, params, tokens, layout, cache):
         params, model_state = params
-        return exact_forward(self.cfg, params, tokens, layout, cache=cache, mlp_state=model_state.get("mlp"))
+        return exact_forward(
+            self.cfg,
+            params,
+            tokens,
+            layout,
+            cache=cache,
+            mlp_state=model_state.get("mlp"),
+            thoughts=self.thoughts,
+        )
 
     def step(self, params, tokens, state, cache, layout):
         params, model_state = params
-        return decode_step(self.cfg, params, tokens, state, cache, layout, model_state.get("mlp"))
+        return decode_step(
+            self.cfg, params, tokens, state, cache, layout, model_state.get("mlp"), self.thoughts
+        )
 
 
 def multi_pass_loss(supervise: str):
     """The loss of a refinement stack: every metric read at the last pass, "loss" averaged over all
-    passes (supervise="all") or the last pass's; "loss_last_pass" logged either way."""
+    passes (supervise="all") or the last pass's; "loss_last_pass" logged either way. A batch longer than
+    the logits (thought slots: fewer vocabulary tokens per row) is cut to them."""
 
     def loss(outputs: Outputs, batch: dict) -> dict:
+        batch = vocabulary_prefix(batch, outputs.logits.shape[1])
         sums = next_token_loss(outputs, batch)
         last, tokens = sums["loss"]
         sums["loss_last_pass"] = (last, tokens)
@@ -263,75 +363,135 @@ def multi_pass_loss(supervise: str):
     return loss
 
 
-def check_settings(s: ml_collections.ConfigDict, model: ModelConfig) -> None:
-    """One clear error for each bad `lrt` setting, before anything is traced."""
+class Draw(NamedTuple):
+    """A training step's static choice: its thought count K and refinement passes P (logged as both)."""
+
+    thoughts: int
+    passes: int
+
+
+def train_flops(cfg: LRTConfig, seq_len: int, draw: Draw, supervise_all: bool) -> float:
+    """Training FLOPs of one row at (K, P): pass 0 over the N = seq_len / (K + 1) vocabulary tokens, then
+    the refinement passes over the N(K + 1) slots, the head at every supervised pass (or the last), the
+    feedback projections (and thought gates) at every block of every pass."""
+    model = cfg.model
+    n = seq_len // (draw.thoughts + 1)
+    kv = model.num_kv_heads
+    gates = model.gate_channels * 2 * kv * (2 if cfg.thought_slots else 1)
+    fb = float(2 * model.hidden_size * kv * model.head_dim + gates) if cfg.kv else 0.0
+    refinements = draw.passes if cfg.thought_slots else draw.passes - 1
+    heads = (draw.passes if supervise_all else 1) * n
+    forward = flops.pass_flops(model, n, extra_params=fb) + refinements * flops.pass_flops(
+        model, n * (draw.thoughts + 1), extra_params=fb
+    )
+    return flops.train(forward + flops.head_flops(model, heads))
+
+
+def check_settings(s: ml_collections.ConfigDict, model: ModelConfig, section: str = "lrt") -> None:
+    """One clear error for each bad setting of an LRT-like section, before anything is traced."""
     if s.feedback not in FEEDBACK_MODES:
-        raise ValueError(f"lrt.feedback must be one of {FEEDBACK_MODES}, got {s.feedback!r}")
+        raise ValueError(f"{section}.feedback must be one of {FEEDBACK_MODES}, got {s.feedback!r}")
     if s.supervise not in SUPERVISE:
-        raise ValueError(f"lrt.supervise must be one of {SUPERVISE}, got {s.supervise!r}")
+        raise ValueError(f"{section}.supervise must be one of {SUPERVISE}, got {s.supervise!r}")
     if s.eval_mode not in EVAL_MODES:
-        raise ValueError(f"lrt.eval_mode must be one of {EVAL_MODES}, got {s.eval_mode!r}")
+        raise ValueError(f"{section}.eval_mode must be one of {EVAL_MODES}, got {s.eval_mode!r}")
     passes, probs = tuple(s.passes), tuple(s.pass_probs)
     if not passes or any(not isinstance(p, int) or p < 1 for p in passes) or len(set(passes)) != len(passes):
-        raise ValueError(f"lrt.passes must be distinct pass counts >= 1, got {passes}")
+        raise ValueError(f"{section}.passes must be distinct pass counts >= 1, got {passes}")
     if len(probs) != len(passes) or any(p < 0 for p in probs) or not math.isclose(sum(probs), 1.0):
         raise ValueError(
-            f"lrt.pass_probs must be {len(passes)} probabilities >= 0 summing to 1 (one per lrt.passes "
-            f"entry {passes}), got {probs} (sum {sum(probs):.6g})"
+            f"{section}.pass_probs must be {len(passes)} probabilities >= 0 summing to 1 (one per "
+            f"{section}.passes entry {passes}), got {probs} (sum {sum(probs):.6g})"
         )
+    thoughts = tuple(s.thoughts)
+    if not thoughts or len(set(thoughts)) != len(thoughts):
+        raise ValueError(f"{section}.thoughts must be distinct thought counts K >= 0, got {thoughts}")
+    for k in thoughts:
+        check_thoughts(k, f"{section}.thoughts")
     if s.eval_passes < 1:
-        raise ValueError(f"lrt.eval_passes must be >= 1, got {s.eval_passes}")
+        raise ValueError(f"{section}.eval_passes must be >= 1, got {s.eval_passes}")
     if s.feedback in ("both", "kv") and model.gate_channels > model.hidden_size:
         raise ValueError(
             f"model.gate_channels ({model.gate_channels}) exceeds hidden_size ({model.hidden_size})"
         )
 
 
-def _build(config: ml_collections.ConfigDict) -> Architecture:
-    s = config.lrt
+def build_lrt(
+    config: ml_collections.ConfigDict,
+    name: str,
+    s: ml_collections.ConfigDict,
+    *,
+    section: str,
+    thought_model: bool,
+    embed_scale: float = 1.0,
+) -> Architecture:
+    """The LRT family from settings `s` (the lrt section, or PonderLM-2's fixed ones)."""
     model = backbone_config(config, recurrent=False)
-    check_settings(s, model)
-    cfg = LRTConfig(model, s.feedback, s.shared_projections)
+    check_settings(s, model, section)
+    thoughts, passes, probs = tuple(s.thoughts), tuple(s.passes), tuple(s.pass_probs)
+    for k in thoughts:
+        interval_tokens(config.data.seq_len, k, f"data.seq_len with {section}.thoughts={thoughts}")
+    eval_k = max(thoughts) if config.eval.thoughts is None else config.eval.thoughts
+    check_thoughts(eval_k, "eval.thoughts")
+    if eval_k and not thought_model:
+        raise ValueError(
+            f"eval.thoughts={eval_k}: this {name} has no thought slots (lrt.thoughts={thoughts}); "
+            "train it with lrt.thoughts holding a K > 0"
+        )
+    cfg = LRTConfig(model, s.feedback, s.shared_projections, thought_model, s.cross_token, embed_scale)
     # Evaluation and decoding never drop a token (MoE): outputs must not depend on the batch's routing.
     eval_cfg = dataclasses.replace(cfg, model=model.replace(moe_capacity_factor=None))
-    mlp = MLPS[model.mlp]
-    passes, probs = tuple(s.passes), tuple(s.pass_probs)
-    if cfg.feedback == "none":  # every pass would be the same plain forward
+    if cfg.feedback == "none" and not thought_model:  # every pass would be the same plain forward
         passes, probs = (1,), (1.0,)
 
     def apply(params, batch, *, training, rng, model_state, sample=None):
-        layout, state = layout_of(batch), model_state.get("mlp")
-        if training or s.eval_mode == "parallel":
-            run_cfg = cfg if training else eval_cfg
-            n = (sample or passes[0]) if training else (1 if cfg.feedback == "none" else s.eval_passes)
-            out = refine(run_cfg, params, batch["tokens"], layout, n, state)
+        state = model_state.get("mlp")
+        if training:
+            draw = sample or Draw(thoughts[0], passes[0])
+            t = batch["tokens"].shape[1]
+            batch = vocabulary_prefix(batch, interval_tokens(t, draw.thoughts, "a training row"))
+            out = refine(cfg, params, batch["tokens"], layout_of(batch), draw.passes, state, draw.thoughts)
             return Outputs(out.logits[-1], pass_logits=out.logits[:-1], stats={"mlp": out.stats})
-        out = exact_forward(eval_cfg, params, batch["tokens"], layout, mlp_state=state)
+        if s.eval_mode == "parallel":
+            n = 1 if cfg.feedback == "none" and not thought_model else s.eval_passes
+            out = refine(eval_cfg, params, batch["tokens"], layout_of(batch), n, state, eval_k)
+            return Outputs(out.logits[-1])
+        out = exact_forward(
+            eval_cfg, params, batch["tokens"], layout_of(batch), mlp_state=state, thoughts=eval_k
+        )
         return Outputs(out.logits)
 
-    def update_model_state(model_state, stats):
-        state, metrics = mlp.update_state(model, model_state["mlp"], stats["mlp"])
-        return {**model_state, "mlp": state}, metrics
-
+    draws = [Draw(k, p) for k in thoughts for p in passes]
+    weights = [w / len(thoughts) for _ in thoughts for w in probs]
     return Architecture(
-        "lrt",
+        name,
         lrt_specs(cfg),
         model.param_dtype,
         apply,
-        cached_generate(lambda params, model_state: (LRTDecoder(eval_cfg), (params, model_state))),
+        cached_generate(lambda params, model_state: (LRTDecoder(eval_cfg, eval_k), (params, model_state))),
         loss=multi_pass_loss(s.supervise),
-        init_model_state=lambda: {} if mlp.init_state is None else {"mlp": mlp.init_state(model)},
-        update_model_state=None if mlp.update_state is None else update_model_state,
-        sample=(lambda seed, step: draw_at(list(passes), seed, step, list(probs)))
-        if len(passes) > 1
-        else None,
-        sample_name="passes",
+        sample=(lambda seed, step: draw_at(draws, seed, step, weights)) if len(draws) > 1 else None,
         backbone=model,
         max_seq_len=model.max_seq_len,
+        thought_slots=thought_model,
+        train_flops=lambda seq_len: sum(
+            w * train_flops(cfg, seq_len, d, s.supervise == "all") for d, w in zip(draws, weights)
+        ),
+        **mlp_state_hooks(model),
     )
 
 
-# Only the feedback's shape is the run's identity: how P is sampled, supervised or evaluated may change.
+def _build(config: ml_collections.ConfigDict) -> Architecture:
+    s = config.lrt
+    return build_lrt(config, "lrt", s, section="lrt", thought_model=max(s.thoughts) > 0)
+
+
+# Only the feedback's shape is the run's identity: how P and K are sampled, supervised or evaluated may
+# change (thoughts: whether the thought gates exist).
 register_architecture(
-    "lrt", _build, section="lrt", defaults=LRT_DEFAULTS, identity=("feedback", "shared_projections")
+    "lrt",
+    _build,
+    section="lrt",
+    defaults=LRT_DEFAULTS,
+    identity=("feedback", "shared_projections", "thoughts"),
 )

@@ -22,6 +22,7 @@ from t2mlr_jax.architectures.contract import (
     register_architecture,
 )
 from t2mlr_jax.architectures.depth_sampling import depth_values, draw_at
+from t2mlr_jax.model import flops
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import ModelConfig, check_depths
 from t2mlr_jax.model.fusion import gamma_stats
@@ -43,11 +44,12 @@ T2MLR_DEFAULTS = dict(
 
 
 def stateless(model: ModelConfig) -> ModelConfig:
-    """The backbone of an architecture that keeps no non-gradient state (all but the LRT so far)."""
+    """The backbone of an architecture that keeps no non-gradient state (all but the LRT and the looped
+    transformers so far)."""
     if MLPS[model.mlp].init_state is not None:
         raise ValueError(
             f"mlp {model.mlp!r} keeps routing state that this architecture does not carry; train it with "
-            "arch=lrt (lrt.feedback=none is the plain backbone)"
+            "arch=lrt (lrt.feedback=none is the plain backbone) or arch=looped / middle_looped"
         )
     return model
 
@@ -85,17 +87,26 @@ def backbone_architecture(
         max_seq_len=model.max_seq_len,
     )
     if model.recurrence is None:
-        return arch
+        plain = lambda seq_len: flops.train(
+            flops.pass_flops(model, seq_len) + flops.head_flops(model, seq_len)
+        )
+        return dataclasses.replace(arch, train_flops=plain)
     return dataclasses.replace(arch, param_stats=lambda params: gamma_stats(model, params["mixer"]))
 
 
 def baseline_backbone(
-    config: ml_collections.ConfigDict, specs_at: Callable[[ModelConfig], dict]
+    config: ml_collections.ConfigDict,
+    specs_at: Callable[[ModelConfig], dict],
+    *,
+    carries_mlp_state: bool = False,
 ) -> ModelConfig:
     """The plain backbone a baseline runs on: config.model without the recurrence, widened (in steps of
     baseline.width_multiple) to the T²MLR model's parameter count when baseline.param_match is on.
-    `specs_at(model)` is the baseline's parameter table at a given backbone."""
-    plain = stateless(backbone_config(config, recurrent=False))
+    `specs_at(model)` is the baseline's parameter table at a given backbone. `carries_mlp_state`: the
+    baseline keeps a stateful MLP's state (`contract.mlp_state_hooks`); otherwise such an MLP is refused."""
+    plain = backbone_config(config, recurrent=False)
+    if not carries_mlp_state:
+        stateless(plain)
     if not config.baseline.param_match:
         return plain
     if config.init_from:

@@ -30,6 +30,7 @@ from t2mlr_jax.model.layers import MLPS, attend, attention_mask, rms_norm, rope,
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
 
 FULL_WINDOW = np.iinfo(np.int32).max  # a full-attention layer's entry in the scanned window array
+LATENT = -1  # the token id of a slot without a vocabulary token (a latent thought): no value embedding
 
 
 class KVCache(NamedTuple):
@@ -218,7 +219,8 @@ def _value_embeds(cfg: ModelConfig, params: dict, tokens, start: int, end: int):
     slot = np.asarray([layers.index(i) if i in layers else 0 for i in range(start, end)])
     has = np.asarray([i in layers for i in range(start, end)], np.float32)
     table = params["value_embeds"].astype(cfg.dtype)
-    return jnp.take(table, tokens, axis=1)[slot] * has[:, None, None, None, None].astype(cfg.dtype)
+    embedded = jnp.take(table, jnp.maximum(tokens, 0), axis=1) * (tokens >= 0)[..., None, None]  # LATENT: 0
+    return embedded[slot] * has[:, None, None, None, None].astype(cfg.dtype)
 
 
 def _layer_slices(cfg, params, start, end, feedback, tokens, mlp_state) -> _Layer:
@@ -254,6 +256,7 @@ def run_blocks(
     cache: KVCache | None = None,
     feedback: Feedback | None = None,
     tokens: Int[Array, "B T"] | None = None,
+    x0: Float[Array, "B T D"] | None = None,
     mlp_state: Any = None,
 ) -> BlocksOut:
     """Run blocks [start, end) on h. With a cache, this step's keys/values go to slots cache.index + [0, T).
@@ -261,19 +264,19 @@ def run_blocks(
     The cache's `index` is not advanced here (a token step may call several ranges); see `advance`.
     `feedback` (optional) hooks state into every block's residual stream and keys/values; its inputs
     cover this call's T tokens (one token per call when decoding). `tokens` feed the value embeddings
-    and x0 of the resid / x0 scalars (their embedding; without tokens a range from block 0 takes h as
-    x0); `mlp_state` (stacked on layers) is the MLP's non-gradient state; the MLP's per-layer stats come
-    back in `stats`.
+    (none at LATENT slots) and x0 of the resid / x0 scalars: `x0` when given (a thought slot's input
+    state), else the tokens' embedding, else h for a range from block 0. `mlp_state` (stacked on
+    layers) is the MLP's non-gradient state; the MLP's per-layer stats come back in `stats`.
     """
     if end <= start:
         return BlocksOut(h, cache, {})
-    x0 = None
-    if cfg.resid_scalars:
+    if cfg.resid_scalars and x0 is None:
         if tokens is None and start != 0:
             raise ValueError(
                 f"run_blocks: resid_scalars needs the tokens for a range starting at block {start}"
             )
         x0 = h if tokens is None else embed(cfg, params, tokens)
+    x0 = x0 if cfg.resid_scalars else None
     layers = _cast(jax.tree.map(lambda p: p[start:end], params["layers"]), cfg.dtype)
     per_layer = _layer_slices(cfg, params, start, end, feedback, tokens, mlp_state)
     b, t = positions.shape

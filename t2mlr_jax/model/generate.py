@@ -80,9 +80,11 @@ class Decoder(Protocol):
 
     prefill(params, tokens, layout, cache) -> Output   # the prompt, filling the cache
     step(params, tokens, state, cache, layout) -> Output   # one token [B, 1]
+    slots_per_token: KV-cache slots each token writes (K + 1 with K latent thought slots)
     """
 
     model: ModelConfig
+    slots_per_token: int
 
     def prefill(self, params, tokens, layout: Layout, cache: KVCache) -> Output: ...
 
@@ -96,6 +98,7 @@ class T2MLRDecoder:
     model: ModelConfig
     prefill_mode: str = "exact"
     prefill_passes: int = 8
+    slots_per_token = 1
 
     def prefill(self, params, tokens, layout, cache):
         if self.prefill_mode == "exact":
@@ -195,7 +198,12 @@ def _generate(
     b, p = prompt_tokens.shape
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=1) - 1, 0)
     layout = Layout(positions, prompt_mask, prompt_control_flow * prompt_mask)
-    out = decoder.prefill(params, prompt_tokens, layout, init_cache(decoder.model, b, p + max_new_tokens))
+    out = decoder.prefill(
+        params,
+        prompt_tokens,
+        layout,
+        init_cache(decoder.model, b, (p + max_new_tokens) * decoder.slots_per_token),
+    )
     key, sub = jax.random.split(key)
     first = sample(out.logits[:, -1], sub, temperature, top_k, top_p)
     tokens = jnp.full((b, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(first)

@@ -50,6 +50,11 @@ class Run:
                 f"train.grad_accum ({config.train.grad_accum})"
             )
         self.arch: Architecture = architecture(config, arch_name)
+        self.flops_per_step = None
+        if self.arch.train_flops is not None:
+            self.flops_per_step = config.train.batch_size * self.arch.train_flops(config.data.seq_len)
+        if config.train.flop_budget:  # this run's own copy: a comma list of architectures shares `config`
+            self.config = config = _steps_for_budget(config, self.flops_per_step, arch_name)
         check_fits(data, vocab_size=config.model.vocab_size, max_seq_len=self.arch.max_seq_len)
         self.identity = {
             **ckpt.run_identity(config),
@@ -103,6 +108,18 @@ class Run:
         state, data_state, step = restored
         logging.info("restored step %d from %s", step, checkpointer.directory)
         return state, data_state
+
+
+def _steps_for_budget(config: ml_collections.ConfigDict, flops_per_step, arch_name: str):
+    """A copy of `config` whose train.steps spend train.flop_budget at this architecture's FLOPs per step."""
+    budget = config.train.flop_budget
+    if budget < 0:
+        raise ValueError(f"train.flop_budget must be >= 0 (0 = off), got {budget}")
+    if flops_per_step is None:
+        raise ValueError(f"train.flop_budget: architecture {arch_name!r} has no training FLOP accounting")
+    config = config.copy_and_resolve_references()
+    config.train.steps = max(1, round(budget / flops_per_step))
+    return config
 
 
 def _section_identity(config: ml_collections.ConfigDict, arch_name: str) -> dict:
@@ -199,7 +216,12 @@ def train(run: Run) -> dict:
                 sample=sample,
             )
         state, metrics = compiled[sample](state, batch)
-        return state, metrics if sample is None else {**metrics, run.arch.sample_name: sample}
+        if sample is None:
+            return state, metrics
+        return state, {
+            **metrics,
+            **(sample._asdict() if hasattr(sample, "_asdict") else {run.arch.sample_name: sample}),
+        }
 
     eval_step = make_eval_step(run.arch)
     start_step, started = int(state.step), time.time()
@@ -224,6 +246,8 @@ def train(run: Run) -> dict:
                     if step % t.log_every == 0 or step == t.steps:
                         summary = _mean_metrics(window)
                         window = []
+                        if run.flops_per_step:  # expected training FLOPs spent so far (the x axis of budgets)
+                            summary["train_flops"] = step * run.flops_per_step
                         log.write(step, "train", summary)
                         shown = {"loss": f"{summary['loss']:.4f}", "acc": f"{summary['accuracy']:.3f}"}
                         if "bpb" in summary:
@@ -255,6 +279,11 @@ def train(run: Run) -> dict:
         "arch": run.arch.name,
         "num_params": run.num_params,
         "steps": final_step,
+        **(
+            {"flops_per_step": run.flops_per_step, "train_flops": run.flops_per_step * final_step}
+            if run.flops_per_step
+            else {}
+        ),
         "train_seconds_this_session": round(time.time() - started, 1),
         "eval": results,
     }

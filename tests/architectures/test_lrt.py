@@ -129,8 +129,13 @@ def test_pass_count_is_drawn_per_step_from_seed_and_step():
     arch = architecture(_config(), "lrt")
     draws = [arch.sample(0, step) for step in range(1, 2001)]
     assert draws == [arch.sample(0, step) for step in range(1, 2001)]
-    freq = np.bincount(draws, minlength=5)[1:] / len(draws)
+    freq = np.bincount([d.passes for d in draws], minlength=5)[1:] / len(draws)
     np.testing.assert_allclose(freq, (0.4, 0.3, 0.2, 0.1), atol=0.04)
+    assert {d.thoughts for d in draws} == {0}
+    config = _config(thoughts=(0, 1, 2))
+    config.data.seq_len = 12  # whole intervals of 1, 2 and 3 slots
+    thoughts = [architecture(config, "lrt").sample(0, s).thoughts for s in range(900)]
+    np.testing.assert_allclose(np.bincount(thoughts) / 900, (1 / 3,) * 3, atol=0.05)  # K uniform
     assert architecture(_config(feedback="none"), "lrt").sample is None  # one plain pass
 
 

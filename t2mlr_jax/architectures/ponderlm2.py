@@ -1,0 +1,56 @@
+"""PonderLM-2 (Zeng et al. 2025), the depth-versus-time paper's baseline without cross-token feedback.
+
+After each token x_t come K thought slots; the input of thought slot j is the last hidden state (after the
+final norm) of the slot before it, and the last slot predicts x_{t+1}. Thoughts share the token's position
+id, every slot writes keys / values, nothing is fed into x_{t+1} except through attention. Training is
+Jacobi refinement: a vocabulary-only pass fills the thought slots, then P refinement passes (P drawn as
+the LRT's), the loss read at the last pass only. Decoding: K + 1 forwards per token, a (K + 1)x cache.
+
+It is the LRT's thought-slot machinery with the feedback switched off (lrt.py: feedback="none",
+cross_token=False, supervise="last"), so the two differ exactly where the papers say they do.
+`ponderlm2.embed_scale`: token embeddings x sqrt(2.5 H) (H = hidden size), the release's option.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_collections
+
+from t2mlr_jax.architectures.contract import Architecture, register_architecture
+from t2mlr_jax.architectures.lrt import PASS_PROBS, PASSES, build_lrt
+
+PONDERLM2_DEFAULTS = dict(
+    thoughts=(1,),  # thought counts K drawn uniformly per step (the paper's rows: (1,) and (2,))
+    passes=PASSES,  # refinement pass counts P ...
+    pass_probs=PASS_PROBS,  # ... and their probabilities (the depth-versus-time paper: as the LRT's)
+    embed_scale=False,  # token embeddings x sqrt(2.5 H)
+)
+
+
+def _build(config: ml_collections.ConfigDict) -> Architecture:
+    s = config.ponderlm2
+    fixed = ml_collections.ConfigDict(
+        dict(
+            feedback="none",
+            shared_projections=False,
+            thoughts=tuple(s.thoughts),
+            cross_token=False,
+            passes=tuple(s.passes),
+            pass_probs=tuple(s.pass_probs),
+            supervise="last",
+            eval_mode="exact",
+            eval_passes=1,
+        )
+    )
+    scale = math.sqrt(2.5 * config.model.hidden_size) if s.embed_scale else 1.0
+    return build_lrt(config, "ponderlm2", fixed, section="ponderlm2", thought_model=True, embed_scale=scale)
+
+
+register_architecture(
+    "ponderlm2",
+    _build,
+    section="ponderlm2",
+    defaults=PONDERLM2_DEFAULTS,
+    identity=("thoughts", "embed_scale"),
+)
