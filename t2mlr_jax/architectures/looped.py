@@ -184,7 +184,7 @@ def _builder(name: str):
             backbone=model,
             max_seq_len=model.max_seq_len,
             train_flops=lambda seq_len: flops.train(
-                flops.pass_flops(model, seq_len, layers=unrolled_order(model, **loop))
+                flops.pass_flops(model, seq_len, layers=unrolled_order(model, **loop).tolist())
                 + flops.head_flops(model, seq_len)
             ),
             **mlp_state_hooks(model),

@@ -1,0 +1,105 @@
+"""Depth versus time (../shared/papers/002, Tables 1-3): every row of the comparison as a preset of one file.
+
+  --config=configs/lrt_comparison.py:<row>,<scale>      e.g. tt1,cpu   (scale: paper (default) | cpu)
+
+Rows (Table 1, then Table 3's ablations of the one-thought-token LRT):
+  vanilla1x vanilla2x vanilla3x   the NanoChat MoE transformer at 1x / 2x / 3x the reference depth
+  loop2 loop3 loop4               the reference stack applied 2 / 3 / 4 times (looped transformer)
+  lrt1x lrt2x lrt3x               the LRT at 1x / 2x / 3x depth
+  tt1 tt2                         the LRT with thought slots, K drawn from {0, 1} / {0, 1, 2}, evaluated at
+                                  K = 1 / 2 (--config.eval.thoughts=K evaluates the same weights at any K)
+  ponder1 ponder2                 PonderLM-2 with 1 / 2 thoughts
+  no_cross no_kv fixed_k1         tt1 without cross-token recurrence / without KV feedback / with K = 1 fixed
+Thought rows hold the expanded length fixed: their rows are (K_max + 1) x the reference length (at a drawn
+K a row's first 1 / (K + 1) is used), the sliding windows count slots; every row is evaluated on rows of
+the reference length with exact sequential recurrence (bits per byte). Table 1's protocol: the same
+steps and unique data for every row of a scale (data ratio 10 at the paper scale);
+--config.train.flop_budget=<FLOPs> gives each row the steps that spend that budget instead (Figure 3).
+
+Scales: `paper` is the 16-layer reference of configs/lrt_nanochat.py (its Muon recipe, data paths to
+give); `cpu` its CPU preset (offline Shakespeare, the SmolLM2 tokenizer) at 2 layers, 64 wide, minutes
+per row. experiments/lrt_comparison.py trains and tabulates the rows.
+"""
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+from t2mlr_jax.config_utils import set_path
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    label: str  # the paper's name for it
+    arch: str = "lrt"
+    depth: int = 1  # x the reference depth
+    settings: tuple = ()  # (dotted path, value) pairs
+    slots: int = 1  # K_max + 1: rows and the context are this many times the reference length
+
+
+def _lrt(label, depth=1, slots=1, **lrt):
+    return Row(label, "lrt", depth, tuple((f"lrt.{k}", v) for k, v in lrt.items()), slots)
+
+
+ROWS = {
+    "vanilla1x": _lrt("Transformer 1x", feedback="none"),
+    "vanilla2x": _lrt("Transformer 2x", 2, feedback="none"),
+    "vanilla3x": _lrt("Transformer 3x", 3, feedback="none"),
+    **{
+        f"loop{r}": Row(f"Loop Transformer, {r} loops", "looped", 1, (("looped.repeats", r),))
+        for r in (2, 3, 4)
+    },
+    "lrt1x": _lrt("LRT 1x"),
+    "lrt2x": _lrt("LRT 2x", 2),
+    "lrt3x": _lrt("LRT 3x", 3),
+    "tt1": _lrt("LRT + 1 thought token", slots=2, thoughts=(0, 1)),
+    "tt2": _lrt("LRT + 2 thought tokens", slots=3, thoughts=(0, 1, 2)),
+    "ponder1": Row("PonderLM-2, 1 thought token", "ponderlm2", 1, (("ponderlm2.thoughts", (1,)),), 2),
+    "ponder2": Row("PonderLM-2, 2 thought tokens", "ponderlm2", 1, (("ponderlm2.thoughts", (2,)),), 3),
+    "no_cross": _lrt("w/o cross-token recurrence", slots=2, thoughts=(0, 1), cross_token=False),
+    "no_kv": _lrt("w/o KV feedback", slots=2, thoughts=(0, 1), feedback="residual"),
+    "fixed_k1": _lrt("fixed K = 1 training", slots=2, thoughts=(1,)),
+}
+SCALES = ("paper", "cpu")
+CPU_DEPTH, CPU_WIDTH = 2, 64
+DOUBLE_DEPTH_PARAMS = 1.92 * 0.805e9  # Table 1's data-ratio reference: the 2x-depth vanilla model
+DATA_RATIO = 10
+
+
+def _reference(scale: str):
+    """configs/lrt_nanochat.py's recipe at this scale (one source of truth for the backbone and Muon)."""
+    path = Path(__file__).with_name("lrt_nanochat.py")
+    spec = importlib.util.spec_from_file_location("lrt_nanochat", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config("cpu" if scale == "cpu" else None)
+
+
+def get_config(arg=None):
+    names = [n for n in (arg or "lrt1x").split(",") if n]
+    rows, scales = [n for n in names if n in ROWS], [n for n in names if n in SCALES]
+    unknown = [n for n in names if n not in ROWS and n not in SCALES]
+    if unknown or len(rows) != 1 or len(scales) > 1:
+        raise ValueError(
+            f"lrt_comparison takes one row and at most one scale, got {arg!r}; rows: {sorted(ROWS)}, "
+            f"scales: {list(SCALES)}"
+        )
+    row, scale = ROWS[rows[0]], (scales or ["paper"])[0]
+    config = _reference(scale)
+    model = config.model
+    if scale == "cpu":  # half the lrt_nanochat CPU model, so that 3x depth and 4 loops stay quick
+        model.num_layers, model.hidden_size = CPU_DEPTH, CPU_WIDTH
+        model.num_heads = model.num_kv_heads = CPU_WIDTH // model.head_dim
+        model.mlp_dim, model.moe_dim = 4 * CPU_WIDTH, round(4 * CPU_WIDTH / 3)
+    ref_len = config.data.seq_len
+    if scale == "paper":  # data ratio 10 of the double-depth reference, the same steps for every row
+        config.train.steps = round(DATA_RATIO * DOUBLE_DEPTH_PARAMS / (config.train.batch_size * ref_len))
+    config.name = f"lrt_comparison_{rows[0]}"
+    config.arch = row.arch
+    model.num_layers *= row.depth
+    model.max_seq_len = config.data.seq_len = row.slots * ref_len
+    config.data.eval_seq_len = ref_len  # every row scored on the same vocabulary contexts
+    config.baseline.param_match = False
+    for path, value in row.settings:
+        set_path(config, path, value)
+    return config
