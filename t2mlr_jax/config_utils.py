@@ -6,14 +6,15 @@ back into a `ModelConfig`.
 
 Sections:
   arch       what to train: a registered architecture (t2mlr | transformer | looped | middle_looped |
-             pause | lstm | ...), or a comma list (e.g. "t2mlr,transformer") to train each into
+             pause | lstm | lrt | ponderlm2 | ...), or a comma list (e.g. "t2mlr,transformer") to train each into
              workdir/<arch> and compare them.
   model      every ModelConfig field, with `model.recurrence` the RecurrenceConfig fields (used by t2mlr).
   <arch>     each registered architecture's own section, with the defaults it registered: t2mlr (how
-             it trains, evaluates, decodes), looped (range, repeats), pause (tokens), lstm (width, depth).
+             it trains, evaluates, decodes), looped (range, repeats), pause (tokens), lstm (width, depth),
+             lrt (feedback, thought counts, refinement passes), ponderlm2 (thoughts, passes).
   baseline   how baselines are sized: `param_match` widens them to the T²MLR model's parameter count.
   optimizer  AdamW, schedule, clipping, gate LR multiplier (t2mlr_jax.train.optimizer).
-  train      steps, batch, logging / checkpoint cadence.
+  train      steps (or a FLOP budget), batch, logging / checkpoint cadence.
   data       task name and the task's own settings (t2mlr_jax.train.data_source).
   eval       loss mode, generation settings, how many examples.
 """
