@@ -6,8 +6,8 @@ back into a `ModelConfig`.
 
 Sections:
   arch       what to train: a registered architecture (t2mlr | transformer | looped | middle_looped |
-             pause | lstm | lrt | ponderlm2 | ...), or a comma list (e.g. "t2mlr,transformer") to train each into
-             workdir/<arch> and compare them.
+             pause | lstm | lrt | ponderlm2 | ...), or a comma list (e.g. "t2mlr,transformer") to train
+             each into workdir/<arch> and compare them.
   model      every ModelConfig field, with `model.recurrence` the RecurrenceConfig fields (used by t2mlr).
   <arch>     each registered architecture's own section, with the defaults it registered: t2mlr (how
              it trains, evaluates, decodes), looped (range, repeats), pause (tokens), lstm (width, depth),

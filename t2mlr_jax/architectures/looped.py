@@ -52,7 +52,7 @@ class LoopedOut(NamedTuple):
     stats: dict  # the MLP's per-layer stats [L, ...]; the looped blocks' summed over the repeats
 
 
-def looped_pass(
+def looped_forward(
     cfg: ModelConfig,
     params: dict,
     tokens: Int[Array, "B T"],
@@ -63,7 +63,8 @@ def looped_pass(
     repeats: int,
     mlp_state: Any = None,
 ) -> LoopedOut:
-    """The looped forward with the MLP's state (stacked on the L weight layers) and per-layer stats."""
+    """The looped model's logits and the MLP's per-layer stats (its state is stacked on the L weight
+    layers)."""
     start, end = loop_range(cfg, start, end)
     kw = dict(positions=layout.positions, segment_ids=layout.segment_ids, tokens=tokens, mlp_state=mlp_state)
     before = run_blocks(cfg, params, embed(cfg, params, tokens), 0, start, **kw)
@@ -76,23 +77,6 @@ def looped_pass(
     after = run_blocks(cfg, params, h, end + 1, cfg.num_layers, **kw)
     loop_stats = jax.tree.map(lambda a: a.sum(0), loop_stats)
     return LoopedOut(head(cfg, params, after.h), stack_layer_stats(before.stats, loop_stats, after.stats))
-
-
-def looped_forward(
-    cfg: ModelConfig,
-    params: dict,
-    tokens: Int[Array, "B T"],
-    layout: Layout,
-    *,
-    start: int,
-    end: int,
-    repeats: int,
-    mlp_state: Any = None,
-) -> Float[Array, "B T V"]:
-    """The looped model's logits (`looped_pass` without the stats)."""
-    return looped_pass(
-        cfg, params, tokens, layout, start=start, end=end, repeats=repeats, mlp_state=mlp_state
-    ).logits
 
 
 def unrolled_order(cfg: ModelConfig, *, start: int, end: int, repeats: int) -> np.ndarray:
@@ -161,7 +145,7 @@ def _builder(name: str):
         eval_model = model.replace(moe_capacity_factor=None)
 
         def apply(params, batch, *, training, rng, model_state, sample=None):
-            out = looped_pass(
+            out = looped_forward(
                 model if training else eval_model,
                 params,
                 batch["tokens"],

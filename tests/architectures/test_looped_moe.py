@@ -56,7 +56,7 @@ def test_decoding_reads_the_routing_biases_and_equals_the_looped_forward():
     params = ARCH.init(jax.random.PRNGKey(0))
     bias = {"router_bias": jax.random.normal(jax.random.PRNGKey(5), (MODEL.num_layers, X))}
     eval_model = MODEL.replace(moe_capacity_factor=None)  # as evaluation and decoding run it
-    forward = jax.jit(lambda p, t, lay, s: looped_forward(eval_model, p, t, lay, mlp_state=s, **LOOP))
+    forward = jax.jit(lambda p, t, lay, s: looped_forward(eval_model, p, t, lay, mlp_state=s, **LOOP).logits)
 
     # The unrolled model's cached prefill gives the looped forward's logits, and the biases matter.
     tokens = jax.random.randint(jax.random.PRNGKey(1), (B, T), 1, MODEL.vocab_size)

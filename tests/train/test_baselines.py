@@ -21,9 +21,9 @@ TOKENS = jax.random.randint(jax.random.PRNGKey(1), (2, 10), 1, CFG.vocab_size)
 
 def test_looping_once_is_the_plain_transformer_and_twice_is_not():
     layout = make_layout(TOKENS)
-    once = looped_forward(CFG, PARAMS, TOKENS, layout, start=0, end=-1, repeats=1)
+    once = looped_forward(CFG, PARAMS, TOKENS, layout, start=0, end=-1, repeats=1).logits
     np.testing.assert_allclose(once, forward(CFG, PARAMS, TOKENS), rtol=1e-5, atol=1e-5)
-    middle = looped_forward(CFG, PARAMS, TOKENS, layout, start=1, end=1, repeats=3)
+    middle = looped_forward(CFG, PARAMS, TOKENS, layout, start=1, end=1, repeats=3).logits
     assert not np.allclose(middle, once, atol=1e-3)
 
 
@@ -35,7 +35,7 @@ def test_looped_decoding_with_the_kv_cache_of_its_unrolled_form_equals_recompute
     assert cfg.num_layers == 5
     np.testing.assert_allclose(
         forward(cfg, params, TOKENS),
-        looped_forward(CFG, PARAMS, TOKENS, make_layout(TOKENS), **loop),
+        looped_forward(CFG, PARAMS, TOKENS, make_layout(TOKENS), **loop).logits,
         rtol=1e-5,
         atol=1e-5,
     )
@@ -47,7 +47,7 @@ def test_looped_decoding_with_the_kv_cache_of_its_unrolled_form_equals_recompute
     mask = (jnp.arange(6)[None] >= jnp.asarray([[2], [0]])).astype(jnp.int32)
     cached = arch.generate(PARAMS, {}, prompt, mask, None, 5, 3, 0)
     recomputed = greedy_by_recompute(
-        lambda p, t, lay: looped_forward(CFG, p, t, lay, **loop),
+        lambda p, t, lay: looped_forward(CFG, p, t, lay, **loop).logits,
         PARAMS,
         prompt,
         mask,
