@@ -8,7 +8,13 @@ the LRT's), the loss read at the last pass only. Decoding: K + 1 forwards per to
 
 It is the LRT's thought-slot machinery with the feedback switched off (lrt.py: feedback="none",
 cross_token=False, supervise="last"), so the two differ exactly where the papers say they do.
-`ponderlm2.embed_scale`: token embeddings x sqrt(2.5 H) (H = hidden size), the release's option.
+`ponderlm2.embed_scale`: token embeddings x sqrt(2.5 H) (H = hidden size), the release's `scale_embeds`.
+Read against the public release (LUMIA-Group/PonderLM-2): its training runs K growing initialisation
+passes (thought j from a pass over the first j stages), then 2-3 Jacobi refinements
+(`random_jacobi_iterations`) and a final pass that the loss reads; here one vocabulary-only pass fills
+every thought slot and P supervised-at-the-last refinement passes follow, so `ponderlm2.passes=(3, 4)`
+with equal probabilities is the release's count for K = 1 (its refinements plus its final pass), and the
+default is the depth-versus-time paper's P distribution (E[P] = 2, as the LRT rows).
 """
 
 from __future__ import annotations
