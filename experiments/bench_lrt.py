@@ -6,6 +6,9 @@ Sections (--sections, comma separated; default all):
           through the same code path); the paper's Table 1 "decode latency" for LRT 1x depth is 1.1x
   train   the real jitted train step (Muon) for P = 1, 2, 3, 4 refinement passes over vanilla, next to the
           FLOP ratio counted from the traced step, and the step expected under P ~ (0.4, 0.3, 0.2, 0.1)
+  rows    decode time per vocabulary token of each row of the paper's Table 1 (configs/lrt_comparison.py:
+          vanilla / looped / LRT at 1-3x, thought tokens, PonderLM-2), each its architecture's own
+          generate, over the 1x transformer, next to the paper's decode-latency column
 
 Every ratio is measured side by side: the variants are interleaved in each repetition (order rotated
 per repetition), a warm-up call excludes compilation, each timed call is wrapped in block_until_ready,
@@ -43,6 +46,14 @@ def resolve_sections(text: str) -> list[str]:
     return [s for s in lrt.SECTIONS if s in wanted]
 
 
+def resolve_rows(text: str) -> tuple[str, ...]:
+    rows = tuple(dict.fromkeys(r.strip() for r in text.split(",") if r.strip()))
+    unknown = lrt.unknown_rows(rows)
+    if unknown:
+        raise SystemExit(f"--rows: unknown {unknown}; choose from {', '.join(lrt.comparison().ROWS)}")
+    return rows
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -66,6 +77,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--new_tokens", type=int, help="generated tokens (default: the preset's)")
     parser.add_argument("--train_batch", type=int, help="train rows per step (default: the preset's)")
     parser.add_argument("--grad_accum", type=int, help="train micro-batches per step (default: the preset's)")
+    parser.add_argument(
+        "--rows", help="rows section: comma-separated configs/lrt_comparison.py rows (default: the preset's)"
+    )
+    parser.add_argument(
+        "--rows_new_tokens", type=int, help="rows section: tokens generated per row (default: the preset's)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -75,7 +92,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     sections = resolve_sections(args.sections)
     fields = ("repeats", "decode_batch", "prompt_len", "new_tokens", "train_batch", "grad_accum")
+    fields += ("rows_new_tokens",)
     overrides = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
+    if args.rows is not None:
+        overrides["rows"] = resolve_rows(args.rows)
     preset = dataclasses.replace(lrt.PRESETS[args.preset], **overrides)
     # CPU backends cannot donate; the step donates its state for the accelerators that can.
     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")

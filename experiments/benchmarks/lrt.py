@@ -1,16 +1,20 @@
 """The LRT against its vanilla backbone (experiments/bench_lrt.py): decode time per token (the paper's
-Table 1 "decode latency" column: 1.1x for the LRT at 1x depth) and the real train step's time for
-P = 1..4 refinement passes next to its counted FLOPs.
+Table 1 "decode latency" column: 1.1x for the LRT at 1x depth), the real train step's time for
+P = 1..4 refinement passes next to its counted FLOPs, and the decode time per vocabulary token of every
+row of Table 1 (configs/lrt_comparison.py) over the 1x vanilla transformer, next to the paper's column.
 
-Both models are the `lrt` architecture built from configs/lrt_nanochat.py (the paper's recipe: nanochat
-MoE backbone, MuonAdamW) on the preset's backbone; the vanilla one is `lrt.feedback="none"`, which is
-exactly the plain backbone through the same code path (one pass, no feedback parameters).
+The decode and train models are the `lrt` architecture built from configs/lrt_nanochat.py (the paper's
+recipe: nanochat MoE backbone, MuonAdamW) on the preset's backbone; the vanilla one is
+`lrt.feedback="none"`, which is exactly the plain backbone through the same code path (one pass, no
+feedback parameters). The rows are each built by its own architecture (lrt, looped, ponderlm2).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
+import sys
 from pathlib import Path
 
 import jax
@@ -19,6 +23,7 @@ import ml_collections
 import numpy as np
 
 from t2mlr_jax.architectures import lrt
+from t2mlr_jax.architectures.looped import block_order
 from t2mlr_jax.config_utils import backbone_preset, set_path
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.config import ModelConfig, nanochat
@@ -34,9 +39,26 @@ from .harness import measure_interleaved, median, median_ratio, progress, random
 from .report import describe, markdown_table, ms, times
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lrt_nanochat.py"
+COMPARISON = CONFIG.with_name("lrt_comparison.py")  # every row of the paper's comparison
 PAPER_DECODE_RATIO = 1.1  # Table 1, LRT at 1x depth: mean of the 16L and 20L latencies over vanilla
-PASSES = (1, 2, 3, 4)  # the paper's refinement passes P ...
-PASS_PROBS = (0.4, 0.3, 0.2, 0.1)  # ... and their training probabilities: E[P] = 2.0
+# Table 1's decode latency of each row over the 1x transformer (its 16L / 20L mean), the rows' order.
+PAPER_ROW_RATIOS = {
+    "vanilla1x": 1.0,
+    "vanilla2x": 2.0,
+    "vanilla3x": 3.0,
+    "loop2": 2.0,
+    "loop3": 3.0,
+    "loop4": 3.9,
+    "lrt1x": 1.1,
+    "lrt2x": 2.2,
+    "lrt3x": 3.3,
+    "tt1": 2.3,
+    "tt2": 3.4,
+    "ponder1": 2.1,
+    "ponder2": 3.1,
+}
+TABLE1_ROWS = tuple(PAPER_ROW_RATIOS)
+BASELINE_ROW = "vanilla1x"  # every row's ratio is over it
 VANILLA, LRT = "vanilla", "LRT"
 # LLVM unoptimised: an initialisation compiles in ~1 s on a CPU instead of ~10 s.
 FAST_COMPILE = (("xla_backend_optimization_level", 0),)
@@ -52,11 +74,17 @@ class LRTPreset:
     train_batch: int  # rows per step
     train_seq: int
     grad_accum: int = 1
-    passes: tuple[int, ...] = PASSES
-    pass_probs: tuple[float, ...] = PASS_PROBS
+    passes: tuple[int, ...] = lrt.PASSES  # the paper's refinement passes P ...
+    pass_probs: tuple[float, ...] = lrt.PASS_PROBS  # ... and their training probabilities: E[P] = 2.0
     paper_shapes: bool = False  # the paper's own backbone and protocol: show its figure beside ours
     # XLA options of the timed programs; the test preset compiles unoptimised (its timings mean nothing).
     compiler_options: tuple[tuple[str, object], ...] = ()
+    # The rows section: rows of configs/lrt_comparison.py (vanilla1x, the baseline, always), built at
+    # its scale `rows_scale` (cpu | paper) on this backbone; each generates rows_new_tokens from a
+    # one-token prompt (None: prompt_len + new_tokens, the decode section's context).
+    rows: tuple[str, ...] = TABLE1_ROWS
+    rows_scale: str = "cpu"
+    rows_new_tokens: int | None = None
 
 
 PRESETS = {
@@ -81,6 +109,8 @@ PRESETS = {
         passes=(2,),  # one LRT step beside vanilla: every compile is ~5-10 s on a busy CPU
         pass_probs=(1.0,),
         compiler_options=FAST_COMPILE,
+        # One row of each decoding kind: plain, feedback, thought slots with and without feedback, looped.
+        rows=("vanilla1x", "lrt1x", "tt1", "ponder1", "loop2"),
     ),
     # CPU-sized nanochat (4 layers, d 128, MoE 8+1 experts, vocab 4096), fp32; 1/16 of the paper's prompt,
     # 1/8 of its new tokens, and many short rounds: a shared CPU's noise comes in bursts of seconds.
@@ -92,6 +122,8 @@ PRESETS = {
         new_tokens=128,
         train_batch=8,
         train_seq=128,
+        # 13 rows, ~40x vanilla's decode work per round: short generations (the run: a few minutes).
+        rows_new_tokens=32,
     ),
     # The paper's 16-layer reference (0.80B, bf16 compute; fp32 master weights for training, bf16 weights
     # for serving) and its latency protocol: batch 128, 1024 prompt + 1024 generated tokens.
@@ -105,6 +137,7 @@ PRESETS = {
         train_seq=2048,
         grad_accum=2,
         paper_shapes=True,
+        rows_scale="paper",
     ),
 }
 
@@ -309,15 +342,16 @@ class Model:
 
 
 class TrainStep:
-    """train_step.compile_step of a model (Muon, state donated) for one pass count, a copy of its state,
-    and the step's counted FLOPs (jaxpr dot_generals)."""
+    """train_step.compile_step of a model (Muon, state donated) for one pass count (None: the model's
+    only step, vanilla's), a copy of its state, and the step's counted FLOPs (jaxpr dot_generals)."""
 
     def __init__(self, model: Model, passes: int | None, batch: dict, options: tuple = ()):
         self.state = jax.tree.map(jnp.copy, model.state)  # each step donates its own
         self.batch = batch
         self.optimizer_flops = model.optimizer_flops
+        draw = None if passes is None else lrt.Draw(thoughts=0, passes=passes)  # the plain LRT: K = 0
         step = compile_step(
-            model.arch, model.optimizer, model.schedule, model.config.train.grad_accum, sample=passes
+            model.arch, model.optimizer, model.schedule, model.config.train.grad_accum, sample=draw
         )
         traced = step.trace(self.state, batch)
         self.flops = jaxpr_matmul_flops(traced.jaxpr)
@@ -436,8 +470,205 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
+# --- rows -----------------------------------------------------------------------------------------------
+
+PAD_ID = 0  # never written: no EOS, every row generates all its tokens
+
+
+@functools.cache
+def comparison():
+    """configs/lrt_comparison.py as a module (its ROWS and get_config)."""
+    spec = importlib.util.spec_from_file_location("lrt_comparison", COMPARISON)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def unknown_rows(rows: tuple[str, ...]) -> list[str]:
+    return [r for r in rows if r not in comparison().ROWS]
+
+
+def row_config(name: str, p: LRTPreset) -> ml_collections.ConfigDict:
+    """Row `name` of configs/lrt_comparison.py at p.rows_scale, on the preset's backbone scaled as the
+    comparison scales its reference (depth x the row's, rows and context x its slots), with the weights
+    stored in the compute dtype as served. At the full preset the backbone is the paper scale's own."""
+    row = comparison().ROWS[name]
+    config = comparison().get_config(f"{name},{p.rows_scale}")
+    model = p.model.replace(param_dtype=p.model.dtype)
+    for path, value in backbone_preset(model).items():
+        set_path(config, path, value)
+    config.model.num_layers = model.num_layers * row.depth
+    config.model.max_seq_len = config.data.seq_len = row.slots * model.max_seq_len
+    config.data.eval_seq_len = model.max_seq_len
+    return config
+
+
+def row_thoughts(config: ml_collections.ConfigDict) -> int:
+    """The K a row decodes at: eval.thoughts, else the largest K it trains with (0 without thoughts)."""
+    if config.eval.thoughts is not None:
+        return int(config.eval.thoughts)
+    section = config.get(config.arch)
+    return max(section.thoughts) if section is not None and "thoughts" in section else 0
+
+
+def row_layers(config: ml_collections.ConfigDict, p: LRTPreset) -> int:
+    """The blocks one slot runs through as the row decodes (a looped row: each repeat of its blocks)."""
+    if config.arch not in ("looped", "middle_looped"):
+        return config.model.num_layers
+    loop = config.looped
+    model = p.model.replace(num_layers=config.model.num_layers)
+    return len(block_order(model, start=loop.start, end=loop.end, repeats=loop.repeats))
+
+
+def _jaxprs(value):
+    if hasattr(value, "eqns"):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _jaxprs(item)
+
+
+def decode_loop(jaxpr) -> tuple[float, tuple[int, ...]] | None:
+    """The token loop of a traced generate (the while loop carrying the KV cache): one decode step's
+    matmul FLOPs (its body) and the cache's shape [L, B, S, K, E]."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "while":
+            carry = eqn.invars[eqn.params["cond_nconsts"] + eqn.params["body_nconsts"] :]
+            caches = [v.aval.shape for v in carry if v.aval.ndim == 5]
+            if caches:
+                return jaxpr_matmul_flops(eqn.params["body_jaxpr"]), caches[0]
+        for value in eqn.params.values():
+            for inner in _jaxprs(value):
+                found = decode_loop(inner)
+                if found is not None:
+                    return found
+    return None
+
+
+class RowDecode:
+    """One row's architecture (init_from.architecture) with fresh params and model state, its generate
+    jitted as evaluate_generation jits it (new_tokens, eos_id, pad_id static) and compiled; calling it
+    generates once. The traced program says what one token costs: the cache the token loop carries
+    ([L, B, S, K, E]: L decode layers, S / context slots per vocabulary token) and the loop body's FLOPs."""
+
+    def __init__(self, config, prompt, mask, new_tokens: int, seed: int, options: tuple = ()):
+        arch = architecture(config, config.arch)
+        self.num_params = arch.num_params()
+        params = untimed(lambda: arch.init(jax.random.PRNGKey(seed)))
+        self.args = (params, arch.init_model_state(), prompt, mask, None)
+        generate = jax.jit(arch.generate, static_argnums=(5, 6, 7))
+        traced = generate.trace(*self.args, new_tokens, None, PAD_ID)
+        loop = decode_loop(traced.jaxpr)
+        if loop is None:
+            raise ValueError(f"{config.arch}.generate has no token loop carrying a KV cache")
+        self.step_flops, cache = loop
+        context = prompt.shape[1] + new_tokens
+        if cache[2] % context:
+            raise ValueError(f"a KV cache of {cache[2]} slots is no whole number per token of {context}")
+        self.decode_layers, self.slots_per_token = cache[0], cache[2] // context
+        self.compiled = traced.lower().compile(dict(options))
+
+    def __call__(self):
+        return self.compiled(*self.args).tokens
+
+
+def rows(p: LRTPreset, seed: int) -> dict:
+    names = (BASELINE_ROW, *(r for r in dict.fromkeys(p.rows) if r != BASELINE_ROW))
+    new_tokens, repeats = p.rows_new_tokens or p.prompt_len + p.new_tokens, p.repeats
+    # A one-token prompt: each of the new_tokens is one cached token forward (the prompt's prefill one of
+    # them) on the same cache of (1 + new_tokens)(K + 1) slots, so generate / new_tokens is the decode.
+    prompt = random_tokens(p.model, p.decode_batch, 1, seed)
+    mask = jnp.ones_like(prompt)
+    configs = {name: row_config(name, p) for name in names}
+    runners, errors = {}, {}
+    with progress("rows", len(names) * (repeats + 2)) as bar:
+        for name, config in configs.items():
+            try:
+                runners[name] = RowDecode(config, prompt, mask, new_tokens, seed, p.compiler_options)
+            except Exception as error:  # one row that cannot generate must not cost the others
+                errors[name] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+                print(f"rows: {name} cannot be measured: {errors[name]}", file=sys.stderr)
+                bar.update(repeats + 1)
+            bar.update()
+        seconds = measure_interleaved(runners, repeats, bar)
+    base = runners.get(BASELINE_ROW)
+    table = []
+    for name, config in configs.items():
+        run, k = runners.get(name), row_thoughts(config)
+        measured = run is not None
+        table.append(
+            {
+                "row": name,
+                "label": comparison().ROWS[name].label,
+                "arch": config.arch,
+                "thoughts": k,
+                "expected_blocks_per_token": row_layers(config, p) * (k + 1),
+                "decode_layers": run.decode_layers if measured else None,
+                "slots_per_token": run.slots_per_token if measured else None,
+                "blocks_per_token": run.decode_layers * run.slots_per_token if measured else None,
+                "params": run.num_params if measured else None,
+                "batch": p.decode_batch,
+                "new_tokens": new_tokens,
+                "generate_seconds": median(seconds[name]) if measured else None,
+                "seconds_per_token": median(seconds[name]) / new_tokens if measured else None,
+                "ratio": median_ratio(seconds[name], seconds[BASELINE_ROW]) if measured and base else None,
+                "step_flops": run.step_flops if measured else None,
+                "flop_ratio": run.step_flops / base.step_flops if measured and base else None,
+                "paper_ratio": PAPER_ROW_RATIOS.get(name),
+                "generate_seconds_all": seconds.get(name),
+                "error": errors.get(name),
+            }
+        )
+    markdown = markdown_table(
+        [
+            "row",
+            "Table 1",
+            "K",
+            "decode blocks / token",
+            "ms / token",
+            "ratio (measured)",
+            "FLOP ratio (step)",
+            "paper (decode latency)",
+        ],
+        [
+            [
+                r["row"],
+                r["label"],
+                r["thoughts"],
+                r["expected_blocks_per_token"] if r["blocks_per_token"] is None else r["blocks_per_token"],
+                "—" if r["error"] else f"{1e3 * r['seconds_per_token']:.3f}",
+                "failed" if r["error"] else times(r["ratio"]),
+                times(r["flop_ratio"]),
+                times(r["paper_ratio"], 1),
+            ]
+            for r in table
+        ],
+    )
+    notes = [
+        f"Each row is configs/lrt_comparison.py:<row>,{p.rows_scale} on this run's backbone "
+        f"({p.model.num_layers} layers x the row's depth; the full preset's is the paper scale's own), "
+        "built by init_from.architecture with fresh weights (compute dtype) and model state; timed: its "
+        "arch.generate jitted as evaluate_generation jits it (greedy, no EOS), all rows interleaved in "
+        f"each of {repeats} rounds, ratios the medians of the per-round ratios over {BASELINE_ROW}.",
+        f"Batch {p.decode_batch}, a one-token random prompt and {new_tokens} new tokens: {new_tokens} "
+        f"cached token forwards (the prompt's prefill is one), each on a cache of {1 + new_tokens}(K+1) "
+        "slots; ms / token = generate / new tokens (the call's fixed overhead included, amortised). A "
+        "thought row decodes K+1 slots per vocabulary token at K = eval.thoughts (default its largest "
+        "trained K), a looped row each repeat of its blocks.",
+        "decode blocks / token and the FLOP ratio are read off each traced program: the KV cache its "
+        "token loop carries ([L, B, S, ...]: L layers x S / context slots per token) and the loop body's "
+        "matmul FLOPs (one vocabulary token: every slot through every block, the head once).",
+        "Paper: Table 1's decode latency over Transformer 1x (H100, bf16, batch 128, 1024 + 1024 tokens, "
+        "its 16L / 20L mean); comparable with the full preset only (the paper's backbone and context): "
+        "at CPU sizes the time per token is not the blocks' FLOPs (compare the FLOP ratio).",
+        *(f"{name} failed to build or trace: {error}" for name, error in errors.items()),
+    ]
+    return {"rows": table, "markdown": markdown, "notes": notes}
+
+
 # name -> (title on the page, run(preset, seed) -> {"rows", "markdown", "notes", ...})
 SECTIONS = {
     "decode": ("Decode: LRT vs vanilla (Table 1 decode latency)", decode),
     "train": ("Train step: P refinement passes vs vanilla, time and counted FLOPs", train),
+    "rows": ("Table 1 rows: decode time per vocabulary token over the 1x transformer", rows),
 }

@@ -1,8 +1,8 @@
 """Looped transformers: blocks [start, end] run `repeats` times in depth (weights shared across repeats).
 
 Full looping x2 is start=0, end=-1; the paper's middle-looped x3 over layers 9-22 is start=8, end=21.
-Training loops over the shared weights (`looped_forward`); decoding uses the same model written out as a
-plain transformer with the looped blocks repeated (`unrolled`), so it gets the backbone's KV cache.
+Training loops over the shared weights (`looped_forward`); decoding (`LoopedDecoder`) runs the same block
+ranges on the shared weights with one KV-cache layer per executed block (`block_order`).
 Registered as `looped` and `middle_looped` (the same module; presets choose the range), both reading the
 config section `looped`.
 
@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.architectures.contract import (
@@ -33,7 +32,7 @@ from t2mlr_jax.architectures.contract import (
 )
 from t2mlr_jax.architectures.t2mlr import baseline_backbone
 from t2mlr_jax.model import flops
-from t2mlr_jax.model.backbone import advance, embed, head, run_blocks
+from t2mlr_jax.model.backbone import advance, embed, head, init_cache, run_blocks
 from t2mlr_jax.model.config import ModelConfig, resolve_range
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.recurrence import Layout, Output
@@ -79,41 +78,28 @@ def looped_forward(
     return LoopedOut(head(cfg, params, after.h), stack_layer_stats(before.stats, loop_stats, after.stats))
 
 
-def unrolled_order(cfg: ModelConfig, *, start: int, end: int, repeats: int) -> np.ndarray:
-    """The weight layer behind each layer of the unrolled model: blocks 0..start-1, then [start, end]
-    `repeats` times, then the rest."""
+def block_order(cfg: ModelConfig, *, start: int, end: int, repeats: int) -> list[int]:
+    """The weight layer of each executed block: 0..start-1, then [start, end] `repeats` times, the rest."""
     start, end = loop_range(cfg, start, end)
-    return np.r_[
-        np.arange(start), np.tile(np.arange(start, end + 1), repeats), np.arange(end + 1, cfg.num_layers)
-    ]
-
-
-def unrolled(
-    cfg: ModelConfig, params: dict, *, start: int, end: int, repeats: int
-) -> tuple[ModelConfig, dict]:
-    """The looped model as a plain transformer: blocks 0..start-1, then [start, end] `repeats` times, then
-    the rest (the repeated blocks' weights copied): the same function, `start + repeats (end - start + 1) +
-    (L - end - 1)` layers deep."""
-    order = unrolled_order(cfg, start=start, end=end, repeats=repeats)
-    return (
-        cfg.replace(num_layers=len(order)),
-        {**params, "layers": jax.tree.map(lambda p: p[order], params["layers"])},
-    )
-
-
-def unrolled_state(cfg: ModelConfig, mlp_state: Any, *, start: int, end: int, repeats: int) -> Any:
-    """The MLP's layer-stacked state (None: stateless) laid out like `unrolled`'s layers."""
-    order = unrolled_order(cfg, start=start, end=end, repeats=repeats)
-    return None if mlp_state is None else jax.tree.map(lambda a: a[order], mlp_state)
+    loop = list(range(start, end + 1))
+    return [*range(start), *loop * repeats, *range(end + 1, cfg.num_layers)]
 
 
 @dataclasses.dataclass(frozen=True)
-class BackboneDecoder:
-    """The plain backbone (no recurrence) for `generate_with`, with its MLP's state: its params are
-    (params, mlp_state). The prompt fills the cache in one parallel pass; the state vector is unused."""
+class LoopedDecoder:
+    """The looped model for `generate_with` with the KV cache: one cache layer per executed block
+    (`block_order`), each range of blocks run on the shared weights and the MLP's state (its params are
+    (params, mlp_state)), so every per-layer choice (windows, value embeddings, resid scalars, routing
+    biases) is the weight layer's. The prompt fills the cache in one parallel pass; no state vector."""
 
     model: ModelConfig
-    slots_per_token = 1  # one KV-cache slot per token
+    start: int
+    end: int
+    repeats: int
+
+    def init_cache(self, batch, num_tokens):
+        order = block_order(self.model, start=self.start, end=self.end, repeats=self.repeats)
+        return init_cache(self.model.replace(num_layers=len(order)), batch, num_tokens)
 
     def prefill(self, params, tokens, layout, cache):
         state = jnp.zeros((tokens.shape[0], self.model.hidden_size), self.model.dtype)
@@ -121,19 +107,16 @@ class BackboneDecoder:
 
     def step(self, params, tokens, state, cache, layout):
         params, mlp_state = params
-        out = run_blocks(
-            self.model,
-            params,
-            embed(self.model, params, tokens),
-            0,
-            self.model.num_layers,
-            positions=layout.positions,
-            segment_ids=layout.segment_ids,
-            cache=cache,
-            tokens=tokens,
-            mlp_state=mlp_state,
-        )
-        return Output(head(self.model, params, out.h), state, {}, advance(out.cache, tokens.shape[1]))
+        cfg = self.model
+        start, end = loop_range(cfg, self.start, self.end)
+        ranges = [(0, start), *[(start, end + 1)] * self.repeats, (end + 1, cfg.num_layers)]
+        h, row = embed(cfg, params, tokens), 0
+        for first, last in ranges:
+            out = run_blocks(cfg, params, h, first, last, positions=layout.positions,
+                             segment_ids=layout.segment_ids, cache=cache, tokens=tokens,
+                             mlp_state=mlp_state, cache_row=row)  # fmt: skip
+            h, cache, row = out.h, out.cache, row + last - first
+        return Output(head(cfg, params, h), state, {}, advance(cache, tokens.shape[1]))
 
 
 def _builder(name: str):
@@ -156,8 +139,7 @@ def _builder(name: str):
             return Outputs(out.logits, stats={"mlp": out.stats})
 
         def decoding(params, model_state):
-            cfg, weights = unrolled(eval_model, params, **loop)
-            return BackboneDecoder(cfg), (weights, unrolled_state(model, model_state.get("mlp"), **loop))
+            return LoopedDecoder(eval_model, **loop), (params, model_state.get("mlp"))
 
         return Architecture(
             name,
@@ -168,7 +150,7 @@ def _builder(name: str):
             backbone=model,
             max_seq_len=model.max_seq_len,
             train_flops=lambda seq_len: flops.train(
-                flops.pass_flops(model, seq_len, layers=unrolled_order(model, **loop).tolist())
+                flops.pass_flops(model, seq_len, layers=block_order(model, **loop))
                 + flops.head_flops(model, seq_len)
             ),
             **mlp_state_hooks(model),

@@ -322,9 +322,8 @@ class LRTDecoder:
     def model(self) -> ModelConfig:
         return self.cfg.model
 
-    @property
-    def slots_per_token(self) -> int:
-        return self.thoughts + 1
+    def init_cache(self, batch, num_tokens):
+        return init_cache(self.model, batch, num_tokens * (self.thoughts + 1))
 
     def prefill(self, params, tokens, layout, cache):
         params, model_state = params

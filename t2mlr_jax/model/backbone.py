@@ -258,6 +258,7 @@ def run_blocks(
     tokens: Int[Array, "B T"] | None = None,
     x0: Float[Array, "B T D"] | None = None,
     mlp_state: Any = None,
+    cache_row: int | None = None,
 ) -> BlocksOut:
     """Run blocks [start, end) on h. With a cache, this step's keys/values go to slots cache.index + [0, T).
 
@@ -267,6 +268,8 @@ def run_blocks(
     (none at LATENT slots) and x0 of the resid / x0 scalars: `x0` when given (a thought slot's input
     state), else the tokens' embedding, else h for a range from block 0. `mlp_state` (stacked on
     layers) is the MLP's non-gradient state; the MLP's per-layer stats come back in `stats`.
+    `cache_row`: the cache layer block `start` uses (default `start`); a looped model, which runs a
+    block more than once per token, keeps one cache layer per executed block.
     """
     if end <= start:
         return BlocksOut(h, cache, {})
@@ -317,7 +320,10 @@ def run_blocks(
         ), stats
 
     (h, k_all, v_all), stats = jax.lax.scan(
-        cached_body, (h, cache.k, cache.v), (layers, per_layer, jnp.arange(start, end)), unroll=True
+        cached_body,
+        (h, cache.k, cache.v),
+        (layers, per_layer, jnp.arange(end - start) + (start if cache_row is None else cache_row)),
+        unroll=True,
     )
     return BlocksOut(h, cache._replace(k=k_all, v=v_all), stats)
 

@@ -78,13 +78,15 @@ class Decoder(Protocol):
     """How a model decodes with a KV cache and one state vector per row; hashable (a frozen dataclass),
     since it is a static argument of the compiled loop. T²MLR's state is R, the LRT's its memory m.
 
+    init_cache(batch, num_tokens) -> KVCache   # room for num_tokens tokens (K + 1 slots each with K
+                                               # thought slots; a layer per executed block when looped)
     prefill(params, tokens, layout, cache) -> Output   # the prompt, filling the cache
     step(params, tokens, state, cache, layout) -> Output   # one token [B, 1]
-    slots_per_token: KV-cache slots each token writes (K + 1 with K latent thought slots)
     """
 
     model: ModelConfig
-    slots_per_token: int
+
+    def init_cache(self, batch: int, num_tokens: int) -> KVCache: ...
 
     def prefill(self, params, tokens, layout: Layout, cache: KVCache) -> Output: ...
 
@@ -98,7 +100,9 @@ class T2MLRDecoder:
     model: ModelConfig
     prefill_mode: str = "exact"
     prefill_passes: int = 8
-    slots_per_token = 1
+
+    def init_cache(self, batch, num_tokens):
+        return init_cache(self.model, batch, num_tokens)
 
     def prefill(self, params, tokens, layout, cache):
         if self.prefill_mode == "exact":
@@ -202,7 +206,7 @@ def _generate(
         params,
         prompt_tokens,
         layout,
-        init_cache(decoder.model, b, (p + max_new_tokens) * decoder.slots_per_token),
+        decoder.init_cache(b, p + max_new_tokens),
     )
     key, sub = jax.random.split(key)
     first = sample(out.logits[:, -1], sub, temperature, top_k, top_p)

@@ -1,5 +1,5 @@
 """Looped transformers on an MoE backbone: the routing biases are carried (one slice per weight layer, the
-looped layers' loads summed over the repeats), trained, and read by cached decoding of the unrolled model."""
+looped layers' loads summed over the repeats), trained, and read by cached decoding."""
 
 import jax
 import jax.numpy as jnp
@@ -8,9 +8,8 @@ import optax
 import pytest
 
 from t2mlr_jax.architectures import build_architecture
-from t2mlr_jax.architectures.looped import BackboneDecoder, looped_forward, unrolled, unrolled_state
+from t2mlr_jax.architectures.looped import LoopedDecoder, looped_forward
 from t2mlr_jax.model import moe
-from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from tests.train.tiny_task import tiny_batch, tiny_config
@@ -22,6 +21,9 @@ LOOP = dict(start=1, end=1, repeats=3)  # layer 0 once, layer 1 three times: 4 l
 def _config(arch="middle_looped", **model):
     config = tiny_config(arch)
     config.model.update(num_layers=2, mlp="moe", moe_experts=X, moe_top_k=2, moe_dim=32, moe_bias_rate=0.01)
+    # nanochat's per-layer parts: a repeated block must keep its own window, value embedding and scalars
+    config.model.update(window_pattern="SL", sliding_window=3, value_embeds=True, resid_scalars=True)
+    config.model.update(gate_channels=8, qk_norm="after_rope", norm_weights=False, embed_norm=True)
     config.model.update(model)
     config.looped.update(LOOP)
     config.baseline.param_match = False
@@ -58,12 +60,13 @@ def test_decoding_reads_the_routing_biases_and_equals_the_looped_forward():
     eval_model = MODEL.replace(moe_capacity_factor=None)  # as evaluation and decoding run it
     forward = jax.jit(lambda p, t, lay, s: looped_forward(eval_model, p, t, lay, mlp_state=s, **LOOP).logits)
 
-    # The unrolled model's cached prefill gives the looped forward's logits, and the biases matter.
+    # The cached prefill (a cache layer per executed block) gives the looped forward's logits, and the
+    # biases matter.
     tokens = jax.random.randint(jax.random.PRNGKey(1), (B, T), 1, MODEL.vocab_size)
     layout = make_layout(tokens)
-    cfg, weights = unrolled(eval_model, params, **LOOP)
-    prefill = jax.jit(BackboneDecoder(cfg).prefill)
-    out = prefill((weights, unrolled_state(MODEL, bias, **LOOP)), tokens, layout, init_cache(cfg, B, T))
+    decoder = LoopedDecoder(eval_model, **LOOP)
+    out = jax.jit(decoder.prefill)((params, bias), tokens, layout, decoder.init_cache(B, T))
+    assert out.cache.k.shape[0] == 4  # layer 0 once, layer 1 three times
     want = forward(params, tokens, layout, bias)
     np.testing.assert_allclose(out.logits, want, atol=1e-5, rtol=1e-5)
     unbiased = forward(params, tokens, layout, jax.tree.map(jnp.zeros_like, bias))
