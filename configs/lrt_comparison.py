@@ -17,8 +17,10 @@ steps and unique data for every row of a scale (data ratio 10 at the paper scale
 --config.train.flop_budget=<FLOPs> gives each row the steps that spend that budget instead (Figure 3).
 
 Scales: `paper` is the 16-layer reference of configs/lrt_nanochat.py (its Muon recipe, data paths to
-give); `cpu` its CPU preset (offline Shakespeare, the SmolLM2 tokenizer) at 2 layers, 64 wide, minutes
-per row. experiments/lrt_comparison.py trains and tabulates the rows.
+give); `cpu` its CPU preset (offline Shakespeare, the SmolLM2 tokenizer) at 2 layers, 64 wide, 1-4
+minutes per row on 2 cores: 60 steps of 4 rows, 64 held-out eval rows, and P in {1, 2} w.p. (0.5, 0.5)
+instead of the paper's {1, 2, 3, 4} (every distinct (K, P) draw compiles its own train step).
+experiments/lrt_comparison.py trains and tabulates the rows.
 """
 
 import dataclasses
@@ -62,6 +64,11 @@ ROWS = {
 }
 SCALES = ("paper", "cpu")
 CPU_DEPTH, CPU_WIDTH = 2, 64
+# The cpu scale's budget: all 16 rows in about half an hour on 2 CPU cores, where a step's cost is mostly
+# the 49,152-token head and each distinct (K, P) draw compiles its own train step (~15 s).
+CPU_PASSES = ((1, 2), (0.5, 0.5))  # refinement passes P and their probabilities (paper: P in 1..4)
+CPU_STEPS, CPU_BATCH = 60, 4  # the same steps for every row; 4 rows of 64 reference tokens per step
+CPU_EVAL_EXAMPLES = 64  # held-out rows of 64 tokens (4k tokens), the same for every row
 DOUBLE_DEPTH_PARAMS = 1.92 * 0.805e9  # Table 1's data-ratio reference: the 2x-depth vanilla model
 DATA_RATIO = 10
 
@@ -91,6 +98,10 @@ def get_config(arg=None):
         model.num_layers, model.hidden_size = CPU_DEPTH, CPU_WIDTH
         model.num_heads = model.num_kv_heads = CPU_WIDTH // model.head_dim
         model.mlp_dim, model.moe_dim = 4 * CPU_WIDTH, round(4 * CPU_WIDTH / 3)
+        for section in ("lrt", "ponderlm2"):  # fewer distinct (K, P) draws: each compiles a train step
+            config[section].passes, config[section].pass_probs = CPU_PASSES
+        config.train.steps, config.train.batch_size = CPU_STEPS, CPU_BATCH
+        config.eval.num_examples = CPU_EVAL_EXAMPLES
     ref_len = config.data.seq_len
     if scale == "paper":  # data ratio 10 of the double-depth reference, the same steps for every row
         config.train.steps = round(DATA_RATIO * DOUBLE_DEPTH_PARAMS / (config.train.batch_size * ref_len))

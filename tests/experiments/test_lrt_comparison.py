@@ -1,0 +1,91 @@
+"""experiments/lrt_comparison.py: --help, the paper preset's one-line error without data, and one in-process
+run of two rows (vanilla1x and tt1) at a drastically reduced size (1 step, one play of Shakespeare, a few
+eval rows) writing results.json / .md / .png with finite BPB and tt1's BPB-vs-K table, then a rerun that
+trains nothing. The BPB values themselves are not tested."""
+
+import importlib.util
+import json
+import math
+import os
+
+import pytest
+
+from t2mlr_jax.config_utils import shakespeare_split
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _load_script():
+    """The script as users run it (a file, not an installed package)."""
+    path = os.path.join(ROOT, "experiments", "lrt_comparison.py")
+    spec = importlib.util.spec_from_file_location("lrt_comparison", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+lrt_comparison = _load_script()
+
+
+def test_help_lists_the_flags(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        lrt_comparison.main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--preset", "--rows", "--out", "--flop_budget", "--eval_thoughts", "--seed", "--steps"):
+        assert flag in out
+    with pytest.raises(SystemExit, match="unknown"):
+        lrt_comparison.resolve_rows("tt1,tt3")
+    assert lrt_comparison.resolve_rows("tt2,vanilla1x,no_kv") == ["vanilla1x", "tt2", "no_kv"]
+
+
+def test_paper_preset_without_data_fails_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        lrt_comparison.main(["--preset=paper", "--rows=tt1", f"--out={tmp_path / 'out'}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --preset=paper needs --train_path") and "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_two_rows_write_the_tables_and_the_figure(tmp_path):
+    train, heldout = shakespeare_split()
+    out = tmp_path / "out"
+    argv = [
+        "--preset=cpu",
+        "--rows=tt1,vanilla1x",
+        f"--out={out}",
+        "--steps=1",
+        "--batch_size=8",  # the tests' 8 CPU devices split the batch
+        "--eval_examples=8",
+        "--eval_batch_size=8",
+        "--eval_thoughts=2",
+        f"--train_path={train.split(',')[0]}",
+        f"--eval_path={heldout.split(',')[0]}",
+    ]
+    lrt_comparison.main(argv)
+    result = json.loads((out / "results.json").read_text())
+    rows = result["rows"]
+    assert list(rows) == ["vanilla1x", "tt1"]  # the paper's order
+    for name, row in rows.items():
+        assert math.isfinite(row["bpb"]) and row["bpb"] > 0, name
+        assert row["steps"] == 1 and row["train_flops"] == row["flops_per_step"] > 0
+        assert row["label"] == lrt_comparison.ROWS[name].label
+    assert rows["vanilla1x"]["params_ratio"] == 1.0 and rows["tt1"]["params_ratio"] > 1.0
+    assert (rows["vanilla1x"]["blocks"], rows["tt1"]["blocks"]) == (2, 4)  # L and L x (K + 1)
+    assert rows["tt1"]["thoughts"] == 1 and rows["tt1"]["thoughts_trained"] == [0, 1]
+    assert set(rows["tt1"]["bpb_by_k"]) == {"1", "2"}  # its own K and --eval_thoughts
+    assert rows["tt1"]["bpb_by_k"]["1"] == rows["tt1"]["bpb"]
+    assert all(math.isfinite(v) for v in rows["tt1"]["bpb_by_k"].values())
+    markdown = (out / "results.md").read_text()
+    assert "## Table 1" in markdown and "## Table 2" in markdown and "K=2" in markdown and "†" in markdown
+    assert "LRT + 1 thought token" in markdown and "Transformer 1x" in markdown
+    assert (out / "results.png").stat().st_size > 0
+    assert [json.loads(line)["row"] for line in (out / "rows.jsonl").read_text().splitlines()] == [
+        "vanilla1x",
+        "tt1",
+    ]
+    # A rerun trains and evaluates nothing again: every row has its summary and its per-K evaluations.
+    again = lrt_comparison.main(argv)
+    assert {n: r["bpb_by_k"] for n, r in again["rows"].items()} == {n: r["bpb_by_k"] for n, r in rows.items()}
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 2
