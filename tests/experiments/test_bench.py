@@ -1,26 +1,14 @@
 """experiments/bench.py and its benchmarks package: the helpers, --help, and one run of the test-sized
 preset (1 repetition) writing the JSON and markdown. Timings themselves are not tested."""
 
-import importlib.util
 import json
-import os
 
 import pytest
 
 from t2mlr_jax.model.config import smollm2_135m
+from tests.experiments import load_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _load_bench():
-    """The script as users run it (a file, not an installed package); it makes its package importable."""
-    spec = importlib.util.spec_from_file_location("bench", os.path.join(ROOT, "experiments", "bench.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_script("bench")
 
 
 def test_help_lists_the_flags(capsys):

@@ -2,25 +2,13 @@
 repetition) writing the JSON and markdown with every ratio. Timings themselves are not tested; what the
 traced programs say (FLOP counts, the rows' decode blocks per token) is."""
 
-import importlib.util
 import json
-import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.experiments import load_script
 
-
-def _load_bench_lrt():
-    """The script as users run it (a file, not an installed package); it makes its package importable."""
-    path = os.path.join(ROOT, "experiments", "bench_lrt.py")
-    spec = importlib.util.spec_from_file_location("bench_lrt", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench_lrt = _load_bench_lrt()
+bench_lrt = load_script("bench_lrt")
 
 
 def test_help_lists_the_flags(capsys):

@@ -3,28 +3,15 @@ run of two rows (vanilla1x and tt1) at a drastically reduced size (1 step, one p
 eval rows) writing results.json / .md / .png with finite BPB and tt1's BPB-vs-K table, then a rerun that
 trains nothing. The BPB values themselves are not tested."""
 
-import importlib.util
 import json
 import math
-import os
 
 import pytest
 
 from t2mlr_jax.config_utils import shakespeare_split
+from tests.experiments import load_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _load_script():
-    """The script as users run it (a file, not an installed package)."""
-    path = os.path.join(ROOT, "experiments", "lrt_comparison.py")
-    spec = importlib.util.spec_from_file_location("lrt_comparison", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-lrt_comparison = _load_script()
+lrt_comparison = load_script("lrt_comparison")
 
 
 def test_help_lists_the_flags(capsys):
