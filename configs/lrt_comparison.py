@@ -24,10 +24,9 @@ experiments/lrt_comparison.py trains and tabulates the rows.
 """
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
-from t2mlr_jax.config_utils import set_path
+from t2mlr_jax.config_utils import config_module, set_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,10 +74,7 @@ DATA_RATIO = 10
 
 def _reference(scale: str):
     """configs/lrt_nanochat.py's recipe at this scale (one source of truth for the backbone and Muon)."""
-    path = Path(__file__).with_name("lrt_nanochat.py")
-    spec = importlib.util.spec_from_file_location("lrt_nanochat", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = config_module(Path(__file__).with_name("lrt_nanochat.py"))
     return module.get_config("cpu" if scale == "cpu" else None)
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import math
 import os
@@ -48,6 +47,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 # Run as a file from a checkout, not installed: the repo root holds t2mlr_jax.
 sys.path.insert(0, str(ROOT))
+from t2mlr_jax.config_utils import config_module  # noqa: E402
 
 SCRIPT = "experiments/lrt_comparison.py"
 REFERENCE = "vanilla1x"  # params and decode blocks are relative to it (Table 1's normalisation)
@@ -75,11 +75,7 @@ THOUGHT_SECTIONS = {"lrt": "lrt", "ponderlm2": "ponderlm2"}  # architectures wit
 
 def load_rows_config():
     """configs/lrt_comparison.py as a module (the configs folder is not a package)."""
-    path = ROOT / "configs" / "lrt_comparison.py"
-    spec = importlib.util.spec_from_file_location("lrt_comparison_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return config_module(ROOT / "configs" / "lrt_comparison.py")
 
 
 ROWS_CONFIG = load_rows_config()

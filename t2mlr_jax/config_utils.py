@@ -22,7 +22,10 @@ Sections:
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
 import typing
+from pathlib import Path
 from typing import Any
 
 from ml_collections import config_dict
@@ -199,6 +202,16 @@ def _update_known(section: config_dict.ConfigDict, values: dict, where: str) -> 
             _update_known(section[key], value, f"{where}.{key}")
         else:
             section[key] = value
+
+
+def config_module(path: str | os.PathLike):
+    """A config file (configs/<name>.py) as a module: its get_config and constants. configs/ is not a
+    package; config files, experiments and tests that build on one another load each other by path."""
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"configs.{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def apply_preset(

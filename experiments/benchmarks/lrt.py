@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 
 from t2mlr_jax.architectures import lrt
 from t2mlr_jax.architectures.looped import block_order
-from t2mlr_jax.config_utils import backbone_preset, set_path
+from t2mlr_jax.config_utils import backbone_preset, config_module, set_path
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.config import ModelConfig, nanochat
 from t2mlr_jax.model.generate import generate_with
@@ -144,10 +143,7 @@ PRESETS = {
 
 def load_config(model: ModelConfig, feedback: str, p: LRTPreset) -> ml_collections.ConfigDict:
     """configs/lrt_nanochat.py (the paper's recipe) on `model`, with `feedback` and the preset's step."""
-    spec = importlib.util.spec_from_file_location("lrt_nanochat", CONFIG)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config()
+    config = config_module(CONFIG).get_config()
     for path, value in backbone_preset(model).items():
         set_path(config, path, value)
     config.lrt.feedback = feedback
@@ -478,10 +474,7 @@ PAD_ID = 0  # never written: no EOS, every row generates all its tokens
 @functools.cache
 def comparison():
     """configs/lrt_comparison.py as a module (its ROWS and get_config)."""
-    spec = importlib.util.spec_from_file_location("lrt_comparison", COMPARISON)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return config_module(COMPARISON)
 
 
 def unknown_rows(rows: tuple[str, ...]) -> list[str]:

@@ -1,9 +1,9 @@
-import importlib.util
 import os
 
 import numpy as np
 import pytest
 
+from t2mlr_jax.config_utils import config_module
 from t2mlr_jax.data.batch import validate_batch
 from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
 from t2mlr_jax.train.build_data import build_data_source
@@ -14,10 +14,7 @@ CONFIGS = os.path.join(
 
 
 def load_config(name: str, arg: str):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(CONFIGS, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
+    return config_module(os.path.join(CONFIGS, f"{name}.py")).get_config(arg)
 
 
 def test_demo_task_is_parity_inside_s5_with_longer_eval_sequences():

@@ -3,7 +3,6 @@ pretrained logits at step 0 (γ = 0), a checkpoint of another model or a bad ini
 error before anything compiles, and the :cpu preset of configs/smollm2_retrofit.py trains through main.py.
 The in-process tests share one parse of the GGUF."""
 
-import importlib.util
 import json
 import logging
 import os
@@ -17,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.config_utils import smollm2_tokenizer
+from t2mlr_jax.config_utils import config_module, smollm2_tokenizer
 from t2mlr_jax.data.tokenizer import load_tokenizer
 from t2mlr_jax.interop import load_pretrained
 from t2mlr_jax.model import backbone
@@ -41,10 +40,7 @@ SENTENCE = "Natalia sold clips to 48 of her friends in April, and then she sold 
 
 
 def cpu_config():
-    spec = importlib.util.spec_from_file_location("smollm2_retrofit", CONFIG)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config("cpu")
+    return config_module(CONFIG).get_config("cpu")
 
 
 @pytest.fixture(scope="module")
