@@ -98,6 +98,7 @@ def get_config(arg=None):
             config[section].passes, config[section].pass_probs = CPU_PASSES
         config.train.steps, config.train.batch_size = CPU_STEPS, CPU_BATCH
         config.eval.num_examples = CPU_EVAL_EXAMPLES
+        config.train.keep_checkpoints = 1  # 16 rows x 3 checkpoints of params + Muon state: ~3 GB
     ref_len = config.data.seq_len
     if scale == "paper":  # data ratio 10 of the double-depth reference, the same steps for every row
         config.train.steps = round(DATA_RATIO * DOUBLE_DEPTH_PARAMS / (config.train.batch_size * ref_len))
