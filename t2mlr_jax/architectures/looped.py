@@ -149,9 +149,8 @@ def _builder(name: str):
             cached_generate(decoding),
             backbone=model,
             max_seq_len=model.max_seq_len,
-            train_flops=lambda seq_len: flops.train(
-                flops.pass_flops(model, seq_len, layers=block_order(model, **loop))
-                + flops.head_flops(model, seq_len)
+            train_flops=lambda seq_len: flops.one_pass_train_flops(
+                model, seq_len, layers=block_order(model, **loop)
             ),
             **mlp_state_hooks(model),
         )

@@ -440,7 +440,8 @@ def build_lrt(
     cfg = LRTConfig(model, s.feedback, s.shared_projections, thought_model, s.cross_token, embed_scale)
     # Evaluation and decoding never drop a token (MoE): outputs must not depend on the batch's routing.
     eval_cfg = dataclasses.replace(cfg, model=model.replace(moe_capacity_factor=None))
-    if cfg.feedback == "none" and not thought_model:  # every pass would be the same plain forward
+    plain = cfg.feedback == "none" and not thought_model  # every pass would be the same plain forward
+    if plain:
         passes, probs = (1,), (1.0,)
 
     def apply(params, batch, *, training, rng, model_state, sample=None):
@@ -452,7 +453,7 @@ def build_lrt(
             out = refine(cfg, params, batch["tokens"], layout_of(batch), draw.passes, state, draw.thoughts)
             return Outputs(out.logits[-1], pass_logits=out.logits[:-1], stats={"mlp": out.stats})
         if s.eval_mode == "parallel":
-            n = 1 if cfg.feedback == "none" and not thought_model else s.eval_passes
+            n = 1 if plain else s.eval_passes
             out = refine(eval_cfg, params, batch["tokens"], layout_of(batch), n, state, eval_k)
             return Outputs(out.logits[-1])
         out = exact_forward(

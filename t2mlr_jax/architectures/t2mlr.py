@@ -87,10 +87,9 @@ def backbone_architecture(
         max_seq_len=model.max_seq_len,
     )
     if model.recurrence is None:
-        plain = lambda seq_len: flops.train(
-            flops.pass_flops(model, seq_len) + flops.head_flops(model, seq_len)
+        return dataclasses.replace(
+            arch, train_flops=lambda seq_len: flops.one_pass_train_flops(model, seq_len)
         )
-        return dataclasses.replace(arch, train_flops=plain)
     return dataclasses.replace(arch, param_stats=lambda params: gamma_stats(model, params["mixer"]))
 
 

@@ -56,6 +56,12 @@ def head_flops(cfg: ModelConfig, positions: int) -> float:
     return 2.0 * positions * cfg.hidden_size * cfg.vocab_size
 
 
+def one_pass_train_flops(cfg: ModelConfig, seq_len: int, layers: Sequence[int] | None = None) -> float:
+    """Training FLOPs of a row through a model that runs blocks `layers` once per position and scores
+    every position (the plain transformer; a looped one lists its repeats)."""
+    return train(pass_flops(cfg, seq_len, layers=layers) + head_flops(cfg, seq_len))
+
+
 def train(forward: float) -> float:
     """Forward plus backward."""
     return (1.0 + BACKWARD) * forward
