@@ -11,20 +11,13 @@ Example:
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 
 from tqdm import tqdm
 
-from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, iter_documents, list_files
-from t2mlr_jax.data.token_store import TokenStoreWriter
+from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, list_files
+from t2mlr_jax.data.token_store import TokenStoreWriter, write_documents
 from t2mlr_jax.data.tokenizer import load_tokenizer
-
-
-def _chunks(iterable, size):
-    iterator = iter(iterable)
-    while chunk := list(itertools.islice(iterator, size)):
-        yield chunk
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,16 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer=args.tokenizer,
         documents_per_shard=args.documents_per_shard,
     )
-    skipped = 0
     with tqdm(desc="tokenizing", unit="doc") as progress:
-        for file in files:
-            for texts in _chunks(iter_documents(file, text_key=args.text_key), args.batch_size):
-                for ids in tokenizer.encode_batch(texts):
-                    if len(ids):
-                        writer.write(ids)
-                    else:
-                        skipped += 1
-                progress.update(len(texts))
+        skipped = write_documents(
+            writer, tokenizer, files, text_key=args.text_key, batch_size=args.batch_size, progress=progress
+        )
     meta = writer.close()
     print(
         f"wrote {meta.num_documents} documents, {meta.num_tokens} tokens ({meta.dtype}) in "

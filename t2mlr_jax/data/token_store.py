@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 from collections.abc import Sequence
@@ -11,6 +12,8 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 from jaxtyping import Int
+
+from t2mlr_jax.data.documents import iter_documents
 
 METADATA_FILE = "metadata.json"
 FORMAT = "t2mlr-token-documents-v1"
@@ -80,6 +83,32 @@ class TokenStoreWriter:
         with open(os.path.join(self._out_dir, METADATA_FILE), "w", encoding="utf-8") as f:
             json.dump(dataclasses.asdict(meta), f, indent=2)
         return meta
+
+
+def write_documents(
+    writer: TokenStoreWriter,
+    tokenizer,
+    files: Sequence[str],
+    *,
+    text_key: str = "text",
+    batch_size: int = 1024,
+    progress=None,
+) -> int:
+    """Tokenize every document of `files` (t2mlr_jax.data.documents) into `writer`, `batch_size` documents
+    per `tokenizer.encode_batch`, in file order; empty documents are skipped and counted (returned).
+    `progress` (a tqdm, optional) advances by the documents read."""
+    skipped = 0
+    for file in files:
+        documents = iter_documents(file, text_key=text_key)
+        while texts := list(itertools.islice(documents, batch_size)):
+            for ids in tokenizer.encode_batch(texts):
+                if len(ids):
+                    writer.write(ids)
+                else:
+                    skipped += 1
+            if progress is not None:
+                progress.update(len(texts))
+    return skipped
 
 
 def read_metadata(store_dir: str) -> TokenStoreMetadata:
