@@ -26,6 +26,8 @@ experiments/lrt_comparison.py trains and tabulates the rows.
 import dataclasses
 from pathlib import Path
 
+from t2mlr_jax.architectures.contract import backbone_config
+from t2mlr_jax.architectures.looped import block_order
 from t2mlr_jax.config_utils import config_module, set_path
 
 
@@ -111,3 +113,24 @@ def get_config(arg=None):
     for path, value in row.settings:
         set_path(config, path, value)
     return config
+
+
+def trained_thoughts(config) -> tuple[int, ...]:
+    """The thought counts K a row's config trains with ((0,) for architectures without thought slots)."""
+    section = config.get(config.arch)
+    return tuple(section.thoughts) if section is not None and "thoughts" in section else (0,)
+
+
+def decode_thoughts(config) -> int:
+    """The K a row is evaluated and decoded at: eval.thoughts, else its largest trained K."""
+    return max(trained_thoughts(config)) if config.eval.thoughts is None else config.eval.thoughts
+
+
+def decode_blocks(config) -> int:
+    """Backbone blocks a row runs per decoded vocabulary token: every executed block (a loop repeats its
+    range) for each of the K + 1 slots."""
+    model = backbone_config(config, recurrent=False)
+    blocks = model.num_layers
+    if config.arch == "looped":
+        blocks = len(block_order(model, **config.looped.to_dict()))
+    return blocks * (decode_thoughts(config) + 1)

@@ -47,6 +47,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 # Run as a file from a checkout, not installed: the repo root holds t2mlr_jax.
 sys.path.insert(0, str(ROOT))
+from experiments.benchmarks.report import markdown_table  # noqa: E402
 from t2mlr_jax.config_utils import config_module  # noqa: E402
 
 SCRIPT = "experiments/lrt_comparison.py"
@@ -70,7 +71,6 @@ TABLE1 = (
 ABLATIONS = ("no_cross", "no_kv", "fixed_k1")
 TABLE3 = ("tt1", *ABLATIONS, "ponder1")
 FIXED_K = {"lrt1x": 0, "fixed_k1": 1}  # Table 2's fixed-K rows: trained at this K only
-THOUGHT_SECTIONS = {"lrt": "lrt", "ponderlm2": "ponderlm2"}  # architectures with thought slots
 
 
 def load_rows_config():
@@ -163,24 +163,12 @@ def row_config(row: str, args: argparse.Namespace):
     return config
 
 
-def trained_thoughts(config) -> tuple[int, ...]:
-    """The thought counts K a row trains with ((0,) for rows without thought slots)."""
-    section = THOUGHT_SECTIONS.get(config.arch)
-    return tuple(config[section].thoughts) if section else (0,)
-
-
-def own_thoughts(config) -> int:
-    """The K a row is evaluated at by default: eval.thoughts, else its largest trained K."""
-    return max(trained_thoughts(config)) if config.eval.thoughts is None else config.eval.thoughts
-
-
 def decode_blocks(row: str, config) -> dict:
     """Backbone blocks run per decoded vocabulary token: L x depth x loops, or L x (K + 1) in thought rows."""
     depth = ROWS[row].depth
     reference = config.model.num_layers // depth
     loops = config.looped.repeats if config.arch == "looped" else 1
-    k = own_thoughts(config)
-    blocks = config.model.num_layers * loops * (k + 1)
+    k, blocks = ROWS_CONFIG.decode_thoughts(config), ROWS_CONFIG.decode_blocks(config)
     shown = f"{reference}×({k}+1)" if k else f"{reference}×{depth}×{loops}"
     return {"blocks": blocks, "blocks_ratio": blocks / reference, "blocks_formula": f"{shown} = {blocks}"}
 
@@ -210,8 +198,8 @@ def pretokenize(config, cache: Path) -> None:
     The raw-text pipeline tokenizes whole plays in grain's prefetch threads while a step runs; on two
     cores that roughly doubles a row's time. A token store holds the same token ids, documents in the
     same order (t2mlr_jax.data.documents.list_files), so every row sees the same batches either way."""
-    from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, iter_documents, list_files
-    from t2mlr_jax.data.token_store import METADATA_FILE, TokenStoreWriter
+    from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, list_files
+    from t2mlr_jax.data.token_store import METADATA_FILE, TokenStoreWriter, write_documents
     from t2mlr_jax.data.tokenizer import load_tokenizer
 
     d = config.data
@@ -233,9 +221,7 @@ def pretokenize(config, cache: Path) -> None:
                 eos_id=tokenizer.eos_id,
                 tokenizer=d.tokenizer,
             )
-            for file in list_files(paths, DOCUMENT_SUFFIXES):
-                for ids in tokenizer.encode_batch(list(iter_documents(file, text_key="text"))):
-                    writer.write(ids)
+            write_documents(writer, tokenizer, list_files(paths, DOCUMENT_SUFFIXES))
             writer.close()
             partial.rename(store)
         d[field] = str(store)
@@ -293,8 +279,8 @@ def run_row(row: str, config, out: Path, eval_thoughts: tuple[int, ...], referen
         new = True
     trained_now = new
     trained_at = time.time()
-    trained = trained_thoughts(config)
-    k_own = own_thoughts(config)
+    trained = ROWS_CONFIG.trained_thoughts(config)
+    k_own = ROWS_CONFIG.decode_thoughts(config)
     bpb_by_k = {k_own: summary["eval"]["bpb"]}
     if len(trained) > 1:
         for k in tqdm(eval_thoughts, desc=f"{row} eval K", file=sys.stderr, leave=False):
@@ -347,11 +333,6 @@ def _bpb(value) -> str:
 
 def _flops(value) -> str:
     return "—" if not value else f"{value:.3g}"
-
-
-def markdown_table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
 
 def table1(results: dict) -> str:

@@ -22,7 +22,6 @@ import ml_collections
 import numpy as np
 
 from t2mlr_jax.architectures import lrt
-from t2mlr_jax.architectures.looped import block_order
 from t2mlr_jax.config_utils import backbone_preset, config_module, set_path
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.config import ModelConfig, nanochat
@@ -496,23 +495,6 @@ def row_config(name: str, p: LRTPreset) -> ml_collections.ConfigDict:
     return config
 
 
-def row_thoughts(config: ml_collections.ConfigDict) -> int:
-    """The K a row decodes at: eval.thoughts, else the largest K it trains with (0 without thoughts)."""
-    if config.eval.thoughts is not None:
-        return int(config.eval.thoughts)
-    section = config.get(config.arch)
-    return max(section.thoughts) if section is not None and "thoughts" in section else 0
-
-
-def row_layers(config: ml_collections.ConfigDict, p: LRTPreset) -> int:
-    """The blocks one slot runs through as the row decodes (a looped row: each repeat of its blocks)."""
-    if config.arch not in ("looped", "middle_looped"):
-        return config.model.num_layers
-    loop = config.looped
-    model = p.model.replace(num_layers=config.model.num_layers)
-    return len(block_order(model, start=loop.start, end=loop.end, repeats=loop.repeats))
-
-
 def _jaxprs(value):
     if hasattr(value, "eqns"):
         yield value
@@ -587,7 +569,7 @@ def rows(p: LRTPreset, seed: int) -> dict:
     base = runners.get(BASELINE_ROW)
     table = []
     for name, config in configs.items():
-        run, k = runners.get(name), row_thoughts(config)
+        run, k = runners.get(name), comparison().decode_thoughts(config)
         measured = run is not None
         table.append(
             {
@@ -595,7 +577,7 @@ def rows(p: LRTPreset, seed: int) -> dict:
                 "label": comparison().ROWS[name].label,
                 "arch": config.arch,
                 "thoughts": k,
-                "expected_blocks_per_token": row_layers(config, p) * (k + 1),
+                "expected_blocks_per_token": comparison().decode_blocks(config),
                 "decode_layers": run.decode_layers if measured else None,
                 "slots_per_token": run.slots_per_token if measured else None,
                 "blocks_per_token": run.decode_layers * run.slots_per_token if measured else None,
