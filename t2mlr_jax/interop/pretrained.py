@@ -121,3 +121,14 @@ def _same(a, b) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return math.isclose(a, b, rel_tol=1e-6)
     return a == b
+
+
+def recorded_tokenizer(path: Path | str) -> str | None:
+    """The tokenizer a checkpoint was made with, when the checkpoint says: a .gguf file carries its own, an
+    HF folder may hold tokenizer.json; None when the source does not tell (pass one explicitly)."""
+    path = Path(path)
+    if path.is_file() and path.suffix == ".gguf":
+        return str(path)
+    if (path / "tokenizer.json").exists():
+        return str(path)
+    return None
