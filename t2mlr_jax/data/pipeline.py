@@ -269,8 +269,9 @@ def file_batches(
 
 
 def text_batches(
-    paths: str | Sequence[str],
+    paths: str | Sequence[str] = (),
     *,
+    documents: Sequence[str] | None = None,
     batch_size: int,
     seq_len: int,
     tokenizer: TextTokenizer | str | None = None,
@@ -285,8 +286,12 @@ def text_batches(
     """Packed pretraining batches. `paths`: token-store folders (with metadata.json, from
     tools/prepare_text.py), or raw .txt/.jsonl/.parquet files or folders, tokenized on the fly with
     `tokenizer` (small corpora: raw documents are held in memory). With a (byte-level) tokenizer the
-    batches carry `target_bytes`; a token store then needs the tokenizer it was written with."""
+    batches carry `target_bytes`; a token store then needs the tokenizer it was written with. `documents`
+    instead of `paths`: any random-access sequence of raw documents (e.g. tfds_source.TfdsDocuments), read
+    lazily and tokenized on the fly."""
     path_list = [paths] if isinstance(paths, str) else list(paths)
+    if bool(path_list) == (documents is not None):
+        raise ValueError("text_batches takes either paths or documents")
     for path in path_list:
         if not os.path.exists(path):
             raise ValueError(f"data path {path!r} does not exist")
@@ -305,13 +310,14 @@ def text_batches(
         if text_tokenizer is None:
             raise ValueError("raw text files need a tokenizer (a TextTokenizer or a path to one)")
         _check_vocab(text_tokenizer.vocab_size, vocab_size)
-        documents = [
-            doc
-            for file in list_files(path_list, DOCUMENT_SUFFIXES)
-            for doc in iter_documents(file, text_key=text_key)
-        ]
-        if not documents:
-            raise ValueError(f"no documents in {path_list}")
+        if documents is None:
+            documents = [
+                doc
+                for file in list_files(path_list, DOCUMENT_SUFFIXES)
+                for doc in iter_documents(file, text_key=text_key)
+            ]
+            if not documents:
+                raise ValueError(f"no documents in {path_list}")
         examples = grain.MapDataset.source(documents).map(
             lambda doc: document_example(text_tokenizer.encode(doc), text_tokenizer.eos_id)
         )

@@ -1,6 +1,11 @@
-"""Our own exported model: an orbax folder holding the params and the model config (`params`,
-`model_config` items), read and written through t2mlr_jax.train.checkpoint, the one module that talks to
-orbax."""
+"""Our own checkpoints, read and written through t2mlr_jax.train.checkpoint (the one module that talks to
+orbax). A model is read from any of:
+
+  an exported folder   `params` and `model_config` items (save_params; what `--to orbax` writes)
+  a training step      WORKDIR/checkpoints/<step>: the train state plus a meta record naming the
+                       architecture, its model config and tokenizer (the optimizer state is not read)
+  a training workdir   WORKDIR (or WORKDIR/checkpoints): its newest step
+"""
 
 from __future__ import annotations
 
@@ -14,22 +19,102 @@ from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.train import checkpoint as ckpt
 
+# Runs whose parameters are exactly a backbone's (with or without T²MLR's mixer): what PyTorch layouts hold.
+EXPORTABLE_ARCHS = ("t2mlr", "transformer")
 
-def save_params(path: Path | str, cfg: ModelConfig, params: dict) -> None:
+
+def save_params(path: Path | str, cfg: ModelConfig, params: dict, *, tokenizer: str | None = None) -> None:
     check_params(cfg, params)
-    ckpt.save_folder(path, params=params, metadata={"model_config": config_to_dict(cfg)})
+    metadata = {"model_config": config_to_dict(cfg)}
+    if tokenizer:
+        metadata["tokenizer"] = {"path": str(tokenizer)}
+    ckpt.save_folder(path, params=params, metadata=metadata)
+
+
+def is_exported_folder(path: Path | str) -> bool:
+    return (Path(path) / "model_config").is_dir() and (Path(path) / "params").is_dir()
+
+
+def is_orbax_checkpoint(path: Path | str) -> bool:
+    """An exported folder, a training step folder, or a training workdir (possibly without steps yet:
+    reading it then says so)."""
+    path = Path(path)
+    return (
+        is_exported_folder(path)
+        or ckpt.is_step_folder(path)
+        or (path / ckpt.RUN_CONFIG).exists()
+        or (path / "checkpoints").is_dir()
+        or bool(_sub_runs(path))
+    )
+
+
+def model_folder(path: Path | str) -> Path:
+    """The exported folder or training step folder that `path` names (a workdir: its newest step)."""
+    path = Path(path)
+    if is_exported_folder(path) or ckpt.is_step_folder(path):
+        return path
+    checkpoints = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    steps = ckpt.saved_steps(checkpoints)
+    if steps:
+        return checkpoints / str(steps[-1])
+    runs = _sub_runs(path)
+    if runs:
+        raise ValueError(
+            f"{path} holds the runs of several architectures ({', '.join(runs)}): name one, "
+            f"e.g. {path / runs[0]}"
+        )
+    raise ValueError(f"{path} holds no finished checkpoint yet (no {checkpoints}/<step> folder)")
 
 
 def load_config(path: Path | str) -> ModelConfig:
     """The stored model config alone (no arrays are read)."""
-    return config_from_dict(ckpt.read_folder_metadata(path, "model_config"))
+    folder = model_folder(path)
+    if is_exported_folder(folder):
+        return config_from_dict(ckpt.read_folder_metadata(folder, "model_config"))
+    return config_from_dict(_training_meta(folder)["model_config"])
 
 
 def load_params(path: Path | str) -> tuple[ModelConfig, dict]:
     """(ModelConfig, params); the stored arrays must match the stored config's parameter table."""
-    cfg = load_config(path)
-    return cfg, ckpt.read_folder_arrays(path, jax.eval_shape(lambda: init_params(cfg, jax.random.key(0))))
+    folder = model_folder(path)
+    cfg = load_config(folder)
+    expected = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
+    if is_exported_folder(folder):
+        return cfg, ckpt.read_folder_arrays(folder, expected)
+    params = ckpt.read_step_params(folder)
+    if jax.tree.structure(params) != jax.tree.structure(expected):
+        raise ValueError(f"{folder}: the stored parameters do not match its model config's parameter table")
+    return cfg, params
 
 
-def is_orbax_checkpoint(path: Path | str) -> bool:
-    return (Path(path) / "model_config").is_dir() and (Path(path) / "params").is_dir()
+def stored_tokenizer(path: Path | str) -> str | None:
+    """The tokenizer recorded with the checkpoint (the training run's data.tokenizer, or the source of an
+    import), None when none was recorded."""
+    folder = model_folder(path)
+    if is_exported_folder(folder):
+        if not (folder / "tokenizer").is_dir():
+            return None
+        return ckpt.read_folder_metadata(folder, "tokenizer")["path"]
+    return _training_meta(folder).get("tokenizer") or None
+
+
+def _training_meta(folder: Path) -> dict:
+    meta = ckpt.read_folder_metadata(folder, "meta")
+    if "arch" not in meta:
+        raise ValueError(
+            f"{folder}: this checkpoint predates the model record in training checkpoints; resume the run "
+            "for one step (it saves a new checkpoint) and read that one"
+        )
+    if meta["arch"] not in EXPORTABLE_ARCHS or meta.get("model_config") is None:
+        raise ValueError(
+            f"{folder}: a checkpoint of the {meta['arch']!r} architecture, whose parameters are more than a "
+            f"transformer backbone; only {' and '.join(EXPORTABLE_ARCHS)} runs can be read as a model"
+        )
+    return meta
+
+
+def _sub_runs(path: Path) -> list[str]:
+    """The per-architecture runs of a multi-architecture workdir (workdir/<arch>/run_config.json)."""
+    if not path.is_dir():
+        return []
+    return sorted(p.name for p in path.iterdir() if (p / ckpt.RUN_CONFIG).exists())

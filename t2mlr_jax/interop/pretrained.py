@@ -13,7 +13,7 @@ from t2mlr_jax.interop.configs import model_config_from_hf, model_config_from_re
 from t2mlr_jax.interop.files import read_json
 from t2mlr_jax.interop.gguf import gguf_model_config, load_gguf, open_gguf
 from t2mlr_jax.interop.hf import load_hf
-from t2mlr_jax.interop.orbax_folder import is_orbax_checkpoint, load_config, load_params
+from t2mlr_jax.interop.orbax_folder import is_orbax_checkpoint, load_config, load_params, stored_tokenizer
 from t2mlr_jax.interop.t2mlr_torch import is_t2mlr_folder, load_t2mlr_torch
 from t2mlr_jax.model.config import SHAPE_FIELDS, ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import mixer_specs
@@ -125,10 +125,12 @@ def _same(a, b) -> bool:
 
 def recorded_tokenizer(path: Path | str) -> str | None:
     """The tokenizer a checkpoint was made with, when the checkpoint says: a .gguf file carries its own, an
-    HF folder may hold tokenizer.json; None when the source does not tell (pass one explicitly)."""
+    HF folder may hold tokenizer.json, our checkpoints record it; None when the source does not tell."""
     path = Path(path)
     if path.is_file() and path.suffix == ".gguf":
         return str(path)
+    if is_orbax_checkpoint(path):
+        return stored_tokenizer(path)
     if (path / "tokenizer.json").exists():
         return str(path)
     return None

@@ -6,7 +6,9 @@ config.data.kind:
   file       prompt/response records from files (data.train_path, data.eval_path, data.format:
              gsm8k_aug | hotpotqa | prompt_response | s5_retrieval)
   text       pretraining text (data.train_path, data.eval_path: token stores or raw documents; each a
-             path or a comma list of paths)
+             path or a comma list of paths), or a prepared TFDS split in their place (data.source,
+             data.eval_source: "tfds:NAME[/CONFIG]:SPLIT", read from data.tfds_data_dir, the documents in
+             feature data.tfds_text_key; t2mlr_jax.data.tfds_source)
 
 With a byte-level text tokenizer (every task but S5-retrieval) the batches carry `target_bytes`, so
 training and evaluation also report bits per byte ("bpb"); a text token store must match data.tokenizer.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import jax
 import ml_collections
@@ -31,6 +33,7 @@ from t2mlr_jax.data.batch import PROMPT, RECURRENT
 from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
 from t2mlr_jax.data.sft import encode_prompt, gsm8k_aug_record, hotpotqa_record
 from t2mlr_jax.data.tasks import GeneratedTaskSource
+from t2mlr_jax.data.tfds_source import TfdsDocuments
 from t2mlr_jax.data.tokenizer import load_tokenizer
 from t2mlr_jax.parallel.multihost import all_hosts_rows
 from t2mlr_jax.train.data_source import DataSource
@@ -50,9 +53,12 @@ SCORERS: dict[str, Callable[[str, dict], bool]] = {
 }
 
 
-def _require_path(path: str, what: str) -> str:
+def _require_path(path: str, what: str, hint: str = "") -> str:
+    """`path`, which must exist; `hint` (data.hint: how to get this config's data) ends the error when
+    the config left the path empty."""
     if not path:
-        raise ValueError(f"data.{what} is empty: give the path of the {what.replace('_', ' ')}")
+        hint = f". {hint}" if hint else ""
+        raise ValueError(f"data.{what} is empty: give the path of the {what.replace('_', ' ')}{hint}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"data.{what} {path!r} does not exist")
     if os.path.isfile(path) and os.path.getsize(path) == 0:
@@ -60,21 +66,26 @@ def _require_path(path: str, what: str) -> str:
     return path
 
 
-def _require_paths(paths: str, what: str) -> list[str]:
+def _require_paths(paths: str, what: str, hint: str = "") -> list[str]:
     """Text data: one path or a comma list of files / folders (e.g. a held-out split of one corpus)."""
-    return [_require_path(p.strip(), what) for p in (paths or "").split(",") if p.strip()] or [
-        _require_path("", what)
+    return [_require_path(p.strip(), what, hint) for p in (paths or "").split(",") if p.strip()] or [
+        _require_path("", what, hint)
     ]
 
 
-def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
+def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) -> DataSource:
+    """The run's data; `train=False` (evaluation, generation) builds and checks only the eval side."""
     d, t, e = config.data, config.train, config.eval
     if d.kind not in KINDS:
         raise ValueError(f"data.kind must be one of {KINDS}, got {d.kind!r}")
+    if (d.source or d.eval_source) and d.kind != "text":
+        raise ValueError(f'data.source / data.eval_source are for data.kind="text", not {d.kind!r}')
     is_s5 = (
         d.kind == "generated" and d.task == "s5_retrieval" or d.kind == "file" and d.format == "s5_retrieval"
     )
-    tokenizer = S5CharTokenizer() if is_s5 else load_tokenizer(_require_path(d.tokenizer, "tokenizer"))
+    tokenizer = (
+        S5CharTokenizer() if is_s5 else load_tokenizer(_require_path(d.tokenizer, "tokenizer", d.hint))
+    )
     vocab = config.model.vocab_size
     eval_seq_len = d.eval_seq_len or d.seq_len
     common = dict(vocab_size=vocab, worker_count=d.worker_count)
@@ -100,7 +111,7 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
                 **kw,
             )
 
-        train = batches("train", d.train_examples, options, **train_pass)
+        train_batches = batches("train", d.train_examples, options, **train_pass) if train else None
         evaluation = lambda: batches(d.eval_split, e.num_examples, eval_options, **eval_pass)
         if not is_s5:
             source = GeneratedTaskSource(
@@ -121,31 +132,43 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
                 **kw,
             )
 
-        train = batches(_require_path(d.train_path, "train_path"), **train_pass)
-        eval_path = _require_path(d.eval_path, "eval_path")
+        train_batches = (
+            batches(_require_path(d.train_path, "train_path", d.hint), **train_pass) if train else None
+        )
+        eval_path = _require_path(d.eval_path, "eval_path", d.hint)
         evaluation = lambda: batches(eval_path, **eval_pass)
         if not is_s5:
             records = lambda: itertools.islice(_file_records(eval_path, d.format), e.num_examples)
         scorer = SCORERS.get(d.format)
     else:
 
-        def batches(path, **kw):
-            return pipeline.text_batches(path, tokenizer=tokenizer, seed=config.seed, **common, **kw)
+        def text_input(source: str, path_field: str) -> dict:
+            """A TFDS split when `source` is set, else the files of data.<path_field>."""
+            if source:
+                return dict(
+                    documents=TfdsDocuments(source, data_dir=d.tfds_data_dir, text_key=d.tfds_text_key)
+                )
+            return dict(paths=_require_paths(d[path_field], path_field, d.hint))
 
-        train = batches(_require_paths(d.train_path, "train_path"), **train_pass)
-        eval_path = _require_paths(d.eval_path, "eval_path")
+        def batches(inputs, **kw):
+            return pipeline.text_batches(**inputs, tokenizer=tokenizer, seed=config.seed, **common, **kw)
+
+        train_batches = batches(text_input(d.source, "train_path"), **train_pass) if train else None
+        eval_input = text_input(d.eval_source, "eval_path")
         evaluation = lambda: itertools.islice(
-            iter(batches(eval_path, **eval_pass)), max(1, e.num_examples // e.batch_size)
+            iter(batches(eval_input, **eval_pass)), max(1, e.num_examples // e.batch_size)
         )
-        scorer = None
+        scorer = _continues
 
     generation_examples = None
     if records is not None:
         generation_examples = lambda: (_prompt_example(r, tokenizer, d) for r in records())
+    elif d.kind == "text":
+        generation_examples = lambda: _text_prompts(evaluation(), eval_seq_len // 2, tokenizer.decode)
     return DataSource(
         vocab_size=tokenizer.vocab_size,
         seq_len=max(d.seq_len, eval_seq_len),
-        train_iterator=lambda: iter(train),
+        train_iterator=lambda: iter(train_batches),
         eval_batches=lambda: all_hosts_rows(evaluation()),
         pad_id=tokenizer.pad_id if is_s5 else 0,
         eos_id=tokenizer.eos_id,
@@ -153,6 +176,22 @@ def build_data_source(config: ml_collections.ConfigDict) -> DataSource:
         decode=tokenizer.decode,
         score=scorer,
     )
+
+
+def _text_prompts(batches, length: int, decode) -> Iterator[dict]:
+    """Text generation: the first `length` tokens of each eval row's first document as the prompt, the
+    rest of that document (within the row) as the reference continuation."""
+    for batch in batches:
+        for tokens, segments in zip(batch["tokens"], batch["segment_ids"]):
+            ids = tokens[(segments == segments[0]) & (segments > 0)]
+            if len(ids) > length:
+                yield {"prompt": ids[:length], "reference": decode(ids[length:])}
+
+
+def _continues(text: str, record: dict) -> bool:
+    """A text continuation is right when it reproduces the held-out text as far as both go."""
+    n = min(len(text), len(record["reference"]))
+    return n > 0 and text[:n] == record["reference"][:n]
 
 
 def _prompt_example(record: dict, tokenizer, d: ml_collections.ConfigDict) -> dict:

@@ -2,7 +2,9 @@
 models that t2mlr_jax.interop.orbax_folder reads and writes).
 
 A checkpoint holds the train state (params, optimizer state, step, RNG), the data iterator's state and a
-meta record (a fingerprint of every state leaf, computed on device). Saves are async, every `save_every`
+meta record (a fingerprint of every state leaf, computed on device, and what a reader outside the trainer
+needs: the architecture, its model config, the tokenizer — so a step folder converts and initialises
+runs on its own, see t2mlr_jax.interop.orbax_folder). Saves are async, every `save_every`
 steps, keeping `keep`;
 `restore_latest` walks back from the newest step and skips (with a warning) any checkpoint that fails to
 load or whose fingerprints disagree, so a truncated or corrupt latest save falls back to the previous one.
@@ -20,6 +22,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 from t2mlr_jax.parallel.multihost import to_host
@@ -122,8 +125,18 @@ def _decode_data_state(stored: dict) -> Any:
 
 
 class Checkpointer:
-    def __init__(self, directory: Path, *, save_every: int, keep: int, async_save: bool = True):
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        save_every: int,
+        keep: int,
+        async_save: bool = True,
+        about: dict[str, Any] | None = None,
+    ):
+        """`about`: JSON-able facts written into every checkpoint's meta record (architecture, model)."""
         self.directory = Path(directory).absolute()
+        self.about = dict(about or {})
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
@@ -144,7 +157,7 @@ class Checkpointer:
             return False
         state = jax.tree.map(lambda x: x.copy(), state)
         core, model_state = _split(state)
-        meta = {"step": int(step), "fingerprints": fingerprints((core, model_state))}
+        meta = {**self.about, "step": int(step), "fingerprints": fingerprints((core, model_state))}
         items = dict(
             state=ocp.args.StandardSave(core),
             data=ocp.args.JsonSave(_encode_data_state(data_state)),
@@ -186,6 +199,47 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a training checkpoint outside the trainer (export, init_from): no optimizer, no mesh.
+
+
+def saved_steps(directory: Path | str) -> list[int]:
+    """The finished checkpoints in a checkpoints/ folder (orbax renames a step folder to its bare number
+    only once the save completed)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def is_step_folder(path: Path | str) -> bool:
+    return (Path(path) / "state").is_dir() and (Path(path) / "meta").is_dir()
+
+
+def read_step_params(step_folder: Path | str) -> Any:
+    """The parameters of one training checkpoint as numpy arrays, read without the optimizer state."""
+    path = Path(step_folder).absolute() / "state"
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.ERROR)  # an item folder has no step metadata file, and orbax warns so
+    try:
+        with ocp.PyTreeCheckpointer() as checkpointer:
+            stored = dict(checkpointer.metadata(path).item_metadata)["params"]
+    finally:
+        absl_logger.setLevel(level)
+    with ocp.PyTreeCheckpointer() as checkpointer:
+        target = {"params": jax.tree.map(lambda m: np.zeros((), m.dtype), stored)}
+        restored = checkpointer.restore(
+            path,
+            args=ocp.args.PyTreeRestore(
+                item=target,
+                restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target),
+                partial_restore=True,
+            ),
+        )
+    return restored["params"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -100,8 +100,10 @@ class EventWriter:
 
 
 class MetricsLog:
-    """One JSONL line per call ({"step", "split", **metrics}) plus the same scalars in TensorBoard. Only the
-    lead host writes; on the others every call is a no-op."""
+    """One JSONL line per call ({"step", "split", "time", **metrics}) plus the same scalars in TensorBoard.
+    `time` is the wall clock at writing (seconds since the epoch), so throughput can be read from the log
+    alone (tools/report.py); logs written before it existed lack it. Only the lead host writes; on the
+    others every call is a no-op."""
 
     def __init__(self, workdir: Path):
         self.active = is_lead_host()
@@ -124,6 +126,7 @@ class MetricsLog:
                 {
                     "step": int(step),
                     "split": split,
+                    "time": round(time.time(), 3),
                     **scalars,
                     **{k: v for k, v in metrics.items() if k not in scalars},
                 }

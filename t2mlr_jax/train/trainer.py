@@ -21,6 +21,7 @@ import numpy as np
 import tqdm
 
 from t2mlr_jax.architectures import ARCHITECTURES, Architecture
+from t2mlr_jax.interop.configs import config_to_dict
 from t2mlr_jax.model.spec import spec_axes
 from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
@@ -84,6 +85,11 @@ class Run:
             save_every=t.checkpoint_every,
             keep=t.keep_checkpoints,
             async_save=t.async_checkpoint,
+            about={  # what t2mlr_jax.interop.orbax_folder needs to read a step folder as a model
+                "arch": self.identity["arch"],
+                "model_config": self.arch.backbone and config_to_dict(self.arch.backbone),
+                "tokenizer": self.config.data.tokenizer,
+            },
         )
 
     def _init_state(self, loaded: dict | None = None) -> TrainState:
@@ -98,13 +104,15 @@ class Run:
             self.state_shardings,
         )
 
+    def fresh_state(self) -> TrainState:
+        """A new state, initialised in place (already sharded), from config.init_from's weights if set."""
+        loaded = self.arch.pretrained and place(self.arch.pretrained(), self.state_shardings.params)
+        return jax.jit(self._init_state, out_shardings=self.state_shardings, donate_argnums=0)(loaded)
+
     def restore_or_init(self, checkpointer: ckpt.Checkpointer) -> tuple[TrainState, Any]:
         restored = checkpointer.restore_latest(self.abstract_state())
-        if restored is None:  # initialised in place, already sharded
-            loaded = self.arch.pretrained and place(self.arch.pretrained(), self.state_shardings.params)
-            return jax.jit(self._init_state, out_shardings=self.state_shardings, donate_argnums=0)(
-                loaded
-            ), None
+        if restored is None:
+            return self.fresh_state(), None
         state, data_state, step = restored
         logging.info("restored step %d from %s", step, checkpointer.directory)
         return state, data_state
@@ -292,13 +300,31 @@ def train(run: Run) -> dict:
     return summary
 
 
+def check_loadable(workdir: Path, config: ml_collections.ConfigDict) -> None:
+    """eval / generate: raise NoCheckpointError when there is nothing to evaluate (no checkpoint in the
+    workdir, no config.init_from), before anything is built or any folder created."""
+    if not (ckpt.saved_steps(workdir / "checkpoints") or config.init_from):
+        raise NoCheckpointError(
+            f"no checkpoint in {workdir / 'checkpoints'} and no config.init_from: train first, or pass "
+            "--config.init_from=<checkpoint> to evaluate a pretrained model"
+        )
+
+
 def restore_state(run: Run) -> tuple[TrainState, int]:
-    """The latest checkpoint's state and step (for eval / generate); an error if the workdir has none."""
-    checkpointer = run.checkpointer()
-    try:
-        restored = checkpointer.restore_latest(run.abstract_state())
-    finally:
-        checkpointer.close()
-    if restored is None:
-        raise NoCheckpointError(f"no loadable checkpoint in {run.workdir / 'checkpoints'}; train first")
-    return restored[0], restored[2]
+    """The state to evaluate or sample: the workdir's latest checkpoint and its step, or, when the workdir
+    has none, config.init_from's weights at step 0. An error if there is neither; the workdir is not
+    touched (no checkpoints/ folder is created)."""
+    if ckpt.saved_steps(run.workdir / "checkpoints"):
+        checkpointer = run.checkpointer()
+        try:
+            restored = checkpointer.restore_latest(run.abstract_state())
+        finally:
+            checkpointer.close()
+        if restored is not None:
+            return restored[0], restored[2]
+    if run.arch.pretrained is None:
+        raise NoCheckpointError(
+            f"no loadable checkpoint in {run.workdir / 'checkpoints'} and no config.init_from (see the "
+            "warnings above for why each failed)"
+        )
+    return run.fresh_state(), 0

@@ -58,6 +58,7 @@ def test_jsonl_and_tensorboard_events_hold_the_same_scalars(tmp_path):
     log.write(8, "eval", {"loss": 2.0, "by_length": {1: {"exact_match": 1.0}}})
     log.close()
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert isinstance(lines[0].pop("time"), float)  # wall clock, for throughput (tools/report.py)
     assert lines[0] == {"step": 7, "split": "train", "loss": 1.25, "lr": 3e-4}
     assert lines[1]["by_length"] == {"1": {"exact_match": 1.0}}
     (events,) = (tmp_path / "tensorboard").iterdir()
