@@ -8,11 +8,21 @@ Directions:
   python tools/convert_checkpoint.py --from gguf --to orbax \
       SmolLM2-135M-Instruct.Q4_1.gguf ckpt/smollm2 --verify
   python tools/convert_checkpoint.py --from orbax --to t2mlr-torch ckpt/run1 export/run1 --verify
+  python tools/convert_checkpoint.py --from orbax --to hf ckpt/smollm2 export/smollm2 \
+      --tokenizer SmolLM2-135M-Instruct.Q4_1.gguf --verify-text some.txt
+
+An export is a folder to load as it is: the weights; config.json with the tokenizer's bos/eos/pad ids;
+the tokenizer files and generation_config.json (so that AutoTokenizer loads it and generate stops at EOS)
+from --tokenizer, by default the tokenizer the source records; and a README.md model card (architecture,
+recurrence, source, how to load it, the --verify figures). An import records the tokenizer with the
+orbax checkpoint.
 
 --verify runs both sides (ours in JAX, exact recurrence for T²MLR; transformers or the torch reference)
 on a few random token sequences, prints the largest logit difference and writes a JSON report
-(--report, default TARGET.verify.json); the exit status is 1 when it exceeds --tolerance relative to
-the largest |logit|.
+(--report, default TARGET.verify.json); --verify-text FILE (implies --verify) also compares them on
+FILE's text tokenized by that tokenizer (the report's "text" section). The exit status is 1 when a
+difference exceeds --tolerance relative to the largest |logit|, and 2 on bad input (one error line,
+nothing written).
 """
 
 from __future__ import annotations
@@ -45,7 +55,16 @@ def parse_args(argv):
         action="store_true",
         help="orbax -> hf of a T²MLR model: export its backbone, without the mixer",
     )
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        help="a .gguf, tokenizer.json or folder holding one: what an export carries and --verify-text "
+        "tokenizes with (default: the tokenizer the source records)",
+    )
     parser.add_argument("--verify", action="store_true", help="compare logits of both sides after converting")
+    parser.add_argument(
+        "--verify-text", type=Path, metavar="FILE", help="also compare logits on this text (implies --verify)"
+    )
     parser.add_argument("--report", type=Path, help="where --verify writes its JSON report")
     parser.add_argument("--num-sequences", type=int, default=3)
     parser.add_argument("--seq-len", type=int, default=32)
@@ -58,11 +77,79 @@ def parse_args(argv):
             f"unsupported direction {args.source_format} -> {args.target_format}: one side must be "
             f"orbax ({'|'.join(IMPORTS)} -> orbax, or orbax -> {'|'.join(EXPORTS)})"
         )
+    args.verify = args.verify or args.verify_text is not None
     return args
 
 
-def convert(args) -> tuple:
-    """Read the source, write the target; returns the (cfg, params) our side holds."""
+def check_paths(args) -> None:
+    """Refuse a missing or mislabelled source, an existing orbax target and a missing text, before
+    anything is read."""
+    from t2mlr_jax.interop.pretrained import checkpoint_format
+
+    if not args.source.exists():
+        raise ValueError(f"{args.source} does not exist")
+    found = checkpoint_format(args.source)
+    if found != args.source_format:
+        raise ValueError(
+            f"{args.source} is not a --from {args.source_format} checkpoint: it looks like --from {found}"
+        )
+    if args.target_format == "orbax" and args.target.exists():
+        raise ValueError(f"{args.target} already exists: --to orbax writes a new folder")
+    if args.verify_text and not args.verify_text.is_file():
+        raise ValueError(f"--verify-text {args.verify_text}: no such file")
+
+
+def resolve_tokenizer(args):
+    """The tokenizer (as `read_tokenizer` reads it) of --tokenizer, else the one the source records, else
+    None. Read here, so that a bad --tokenizer is refused before anything is written; a recorded one that
+    does not read is left out with a warning (the conversion itself does not need it)."""
+    from t2mlr_jax.interop.pretrained import recorded_tokenizer
+    from t2mlr_jax.interop.tokenizer_files import read_tokenizer
+
+    if args.tokenizer:
+        return read_tokenizer(args.tokenizer)
+    path = recorded_tokenizer(args.source)
+    if path is None:
+        return None
+    try:
+        return read_tokenizer(path)
+    except ValueError as e:
+        print(f"warning: ignoring the tokenizer {args.source} records: {e}", file=sys.stderr)
+        return None
+
+
+def verify_text_tokens(args, tokenizer):
+    """The --verify-text file as --num-sequences windows of --seq-len tokens."""
+    from t2mlr_jax.interop.verify import text_windows
+
+    if tokenizer is None:
+        raise ValueError(
+            f"--verify-text needs a tokenizer and {args.source} records none: pass --tokenizer PATH"
+        )
+    ids = tokenizer.ours.encode(args.verify_text.read_text(encoding="utf-8"))
+    try:
+        return text_windows(ids, args.num_sequences, args.seq_len)
+    except ValueError as e:
+        raise ValueError(
+            f"--verify-text {args.verify_text}: {e}; use a longer text or lower --num-sequences / --seq-len"
+        ) from None
+
+
+def check_exportable(args, cfg) -> None:
+    if args.target_format == "hf" and cfg.recurrence is not None and not args.drop_recurrence:
+        raise ValueError(
+            f"{args.source} is a T²MLR model and HF Llama cannot hold its recurrence: pass "
+            "--drop-recurrence to export the backbone alone, or use --to t2mlr-torch"
+        )
+    if args.target_format == "t2mlr-torch" and cfg.recurrence is None:
+        raise ValueError(
+            f"{args.source} is a plain transformer and the T²MLR layout needs a recurrence: use --to hf"
+        )
+
+
+def convert(args, tokenizer) -> tuple:
+    """Read the source, write the target; returns the (cfg, params) our side holds (for an export, the
+    model read, its recurrence included)."""
     from t2mlr_jax.interop import (
         load_gguf,
         load_hf,
@@ -76,29 +163,30 @@ def convert(args) -> tuple:
     if args.target_format == "orbax":
         load = {"hf": load_hf, "gguf": load_gguf, "t2mlr-torch": load_t2mlr_torch}[args.source_format]
         cfg, params = load(args.source, param_dtype=args.param_dtype, progress=True)
-        save_params(args.target, cfg, params)
+        recorded = None if tokenizer is None else str(Path(tokenizer.source).absolute())
+        save_params(args.target, cfg, params, tokenizer=recorded)
         return load_params(args.target)  # verify what was written, not what is in memory
     cfg, params = load_params(args.source)
+    check_exportable(args, cfg)
     if args.target_format == "hf":
-        save_hf(cfg, params, args.target, drop_recurrence=args.drop_recurrence, progress=True)
-        if cfg.recurrence is not None:  # the export holds the backbone only
-            cfg, params = cfg.replace(recurrence=None), {k: v for k, v in params.items() if k != "mixer"}
+        save_hf(
+            cfg, params, args.target, drop_recurrence=args.drop_recurrence, tokenizer=tokenizer, progress=True
+        )
     else:
-        save_t2mlr_torch(cfg, params, args.target, progress=True)
+        save_t2mlr_torch(cfg, params, args.target, tokenizer=tokenizer, progress=True)
     return cfg, params
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        cfg, params = convert(args)
-    except ValueError as e:  # bad or unsupported input: the message says what and why
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {args.target_format} checkpoint to {args.target}")
-    if not args.verify:
-        return 0
-    from t2mlr_jax.interop.verify import verify
+def exported(args, cfg, params) -> tuple:
+    """The model the target holds: for --to hf, a T²MLR model's backbone."""
+    if args.target_format == "hf" and cfg.recurrence is not None:
+        return cfg.replace(recurrence=None), {k: v for k, v in params.items() if k != "mixer"}
+    return cfg, params
+
+
+def verify_conversion(args, cfg, params, text_tokens) -> dict:
+    """Run --verify, write and print its report."""
+    from t2mlr_jax.interop.verify import report_sections, verify
 
     torch_side = (
         (args.source_format, args.source)
@@ -112,7 +200,10 @@ def main(argv=None) -> int:
         num_sequences=args.num_sequences,
         seq_len=args.seq_len,
         tolerance=args.tolerance,
+        text_tokens=text_tokens,
     )
+    if text_tokens is not None:
+        report["text"]["file"] = str(args.verify_text)
     report.update(
         source=str(args.source),
         source_format=args.source_format,
@@ -121,12 +212,56 @@ def main(argv=None) -> int:
     )
     report_path = args.report or args.target.with_name(args.target.name + ".verify.json")
     report_path.write_text(json.dumps(report, indent=2) + "\n")
-    print(
-        f"max |logit difference| = {report['max_abs_logit_diff']:.3g} "
-        f"(relative {report['max_rel_logit_diff']:.3g}: {'ok' if report['passed'] else 'FAILED'}, "
-        f"tolerance {args.tolerance:g}); report: {report_path}"
-    )
-    return 0 if report["passed"] else 1
+    for label, section in report_sections(report):
+        print(
+            f"{label}: max |logit difference| = {section['max_abs_logit_diff']:.3g} "
+            f"(relative {section['max_rel_logit_diff']:.3g}: {'ok' if section['passed'] else 'FAILED'}, "
+            f"tolerance {args.tolerance:g})"
+        )
+    print(f"report: {report_path}")
+    return report
+
+
+def run(args) -> int:
+    from t2mlr_jax.interop.model_card import write_model_card
+    from t2mlr_jax.interop.verify import report_sections
+
+    check_paths(args)
+    tokenizer = resolve_tokenizer(args)
+    text_tokens = verify_text_tokens(args, tokenizer) if args.verify_text else None
+    cfg, params = convert(args, tokenizer)
+    print(f"wrote {args.target_format} checkpoint to {args.target}")
+    exporting = args.target_format != "orbax"
+    if exporting and tokenizer is None:
+        print(
+            f"warning: {args.target} has no tokenizer files ({args.source} records no tokenizer); "
+            "convert again with --tokenizer PATH (a .gguf, tokenizer.json or its folder) to add them",
+            file=sys.stderr,
+        )
+    target_cfg, target_params = exported(args, cfg, params)
+    report = verify_conversion(args, target_cfg, target_params, text_tokens) if args.verify else None
+    if exporting:  # after verifying, so that the card shows its figures
+        write_model_card(
+            args.target,
+            cfg,
+            target_params,
+            layout=args.target_format,
+            source=str(args.source),
+            source_format=args.source_format,
+            tokenizer=None if tokenizer is None else tokenizer.source,
+            report=report,
+        )
+    passed = report is None or all(section["passed"] for _, section in report_sections(report))
+    return 0 if passed else 1
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except (ValueError, OSError) as e:  # bad or unsupported input: the message says what and why
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

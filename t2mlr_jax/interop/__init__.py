@@ -3,7 +3,7 @@
     # a .gguf file, or an HF / t2mlr-torch / orbax folder
     cfg, params = load_pretrained("SmolLM2-135M-Instruct.Q4_1.gguf")
     cfg, params = retrofit(cfg, params, RecurrenceConfig(l_start=4, l_end=25), jax.random.key(0))
-    save_t2mlr_torch(cfg, params, "out/")                                # the authors' layout
+    save_t2mlr_torch(cfg, params, "out/", tokenizer="SmolLM2-135M-Instruct.Q4_1.gguf")  # the authors' layout
     save_hf(cfg, params, "hf/", drop_recurrence=True)                    # the backbone, for transformers
 
 Names are imported lazily so that `t2mlr_jax.interop.torch_reference` works without JAX installed.
@@ -26,6 +26,8 @@ _EXPORTS = {
     "save_params": "orbax_folder",
     "load_params": "orbax_folder",
     "T2MLRReference": "torch_reference",
+    "read_tokenizer": "tokenizer_files",
+    "write_model_card": "model_card",
 }
 __all__ = sorted(_EXPORTS)
 

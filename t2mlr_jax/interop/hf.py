@@ -7,6 +7,12 @@ from pathlib import Path
 from t2mlr_jax.interop.configs import hf_config_from_model, model_config_from_hf
 from t2mlr_jax.interop.files import read_json, read_state_dict, write_json, write_state_dict
 from t2mlr_jax.interop.tables import from_state_dict, hf_layout, to_state_dict
+from t2mlr_jax.interop.tokenizer_files import (
+    ExportTokenizer,
+    export_tokenizer,
+    token_ids,
+    write_tokenizer_files,
+)
 from t2mlr_jax.model.config import ModelConfig
 
 
@@ -19,12 +25,21 @@ def load_hf(
 
 
 def save_hf(
-    cfg: ModelConfig, params: dict, path: Path | str, *, drop_recurrence: bool = False, progress: bool = False
+    cfg: ModelConfig,
+    params: dict,
+    path: Path | str,
+    *,
+    drop_recurrence: bool = False,
+    tokenizer: ExportTokenizer | Path | str | None = None,
+    progress: bool = False,
 ) -> None:
-    """Write a folder transformers' LlamaForCausalLM loads unchanged.
+    """Write a folder transformers' LlamaForCausalLM loads unchanged, with the tokenizer files and a
+    generation config when `tokenizer` is given (a .gguf, a tokenizer.json or its folder, or what
+    `read_tokenizer` made of one).
 
     A T²MLR model has no HF equivalent; `drop_recurrence=True` exports its backbone (the mixer is
     dropped, so the result computes the model at γ=0). Use `save_t2mlr_torch` to keep the recurrence.
+    Everything is checked before the first file is written.
     """
     if cfg.recurrence is not None and not drop_recurrence:
         raise ValueError(
@@ -37,7 +52,11 @@ def save_hf(
         else {name: value for name, value in params.items() if name != "mixer"}
     )
     layout = hf_layout(cfg)
+    tokenizer = export_tokenizer(tokenizer, cfg.vocab_size)
+    config = hf_config_from_model(layout.cfg, **token_ids(tokenizer))
     state = to_state_dict(layout, backbone, progress=progress)
     path = Path(path)
     write_state_dict(path, state)
-    write_json(path / "config.json", hf_config_from_model(layout.cfg))
+    write_json(path / "config.json", config)
+    if tokenizer:
+        write_tokenizer_files(path, tokenizer, cfg.max_seq_len)

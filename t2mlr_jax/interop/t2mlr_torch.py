@@ -12,6 +12,12 @@ from pathlib import Path
 from t2mlr_jax.interop.configs import MODEL_TYPE, model_config_from_release, release_config
 from t2mlr_jax.interop.files import read_json, read_state_dict, write_json, write_state_dict
 from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
+from t2mlr_jax.interop.tokenizer_files import (
+    ExportTokenizer,
+    export_tokenizer,
+    token_ids,
+    write_tokenizer_files,
+)
 from t2mlr_jax.model.config import ModelConfig
 
 
@@ -27,14 +33,27 @@ def load_t2mlr_torch(
     return cfg, from_state_dict(t2mlr_layout(cfg), read_state_dict(path), progress=progress)
 
 
-def save_t2mlr_torch(cfg: ModelConfig, params: dict, path: Path | str, *, progress: bool = False) -> None:
+def save_t2mlr_torch(
+    cfg: ModelConfig,
+    params: dict,
+    path: Path | str,
+    *,
+    tokenizer: ExportTokenizer | Path | str | None = None,
+    progress: bool = False,
+) -> None:
+    """Write the release's layout, with the tokenizer files (the release loads them with AutoTokenizer
+    from the same folder) when `tokenizer` is given (as for `save_hf`). Everything is checked before the
+    first file is written."""
     if cfg.recurrence is None:
         raise ValueError(
             "save_t2mlr_torch needs a T²MLR model (recurrence=None here); use save_hf for a "
             "plain transformer, or retrofit() it first"
         )
-    config = release_config(cfg)
+    tokenizer = export_tokenizer(tokenizer, cfg.vocab_size)
+    config = release_config(cfg, **token_ids(tokenizer))
     state = to_state_dict(t2mlr_layout(cfg), params, progress=progress)
     path = Path(path)
     write_state_dict(path, state)
     write_json(path / "config.json", config)
+    if tokenizer:
+        write_tokenizer_files(path, tokenizer, cfg.max_seq_len)

@@ -3,6 +3,7 @@ reference) on the same token sequences and report the largest logit difference."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -26,8 +27,9 @@ def jax_logits(cfg: ModelConfig, params: dict, tokens: Int[np.ndarray, "B T"]) -
     return np.asarray(recurrence.exact_forward(cfg, params, jnp.asarray(tokens)).logits)
 
 
-def torch_logits(fmt: str, path: Path | str, tokens: Int[np.ndarray, "B T"]) -> Float[np.ndarray, "B T V"]:
-    """Logits of the PyTorch side: transformers for HF folders and GGUF files, the reference for T²MLR."""
+def torch_model(fmt: str, path: Path | str) -> Callable[[Int[np.ndarray, "B T"]], Float[np.ndarray, "B T V"]]:
+    """The PyTorch side as tokens -> logits: transformers for HF folders and GGUF files, the reference for
+    T²MLR; loaded once for every token set compared."""
     import torch
 
     path = Path(path)
@@ -46,9 +48,44 @@ def torch_logits(fmt: str, path: Path | str, tokens: Int[np.ndarray, "B T"]) -> 
         model = AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32).eval()
     else:
         raise ValueError(f"format must be one of {TORCH_FORMATS}, got {fmt!r}")
-    with torch.no_grad():
-        out = model(torch.as_tensor(tokens, dtype=torch.long))
-    return (out if isinstance(out, torch.Tensor) else out.logits).float().numpy()
+
+    def logits(tokens):
+        with torch.no_grad():
+            out = model(torch.as_tensor(tokens, dtype=torch.long))
+        return (out if isinstance(out, torch.Tensor) else out.logits).float().numpy()
+
+    return logits
+
+
+def text_windows(ids: Int[np.ndarray, " n"], num_sequences: int, seq_len: int) -> Int[np.ndarray, "B T"]:
+    """The first num_sequences * seq_len ids of a text, one window of seq_len per row."""
+    needed = num_sequences * seq_len
+    if len(ids) < needed:
+        raise ValueError(
+            f"the text has {len(ids)} tokens, fewer than {num_sequences} windows x {seq_len} = {needed}"
+        )
+    return np.asarray(ids[:needed], np.int32).reshape(num_sequences, seq_len)
+
+
+def compare(
+    cfg: ModelConfig, params: dict, torch_side: Callable, tokens: Int[np.ndarray, "B T"], tolerance: float
+) -> dict:
+    """The largest |logit difference| on `tokens`; it passes when that difference, relative to the largest
+    |logit|, is within `tolerance`: random tokens drive real models to logits of ~30, where fp32 summation
+    order alone moves them by ~5e-4."""
+    if tokens.max() >= cfg.vocab_size:
+        raise ValueError(f"token id {tokens.max()} is outside the model's vocabulary ({cfg.vocab_size})")
+    reference = torch_side(tokens)
+    diff = float(np.abs(jax_logits(cfg, params, tokens) - reference).max())
+    relative = diff / max(float(np.abs(reference).max()), 1e-30)
+    return {
+        "num_sequences": tokens.shape[0],
+        "seq_len": tokens.shape[1],
+        "max_abs_logit_diff": diff,
+        "max_rel_logit_diff": relative,
+        "tolerance": tolerance,
+        "passed": relative <= tolerance,
+    }
 
 
 def verify(
@@ -61,25 +98,29 @@ def verify(
     seq_len: int = 32,
     seed: int = 0,
     tolerance: float = 1e-4,
+    text_tokens: Int[np.ndarray, "B T"] | None = None,
 ) -> dict:
-    """The JSON-able report: largest |logit difference| between our model and the PyTorch one at `path`.
-
-    It passes when that difference, relative to the largest |logit|, is within `tolerance`: random
-    tokens drive real models to logits of ~30, where fp32 summation order alone moves them by ~5e-4.
-    """
-    tokens = sample_tokens(cfg.vocab_size, num_sequences, seq_len, seed)
-    reference = torch_logits(fmt, path, tokens)
-    diff = float(np.abs(jax_logits(cfg, params, tokens) - reference).max())
-    relative = diff / max(float(np.abs(reference).max()), 1e-30)
-    return {
+    """The JSON-able report comparing our model with the PyTorch one at `path` (see `compare`) on random
+    tokens, and under "text" on `text_tokens` (real text, e.g. `text_windows`) when given. The top-level
+    "passed" is the random tokens'; `report_sections` lists both."""
+    torch_side = torch_model(fmt, path)
+    report = {
         "torch_format": fmt,
         "torch_path": str(path),
         "mode": "exact" if cfg.recurrence else "plain",
-        "num_sequences": num_sequences,
-        "seq_len": seq_len,
         "seed": seed,
-        "max_abs_logit_diff": diff,
-        "max_rel_logit_diff": relative,
-        "tolerance": tolerance,
-        "passed": relative <= tolerance,
+        **compare(
+            cfg, params, torch_side, sample_tokens(cfg.vocab_size, num_sequences, seq_len, seed), tolerance
+        ),
     }
+    if text_tokens is not None:
+        report["text"] = compare(cfg, params, torch_side, text_tokens, tolerance)
+    return report
+
+
+def report_sections(report: dict) -> list[tuple[str, dict]]:
+    """(label, section) for the random tokens and, if compared, the text."""
+    sections = [(f"random tokens (seed {report['seed']})", report)]
+    if "text" in report:
+        sections.append((f"text {report['text'].get('file', '')}".strip(), report["text"]))
+    return sections

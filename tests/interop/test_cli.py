@@ -90,7 +90,7 @@ def test_t2mlr_export_and_import_with_verify(tmp_path, capsys):
     cfg_back, params_back = load_params(tmp_path / "again")
     assert cfg_back == cfg and trees_identical(params_back, params)
     assert convert("--from", "orbax", "--to", "hf", tmp_path / "ckpt", tmp_path / "hf") == 2
-    assert "drop_recurrence" in capsys.readouterr().err
+    assert "--drop-recurrence" in capsys.readouterr().err
     assert (
         convert(
             "--from",
