@@ -59,6 +59,12 @@ def day(tmp_path_factory):
     out = {
         "train": main("--config.train.steps=40", f"--workdir={workdir}"),
         "eval": main("--config.train.steps=40", f"--workdir={workdir}", "--mode=eval"),
+        "eval_init_from": main(
+            "--config.train.steps=40",
+            "--mode=eval",
+            f"--config.init_from={workdir}",
+            f"--workdir={root / 'ev'}",
+        ),
         "hf": convert(
             "--from",
             "orbax",
@@ -88,6 +94,14 @@ def test_eval_reads_the_workdir_and_reports_text_metrics(day):
     assert "step 40" in out["eval"] and "perplexity" in out["eval"] and "exact match" not in out["eval"]
     metrics = json.loads((workdir / "eval_step40.json").read_text())
     assert metrics["loss"] < 1.0  # the sentence is memorised
+
+
+def test_a_workdir_is_an_init_from_checkpoint(day):
+    root, workdir, out = day
+    assert f"init_from {workdir}" in out["eval_init_from"]
+    assert not (root / "ev" / "checkpoints").exists()  # evaluation writes results, never checkpoints
+    from_workdir = json.loads((root / "ev" / "eval_step0.json").read_text())
+    assert from_workdir["loss"] == json.loads((workdir / "eval_step40.json").read_text())["loss"]
 
 
 def test_the_hf_export_verifies_on_random_and_real_tokens(day):
