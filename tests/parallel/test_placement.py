@@ -13,9 +13,8 @@ from t2mlr_jax.parallel.placement import param_shardings
 from t2mlr_jax.train.trainer import Run
 from tests.train.tiny_task import tiny_config, tiny_source
 
-pytestmark = pytest.mark.skipif(
-    jax.device_count() < 8, reason="needs the 8 fake devices of tests/conftest.py"
-)
+# A missing fake-device setup fails loudly instead of skipping the sharding tests.
+assert jax.device_count() >= 8, "needs the 8 fake devices of tests/conftest.py"
 BUILT_IN = ("t2mlr", "transformer", "looped", "middle_looped", "pause", "lstm")
 
 

@@ -11,9 +11,8 @@ from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run
 from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
 
-pytestmark = pytest.mark.skipif(
-    jax.device_count() < 8, reason="needs the 8 fake devices of tests/conftest.py"
-)
+# A missing fake-device setup fails loudly instead of skipping the sharding tests.
+assert jax.device_count() >= 8, "needs the 8 fake devices of tests/conftest.py"
 STEPS = 3
 MESHES = [(8, 1, 1), (2, 2, 2), (1, 4, 2)]
 

