@@ -18,6 +18,7 @@ from t2mlr_jax.interop.tables import check_params
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.train import checkpoint as ckpt
+from t2mlr_jax.train.workdir import CHECKPOINTS, RUN_CONFIG, saved_steps
 
 # Runs whose parameters are exactly a backbone's (with or without T²MLR's mixer): what PyTorch layouts hold.
 EXPORTABLE_ARCHS = ("t2mlr", "transformer")
@@ -42,8 +43,8 @@ def is_orbax_checkpoint(path: Path | str) -> bool:
     return (
         is_exported_folder(path)
         or ckpt.is_step_folder(path)
-        or (path / ckpt.RUN_CONFIG).exists()
-        or (path / "checkpoints").is_dir()
+        or (path / RUN_CONFIG).exists()
+        or (path / CHECKPOINTS).is_dir()
         or bool(_sub_runs(path))
     )
 
@@ -53,8 +54,8 @@ def model_folder(path: Path | str) -> Path:
     path = Path(path)
     if is_exported_folder(path) or ckpt.is_step_folder(path):
         return path
-    checkpoints = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    steps = ckpt.saved_steps(checkpoints)
+    checkpoints = path / CHECKPOINTS if (path / CHECKPOINTS).is_dir() else path
+    steps = saved_steps(checkpoints)
     if steps:
         return checkpoints / str(steps[-1])
     runs = _sub_runs(path)
@@ -117,4 +118,4 @@ def _sub_runs(path: Path) -> list[str]:
     """The per-architecture runs of a multi-architecture workdir (workdir/<arch>/run_config.json)."""
     if not path.is_dir():
         return []
-    return sorted(p.name for p in path.iterdir() if (p / ckpt.RUN_CONFIG).exists())
+    return sorted(p.name for p in path.iterdir() if (p / RUN_CONFIG).exists())

@@ -27,8 +27,8 @@ import orbax.checkpoint as ocp
 
 from t2mlr_jax.parallel.multihost import to_host
 from t2mlr_jax.train.train_step import TrainState
+from t2mlr_jax.train.workdir import RUN_CONFIG
 
-RUN_CONFIG = "run_config.json"
 IDENTITY_SECTIONS = ("arch", "model", "baseline", "data", "seed")
 
 
@@ -203,15 +203,6 @@ class Checkpointer:
 
 # ---------------------------------------------------------------------------------------------
 # Reading a training checkpoint outside the trainer (export, init_from): no optimizer, no mesh.
-
-
-def saved_steps(directory: Path | str) -> list[int]:
-    """The finished checkpoints in a checkpoints/ folder (orbax renames a step folder to its bare number
-    only once the save completed)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    return sorted(int(p.name) for p in directory.iterdir() if p.is_dir() and p.name.isdigit())
 
 
 def is_step_folder(path: Path | str) -> bool:

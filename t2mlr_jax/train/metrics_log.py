@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from t2mlr_jax.parallel.multihost import is_lead_host
+from t2mlr_jax.train.workdir import METRICS
 
 _CRC32C_TABLE = []
 for _i in range(256):
@@ -111,7 +112,7 @@ class MetricsLog:
             return
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
-        self.jsonl_path = workdir / "metrics.jsonl"
+        self.jsonl_path = workdir / METRICS
         self._jsonl = open(self.jsonl_path, "a")
         self._events = EventWriter(workdir / "tensorboard")
 

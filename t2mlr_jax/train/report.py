@@ -21,12 +21,8 @@ matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-# The names main.py's writers give their files (metrics_log.MetricsLog, checkpoint.RUN_CONFIG,
-# trainer.SUMMARY, Run.checkpointer), spelled out so that reading a report imports no JAX.
-METRICS = "metrics.jsonl"
-RUN_CONFIG = "run_config.json"
-SUMMARY = "summary.json"
-CHECKPOINTS = "checkpoints"
+from t2mlr_jax.train.workdir import CHECKPOINTS, METRICS, RUN_CONFIG, SUMMARY, saved_steps  # noqa: E402
+
 # Metrics with a direction get a "best" value; the others (lr, grad_norm, gates) only a final one.
 LOWER_IS_BETTER = ("loss", "perplexity", "bpb")
 HIGHER_IS_BETTER = ("accuracy", "token_accuracy", "exact_match")
@@ -144,16 +140,14 @@ def throughput(train: list[dict]) -> dict:
 
 def checkpoint_list(folder: Path) -> list[dict]:
     """The orbax step folders, oldest first, with their size on disk."""
-    if not folder.is_dir():
-        return []
-    steps = sorted((int(d.name), d) for d in folder.iterdir() if d.is_dir() and d.name.isdigit())
+    steps = saved_steps(folder)
     return [
         {
             "step": step,
-            "bytes": sum(f.stat().st_size for f in d.rglob("*") if f.is_file()),
-            "latest": step == steps[-1][0],
+            "bytes": sum(f.stat().st_size for f in (folder / str(step)).rglob("*") if f.is_file()),
+            "latest": step == steps[-1],
         }
-        for step, d in steps
+        for step in steps
     ]
 
 

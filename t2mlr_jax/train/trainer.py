@@ -33,8 +33,7 @@ from t2mlr_jax.train.init_from import architecture
 from t2mlr_jax.train.metrics_log import MetricsLog
 from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
 from t2mlr_jax.train.train_step import TrainState, compile_step, init_state, model_inputs
-
-SUMMARY = "summary.json"
+from t2mlr_jax.train.workdir import CHECKPOINTS, SUMMARY, saved_steps
 
 
 class Run:
@@ -81,7 +80,7 @@ class Run:
     def checkpointer(self) -> ckpt.Checkpointer:
         t = self.config.train
         return ckpt.Checkpointer(
-            self.workdir / "checkpoints",
+            self.workdir / CHECKPOINTS,
             save_every=t.checkpoint_every,
             keep=t.keep_checkpoints,
             async_save=t.async_checkpoint,
@@ -303,7 +302,7 @@ def train(run: Run) -> dict:
 def check_loadable(workdir: Path, config: ml_collections.ConfigDict) -> None:
     """eval / generate: raise NoCheckpointError when there is nothing to evaluate (no checkpoint in the
     workdir, no config.init_from), before anything is built or any folder created."""
-    if not (ckpt.saved_steps(workdir / "checkpoints") or config.init_from):
+    if not (saved_steps(workdir / CHECKPOINTS) or config.init_from):
         raise NoCheckpointError(
             f"no checkpoint in {workdir / 'checkpoints'} and no config.init_from: train first, or pass "
             "--config.init_from=<checkpoint> to evaluate a pretrained model"
@@ -314,7 +313,7 @@ def restore_state(run: Run) -> tuple[TrainState, int]:
     """The state to evaluate or sample: the workdir's latest checkpoint and its step, or, when the workdir
     has none, config.init_from's weights at step 0. An error if there is neither; the workdir is not
     touched (no checkpoints/ folder is created)."""
-    if ckpt.saved_steps(run.workdir / "checkpoints"):
+    if saved_steps(run.workdir / CHECKPOINTS):
         checkpointer = run.checkpointer()
         try:
             restored = checkpointer.restore_latest(run.abstract_state())

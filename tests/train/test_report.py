@@ -12,7 +12,7 @@ import pytest
 
 from t2mlr_jax.train.checkpoint import run_identity, write_run_config
 from t2mlr_jax.train.metrics_log import MetricsLog
-from t2mlr_jax.train.trainer import SUMMARY
+from t2mlr_jax.train.workdir import SUMMARY
 from tests.train.tiny_task import tiny_config
 
 ROOT = Path(__file__).parents[2]
