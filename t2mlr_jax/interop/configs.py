@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
-
 from t2mlr_jax.model.config import SHAPE_FIELDS, ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.mixers import MIXERS
 
@@ -83,19 +81,6 @@ BLOCK_FIELDS = ("norm_weights", "embed_norm", "qk_norm", "window_pattern", "slid
                 "logit_softcap", "mlp", "resid_scalars", "value_embeds")  # fmt: skip
 
 
-def json_floats(value: Any) -> Any:
-    """`value` with every float that is exactly a float32 written as the shortest decimal that round-trips
-    float32, as HF's configs show them: GGUF stores norm_eps 1e-5 as float32, 9.999999747378752e-06 in
-    float64, which our ModelConfig keeps as read. Other floats (0.02, 1e-6 typed in Python) are unchanged."""
-    if isinstance(value, dict):
-        return {k: json_floats(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_floats(v) for v in value]
-    if isinstance(value, float) and float(np.float32(value)) == value:
-        return float(str(np.float32(value)))
-    return value
-
-
 def hf_config_from_model(cfg: ModelConfig, **extra: Any) -> dict:
     """A config.json that transformers' LlamaForCausalLM loads unchanged (4.x and 5.x keys both written).
     `extra` adds keys, e.g. the tokenizer's bos_token_id / eos_token_id / pad_token_id."""
@@ -109,30 +94,28 @@ def hf_config_from_model(cfg: ModelConfig, **extra: Any) -> dict:
         raise ValueError(
             f"HF Llama has no such block ({', '.join(other)}): this model cannot be exported to HF"
         )
-    return json_floats(
-        {
-            "architectures": [LLAMA_ARCHITECTURE],
-            "model_type": "llama",
-            "vocab_size": cfg.vocab_size,
-            "hidden_size": cfg.hidden_size,
-            "intermediate_size": cfg.mlp_dim,
-            "num_hidden_layers": cfg.num_layers,
-            "num_attention_heads": cfg.num_heads,
-            "num_key_value_heads": cfg.num_kv_heads,
-            "head_dim": cfg.head_dim,
-            "hidden_act": "silu",
-            "max_position_embeddings": cfg.max_seq_len,
-            "initializer_range": cfg.init_std,
-            "rms_norm_eps": cfg.norm_eps,
-            "rope_theta": cfg.rope_theta,
-            "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
-            "tie_word_embeddings": cfg.tie_embeddings,
-            "attention_bias": False,
-            "mlp_bias": False,
-            "dtype": cfg.param_dtype,
-            **extra,
-        }
-    )
+    return {
+        "architectures": [LLAMA_ARCHITECTURE],
+        "model_type": "llama",
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.mlp_dim,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": cfg.max_seq_len,
+        "initializer_range": cfg.init_std,
+        "rms_norm_eps": cfg.norm_eps,
+        "rope_theta": cfg.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "dtype": cfg.param_dtype,
+        **extra,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,14 +298,12 @@ def release_config(cfg: ModelConfig, **token_ids: int | None) -> dict:
     l_start, l_end = cfg.layer_range
     if l_end <= l_start:
         raise ValueError(f"the release requires l_start < l_end, got block range ({l_start}, {l_end})")
-    return json_floats(
-        {
-            "model_type": MODEL_TYPE,
-            "architectures": ["T2MLRWrapper"],
-            "base_model_type": "llama",
-            "base_config": hf_config_from_model(cfg.replace(recurrence=None), **token_ids),
-            "dtype": cfg.param_dtype,
-            **token_ids,
-            **release_from_recurrence(cfg.recurrence, cfg.hidden_size),
-        }
-    )
+    return {
+        "model_type": MODEL_TYPE,
+        "architectures": ["T2MLRWrapper"],
+        "base_model_type": "llama",
+        "base_config": hf_config_from_model(cfg.replace(recurrence=None), **token_ids),
+        "dtype": cfg.param_dtype,
+        **token_ids,
+        **release_from_recurrence(cfg.recurrence, cfg.hidden_size),
+    }

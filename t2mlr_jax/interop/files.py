@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -27,9 +28,23 @@ def read_json(path: Path | str) -> dict:
 
 
 def write_json(path: Path | str, data: dict) -> None:
+    """`data` as an exported folder's JSON files show it (floats through `json_floats`)."""
     with open(path, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
+        json.dump(json_floats(data), f, indent=2, sort_keys=True)
         f.write("\n")
+
+
+def json_floats(value: Any) -> Any:
+    """`value` with every float that is exactly a float32 written as the shortest decimal that round-trips
+    float32, as HF's configs show them: GGUF stores norm_eps 1e-5 as float32, 9.999999747378752e-06 in
+    float64, which our ModelConfig keeps as read. Other floats (0.02, 1e-6 typed in Python) are unchanged."""
+    if isinstance(value, dict):
+        return {k: json_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_floats(v) for v in value]
+    if isinstance(value, float) and float(np.float32(value)) == value:
+        return float(str(np.float32(value)))
+    return value
 
 
 def torch_to_numpy(tensor) -> np.ndarray:

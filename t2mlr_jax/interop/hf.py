@@ -54,9 +54,16 @@ def save_hf(
     layout = hf_layout(cfg)
     tokenizer = export_tokenizer(tokenizer, cfg.vocab_size)
     config = hf_config_from_model(layout.cfg, **token_ids(tokenizer))
-    state = to_state_dict(layout, backbone, progress=progress)
+    write_folder(path, to_state_dict(layout, backbone, progress=progress), config, tokenizer, cfg.max_seq_len)
+
+
+def write_folder(
+    path: Path | str, state: dict, config: dict, tokenizer: ExportTokenizer | None, max_length: int
+) -> None:
+    """An exported folder's files (HF or the release's layout): the weights, config.json and, with a
+    tokenizer, its files and generation_config.json."""
     path = Path(path)
     write_state_dict(path, state)
     write_json(path / "config.json", config)
     if tokenizer:
-        write_tokenizer_files(path, tokenizer, cfg.max_seq_len)
+        write_tokenizer_files(path, tokenizer, max_length)

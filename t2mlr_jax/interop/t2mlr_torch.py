@@ -10,14 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from t2mlr_jax.interop.configs import MODEL_TYPE, model_config_from_release, release_config
-from t2mlr_jax.interop.files import read_json, read_state_dict, write_json, write_state_dict
+from t2mlr_jax.interop.files import read_json, read_state_dict
+from t2mlr_jax.interop.hf import write_folder
 from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
-from t2mlr_jax.interop.tokenizer_files import (
-    ExportTokenizer,
-    export_tokenizer,
-    token_ids,
-    write_tokenizer_files,
-)
+from t2mlr_jax.interop.tokenizer_files import ExportTokenizer, export_tokenizer, token_ids
 from t2mlr_jax.model.config import ModelConfig
 
 
@@ -52,8 +48,4 @@ def save_t2mlr_torch(
     tokenizer = export_tokenizer(tokenizer, cfg.vocab_size)
     config = release_config(cfg, **token_ids(tokenizer))
     state = to_state_dict(t2mlr_layout(cfg), params, progress=progress)
-    path = Path(path)
-    write_state_dict(path, state)
-    write_json(path / "config.json", config)
-    if tokenizer:
-        write_tokenizer_files(path, tokenizer, cfg.max_seq_len)
+    write_folder(path, state, config, tokenizer, cfg.max_seq_len)

@@ -13,7 +13,7 @@ import pytest
 from t2mlr_jax.config_utils import smollm2_tokenizer
 from t2mlr_jax.data.tokenizer import load_tokenizer
 from t2mlr_jax.interop import load_params, save_params
-from t2mlr_jax.interop.configs import json_floats
+from t2mlr_jax.interop.files import json_floats
 from t2mlr_jax.interop.tokenizer_files import read_tokenizer
 from tests.interop.helpers import random_params, tiny_t2mlr_config
 from tests.interop.test_cli import convert
