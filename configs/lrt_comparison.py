@@ -115,6 +115,11 @@ def get_config(arg=None):
     return config
 
 
+def unknown_rows(rows) -> list[str]:
+    """The names in `rows` that are no row of this file (what a --rows list is checked against)."""
+    return [r for r in rows if r not in ROWS]
+
+
 def trained_thoughts(config) -> tuple[int, ...]:
     """The thought counts K a row's config trains with ((0,) for architectures without thought slots)."""
     section = config.get(config.arch)

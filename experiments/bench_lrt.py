@@ -48,7 +48,7 @@ def resolve_sections(text: str) -> list[str]:
 
 def resolve_rows(text: str) -> tuple[str, ...]:
     rows = tuple(dict.fromkeys(r.strip() for r in text.split(",") if r.strip()))
-    unknown = lrt.unknown_rows(rows)
+    unknown = lrt.comparison().unknown_rows(rows)
     if unknown:
         raise SystemExit(f"--rows: unknown {unknown}; choose from {', '.join(lrt.comparison().ROWS)}")
     return rows

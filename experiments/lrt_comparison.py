@@ -99,7 +99,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def resolve_rows(text: str) -> list[str]:
     wanted = [r.strip() for r in text.split(",") if r.strip()]
-    unknown = [r for r in wanted if r not in ROWS]
+    unknown = ROWS_CONFIG.unknown_rows(wanted)
     if unknown or not wanted:
         raise SystemExit(f"error: --rows: unknown {unknown or 'empty list'}; choose from {', '.join(ROWS)}")
     return paper_order(set(wanted))
@@ -257,7 +257,8 @@ def run_row(row: str, config, out: Path, eval_thoughts: tuple[int, ...], referen
     """Train (or resume, or skip) one row, evaluate it at its K and, for sampled-K rows, at each of
     eval_thoughts; its result (with `new` = whether anything was computed now)."""
     from t2mlr_jax.train.build_data import build_data_source
-    from t2mlr_jax.train.trainer import SUMMARY, Run, train
+    from t2mlr_jax.train.trainer import Run, train
+    from t2mlr_jax.train.workdir import SUMMARY
 
     workdir = out / row
     started = time.time()

@@ -476,10 +476,6 @@ def comparison():
     return config_module(COMPARISON)
 
 
-def unknown_rows(rows: tuple[str, ...]) -> list[str]:
-    return [r for r in rows if r not in comparison().ROWS]
-
-
 def row_config(name: str, p: LRTPreset) -> ml_collections.ConfigDict:
     """Row `name` of configs/lrt_comparison.py at p.rows_scale, on the preset's backbone scaled as the
     comparison scales its reference (depth x the row's, rows and context x its slots), with the weights

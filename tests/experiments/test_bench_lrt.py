@@ -40,7 +40,8 @@ def test_full_preset_is_the_papers_reference_and_protocol():
     table1 = ("vanilla1x", "vanilla2x", "vanilla3x", "loop2", "loop3", "loop4", "lrt1x", "lrt2x", "lrt3x")
     table1 += ("tt1", "tt2", "ponder1", "ponder2")
     assert full.rows == bench_lrt.lrt.PRESETS["quick"].rows == table1 and full.rows_scale == "paper"
-    assert not bench_lrt.lrt.unknown_rows(table1) and bench_lrt.lrt.PAPER_ROW_RATIOS["tt1"] == 2.3
+    assert not bench_lrt.lrt.comparison().unknown_rows(table1)
+    assert bench_lrt.lrt.PAPER_ROW_RATIOS["tt1"] == 2.3
 
 
 def test_test_preset_writes_json_and_markdown_with_the_ratios(tmp_path):
