@@ -56,14 +56,14 @@ def _parse_flags(argv: list[str]) -> list[str]:
     one error line (exit status 2)."""
     if any(arg in HELP_FLAGS for arg in argv[1:]):
         app.usage(shorthelp="--helpfull" not in argv, writeto_stdout=True, exitcode=0)
-    problem = _config_problem(argv)
-    if problem:
-        _fail(problem)
     try:
         parsed = flags.FLAGS(argv)
         _CONFIG.value.keys()  # config_flags reports a config file that failed to load only when it is used
         return parsed
     except Exception as e:  # noqa: BLE001 -- whatever the config file raised, the user gets one line
+        problem = _config_problem(argv)  # a missing file or a mistyped field, named with its nearest names
+        if problem:
+            _fail(problem)
         cause = e
         while cause.__cause__ or cause.__context__:  # config_flags wraps the config file's own error
             cause = cause.__cause__ or cause.__context__

@@ -214,13 +214,12 @@ def read_step_params(step_folder: Path | str) -> Any:
     path = Path(step_folder).absolute() / "state"
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
-    absl_logger.setLevel(logging.ERROR)  # an item folder has no step metadata file, and orbax warns so
-    try:
-        with ocp.PyTreeCheckpointer() as checkpointer:
-            stored = dict(checkpointer.metadata(path).item_metadata)["params"]
-    finally:
-        absl_logger.setLevel(level)
     with ocp.PyTreeCheckpointer() as checkpointer:
+        absl_logger.setLevel(logging.ERROR)  # an item folder has no step metadata file, and orbax warns so
+        try:
+            stored = dict(checkpointer.metadata(path).item_metadata)["params"]
+        finally:
+            absl_logger.setLevel(level)
         target = {"params": jax.tree.map(lambda m: np.zeros((), m.dtype), stored)}
         restored = checkpointer.restore(
             path,
