@@ -1,5 +1,6 @@
-"""Configuration conversion (pure Python, no JAX): HF Llama config.json <-> `ModelConfig`, the authors'
-T²MLR settings <-> `RecurrenceConfig`, and `ModelConfig` <-> a JSON-able dict for our own checkpoints.
+"""Configuration conversion (pure Python, no JAX): HF Llama / Qwen3 config.json <-> `ModelConfig`, the
+authors' T²MLR settings <-> `RecurrenceConfig`, and `ModelConfig` <-> a JSON-able dict for our own
+checkpoints.
 
 Every importer refuses settings it cannot reproduce exactly, listing all of them in one ValueError,
 rather than loading a model that silently computes something else.
@@ -32,9 +33,33 @@ def config_from_dict(data: dict) -> ModelConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# HF Llama config.json.
+# HF config.json: the Llama family.
 
-LLAMA_ARCHITECTURE = "LlamaForCausalLM"
+
+@dataclasses.dataclass(frozen=True)
+class HFModel:
+    """One HF model type our backbone reproduces exactly."""
+
+    architecture: str
+    block: dict  # the BLOCK_FIELDS it fixes; the others keep ModelConfig's defaults (which are Llama's)
+    defaults: dict  # transformers' values for keys a config.json may omit, where the type differs from Llama
+    export: dict  # keys only its config.json has, as we write them
+
+
+# The one table of supported HF model types. Qwen3 is Llama plus a weighted RMSNorm of q and k over
+# head_dim before RoPE (eps rms_norm_eps, like ours) and optional sliding windows, which we refuse.
+HF_MODELS = {
+    "llama": HFModel("LlamaForCausalLM", block={}, defaults={}, export={"mlp_bias": False}),
+    "qwen3": HFModel(
+        "Qwen3ForCausalLM",
+        block={"qk_norm": "before_rope"},
+        defaults={"head_dim": 128, "max_position_embeddings": 32768, "max_window_layers": 28},
+        export={"use_sliding_window": False, "sliding_window": None},
+    ),
+}
+# The backbone's configurable parts (norms, QK-norm, windows, softcaps, MLP): Llama is their defaults.
+BLOCK_FIELDS = ("norm_weights", "embed_norm", "qk_norm", "window_pattern", "sliding_window", "attn_softcap",
+                "logit_softcap", "mlp", "resid_scalars", "value_embeds")  # fmt: skip
 
 
 def _raise_if(problems: list[str], what: str) -> None:
@@ -42,11 +67,35 @@ def _raise_if(problems: list[str], what: str) -> None:
         raise ValueError(f"{what}: cannot convert exactly:\n  - " + "\n  - ".join(problems))
 
 
-def model_config_from_hf(hf: dict, *, param_dtype: str = "float32") -> ModelConfig:
-    """A `ModelConfig` from a Llama-family config.json (transformers 4.x or 5.x spelling)."""
+def _supported(model_types) -> str:
+    return ", ".join(map(repr, model_types))
+
+
+def _sliding_layers(hf: dict) -> list[int]:
+    """The layers transformers runs with a sliding window: `layer_types` when given, else Qwen3Config's
+    rule (with use_sliding_window and a sliding_window, every layer from max_window_layers up)."""
+    window = hf.get("sliding_window") if hf.get("use_sliding_window") else None
+    types = hf.get("layer_types") or [
+        "sliding_attention"
+        if window is not None and i >= hf.get("max_window_layers", 0)
+        else "full_attention"
+        for i in range(int(hf["num_hidden_layers"]))
+    ]
+    return [i for i, kind in enumerate(types) if kind != "full_attention"]
+
+
+def model_config_from_hf(
+    hf: dict, *, param_dtype: str = "float32", model_types: tuple[str, ...] = tuple(HF_MODELS)
+) -> ModelConfig:
+    """A `ModelConfig` from a config.json of one of `model_types` (transformers 4.x or 5.x spelling)."""
+    model_type = hf.get("model_type")
+    if model_type not in model_types:
+        raise ValueError(
+            f"HF config: model_type {model_type!r} is not supported (supported: {_supported(model_types)})"
+        )
+    model = HF_MODELS[model_type]
+    hf = {**model.defaults, **hf}
     problems = []
-    if hf.get("model_type") != "llama":
-        problems.append(f"model_type {hf.get('model_type')!r} is not 'llama'")
     if hf.get("hidden_act", "silu") != "silu":
         problems.append(f"hidden_act {hf['hidden_act']!r} (only silu)")
     for flag in ("attention_bias", "mlp_bias"):
@@ -57,7 +106,15 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32") -> ModelConf
     rope_type = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
     if rope_type != "default":
         problems.append(f"rope type {rope_type!r} (only the default rotary embedding)")
-    _raise_if(problems, "HF config")
+    sliding = _sliding_layers(hf)
+    if sliding:
+        # HF slides the top layers (the last one included) over sliding_window keys counting the query;
+        # our window_pattern tiles from layer 0 and always keeps the last layer full.
+        problems.append(
+            f"sliding-window attention on layers {sliding} (use_sliding_window / layer_types): our "
+            "windows cannot place it (the last layer is always full)"
+        )
+    _raise_if(problems, f"HF {model_type} config")
     heads = int(hf["num_attention_heads"])
     return ModelConfig(
         vocab_size=int(hf["vocab_size"]),
@@ -73,30 +130,45 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32") -> ModelConf
         init_std=float(hf.get("initializer_range", 0.02)),
         max_seq_len=int(hf.get("max_position_embeddings", 8192)),
         param_dtype=param_dtype,
+        **model.block,
     ).validate()
 
 
-# The backbone's configurable parts (norms, QK-norm, windows, softcaps, MLP): Llama is their defaults.
-BLOCK_FIELDS = ("norm_weights", "embed_norm", "qk_norm", "window_pattern", "sliding_window", "attn_softcap",
-                "logit_softcap", "mlp", "resid_scalars", "value_embeds")  # fmt: skip
+def hf_model_type(cfg: ModelConfig) -> str:
+    """The HF model type with exactly this model's block; else one ValueError naming the fields in which
+    the closest supported type differs."""
+    plain = ModelConfig(**{f: getattr(cfg, f) for f in SHAPE_FIELDS})
+    differ = {
+        name: [
+            f"{f}={getattr(cfg, f)!r}"
+            for f in BLOCK_FIELDS
+            if getattr(cfg, f) != model.block.get(f, getattr(plain, f))
+        ]
+        for name, model in HF_MODELS.items()
+    }
+    closest = min(differ, key=lambda name: len(differ[name]))
+    if differ[closest]:
+        raise ValueError(
+            f"no HF model type has this block (closest: {closest!r}, which has no "
+            f"{', '.join(differ[closest])}): this model cannot be exported to HF "
+            f"(supported: {_supported(HF_MODELS)})"
+        )
+    return closest
 
 
 def hf_config_from_model(cfg: ModelConfig, **extra: Any) -> dict:
-    """A config.json that transformers' LlamaForCausalLM loads unchanged (4.x and 5.x keys both written).
-    `extra` adds keys, e.g. the tokenizer's bos_token_id / eos_token_id / pad_token_id."""
+    """A config.json that transformers loads unchanged as the model's HF type (LlamaForCausalLM or
+    Qwen3ForCausalLM; 4.x and 5.x keys both written). `extra` adds keys, e.g. the tokenizer's bos_token_id /
+    eos_token_id / pad_token_id."""
     if cfg.rope_theta is None:
         raise ValueError(
-            "HF Llama has no NoPE variant: a model with rope_theta=None cannot be exported to HF"
+            f"HF {_supported(HF_MODELS)} have no NoPE variant: a model with rope_theta=None cannot be "
+            "exported to HF"
         )
-    llama = ModelConfig(**{f: getattr(cfg, f) for f in SHAPE_FIELDS})
-    other = [f"{f}={getattr(cfg, f)!r}" for f in BLOCK_FIELDS if getattr(cfg, f) != getattr(llama, f)]
-    if other:
-        raise ValueError(
-            f"HF Llama has no such block ({', '.join(other)}): this model cannot be exported to HF"
-        )
+    model_type = hf_model_type(cfg)
     return {
-        "architectures": [LLAMA_ARCHITECTURE],
-        "model_type": "llama",
+        "architectures": [HF_MODELS[model_type].architecture],
+        "model_type": model_type,
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.hidden_size,
         "intermediate_size": cfg.mlp_dim,
@@ -112,7 +184,7 @@ def hf_config_from_model(cfg: ModelConfig, **extra: Any) -> dict:
         "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
         "tie_word_embeddings": cfg.tie_embeddings,
         "attention_bias": False,
-        "mlp_bias": False,
+        **HF_MODELS[model_type].export,
         "dtype": cfg.param_dtype,
         **extra,
     }
@@ -267,6 +339,7 @@ def release_from_recurrence(rec: RecurrenceConfig, hidden_size: int) -> dict:
 # The release's whole config.json (T2MLRConfig): the base Llama config plus the flat settings.
 
 MODEL_TYPE = "t2mlr"
+RELEASE_BASE = "llama"  # the release wraps (and its torch reference rebuilds) an HF Llama
 # Keys of the release's config.json that are not T²MLR settings.
 WRAPPER_KEYS = (
     "base_config",
@@ -287,7 +360,7 @@ def model_config_from_release(config: dict, *, param_dtype: str = "float32") -> 
             f"not a T²MLR release config: model_type={config.get('model_type')!r}, "
             f"base_config {'present' if 'base_config' in config else 'absent'}"
         )
-    base = model_config_from_hf(config["base_config"], param_dtype=param_dtype)
+    base = model_config_from_hf(config["base_config"], param_dtype=param_dtype, model_types=(RELEASE_BASE,))
     settings = {k: v for k, v in config.items() if k not in WRAPPER_KEYS}
     return base.replace(recurrence=recurrence_from_release(settings, base.hidden_size)).validate()
 
@@ -298,11 +371,16 @@ def release_config(cfg: ModelConfig, **token_ids: int | None) -> dict:
     l_start, l_end = cfg.layer_range
     if l_end <= l_start:
         raise ValueError(f"the release requires l_start < l_end, got block range ({l_start}, {l_end})")
+    base = hf_config_from_model(cfg.replace(recurrence=None), **token_ids)
+    if base["model_type"] != RELEASE_BASE:
+        raise ValueError(
+            f"the release wraps HF {RELEASE_BASE!r} only, this backbone is {base['model_type']!r}"
+        )
     return {
         "model_type": MODEL_TYPE,
         "architectures": ["T2MLRWrapper"],
-        "base_model_type": "llama",
-        "base_config": hf_config_from_model(cfg.replace(recurrence=None), **token_ids),
+        "base_model_type": RELEASE_BASE,
+        "base_config": base,
         "dtype": cfg.param_dtype,
         **token_ids,
         **release_from_recurrence(cfg.recurrence, cfg.hidden_size),

@@ -21,7 +21,7 @@ from t2mlr_jax.model.mixers import MIXERS
 from t2mlr_jax.model.spec import init_from_specs
 
 # What a backbone's weights encode: a checkpoint fits a model config when these agree.
-BACKBONE_FIELDS = (*SHAPE_FIELDS, "rope_theta", "norm_eps", "tie_embeddings")
+BACKBONE_FIELDS = (*SHAPE_FIELDS, "rope_theta", "norm_eps", "tie_embeddings", "qk_norm")
 # Recurrence fields that shape only the start of training (init draws, default Jacobi depths), not the
 # function.
 START_ONLY_FIELDS = (

@@ -48,6 +48,12 @@ LLAMA_RULES = (
     Rule(("norm",), "model.norm.weight"),
     Rule(("lm_head",), "lm_head.weight"),
 )
+# Qwen3 is Llama plus QK-norm scales; `_select` keeps the rules of the parameters a model has.
+HF_RULES = (
+    *LLAMA_RULES,
+    Rule(("layers", "self_attn", "q_norm"), "model.layers.{block}.self_attn.q_norm.weight"),
+    Rule(("layers", "self_attn", "k_norm"), "model.layers.{block}.self_attn.k_norm.weight"),
+)
 
 
 _MIXER = "model.layers.{l_start}.t2mlr_mixing_module."
@@ -96,8 +102,9 @@ def _select(name: str, cfg: ModelConfig, rules, **layout) -> StateDictLayout:
 
 
 def hf_layout(cfg: ModelConfig) -> StateDictLayout:
-    """transformers' LlamaForCausalLM state dict (the backbone: a T²MLR model's mixer is not part of it)."""
-    return _select("hf", cfg.replace(recurrence=None), LLAMA_RULES)
+    """transformers' LlamaForCausalLM / Qwen3ForCausalLM state dict (the backbone: a T²MLR model's mixer is
+    not part of it)."""
+    return _select("hf", cfg.replace(recurrence=None), HF_RULES)
 
 
 def t2mlr_layout(cfg: ModelConfig) -> StateDictLayout:

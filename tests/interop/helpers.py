@@ -8,7 +8,14 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 from torch import nn
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PretrainedConfig,
+    PreTrainedModel,
+    Qwen3Config,
+)
 
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.params import init_params
@@ -30,10 +37,28 @@ def tiny_llama_config(kv_heads: int = 2, tied: bool = True) -> LlamaConfig:
     )
 
 
-def transformers_model(config: LlamaConfig, seed: int = 0) -> LlamaForCausalLM:
-    """A random transformers Llama with non-trivial norms, so a swapped norm weight would show."""
+def tiny_qwen3_config(tied: bool = True) -> Qwen3Config:
+    """head_dim 16 != hidden / heads, so only an explicit head_dim gives the right shapes."""
+    return Qwen3Config(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=tied,
+        rope_parameters={"rope_type": "default", "rope_theta": 20000.0},
+        max_position_embeddings=256,
+    )
+
+
+def transformers_model(config: PretrainedConfig, seed: int = 0) -> PreTrainedModel:
+    """A random fp32 transformers model of the config's type with non-trivial norms (Qwen3's q_norm /
+    k_norm included), so a swapped norm weight would show."""
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:

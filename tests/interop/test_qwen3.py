@@ -1,0 +1,117 @@
+"""HF Qwen3 (Llama plus QK-RMSNorm before RoPE) as a config of our backbone: logit parity with transformers,
+a bitwise round trip that transformers loads back as Qwen3, and clear refusals of what does not map."""
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Qwen3ForCausalLM
+
+from t2mlr_jax.interop import load_hf, load_pretrained, save_hf
+from t2mlr_jax.interop.configs import (
+    hf_config_from_model,
+    model_config_from_hf,
+    model_config_from_release,
+    release_config,
+)
+from t2mlr_jax.interop.files import read_state_dict
+from t2mlr_jax.interop.pretrained import checkpoint_format
+from t2mlr_jax.model import backbone
+from tests.interop.helpers import state_dicts_identical, tiny_qwen3_config, transformers_model
+
+TOKENS = np.random.default_rng(0).integers(0, 128, (2, 12))
+
+
+def logits_close(ours, theirs) -> bool:
+    return np.abs(np.asarray(ours) - theirs).max() <= 1e-4 * np.abs(theirs).max()
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
+def qwen3(request, tmp_path_factory):
+    """A random transformers Qwen3 saved as an HF folder, its logits, and what we load from the folder."""
+    folder = tmp_path_factory.mktemp("qwen3") / "hf"
+    model = transformers_model(tiny_qwen3_config(tied=request.param), seed=1)
+    model.save_pretrained(folder)
+    with torch.no_grad():
+        logits = model(torch.as_tensor(TOKENS)).logits.numpy()
+    assert checkpoint_format(folder) == "hf"
+    cfg, params = load_pretrained(folder)
+    return folder, logits, cfg, params
+
+
+def test_config_maps_every_field(qwen3):
+    folder, _, cfg, _ = qwen3
+    tied = json.loads((folder / "config.json").read_text())["tie_word_embeddings"]
+    assert (cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (
+        64,
+        2,
+        4,
+        2,
+        16,
+    )
+    assert (cfg.mlp_dim, cfg.vocab_size, cfg.max_seq_len) == (96, 128, 256)
+    assert (cfg.rope_theta, cfg.norm_eps, cfg.tie_embeddings, cfg.qk_norm) == (
+        20000.0,
+        1e-6,
+        tied,
+        "before_rope",
+    )
+
+
+def test_logits_match_transformers(qwen3):
+    _, theirs, cfg, params = qwen3
+    assert logits_close(backbone.forward(cfg, params, jnp.asarray(TOKENS)), theirs)
+
+
+def test_round_trip_is_bitwise_and_transformers_loads_it_as_qwen3(qwen3, tmp_path):
+    folder, theirs, cfg, params = qwen3
+    save_hf(cfg, params, tmp_path / "back")
+    assert state_dicts_identical(read_state_dict(folder), read_state_dict(tmp_path / "back"))
+    assert load_hf(tmp_path / "back")[0] == cfg
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "back", dtype=torch.float32).eval()
+    assert isinstance(reloaded, Qwen3ForCausalLM)
+    with torch.no_grad():
+        assert logits_close(reloaded(torch.as_tensor(TOKENS)).logits.numpy(), theirs)
+
+
+@pytest.mark.parametrize("model_type", ["gemma3", "gemma3_text", "phi", "gpt_neox", "mistral", None])
+def test_other_model_types_are_refused_in_one_line(qwen3, tmp_path, model_type):
+    config = {**json.loads((qwen3[0] / "config.json").read_text()), "model_type": model_type}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError) as error:
+        load_pretrained(tmp_path)
+    assert str(error.value) == (
+        f"HF config: model_type {model_type!r} is not supported (supported: 'llama', 'qwen3')"
+    )
+
+
+def test_sliding_windows_and_biases_are_refused(qwen3):
+    config = json.loads((qwen3[0] / "config.json").read_text())
+    del config["layer_types"]  # as transformers 4.x wrote it: the layer types follow from max_window_layers
+    windows = {"use_sliding_window": True, "sliding_window": 8}
+    with pytest.raises(
+        ValueError, match=r"(?s)attention_bias=true.*sliding-window attention on layers \[1\]"
+    ):
+        model_config_from_hf({**config, **windows, "max_window_layers": 1, "attention_bias": True})
+    with pytest.raises(ValueError, match=r"sliding-window attention on layers \[0, 1\]"):
+        model_config_from_hf({**config, "layer_types": ["sliding_attention"] * 2})
+    # Windows switched on but starting above the last layer: every layer is full, which maps exactly.
+    assert model_config_from_hf({**config, **windows, "max_window_layers": 2}) == qwen3[2]
+
+
+def test_blocks_without_an_hf_type_are_refused_on_export(qwen3):
+    cfg = qwen3[2]
+    with pytest.raises(
+        ValueError, match=r"closest: 'qwen3', which has no window_pattern='SL', sliding_window=4\)"
+    ):
+        hf_config_from_model(cfg.replace(window_pattern="SL", sliding_window=4))
+    with pytest.raises(ValueError, match=r"closest: 'llama', which has no qk_norm='after_rope'\)"):
+        hf_config_from_model(cfg.replace(qk_norm="after_rope"))
+    # The authors' release wraps Llama only, both ways.
+    with pytest.raises(ValueError, match="the release wraps HF 'llama' only"):
+        release_config(cfg.with_recurrence(l_start=0, l_end=1))
+    release = {"model_type": "t2mlr", "base_config": hf_config_from_model(cfg)}
+    with pytest.raises(ValueError, match=r"model_type 'qwen3' is not supported \(supported: 'llama'\)"):
+        model_config_from_release(release)
