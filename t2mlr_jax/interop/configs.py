@@ -1,6 +1,6 @@
-"""Configuration conversion (pure Python, no JAX): HF Llama / Qwen3 config.json <-> `ModelConfig`, the
-authors' T²MLR settings <-> `RecurrenceConfig`, and `ModelConfig` <-> a JSON-able dict for our own
-checkpoints.
+"""Configuration conversion (pure Python, no JAX): HF Llama / Qwen3 config.json <-> `ModelConfig` (Gemma3
+text: import only), the authors' T²MLR settings <-> `RecurrenceConfig`, and `ModelConfig` <-> a JSON-able
+dict for our own checkpoints.
 
 Every importer refuses settings it cannot reproduce exactly, listing all of them in one ValueError,
 rather than loading a model that silently computes something else.
@@ -43,7 +43,8 @@ class HFModel:
     architecture: str
     block: dict  # the BLOCK_FIELDS it fixes; the others keep ModelConfig's defaults (which are Llama's)
     defaults: dict  # transformers' values for keys a config.json may omit, where the type differs from Llama
-    export: dict  # keys only its config.json has, as we write them
+    export: dict | None  # keys only its config.json has, as we write them; None: import only
+    activation: tuple[str, str] = ("hidden_act", "silu")  # its config key and the one value we implement
 
 
 # The one table of supported HF model types. Qwen3 is Llama plus a weighted RMSNorm of q and k over
@@ -56,10 +57,37 @@ HF_MODELS = {
         defaults={"head_dim": 128, "max_position_embeddings": 32768, "max_window_layers": 28},
         export={"use_sliding_window": False, "sliding_window": None},
     ),
+    # Gemma3 text: (1 + w) RMSNorms everywhere, sqrt(hidden)-scaled embeddings, sandwich norms, GeGLU
+    # (tanh GELU), QK-norm before RoPE, query_pre_attn_scalar, sliding layers with their own RoPE base
+    # (`_gemma3_fields`). Import only.
+    "gemma3_text": HFModel(
+        "Gemma3ForCausalLM",
+        block={
+            "norm_offset": True,
+            "embed_scale": True,
+            "sandwich_norms": True,
+            "qk_norm": "before_rope",
+            "mlp": "geglu",
+        },
+        defaults={
+            "head_dim": 256,
+            "max_position_embeddings": 131072,
+            "tie_word_embeddings": True,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "query_pre_attn_scalar": 256,
+            "sliding_window": 4096,
+            "sliding_window_pattern": 6,
+            "rope_theta": 1_000_000.0,
+            "rope_local_base_freq": 10_000.0,
+        },
+        export=None,
+        activation=("hidden_activation", "gelu_pytorch_tanh"),
+    ),
 }
 # The backbone's configurable parts (norms, QK-norm, windows, softcaps, MLP): Llama is their defaults.
 BLOCK_FIELDS = ("norm_weights", "embed_norm", "qk_norm", "window_pattern", "sliding_window", "attn_softcap",
-                "logit_softcap", "mlp", "resid_scalars", "value_embeds")  # fmt: skip
+                "logit_softcap", "mlp", "resid_scalars", "value_embeds", "norm_offset", "embed_scale",
+                "sandwich_norms", "query_pre_attn_scalar", "rope_local_theta")  # fmt: skip
 
 
 def _raise_if(problems: list[str], what: str) -> None:
@@ -96,24 +124,13 @@ def model_config_from_hf(
     model = HF_MODELS[model_type]
     hf = {**model.defaults, **hf}
     problems = []
-    if hf.get("hidden_act", "silu") != "silu":
-        problems.append(f"hidden_act {hf['hidden_act']!r} (only silu)")
+    key, act = model.activation
+    if hf.get(key, act) != act:
+        problems.append(f"{key} {hf[key]!r} (only {act})")
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
             problems.append(f"{flag}=true (biases are not part of the parameter table)")
-    rope = dict(hf.get("rope_parameters") or {})
-    scaling = hf.get("rope_scaling") or {}
-    rope_type = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
-    if rope_type != "default":
-        problems.append(f"rope type {rope_type!r} (only the default rotary embedding)")
-    sliding = _sliding_layers(hf)
-    if sliding:
-        # HF slides the top layers (the last one included) over sliding_window keys counting the query;
-        # our window_pattern tiles from layer 0 and always keeps the last layer full.
-        problems.append(
-            f"sliding-window attention on layers {sliding} (use_sliding_window / layer_types): our "
-            "windows cannot place it (the last layer is always full)"
-        )
+    fields = (_gemma3_fields if model_type == "gemma3_text" else _llama_fields)(hf, problems)
     _raise_if(problems, f"HF {model_type} config")
     heads = int(hf["num_attention_heads"])
     return ModelConfig(
@@ -124,14 +141,86 @@ def model_config_from_hf(
         num_kv_heads=int(hf.get("num_key_value_heads") or heads),
         head_dim=int(hf.get("head_dim") or hf["hidden_size"] // heads),
         mlp_dim=int(hf["intermediate_size"]),
-        rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 10_000.0))),
         norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         init_std=float(hf.get("initializer_range", 0.02)),
         max_seq_len=int(hf.get("max_position_embeddings", 8192)),
         param_dtype=param_dtype,
         **model.block,
+        **fields,
     ).validate()
+
+
+def _rope_theta(rope: dict, scaling: dict, problems: list[str], where: str = "") -> float:
+    """The base of a default rotary embedding (HF rope_parameters, or 4.x rope_theta / rope_scaling)."""
+    rope_type = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
+    if rope_type != "default":
+        problems.append(f"rope type {rope_type!r}{where} (only the default rotary embedding)")
+    return float(rope.get("rope_theta", 10_000.0))
+
+
+def _llama_fields(hf: dict, problems: list[str]) -> dict:
+    """Llama / Qwen3: one RoPE base, no sliding windows."""
+    rope = {"rope_theta": hf.get("rope_theta", 10_000.0), **(hf.get("rope_parameters") or {})}
+    theta = _rope_theta(rope, hf.get("rope_scaling") or {}, problems)
+    sliding = _sliding_layers(hf)
+    if sliding:
+        # HF slides the top layers (the last one included) over sliding_window keys counting the query;
+        # our window_pattern tiles from layer 0 and always keeps the last layer full.
+        problems.append(
+            f"sliding-window attention on layers {sliding} (use_sliding_window / layer_types): our "
+            "windows cannot place it (the last layer is always full)"
+        )
+    return {"rope_theta": theta}
+
+
+def _gemma3_fields(hf: dict, problems: list[str]) -> dict:
+    """Gemma3 text: attention scale, final softcap, and its sliding layers as our windows."""
+    if hf.get("attn_logit_softcapping") is not None:
+        problems.append(
+            f"attn_logit_softcapping={hf['attn_logit_softcapping']} (transformers' Gemma3 attention does "
+            "not apply it; only null)"
+        )
+    if hf.get("use_bidirectional_attention"):
+        problems.append("use_bidirectional_attention=true (only causal attention)")
+    layers = int(hf["num_hidden_layers"])
+    pattern = int(hf.get("_sliding_window_pattern", hf["sliding_window_pattern"]))
+    types = hf.get("layer_types") or [
+        "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)
+    ]
+    kinds = "".join("L" if kind == "full_attention" else "S" for kind in types)
+    # transformers 5: rope_parameters per layer type; 4.x: rope_theta (+ rope_scaling), rope_local_base_freq.
+    rope = hf.get("rope_parameters") or {}
+    if "full_attention" not in rope:
+        rope = {
+            "full_attention": {"rope_theta": hf["rope_theta"], **(hf.get("rope_scaling") or {})},
+            "sliding_attention": {"rope_theta": hf["rope_local_base_freq"]},
+        }
+    theta = _rope_theta(rope["full_attention"], {}, problems, " on full-attention layers")
+    fields = {
+        "rope_theta": theta,
+        "query_pre_attn_scalar": float(hf["query_pre_attn_scalar"]),
+        "logit_softcap": hf.get("final_logit_softcapping"),
+    }
+    if "S" not in kinds:
+        return fields
+    window = int(hf.get("sliding_window") or 0)
+    if kinds[-1] != "L" or window < 2:
+        problems.append(
+            f"sliding-window layers {kinds!r} (S = sliding) with sliding_window={window}: our windows keep "
+            "the last layer full and need sliding_window >= 2"
+        )
+        return fields
+    # Our pattern tiles from layer 0 (the last layer is always full): the shortest period that does.
+    period = next(p for p in range(1, layers + 1) if all(kinds[i] == kinds[i % p] for i in range(layers - 1)))
+    local = rope.get("sliding_attention") or {}
+    return {
+        **fields,
+        "window_pattern": kinds[:period],
+        # HF's window counts the query (keys within sliding_window - 1 slots back); ours counts slots back.
+        "sliding_window": window - 1,
+        "rope_local_theta": _rope_theta(local, {}, problems, " on sliding layers"),
+    }
 
 
 def hf_model_type(cfg: ModelConfig) -> str:
@@ -145,13 +234,14 @@ def hf_model_type(cfg: ModelConfig) -> str:
             if getattr(cfg, f) != model.block.get(f, getattr(plain, f))
         ]
         for name, model in HF_MODELS.items()
+        if model.export is not None
     }
     closest = min(differ, key=lambda name: len(differ[name]))
     if differ[closest]:
         raise ValueError(
             f"no HF model type has this block (closest: {closest!r}, which has no "
             f"{', '.join(differ[closest])}): this model cannot be exported to HF "
-            f"(supported: {_supported(HF_MODELS)})"
+            f"(supported: {_supported(n for n, m in HF_MODELS.items() if m.export is not None)})"
         )
     return closest
 
@@ -162,8 +252,8 @@ def hf_config_from_model(cfg: ModelConfig, **extra: Any) -> dict:
     eos_token_id / pad_token_id."""
     if cfg.rope_theta is None:
         raise ValueError(
-            f"HF {_supported(HF_MODELS)} have no NoPE variant: a model with rope_theta=None cannot be "
-            "exported to HF"
+            f"HF {_supported(('llama', 'qwen3'))} have no NoPE variant: a model with rope_theta=None cannot "
+            "be exported to HF"
         )
     model_type = hf_model_type(cfg)
     return {

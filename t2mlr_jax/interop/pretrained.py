@@ -9,7 +9,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from t2mlr_jax.interop.configs import model_config_from_hf, model_config_from_release
+from t2mlr_jax.interop.configs import BLOCK_FIELDS, model_config_from_hf, model_config_from_release
 from t2mlr_jax.interop.files import read_json
 from t2mlr_jax.interop.gguf import gguf_model_config, load_gguf, open_gguf
 from t2mlr_jax.interop.hf import load_hf
@@ -21,7 +21,7 @@ from t2mlr_jax.model.mixers import MIXERS
 from t2mlr_jax.model.spec import init_from_specs
 
 # What a backbone's weights encode: a checkpoint fits a model config when these agree.
-BACKBONE_FIELDS = (*SHAPE_FIELDS, "rope_theta", "norm_eps", "tie_embeddings", "qk_norm")
+BACKBONE_FIELDS = (*SHAPE_FIELDS, *BLOCK_FIELDS, "rope_theta", "norm_eps", "tie_embeddings")
 # Recurrence fields that shape only the start of training (init draws, default Jacobi depths), not the
 # function.
 START_ONLY_FIELDS = (

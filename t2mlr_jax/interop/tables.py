@@ -48,11 +48,14 @@ LLAMA_RULES = (
     Rule(("norm",), "model.norm.weight"),
     Rule(("lm_head",), "lm_head.weight"),
 )
-# Qwen3 is Llama plus QK-norm scales; `_select` keeps the rules of the parameters a model has.
+# Qwen3 is Llama plus QK-norm scales, Gemma3 adds the sandwich norms (our names are HF Gemma's); `_select`
+# keeps the rules of the parameters a model has.
 HF_RULES = (
     *LLAMA_RULES,
     Rule(("layers", "self_attn", "q_norm"), "model.layers.{block}.self_attn.q_norm.weight"),
     Rule(("layers", "self_attn", "k_norm"), "model.layers.{block}.self_attn.k_norm.weight"),
+    Rule(("layers", "pre_feedforward_layernorm"), "model.layers.{block}.pre_feedforward_layernorm.weight"),
+    Rule(("layers", "post_feedforward_layernorm"), "model.layers.{block}.post_feedforward_layernorm.weight"),
 )
 
 
@@ -102,8 +105,8 @@ def _select(name: str, cfg: ModelConfig, rules, **layout) -> StateDictLayout:
 
 
 def hf_layout(cfg: ModelConfig) -> StateDictLayout:
-    """transformers' LlamaForCausalLM / Qwen3ForCausalLM state dict (the backbone: a T²MLR model's mixer is
-    not part of it)."""
+    """transformers' LlamaForCausalLM / Qwen3ForCausalLM / Gemma3ForCausalLM state dict (the backbone: a
+    T²MLR model's mixer is not part of it)."""
     return _select("hf", cfg.replace(recurrence=None), HF_RULES)
 
 

@@ -97,14 +97,16 @@ def _norm_weight(params: dict, name: str, dtype: str):
 
 def embed(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"]) -> Float[Array, "B T D"]:
     h = jnp.take(params["embed_tokens"], tokens, axis=0).astype(cfg.dtype)
+    if cfg.embed_scale:  # HF Gemma: sqrt(hidden_size) cast to the embedding's dtype
+        h = h * jnp.asarray(cfg.hidden_size**0.5, h.dtype)
     if cfg.embed_norm:
-        h = rms_norm(h, _norm_weight(params, "embed_norm", cfg.dtype), cfg.norm_eps)
+        h = rms_norm(h, _norm_weight(params, "embed_norm", cfg.dtype), cfg.norm_eps, cfg.norm_offset)
     return constrain(h, RESIDUAL_AXES)
 
 
 def final_norm(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
     """The last hidden state the head reads (the LRT's memory)."""
-    return rms_norm(h, _norm_weight(params, "norm", cfg.dtype), cfg.norm_eps)
+    return rms_norm(h, _norm_weight(params, "norm", cfg.dtype), cfg.norm_eps, cfg.norm_offset)
 
 
 def unembed(cfg: ModelConfig, params: dict, x: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
@@ -143,6 +145,7 @@ class _Layer(NamedTuple):
     value_embed: Any  # [B, T, K, E] this layer's value embedding of the tokens (zeros on layers without)
     mlp_state: Any  # the MLP's non-gradient state (e.g. MoE routing biases)
     resid: Any  # (λ_resid, λ_x0) (resid_scalars only)
+    rope_theta: Any  # this layer's RoPE base (rope_local_theta only), else None: cfg.rope_theta
 
 
 class BlocksOut(NamedTuple):
@@ -151,13 +154,14 @@ class BlocksOut(NamedTuple):
     stats: dict  # the MLP's per-layer stats stacked on a leading [end - start] axis ({} for most MLPs)
 
 
-def _qk(cfg: ModelConfig, x, weight, positions):
+def _qk(cfg: ModelConfig, x, weight, positions, theta):
     """RoPE on queries or keys [B, T, N, E], with QK-RMSNorm before (Qwen3) or after (nanochat) it."""
+    theta = cfg.rope_theta if theta is None else theta
     if cfg.qk_norm == "before_rope":
-        x = rms_norm(x, weight, cfg.norm_eps)
-    x = rope(x, positions, cfg.rope_theta)
+        x = rms_norm(x, weight, cfg.norm_eps, cfg.norm_offset)
+    x = rope(x, positions, theta)
     if cfg.qk_norm == "after_rope":
-        x = rms_norm(x, weight, cfg.norm_eps)
+        x = rms_norm(x, weight, cfg.norm_eps, cfg.norm_offset)
     return x
 
 
@@ -179,10 +183,12 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
     fb = step.feedback
     if fb is not None and fb.residual_fn is not None:
         h = fb.residual_fn(layer.feedback, fb.inputs, h).astype(h.dtype)
-    x = rms_norm(h, p.get("input_layernorm"), cfg.norm_eps)
+    norm = lambda x, name: rms_norm(x, p.get(name), cfg.norm_eps, cfg.norm_offset)
+    x = norm(h, "input_layernorm")
     a = p["self_attn"]
+    q = jnp.einsum("btd,dhe->bthe", x, a["q_proj"])
     q = constrain(
-        _qk(cfg, jnp.einsum("btd,dhe->bthe", x, a["q_proj"]), a.get("q_norm"), step.positions),
+        _qk(cfg, q, a.get("q_norm"), step.positions, layer.rope_theta),
         ("batch", "length", "act_heads", "head_dim"),
     )
     k = jnp.einsum("btd,dke->btke", x, a["k_proj"])
@@ -192,16 +198,22 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
         k, v = k_fb.astype(k.dtype), v_fb.astype(v.dtype)
     if layer.value_embed is not None:
         v = v + (kv_head_gate(x, a["ve_gate"])[..., None] * layer.value_embed).astype(v.dtype)
-    k = _qk(cfg, k, a.get("k_norm"), step.positions)
+    k = _qk(cfg, k, a.get("k_norm"), step.positions, layer.rope_theta)
     keys, values = k, v
     if kv is not None:
         k_slots, v_slots, index = kv
         keys = jax.lax.dynamic_update_slice_in_dim(k_slots, k, index, axis=1)
         values = jax.lax.dynamic_update_slice_in_dim(v_slots, v, index, axis=1)
     mask = step.mask if layer.window is None else step.mask & (step.distance <= layer.window)
-    h = h + jnp.einsum("bthe,hed->btd", attend(q, keys, values, mask, cfg.attn_softcap), a["o_proj"])
-    x = rms_norm(h, p.get("post_attention_layernorm"), cfg.norm_eps)
-    y, stats = MLPS[cfg.mlp].apply(cfg, p["mlp"], x, layer.mlp_state)
+    attn = attend(q, keys, values, mask, cfg.attn_softcap, cfg.query_pre_attn_scalar)
+    y = jnp.einsum("bthe,hed->btd", attn, a["o_proj"])
+    if cfg.sandwich_norms:  # HF Gemma: norm the attention output, then the MLP's own pre- and post-norm
+        h = h + norm(y, "post_attention_layernorm")
+        y, stats = MLPS[cfg.mlp].apply(cfg, p["mlp"], norm(h, "pre_feedforward_layernorm"), layer.mlp_state)
+        y = norm(y, "post_feedforward_layernorm")
+    else:
+        h = h + y
+        y, stats = MLPS[cfg.mlp].apply(cfg, p["mlp"], norm(h, "post_attention_layernorm"), layer.mlp_state)
     return constrain(h + y.astype(h.dtype), RESIDUAL_AXES), (k, v), stats
 
 
@@ -239,8 +251,14 @@ def _layer_slices(cfg, params, start, end, feedback, tokens, mlp_state) -> _Laye
     if cfg.resid_scalars:
         resid = cut((params["resid_lambdas"], params["x0_lambdas"]))
         resid = jax.tree.map(lambda a: a.astype(cfg.dtype), resid)
+    thetas = None if cfg.layer_rope_thetas is None else jnp.asarray(cfg.layer_rope_thetas, jnp.float32)
     return _Layer(
-        windows, cut(feedback.params if feedback is not None else None), value_embed, cut(mlp_state), resid
+        windows,
+        cut(feedback.params if feedback is not None else None),
+        value_embed,
+        cut(mlp_state),
+        resid,
+        None if thetas is None else thetas[start:end],
     )
 
 

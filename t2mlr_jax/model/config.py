@@ -63,7 +63,7 @@ SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_
 # needs no JAX; `t2mlr_jax.model.layers.register_mlp` adds to it.
 QK_NORMS = ("none", "before_rope", "after_rope")
 WINDOW_KINDS = ("S", "L")
-MLP_NAMES: set[str] = {"swiglu", "relu2"}
+MLP_NAMES: set[str] = {"swiglu", "relu2", "geglu"}
 # normal: every weight N(0, init_std) (HF Llama). nanochat: embeddings N(0, 1), input projections
 # U(±sqrt(3/d)), output projections (o_proj, MLP down) zero, lm_head N(0, 0.001), gates zero.
 INIT_SCHEMES = ("normal", "nanochat")
@@ -103,7 +103,17 @@ class ModelConfig:
     sliding_window: int | None = None
     attn_softcap: float | None = None  # attention logits -> c * tanh(z / c)
     logit_softcap: float | None = None  # output logits -> c * tanh(z / c)
-    mlp: str = "swiglu"  # a key of t2mlr_jax.model.layers.MLPS (swiglu | relu2 | moe | registered ones)
+    mlp: str = "swiglu"  # a key of t2mlr_jax.model.layers.MLPS (swiglu | geglu | relu2 | moe | registered)
+    # Gemma-style options (HF Gemma3): every RMSNorm scales by (1 + w), its weights offsets from 1 (zero at
+    # init); embeddings times sqrt(hidden_size); "sandwich" norms, i.e. the attention and MLP outputs are
+    # normed before their residual adds (then post_attention_layernorm norms the attention output and
+    # pre_feedforward_layernorm the MLP input, HF Gemma's names); attention logits scaled by
+    # query_pre_attn_scalar**-0.5 (None: head_dim**-0.5); sliding-window layers' RoPE base (None: rope_theta).
+    norm_offset: bool = False
+    embed_scale: bool = False
+    sandwich_norms: bool = False
+    query_pre_attn_scalar: float | None = None
+    rope_local_theta: float | None = None
     init_scheme: str = "normal"
     # nanochat's per-layer scalars: the stream entering block i is λ_resid[i] * h + λ_x0[i] * x0, x0 the
     # (normed) embedding (λ_resid init 1, λ_x0 init 0.1).
@@ -143,6 +153,13 @@ class ModelConfig:
         kinds = [pattern[i % len(pattern)] for i in range(self.num_layers - 1)]
         return (*(self.sliding_window if kind == "S" else None for kind in kinds), None)
 
+    @property
+    def layer_rope_thetas(self) -> tuple[float, ...] | None:
+        """Each layer's RoPE base when sliding layers have their own (rope_local_theta), else None."""
+        if self.rope_local_theta is None:
+            return None
+        return tuple(self.rope_theta if w is None else self.rope_local_theta for w in self.layer_windows)
+
     def validate(self) -> ModelConfig:
         """Raise one ValueError naming the offending field; returns self so calls can chain."""
         for name in (*SHAPE_FIELDS, "max_seq_len"):
@@ -180,7 +197,7 @@ class ModelConfig:
         return self
 
     def _validate_block(self) -> None:
-        for name in ("norm_weights", "embed_norm"):
+        for name in ("norm_weights", "embed_norm", "norm_offset", "embed_scale", "sandwich_norms"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.qk_norm not in QK_NORMS:
@@ -202,10 +219,17 @@ class ModelConfig:
                 f"sliding_window must be None when window_pattern ({pattern!r}) has no S, "
                 f"got {self.sliding_window!r}"
             )
-        for name in ("attn_softcap", "logit_softcap"):
+        for name in ("attn_softcap", "logit_softcap", "query_pre_attn_scalar"):
             cap = getattr(self, name)
             if cap is not None and not cap > 0:
                 raise ValueError(f"{name} must be None or > 0, got {cap!r}")
+        if self.norm_offset and not self.norm_weights:
+            raise ValueError("norm_offset (True) needs norm_weights=True: the offsets are the norms' weights")
+        if self.rope_local_theta is not None and (self.rope_theta is None or not self.rope_local_theta > 0):
+            raise ValueError(
+                f"rope_local_theta must be None or > 0 with a rope_theta, got {self.rope_local_theta!r} "
+                f"(rope_theta {self.rope_theta!r})"
+            )
         if self.mlp not in MLP_NAMES:
             raise ValueError(f"mlp must be one of {sorted(MLP_NAMES)}, got {self.mlp!r}")
         if self.init_scheme not in INIT_SCHEMES:

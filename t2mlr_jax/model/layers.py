@@ -1,5 +1,5 @@
 """Transformer building blocks as pure functions: RMSNorm, RoPE (HF rotate-half layout), GQA attention
-(optional logit softcap), and the MLP registry (`MLPS`: SwiGLU, ReLU²; more register by name).
+(optional logit softcap), and the MLP registry (`MLPS`: SwiGLU, GeGLU, ReLU²; more register by name).
 
 Dimension letters (shared with the einsum strings and the sharding rules):
 B batch, T query time, S key time, D model, H query heads, K kv heads, G = H/K heads per kv head,
@@ -22,19 +22,23 @@ from t2mlr_jax.model.spec import ParamSpec, normal, uniform, zeros
 NEG_INF = -1e30  # finite so a fully masked row (padding) averages instead of producing NaN
 
 
-def rms_norm(x: Float[Array, "*B D"], weight: Float[Array, " D"] | None, eps: float) -> Float[Array, "*B D"]:
-    """RMSNorm computed in fp32, cast back to the input dtype (HF Llama semantics)."""
+def rms_norm(
+    x: Float[Array, "*B D"], weight: Float[Array, " D"] | None, eps: float, offset: bool = False
+) -> Float[Array, "*B D"]:
+    """RMSNorm computed in fp32, cast back to the input dtype (HF Llama semantics); `offset` scales by
+    (1 + weight) instead (HF Gemma's weights, stored as offsets from 1)."""
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
     if weight is not None:
-        y = y * weight.astype(jnp.float32)
+        y = y * (1.0 + weight.astype(jnp.float32) if offset else weight.astype(jnp.float32))
     return y.astype(x.dtype)
 
 
 def rope(
-    x: Float[Array, "B T N E"], positions: Int[Array, "B T"], theta: float | None
+    x: Float[Array, "B T N E"], positions: Int[Array, "B T"], theta: float | Float[Array, ""] | None
 ) -> Float[Array, "B T N E"]:
-    """Rotary embedding in HF's rotate-half layout: pairs are (i, i + E/2). theta=None is NoPE."""
+    """Rotary embedding in HF's rotate-half layout: pairs are (i, i + E/2). theta=None is NoPE; theta may
+    be a traced scalar (a per-layer base scanned with the blocks)."""
     if theta is None:
         return x
     half = x.shape[-1] // 2
@@ -69,9 +73,11 @@ def attend(
     v: Float[Array, "B S K E"],
     mask: Bool[Array, "B T S"],
     logit_cap: float | None = None,
+    scale_dim: float | None = None,
 ) -> Float[Array, "B T H E"]:
-    """Grouped-query softmax attention; logits (softcapped when `logit_cap` is set) and softmax in fp32."""
-    e = q.shape[-1]
+    """Grouped-query softmax attention; logits (scaled by scale_dim**-0.5, head_dim when None, and
+    softcapped when `logit_cap` is set) and softmax in fp32."""
+    e = q.shape[-1] if scale_dim is None else scale_dim
     q = rearrange(q, "b t (k g) e -> b t k g e", k=k.shape[2])
     logits = jnp.einsum("btkge,bske->bkgts", q, k, preferred_element_type=jnp.float32) * (e**-0.5)
     if logit_cap is not None:
@@ -91,6 +97,18 @@ def swiglu(
     gate = jnp.einsum("btd,df->btf", x, gate_proj)
     up = jnp.einsum("btd,df->btf", x, up_proj)
     return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, down_proj)
+
+
+def geglu(
+    x: Float[Array, "B T D"],
+    gate_proj: Float[Array, "D F"],
+    up_proj: Float[Array, "D F"],
+    down_proj: Float[Array, "F D"],
+) -> Float[Array, "B T D"]:
+    """Gemma's MLP: SwiGLU with GELU (tanh approximation, HF's gelu_pytorch_tanh) in place of SiLU."""
+    gate = jnp.einsum("btd,df->btf", x, gate_proj)
+    up = jnp.einsum("btd,df->btf", x, up_proj)
+    return jnp.einsum("btf,fd->btd", jax.nn.gelu(gate, approximate=True) * up, down_proj)
 
 
 def relu2(
@@ -191,5 +209,10 @@ register_mlp(
     "swiglu",
     _swiglu_specs,
     lambda cfg, p, x, state: (swiglu(x, p["gate_proj"], p["up_proj"], p["down_proj"]), {}),
+)
+register_mlp(
+    "geglu",
+    _swiglu_specs,
+    lambda cfg, p, x, state: (geglu(x, p["gate_proj"], p["up_proj"], p["down_proj"]), {}),
 )
 register_mlp("relu2", _relu2_specs, lambda cfg, p, x, state: (relu2(x, p["up_proj"], p["down_proj"]), {}))

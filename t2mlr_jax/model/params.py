@@ -14,17 +14,19 @@ from t2mlr_jax.model import moe  # noqa: F401  (registers mlp="moe")
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import mixer_specs
 from t2mlr_jax.model.layers import MLPS, layer_matrix, weight_init
-from t2mlr_jax.model.spec import ParamSpec, constant, init_from_specs, ones, spec_axes
+from t2mlr_jax.model.spec import ParamSpec, constant, init_from_specs, ones, spec_axes, zeros
 
 
 def backbone_specs(cfg: ModelConfig) -> dict:
     """The backbone's table. Which entries exist follows the config: norm scales only with
-    norm_weights, q_norm / k_norm only with qk_norm, the MLP's from its registry entry (`MLPS`)."""
+    norm_weights, q_norm / k_norm only with qk_norm, pre_ / post_feedforward_layernorm only with
+    sandwich_norms, the MLP's from its registry entry (`MLPS`)."""
     d, n_layers, e = cfg.hidden_size, cfg.num_layers, cfg.head_dim
     h, k, v = cfg.num_heads, cfg.num_kv_heads, cfg.vocab_size
 
-    def norm(shape, axes):
-        return ParamSpec(shape, axes, ones, "norm") if cfg.norm_weights else None
+    def norm(shape, axes):  # offsets from 1 (norm_offset) start at 0: every norm starts as the identity
+        init = zeros if cfg.norm_offset else ones
+        return ParamSpec(shape, axes, init, "norm") if cfg.norm_weights else None
 
     attn = {
         "q_proj": layer_matrix(cfg, (d, h, e), ("embed", "heads", "head_dim")),
@@ -47,6 +49,9 @@ def backbone_specs(cfg: ModelConfig) -> dict:
         },
         "norm": norm((d,), ("norm",)),
     }
+    if cfg.sandwich_norms:
+        specs["layers"]["pre_feedforward_layernorm"] = norm((n_layers, d), ("layers", "norm"))
+        specs["layers"]["post_feedforward_layernorm"] = norm((n_layers, d), ("layers", "norm"))
     if cfg.embed_norm:
         specs["embed_norm"] = norm((d,), ("norm",))
     if not cfg.tie_embeddings:

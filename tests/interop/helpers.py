@@ -10,6 +10,7 @@ from safetensors.torch import save_file
 from torch import nn
 from transformers import (
     AutoModelForCausalLM,
+    Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
     PretrainedConfig,
@@ -51,6 +52,34 @@ def tiny_qwen3_config(tied: bool = True) -> Qwen3Config:
         tie_word_embeddings=tied,
         rope_parameters={"rope_type": "default", "rope_theta": 20000.0},
         max_position_embeddings=256,
+    )
+
+
+def tiny_gemma3_config(
+    layer_types=("sliding_attention", "full_attention") * 2, **changes
+) -> Gemma3TextConfig:
+    """head_dim 16 != hidden / heads and query_pre_attn_scalar 24 != head_dim, sliding layers over 4 keys
+    with their own RoPE base, so a wrong scale, window or base would show."""
+    return Gemma3TextConfig(
+        **{
+            "vocab_size": 128,
+            "hidden_size": 64,
+            "intermediate_size": 96,
+            "num_hidden_layers": len(layer_types),
+            "layer_types": list(layer_types),
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "query_pre_attn_scalar": 24,
+            "sliding_window": 4,
+            "rms_norm_eps": 1e-6,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "default", "rope_theta": 20000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0},
+            },
+            "max_position_embeddings": 256,
+            **changes,
+        }
     )
 
 

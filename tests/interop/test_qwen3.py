@@ -76,14 +76,14 @@ def test_round_trip_is_bitwise_and_transformers_loads_it_as_qwen3(qwen3, tmp_pat
         assert logits_close(reloaded(torch.as_tensor(TOKENS)).logits.numpy(), theirs)
 
 
-@pytest.mark.parametrize("model_type", ["gemma3", "gemma3_text", "phi", "gpt_neox", "mistral", None])
+@pytest.mark.parametrize("model_type", ["gemma3", "gemma2", "phi", "gpt_neox", "mistral", None])
 def test_other_model_types_are_refused_in_one_line(qwen3, tmp_path, model_type):
     config = {**json.loads((qwen3[0] / "config.json").read_text()), "model_type": model_type}
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError) as error:
         load_pretrained(tmp_path)
     assert str(error.value) == (
-        f"HF config: model_type {model_type!r} is not supported (supported: 'llama', 'qwen3')"
+        f"HF config: model_type {model_type!r} is not supported (supported: 'llama', 'qwen3', 'gemma3_text')"
     )
 
 

@@ -50,6 +50,10 @@ def differs(a, b) -> bool:
         (dict(attn_softcap=0.0), "attn_softcap"),
         (dict(logit_softcap=-1.0), "logit_softcap"),
         (dict(mlp="gelu"), "mlp"),
+        (dict(norm_offset=True, norm_weights=False), "norm_offset"),
+        (dict(query_pre_attn_scalar=0.0), "query_pre_attn_scalar"),
+        (dict(rope_local_theta=-1.0), "rope_local_theta"),
+        (dict(rope_local_theta=100.0, rope_theta=None), "rope_local_theta"),
     ],
 )
 def test_bad_block_options_name_their_field(changes, field):
@@ -97,6 +101,31 @@ def test_weightless_norms_have_no_params_and_equal_unit_scales():
     )
     weighted = cfg.replace(norm_weights=True)
     assert np.array_equal(forward(cfg, params, TOKS), forward(weighted, ones, TOKS))
+
+
+def test_offset_norms_start_at_zero_and_equal_plain_norms_at_one_plus_the_offset():
+    """norm_offset (Gemma's (1 + w)) is a reparametrisation of the plain norm; sandwich norms add the
+    pre_ / post_feedforward_layernorm only when on."""
+    cfg = BASE.replace(norm_offset=True, qk_norm="before_rope", embed_norm=True)
+    params = tiny_params(cfg)
+    norms = lambda tree: [x for path, x in jax.tree_util.tree_leaves_with_path(tree) if "norm" in str(path)]
+    assert all(not np.any(np.asarray(x)) for x in norms(params))  # the identity at init
+    offsets = jax.tree_util.tree_map_with_path(
+        lambda path, x: (
+            x + 0.3 * jax.random.normal(jax.random.PRNGKey(5), x.shape) if "norm" in str(path) else x
+        ),
+        params,
+    )
+    plain = jax.tree_util.tree_map_with_path(lambda path, x: x + 1.0 if "norm" in str(path) else x, offsets)
+    np.testing.assert_allclose(
+        forward(cfg, offsets, TOKS),
+        forward(cfg.replace(norm_offset=False), plain, TOKS),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    assert "pre_feedforward_layernorm" not in params["layers"]
+    sandwich = tiny_params(cfg.replace(sandwich_norms=True))["layers"]
+    assert {"pre_feedforward_layernorm", "post_feedforward_layernorm"} <= set(sandwich)
 
 
 def test_embed_norm_gives_unit_rms_embeddings_and_changes_the_output():
@@ -302,6 +331,18 @@ NANOCHAT = BASE.replace(
     init_scheme="nanochat",
 )
 QWEN_LIKE = BASE.replace(qk_norm="before_rope", window_pattern="S", sliding_window=3, attn_softcap=2.0)
+GEMMA_LIKE = BASE.replace(
+    norm_offset=True,
+    embed_scale=True,
+    sandwich_norms=True,
+    qk_norm="before_rope",
+    mlp="geglu",
+    query_pre_attn_scalar=24.0,
+    window_pattern="SL",
+    sliding_window=2,
+    rope_local_theta=500.0,
+    logit_softcap=5.0,
+)
 
 
 def _cached_step(cfg, params, fb_params, cache, toks, positions, m):
@@ -325,11 +366,13 @@ def _cached_step(cfg, params, fb_params, cache, toks, positions, m):
 cached_step = jax.jit(_cached_step, static_argnums=0)
 
 
-@pytest.mark.parametrize("cfg", [NANOCHAT, QWEN_LIKE], ids=["nanochat", "qwen_like"])
+@pytest.mark.parametrize(
+    "cfg", [NANOCHAT, QWEN_LIKE, GEMMA_LIKE], ids=["nanochat", "qwen_like", "gemma_like"]
+)
 def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
     cfg = cfg.validate()
     params = tiny_params(cfg, seed=1)
-    if cfg.init_scheme == "nanochat":  # zero-initialised projections and gates would hide paths
+    if cfg.init_scheme == "nanochat" or cfg.norm_offset:  # zero-initialised weights would hide paths
         params = jax.tree.map(lambda x: x + 0.2 * jax.random.normal(jax.random.PRNGKey(8), x.shape), params)
     if "q_norm" in params["layers"]["self_attn"]:
         for name in ("q_norm", "k_norm"):

@@ -1,0 +1,108 @@
+"""HF Gemma3 text models (Gemma3ForCausalLM) as a config of our backbone: (1 + w) norms, scaled embeddings,
+sandwich norms, GeGLU, QK-norm, query_pre_attn_scalar and sliding layers with their own RoPE base; logit
+parity with transformers on tiny random models, and one clear error for what does not map."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from t2mlr_jax.interop import load_pretrained, save_hf
+from t2mlr_jax.interop.configs import model_config_from_hf
+from t2mlr_jax.model import backbone
+from tests.interop.helpers import tiny_gemma3_config, transformers_model
+
+TOKENS = np.random.default_rng(0).integers(0, 128, (2, 12))
+SLIDING, FULL = "sliding_attention", "full_attention"
+CASES = {
+    # Sliding and full layers alternating (sliding window 4 << 12 tokens), tied embeddings.
+    "windows": {},
+    # Every layer full, untied head, final logit softcap.
+    "global": {"layer_types": (FULL, FULL), "tie_word_embeddings": False, "final_logit_softcapping": 3.0},
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def gemma3(request, tmp_path_factory):
+    """A random transformers Gemma3 (norm weights drawn, so (1 + w) matters) saved as an HF folder, its
+    logits, and what we load from the folder."""
+    folder = tmp_path_factory.mktemp("gemma3") / "hf"
+    model = transformers_model(tiny_gemma3_config(**CASES[request.param]), seed=2)
+    model.save_pretrained(folder)
+    with torch.no_grad():
+        logits = model(torch.as_tensor(TOKENS)).logits.numpy()
+    cfg, params = load_pretrained(folder)
+    return request.param, folder, logits, cfg, params
+
+
+def test_config_maps_every_field(gemma3):
+    case, _, _, cfg, _ = gemma3
+    assert (cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.mlp_dim) == (64, 4, 2, 16, 96)
+    assert (cfg.norm_offset, cfg.embed_scale, cfg.sandwich_norms, cfg.qk_norm, cfg.mlp) == (
+        True,
+        True,
+        True,
+        "before_rope",
+        "geglu",
+    )
+    assert (cfg.query_pre_attn_scalar, cfg.rope_theta, cfg.norm_eps) == (24.0, 20000.0, 1e-6)
+    if case == "windows":
+        assert (cfg.window_pattern, cfg.sliding_window, cfg.rope_local_theta) == ("SL", 3, 5000.0)
+        assert cfg.layer_windows == (3, None, 3, None) and cfg.tie_embeddings and cfg.logit_softcap is None
+    else:
+        assert (cfg.window_pattern, cfg.sliding_window, cfg.rope_local_theta) == ("L", None, None)
+        assert not cfg.tie_embeddings and cfg.logit_softcap == 3.0
+
+
+def test_logits_match_transformers(gemma3):
+    _, _, theirs, cfg, params = gemma3
+    ours = np.asarray(backbone.forward(cfg, params, jnp.asarray(TOKENS)))
+    print(f"relative max error {np.abs(ours - theirs).max() / np.abs(theirs).max():.2e}")
+    assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()
+
+
+def test_each_option_matters(gemma3):
+    """Switching off any Gemma option moves the logits: the parity above exercises all of them."""
+    case, _, theirs, cfg, params = gemma3
+    changes = [{"norm_offset": False}, {"embed_scale": False}, {"query_pre_attn_scalar": None}]
+    if case == "windows":
+        changes += [{"rope_local_theta": None}, {"sliding_window": 2}]
+    for change in changes:
+        ours = np.asarray(backbone.forward(cfg.replace(**change), params, jnp.asarray(TOKENS)))
+        assert np.abs(ours - theirs).max() > 1e-3 * np.abs(theirs).max(), change
+
+
+def test_what_does_not_map_is_refused():
+    config = tiny_gemma3_config().to_dict()
+    refused = {
+        "last layer sliding": ({"layer_types": [FULL, SLIDING]}, r"sliding-window layers 'LS'"),
+        "window of 1": ({"layer_types": [SLIDING, FULL], "sliding_window": 1}, r"sliding_window=1"),
+        "rope scaling": (
+            {"rope_parameters": {**config["rope_parameters"], FULL: {"rope_type": "linear", "factor": 8.0}}},
+            r"rope type 'linear' on full-attention layers",
+        ),
+        "attention softcap": ({"attn_logit_softcapping": 50.0}, r"attn_logit_softcapping=50.0"),
+        "activation": ({"hidden_activation": "gelu"}, r"hidden_activation 'gelu'"),
+        "bidirectional": ({"use_bidirectional_attention": True}, r"use_bidirectional_attention"),
+    }
+    for name, (change, message) in refused.items():
+        with pytest.raises(ValueError, match=message):
+            model_config_from_hf({**config, **change})
+            pytest.fail(f"{name} was not refused")
+
+
+def test_transformers_4_spelling_maps_the_same():
+    """4.x configs: rope_theta / rope_local_base_freq and the layer types from sliding_window_pattern."""
+    config = tiny_gemma3_config().to_dict()
+    new = model_config_from_hf(config)
+    for key in ("rope_parameters", "layer_types", "_sliding_window_pattern"):
+        config.pop(key)
+    old = {**config, "rope_theta": 20000.0, "rope_local_base_freq": 5000.0, "sliding_window_pattern": 2}
+    assert model_config_from_hf(old) == new
+    assert new.window_pattern == "SL" and new.rope_local_theta == 5000.0
+
+
+def test_export_is_refused(gemma3, tmp_path):
+    _, _, _, cfg, params = gemma3
+    with pytest.raises(ValueError, match=r"closest: 'qwen3', which has no .*norm_offset=True"):
+        save_hf(cfg, params, tmp_path / "back")
