@@ -44,7 +44,7 @@ def _dataclass_dict(instance) -> config_dict.ConfigDict:
     out = config_dict.ConfigDict()
     for field in dataclasses.fields(instance):
         value = getattr(instance, field.name)
-        if dataclasses.is_dataclass(value) or field.name == "recurrence":
+        if dataclasses.is_dataclass(value) or field.name in ("recurrence", "mixer_options"):
             continue
         if value is None:
             inner = [a for a in typing.get_args(hints[field.name]) if a is not type(None)]

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from t2mlr_jax.model import moe  # noqa: F401  (registers mlp="moe")
 from t2mlr_jax.model.config import ModelConfig
@@ -277,6 +277,7 @@ def run_blocks(
     x0: Float[Array, "B T D"] | None = None,
     mlp_state: Any = None,
     cache_row: int | None = None,
+    mask: Bool[Array, "B T T"] | None = None,
 ) -> BlocksOut:
     """Run blocks [start, end) on h. With a cache, this step's keys/values go to slots cache.index + [0, T).
 
@@ -288,6 +289,9 @@ def run_blocks(
     layers) is the MLP's non-gradient state; the MLP's per-layer stats come back in `stats`.
     `cache_row`: the cache layer block `start` uses (default `start`); a looped model, which runs a
     block more than once per token, keeps one cache layer per executed block.
+    `mask` (no cache): who attends to whom among this call's slots, replacing causal-within-a-document
+    (recirculation's parallel two-stack runs two passes of every token side by side); sliding windows
+    then count positions, not slots.
     """
     if end <= start:
         return BlocksOut(h, cache, {})
@@ -304,7 +308,10 @@ def run_blocks(
     windowed = per_layer.window is not None
     if cache is None:
         slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-        mask = attention_mask(segment_ids, segment_ids, slots, slots)
+        if mask is None:
+            mask = attention_mask(segment_ids, segment_ids, slots, slots)
+        else:
+            slots = positions
         distance = slots[:, :, None] - slots[:, None, :] if windowed else None
         step = _Step(positions, mask, distance, feedback, x0)
 
@@ -315,6 +322,8 @@ def run_blocks(
         h, stats = jax.lax.scan(_remat(cfg, body), h, (layers, per_layer))
         return BlocksOut(h, None, stats)
 
+    if mask is not None:
+        raise ValueError("run_blocks: a custom mask is for a call without a cache")
     key_segments = jax.lax.dynamic_update_slice_in_dim(cache.segment_ids, segment_ids, cache.index, axis=1)
     q_slots = cache.index + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     k_slots = jnp.broadcast_to(jnp.arange(key_segments.shape[1], dtype=jnp.int32), key_segments.shape)

@@ -47,10 +47,12 @@ def fuse(
     x: Float[Array, "B T D"],
     big_r: Float[Array, "B T D"],
     control_flow: Int[Array, "B T"],
+    positions: Int[Array, "B T"] | None = None,
 ) -> tuple[Float[Array, "B T D"], dict]:
     """The stream entering block l_start: Phi(x, R) where control flow is recurrent, x elsewhere.
 
     Returns the fused stream and per-token gate statistics (zero at non-recurrent positions).
+    `positions` reach the mixers that read them (`Mixer.positional`).
     """
     r = big_r.astype(x.dtype)
     if "recurrent_projection" in mixer_params:
@@ -58,7 +60,11 @@ def fuse(
         # wrong values on a (2,2,2) mesh when the tensor-sharded projection output met x unconstrained).
         projection = mixer_params["recurrent_projection"].astype(x.dtype)
         r = constrain(jnp.einsum("btd,de->bte", r, projection), RESIDUAL_AXES)
-    mixed, stats = MIXERS.get(cfg.recurrence.mixer).mix(cfg, mixer_params, x, r)
+    mixer = MIXERS.get(cfg.recurrence.mixer)
+    if mixer.positional:
+        mixed, stats = mixer.mix(cfg, mixer_params, x, r, positions=positions)
+    else:
+        mixed, stats = mixer.mix(cfg, mixer_params, x, r)
     recurrent = control_flow >= RECURRENT
     stats = {k: jnp.where(recurrent, jnp.broadcast_to(v, recurrent.shape), 0.0) for k, v in stats.items()}
     return constrain(jnp.where(recurrent[..., None], mixed.astype(x.dtype), x), RESIDUAL_AXES), stats

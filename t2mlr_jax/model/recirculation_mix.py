@@ -9,12 +9,15 @@ Schemes (the paper's set):
   orthogonal  z_dest + alpha * (the part of ratio's f(z_src) orthogonal to z_dest)
   slerp       spherical interpolation from z_dest toward z_src by alpha, at |z_dest|
 `ramp` scales alpha by min(t / 10, 1) at position t (the paper's help for early tokens).
+`Recirculation` names where (source and destination blocks) and how (alpha, scheme, ramp).
 
 Every scheme at alpha = 0 returns z_dest bit for bit: each is written as z_dest times a coefficient that
 is exactly 1 there, plus a term multiplied by alpha (a zero-norm z_src cannot turn that term into NaN).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
@@ -35,6 +38,37 @@ def check_mix(scheme: str, alpha: float) -> None:
         )
     if alpha < 0.0:
         raise ValueError(f"recirculation alpha must be >= 0, got {alpha}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Recirculation:
+    """The deep state z_src = the output of block `source` folded into z_dest = the output of block
+    `destination` (0-based blocks; HF hidden_states[source + 1] into hidden_states[destination + 1]), so
+    the recirculated blocks are destination + 1 .. source. Hashable: a static argument of jit."""
+
+    source: int
+    destination: int
+    alpha: float = 0.1
+    scheme: str = "ratio"
+    ramp: bool = False
+
+    def check(self, num_layers: int) -> None:
+        """One clear error for a pair that is not deep-to-shallow inside the model, or a bad mix."""
+        if not 0 <= self.source < num_layers or not 0 <= self.destination < num_layers:
+            raise ValueError(
+                f"recirculation source {self.source} and destination {self.destination} must be blocks "
+                f"0..{num_layers - 1} of this {num_layers}-layer model"
+            )
+        if self.source <= self.destination:
+            raise ValueError(
+                f"recirculation source ({self.source}) must be deeper than destination ({self.destination})"
+            )
+        check_mix(self.scheme, self.alpha)
+
+    def __call__(
+        self, z_dest: Float[Array, "B T D"], z_src: Float[Array, "B T D"], positions: Int[Array, "B T"]
+    ) -> Float[Array, "B T D"]:
+        return mix(z_dest, z_src, self.alpha, scheme=self.scheme, positions=positions if self.ramp else None)
 
 
 def mix(

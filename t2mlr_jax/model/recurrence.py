@@ -106,7 +106,7 @@ def _fused_pass(cfg, params, x, r, layout, cache, tokens) -> Output:
     The last pass of every mode: Jacobi's final pass and each decoding step."""
     l_end = cfg.layer_range[1]
     mixer = params["mixer"]
-    fused, stats = fuse(cfg, mixer, x, r, layout.control_flow)
+    fused, stats = fuse(cfg, mixer, x, r, layout.control_flow, layout.positions)
     out, cache = _middle(cfg, params, fused, layout, tokens, cache)
     m = update_cache(cfg, mixer, out, r, layout.control_flow)
     h, cache = _blocks(cfg, params, out, l_end + 1, cfg.num_layers, layout, tokens, cache)
@@ -140,7 +140,7 @@ def jacobi_forward(
 
     def refine(p, x, r):
         """One Jacobi pass: fuse R into the stream, run the middle block, update and shift the cache."""
-        fused, _ = fuse(cfg, p["mixer"], x, r, layout.control_flow)
+        fused, _ = fuse(cfg, p["mixer"], x, r, layout.control_flow, layout.positions)
         out, _ = _middle(cfg, p, fused, layout, tokens)
         return shift_right(update_cache(cfg, p["mixer"], out, r, layout.control_flow), layout.positions)
 

@@ -83,3 +83,4 @@ MIXERS.register(
     ),
 )
 MIXERS.register("none", _builtin("none", keys={}))
+MIXERS.register("recirculation", _builtin("recirculation", keys={}, positional=True))

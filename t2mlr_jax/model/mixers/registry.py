@@ -31,6 +31,7 @@ class Mixer:
     recurrent_projection: r = W_rec R first, when `RecurrenceConfig.recurrent_projection` is on.
     rezero: ReZero gammas (fp32, 0 at init, named `rezero_gamma*`) scale the mixed-in term: Phi = x at
         init.
+    positional: `mix` also takes the tokens' positions [B, T] (keyword `positions`; recirculation's ramp).
     """
 
     specs: Callable[[ModelConfig], dict]
@@ -38,6 +39,7 @@ class Mixer:
     keys: Mapping[Path, str]
     recurrent_projection: bool = False
     rezero: bool = False
+    positional: bool = False
 
 
 MIXERS: Registry = Registry("mixer")
@@ -59,8 +61,8 @@ def linear_keys(name: str) -> dict[Path, str]:
 def deferred(module: str, name: str) -> Callable:
     """The function `name` of `module`, imported when first called."""
 
-    def call(*args):
-        return getattr(importlib.import_module(module), name)(*args)
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
     call.__qualname__ = f"{module}.{name}"
     return call

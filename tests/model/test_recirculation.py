@@ -1,0 +1,118 @@
+"""Recirculation on a tiny random model: alpha = 0 is the unmodified model bit for bit (every scheme), the
+parallel two-stack reaches the serial one, decoding with the KV cache equals serial scoring, the
+single-stack is T²MLR's recurrence with a parameter-free mixer, and bad settings are one clear error."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2mlr_jax.model import backbone
+from t2mlr_jax.model.generate import T2MLRDecoder, generate_with
+from t2mlr_jax.model.recirculation import (
+    TwoStackDecoder,
+    looped_logits,
+    single_stack_layout,
+    single_stack_model,
+    two_stack_parallel,
+    two_stack_serial,
+)
+from t2mlr_jax.model.recirculation_mix import Recirculation
+from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layout
+from tests.tiny import tiny_config, tiny_params, tokens
+
+CFG = tiny_config(recurrence=False, num_layers=5)
+PARAMS = tiny_params(CFG)
+SINGLE_PARAMS = {**PARAMS, "mixer": {}}  # the parameter-free mixer's (empty) table
+TOKENS = tokens(2, 9)
+RC = Recirculation(source=3, destination=1, alpha=0.5)
+
+serial = jax.jit(two_stack_serial, static_argnums=(0, 2))
+parallel = jax.jit(two_stack_parallel, static_argnums=(0, 2), static_argnames=("tol", "max_passes"))
+plain = jax.jit(backbone.forward, static_argnums=0)
+
+
+def _single(rc, mode):
+    model = single_stack_model(CFG, rc)
+    layout = single_stack_layout(make_layout(TOKENS))
+    if mode == "exact":
+        return exact_forward(model, SINGLE_PARAMS, TOKENS, layout=layout).logits
+    return jacobi_forward(
+        model, SINGLE_PARAMS, TOKENS, layout=layout, d_forward=TOKENS.shape[1], d_backward=0
+    ).logits
+
+
+def test_alpha_zero_is_the_unmodified_model_bit_for_bit():
+    reference = plain(CFG, PARAMS, TOKENS)
+    decoded = exact_forward(CFG, PARAMS, TOKENS).logits  # the plain model token by token with the cache
+    off = dataclasses.replace(RC, alpha=0.0)
+    np.testing.assert_array_equal(serial(CFG, PARAMS, off, TOKENS)[0], decoded)
+    np.testing.assert_array_equal(_single(off, "exact"), decoded)
+    for scheme in ("ratio", "slerp"):  # every scheme's mix is the identity bitwise (test_recirculation_mix)
+        rc = dataclasses.replace(off, scheme=scheme, ramp=scheme == "ratio")
+        np.testing.assert_array_equal(parallel(CFG, PARAMS, rc, TOKENS).logits, reference)
+
+
+def test_parallel_two_stack_converges_to_the_serial_one():
+    exact, _ = serial(CFG, PARAMS, RC, TOKENS)
+    assert float(jnp.max(jnp.abs(exact - plain(CFG, PARAMS, TOKENS)))) > 1e-2  # recirculation acts
+    full = parallel(CFG, PARAMS, RC, TOKENS, tol=0.0, max_passes=TOKENS.shape[1])
+    np.testing.assert_allclose(full.logits, exact, atol=2e-5)
+    assert int(full.passes) == TOKENS.shape[1]
+    converged = parallel(CFG, PARAMS, RC, TOKENS, tol=1e-4, max_passes=64)
+    assert 1 < int(converged.passes) <= TOKENS.shape[1] and float(converged.change) <= 1e-4
+    np.testing.assert_allclose(converged.logits, exact, atol=1e-3)
+    one = parallel(CFG, PARAMS, RC, TOKENS, tol=0.0, max_passes=1)
+    assert float(jnp.max(jnp.abs(one.logits - exact))) > 1e-3  # a single pass is not the two-stack
+
+
+@pytest.mark.parametrize("prefill", ["serial", "parallel"])
+def test_decoding_with_the_cache_equals_serial_scoring(prefill):
+    prompt, n = TOKENS[:, :5], 6
+    decoder = TwoStackDecoder(CFG, RC, prefill_mode=prefill, prefill_passes=8, prefill_tol=0.0)
+    out = generate_with(decoder, PARAMS, prompt, jnp.ones_like(prompt), max_new_tokens=n)
+    logits, _ = serial(CFG, PARAMS, RC, jnp.concatenate([prompt, out.tokens], axis=1))
+    np.testing.assert_array_equal(jnp.argmax(logits[:, 4:-1], -1), out.tokens)
+
+
+def test_single_stack_is_t2mlr_with_a_parameter_free_mixer():
+    exact = _single(RC, "exact")
+    np.testing.assert_allclose(_single(RC, "jacobi"), exact, atol=2e-5)
+    reference = plain(CFG, PARAMS, TOKENS)
+    np.testing.assert_allclose(exact[:, 0], reference[:, 0], atol=1e-5)  # no previous token: untouched
+    assert float(jnp.max(jnp.abs(exact[:, 1:] - reference[:, 1:]))) > 1e-2
+    prompt = TOKENS[:, :5]
+    model = single_stack_model(CFG, RC)
+    out = generate_with(T2MLRDecoder(model), SINGLE_PARAMS, prompt, jnp.ones_like(prompt), max_new_tokens=4)
+    full = jnp.concatenate([prompt, out.tokens], axis=1)
+    scored = exact_forward(model, SINGLE_PARAMS, full, layout=single_stack_layout(make_layout(full))).logits
+    np.testing.assert_array_equal(jnp.argmax(scored[:, 4:-1], -1), out.tokens)
+
+
+def test_looping_control_reruns_the_recirculated_blocks():
+    looped = looped_logits(CFG, PARAMS, RC, TOKENS)
+    h = backbone.embed(CFG, PARAMS, TOKENS)
+    kw = dict(zip(("positions", "segment_ids"), backbone.default_layout(TOKENS)))
+    for start, end in ((0, 4), (2, 4), (4, 5)):
+        h = backbone.run_blocks(CFG, PARAMS, h, start, end, **kw).h
+    np.testing.assert_allclose(looped, backbone.head(CFG, PARAMS, h), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(source=1, destination=1), "must be deeper"),
+        (dict(source=1, destination=3), "must be deeper"),
+        (dict(source=5), "blocks 0..4"),
+        (dict(destination=-1), "blocks 0..4"),
+        (dict(alpha=1.5), r"\(0, 1\]"),
+        (dict(alpha=0.0), r"\(0, 1\]"),
+        (dict(scheme="ratios"), "scheme must be one of"),
+    ],
+)
+def test_bad_settings_are_one_clear_error(changes, message):
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(RC, **changes).check(CFG.num_layers)
+    dataclasses.replace(RC, scheme="nonconvex", alpha=1.5).check(CFG.num_layers)  # beta = 1: any alpha > 0
