@@ -2,9 +2,9 @@
 
 A table is a nested dict of ParamSpecs shaped like the params. Everything that needs to know about a
 parameter reads its spec: init draws it, placement shards it by its logical `axes`, the optimizer masks
-weight decay (and, for Muon, orthogonalises) by its `kind` and fan-in / fan-out dimensions, and interop
-flattens it to a PyTorch [out, in] weight by the same dimensions. A parameter without a spec is an error
-everywhere, never silently replicated or decayed.
+weight decay (and, for Muon, orthogonalises) by its `kind` and fan-in / fan-out dimensions and never
+moves it when `frozen`, and interop flattens it to a PyTorch [out, in] weight by the same dimensions. A
+parameter without a spec is an error everywhere, never silently replicated or decayed.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ class ParamSpec:
     kind: str
     in_dims: int = 0  # matrices: how many dims after the stacked axes are fan-in (the rest are fan-out)
     dtype: str | None = None  # None = the model's param_dtype; "float32" pins (the gammas)
+    # A pretrained weight the optimizer never updates (e.g. recirculation's adaptive variant trains only its
+    # mixer MLP over a frozen base model).
+    frozen: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -89,6 +92,11 @@ def zeros(key, shape, dtype):
 
 def is_spec(x) -> bool:
     return isinstance(x, ParamSpec)
+
+
+def freeze(specs: dict) -> dict:
+    """The same table with every parameter frozen (e.g. the base model under a trained mixer)."""
+    return jax.tree.map(lambda s: dataclasses.replace(s, frozen=True), specs, is_leaf=is_spec)
 
 
 def init_from_specs(specs: dict, key: jax.Array, param_dtype: str) -> dict:

@@ -1,7 +1,8 @@
 """Optimizers, registered by name (`optimizer.name`): `adamw` (AdamW as the T²MLR release trains it) and
 `muon` (nanochat's MuonAdamW: Muon on the matrices, Adam on the rest, groups read off the parameter kinds).
 Also: HF-style LR schedules plus nanochat's `linear_decay`, a weight-decay mask read off the parameter
-table's kinds, a per-group LR multiplier for the fusion ("gate") parameters, and global-norm clipping.
+table's kinds, a per-group LR multiplier for the fusion ("gate") parameters, global-norm clipping, and
+frozen parameters (`ParamSpec.frozen`) that never move.
 
 The multiplier scales the final update of the mixer parameters, which is exactly a PyTorch param group
 with lr x m (both the step and the decoupled decay are proportional to the group's lr).
@@ -76,6 +77,11 @@ def decay_mask(specs: dict) -> Any:
     """True where weight decay applies, read off each parameter's kind: not on norms, biases or the
     ReZero gammas (the release's rule)."""
     return jax.tree.map(lambda spec: spec.decays, specs, is_leaf=is_spec)
+
+
+def frozen_mask(specs: dict) -> Any:
+    """True at the parameters the optimizer never updates (`ParamSpec.frozen`)."""
+    return jax.tree.map(lambda spec: spec.frozen, specs, is_leaf=is_spec)
 
 
 def lr_multipliers(specs: dict, gate_multiplier: float) -> Any:
@@ -303,12 +309,16 @@ def make_optimizer(
     opt: ml_collections.ConfigDict, specs: dict, total_steps: int
 ) -> optax.GradientTransformation:
     """clip -> the registered optimizer `opt.name` (schedule, masks from the parameter table `specs`) ->
-    per-group LR multiplier."""
+    per-group LR multiplier. Frozen parameters' gradients are zeroed before the clip (so they stay out of
+    the global norm) and their updates after the optimizer (so decoupled decay never moves them); with
+    none frozen the chain is unchanged."""
     build = OPTIMIZERS.get(opt.name)
-    parts = []
+    frozen = frozen_mask(specs)
+    freeze = [optax.masked(optax.set_to_zero(), frozen)] if any(jax.tree.leaves(frozen)) else []
+    parts = [*freeze]
     if opt.grad_clip:
         parts.append(optax.clip_by_global_norm(float(opt.grad_clip)))
     parts.append(build(opt, specs, make_schedule(opt, total_steps)))
     if opt.gate_lr_multiplier != 1.0:
         parts.append(_scale_by_tree(lr_multipliers(specs, float(opt.gate_lr_multiplier))))
-    return optax.chain(*parts)
+    return optax.chain(*parts, *freeze)

@@ -6,8 +6,14 @@ import optax
 import pytest
 
 from t2mlr_jax.model.params import param_specs
-from t2mlr_jax.model.spec import init_from_specs
-from t2mlr_jax.train.optimizer import decay_mask, lr_multipliers, make_optimizer, make_schedule
+from t2mlr_jax.model.spec import ParamSpec, freeze, init_from_specs, normal, ones
+from t2mlr_jax.train.optimizer import (
+    decay_mask,
+    frozen_mask,
+    lr_multipliers,
+    make_optimizer,
+    make_schedule,
+)
 from tests.train.tiny_task import tiny_model
 
 
@@ -105,3 +111,74 @@ def test_clipping_rescales_gradients_to_the_global_norm_first():
     u_unit, _ = plain.update(unit, plain.init(PARAMS), PARAMS)
     for a, b in zip(jax.tree.leaves(u_clipped), jax.tree.leaves(u_unit)):
         np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+# A frozen base (a decayed matrix and a norm) under a trained mixer: recirculation's adaptive variant.
+MIXER_SPECS = {
+    "kernel": ParamSpec((6, 4), ("mixer_in", "embed"), normal(0.5), "matrix", 1),
+    "bias": ParamSpec((4,), ("embed",), normal(0.5), "bias"),
+}
+FROZEN_SPECS = {
+    "base": freeze(
+        {
+            "kernel": ParamSpec((4, 3), ("embed", "mlp"), normal(0.5), "matrix", 1),
+            "norm": ParamSpec((4,), ("norm",), ones, "norm"),
+        }
+    ),
+    "mixer": MIXER_SPECS,
+}
+FROZEN_PARAMS = init_from_specs(FROZEN_SPECS, jax.random.PRNGKey(1), "float32")
+MUON = dict(
+    name="muon",
+    b1=0.8,
+    matrix_lr=0.02,
+    embedding_lr=0.3,
+    head_lr=0.004,
+    scalar_lr=0.5,
+    momentum_start=0.85,
+    momentum_end=0.95,
+    momentum_warmup_steps=0,
+    batch_tokens=0,
+)
+NAMES = {"adamw": {}, "muon": MUON}
+
+
+def test_freeze_marks_every_spec_and_the_mask_reads_it():
+    assert frozen_mask(FROZEN_SPECS) == {
+        "base": {"kernel": True, "norm": True},
+        "mixer": {"kernel": False, "bias": False},
+    }
+    assert (
+        FROZEN_SPECS["base"]["kernel"].kind == "matrix" and not ParamSpec((1,), (None,), ones, "gate").frozen
+    )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_frozen_parameters_never_move(name):
+    """Non-zero gradients, weight decay and clipping: the frozen base stays bitwise put, the mixer moves."""
+    tx = make_optimizer(
+        opt(**NAMES[name], weight_decay=0.5, warmup_ratio=0.0, grad_clip=1.0), FROZEN_SPECS, 10
+    )
+    params, state = FROZEN_PARAMS, tx.init(FROZEN_PARAMS)
+    update = jax.jit(tx.update)
+    for i in range(3):
+        grads = jax.tree.map(lambda p: jnp.full_like(p, 0.5 + i), params)
+        updates, state = update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+    for a, b in zip(jax.tree.leaves(params["base"]), jax.tree.leaves(FROZEN_PARAMS["base"])):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(jax.tree.leaves(params["mixer"]), jax.tree.leaves(FROZEN_PARAMS["mixer"])):
+        assert not np.allclose(a, b)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_frozen_gradients_stay_out_of_the_clip(name):
+    """A huge gradient on the frozen base leaves the mixer's clipped update as if the base were absent."""
+    config = opt(**NAMES[name], warmup_ratio=0.0, grad_clip=1.0)
+    grads = jax.tree.map(lambda p: jnp.full_like(p, 2.0), FROZEN_PARAMS)
+    grads["base"] = jax.tree.map(lambda g: jnp.full_like(g, 1e12), grads["base"])
+    tx, alone = make_optimizer(config, FROZEN_SPECS, 10), make_optimizer(config, MIXER_SPECS, 10)
+    updates, _ = tx.update(grads, tx.init(FROZEN_PARAMS), FROZEN_PARAMS)
+    expect, _ = alone.update(grads["mixer"], alone.init(FROZEN_PARAMS["mixer"]), FROZEN_PARAMS["mixer"])
+    for a, b in zip(jax.tree.leaves(updates["mixer"]), jax.tree.leaves(expect)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
