@@ -7,6 +7,7 @@
   python main.py --config=configs/variable_assignment.py:cpu --workdir=runs/va --mode=generate
   python main.py --config=configs/smollm2_retrofit.py:cpu --mode=eval --workdir=runs/base   # the pretrained
       model of config.init_from (a .gguf, HF or T²MLR folder, or a training workdir), nothing trained
+  python main.py --config=configs/recirculation.py:cpu --workdir=runs/recirc   # training-free: the sweep
 
 A config's `arch` may list several architectures ("t2mlr,transformer"): each trains into workdir/<arch>
 and the workdir gets a comparison (summary.json, accuracy_vs_length.png). Training resumes from the
@@ -91,6 +92,14 @@ def _config_problem(argv: list[str]) -> str | None:
     if unknown:
         return f"--config.{unknown[0]}: no such config field{did_you_mean(unknown[0], keys)}"
     return None
+
+
+def _training_free(config):
+    """What --mode=train runs for an architecture with nothing to train (recirculation's sweep), or None."""
+    from t2mlr_jax.architectures import ARCHITECTURES, arch_names
+
+    names = arch_names(config)
+    return ARCHITECTURES.get(names[0]).training_free if len(names) == 1 else None
 
 
 def _setup(config, workdir: Path, mode: str):
@@ -193,6 +202,11 @@ def main(argv):
     workdir = Path(_WORKDIR.value or Path("workdir") / config.name)
     try:
         initialize_distributed()  # multi-process launches (TPU pod, SLURM, explicit); nothing on one host
+        training_free = _training_free(config)
+        if training_free is not None and _MODE.value == "train":
+            print(f"{config.arch} has nothing to train: running its sweep into {workdir}", flush=True)
+            training_free(config, workdir)
+            return
         runs = _setup(config, workdir, _MODE.value)
     except (ValueError, KeyError, FileNotFoundError) as e:
         _fail(e)

@@ -14,6 +14,7 @@ from t2mlr_jax.architectures import (  # noqa: F401  (registers the built-ins)
     lstm,
     pause,
     ponderlm2,
+    recirculation,
     t2mlr,
 )
 from t2mlr_jax.architectures.contract import ARCHITECTURES, Architecture, register_architecture

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Hashable
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import flax.struct
@@ -182,12 +183,15 @@ class ArchitectureEntry:
     """A registered architecture: its builder and the defaults of its own config section (`section`,
     shared by aliases such as middle_looped, which reads `looped`). `identity`: which of the section's
     fields shape the saved state, so that a workdir trained with other values is refused: True (all),
-    False (none: how T²MLR is trained or decoded may change on resume) or a tuple of field names."""
+    False (none: how T²MLR is trained or decoded may change on resume) or a tuple of field names.
+    `training_free(config, workdir) -> results`: what main.py's --mode=train runs instead of the trainer
+    for an architecture with nothing to train (recirculation: its sweep)."""
 
     build: Callable[[ml_collections.ConfigDict], Architecture]
     section: str | None = None
     defaults: dict = dataclasses.field(default_factory=dict)
     identity: bool | tuple[str, ...] = True
+    training_free: Callable[[ml_collections.ConfigDict, Path], dict] | None = None
 
 
 ARCHITECTURES: Registry = Registry("architecture")
@@ -200,9 +204,12 @@ def register_architecture(
     section: str | None = None,
     defaults: dict | None = None,
     identity: bool | tuple[str, ...] = True,
+    training_free: Callable[[ml_collections.ConfigDict, Path], dict] | None = None,
 ) -> None:
     """Register `build(config) -> Architecture` under `name`; `defaults` become config section `section`."""
-    ARCHITECTURES.register(name, ArchitectureEntry(build, section, dict(defaults or {}), identity))
+    ARCHITECTURES.register(
+        name, ArchitectureEntry(build, section, dict(defaults or {}), identity, training_free)
+    )
 
 
 def backbone_config(config: ml_collections.ConfigDict, *, recurrent: bool = True) -> ModelConfig:

@@ -34,6 +34,8 @@ from t2mlr_jax.model.layers import attention_mask
 from t2mlr_jax.model.recirculation_mix import Recirculation
 from t2mlr_jax.model.recurrence import Layout, Output, make_layout, scan_over_tokens
 
+ADAPTIVE = "adaptive_mix"  # the params entry of the adaptive MLP (Recirculation.adaptive)
+
 
 def _blocks(cfg, params, h, start, end, layout, tokens, cache=None, mask=None):
     out = run_blocks(
@@ -63,7 +65,7 @@ def two_stack_step(
     pass overwrites the first pass's keys/values in blocks d+1..s."""
     h, cache = _blocks(cfg, params, embed(cfg, params, tokens), 0, rc.destination + 1, layout, tokens, cache)
     z_src, cache = _blocks(cfg, params, h, rc.destination + 1, rc.source + 1, layout, tokens, cache)
-    h = rc(h, z_src, layout.positions)
+    h = rc(h, z_src, layout.positions, params.get(ADAPTIVE))
     h, cache = _blocks(cfg, params, h, rc.destination + 1, cfg.num_layers, layout, tokens, cache)
     return head(cfg, params, h), advance(cache, tokens.shape[1])
 
@@ -133,10 +135,16 @@ def two_stack_parallel(
     both_tokens = jnp.concatenate([tokens, tokens], axis=1)
     mask = _side_by_side_mask(layout.segment_ids)
 
+    # The passes that find z_src carry no gradient (a while_loop cannot be reverse-differentiated); the
+    # final mix and second pass do (the adaptive MLP trains through them).
+    fixed_params, fixed_lower = jax.lax.stop_gradient((params, lower))
+
     def refine(z_src):
-        seeded = rc(lower, z_src, layout.positions)
-        h = jnp.concatenate([lower, seeded], axis=1)
-        out, _ = _blocks(cfg, params, h, rc.destination + 1, rc.source + 1, both, both_tokens, mask=mask)
+        seeded = rc(fixed_lower, z_src, layout.positions, fixed_params.get(ADAPTIVE))
+        h = jnp.concatenate([fixed_lower, seeded], axis=1)
+        out, _ = _blocks(
+            cfg, fixed_params, h, rc.destination + 1, rc.source + 1, both, both_tokens, mask=mask
+        )
         return out[:, :t]
 
     def relative_change(new, old):
@@ -148,10 +156,10 @@ def two_stack_parallel(
         new = refine(z_src)
         return passes + 1, new, relative_change(new, z_src)
 
-    first, _ = _blocks(cfg, params, lower, rc.destination + 1, rc.source + 1, layout, tokens)
+    first, _ = _blocks(cfg, fixed_params, fixed_lower, rc.destination + 1, rc.source + 1, layout, tokens)
     state = (jnp.int32(1), first, jnp.float32(jnp.inf))
     passes, z_src, change = jax.lax.while_loop(lambda s: (s[0] < max_passes) & (s[2] > tol), body, state)
-    h = rc(lower, z_src, layout.positions)
+    h = rc(lower, z_src, layout.positions, params.get(ADAPTIVE))
     h, cache = _blocks(cfg, params, h, rc.destination + 1, cfg.num_layers, layout, tokens, cache)
     if cache is not None:
         cache = advance(cache, t)

@@ -10,6 +10,9 @@ Schemes (the paper's set):
   slerp       spherical interpolation from z_dest toward z_src by alpha, at |z_dest|
 `ramp` scales alpha by min(t / 10, 1) at position t (the paper's help for early tokens).
 `Recirculation` names where (source and destination blocks) and how (alpha, scheme, ramp).
+Adaptive (the paper's learned variant): per-channel alpha, beta = sigmoid(MLP([z_src; z_dest])), a
+2-hidden-layer GELU MLP whose output starts at alpha 0.1, beta 0.9; z_new = alpha f(z_src) + beta z_dest
+with ratio's f.
 
 Every scheme at alpha = 0 returns z_dest bit for bit: each is written as z_dest times a coefficient that
 is exactly 1 there, plus a term multiplied by alpha (a zero-norm z_src cannot turn that term into NaN).
@@ -18,13 +21,18 @@ is exactly 1 there, plus a term multiplied by alpha (a zero-norm z_src cannot tu
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
+
+from t2mlr_jax.model.spec import ParamSpec, normal, zeros
 
 SCHEMES = ("none", "ratio", "nonconvex", "renorm", "orthogonal", "slerp")
 CONVEX = ("none", "ratio", "renorm", "slerp")  # alpha is a mixing weight: it must lie in (0, 1]
 RAMP_POSITIONS = 10
+ADAPTIVE_INIT = (0.1, 0.9)  # the adaptive MLP's alpha and beta at initialisation
 _EPS = 1e-12
 
 
@@ -51,6 +59,7 @@ class Recirculation:
     alpha: float = 0.1
     scheme: str = "ratio"
     ramp: bool = False
+    adaptive: bool = False  # alpha, beta from the adaptive MLP (its params passed to the call); no scheme
 
     def check(self, num_layers: int) -> None:
         """One clear error for a pair that is not deep-to-shallow inside the model, or a bad mix."""
@@ -66,9 +75,16 @@ class Recirculation:
         check_mix(self.scheme, self.alpha)
 
     def __call__(
-        self, z_dest: Float[Array, "B T D"], z_src: Float[Array, "B T D"], positions: Int[Array, "B T"]
+        self,
+        z_dest: Float[Array, "B T D"],
+        z_src: Float[Array, "B T D"],
+        positions: Int[Array, "B T"],
+        mlp: dict | None = None,
     ) -> Float[Array, "B T D"]:
-        return mix(z_dest, z_src, self.alpha, scheme=self.scheme, positions=positions if self.ramp else None)
+        ramp = positions if self.ramp else None
+        if self.adaptive:
+            return adaptive_mix(mlp, z_dest, z_src, positions=ramp)
+        return mix(z_dest, z_src, self.alpha, scheme=self.scheme, positions=ramp)
 
 
 def mix(
@@ -110,6 +126,43 @@ def mix(
     else:
         raise ValueError(f"recirculation scheme must be one of {SCHEMES}, got {scheme!r}")
     return out.astype(z_dest.dtype)
+
+
+def adaptive_specs(hidden_size: int, width: int) -> dict:
+    """The adaptive MLP [z_src; z_dest] (2D) -> width -> width -> (alpha, beta) (2D); its last layer starts
+    at zero with biases logit(0.1) | logit(0.9), so every token starts at ADAPTIVE_INIT."""
+    d, w = hidden_size, width
+    logit = lambda p: math.log(p / (1 - p))
+    bias = lambda k, shape, dtype: jnp.concatenate([jnp.full((d,), logit(a), dtype) for a in ADAPTIVE_INIT])
+    layer = lambda n_in, n_out, init: {
+        "kernel": ParamSpec((n_in, n_out), (None, None), init, "matrix", 1),
+        "bias": ParamSpec((n_out,), (None,), zeros, "bias"),
+    }
+    out = layer(w, 2 * d, zeros)
+    out["bias"] = ParamSpec((2 * d,), (None,), bias, "bias")
+    return {"fc1": layer(2 * d, w, normal(0.02)), "fc2": layer(w, w, normal(0.02)), "out": out}
+
+
+def adaptive_mix(
+    mlp: dict,
+    z_dest: Float[Array, "B T D"],
+    z_src: Float[Array, "B T D"],
+    *,
+    positions: Int[Array, "B T"] | None = None,
+) -> Float[Array, "B T D"]:
+    """alpha f(z_src) + beta z_dest with per-channel alpha, beta from the MLP (ratio's f, optional ramp)."""
+    d, s = z_dest.astype(jnp.float32), z_src.astype(jnp.float32)
+    x = jnp.concatenate([s, d], axis=-1)
+    for name in ("fc1", "fc2"):
+        x = jax.nn.gelu(x @ mlp[name]["kernel"].astype(jnp.float32) + mlp[name]["bias"].astype(jnp.float32))
+    gates = jax.nn.sigmoid(
+        x @ mlp["out"]["kernel"].astype(jnp.float32) + mlp["out"]["bias"].astype(jnp.float32)
+    )
+    alpha, beta = jnp.split(gates, 2, axis=-1)
+    if positions is not None:
+        alpha = alpha * jnp.minimum(positions / RAMP_POSITIONS, 1.0)[..., None]
+    scaled = s * (_norm(d) / jnp.maximum(_norm(s), _EPS))
+    return (alpha * scaled + beta * d).astype(z_dest.dtype)
 
 
 def _norm(z: Float[Array, "B T D"]) -> Float[Array, "B T 1"]:

@@ -1,0 +1,150 @@
+"""Recirculation on a pretrained model (`t2mlr_jax.model.recirculation`), as architectures of the house:
+
+recirculation           training-free: --mode=eval scores config.init_from's model with the pathway of
+                        config.recirculation, --mode=generate decodes with it (KV cache), and --mode=train
+                        (nothing to train) runs the sweep of experiments/recirculation.py instead
+recirculation_adaptive  the paper's learned variant: per-channel alpha, beta from a small MLP trained by the
+                        trainer over the frozen pretrained model (parallel two-stack, fixed passes)
+
+Both read the `recirculation` section (below); `stack` chooses the paper's two-stack or the single-stack
+(T²MLR's path with the parameter-free mixer).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import ml_collections
+
+from t2mlr_jax.architectures.contract import (
+    Architecture,
+    Outputs,
+    backbone_config,
+    cached_generate,
+    layout_of,
+    register_architecture,
+)
+from t2mlr_jax.architectures.t2mlr import stateless
+from t2mlr_jax.model.generate import T2MLRDecoder
+from t2mlr_jax.model.params import param_specs
+from t2mlr_jax.model.recirculation import (
+    ADAPTIVE,
+    TwoStackDecoder,
+    single_stack_layout,
+    single_stack_model,
+    two_stack_parallel,
+    two_stack_serial,
+)
+from t2mlr_jax.model.recirculation_mix import Recirculation, adaptive_specs
+from t2mlr_jax.model.recurrence import exact_forward
+from t2mlr_jax.model.spec import freeze
+
+STACKS = ("two", "single")
+EVALUATIONS = ("serial", "parallel")
+DEFAULTS = dict(
+    # Blocks, 0-based: the output of block `source` folded into the output of block `destination`
+    # (HF hidden_states[source + 1] into hidden_states[destination + 1]); the paper's best Gemma3 1B pair.
+    source=11,
+    destination=4,
+    alpha=0.1,
+    scheme="ratio",  # none | ratio | nonconvex | renorm | orthogonal | slerp
+    ramp=False,  # alpha x min(t / 10, 1) at position t
+    stack="two",  # two (the paper: a second pass per token) | single (T²MLR's path, parameter-free)
+    evaluation="serial",  # two-stack scoring / prefill: serial (exact) | parallel (Jacobi passes)
+    parallel_tol=1e-4,  # parallel: stop when no source state moves by more than this (relative)
+    parallel_max_passes=16,
+    temperature=1.0,  # logits / temperature (the paper's control: 1.2)
+    adaptive_hidden=0,  # recirculation_adaptive: the MLP's width; 0 = hidden_size
+    # The sweep (--mode=train of arch recirculation; experiments/recirculation.py)
+    sweep_alphas="0.04,0.07,0.10,0.16",
+    sweep_schemes="ratio",
+    sweep_max_gap=12,  # pairs with destination < source <= destination + max_gap
+    sweep_stride=1,  # every stride-th source and destination block
+    sweep_controls=True,  # temperature and training-free looping beside the grid
+    sweep_control_temperature=1.2,
+    sweep_serial_check=2,  # best cells also scored serially (passes, perplexity gap, speed-up); 0 = none
+)
+
+
+def settings(config: ml_collections.ConfigDict, num_layers: int, *, adaptive: bool = False) -> Recirculation:
+    """The section's pathway, checked (one clear error before anything compiles)."""
+    s = config.recirculation
+    for name, value, choices in (("stack", s.stack, STACKS), ("evaluation", s.evaluation, EVALUATIONS)):
+        if value not in choices:
+            raise ValueError(f"recirculation.{name} must be one of {choices}, got {value!r}")
+    if s.parallel_max_passes < 1 or s.parallel_tol < 0 or s.temperature <= 0:
+        raise ValueError(
+            "recirculation: parallel_max_passes must be >= 1, parallel_tol >= 0 and temperature > 0, got "
+            f"{s.parallel_max_passes}, {s.parallel_tol}, {s.temperature}"
+        )
+    if adaptive and s.stack != "two":
+        raise ValueError(
+            "recirculation_adaptive trains the two-stack's mix: recirculation.stack must be 'two'"
+        )
+    rc = Recirculation(s.source, s.destination, s.alpha, s.scheme, s.ramp, adaptive)
+    rc.check(num_layers)
+    return rc
+
+
+def _build(config: ml_collections.ConfigDict, *, adaptive: bool) -> Architecture:
+    model = stateless(backbone_config(config, recurrent=False))
+    rc = settings(config, model.num_layers, adaptive=adaptive)
+    s = config.recirculation
+    parallel = dict(tol=s.parallel_tol, max_passes=s.parallel_max_passes)
+    single = single_stack_model(model, rc)
+
+    def logits(params, batch, training):
+        tokens, layout = batch["tokens"], layout_of(batch)
+        if training:  # the adaptive MLP: fixed passes (no tolerance), gradient through the final pass
+            params = {**jax.lax.stop_gradient(params), ADAPTIVE: params[ADAPTIVE]}
+            return two_stack_parallel(model, params, rc, tokens, layout=layout, **parallel).logits
+        if s.stack == "single":
+            layout = single_stack_layout(layout)
+            return exact_forward(single, {**params, "mixer": {}}, tokens, layout=layout).logits
+        if s.evaluation == "parallel":
+            return two_stack_parallel(model, params, rc, tokens, layout=layout, **parallel).logits
+        return two_stack_serial(model, params, rc, tokens, layout=layout)[0]
+
+    def apply(params, batch, *, training, rng, model_state, sample=None):
+        return Outputs(logits(params, batch, training) / s.temperature)
+
+    def decoding(params, model_state):
+        if s.stack == "single":
+            return T2MLRDecoder(single), {**params, "mixer": {}}
+        prefill = dict(prefill_passes=s.parallel_max_passes, prefill_tol=s.parallel_tol)
+        return TwoStackDecoder(model, rc, s.evaluation, **prefill), params
+
+    specs = param_specs(model)
+    if adaptive:
+        width = s.adaptive_hidden or model.hidden_size
+        specs = {**freeze(specs), ADAPTIVE: adaptive_specs(model.hidden_size, width)}
+    name = "recirculation_adaptive" if adaptive else "recirculation"
+    return Architecture(
+        name,
+        specs,
+        model.param_dtype,
+        apply,
+        cached_generate(decoding),
+        backbone=model,
+        max_seq_len=model.max_seq_len,
+    )
+
+
+def _sweep(config: ml_collections.ConfigDict, workdir: Path) -> dict:
+    from t2mlr_jax.train.recirculation_sweep import run_sweep
+
+    _build(config, adaptive=False)  # every setting checked before the sweep loads anything
+    return run_sweep(config, workdir)
+
+
+register_architecture(
+    "recirculation",
+    lambda config: _build(config, adaptive=False),
+    section="recirculation",
+    defaults=DEFAULTS,
+    training_free=_sweep,
+)
+register_architecture(
+    "recirculation_adaptive", lambda config: _build(config, adaptive=True), section="recirculation"
+)
