@@ -78,7 +78,7 @@ class Recirculation:
         self,
         z_dest: Float[Array, "B T D"],
         z_src: Float[Array, "B T D"],
-        positions: Int[Array, "B T"],
+        positions: Int[Array, "B T"] | None,
         mlp: dict | None = None,
     ) -> Float[Array, "B T D"]:
         ramp = positions if self.ramp else None

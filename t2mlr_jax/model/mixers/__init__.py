@@ -12,6 +12,7 @@ module with `specs` and `mix` plus one `MIXERS.register(name, Mixer(...))`.
   coconut                        P(r)
   codi                           P(LayerNorm(Linear(GELU(Linear(r)))))
   none                           x
+  recirculation                  x folded with r by recirculation's parameter-free mix (no previous token: x)
 where r is W_rec R (when used), both streams are optionally RMS-normalised first (pre_norm) and P is the
 optional clamped RMS rescale (post_norm).
 """
