@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.architectures import build_architecture
-from t2mlr_jax.model.recirculation import ADAPTIVE, two_stack_serial
-from t2mlr_jax.model.recirculation_mix import Recirculation
+from t2mlr_jax.model.recirculation import ADAPTIVE
 from t2mlr_jax.train.trainer import Run, restore_state, train
 from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
 
@@ -37,16 +36,12 @@ def test_adaptive_mlp_trains_over_a_frozen_base(tmp_path):
 
 
 @pytest.mark.parametrize("stack", ["two", "single"])
-def test_training_free_scores_and_decodes_through_the_contract(stack):
+def test_training_free_decodes_as_it_scores(stack):
+    """Greedy decoding with the KV cache equals the argmax of teacher-forced scoring (at temperature 1.2)."""
     arch = build_architecture(_config("recirculation", stack=stack, temperature=1.2))
     params = arch.init(jax.random.PRNGKey(0))
-    batch = {k: jnp.asarray(v) for k, v in tiny_batch(0, 1, 2, 12).items()}
-    logits = arch.apply(params, batch, training=False, rng=None, model_state={}).logits
-    if stack == "two":
-        serial, _ = two_stack_serial(arch.backbone, params, Recirculation(2, 0, 0.3), batch["tokens"])
-        real = batch["loss_mask"][..., None] > 0
-        np.testing.assert_allclose(jnp.where(real, logits, 0), jnp.where(real, serial / 1.2, 0), atol=2e-5)
-    prompt = batch["tokens"][:, :4]
+    tokens = jnp.asarray(tiny_batch(0, 1, 2, 12)["tokens"])
+    prompt = tokens[:, :4]
     out = arch.generate(params, {}, prompt, jnp.ones_like(prompt), None, 3, None, 0)
     full = jnp.concatenate([prompt, out.tokens], axis=1)
     ones = jnp.ones_like(full)
