@@ -48,7 +48,7 @@ class HFModel:
 
 
 # The one table of supported HF model types. Qwen3 is Llama plus a weighted RMSNorm of q and k over
-# head_dim before RoPE (eps rms_norm_eps, like ours) and optional sliding windows, which we refuse.
+# head_dim before RoPE (eps rms_norm_eps, like ours) and optional sliding windows (`_windows`; import only).
 HF_MODELS = {
     "llama": HFModel("LlamaForCausalLM", block={}, defaults={}, export={"mlp_bias": False}),
     "qwen3": HFModel(
@@ -85,9 +85,10 @@ HF_MODELS = {
     ),
 }
 # The backbone's configurable parts (norms, QK-norm, windows, softcaps, MLP): Llama is their defaults.
-BLOCK_FIELDS = ("norm_weights", "embed_norm", "qk_norm", "window_pattern", "sliding_window", "attn_softcap",
-                "logit_softcap", "mlp", "resid_scalars", "value_embeds", "norm_offset", "embed_scale",
-                "sandwich_norms", "query_pre_attn_scalar", "rope_local_theta")  # fmt: skip
+BLOCK_FIELDS = ("norm_weights", "embed_norm", "qk_norm", "window_pattern", "sliding_window",
+                "last_layer_full", "attn_softcap", "logit_softcap", "mlp", "resid_scalars", "value_embeds",
+                "norm_offset", "embed_scale", "sandwich_norms", "query_pre_attn_scalar",
+                "rope_local_theta")  # fmt: skip
 
 
 def _raise_if(problems: list[str], what: str) -> None:
@@ -99,17 +100,29 @@ def _supported(model_types) -> str:
     return ", ".join(map(repr, model_types))
 
 
-def _sliding_layers(hf: dict) -> list[int]:
-    """The layers transformers runs with a sliding window: `layer_types` when given, else Qwen3Config's
-    rule (with use_sliding_window and a sliding_window, every layer from max_window_layers up)."""
-    window = hf.get("sliding_window") if hf.get("use_sliding_window") else None
-    types = hf.get("layer_types") or [
-        "sliding_attention"
-        if window is not None and i >= hf.get("max_window_layers", 0)
-        else "full_attention"
-        for i in range(int(hf["num_hidden_layers"]))
-    ]
-    return [i for i, kind in enumerate(types) if kind != "full_attention"]
+def _kinds(layer_types) -> str:
+    """HF layer_types as one S (sliding) or L (full) per layer."""
+    return "".join("L" if kind == "full_attention" else "S" for kind in layer_types)
+
+
+def _windows(kinds: str, window: int | None, problems: list[str]) -> dict:
+    """Our window fields for per-layer kinds over HF's sliding_window. transformers' sliding_window_overlay
+    keeps keys with kv > q - sliding_window, i.e. it counts the query (keys at most sliding_window - 1 slots
+    back); ours counts the slots back. The pattern is the shortest period from layer 0 that reproduces
+    every layer: below the last with the last full (our default), else over all (last_layer_full=False)."""
+    if "S" not in kinds:
+        return {}
+    if window is None or int(window) < 2:
+        problems.append(
+            f"sliding-window layers {kinds!r} (S = sliding) with sliding_window={window} (only a window of "
+            ">= 2 keys counting the query)"
+        )
+        return {}
+    last_full = kinds[-1] == "L"
+    tiled = len(kinds) - last_full
+    period = next(p for p in range(1, len(kinds) + 1) if all(kinds[i] == kinds[i % p] for i in range(tiled)))
+    fields = {"window_pattern": kinds[:period], "sliding_window": int(window) - 1}
+    return fields if last_full else {**fields, "last_layer_full": False}
 
 
 def model_config_from_hf(
@@ -160,18 +173,23 @@ def _rope_theta(rope: dict, scaling: dict, problems: list[str], where: str = "")
 
 
 def _llama_fields(hf: dict, problems: list[str]) -> dict:
-    """Llama / Qwen3: one RoPE base, no sliding windows."""
+    """Llama / Qwen3: one RoPE base; Qwen3's sliding layers are `layer_types` when given, else Qwen3Config's
+    rule (with use_sliding_window, every layer from max_window_layers up, over sliding_window keys)."""
     rope = {"rope_theta": hf.get("rope_theta", 10_000.0), **(hf.get("rope_parameters") or {})}
-    theta = _rope_theta(rope, hf.get("rope_scaling") or {}, problems)
-    sliding = _sliding_layers(hf)
-    if sliding:
-        # HF slides the top layers (the last one included) over sliding_window keys counting the query;
-        # our window_pattern tiles from layer 0 and always keeps the last layer full.
+    fields = {"rope_theta": _rope_theta(rope, hf.get("rope_scaling") or {}, problems)}
+    # Qwen3Config drops sliding_window unless use_sliding_window (a sliding layer without one fails there).
+    window = hf.get("sliding_window") if hf.get("use_sliding_window") else None
+    layers = int(hf["num_hidden_layers"])
+    first = layers if window is None else min(max(int(hf.get("max_window_layers", 0)), 0), layers)
+    kinds = _kinds(hf["layer_types"]) if hf.get("layer_types") else "L" * first + "S" * (layers - first)
+    if hf["model_type"] == "llama" and "S" in kinds:
+        sliding = [i for i, kind in enumerate(kinds) if kind == "S"]
         problems.append(
-            f"sliding-window attention on layers {sliding} (use_sliding_window / layer_types): our "
-            "windows cannot place it (the last layer is always full)"
+            f"sliding-window attention on layers {sliding} (use_sliding_window / layer_types), which "
+            "transformers' Llama does not apply"
         )
-    return {"rope_theta": theta}
+        return fields
+    return {**fields, **_windows(kinds, window, problems)}
 
 
 def _gemma3_fields(hf: dict, problems: list[str]) -> dict:
@@ -188,7 +206,7 @@ def _gemma3_fields(hf: dict, problems: list[str]) -> dict:
     types = hf.get("layer_types") or [
         "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)
     ]
-    kinds = "".join("L" if kind == "full_attention" else "S" for kind in types)
+    kinds = _kinds(types)
     # transformers 5: rope_parameters per layer type; 4.x: rope_theta (+ rope_scaling), rope_local_base_freq.
     rope = hf.get("rope_parameters") or {}
     if "full_attention" not in rope:
@@ -202,23 +220,13 @@ def _gemma3_fields(hf: dict, problems: list[str]) -> dict:
         "query_pre_attn_scalar": float(hf["query_pre_attn_scalar"]),
         "logit_softcap": hf.get("final_logit_softcapping"),
     }
-    if "S" not in kinds:
+    windows = _windows(kinds, hf.get("sliding_window"), problems)
+    if not windows:
         return fields
-    window = int(hf.get("sliding_window") or 0)
-    if kinds[-1] != "L" or window < 2:
-        problems.append(
-            f"sliding-window layers {kinds!r} (S = sliding) with sliding_window={window}: our windows keep "
-            "the last layer full and need sliding_window >= 2"
-        )
-        return fields
-    # Our pattern tiles from layer 0 (the last layer is always full): the shortest period that does.
-    period = next(p for p in range(1, layers + 1) if all(kinds[i] == kinds[i % p] for i in range(layers - 1)))
     local = rope.get("sliding_attention") or {}
     return {
         **fields,
-        "window_pattern": kinds[:period],
-        # HF's window counts the query (keys within sliding_window - 1 slots back); ours counts slots back.
-        "sliding_window": window - 1,
+        **windows,
         "rope_local_theta": _rope_theta(local, {}, problems, " on sliding layers"),
     }
 

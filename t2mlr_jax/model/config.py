@@ -8,6 +8,7 @@ Every field is checked in `validate()`, before anything is traced or compiled.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from t2mlr_jax.model.mixers import MIXERS
 
@@ -51,6 +52,9 @@ class RecurrenceConfig:
     # Jacobi depths used when a caller does not pass them (release pretraining: D=16, B=4).
     d_forward: int = 16
     d_backward: int = 4
+    # A parameter-free mixer's own settings, a frozen dataclass it defines (recirculation's `Recirculation`:
+    # its source / destination / alpha / scheme); built by its architecture, not a config-file field.
+    mixer_options: Any = None
 
     def layer_range(self, num_layers: int) -> tuple[int, int]:
         """(l_start, l_end) as non-negative 0-based block indices; the single source of truth."""
@@ -96,11 +100,13 @@ class ModelConfig:
     embed_norm: bool = False  # RMSNorm the embeddings before block 0 (nanochat)
     # QK-RMSNorm over head_dim: "before_rope" (Qwen3) or "after_rope" (nanochat); weighted iff norm_weights.
     qk_norm: str = "none"
-    # Sliding-window attention: window_pattern tiles over layers (S = a query sees keys at most
-    # `sliding_window` slots back, i.e. w + 1 keys with itself, FA3/nanochat's window_size=(w, 0);
-    # L = full); the last layer is always L.
+    # Sliding-window attention: window_pattern tiles over layers from layer 0 (S = a query sees keys at
+    # most `sliding_window` slots back, i.e. w + 1 keys with itself, FA3/nanochat's window_size=(w, 0);
+    # L = full); the last layer is L while last_layer_full, else the pattern places it too (Gemma3 1B:
+    # "SSSSSL" over 26 layers, the last two sliding; a string of num_layers kinds places each layer).
     window_pattern: str = "L"
     sliding_window: int | None = None
+    last_layer_full: bool = True
     attn_softcap: float | None = None  # attention logits -> c * tanh(z / c)
     logit_softcap: float | None = None  # output logits -> c * tanh(z / c)
     mlp: str = "swiglu"  # a key of t2mlr_jax.model.layers.MLPS (swiglu | geglu | relu2 | moe | registered)
@@ -148,10 +154,13 @@ class ModelConfig:
 
     @property
     def layer_windows(self) -> tuple[int | None, ...]:
-        """Each layer's attention window (None = full): window_pattern tiled, the last layer full."""
+        """Each layer's attention window (None = full): window_pattern tiled from layer 0, the last layer
+        full while last_layer_full."""
         pattern = self.window_pattern
-        kinds = [pattern[i % len(pattern)] for i in range(self.num_layers - 1)]
-        return (*(self.sliding_window if kind == "S" else None for kind in kinds), None)
+        kinds = [pattern[i % len(pattern)] for i in range(self.num_layers)]
+        if self.last_layer_full and kinds:
+            kinds[-1] = "L"
+        return tuple(self.sliding_window if kind == "S" else None for kind in kinds)
 
     @property
     def layer_rope_thetas(self) -> tuple[float, ...] | None:
@@ -234,7 +243,7 @@ class ModelConfig:
             raise ValueError(f"mlp must be one of {sorted(MLP_NAMES)}, got {self.mlp!r}")
         if self.init_scheme not in INIT_SCHEMES:
             raise ValueError(f"init_scheme must be one of {INIT_SCHEMES}, got {self.init_scheme!r}")
-        for name in ("resid_scalars", "value_embeds"):
+        for name in ("resid_scalars", "value_embeds", "last_layer_full"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.gate_channels < 1 or self.value_embeds and self.gate_channels > self.hidden_size:

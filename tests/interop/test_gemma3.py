@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from transformers import Gemma3TextConfig
 
 from t2mlr_jax.interop import load_pretrained, save_hf
 from t2mlr_jax.interop.configs import model_config_from_hf
@@ -17,6 +18,8 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 CASES = {
     # Sliding and full layers alternating (sliding window 4 << 12 tokens), tied embeddings.
     "windows": {},
+    # Gemma3 1B's layout in small: every third layer full, the last two sliding.
+    "last_sliding": {"layer_types": (SLIDING, SLIDING, FULL, SLIDING, SLIDING)},
     # Every layer full, untied head, final logit softcap.
     "global": {"layer_types": (FULL, FULL), "tie_word_embeddings": False, "final_logit_softcapping": 3.0},
 }
@@ -49,6 +52,10 @@ def test_config_maps_every_field(gemma3):
     if case == "windows":
         assert (cfg.window_pattern, cfg.sliding_window, cfg.rope_local_theta) == ("SL", 3, 5000.0)
         assert cfg.layer_windows == (3, None, 3, None) and cfg.tie_embeddings and cfg.logit_softcap is None
+        assert cfg.last_layer_full
+    elif case == "last_sliding":
+        assert (cfg.window_pattern, cfg.sliding_window, cfg.last_layer_full) == ("SSL", 3, False)
+        assert cfg.layer_windows == (3, 3, None, 3, 3) and cfg.rope_local_theta == 5000.0
     else:
         assert (cfg.window_pattern, cfg.sliding_window, cfg.rope_local_theta) == ("L", None, None)
         assert not cfg.tie_embeddings and cfg.logit_softcap == 3.0
@@ -65,8 +72,10 @@ def test_each_option_matters(gemma3):
     """Switching off any Gemma option moves the logits: the parity above exercises all of them."""
     case, _, theirs, cfg, params = gemma3
     changes = [{"norm_offset": False}, {"embed_scale": False}, {"query_pre_attn_scalar": None}]
-    if case == "windows":
+    if case != "global":
         changes += [{"rope_local_theta": None}, {"sliding_window": 2}]
+    if case == "last_sliding":
+        changes.append({"last_layer_full": True})
     for change in changes:
         ours = np.asarray(backbone.forward(cfg.replace(**change), params, jnp.asarray(TOKENS)))
         assert np.abs(ours - theirs).max() > 1e-3 * np.abs(theirs).max(), change
@@ -75,8 +84,8 @@ def test_each_option_matters(gemma3):
 def test_what_does_not_map_is_refused():
     config = tiny_gemma3_config().to_dict()
     refused = {
-        "last layer sliding": ({"layer_types": [FULL, SLIDING]}, r"sliding-window layers 'LS'"),
-        "window of 1": ({"layer_types": [SLIDING, FULL], "sliding_window": 1}, r"sliding_window=1"),
+        "window of 1": ({"layer_types": [FULL, SLIDING], "sliding_window": 1}, r"'LS' .*sliding_window=1 "),
+        "no window": ({"layer_types": [SLIDING, FULL], "sliding_window": None}, r"sliding_window=None"),
         "rope scaling": (
             {"rope_parameters": {**config["rope_parameters"], FULL: {"rope_type": "linear", "factor": 8.0}}},
             r"rope type 'linear' on full-attention layers",
@@ -100,6 +109,18 @@ def test_transformers_4_spelling_maps_the_same():
     old = {**config, "rope_theta": 20000.0, "rope_local_base_freq": 5000.0, "sliding_window_pattern": 2}
     assert model_config_from_hf(old) == new
     assert new.window_pattern == "SL" and new.rope_local_theta == 5000.0
+
+
+def test_gemma3_1b_layout_maps_exactly():
+    """Gemma3 1B: 26 layers, every sixth full (5, 11, 17, 23), so the last two slide; 4.x spelling
+    (sliding_window_pattern) and 5.x (layer_types) alike, HF's 512-key window (the query included) as 511."""
+    config = Gemma3TextConfig(num_hidden_layers=26, sliding_window=512, max_position_embeddings=32768)
+    cfg = model_config_from_hf(config.to_dict())
+    assert (cfg.window_pattern, cfg.sliding_window, cfg.last_layer_full) == ("SSSSSL", 511, False)
+    assert cfg.layer_windows == tuple(None if kind == FULL else 511 for kind in config.layer_types)
+    assert config.layer_types[-2:] == [SLIDING, SLIDING]
+    old = {k: v for k, v in config.to_dict().items() if k not in ("layer_types", "_sliding_window_pattern")}
+    assert model_config_from_hf({**old, "sliding_window_pattern": 6}) == cfg
 
 
 def test_export_is_refused(gemma3, tmp_path):

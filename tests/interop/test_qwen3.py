@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, Qwen3ForCausalLM
+from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from t2mlr_jax.interop import load_hf, load_pretrained, save_hf
 from t2mlr_jax.interop.configs import (
@@ -87,18 +87,54 @@ def test_other_model_types_are_refused_in_one_line(qwen3, tmp_path, model_type):
     )
 
 
-def test_sliding_windows_and_biases_are_refused(qwen3):
+def test_sliding_windows_map_and_biases_are_refused(qwen3):
     config = json.loads((qwen3[0] / "config.json").read_text())
     del config["layer_types"]  # as transformers 4.x wrote it: the layer types follow from max_window_layers
     windows = {"use_sliding_window": True, "sliding_window": 8}
-    with pytest.raises(
-        ValueError, match=r"(?s)attention_bias=true.*sliding-window attention on layers \[1\]"
-    ):
+    # Layers from max_window_layers up slide over 8 keys counting the query: 7 slots back, the last layer too.
+    cfg = model_config_from_hf({**config, **windows, "max_window_layers": 1})
+    assert (cfg.window_pattern, cfg.sliding_window, cfg.last_layer_full) == ("LS", 7, False)
+    assert cfg.layer_windows == (None, 7) and cfg.rope_local_theta is None
+    with pytest.raises(ValueError, match=r"attention_bias=true"):
         model_config_from_hf({**config, **windows, "max_window_layers": 1, "attention_bias": True})
-    with pytest.raises(ValueError, match=r"sliding-window attention on layers \[0, 1\]"):
+    # Sliding layers without use_sliding_window have no window (transformers itself fails on them).
+    with pytest.raises(ValueError, match=r"HF qwen3 config: .*\n.*'SS' .*sliding_window=None"):
         model_config_from_hf({**config, "layer_types": ["sliding_attention"] * 2})
     # Windows switched on but starting above the last layer: every layer is full, which maps exactly.
     assert model_config_from_hf({**config, **windows, "max_window_layers": 2}) == qwen3[2]
+    # transformers' Llama ignores windows: a Llama config asking for them is refused.
+    llama = {**config, **windows, "model_type": "llama", "max_window_layers": 0}
+    with pytest.raises(ValueError, match=r"HF llama config: .*\n.*layers \[0, 1\] .*Llama does not apply"):
+        model_config_from_hf(llama)
+
+
+def test_last_sliding_layer_logits_match_transformers(tmp_path):
+    """A Qwen3 whose windows (3 keys counting the query << 12 tokens) start at layer 1 of 3: the last
+    layer slides, as a per-layer pattern; logits as transformers', and the export refuses the windows."""
+    config = Qwen3Config.from_dict(
+        {
+            **tiny_qwen3_config().to_dict(),
+            "num_hidden_layers": 3,
+            "use_sliding_window": True,
+            "sliding_window": 3,
+            "max_window_layers": 1,
+            "layer_types": None,
+        }
+    )
+    assert config.layer_types == ["full_attention", "sliding_attention", "sliding_attention"]
+    model = transformers_model(config, seed=3)
+    model.save_pretrained(tmp_path / "hf")
+    with torch.no_grad():
+        theirs = model(torch.as_tensor(TOKENS)).logits.numpy()
+    cfg, params = load_pretrained(tmp_path / "hf")
+    assert (cfg.window_pattern, cfg.sliding_window, cfg.last_layer_full) == ("LSS", 2, False)
+    ours = np.asarray(backbone.forward(cfg, params, jnp.asarray(TOKENS)))
+    print(f"relative max error {np.abs(ours - theirs).max() / np.abs(theirs).max():.2e}")
+    assert logits_close(ours, theirs)
+    full = np.asarray(backbone.forward(cfg.replace(last_layer_full=True), params, jnp.asarray(TOKENS)))
+    assert not logits_close(full, theirs)  # the last layer's window matters
+    with pytest.raises(ValueError, match=r"closest: 'qwen3', which has no .*last_layer_full=False"):
+        save_hf(cfg, params, tmp_path / "back")
 
 
 def test_blocks_without_an_hf_type_are_refused_on_export(qwen3):

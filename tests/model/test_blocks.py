@@ -69,6 +69,22 @@ def test_window_pattern_tiles_and_the_last_layer_is_full():
     assert BASE.layer_windows == (None,) * L
 
 
+def test_window_pattern_places_the_last_layer_too_when_asked():
+    """last_layer_full=False: the pattern tiles over every layer (Gemma3 1B: "SSSSSL" over 26 layers, the
+    last two sliding); a string of num_layers kinds places each layer as it says."""
+
+    def windows(pattern, num_layers=L, last_layer_full=False):
+        cfg = BASE.replace(num_layers=num_layers, window_pattern=pattern, sliding_window=3)
+        return cfg.replace(last_layer_full=last_layer_full).validate().layer_windows
+
+    assert [i for i, w in enumerate(windows("SSSSSL", 26)) if w is None] == [5, 11, 17, 23]
+    assert windows("SSSSSL", 26)[-2:] == (3, 3) and windows("SSSSSL", 26, True)[-2:] == (3, None)
+    assert windows("LSS", 4) == (None, 3, 3, None) and windows("LSSS", 4) == (None, 3, 3, 3)
+    assert windows("S", 1) == (3,) and windows("S", 1, True) == (None,)
+    # An L-ending pattern of num_layers kinds is the same with either setting.
+    assert windows("SLSL", 4) == windows("SLSL", 4, True) == (3, None, 3, None)
+
+
 def test_new_parameters_have_specs_and_known_axes():
     cfg = BASE.replace(qk_norm="before_rope", embed_norm=True, mlp="relu2")
     specs = spec_leaves(param_specs(cfg))
@@ -366,8 +382,14 @@ def _cached_step(cfg, params, fb_params, cache, toks, positions, m):
 cached_step = jax.jit(_cached_step, static_argnums=0)
 
 
+# Gemma3 1B's layout in small: the pattern tiles over every layer, the last one sliding.
+GEMMA_LAST_SLIDING = GEMMA_LIKE.replace(window_pattern="SSL", last_layer_full=False)
+
+
 @pytest.mark.parametrize(
-    "cfg", [NANOCHAT, QWEN_LIKE, GEMMA_LIKE], ids=["nanochat", "qwen_like", "gemma_like"]
+    "cfg",
+    [NANOCHAT, QWEN_LIKE, GEMMA_LIKE, GEMMA_LAST_SLIDING],
+    ids=["nanochat", "qwen_like", "gemma_like", "gemma_last_sliding"],
 )
 def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
     cfg = cfg.validate()
