@@ -96,10 +96,16 @@ def _config_problem(argv: list[str]) -> str | None:
 
 def _training_free(config):
     """What --mode=train runs for an architecture with nothing to train (recirculation's sweep), or None."""
+    import importlib
+
     from t2mlr_jax.architectures import ARCHITECTURES, arch_names
 
     names = arch_names(config)
-    return ARCHITECTURES.get(names[0]).training_free if len(names) == 1 else None
+    target = ARCHITECTURES.get(names[0]).training_free if len(names) == 1 else None
+    if target is None:
+        return None
+    module, _, function = target.rpartition(".")
+    return getattr(importlib.import_module(module), function)
 
 
 def _setup(config, workdir: Path, mode: str):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Hashable
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import flax.struct
@@ -184,14 +183,15 @@ class ArchitectureEntry:
     shared by aliases such as middle_looped, which reads `looped`). `identity`: which of the section's
     fields shape the saved state, so that a workdir trained with other values is refused: True (all),
     False (none: how T²MLR is trained or decoded may change on resume) or a tuple of field names.
-    `training_free(config, workdir) -> results`: what main.py's --mode=train runs instead of the trainer
-    for an architecture with nothing to train (recirculation: its sweep)."""
+    `training_free`: for an architecture with nothing to train, the dotted name of the function
+    (config, workdir) -> results that main.py's --mode=train runs instead of the trainer (recirculation:
+    its sweep, in the train layer, which this layer does not import)."""
 
     build: Callable[[ml_collections.ConfigDict], Architecture]
     section: str | None = None
     defaults: dict = dataclasses.field(default_factory=dict)
     identity: bool | tuple[str, ...] = True
-    training_free: Callable[[ml_collections.ConfigDict, Path], dict] | None = None
+    training_free: str | None = None
 
 
 ARCHITECTURES: Registry = Registry("architecture")
@@ -204,7 +204,7 @@ def register_architecture(
     section: str | None = None,
     defaults: dict | None = None,
     identity: bool | tuple[str, ...] = True,
-    training_free: Callable[[ml_collections.ConfigDict, Path], dict] | None = None,
+    training_free: str | None = None,
 ) -> None:
     """Register `build(config) -> Architecture` under `name`; `defaults` become config section `section`."""
     ARCHITECTURES.register(

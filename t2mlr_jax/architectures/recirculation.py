@@ -12,8 +12,6 @@ Both read the `recirculation` section (below); `stack` chooses the paper's two-s
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import jax
 import ml_collections
 
@@ -131,19 +129,12 @@ def _build(config: ml_collections.ConfigDict, *, adaptive: bool) -> Architecture
     )
 
 
-def _sweep(config: ml_collections.ConfigDict, workdir: Path) -> dict:
-    from t2mlr_jax.train.recirculation_sweep import run_sweep
-
-    _build(config, adaptive=False)  # every setting checked before the sweep loads anything
-    return run_sweep(config, workdir)
-
-
 register_architecture(
     "recirculation",
     lambda config: _build(config, adaptive=False),
     section="recirculation",
     defaults=DEFAULTS,
-    training_free=_sweep,
+    training_free="t2mlr_jax.train.recirculation_sweep.run_sweep",
 )
 register_architecture(
     "recirculation_adaptive", lambda config: _build(config, adaptive=True), section="recirculation"

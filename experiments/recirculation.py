@@ -1,0 +1,45 @@
+#!/usr/bin/env python
+"""The recirculation sweep (Mozer et al.): % perplexity change of a pretrained model against its unmodified
+self for every alpha x scheme x (source, destination) pair of config.recirculation's grid, with the
+paper's controls (temperature, training-free looping) and a serial check of the parallel two-stack
+(passes, perplexity gap, speed-up, timed side by side). This is main.py (its flags, --help, one-line
+errors) with configs/recirculation.py:cpu as the default config; the sweep is
+t2mlr_jax.train.recirculation_sweep, which main.py runs for arch "recirculation" in --mode=train.
+
+  python experiments/recirculation.py --config=configs/recirculation.py:cpu --workdir=runs/recirc
+  python experiments/recirculation.py --config=configs/recirculation.py --workdir=runs/recirc_full \\
+      --config.recirculation.sweep_schemes=ratio,nonconvex                # the full grid: an accelerator
+
+Writes, in --workdir (a rerun with the same settings skips the cells already there):
+  cells.jsonl                       one line per cell as it finishes
+  results.json                      baseline, grid (best first), best cell, controls, serial check,
+                                    gain by position, settings, timings
+  heatmap_<scheme>_alpha<alpha>.png  % perplexity change per (source, destination): blue lower, red higher
+  heatmap_looping.png               the looping control over the same pairs
+  gain_by_position.png              the best cell's change per position bucket
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from absl import app
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax and main.py
+import main as framework  # noqa: E402  (main.py's flags, one-line errors and training-free dispatch)
+
+DEFAULT_CONFIG = f"--config={ROOT / 'configs' / 'recirculation.py'}:cpu"
+
+
+def run(argv: list[str]) -> None:
+    """main.py with configs/recirculation.py:cpu as the default config: --mode=train (the default) sweeps,
+    --mode=eval scores config.recirculation's one pathway."""
+    if not any(arg.startswith("--config=") for arg in argv[1:]):
+        argv = [argv[0], DEFAULT_CONFIG, *argv[1:]]
+    app.run(framework.main, argv=argv, flags_parser=framework._parse_flags)
+
+
+if __name__ == "__main__":
+    run(sys.argv)

@@ -1,0 +1,565 @@
+"""The recirculation sweep (Mozer et al.; t2mlr_jax.model.recirculation): the % perplexity change against
+the unmodified model of every cell (scheme, alpha, source, destination) of a grid, on config.init_from's
+model over the fixed eval windows of config.data, with the paper's controls. main.py's --mode=train of
+arch "recirculation" (it has nothing to train) and experiments/recirculation.py run it.
+
+Grid (config.recirculation.sweep_*): alphas x schemes x pairs destination < source <= destination +
+max_gap over every stride-th block, each cell scored as the section says (stack two | single, evaluation
+serial | parallel); one compiled function per (source, destination, scheme), alpha a traced argument.
+Controls: every cell's logits also at temperature sweep_control_temperature (the base model's and the best
+cell's answer "is the gain additive?"), and training-free looping (blocks d+1..s again after s) for every
+pair. Serial check: the sweep_serial_check best cells scored by both evaluations, timed side by side.
+
+Writes in workdir: cells.jsonl (a line per cell as it finishes; a rerun with the same settings skips the
+cells there), results.json, heatmap_<scheme>_alpha<alpha>.png (per alpha and scheme), heatmap_looping.png
+and gain_by_position.png (the best cell's change per position in the window).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import matplotlib
+import ml_collections
+import numpy as np
+import optax
+from tqdm import tqdm
+
+from t2mlr_jax.model import backbone
+from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.recirculation import (
+    looped_logits,
+    single_stack_layout,
+    single_stack_model,
+    two_stack_parallel,
+    two_stack_serial,
+)
+from t2mlr_jax.model.recirculation_mix import Recirculation
+from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layout
+from t2mlr_jax.train import init_from
+from t2mlr_jax.train.build_data import build_data_source
+
+matplotlib.use("Agg")  # files only; no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+
+CELLS, RESULTS = "cells.jsonl", "results.json"
+POSITION_BUCKETS = 16  # the gain-by-position curve: the window cut into this many equal spans
+ANNOTATE_MAX = 200  # heatmaps with at most this many cells show each cell's %
+INPUTS = ("tokens", "targets", "positions", "segment_ids")  # what the compiled scorer reads of a batch
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One scored variant: the unmodified model ("baseline"), a recirculation pathway, the looping control
+    over the same blocks, or a serial check (a recirculation cell scored by both evaluations, timed)."""
+
+    kind: str  # baseline | recirculation | looping | check
+    source: int = -1
+    destination: int = -1
+    scheme: str = ""
+    alpha: float = 0.0
+
+    @property
+    def key(self) -> tuple:
+        return dataclasses.astuple(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scoring:
+    """How recirculation cells are scored (config.recirculation), and the temperatures every cell's
+    next-token NLL is taken at (the first is the sweep's; a second is the temperature control)."""
+
+    stack: str = "two"
+    evaluation: str = "parallel"
+    tol: float = 1e-4
+    max_passes: int = 16
+    ramp: bool = False
+    temperatures: tuple[float, ...] = (1.0,)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The checked sweep: the grid's cells, the looping controls, how cells are scored."""
+
+    grid: list[Cell]
+    looping: list[Cell]
+    scoring: Scoring
+    serial_check: int
+
+
+# ---------------------------------------------------------------------------------------------------
+# The plan, checked before anything is loaded or compiled
+
+
+def sweep_pairs(num_layers: int, max_gap: int, stride: int) -> list[tuple[int, int]]:
+    """(source, destination) pairs over blocks 0, stride, 2 stride, ...: destination < source <= destination
+    + max_gap."""
+    layers = range(0, num_layers, stride)
+    return [(s, d) for d in layers for s in layers if d < s <= d + max_gap]
+
+
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise ValueError(f"recirculation.{what} must be a comma list of numbers, got {text!r}") from e
+    if not values:
+        raise ValueError(f"recirculation.{what} is empty")
+    return values
+
+
+def plan(config: ml_collections.ConfigDict, model: ModelConfig) -> Plan:
+    """Every cell's settings checked up front: one clear ValueError, nothing compiled."""
+    s = config.recirculation
+    if s.sweep_stride < 1 or s.sweep_max_gap < 1 or s.sweep_serial_check < 0:
+        raise ValueError(
+            "recirculation: sweep_stride and sweep_max_gap must be >= 1 and sweep_serial_check >= 0, got "
+            f"{s.sweep_stride}, {s.sweep_max_gap}, {s.sweep_serial_check}"
+        )
+    if s.sweep_control_temperature <= 0:
+        raise ValueError(
+            f"recirculation.sweep_control_temperature must be > 0, got {s.sweep_control_temperature}"
+        )
+    pairs = sweep_pairs(model.num_layers, s.sweep_max_gap, s.sweep_stride)
+    if not pairs:
+        raise ValueError(
+            f"recirculation: no (source, destination) pair of this {model.num_layers}-layer model at most "
+            f"{s.sweep_max_gap} apart on a stride of {s.sweep_stride}"
+        )
+    schemes = [x.strip() for x in s.sweep_schemes.split(",") if x.strip()]
+    alphas = _floats(s.sweep_alphas, "sweep_alphas")
+    grid = [
+        Cell("recirculation", src, dst, scheme, alpha)
+        for src, dst in pairs
+        for scheme in schemes or [""]  # "" fails the check below with the list of schemes
+        for alpha in alphas
+    ]
+    for cell in grid:
+        Recirculation(cell.source, cell.destination, cell.alpha, cell.scheme, s.ramp).check(model.num_layers)
+    controls = (s.temperature, s.sweep_control_temperature) if s.sweep_controls else (s.temperature,)
+    scoring = Scoring(s.stack, s.evaluation, s.parallel_tol, s.parallel_max_passes, s.ramp, controls)
+    looping = [Cell("looping", src, dst) for src, dst in pairs] if s.sweep_controls else []
+    return Plan(grid, looping, scoring, s.sweep_serial_check)
+
+
+def check_window(config: ml_collections.ConfigDict, max_seq_len: int) -> int:
+    """The eval window, which must fit the model's context."""
+    window = config.data.eval_seq_len or config.data.seq_len
+    if window > max_seq_len:
+        raise ValueError(
+            f"data.eval_seq_len {window} is longer than the model's context (model.max_seq_len {max_seq_len})"
+        )
+    return window
+
+
+# ---------------------------------------------------------------------------------------------------
+# Scoring
+
+
+def windows(config: ml_collections.ConfigDict) -> list[dict]:
+    """The eval windows as numpy batches, read once and reused by every cell."""
+    data = build_data_source(config, train=False)
+    return [{k: np.asarray(v) for k, v in batch.items()} for batch in data.eval_batches()]
+
+
+def _recirculated(model: ModelConfig, params: dict, rc: Recirculation, tokens, layout, scoring: Scoring):
+    """Logits of the recirculated model and the Jacobi passes it ran (0: serial)."""
+    if scoring.stack == "single":
+        single, params = single_stack_model(model, rc), {**params, "mixer": {}}
+        layout = single_stack_layout(layout)
+        if scoring.evaluation == "serial":
+            return exact_forward(single, params, tokens, layout=layout).logits, jnp.int32(0)
+        passes = scoring.max_passes
+        out = jacobi_forward(single, params, tokens, layout=layout, d_forward=passes, d_backward=0)
+        return out.logits, jnp.int32(passes)
+    if scoring.evaluation == "serial":
+        return two_stack_serial(model, params, rc, tokens, layout=layout)[0], jnp.int32(0)
+    out = two_stack_parallel(
+        model, params, rc, tokens, layout=layout, tol=scoring.tol, max_passes=scoring.max_passes
+    )
+    return out.logits, out.passes
+
+
+@functools.partial(jax.jit, static_argnames=("model", "cell", "scoring"))
+def _token_nll(params: dict, batch: dict, alpha, *, model: ModelConfig, cell: Cell, scoring: Scoring):
+    """[temperatures, B, T] next-token NLL of `cell` and the Jacobi passes it ran. The cell's alpha is
+    the traced `alpha`, so every alpha of a pathway shares one compile."""
+    tokens = batch["tokens"]
+    layout = make_layout(tokens, batch["positions"], batch["segment_ids"])
+    if cell.kind == "baseline":
+        kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
+        logits, passes = backbone.forward(model, params, tokens, **kw), jnp.int32(0)
+    else:
+        rc = Recirculation(cell.source, cell.destination, alpha, cell.scheme or "ratio", scoring.ramp)
+        if cell.kind == "looping":
+            logits, passes = looped_logits(model, params, rc, tokens, layout=layout), jnp.int32(0)
+        else:
+            logits, passes = _recirculated(model, params, rc, tokens, layout, scoring)
+    logits, targets = logits.astype(jnp.float32), batch["targets"]
+    nll = [optax.softmax_cross_entropy_with_integer_labels(logits / t, targets) for t in scoring.temperatures]
+    return jnp.stack(nll), passes
+
+
+def _arguments(params: dict, batch: dict, cell: Cell) -> tuple:
+    return params, {k: batch[k] for k in INPUTS}, np.float32(cell.alpha)
+
+
+def scorer(model: ModelConfig, cell: Cell, scoring: Scoring, *, compile_for=None) -> Callable:
+    """(params, batch, alpha) -> (NLL per temperature [N, B, T], passes) for `cell`; with
+    compile_for=(params, batch) compiled ahead of time (so that timing it excludes compilation)."""
+    kind = "recirculation" if cell.kind == "check" else cell.kind
+    static = dict(model=model, cell=dataclasses.replace(cell, kind=kind, alpha=0.0), scoring=scoring)
+    if compile_for is None:
+        return functools.partial(_token_nll, **static)
+    return _token_nll.lower(*_arguments(*compile_for, cell), **static).compile()
+
+
+def score(params: dict, batches: list[dict], cell: Cell, fn: Callable, window: int) -> dict:
+    """`cell` scored by `fn` (a `scorer`) over `batches` (numpy, from `windows`): its summed NLL at each
+    temperature, supervised tokens, their UTF-8 bytes, NLL per position bucket, passes per batch, seconds."""
+    nll_sums, by_position = 0.0, np.zeros(POSITION_BUCKETS)
+    tokens = target_bytes = 0.0
+    passes, start = [], time.perf_counter()
+    for batch in batches:
+        nll, n = fn(*_arguments(params, batch, cell))
+        nll, mask = np.asarray(nll, np.float64), batch["loss_mask"] > 0
+        nll_sums = nll_sums + (nll * mask).sum(axis=(1, 2))
+        by_position += np.bincount(_buckets(batch, window), weights=nll[0][mask], minlength=POSITION_BUCKETS)
+        tokens += float(mask.sum())
+        target_bytes += float(batch["target_bytes"][mask].sum()) if "target_bytes" in batch else 0.0
+        passes.append(int(n))
+    if not tokens:
+        raise ValueError("the eval windows hold no supervised tokens: is the eval set empty?")
+    return {
+        "nll": np.atleast_1d(nll_sums).tolist(),
+        "tokens": tokens,
+        "bytes": target_bytes,
+        "nll_by_position": by_position.tolist(),
+        "passes": passes,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def _buckets(batch: dict, window: int) -> np.ndarray:
+    """The position bucket of each supervised token (its position in its document within the window)."""
+    positions = batch["positions"][batch["loss_mask"] > 0]
+    return np.minimum(positions * POSITION_BUCKETS // window, POSITION_BUCKETS - 1)
+
+
+def position_counts(batches: list[dict], window: int) -> np.ndarray:
+    """Supervised tokens per position bucket (the same for every cell)."""
+    return sum(np.bincount(_buckets(b, window), minlength=POSITION_BUCKETS) for b in batches)
+
+
+def perplexity(nll_sum: float, tokens: float) -> float:
+    return math.exp(min(nll_sum / tokens, 50.0))
+
+
+def _change(ppl: float, base: float) -> float:
+    return 100.0 * (ppl / base - 1.0)
+
+
+def record(cell: Cell, raw: dict, baseline: dict | None) -> dict:
+    """A cells.jsonl line: the cell, its sums, perplexity / bpb and the % change against the baseline
+    (at the sweep's temperature; a second temperature is the control)."""
+    ppl = [perplexity(n, raw["tokens"]) for n in raw["nll"]]
+    base = baseline["perplexity"] if baseline else ppl[0]
+    out = {**dataclasses.asdict(cell), **raw, "perplexity": ppl[0], "change_pct": _change(ppl[0], base)}
+    if raw["bytes"]:
+        out["bpb"] = raw["nll"][0] / (math.log(2.0) * raw["bytes"])
+    if len(ppl) > 1:
+        out["control_temperature"] = {"perplexity": ppl[1], "change_pct": _change(ppl[1], base)}
+    passes = out.pop("passes")
+    if any(passes):  # Jacobi passes: the parallel evaluation only
+        out["passes"] = {"mean": float(np.mean(passes)), "max": max(passes)}
+    return out
+
+
+def serial_check(
+    model: ModelConfig, params: dict, batches: list[dict], cell: Cell, scoring: Scoring, window: int
+) -> dict:
+    """`cell` scored by the parallel and the serial evaluation side by side, each compiled first: the
+    passes the parallel one needs, how far its perplexity is from the serial one's, the speed-up."""
+    out = dataclasses.asdict(cell)
+    for mode in ("parallel", "serial"):
+        start = time.perf_counter()
+        fn = scorer(
+            model, cell, dataclasses.replace(scoring, evaluation=mode), compile_for=(params, batches[0])
+        )
+        compile_seconds = time.perf_counter() - start
+        scored = record(cell, score(params, batches, cell, fn, window), None)
+        out[mode] = {
+            "perplexity": scored["perplexity"],
+            "seconds": scored["seconds"],
+            "compile_seconds": compile_seconds,
+            **({"passes": scored["passes"]} if "passes" in scored else {}),
+        }
+    parallel, serial = out["parallel"], out["serial"]
+    out["perplexity_rel_diff"] = abs(parallel["perplexity"] - serial["perplexity"]) / serial["perplexity"]
+    out["speedup"] = serial["seconds"] / parallel["seconds"]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# The sweep
+
+
+class CellLog:
+    """cells.jsonl: the cells scored so far with these settings (`fingerprint`); `add` appends one."""
+
+    def __init__(self, path: Path, fingerprint: str):
+        self.path, self.fingerprint = path, fingerprint
+        lines = path.read_text().splitlines() if path.exists() else []
+        records = [json.loads(line) for line in lines if line.strip()]
+        self.done = {_key(r): r for r in records if r.get("settings") == fingerprint}
+
+    def add(self, line: dict) -> dict:
+        line = {**line, "settings": self.fingerprint}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+        self.done[_key(line)] = line
+        return line
+
+    def get(self, cell: Cell) -> dict | None:
+        return self.done.get(cell.key)
+
+
+def _cell(line: dict) -> Cell:
+    return Cell(**{f.name: line[f.name] for f in dataclasses.fields(Cell)})
+
+
+def _key(line: dict) -> tuple:
+    return _cell(line).key
+
+
+def fingerprint(config: ml_collections.ConfigDict, scoring: Scoring) -> str:
+    """What a cell's numbers depend on: the model, the windows, how cells are scored."""
+    d = config.data
+    what = dict(
+        init_from=config.init_from,
+        model=config.model.to_dict(),
+        data={k: d[k] for k in ("kind", "tokenizer", "eval_path", "eval_source", "seq_len", "eval_seq_len")},
+        windows=(config.eval.num_examples, config.eval.batch_size, config.seed),
+        scoring=dataclasses.asdict(scoring),
+    )
+    return hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def run_sweep(config: ml_collections.ConfigDict, workdir: Path) -> dict:
+    """The sweep of config.recirculation on config.init_from's model; resumes from workdir/cells.jsonl.
+    Every setting is checked before anything is loaded or compiled. Returns what results.json holds."""
+    started = time.perf_counter()
+    arch = init_from.architecture(config, "recirculation")  # the section and the checkpoint, checked
+    if arch.pretrained is None:
+        raise ValueError("the recirculation sweep needs a pretrained model: set config.init_from")
+    model, sweep = arch.backbone, plan(config, arch.backbone)
+    window = check_window(config, arch.max_seq_len)
+    batches = windows(config)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = CellLog(workdir / CELLS, fingerprint(config, sweep.scoring))
+    params = functools.cache(lambda: jax.device_put(arch.pretrained()))  # read only when a cell is due
+
+    baseline = Cell("baseline")
+    cells = [baseline, *sweep.grid, *sweep.looping]
+    pending = [c for c in cells if log.get(c) is None]
+    with tqdm(total=len(cells), initial=len(cells) - len(pending), desc="recirculation", unit="cell") as bar:
+        for cell in pending:
+            bar.set_postfix_str(_name(cell))
+            raw = score(params(), batches, cell, scorer(model, cell, sweep.scoring), window)
+            log.add(record(cell, raw, log.get(baseline)))
+            bar.update()
+    grid = sorted((log.get(c) for c in sweep.grid), key=lambda r: r["change_pct"])
+    checks = []
+    for best in grid[: sweep.serial_check]:
+        cell = Cell("check", best["source"], best["destination"], best["scheme"], best["alpha"])
+        checks.append(
+            log.get(cell) or log.add(serial_check(model, params(), batches, cell, sweep.scoring, window))
+        )
+    looping = [log.get(c) for c in sweep.looping]
+    results = _results(config, model, sweep, log.get(baseline), grid, looping, checks, batches, window)
+    results["timings"] = {
+        "run_seconds": time.perf_counter() - started,
+        "cells_seconds": sum(log.get(c)["seconds"] for c in cells),
+        "evaluated_now": len(pending),
+        "reused": len(cells) - len(pending),
+    }
+    (workdir / RESULTS).write_text(json.dumps(results, indent=2) + "\n")
+    write_plots(workdir, results)
+    print(summary(results), flush=True)
+    return results
+
+
+def _name(cell: Cell) -> str:
+    if cell.kind == "baseline":
+        return "baseline"
+    alpha = f" {cell.scheme} alpha {cell.alpha:g}" if cell.kind != "looping" else ""
+    return f"{cell.kind} s={cell.source} d={cell.destination}{alpha}"
+
+
+RAW = ("nll", "tokens", "bytes", "nll_by_position", "settings")
+
+
+def _shown(line: dict) -> dict:
+    """A cell as results.json shows it: without the raw sums."""
+    return {k: v for k, v in line.items() if k not in RAW}
+
+
+def _results(
+    config, model: ModelConfig, sweep: Plan, baseline, grid, looping, checks, batches, window
+) -> dict:
+    """results.json: the settings, the baseline, the grid best first, the controls, the serial check."""
+    best, s = grid[0], config.recirculation
+    counts = position_counts(batches, window)
+    seen = counts > 0
+    gain = np.subtract(baseline["nll_by_position"], best["nll_by_position"])[seen] / counts[seen]
+    results = {
+        "settings": {
+            "init_from": config.init_from,
+            "num_layers": model.num_layers,
+            "windows": {"count": sum(len(b["tokens"]) for b in batches), "length": window},
+            "tokens": baseline["tokens"],
+            "alphas": sorted({c.alpha for c in sweep.grid}),
+            "schemes": sorted({c.scheme for c in sweep.grid}),
+            "max_gap": s.sweep_max_gap,
+            "stride": s.sweep_stride,
+            "pairs": len({(c.source, c.destination) for c in sweep.grid}),
+            "scoring": dataclasses.asdict(sweep.scoring),
+            "fingerprint": baseline["settings"],
+        },
+        "baseline": _shown(baseline),
+        "best": _shown(best),
+        "grid": [_shown(c) for c in grid],
+        "gain_by_position": {
+            "bucket_start": (np.arange(POSITION_BUCKETS) * window // POSITION_BUCKETS)[seen].tolist(),
+            "tokens": counts[seen].tolist(),
+            "nll_gain": gain.tolist(),  # nats per token, baseline minus best cell: > 0 = the cell helps
+            "change_pct": (100.0 * (np.exp(-gain) - 1.0)).tolist(),
+        },
+        "serial_check": [_shown(c) for c in checks],
+    }
+    if looping:
+        results["controls"] = _controls(baseline, best, looping, sweep.scoring.temperatures[1])
+    return results
+
+
+def _controls(baseline: dict, best: dict, looping: list[dict], temperature: float) -> dict:
+    """Temperature: is the best cell's change additive with the base model's at the control temperature
+    (the paper: nearly, so recirculation is not a temperature effect)? Looping: blocks d+1..s run twice
+    with nothing crossing tokens, over every pair of the grid."""
+    alone, best_t = baseline["control_temperature"]["change_pct"], best["control_temperature"]["change_pct"]
+    return {
+        "temperature": {
+            "temperature": temperature,
+            "baseline_change_pct": alone,
+            "best_change_pct": best["change_pct"],
+            "combined_change_pct": best_t,
+            "sum_of_separate_pct": alone + best["change_pct"],
+            "non_additivity_pct": best_t - alone - best["change_pct"],
+        },
+        "looping": {
+            "best": _shown(min(looping, key=lambda r: r["change_pct"])),
+            "cells": [_shown(c) for c in looping],
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Plots and summary
+
+
+def write_plots(workdir: Path, results: dict) -> None:
+    """A heatmap per scheme and alpha, the looping control's heatmap, the best cell's gain by position."""
+    grid = results["grid"]
+    for scheme in results["settings"]["schemes"]:
+        for alpha in results["settings"]["alphas"]:
+            cells = [c for c in grid if c["scheme"] == scheme and c["alpha"] == alpha]
+            _heatmap(
+                workdir / f"heatmap_{scheme}_alpha{alpha:g}.png",
+                cells,
+                f"recirculation: {scheme}, α = {alpha:g}",
+            )
+    if "controls" in results:
+        _heatmap(workdir / "heatmap_looping.png", results["controls"]["looping"]["cells"], "looping control")
+    _gain_plot(workdir / "gain_by_position.png", results)
+
+
+def _heatmap(path: Path, cells: list[dict], title: str) -> None:
+    """% perplexity change, source block up, destination block across: blue lower, red higher."""
+    sources = sorted({c["source"] for c in cells})
+    destinations = sorted({c["destination"] for c in cells})
+    values = np.full((len(sources), len(destinations)), np.nan)
+    for c in cells:
+        values[sources.index(c["source"]), destinations.index(c["destination"])] = c["change_pct"]
+    limit = max(float(np.nanmax(np.abs(values))), 1e-9)
+    size = (max(5.0, 0.45 * len(destinations) + 3.0), max(3.5, 0.4 * len(sources) + 1.5))
+    fig, ax = plt.subplots(figsize=size)
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.9")
+    image = ax.imshow(values, cmap=cmap, vmin=-limit, vmax=limit, origin="lower", aspect="auto")
+    ax.set_xticks(range(len(destinations)), destinations)
+    ax.set_yticks(range(len(sources)), sources)
+    ax.set_xlabel("destination block d")
+    ax.set_ylabel("source block s")
+    if values.size <= ANNOTATE_MAX:
+        for (i, j), v in np.ndenumerate(values):
+            if np.isfinite(v):
+                color = "white" if abs(v) > 0.6 * limit else "black"
+                ax.text(j, i, f"{v:+.2f}", ha="center", va="center", fontsize=7, color=color)
+    fig.colorbar(image, ax=ax, label="% perplexity change vs unmodified")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _gain_plot(path: Path, results: dict) -> None:
+    gain, best = results["gain_by_position"], results["best"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(gain["bucket_start"], gain["change_pct"], marker="o")
+    ax.axhline(0.0, color="0.5", lw=0.8)
+    ax.set_xlabel("position in the document (bucket start)")
+    ax.set_ylabel("% perplexity change vs unmodified")
+    ax.set_title(
+        f"best cell: {best['scheme']} α={best['alpha']:g}, s={best['source']}, d={best['destination']}"
+    )
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summary(results: dict) -> str:
+    """A few lines: the baseline, the best cell, the controls, the serial check."""
+    base, best = results["baseline"], results["best"]
+    bpb = f", {base['bpb']:.4f} bits per byte" if "bpb" in base else ""
+    lines = [
+        f"baseline perplexity {base['perplexity']:.4f}{bpb} over {results['settings']['tokens']:.0f} tokens",
+        f"best of {len(results['grid'])} cells: {_name(_cell(best))} -> perplexity "
+        f"{best['perplexity']:.4f} ({best['change_pct']:+.3f}%)",
+    ]
+    if "controls" in results:
+        t, loop = results["controls"]["temperature"], results["controls"]["looping"]["best"]
+        lines += [
+            f"temperature {t['temperature']:g}: base {t['baseline_change_pct']:+.3f}%, with the best cell "
+            f"{t['combined_change_pct']:+.3f}% (sum of the two alone {t['sum_of_separate_pct']:+.3f}%)",
+            f"looping control, best pair s={loop['source']} d={loop['destination']}: "
+            f"{loop['change_pct']:+.3f}%",
+        ]
+    for c in results["serial_check"]:
+        p, s = c["parallel"], c["serial"]
+        passes = f"{p['passes']['mean']:.1f} passes (max {p['passes']['max']}), " if "passes" in p else ""
+        lines.append(
+            f"serial check s={c['source']} d={c['destination']} alpha {c['alpha']:g}: parallel {passes}"
+            f"perplexity off by {c['perplexity_rel_diff']:.2e} (relative), {p['seconds']:.1f} s vs serial "
+            f"{s['seconds']:.1f} s: x{c['speedup']:.1f}"
+        )
+    return "\n".join(lines)
