@@ -20,8 +20,12 @@ Default (the paper's sweep, for an accelerator): windows of 1024 tokens (64 of t
 blocks), each scored by the parallel two-stack (Jacobi passes to a relative change of 1e-4); the two best
 cells also serially, timed beside it.
 Presets:
-  cpu  a coarse grid that finishes on a 2-core CPU in under 20 minutes: 8 windows of 256 tokens (one batch),
-       alpha in {0.04, 0.16}, every 6th block (7 pairs), the best cell checked serially
+  cpu       a coarse grid that finishes on a 2-core CPU in under 20 minutes: 8 windows of 256 tokens (one
+            batch), alpha in {0.04, 0.16}, every 6th block (7 pairs), the best cell checked serially
+  adaptive  the paper's learned variant (arch recirculation_adaptive): per-channel alpha, beta from a
+            2-hidden-layer GELU MLP over [source; destination], trained 100 steps (batch 32, AdamW 3e-4,
+            weight decay 1e-4, constant LR) on the training plays with the base model frozen, at the
+            pathway of recirculation.source / destination; `adaptive,cpu` is a 4-step smoke run
 """
 
 from t2mlr_jax.config_utils import (
@@ -61,6 +65,20 @@ def get_config(arg=None):
             "recirculation.sweep_alphas": "0.04,0.16",
             "recirculation.sweep_stride": 6,
             "recirculation.sweep_serial_check": 1,
+            "train.steps": 4,  # adaptive,cpu
+            "train.batch_size": 2,
+            "train.log_every": 1,
+        },
+        "adaptive": {
+            "arch": "recirculation_adaptive",
+            "train.steps": 100,
+            "train.batch_size": 32,
+            "train.log_every": 10,
+            "train.checkpoint_every": 50,
+            "optimizer.lr": 3e-4,
+            "optimizer.weight_decay": 1e-4,
+            "optimizer.schedule": "constant",
+            "optimizer.warmup_ratio": 0.0,
         },
     }
     return apply_preset(config, arg, presets)
