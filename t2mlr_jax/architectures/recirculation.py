@@ -28,18 +28,15 @@ from t2mlr_jax.model.generate import T2MLRDecoder
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.recirculation import (
     ADAPTIVE,
+    EVALUATIONS,
+    STACKS,
     TwoStackDecoder,
-    single_stack_layout,
+    recirculated_logits,
     single_stack_model,
-    two_stack_parallel,
-    two_stack_serial,
 )
 from t2mlr_jax.model.recirculation_mix import Recirculation, adaptive_specs
-from t2mlr_jax.model.recurrence import exact_forward
 from t2mlr_jax.model.spec import freeze
 
-STACKS = ("two", "single")
-EVALUATIONS = ("serial", "parallel")
 DEFAULTS = dict(
     # Blocks, 0-based: the output of block `source` folded into the output of block `destination`
     # (HF hidden_states[source + 1] into hidden_states[destination + 1]); the paper's best Gemma3 1B pair.
@@ -94,15 +91,13 @@ def _build(config: ml_collections.ConfigDict, *, adaptive: bool) -> Architecture
 
     def logits(params, batch, training):
         tokens, layout = batch["tokens"], layout_of(batch)
-        if training:  # the adaptive MLP: fixed passes (no tolerance), gradient through the final pass
+        evaluation = s.evaluation
+        if training:  # the adaptive MLP over the frozen base: the gradient reaches it through the final pass
             params = {**jax.lax.stop_gradient(params), ADAPTIVE: params[ADAPTIVE]}
-            return two_stack_parallel(model, params, rc, tokens, layout=layout, **parallel).logits
-        if s.stack == "single":
-            layout = single_stack_layout(layout)
-            return exact_forward(single, {**params, "mixer": {}}, tokens, layout=layout).logits
-        if s.evaluation == "parallel":
-            return two_stack_parallel(model, params, rc, tokens, layout=layout, **parallel).logits
-        return two_stack_serial(model, params, rc, tokens, layout=layout)[0]
+            evaluation = "parallel"
+        return recirculated_logits(
+            model, params, rc, tokens, layout, stack=s.stack, evaluation=evaluation, **parallel
+        )[0]
 
     def apply(params, batch, *, training, rng, model_state, sample=None):
         return Outputs(logits(params, batch, training) / s.temperature)

@@ -88,27 +88,22 @@ def attend(
     return rearrange(out, "b t k g e -> b t (k g) e")
 
 
-def swiglu(
+def gated_mlp(
     x: Float[Array, "B T D"],
     gate_proj: Float[Array, "D F"],
     up_proj: Float[Array, "D F"],
     down_proj: Float[Array, "F D"],
+    activation: Callable = jax.nn.silu,
 ) -> Float[Array, "B T D"]:
+    """down(act(gate x) * up x): SwiGLU with SiLU (Llama), GeGLU with tanh-GELU (Gemma, HF's
+    gelu_pytorch_tanh)."""
     gate = jnp.einsum("btd,df->btf", x, gate_proj)
     up = jnp.einsum("btd,df->btf", x, up_proj)
-    return jnp.einsum("btf,fd->btd", jax.nn.silu(gate) * up, down_proj)
+    return jnp.einsum("btf,fd->btd", activation(gate) * up, down_proj)
 
 
-def geglu(
-    x: Float[Array, "B T D"],
-    gate_proj: Float[Array, "D F"],
-    up_proj: Float[Array, "D F"],
-    down_proj: Float[Array, "F D"],
-) -> Float[Array, "B T D"]:
-    """Gemma's MLP: SwiGLU with GELU (tanh approximation, HF's gelu_pytorch_tanh) in place of SiLU."""
-    gate = jnp.einsum("btd,df->btf", x, gate_proj)
-    up = jnp.einsum("btd,df->btf", x, up_proj)
-    return jnp.einsum("btf,fd->btd", jax.nn.gelu(gate, approximate=True) * up, down_proj)
+def _gelu_tanh(x):
+    return jax.nn.gelu(x, approximate=True)
 
 
 def relu2(
@@ -208,11 +203,11 @@ def _relu2_specs(cfg: ModelConfig) -> dict:
 register_mlp(
     "swiglu",
     _swiglu_specs,
-    lambda cfg, p, x, state: (swiglu(x, p["gate_proj"], p["up_proj"], p["down_proj"]), {}),
+    lambda cfg, p, x, state: (gated_mlp(x, p["gate_proj"], p["up_proj"], p["down_proj"]), {}),
 )
 register_mlp(
     "geglu",
     _swiglu_specs,
-    lambda cfg, p, x, state: (geglu(x, p["gate_proj"], p["up_proj"], p["down_proj"]), {}),
+    lambda cfg, p, x, state: (gated_mlp(x, p["gate_proj"], p["up_proj"], p["down_proj"], _gelu_tanh), {}),
 )
 register_mlp("relu2", _relu2_specs, lambda cfg, p, x, state: (relu2(x, p["up_proj"], p["down_proj"]), {}))

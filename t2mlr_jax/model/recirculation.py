@@ -27,30 +27,22 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from t2mlr_jax.model.backbone import KVCache, advance, embed, head, init_cache, run_blocks
+from t2mlr_jax.model.backbone import KVCache, advance, embed, head, init_cache
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import PROMPT, RECURRENT
 from t2mlr_jax.model.layers import attention_mask
 from t2mlr_jax.model.recirculation_mix import Recirculation
-from t2mlr_jax.model.recurrence import Layout, Output, make_layout, scan_over_tokens
+from t2mlr_jax.model.recurrence import (
+    Layout,
+    Output,
+    exact_forward,
+    jacobi_forward,
+    layout_blocks,
+    make_layout,
+    scan_over_tokens,
+)
 
 ADAPTIVE = "adaptive_mix"  # the params entry of the adaptive MLP (Recirculation.adaptive)
-
-
-def _blocks(cfg, params, h, start, end, layout, tokens, cache=None, mask=None):
-    out = run_blocks(
-        cfg,
-        params,
-        h,
-        start,
-        end,
-        positions=layout.positions,
-        segment_ids=layout.segment_ids,
-        cache=cache,
-        tokens=tokens,
-        mask=mask,
-    )
-    return out.h, out.cache
 
 
 def two_stack_step(
@@ -63,10 +55,12 @@ def two_stack_step(
 ) -> tuple[Float[Array, "B T V"], KVCache]:
     """Both passes of the next T tokens with the KV cache (T = 1 for exact serial semantics). The second
     pass overwrites the first pass's keys/values in blocks d+1..s."""
-    h, cache = _blocks(cfg, params, embed(cfg, params, tokens), 0, rc.destination + 1, layout, tokens, cache)
-    z_src, cache = _blocks(cfg, params, h, rc.destination + 1, rc.source + 1, layout, tokens, cache)
+    h, cache = layout_blocks(
+        cfg, params, embed(cfg, params, tokens), 0, rc.destination + 1, layout, tokens, cache
+    )
+    z_src, cache = layout_blocks(cfg, params, h, rc.destination + 1, rc.source + 1, layout, tokens, cache)
     h = rc(h, z_src, layout.positions, params.get(ADAPTIVE))
-    h, cache = _blocks(cfg, params, h, rc.destination + 1, cfg.num_layers, layout, tokens, cache)
+    h, cache = layout_blocks(cfg, params, h, rc.destination + 1, cfg.num_layers, layout, tokens, cache)
     return head(cfg, params, h), advance(cache, tokens.shape[1])
 
 
@@ -128,7 +122,7 @@ def two_stack_parallel(
     With a cache (prefill), it is left as the serial pass leaves it."""
     layout = layout or make_layout(tokens)
     t = tokens.shape[1]
-    lower, cache = _blocks(
+    lower, cache = layout_blocks(
         cfg, params, embed(cfg, params, tokens), 0, rc.destination + 1, layout, tokens, cache
     )
     both = Layout(*(jnp.concatenate([a, a], axis=1) for a in layout))
@@ -142,7 +136,7 @@ def two_stack_parallel(
     def refine(z_src):
         seeded = rc(fixed_lower, z_src, layout.positions, fixed_params.get(ADAPTIVE))
         h = jnp.concatenate([fixed_lower, seeded], axis=1)
-        out, _ = _blocks(
+        out, _ = layout_blocks(
             cfg, fixed_params, h, rc.destination + 1, rc.source + 1, both, both_tokens, mask=mask
         )
         return out[:, :t]
@@ -156,11 +150,13 @@ def two_stack_parallel(
         new = refine(z_src)
         return passes + 1, new, relative_change(new, z_src)
 
-    first, _ = _blocks(cfg, fixed_params, fixed_lower, rc.destination + 1, rc.source + 1, layout, tokens)
+    first, _ = layout_blocks(
+        cfg, fixed_params, fixed_lower, rc.destination + 1, rc.source + 1, layout, tokens
+    )
     state = (jnp.int32(1), first, jnp.float32(jnp.inf))
     passes, z_src, change = jax.lax.while_loop(lambda s: (s[0] < max_passes) & (s[2] > tol), body, state)
     h = rc(lower, z_src, layout.positions, params.get(ADAPTIVE))
-    h, cache = _blocks(cfg, params, h, rc.destination + 1, cfg.num_layers, layout, tokens, cache)
+    h, cache = layout_blocks(cfg, params, h, rc.destination + 1, cfg.num_layers, layout, tokens, cache)
     if cache is not None:
         cache = advance(cache, t)
     return ParallelOutput(head(cfg, params, h), passes, change, cache)
@@ -206,8 +202,42 @@ def looped_logits(
         (rc.destination + 1, rc.source + 1),
         (rc.source + 1, cfg.num_layers),
     ):
-        h, _ = _blocks(cfg, params, h, start, end, layout, tokens)
+        h, _ = layout_blocks(cfg, params, h, start, end, layout, tokens)
     return head(cfg, params, h)
+
+
+STACKS = ("two", "single")
+EVALUATIONS = ("serial", "parallel")
+
+
+def recirculated_logits(
+    cfg: ModelConfig,
+    params: dict,
+    rc: Recirculation,
+    tokens: Int[Array, "B T"],
+    layout: Layout,
+    *,
+    stack: str = "two",
+    evaluation: str = "serial",
+    tol: float = 1e-4,
+    max_passes: int = 16,
+) -> tuple[Float[Array, "B T V"], Int[Array, ""]]:
+    """Scoring with recirculation: the two-stack or the single-stack, serial (exact) or parallel (Jacobi;
+    the single-stack runs max_passes passes). Returns the logits and the passes run (0 when serial)."""
+    if stack == "single":
+        model, params, layout = (
+            single_stack_model(cfg, rc),
+            {**params, "mixer": {}},
+            single_stack_layout(layout),
+        )
+        if evaluation == "serial":
+            return exact_forward(model, params, tokens, layout=layout).logits, jnp.int32(0)
+        out = jacobi_forward(model, params, tokens, layout=layout, d_forward=max_passes, d_backward=0)
+        return out.logits, jnp.int32(max_passes)
+    if evaluation == "serial":
+        return two_stack_serial(cfg, params, rc, tokens, layout=layout)[0], jnp.int32(0)
+    out = two_stack_parallel(cfg, params, rc, tokens, layout=layout, tol=tol, max_passes=max_passes)
+    return out.logits, out.passes
 
 
 @dataclasses.dataclass(frozen=True)

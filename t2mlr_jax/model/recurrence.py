@@ -69,8 +69,9 @@ def scan_over_tokens(step, carry, tokens: Int[Array, "B T"], layout: Layout):
     return carry, jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), ys)
 
 
-def _blocks(cfg, params, h, start, end, layout, tokens, cache=None):
-    """Blocks [start, end); the tokens feed nanochat's value embeddings and x0 (resid scalars)."""
+def layout_blocks(cfg, params, h, start, end, layout, tokens, cache=None, mask=None):
+    """`run_blocks` [start, end) over a Layout, returning (h, cache); the tokens feed nanochat's value
+    embeddings and x0 (resid scalars); `mask` as run_blocks'."""
     out = run_blocks(
         cfg,
         params,
@@ -81,13 +82,14 @@ def _blocks(cfg, params, h, start, end, layout, tokens, cache=None):
         segment_ids=layout.segment_ids,
         cache=cache,
         tokens=tokens,
+        mask=mask,
     )
     return out.h, out.cache
 
 
 def _middle(cfg, params, h, layout, tokens, cache=None):
     l_start, l_end = cfg.layer_range
-    return _blocks(cfg, params, h, l_start, l_end + 1, layout, tokens, cache)
+    return layout_blocks(cfg, params, h, l_start, l_end + 1, layout, tokens, cache)
 
 
 def _advance(cache, tokens):
@@ -96,7 +98,7 @@ def _advance(cache, tokens):
 
 def _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state) -> Output:
     """A model without recurrence: every block once; the recurrent state passes through untouched."""
-    h, cache = _blocks(cfg, params, h, 0, cfg.num_layers, layout, tokens, cache)
+    h, cache = layout_blocks(cfg, params, h, 0, cfg.num_layers, layout, tokens, cache)
     return Output(head(cfg, params, h), recurrent_state, {}, _advance(cache, tokens))
 
 
@@ -109,7 +111,7 @@ def _fused_pass(cfg, params, x, r, layout, cache, tokens) -> Output:
     fused, stats = fuse(cfg, mixer, x, r, layout.control_flow, layout.positions)
     out, cache = _middle(cfg, params, fused, layout, tokens, cache)
     m = update_cache(cfg, mixer, out, r, layout.control_flow)
-    h, cache = _blocks(cfg, params, out, l_end + 1, cfg.num_layers, layout, tokens, cache)
+    h, cache = layout_blocks(cfg, params, out, l_end + 1, cfg.num_layers, layout, tokens, cache)
     return Output(head(cfg, params, h), m[:, -1], stats, _advance(cache, tokens))
 
 
@@ -136,7 +138,7 @@ def jacobi_forward(
     d_forward = rec.d_forward if d_forward is None else d_forward
     d_backward = rec.d_backward if d_backward is None else d_backward
     check_depths(d_forward, d_backward)
-    x, cache = _blocks(cfg, params, h, 0, cfg.layer_range[0], layout, tokens, cache)
+    x, cache = layout_blocks(cfg, params, h, 0, cfg.layer_range[0], layout, tokens, cache)
 
     def refine(p, x, r):
         """One Jacobi pass: fuse R into the stream, run the middle block, update and shift the cache."""
@@ -176,7 +178,7 @@ def decode_step(
     if cfg.recurrence is None:
         return _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state)
     r = jnp.where((layout.positions == 0)[..., None], 0.0, recurrent_state[:, None].astype(h.dtype))
-    x, cache = _blocks(cfg, params, h, 0, cfg.layer_range[0], layout, tokens, cache)
+    x, cache = layout_blocks(cfg, params, h, 0, cfg.layer_range[0], layout, tokens, cache)
     return _fused_pass(cfg, params, x, r, layout, cache, tokens)
 
 

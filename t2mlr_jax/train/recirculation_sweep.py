@@ -36,15 +36,9 @@ from tqdm import tqdm
 
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.recirculation import (
-    looped_logits,
-    single_stack_layout,
-    single_stack_model,
-    two_stack_parallel,
-    two_stack_serial,
-)
+from t2mlr_jax.model.recirculation import looped_logits, recirculated_logits
 from t2mlr_jax.model.recirculation_mix import Recirculation
-from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layout
+from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train import init_from
 from t2mlr_jax.train.build_data import build_data_source
 
@@ -171,24 +165,6 @@ def windows(config: ml_collections.ConfigDict) -> list[dict]:
     return [{k: np.asarray(v) for k, v in batch.items()} for batch in data.eval_batches()]
 
 
-def _recirculated(model: ModelConfig, params: dict, rc: Recirculation, tokens, layout, scoring: Scoring):
-    """Logits of the recirculated model and the Jacobi passes it ran (0: serial)."""
-    if scoring.stack == "single":
-        single, params = single_stack_model(model, rc), {**params, "mixer": {}}
-        layout = single_stack_layout(layout)
-        if scoring.evaluation == "serial":
-            return exact_forward(single, params, tokens, layout=layout).logits, jnp.int32(0)
-        passes = scoring.max_passes
-        out = jacobi_forward(single, params, tokens, layout=layout, d_forward=passes, d_backward=0)
-        return out.logits, jnp.int32(passes)
-    if scoring.evaluation == "serial":
-        return two_stack_serial(model, params, rc, tokens, layout=layout)[0], jnp.int32(0)
-    out = two_stack_parallel(
-        model, params, rc, tokens, layout=layout, tol=scoring.tol, max_passes=scoring.max_passes
-    )
-    return out.logits, out.passes
-
-
 @functools.partial(jax.jit, static_argnames=("model", "cell", "scoring"))
 def _token_nll(params: dict, batch: dict, alpha, *, model: ModelConfig, cell: Cell, scoring: Scoring):
     """[temperatures, B, T] next-token NLL of `cell` and the Jacobi passes it ran. The cell's alpha is
@@ -203,7 +179,17 @@ def _token_nll(params: dict, batch: dict, alpha, *, model: ModelConfig, cell: Ce
         if cell.kind == "looping":
             logits, passes = looped_logits(model, params, rc, tokens, layout=layout), jnp.int32(0)
         else:
-            logits, passes = _recirculated(model, params, rc, tokens, layout, scoring)
+            logits, passes = recirculated_logits(
+                model,
+                params,
+                rc,
+                tokens,
+                layout,
+                stack=scoring.stack,
+                evaluation=scoring.evaluation,
+                tol=scoring.tol,
+                max_passes=scoring.max_passes,
+            )
     logits, targets = logits.astype(jnp.float32), batch["targets"]
     nll = [optax.softmax_cross_entropy_with_integer_labels(logits / t, targets) for t in scoring.temperatures]
     return jnp.stack(nll), passes
