@@ -1,17 +1,41 @@
 """experiments/lrt_comparison.py: --help, the paper preset's one-line error without data, and one in-process
 run of two rows (vanilla1x and tt1) at a drastically reduced size (1 step, one play of Shakespeare, a few
-eval rows) writing results.json / .md / .png with finite BPB and tt1's BPB-vs-K table, then a rerun that
-trains nothing. The BPB values themselves are not tested."""
+eval rows of 16 tokens) writing results.json / .md / .png with finite BPB and tt1's BPB-vs-K table, then a
+rerun that trains nothing. The BPB values themselves are not tested."""
 
+import functools
 import json
 import math
 
 import pytest
 
 from t2mlr_jax.config_utils import shakespeare_split
+from t2mlr_jax.data import tokenizer
+from t2mlr_jax.train import build_data
 from tests.experiments import load_script
 
 lrt_comparison = load_script("lrt_comparison")
+SHORT = 16  # reference tokens per row (the cpu preset's 64, a thought row's context x (K + 1) of it)
+
+
+@pytest.fixture
+def small_and_quick(monkeypatch):
+    """The cpu preset with 16-token reference rows (the exact recurrence evaluates them token by token), and
+    the SmolLM2 GGUF's tokenizer read once: each row's data source, the pretokenizing and the rerun would
+    each read its 49k-entry vocabulary again (~1.6 s apiece under the tests' run-time type checks)."""
+    row_config = lrt_comparison.row_config
+
+    def short_rows(row, args):
+        config = row_config(row, args)
+        slots = config.data.seq_len // config.data.eval_seq_len
+        config.model.max_seq_len = config.data.seq_len = slots * SHORT
+        config.data.eval_seq_len = SHORT
+        return config
+
+    monkeypatch.setattr(lrt_comparison, "row_config", short_rows)
+    load_once = functools.cache(tokenizer.load_tokenizer)
+    monkeypatch.setattr(tokenizer, "load_tokenizer", load_once)  # pretokenize's
+    monkeypatch.setattr(build_data, "load_tokenizer", load_once)  # build_data_source's
 
 
 def test_help_lists_the_flags(capsys):
@@ -35,7 +59,7 @@ def test_paper_preset_without_data_fails_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_two_rows_write_the_tables_and_the_figure(tmp_path):
+def test_two_rows_write_the_tables_and_the_figure(tmp_path, small_and_quick):
     train, heldout = shakespeare_split()
     out = tmp_path / "out"
     argv = [
