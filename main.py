@@ -19,6 +19,7 @@ untrained init_from model), generations.jsonl (generate). `python tools/report.p
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -113,6 +114,7 @@ def _setup(config, workdir: Path, mode: str):
     generate need only the eval data."""
     from t2mlr_jax.architectures import arch_names
     from t2mlr_jax.train.build_data import build_data_source
+    from t2mlr_jax.train.data_source import check_prompts_fit
     from t2mlr_jax.train.trainer import Run, check_loadable
 
     names = arch_names(config)
@@ -121,7 +123,12 @@ def _setup(config, workdir: Path, mode: str):
         for path in workdirs.values():
             check_loadable(path, config)
     data = build_data_source(config, train=mode == "train")
-    return {name: Run(config, workdirs[name], data, name) for name in names}
+    runs = {name: Run(config, workdirs[name], data, name) for name in names}
+    if mode == "generate" and data.generation_examples is not None:  # eval.generate off: not checked yet
+        examples = list(itertools.islice(data.generation_examples(), _NUM_GENERATE.value))
+        for run in runs.values():
+            check_prompts_fit(examples, config.eval.max_new_tokens, run.arch.max_seq_len)
+    return runs
 
 
 def _train(config, workdir: Path, runs: dict) -> None:
@@ -200,7 +207,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from t2mlr_jax.parallel.multihost import initialize_distributed
-    from t2mlr_jax.train.trainer import NoCheckpointError
+    from t2mlr_jax.train.trainer import NoCheckpointError, NonFiniteError
 
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax and grain log every file at INFO
@@ -224,12 +231,14 @@ def main(argv):
         }[_MODE.value]()
     except NoCheckpointError as e:
         _fail(e)
+    except NonFiniteError as e:  # not bad input: the run diverged
+        _fail(e, status=1)
 
 
-def _fail(error: Exception | str) -> NoReturn:
-    """Bad input: one line on stderr, exit status 2, no traceback."""
-    print(f"error: {error}", file=sys.stderr)
-    sys.exit(2)
+def _fail(error: Exception | str, status: int = 2) -> NoReturn:
+    """One line on stderr (a message's own line breaks folded), no traceback; exit status 2 for bad input."""
+    print("error: " + " ".join(str(error).split()), file=sys.stderr)
+    sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -134,6 +134,14 @@ def experiment(
             # > 0: train.steps = round(flop_budget / the architecture's expected training FLOPs per
             # step) (FLOP-matched comparisons; t2mlr_jax.model.flops); 0 = train.steps as given
             flop_budget=0.0,
+            # a step with a non-finite loss, gradient norm or parameters is never applied; "stop" ends the
+            # run (exit status 1, the last checkpoint intact), "skip" logs it and goes on, at most
+            # nan_skip_limit times
+            nan_policy="stop",
+            nan_skip_limit=10,
+            # resume from a checkpoint whose optimizer state does not fit the configured optimizer: keep its
+            # parameters, start a fresh optimizer state (otherwise such a resume is refused)
+            reset_optimizer=False,
         )
     )
     c.data = config_dict.ConfigDict(

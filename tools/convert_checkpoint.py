@@ -82,9 +82,9 @@ def parse_args(argv):
 
 
 def check_paths(args) -> None:
-    """Refuse a missing or mislabelled source, an existing orbax target and a missing text, before
-    anything is read."""
-    from t2mlr_jax.interop.pretrained import checkpoint_format
+    """Refuse a missing, mislabelled or unreadable source (its config and weight headers: a cut-short file
+    is found here), an existing orbax target and a missing text, before anything is converted."""
+    from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
 
     if not args.source.exists():
         raise ValueError(f"{args.source} does not exist")
@@ -93,6 +93,7 @@ def check_paths(args) -> None:
         raise ValueError(
             f"{args.source} is not a --from {args.source_format} checkpoint: it looks like --from {found}"
         )
+    pretrained_config(args.source)
     if args.target_format == "orbax" and args.target.exists():
         raise ValueError(f"{args.target} already exists: --to orbax writes a new folder")
     if args.verify_text and not args.verify_text.is_file():
@@ -260,7 +261,9 @@ def main(argv=None) -> int:
     try:
         return run(args)
     except (ValueError, OSError) as e:  # bad or unsupported input: the message says what and why
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        from t2mlr_jax.interop.files import one_line
+
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
 
 

@@ -34,10 +34,13 @@ def read_gguf_metadata(path: str) -> dict[str, object]:
         if version < 2:
             raise ValueError(f"{path}: GGUF version {version} is not supported (need >= 2)")
         offset, metadata = 24, {}
-        for _ in range(count):
-            key, offset = _string(buf, offset)
-            (kind,), offset = struct.unpack_from("<I", buf, offset), offset + 4
-            metadata[key], offset = _value(buf, offset, kind)
+        try:
+            for _ in range(count):
+                key, offset = _string(buf, offset)
+                (kind,), offset = struct.unpack_from("<I", buf, offset), offset + 4
+                metadata[key], offset = _value(buf, offset, kind)
+        except (struct.error, ValueError, IndexError, KeyError, OverflowError) as e:  # garbage past the magic
+            raise ValueError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from None
         return metadata
 
 

@@ -4,11 +4,14 @@ Weights travel as `{key: np.ndarray}` in the checkpoint's own dtype (bfloat16 vi
 every layout's conversion is plain numpy and the PyTorch reference can reuse these readers.
 Supported: model.safetensors, sharded safetensors (model.safetensors.index.json), and
 pytorch_model.bin (single or sharded), which is only unpickled with `weights_only=True`.
+A file that cannot be read is a one-line ValueError naming it; `check_weight_files` finds most such files
+from their headers alone, before anything else is done.
 """
 
 from __future__ import annotations
 
 import json
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,8 +26,15 @@ TORCH_BIN_INDEX = "pytorch_model.bin.index.json"
 
 
 def read_json(path: Path | str) -> dict:
+    """A JSON object file (config.json, an index, tokenizer_config.json)."""
     with open(path) as f:
-        return json.load(f)
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, found a {type(data).__name__}")
+    return data
 
 
 def write_json(path: Path | str, data: dict) -> None:
@@ -67,63 +77,128 @@ def numpy_to_torch(array: np.ndarray):
     return torch.from_numpy(array)
 
 
+def one_line(error: BaseException) -> str:
+    """An exception's message with its line breaks and indentation collapsed: error output is one line."""
+    return " ".join(str(error).split())
+
+
 def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(str(path), framework="pt") as f:
-        return {key: torch_to_numpy(f.get_tensor(key)) for key in f.keys()}
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {key: torch_to_numpy(f.get_tensor(key)) for key in f.keys()}
+    except SafetensorError as e:
+        raise ValueError(f"{path}: not a readable safetensors file ({one_line(e)})") from None
 
 
-def _read_torch_bin(path: Path) -> dict[str, np.ndarray]:
+def _check_safetensors(path: Path) -> None:
+    """Refuse a truncated or corrupt safetensors file from its header alone: an 8-byte little-endian length,
+    that many bytes of JSON whose tensors' data_offsets end where the file does."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        prefix = f.read(8)
+        length = int.from_bytes(prefix, "little")
+        if len(prefix) < 8 or 8 + length > size:
+            raise ValueError(
+                f"{path}: truncated or not a safetensors file: {size} bytes, shorter than its header says"
+            )
+        try:
+            header = json.loads(f.read(length))
+            needed = max(
+                (int(entry["data_offsets"][1]) for name, entry in header.items() if name != "__metadata__"),
+                default=0,
+            )
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            raise ValueError(f"{path}: not a safetensors file (its header does not parse: {e!r})") from None
+    found = size - 8 - length
+    if found != needed:
+        problem = "truncated" if found < needed else "corrupt"
+        raise ValueError(f"{path}: {problem}: header says {needed} bytes of tensor data, file has {found}")
+
+
+def _torch_state(path: Path, *, mmap: bool = False) -> Mapping:
+    """A .bin file's {name: tensor} dict, unpickled with weights_only=True so that a pickle holding anything
+    else is refused, never run. With `mmap`, the tensors' data is not read."""
     import pickle
+    import warnings
 
     import torch
 
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError) as e:
+        with warnings.catch_warnings():  # an old pickle protocol draws a warning the refusal below makes moot
+            warnings.filterwarnings("ignore", "Detected pickle protocol")
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
+        # torch wraps the unpickler's one-line reason (its __context__) in paragraphs of advice.
         raise ValueError(
             f"{path}: refusing to load this .bin file: it is not a plain tensor state dict and unpickling it "
-            f"would run arbitrary code (torch.load weights_only=True failed: {e}). Convert it to safetensors "
-            f"in a trusted environment first."
-        ) from e
+            f"would run arbitrary code (torch.load weights_only=True: {one_line(e.__context__ or e)}). "
+            "Convert it to safetensors in a trusted environment first."
+        ) from None
+    except (RuntimeError, EOFError, AttributeError, TypeError) as e:
+        raise ValueError(f"{path}: not a readable PyTorch weights file ({one_line(e)})") from None
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{path}: expected a flat {{name: tensor}} state dict, got {type(state).__name__}")
-    return {key: torch_to_numpy(value) for key, value in state.items()}
-
-
-def _read_sharded(folder: Path, index_name: str, read_one) -> dict[str, np.ndarray]:
-    weight_map = read_json(folder / index_name).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise ValueError(f"{folder / index_name}: missing or empty 'weight_map'")
-    state: dict[str, np.ndarray] = {}
-    for shard in sorted(set(weight_map.values())):
-        state.update(read_one(folder / shard))
-    listed, found = set(weight_map), set(state)
-    if listed != found:
-        raise ValueError(
-            f"{folder / index_name}: the index and the shards disagree; listed but absent: "
-            f"{sorted(listed - found)}; present but unlisted: {sorted(found - listed)}"
-        )
     return state
 
 
-def read_state_dict(folder: Path | str) -> dict[str, np.ndarray]:
-    """All tensors of a checkpoint folder, whichever of the supported file layouts it uses."""
-    folder = Path(folder)
-    if (folder / SAFETENSORS_INDEX).exists():
-        return _read_sharded(folder, SAFETENSORS_INDEX, _read_safetensors)
-    if (folder / SAFETENSORS).exists():
-        return _read_safetensors(folder / SAFETENSORS)
-    if (folder / TORCH_BIN_INDEX).exists():
-        return _read_sharded(folder, TORCH_BIN_INDEX, _read_torch_bin)
-    if (folder / TORCH_BIN).exists():
-        return _read_torch_bin(folder / TORCH_BIN)
+def _read_weights(path: Path) -> dict[str, np.ndarray]:
+    if path.suffix == ".safetensors":
+        return _read_safetensors(path)
+    return {key: torch_to_numpy(value) for key, value in _torch_state(path).items()}
+
+
+def _weight_map(index: Path) -> dict[str, str]:
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index}: missing or empty 'weight_map'")
+    return weight_map
+
+
+def _weight_files(folder: Path) -> tuple[list[Path], Path | None]:
+    """The weight files of a checkpoint folder, whichever of the supported layouts it uses, and the index
+    that lists them (None for a single file)."""
+    for index_name, single in ((SAFETENSORS_INDEX, SAFETENSORS), (TORCH_BIN_INDEX, TORCH_BIN)):
+        index = folder / index_name
+        if index.exists():
+            return [folder / shard for shard in sorted(set(_weight_map(index).values()))], index
+        if (folder / single).exists():
+            return [folder / single], None
     present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else "not a directory"
     raise ValueError(
         f"{folder}: no weights found (looked for {SAFETENSORS}, {SAFETENSORS_INDEX}, {TORCH_BIN}, "
         f"{TORCH_BIN_INDEX}); contents: {present}"
     )
+
+
+def check_weight_files(folder: Path | str) -> None:
+    """Refuse, without reading the tensors, a folder whose weights would fail to load: a missing shard, a
+    safetensors file cut short (an interrupted download or copy), a .bin file that is not plain tensors."""
+    files, index = _weight_files(Path(folder))
+    for path in files:
+        if not path.is_file():
+            raise ValueError(f"{index}: lists {path.name}, which is missing")
+        if path.suffix == ".safetensors":
+            _check_safetensors(path)
+        else:  # torch can map only the zip format; older .bin files are read whole
+            _torch_state(path, mmap=zipfile.is_zipfile(path))
+
+
+def read_state_dict(folder: Path | str) -> dict[str, np.ndarray]:
+    """All tensors of a checkpoint folder, whichever of the supported file layouts it uses."""
+    files, index = _weight_files(Path(folder))
+    state: dict[str, np.ndarray] = {}
+    for path in files:
+        state.update(_read_weights(path))
+    if index is not None:
+        listed, found = set(_weight_map(index)), set(state)
+        if listed != found:
+            raise ValueError(
+                f"{index}: the index and the shards disagree; listed but absent: "
+                f"{sorted(listed - found)}; present but unlisted: {sorted(found - listed)}"
+            )
+    return state
 
 
 def write_state_dict(folder: Path | str, state: Mapping[str, np.ndarray]) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from t2mlr_jax.interop.files import one_line
 from t2mlr_jax.interop.tables import from_state_dict, hf_layout
 from t2mlr_jax.model.config import ModelConfig
 
@@ -36,10 +37,16 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
 def open_gguf(path: Path | str):
-    """The parsed file (a `gguf.GGUFReader`; parsing the metadata takes seconds, so reuse it)."""
+    """The parsed file (a `gguf.GGUFReader`; parsing the metadata takes seconds, so reuse it). The reader
+    maps every tensor as it parses, so a file cut short fails here, before any weight is read."""
     from gguf import GGUFReader
 
-    return GGUFReader(str(path))
+    try:
+        return GGUFReader(str(path))
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- gguf meets bad bytes with whatever numpy or struct raised
+        raise ValueError(f"{path}: not a readable GGUF file ({type(e).__name__}: {one_line(e)})") from None
 
 
 def gguf_metadata(reader) -> dict[str, Any]:

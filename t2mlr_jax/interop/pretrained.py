@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from pathlib import Path
@@ -10,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from t2mlr_jax.interop.configs import BLOCK_FIELDS, model_config_from_hf, model_config_from_release
-from t2mlr_jax.interop.files import read_json
+from t2mlr_jax.interop.files import check_weight_files, one_line, read_json
 from t2mlr_jax.interop.gguf import gguf_model_config, load_gguf, open_gguf
 from t2mlr_jax.interop.hf import load_hf
 from t2mlr_jax.interop.orbax_folder import is_orbax_checkpoint, load_config, load_params, stored_tokenizer
@@ -63,15 +64,34 @@ def load_pretrained(
 
 
 def pretrained_config(path_or_gguf: Path | str, *, param_dtype: str = "float32") -> ModelConfig:
-    """The ModelConfig `load_pretrained` would return, read without the weights (seconds, not minutes)."""
+    """The ModelConfig `load_pretrained` would return, read without the weights (seconds, not minutes).
+    The weight files are checked too, from their headers, so that a checkpoint whose weights would fail to
+    load (a cut-short download, a .bin that is not plain tensors) is refused here, when a run is built,
+    rather than after its workdir is written. Every refusal is one ValueError line naming the file."""
     fmt = checkpoint_format(path_or_gguf)
-    if fmt == "gguf":
-        return gguf_model_config(open_gguf(path_or_gguf), param_dtype=param_dtype)
     if fmt == "orbax":
         return load_config(path_or_gguf)
-    config = read_json(Path(path_or_gguf) / "config.json")
+    if fmt == "gguf":
+        reader = open_gguf(path_or_gguf)
+        with _naming(path_or_gguf):
+            return gguf_model_config(reader, param_dtype=param_dtype)
+    check_weight_files(path_or_gguf)
+    config_file = Path(path_or_gguf) / "config.json"
+    config = read_json(config_file)
     from_json = model_config_from_release if fmt == "t2mlr-torch" else model_config_from_hf
-    return from_json(config, param_dtype=param_dtype)
+    with _naming(config_file):
+        return from_json(config, param_dtype=param_dtype)
+
+
+@contextlib.contextmanager
+def _naming(source: Path | str):
+    """A config that does not convert is refused naming its file (a KeyError is a field it lacks)."""
+    try:
+        yield
+    except KeyError as e:
+        raise ValueError(f"{source}: no {e} field") from None
+    except (ValueError, TypeError) as e:  # one line: some list their problems one per line
+        raise ValueError(f"{source}: {one_line(e)}") from None
 
 
 def retrofit(

@@ -203,6 +203,11 @@ class ModelConfig:
         if l_end < l_start:
             raise ValueError(f"recurrence.l_end ({l_end}) must be >= l_start ({l_start})")
         check_depths(rec.d_forward, rec.d_backward)
+        if rec.d_backward > rec.d_forward:  # the Jacobi forward would cap it silently
+            raise ValueError(
+                f"recurrence.d_backward (B = {rec.d_backward}) must be <= d_forward (D = {rec.d_forward}): "
+                "the gradient flows through at most the D passes that run"
+            )
         return self
 
     def _validate_block(self) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import jax
 import ml_collections
@@ -89,7 +89,8 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
     vocab = config.model.vocab_size
     eval_seq_len = d.eval_seq_len or d.seq_len
     common = dict(vocab_size=vocab, worker_count=d.worker_count)
-    sft = dict(chat=d.chat, all_recurrent=d.all_recurrent, prompt_loss=d.prompt_loss, packing=d.packing)
+    encoding = dict(chat=d.chat, all_recurrent=d.all_recurrent, prompt_loss=d.prompt_loss)
+    sft = dict(**encoding, packing=d.packing)
     train_pass = dict(batch_size=t.batch_size // jax.process_count(), seq_len=d.seq_len)  # this host's rows
     eval_pass = dict(batch_size=e.batch_size, seq_len=eval_seq_len, num_epochs=1, shuffle=False)
     options, eval_options = d.options.to_dict(), {**d.options.to_dict(), **d.eval_options.to_dict()}
@@ -113,11 +114,19 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
 
         train_batches = batches("train", d.train_examples, options, **train_pass) if train else None
         evaluation = lambda: batches(d.eval_split, e.num_examples, eval_options, **eval_pass)
-        if not is_s5:
-            source = GeneratedTaskSource(
-                d.task, d.eval_split, seed=config.seed + 1, num_examples=e.num_examples, **eval_options
-            )
+        source = GeneratedTaskSource(  # the eval pass's examples
+            d.task, d.eval_split, seed=config.seed + 1, num_examples=e.num_examples, **eval_options
+        )
+        if is_s5:  # every row's length is known; generating 4800 of them to check would take seconds
+            if source.config.max_tokens > eval_seq_len:
+                raise ValueError(
+                    f"S5-retrieval eval examples reach {source.config.max_tokens} tokens, "
+                    + _longer_than_eval_row(eval_seq_len)
+                )
+        else:
             records = lambda: (source[i] for i in range(len(source)))
+            encode = pipeline.record_encoder(source.spec.format, tokenizer, **encoding)
+            _check_eval_rows(map(encode, records()), eval_seq_len, "")
         scorer = SCORERS.get(d.task)
     elif d.kind == "file":
 
@@ -137,6 +146,8 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
         )
         eval_path = _require_path(d.eval_path, "eval_path", d.hint)
         evaluation = lambda: batches(eval_path, **eval_pass)
+        encode = pipeline.record_encoder(d.format, None if is_s5 else tokenizer, **encoding)
+        _check_eval_rows(map(encode, pipeline.load_records(eval_path)), eval_seq_len, f" of {eval_path}")
         if not is_s5:
             records = lambda: itertools.islice(_file_records(eval_path, d.format), e.num_examples)
         scorer = SCORERS.get(d.format)
@@ -175,6 +186,24 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
         generation_examples=generation_examples,
         decode=tokenizer.decode,
         score=scorer,
+    )
+
+
+def _check_eval_rows(examples: Iterable[dict], seq_len: int, where: str) -> None:
+    """Every eval example fits an eval row: checked now, not when the first evaluation (perhaps hours into
+    training) reaches the one that does not."""
+    for i, example in enumerate(examples):
+        if len(example["tokens"]) > seq_len:
+            raise ValueError(
+                f"eval example {i}{where} is {len(example['tokens'])} tokens, "
+                + _longer_than_eval_row(seq_len)
+            )
+
+
+def _longer_than_eval_row(seq_len: int) -> str:
+    return (
+        f"longer than an eval row ({seq_len} tokens: data.eval_seq_len, 0 = data.seq_len): raise "
+        "data.eval_seq_len (up to the model's context) or shorten the eval examples"
     )
 
 

@@ -4,12 +4,18 @@ models that t2mlr_jax.interop.orbax_folder reads and writes).
 A checkpoint holds the train state (params, optimizer state, step, RNG), the data iterator's state and a
 meta record (a fingerprint of every state leaf, computed on device, and what a reader outside the trainer
 needs: the architecture, its model config, the tokenizer — so a step folder converts and initialises
-runs on its own, see t2mlr_jax.interop.orbax_folder). Saves are async, every `save_every`
-steps, keeping `keep`;
-`restore_latest` walks back from the newest step and skips (with a warning) any checkpoint that fails to
-load or whose fingerprints disagree, so a truncated or corrupt latest save falls back to the previous one.
-The run's identity (architecture, model, data, seed) is written once to workdir/run_config.json; a
-workdir holding another run is refused before anything is compiled or any checkpoint touched.
+runs on its own, see t2mlr_jax.interop.orbax_folder) and the metrics of the logging window in progress
+(so a resumed run logs the same averages as an uninterrupted one). Saves are async, every `save_every`
+steps, keeping `keep`.
+
+`restore_latest` walks back from the newest step. A checkpoint that fails to load or whose fingerprints
+disagree is proven corrupt: it is moved aside to workdir/corrupt_checkpoints/ (never deleted, and no
+longer in the way of the next saves) and the previous one is tried. A checkpoint that loads but whose
+state has another structure than this run's is not corrupt: it is a config change (`check_resumable`),
+refused before anything is compiled, or, for the optimizer state only and when asked, restored without it.
+The run's identity (architecture, model, data, seed) is written to workdir/run_config.json with the rest of
+the config; a workdir holding another run is refused before anything is compiled or any checkpoint touched,
+and the other fields that changed since the last session are reported (`changed_settings`).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import shutil
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -27,13 +34,18 @@ import orbax.checkpoint as ocp
 
 from t2mlr_jax.parallel.multihost import to_host
 from t2mlr_jax.train.train_step import TrainState
-from t2mlr_jax.train.workdir import RUN_CONFIG
+from t2mlr_jax.train.workdir import CORRUPT, RUN_CONFIG, saved_steps
 
 IDENTITY_SECTIONS = ("arch", "model", "baseline", "data", "seed")
+SETTINGS = "settings"  # run_config.json's record of the whole config of the last session
 
 
 class WorkdirMismatchError(ValueError):
     """The workdir holds a run of another config."""
+
+
+class StateMismatchError(ValueError):
+    """A checkpoint's state has another structure than this run's (e.g. the optimizer changed)."""
 
 
 def run_identity(config) -> dict:
@@ -41,7 +53,7 @@ def run_identity(config) -> dict:
     (the eval section, data.eval_*) may change on resume."""
     d = config.to_dict()
     d["data"] = {k: v for k, v in d["data"].items() if not k.startswith("eval_")}
-    return json.loads(json.dumps({k: d[k] for k in IDENTITY_SECTIONS}, default=str))
+    return _as_stored({k: d[k] for k in IDENTITY_SECTIONS})
 
 
 def check_workdir(workdir: Path, identity: dict) -> None:
@@ -50,9 +62,8 @@ def check_workdir(workdir: Path, identity: dict) -> None:
     if not path.exists():
         return
     stored = json.loads(path.read_text())
-    diffs = sorted(
-        _diff(stored, json.loads(json.dumps(identity, default=str)))
-    )  # as stored: tuples are lists
+    stored.pop(SETTINGS, None)
+    diffs = sorted(_diff(stored, _as_stored(identity)))
     if diffs:
         shown = "; ".join(f"{k}: {a!r} (workdir) vs {b!r} (this config)" for k, a, b in diffs[:5])
         raise WorkdirMismatchError(
@@ -61,11 +72,30 @@ def check_workdir(workdir: Path, identity: dict) -> None:
         )
 
 
-def write_run_config(workdir: Path, identity: dict) -> None:
+def changed_settings(workdir: Path, settings: dict) -> list[tuple[str, Any, Any]]:
+    """(field, before, now) for each config field changed since the workdir's last session (fields that may
+    change on resume: learning rates, steps, logging, evaluation)."""
     path = Path(workdir) / RUN_CONFIG
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(identity, indent=2, sort_keys=True))
+        return []
+    before = json.loads(path.read_text()).get(SETTINGS)
+    return [] if before is None else _diff(before, _as_stored(settings))
+
+
+def write_run_config(workdir: Path, identity: dict, settings: dict | None = None) -> None:
+    """The run's identity (kept from the first session) and this session's settings (the whole config)."""
+    path = Path(workdir) / RUN_CONFIG
+    record = json.loads(path.read_text()) if path.exists() else _as_stored(identity)
+    if settings is not None:
+        record[SETTINGS] = _as_stored(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
+    tmp.replace(path)  # atomic: a crash leaves the old record or the new one
+
+
+def _as_stored(tree: Any) -> Any:
+    return json.loads(json.dumps(tree, default=str))  # tuples become lists, as in the file
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
@@ -124,6 +154,79 @@ def _decode_data_state(stored: dict) -> Any:
     return base64.b64decode(stored["bytes"]) if "bytes" in stored else stored["json"]
 
 
+class Restored(NamedTuple):
+    state: Any  # a TrainState, with opt_state None when restored without it (train.reset_optimizer)
+    data_state: Any
+    step: int
+    log_window: list  # the metrics of the logging window in progress at the save
+
+
+def _leaf_signature(tree: Any) -> dict[tuple[str, ...], tuple]:
+    """{path: (shape, dtype)} of a pytree's leaves, with attribute names, dict keys and sequence indices
+    alike, as orbax's metadata records them."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {
+        tuple(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path): (
+            tuple(leaf.shape),
+            str(leaf.dtype),
+        )
+        for path, leaf in flat
+    }
+
+
+def _item_metadata(item_folder: Path) -> Any:
+    """The stored tree (shapes and dtypes) of one array item of a step folder, without reading arrays."""
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.ERROR)  # an item folder has no step metadata file, and orbax warns so
+    try:
+        with ocp.PyTreeCheckpointer() as checkpointer:
+            return dict(checkpointer.metadata(Path(item_folder).absolute()).item_metadata)
+    finally:
+        absl_logger.setLevel(level)
+
+
+def state_mismatch(step_folder: Path, abstract_state: Any) -> list[str]:
+    """The top-level fields of a checkpoint's state (step, params, opt_state, rng) whose leaves differ from
+    `abstract_state`'s in path, shape or dtype; [] when it fits. Raises if the metadata is unreadable."""
+    stored = _leaf_signature(_item_metadata(Path(step_folder) / "state"))
+    current = _leaf_signature(_split(abstract_state)[0])
+    return sorted({path[0] for path, _ in set(stored.items()) ^ set(current.items())})
+
+
+def _refuse_mismatch(differing: list[str], step: int, directory: Path, reset_optimizer: bool, changes):
+    """A checkpoint of another state structure is a config change, never a corrupt file: refuse it, unless
+    only the optimizer state differs and train.reset_optimizer asks to start it afresh."""
+    if not differing or (differing == ["opt_state"] and reset_optimizer):
+        return
+    if differing == ["opt_state"]:
+        changed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changes if k.startswith("optimizer."))
+        raise StateMismatchError(
+            f"the optimizer state saved at step {step} in {directory} does not fit this config's optimizer "
+            f"({changed or 'its structure changed'}): resume with the optimizer it was saved with, or pass "
+            "--config.train.reset_optimizer=True to keep the saved parameters and start a fresh optimizer "
+            "state. Nothing was changed."
+        )
+    raise StateMismatchError(
+        f"the state saved at step {step} in {directory} has another structure ({', '.join(differing)}) "
+        "than this config's: use a fresh --workdir. Nothing was changed."
+    )
+
+
+def check_resumable(directory: Path, abstract_state: Any, *, reset_optimizer: bool, changes=()) -> bool:
+    """Before anything compiles: does the newest checkpoint with readable metadata fit this run's state?
+    True when its optimizer state will be reset (asked for); StateMismatchError when it does not fit;
+    False otherwise (or when there is nothing to resume)."""
+    for step in reversed(saved_steps(directory)):
+        try:
+            differing = state_mismatch(Path(directory) / str(step), abstract_state)
+        except Exception:  # noqa: BLE001 -- unreadable: restore_latest sets it aside and tries the previous
+            continue
+        _refuse_mismatch(differing, step, directory, reset_optimizer, changes)
+        return bool(differing)
+    return False
+
+
 class Checkpointer:
     def __init__(
         self,
@@ -150,14 +253,26 @@ class Checkpointer:
     def steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
 
-    def save(self, step: int, state: Any, data_state: Any, *, force: bool = False) -> bool:
+    def due(self, step: int) -> bool:
+        """Whether `step` is on the save interval."""
+        return self._manager.should_save(step)
+
+    def save(
+        self, step: int, state: Any, data_state: Any, *, force: bool = False, log_window: list = ()
+    ) -> bool:
         """Save if `step` is on the interval (or `force`). The state is copied first: the train step
-        donates its buffers, and an async write must not read memory a later step reuses."""
-        if not (force or self._manager.should_save(step)):
+        donates its buffers, and an async write must not read memory a later step reuses. `log_window`:
+        JSON-able metrics of the steps since the last logged one."""
+        if not (force or self.due(step)):
             return False
         state = jax.tree.map(lambda x: x.copy(), state)
         core, model_state = _split(state)
-        meta = {**self.about, "step": int(step), "fingerprints": fingerprints((core, model_state))}
+        meta = {
+            **self.about,
+            "step": int(step),
+            "fingerprints": fingerprints((core, model_state)),
+            "log_window": list(log_window),
+        }
         items = dict(
             state=ocp.args.StandardSave(core),
             data=ocp.args.JsonSave(_encode_data_state(data_state)),
@@ -167,32 +282,80 @@ class Checkpointer:
             items["model_state"] = ocp.args.StandardSave(model_state)
         return self._manager.save(step, args=ocp.args.Composite(**items), force=True)
 
-    def restore_latest(self, abstract_state: Any) -> tuple[Any, Any, int] | None:
-        """(state, data_state, step) of the newest loadable checkpoint, or None if there is none."""
-        core, abstract_model_state = _split(abstract_state)
-        has_model_state = bool(jax.tree.leaves(abstract_model_state))
-        items = dict(
-            state=ocp.args.StandardRestore(core), data=ocp.args.JsonRestore(), meta=ocp.args.JsonRestore()
-        )
-        if has_model_state:
-            items["model_state"] = ocp.args.StandardRestore(abstract_model_state)
+    def restore_latest(
+        self, abstract_state: Any, *, set_aside: bool = False, reset_optimizer: bool = False
+    ) -> Restored | None:
+        """The newest loadable checkpoint, or None if there is none. `set_aside` (training): move each
+        corrupt checkpoint to workdir/corrupt_checkpoints/, so that saves of its step happen again.
+        `reset_optimizer`: a checkpoint whose optimizer state does not fit is restored without it."""
         for step in reversed(self.steps()):
             try:
-                restored = self._manager.restore(step, args=ocp.args.Composite(**items))
-                model_state = restored.model_state if has_model_state else abstract_model_state
-                if fingerprints((restored.state, model_state)) != restored.meta["fingerprints"]:
-                    raise ValueError("fingerprint mismatch")
-            except Exception as e:  # noqa: BLE001 -- any failure to load means: try the previous one
-                logging.warning(
-                    "checkpoint at step %d in %s is unreadable (%s: %s); trying the previous one",
-                    step,
-                    self.directory,
-                    type(e).__name__,
-                    str(e)[:200],
-                )
+                differing = state_mismatch(self.directory / str(step), abstract_state)
+            except Exception as e:  # noqa: BLE001 -- unreadable metadata: a corrupt checkpoint
+                self._unreadable(step, e, set_aside)
                 continue
-            return _join(restored.state, model_state), _decode_data_state(restored.data), step
+            _refuse_mismatch(differing, step, self.directory, reset_optimizer, ())
+            try:
+                return self._restore(step, abstract_state, with_optimizer=not differing)
+            except Exception as e:  # noqa: BLE001 -- any failure to load means: try the previous one
+                self._unreadable(step, e, set_aside)
         return None
+
+    def _restore(self, step: int, abstract_state: Any, *, with_optimizer: bool) -> Restored:
+        core, abstract_model_state = _split(abstract_state)
+        has_model_state = bool(jax.tree.leaves(abstract_model_state))
+        items = dict(data=ocp.args.JsonRestore(), meta=ocp.args.JsonRestore())
+        if has_model_state:
+            items["model_state"] = ocp.args.StandardRestore(abstract_model_state)
+        if with_optimizer:
+            restored = self._manager.restore(
+                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(core), **items)
+            )
+        else:  # the state item without opt_state, read by a checkpointer of its own (partial restore)
+            core = {"step": core.step, "params": core.params, "rng": core.rng}
+            restore_args = ocp.checkpoint_utils.construct_restore_args(core)
+            partial = ocp.args.PyTreeRestore(item=core, restore_args=restore_args, partial_restore=True)
+            with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+                restored = checkpointer.restore(
+                    self.directory / str(step), args=ocp.args.Composite(state=partial, **items)
+                )
+        model_state = restored.model_state if has_model_state else abstract_model_state
+        stored = restored.meta["fingerprints"]
+        if with_optimizer:
+            state, expected = _join(restored.state, model_state), stored
+            actual = fingerprints((restored.state, model_state))
+        else:  # stored leaf order: step, params, opt_state, rng, model_state
+            got = restored.state
+            n_params, n_model = len(jax.tree.leaves(got["params"])), len(jax.tree.leaves(model_state))
+            expected = stored[: 1 + n_params] + stored[len(stored) - 1 - n_model :]
+            actual = fingerprints((got["step"], got["params"], got["rng"], model_state))
+            state = TrainState(got["step"], got["params"], None, got["rng"], model_state)
+        if actual != expected:
+            raise ValueError("fingerprint mismatch")
+        meta = restored.meta
+        return Restored(state, _decode_data_state(restored.data), step, meta.get("log_window", []))
+
+    def _unreadable(self, step: int, error: Exception, set_aside: bool) -> None:
+        folder = self.directory / str(step)
+        aside = ""
+        if set_aside:
+            target = self.directory.parent / CORRUPT / str(step)
+            for n in range(1, 1000):  # the same step may go bad twice: never overwrite the first
+                if not target.exists():
+                    break
+                target = target.with_name(f"{step}-{n}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(folder), str(target))
+            self._manager.reload()
+            aside = f"; moved to {target}"
+        logging.warning(
+            "checkpoint at step %d in %s is unreadable (%s: %s)%s; trying the previous one",
+            step,
+            self.directory,
+            type(error).__name__,
+            str(error)[:200],
+            aside,
+        )
 
     def wait(self) -> None:
         self._manager.wait_until_finished()
@@ -212,14 +375,8 @@ def is_step_folder(path: Path | str) -> bool:
 def read_step_params(step_folder: Path | str) -> Any:
     """The parameters of one training checkpoint as numpy arrays, read without the optimizer state."""
     path = Path(step_folder).absolute() / "state"
-    absl_logger = logging.getLogger("absl")
-    level = absl_logger.level
+    stored = _item_metadata(path)["params"]
     with ocp.PyTreeCheckpointer() as checkpointer:
-        absl_logger.setLevel(logging.ERROR)  # an item folder has no step metadata file, and orbax warns so
-        try:
-            stored = dict(checkpointer.metadata(path).item_metadata)["params"]
-        finally:
-            absl_logger.setLevel(level)
         target = {"params": jax.tree.map(lambda m: np.zeros((), m.dtype), stored)}
         restored = checkpointer.restore(
             path,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Protocol
 
+import ml_collections
+
 
 class StatefulIterator(Protocol):
     def __next__(self) -> dict: ...
@@ -47,3 +49,34 @@ def check_fits(data: DataSource, *, vocab_size: int | None, max_seq_len: int | N
             f"data sequences are {data.seq_len} tokens, longer than the model's context "
             f"(model.max_seq_len = {max_seq_len})"
         )
+
+
+def check_generation(
+    data: DataSource, eval_config: ml_collections.ConfigDict, *, max_seq_len: int | None
+) -> None:
+    """One clear error for generation settings that cannot run: eval.max_new_tokens < 1, and with
+    eval.generate a task without prompts or a prompt that leaves no room for the new tokens. Checked when
+    the run is built, not when the first evaluation (perhaps hours into training) reaches it."""
+    if eval_config.max_new_tokens < 1:
+        raise ValueError(f"eval.max_new_tokens must be >= 1, got {eval_config.max_new_tokens}")
+    if not eval_config.generate:
+        return
+    if data.generation_examples is None:
+        raise ValueError("eval.generate is on but this task has no prompts to generate from: turn it off")
+    # Bounded: file and generated tasks yield eval.num_examples prompts, text tasks a few eval batches.
+    check_prompts_fit(data.generation_examples(), eval_config.max_new_tokens, max_seq_len)
+
+
+def check_prompts_fit(examples: Iterable[dict], max_new_tokens: int, max_seq_len: int | None) -> None:
+    """Each example's `prompt` plus `max_new_tokens` within the model's context: past it the positions are
+    ones the model never had, and its continuation would be silently meaningless."""
+    if max_seq_len is None:
+        return
+    for i, example in enumerate(examples):
+        n = len(example["prompt"])
+        if n + max_new_tokens > max_seq_len:
+            raise ValueError(
+                f"generation example {i} has a {n}-token prompt: with max_new_tokens {max_new_tokens} it "
+                f"needs {n + max_new_tokens} positions, more than the model's context of {max_seq_len}: "
+                "shorten or drop that prompt, or lower eval.max_new_tokens"
+            )

@@ -22,6 +22,7 @@ from t2mlr_jax.architectures.contract import row_stats
 from t2mlr_jax.data.batch import RECURRENT
 from t2mlr_jax.data.metrics import LengthBinnedAccuracy, sequence_exact_match
 from t2mlr_jax.parallel.multihost import to_host
+from t2mlr_jax.train.data_source import check_prompts_fit
 from t2mlr_jax.train.train_step import model_inputs
 
 BIN_KEY = "length"  # optional per-row metadata of the batch contract (S5: the number of actions)
@@ -116,11 +117,13 @@ def evaluate_generation(
 ) -> tuple[dict, list[dict]]:
     """Greedy generation from each example's `prompt` (int ids; optional `prompt_control_flow`);
     `score(text, example)` says whether the decoded continuation is right. Returns the exact match
-    (overall and per `length` bin when examples carry one) and one record per example."""
+    (overall and per `length` bin when examples carry one) and one record per example. A prompt that
+    leaves no room in the model's context for `max_new_tokens` is an error, before anything compiles."""
     generate = jax.jit(arch.generate, static_argnums=(5, 6, 7))
     records, examples = [], list(examples)
     if not examples:
         raise ValueError("generation eval got no examples")
+    check_prompts_fit(examples, max_new_tokens, arch.max_seq_len)
     width = max(len(e["prompt"]) for e in examples)  # one compiled shape for every batch
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]

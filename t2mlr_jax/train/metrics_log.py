@@ -100,19 +100,49 @@ class EventWriter:
         self._file.close()
 
 
+def json_safe(value: Any) -> Any:
+    """`value` with non-finite floats as the strings "nan", "inf", "-inf": strict JSON, still readable."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _truncate(path: Path, last_step: int) -> None:
+    """Keep the records of steps <= last_step (and no torn last line): a resumed run logs the steps after
+    its checkpoint again, and they must not appear twice."""
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("step", 0) <= last_step:
+            kept.append(line + "\n")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(kept))
+    tmp.replace(path)
+
+
 class MetricsLog:
     """One JSONL line per call ({"step", "split", "time", **metrics}) plus the same scalars in TensorBoard.
     `time` is the wall clock at writing (seconds since the epoch), so throughput can be read from the log
-    alone (tools/report.py); logs written before it existed lack it. Only the lead host writes; on the
+    alone (tools/report.py); logs written before it existed lack it. `resume_step`: the step training
+    restarts from; later records of an earlier session are dropped. Only the lead host writes; on the
     others every call is a no-op."""
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, resume_step: int | None = None):
         self.active = is_lead_host()
         if not self.active:
             return
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = workdir / METRICS
+        if resume_step is not None and self.jsonl_path.exists():
+            _truncate(self.jsonl_path, resume_step)
         self._jsonl = open(self.jsonl_path, "a")
         self._events = EventWriter(workdir / "tensorboard")
 
@@ -122,18 +152,14 @@ class MetricsLog:
         scalars = {
             k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) or hasattr(v, "item")
         }
-        self._jsonl.write(
-            json.dumps(
-                {
-                    "step": int(step),
-                    "split": split,
-                    "time": round(time.time(), 3),
-                    **scalars,
-                    **{k: v for k, v in metrics.items() if k not in scalars},
-                }
-            )
-            + "\n"
-        )
+        record = {
+            "step": int(step),
+            "split": split,
+            "time": round(time.time(), 3),
+            **scalars,
+            **{k: v for k, v in metrics.items() if k not in scalars},
+        }
+        self._jsonl.write(json.dumps(json_safe(record)) + "\n")
         self._jsonl.flush()
         self._events.scalars(step, {f"{split}/{k}": v for k, v in scalars.items()})
 

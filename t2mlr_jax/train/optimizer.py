@@ -30,6 +30,16 @@ def warmup_steps(opt: ml_collections.ConfigDict, total_steps: int) -> int:
     return int(math.ceil(opt.warmup_ratio * total_steps))
 
 
+def check_optimizer(opt: ml_collections.ConfigDict) -> None:
+    """One clear error for an optimizer section that cannot train, before anything is built."""
+    OPTIMIZERS.get(opt.name)  # an unknown name: one error listing the registered ones
+    if opt.schedule not in SCHEDULES:
+        raise ValueError(f"optimizer.schedule must be one of {SCHEDULES}, got {opt.schedule!r}")
+    for name, value in opt.items():  # a negative rate would ascend the loss without a word
+        if (name == "lr" or name.endswith(("_lr", "_lr_multiplier"))) and not 0 <= float(value) < math.inf:
+            raise ValueError(f"optimizer.{name} must be a finite number >= 0, got {value}")
+
+
 def make_schedule(opt: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
     """Linear warmup from 0, then the body (values of HF's LambdaLR schedules at the same step index).
 
@@ -40,8 +50,7 @@ def make_schedule(opt: ml_collections.ConfigDict, total_steps: int) -> optax.Sch
     linear_decay: constant, then a linear decay to min_lr_ratio * lr over the last
               round(decay_ratio * total) steps (nanochat's warmdown: decay_ratio 0.5, to 0; no warmup there).
     """
-    if opt.schedule not in SCHEDULES:
-        raise ValueError(f"optimizer.schedule must be one of {SCHEDULES}, got {opt.schedule!r}")
+    check_optimizer(opt)
     peak, floor = float(opt.lr), float(opt.min_lr_ratio)
     warm = warmup_steps(opt, total_steps)
     if opt.schedule == "wsd":

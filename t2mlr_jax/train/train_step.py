@@ -58,6 +58,10 @@ def _micro_batches(batch: dict, n: int) -> dict:
     return jax.tree.map(lambda a: a.reshape(n, b // n, *a.shape[1:]), batch)
 
 
+def _all_finite(tree: Any) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]))
+
+
 def _means(sums: dict) -> dict:
     return {name: total / jnp.maximum(count, 1.0) for name, (total, count) in sums.items()}
 
@@ -100,16 +104,25 @@ def make_train_step(
         model_state, state_metrics = state.model_state, {}
         if arch.update_model_state is not None:
             model_state, state_metrics = arch.update_model_state(model_state, jax.lax.stop_gradient(stats))
+        means, grad_norm = _means(sums), optax.tree.norm(grads)
+        finite = jnp.isfinite(means["loss"]) & jnp.isfinite(grad_norm) & _all_finite(params)
         metrics = {
-            **_means(sums),
+            **means,
             "tokens": tokens,
             **{name: v for name, v in stats.items() if getattr(v, "ndim", None) == 0},  # scalars only
-            "grad_norm": optax.tree.norm(grads),
+            "grad_norm": grad_norm,
             "lr": schedule(state.step),
             **arch.param_stats(params),
             **state_metrics,
+            "finite": finite,
         }
-        return TrainState(state.step + 1, params, opt_state, state.rng, model_state), metrics
+        # A non-finite step is not applied: the state only counts it (the trainer stops or skips).
+        new = jax.tree.map(
+            lambda a, b: jnp.where(finite, a, b),
+            (params, opt_state, model_state),
+            (state.params, state.opt_state, state.model_state),
+        )
+        return TrainState(state.step + 1, new[0], new[1], state.rng, new[2]), metrics
 
     return step
 

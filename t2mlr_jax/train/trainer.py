@@ -2,7 +2,13 @@
 and checkpoints, stop cleanly on SIGTERM/SIGINT (saving first), and write a summary.
 
 Order matters: every check that can fail (config, data, vocabulary, context length, a workdir of another
-run) runs before the first compilation and before any checkpoint is written or read.
+run, a checkpoint whose optimizer state no longer fits) runs before the first compilation and before any
+checkpoint is written or read; the workdir is written to only once the starting state exists.
+
+Nothing silent: a step whose loss, gradient norm or updated parameters are not finite is never applied
+(the train step keeps the previous state) and, under train.nan_policy "stop", ends the run with
+NonFiniteError before anything of it is saved; under "skip" it is logged and skipped, up to
+train.nan_skip_limit times.
 """
 
 from __future__ import annotations
@@ -27,11 +33,11 @@ from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
 from t2mlr_jax.parallel.placement import batch_sharding, param_shardings, place, train_state_shardings
 from t2mlr_jax.train import checkpoint as ckpt
-from t2mlr_jax.train.data_source import DataSource, check_fits
+from t2mlr_jax.train.data_source import DataSource, check_fits, check_generation
 from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step
 from t2mlr_jax.train.init_from import architecture
-from t2mlr_jax.train.metrics_log import MetricsLog
-from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
+from t2mlr_jax.train.metrics_log import MetricsLog, json_safe
+from t2mlr_jax.train.optimizer import check_optimizer, make_optimizer, make_schedule
 from t2mlr_jax.train.train_step import TrainState, compile_step, init_state, model_inputs
 from t2mlr_jax.train.workdir import CHECKPOINTS, SUMMARY, saved_steps
 
@@ -44,6 +50,9 @@ class Run:
         self.config, self.workdir, self.data = config, Path(workdir), data
         if config.train.steps < 1 or config.train.batch_size < 1 or config.train.grad_accum < 1:
             raise ValueError("train.steps, train.batch_size and train.grad_accum must be >= 1")
+        check_optimizer(config.optimizer)
+        if config.train.nan_policy not in NAN_POLICIES:
+            raise ValueError(f"train.nan_policy must be one of {NAN_POLICIES}: {config.train.nan_policy!r}")
         if config.train.batch_size % config.train.grad_accum:
             raise ValueError(
                 f"train.batch_size ({config.train.batch_size}) must be divisible by "
@@ -56,6 +65,7 @@ class Run:
         if config.train.flop_budget:  # this run's own copy: a comma list of architectures shares `config`
             self.config = config = _steps_for_budget(config, self.flops_per_step, arch_name)
         check_fits(data, vocab_size=config.model.vocab_size, max_seq_len=self.arch.max_seq_len)
+        check_generation(data, config.eval, max_seq_len=self.arch.max_seq_len)
         self.identity = {
             **ckpt.run_identity(config),
             "arch": arch_name,
@@ -66,6 +76,8 @@ class Run:
         if self.arch.backbone is not None and self.arch.backbone.mlp == "moe":
             check_experts(self.arch.backbone.moe_experts, self.mesh)
         ckpt.check_workdir(self.workdir, self.identity)
+        self.settings = config.to_dict()
+        self.changes = ckpt.changed_settings(self.workdir, self.settings)
         abstract_params = jax.eval_shape(self.arch.init, jax.random.PRNGKey(0))
         self.schedule = make_schedule(config.optimizer, config.train.steps)
         self.optimizer = make_optimizer(config.optimizer, self.arch.specs, config.train.steps)
@@ -75,6 +87,12 @@ class Run:
             self.optimizer,
             param_shardings(spec_axes(self.arch.specs), abstract_params, self.mesh),
             self.mesh,
+        )
+        self.reset_optimizer = ckpt.check_resumable(
+            self.workdir / CHECKPOINTS,
+            self.abstract_state(),
+            reset_optimizer=config.train.reset_optimizer,
+            changes=self.changes,
         )
 
     def checkpointer(self) -> ckpt.Checkpointer:
@@ -108,13 +126,23 @@ class Run:
         loaded = self.arch.pretrained and place(self.arch.pretrained(), self.state_shardings.params)
         return jax.jit(self._init_state, out_shardings=self.state_shardings, donate_argnums=0)(loaded)
 
-    def restore_or_init(self, checkpointer: ckpt.Checkpointer) -> tuple[TrainState, Any]:
-        restored = checkpointer.restore_latest(self.abstract_state())
+    def restore_or_init(self, checkpointer: ckpt.Checkpointer | None) -> tuple[TrainState, Any]:
+        """(state, its ckpt.Restored record): the latest checkpoint (corrupt ones set aside), or a fresh
+        state (and None) when there is none."""
+        restored = checkpointer and checkpointer.restore_latest(
+            self.abstract_state(), set_aside=True, reset_optimizer=self.reset_optimizer
+        )
         if restored is None:
             return self.fresh_state(), None
-        state, data_state, step = restored
-        logging.info("restored step %d from %s", step, checkpointer.directory)
-        return state, data_state
+        logging.info("restored step %d from %s", restored.step, checkpointer.directory)
+        state = restored.state
+        if state.opt_state is None:
+            logging.warning(
+                "train.reset_optimizer: step %d's parameters with a fresh optimizer state", restored.step
+            )
+            init = jax.jit(self.optimizer.init, out_shardings=self.state_shardings.opt_state)
+            state = state._replace(opt_state=init(state.params))
+        return state, restored
 
 
 def _steps_for_budget(config: ml_collections.ConfigDict, flops_per_step, arch_name: str):
@@ -143,6 +171,37 @@ class NoCheckpointError(FileNotFoundError):
     """eval / generate found nothing to load."""
 
 
+NAN_POLICIES = ("stop", "skip")
+
+
+class NonFiniteError(RuntimeError):
+    """Training met a non-finite step (train.nan_policy "stop", or past train.nan_skip_limit skips)."""
+
+
+def _non_finite(step: int, metrics: dict, skips: int, t, log: MetricsLog, last_saved: list[int]) -> int:
+    """Log a step that was not applied; raise NonFiniteError unless the policy skips it. The new count."""
+    host = {k: float(v) for k, v in jax.device_get(metrics).items() if k in ("loss", "grad_norm")}
+    bad = [
+        label
+        for name, label in (("loss", "loss"), ("grad_norm", "gradient norm"))
+        if not np.isfinite(host[name])
+    ]
+    log.write(step, "nonfinite", {**host, "skips": skips + 1, "policy": t.nan_policy})
+    found = (
+        f"step {step}: non-finite {' and '.join(bad) or 'updated parameters'} "
+        f"(loss {host['loss']}, gradient norm {host['grad_norm']})"
+    )
+    if t.nan_policy == "skip" and skips < t.nan_skip_limit:
+        logging.warning("%s: step skipped (%d of at most %d)", found, skips + 1, t.nan_skip_limit)
+        return skips + 1
+    why = "train.nan_policy=stop" if t.nan_policy == "stop" else f"{skips + 1} > train.nan_skip_limit skips"
+    kept = f"the last checkpoint (step {last_saved[-1]}) is intact" if last_saved else "nothing was saved"
+    raise NonFiniteError(
+        f"{found}; stopped ({why}) without saving it: {kept}. Lower the learning rate, or pass "
+        "--config.train.nan_policy=skip to skip such steps"
+    )
+
+
 class _StopFlag:
     """Set by SIGTERM/SIGINT: the loop finishes its step, saves and exits (preemption)."""
 
@@ -165,8 +224,14 @@ def _stop_on_signals():
             signal.signal(sig, handler)
 
 
+def _host_window(window: list[dict]) -> list[dict]:
+    """The logging window as Python floats: what checkpoints store and averages are taken over (in float64,
+    so a window restored from a checkpoint averages exactly as the uninterrupted run's)."""
+    return [{k: float(v) for k, v in m.items()} for m in jax.device_get(window)]
+
+
 def _mean_metrics(window: list[dict]) -> dict:
-    host = jax.device_get(window)
+    host = _host_window(window)
     return {k: float(np.mean([m[k] for m in host])) for k in host[0]}
 
 
@@ -200,13 +265,19 @@ def train(run: Run) -> dict:
     """Train to config.train.steps (resuming from the workdir), evaluate, and write summary.json."""
     t = run.config.train
     lead = is_lead_host()
+    # Nothing is written to the workdir before the starting state exists (a bad init_from fails first).
+    resuming = bool(saved_steps(run.workdir / CHECKPOINTS))
+    checkpointer = run.checkpointer() if resuming else None
+    state, restored = run.restore_or_init(checkpointer)
+    checkpointer = checkpointer or run.checkpointer()
     if lead:
-        ckpt.write_run_config(run.workdir, run.identity)
-    checkpointer = run.checkpointer()
-    state, data_state = run.restore_or_init(checkpointer)
+        ckpt.write_run_config(run.workdir, run.identity, run.settings)
+    if run.changes and restored is not None:
+        shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in run.changes)
+        logging.warning("resuming %s at step %d with changed settings: %s", run.workdir, restored.step, shown)
     iterator = run.data.train_iterator()
-    if data_state is not None:
-        iterator.set_state(data_state)
+    if restored is not None:
+        iterator.set_state(restored.data_state)
     compiled: dict[Any, Any] = {}  # one jitted step per value of the architecture's per-step sample
 
     def step_fn(step: int, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
@@ -232,8 +303,9 @@ def train(run: Run) -> dict:
 
     eval_step = make_eval_step(run.arch)
     start_step, started = int(state.step), time.time()
-    window: list[dict] = []
-    stopped_by = None
+    window: list[dict] = list(restored.log_window) if restored else []
+    last_saved = checkpointer.steps()
+    stopped_by, skips = None, 0
     progress = tqdm.tqdm(
         total=t.steps,
         initial=start_step,
@@ -241,16 +313,19 @@ def train(run: Run) -> dict:
         desc=run.arch.name,
         dynamic_ncols=True,
     )
-    with MetricsLog(run.workdir) as log, jax.set_mesh(run.mesh):
+    with MetricsLog(run.workdir, resume_step=start_step) as log, jax.set_mesh(run.mesh):
         try:
             with _stop_on_signals() as stop:
                 for step in range(start_step + 1, t.steps + 1):
                     state, metrics = step_fn(
                         step, state, global_batch(model_inputs(next(iterator)), run.mesh)
                     )
-                    window.append(metrics)
+                    if bool(metrics.pop("finite")):  # one host sync per step: the guard's price
+                        window.append(metrics)
+                    else:
+                        skips = _non_finite(step, metrics, skips, t, log, last_saved)
                     progress.update(1)
-                    if step % t.log_every == 0 or step == t.steps:
+                    if window and (step % t.log_every == 0 or step == t.steps):
                         summary = _mean_metrics(window)
                         window = []
                         if run.flops_per_step:  # expected training FLOPs spent so far (the x axis of budgets)
@@ -262,9 +337,12 @@ def train(run: Run) -> dict:
                         progress.set_postfix(shown)
                     if t.eval_every and step % t.eval_every == 0 and step != t.steps:
                         log.write(step, "eval", run_eval(run, state.params, state.model_state, eval_step))
-                    checkpointer.save(
-                        step, state, iterator.get_state(), force=stop.signal is not None or step == t.steps
-                    )
+                    force = stop.signal is not None or step == t.steps
+                    if force or checkpointer.due(step):
+                        checkpointer.save(
+                            step, state, iterator.get_state(), force=True, log_window=_host_window(window)
+                        )
+                        last_saved.append(step)
                     if stop.signal is not None:
                         stopped_by = signal.Signals(stop.signal).name
                         break
@@ -295,7 +373,7 @@ def train(run: Run) -> dict:
         "eval": results,
     }
     if lead:
-        (run.workdir / SUMMARY).write_text(json.dumps(summary, indent=2))
+        (run.workdir / SUMMARY).write_text(json.dumps(json_safe(summary), indent=2))
     return summary
 
 
@@ -316,11 +394,11 @@ def restore_state(run: Run) -> tuple[TrainState, int]:
     if saved_steps(run.workdir / CHECKPOINTS):
         checkpointer = run.checkpointer()
         try:
-            restored = checkpointer.restore_latest(run.abstract_state())
+            restored = checkpointer.restore_latest(run.abstract_state(), reset_optimizer=run.reset_optimizer)
         finally:
             checkpointer.close()
         if restored is not None:
-            return restored[0], restored[2]
+            return restored.state, restored.step
     if run.arch.pretrained is None:
         raise NoCheckpointError(
             f"no loadable checkpoint in {run.workdir / 'checkpoints'} and no config.init_from (see the "

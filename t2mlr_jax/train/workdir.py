@@ -9,6 +9,7 @@ RUN_CONFIG = "run_config.json"  # the run's identity (checkpoint.check_workdir)
 METRICS = "metrics.jsonl"  # metrics_log.MetricsLog
 SUMMARY = "summary.json"  # trainer.train, compare.write_comparison
 CHECKPOINTS = "checkpoints"  # orbax step folders, one per saved step
+CORRUPT = "corrupt_checkpoints"  # step folders proven unreadable, set aside (checkpoint.Checkpointer)
 
 
 def saved_steps(directory: Path | str) -> list[int]:

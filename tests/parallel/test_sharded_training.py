@@ -74,7 +74,7 @@ def test_checkpoint_saved_on_one_mesh_restores_on_another(tmp_path):
     checkpointer.wait()
     checkpointer.close()
     loader = make_run("t2mlr", tmp_path, (1, 4, 2))
-    restored, data_state, step = loader.checkpointer().restore_latest(loader.abstract_state())
+    restored, data_state, step, _ = loader.checkpointer().restore_latest(loader.abstract_state())
     assert step == STEPS and data_state == {"index": STEPS}
     for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -40,7 +40,7 @@ def _restore(directory):
 
 def test_roundtrip_keeps_state_iterator_state_and_bytes(tmp_path):
     _two_checkpoints(tmp_path)
-    state, data_state, step = _restore(tmp_path)
+    state, data_state, step, _ = _restore(tmp_path)
     assert step == 2 and data_state == {"index": 2}
     np.testing.assert_array_equal(state["w"], np.full((64, 64), 2.0, np.float32))
 
@@ -58,7 +58,7 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, ca
         record["fingerprints"][0] ^= 1
         meta.write_text(json.dumps(record))
     with caplog.at_level(logging.WARNING):
-        state, data_state, step = _restore(tmp_path)
+        state, data_state, step, _ = _restore(tmp_path)
     assert step == 1 and data_state == {"index": 1} and float(state["w"][0, 0]) == 1.0
     assert any("step 2" in r.getMessage() and "unreadable" in r.getMessage() for r in caplog.records)
 
@@ -122,7 +122,7 @@ def test_model_state_roundtrips_and_checkpoints_from_before_it_still_restore(tmp
     saver.close()
     for name, expected in (("old", {}), ("new", new.model_state)):
         loader = ckpt.Checkpointer(tmp_path / name, save_every=1, keep=2)
-        state, data, step = loader.restore_latest(_abstract(TrainState(*core, model_state=expected)))
+        state, data, step, _ = loader.restore_latest(_abstract(TrainState(*core, model_state=expected)))
         loader.close()
         assert step == 3 and data == {"index": 3} and isinstance(state, TrainState)
         assert jax.tree.all(

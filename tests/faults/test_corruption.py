@@ -1,0 +1,83 @@
+"""A damaged checkpoint is set aside (moved to corrupt_checkpoints/, never deleted), training falls back to
+the previous one, saves its steps again, and ends bitwise where the uninterrupted run ends, with the same
+metrics log."""
+
+import shutil
+import signal
+
+import pytest
+
+from tests.faults.tiny_run import (
+    assert_same_state,
+    final_state,
+    records,
+    signalling_source,
+    train_tiny,
+)
+
+pytestmark = pytest.mark.xdist_group("faults")
+
+
+def _array_files(step_folder):
+    return sorted(
+        (f for f in (step_folder / "state").rglob("*") if f.is_file() and f.parent.name == "d"),
+        key=lambda f: f.stat().st_size,
+    )
+
+
+def _truncate(step_folder):  # a save cut short: every array file loses its tail
+    for f in _array_files(step_folder):
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+
+
+def _flip(step_folder):  # bit rot in the largest array file
+    f = _array_files(step_folder)[-1]
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    f.write_bytes(bytes(data))
+
+
+def _drop_state(step_folder):  # the arrays are gone
+    shutil.rmtree(step_folder / "state")
+
+
+def _garble_meta(step_folder):  # fingerprints unreadable
+    (step_folder / "meta" / "metadata").write_text("{not json")
+
+
+def _empty(step_folder):  # a folder with the step's name and nothing in it
+    shutil.rmtree(step_folder)
+    step_folder.mkdir()
+
+
+DAMAGES = {
+    "truncated": _truncate,
+    "flipped": _flip,
+    "no state": _drop_state,
+    "meta": _garble_meta,
+    "empty": _empty,
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_corrupt_latest_checkpoint_is_set_aside_and_the_run_ends_as_if_uninterrupted(
+    stopped, straight, damage
+):
+    DAMAGES[damage](stopped / "checkpoints" / "7")
+    train_tiny(stopped)
+    assert [p.name for p in (stopped / "corrupt_checkpoints").iterdir()] == ["7"]
+    assert_same_state(straight[0], final_state(stopped))
+    assert records(stopped) == straight[1]
+
+
+def test_after_falling_back_past_two_corrupt_checkpoints_their_steps_are_saved_again(stopped, straight):
+    for step in ("6", "7"):
+        _truncate(stopped / "checkpoints" / step)
+    # From step 4, preempted again after 7: orbax would skip every save at or below a corrupt step on disk.
+    summary = train_tiny(stopped, source=signalling_source(7, signal.SIGTERM))
+    assert summary == {"stopped_by": "SIGTERM", "step": 7}
+    assert sorted(p.name for p in (stopped / "corrupt_checkpoints").iterdir()) == ["6", "7"]
+    assert sorted(p.name for p in (stopped / "checkpoints").iterdir()) == ["4", "6", "7"]
+    train_tiny(stopped)
+    assert_same_state(straight[0], final_state(stopped))
+    assert records(stopped) == straight[1]  # the window open at step 4 restored with it

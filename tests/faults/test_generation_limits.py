@@ -1,0 +1,136 @@
+"""Generation and evaluation that cannot fit the model are refused before anything compiles: a prompt plus
+eval.max_new_tokens past the context, eval.max_new_tokens < 1, eval rows longer than data.eval_seq_len."""
+
+import json
+import os
+import subprocess
+import sys
+
+import ml_collections
+import numpy as np
+import pytest
+
+from t2mlr_jax.config_utils import config_module
+from t2mlr_jax.train.build_data import build_data_source
+from t2mlr_jax.train.data_source import check_generation
+from tests.train.tiny_task import tiny_source
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GSM8K = os.path.join(ROOT, "configs", "gsm8k.py")
+GSM8K_SAMPLE = os.path.join(ROOT, "configs", "samples", "gsm8k_aug.jsonl")
+
+
+def _eval(generate=True, max_new_tokens=8):
+    return ml_collections.ConfigDict(dict(generate=generate, max_new_tokens=max_new_tokens))
+
+
+def _prompts(*lengths):
+    """A tiny task whose generation prompts have these lengths."""
+    examples = [{"prompt": np.ones(n, np.int32)} for n in lengths]
+    return tiny_source()._replace(generation_examples=lambda: iter(examples))
+
+
+@pytest.mark.parametrize("max_new_tokens", [0, -1])
+def test_max_new_tokens_below_one_is_an_error_naming_the_field(max_new_tokens):
+    with pytest.raises(ValueError, match=f"eval.max_new_tokens must be >= 1, got {max_new_tokens}"):
+        check_generation(_prompts(4), _eval(max_new_tokens=max_new_tokens), max_seq_len=64)
+
+
+def test_a_prompt_that_leaves_no_room_for_the_new_tokens_is_refused_by_index():
+    check_generation(_prompts(10, 56), _eval(), max_seq_len=64)  # 56 + 8 = 64: exactly fits
+    with pytest.raises(
+        ValueError,
+        match="generation example 1 has a 57-token prompt: with max_new_tokens 8 it needs 65 positions, "
+        "more than the model's context of 64",
+    ):
+        check_generation(_prompts(10, 57, 100), _eval(), max_seq_len=64)
+    check_generation(_prompts(1000), _eval(), max_seq_len=None)  # an architecture without a context limit
+
+
+def test_prompts_are_checked_only_when_generation_eval_is_on():
+    check_generation(_prompts(1000), _eval(generate=False), max_seq_len=64)  # never generated from
+    with pytest.raises(ValueError, match="eval.generate is on but this task has no prompts"):
+        check_generation(tiny_source(), _eval(), max_seq_len=64)
+
+
+def test_the_library_entry_point_refuses_before_compiling():
+    from t2mlr_jax.architectures import Architecture
+    from t2mlr_jax.train.eval import evaluate_generation
+
+    def never(*args):
+        raise AssertionError("generate was traced")
+
+    arch = Architecture("fake", {}, "float32", never, never, max_seq_len=16)
+    examples = [{"prompt": np.ones(n, np.int32)} for n in (4, 12)]
+    with pytest.raises(ValueError, match="generation example 1 has a 12-token prompt"):
+        evaluate_generation(
+            arch,
+            {},
+            {},
+            examples,
+            decode=str,
+            score=lambda text, example: True,
+            max_new_tokens=5,
+            eos_id=None,
+            pad_id=0,
+            batch_size=2,
+        )
+
+
+def _config(name: str, preset: str = "cpu", **data):
+    config = config_module(os.path.join(ROOT, "configs", f"{name}.py")).get_config(preset)
+    config.data.update(data)
+    return config
+
+
+def _eval_file(tmp_path, long_prompt_words: int) -> str:
+    """The GSM8K sample with one long question as record 2."""
+    rows = [json.loads(line) for line in open(GSM8K_SAMPLE)][:4]
+    rows[2]["question"] = " ".join(["apple"] * long_prompt_words)
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+TOO_LONG = {  # config: (data overrides, how the error starts); gsm8k:cpu eval rows are data.seq_len 96
+    "gsm8k": (dict(eval_seq_len=0), "eval example 2 of .*eval.jsonl is 2\\d\\d tokens"),
+    "variable_assignment": (dict(eval_seq_len=40), "eval example 0 is \\d+ tokens"),
+    "s5_retrieval_t2mlr": (dict(eval_seq_len=20), "S5-retrieval eval examples reach \\d+ tokens"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOO_LONG))
+def test_eval_rows_longer_than_an_eval_row_are_refused_when_the_data_is_built(tmp_path, name):
+    data, message = TOO_LONG[name]
+    if name == "gsm8k":
+        data = {**data, "eval_path": _eval_file(tmp_path, 200)}
+    with pytest.raises(
+        ValueError, match=f"{message}, longer than an eval row \\(\\d+ tokens: data.eval_seq_len"
+    ):
+        build_data_source(_config(name, **data), train=False)
+
+
+def test_main_refuses_generation_past_the_context_in_one_line_before_compiling(tmp_path):
+    """Every eval row fits the context (data.eval_seq_len 256), but prompt 2 (201 tokens) + 64 does not."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "main.py"),
+            f"--config={GSM8K}:cpu",
+            f"--config.data.eval_path={_eval_file(tmp_path, 200)}",
+            "--config.data.eval_seq_len=256",
+            "--config.eval.max_new_tokens=64",
+            f"--workdir={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "JAX_LOG_COMPILES": "1"},
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "generation example 2 has a" in errors[0], out.stderr[-2000:]
+    assert "lower eval.max_new_tokens" in errors[0]
+    assert "Traceback" not in out.stderr and "Compiling" not in out.stderr
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,63 @@
+"""The tiny T²MLR run every fault case starts from: 9 steps, a checkpoint every 2 (3 kept), a log line every
+3 (so a resume can fall inside a logging window), and an iterator that signals its own process."""
+
+import json
+import os
+
+import jax
+import numpy as np
+
+from t2mlr_jax.train.trainer import Run, restore_state, train
+from tests.train.tiny_task import TinyIterator, tiny_config, tiny_source
+
+STEPS = 9
+
+
+def config(**train_fields):
+    return tiny_config(
+        "t2mlr", steps=STEPS, checkpoint_every=2, keep_checkpoints=3, log_every=3, **train_fields
+    )
+
+
+class SignallingIterator(TinyIterator):
+    """Sends `signum` to its own process when asked for batch `at`: SIGKILL dies before step `at` runs,
+    SIGTERM (a preemption) lets step `at` finish, save and stop."""
+
+    def __init__(self, at: int, signum: int, *args):
+        super().__init__(*args)
+        self.at, self.signum = at, signum
+
+    def __next__(self):
+        if self.index + 1 == self.at:
+            os.kill(os.getpid(), self.signum)
+        return super().__next__()
+
+
+def signalling_source(at: int, signum: int):
+    return tiny_source()._replace(train_iterator=lambda: SignallingIterator(at, signum, 0, 8, 16))
+
+
+def run(workdir, cfg=None, source=None) -> Run:
+    return Run(cfg or config(), workdir, source or tiny_source(), "t2mlr")
+
+
+def train_tiny(workdir, cfg=None, source=None) -> dict:
+    return train(run(workdir, cfg, source))
+
+
+def final_state(workdir, cfg=None):
+    state, step = restore_state(run(workdir, cfg))
+    assert step == STEPS
+    return state
+
+
+def assert_same_state(a, b) -> None:
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def records(workdir) -> list[dict]:
+    """metrics.jsonl without the wall-clock times."""
+    lines = (workdir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k != "time"} for line in lines]
