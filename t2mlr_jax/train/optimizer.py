@@ -37,7 +37,7 @@ def check_optimizer(opt: ml_collections.ConfigDict) -> None:
         raise ValueError(f"optimizer.schedule must be one of {SCHEDULES}, got {opt.schedule!r}")
     for name, value in opt.items():  # a negative rate would ascend the loss without a word
         if (name == "lr" or name.endswith(("_lr", "_lr_multiplier"))) and not 0 <= float(value) < math.inf:
-            raise ValueError(f"optimizer.{name} must be a finite number >= 0, got {value}")
+            raise ValueError(f"optimizer.{name} must be >= 0 (and finite), got {value}")
 
 
 def make_schedule(opt: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
@@ -161,7 +161,7 @@ def check_muon(opt: ml_collections.ConfigDict) -> None:
     for field in ("momentum_start", "momentum_end", "b1", "b2"):
         if not 0.0 <= float(opt[field]) < 1.0:
             raise ValueError(f"optimizer.{field} must be in [0, 1) for muon, got {opt[field]}")
-    for field in ("matrix_lr", "embedding_lr", "head_lr", "scalar_lr", "weight_decay", "batch_tokens"):
+    for field in ("weight_decay", "batch_tokens"):  # the rates: check_optimizer
         if float(opt[field]) < 0:
             raise ValueError(f"optimizer.{field} must be >= 0 for muon, got {opt[field]}")
     if int(opt.momentum_warmup_steps) < 0:

@@ -78,19 +78,20 @@ class Run:
         ckpt.check_workdir(self.workdir, self.identity)
         self.settings = config.to_dict()
         self.changes = ckpt.changed_settings(self.workdir, self.settings)
-        abstract_params = jax.eval_shape(self.arch.init, jax.random.PRNGKey(0))
+        abstract_params = jax.eval_shape(lambda: self.arch.init(jax.random.PRNGKey(0)))  # nothing compiled
         self.schedule = make_schedule(config.optimizer, config.train.steps)
         self.optimizer = make_optimizer(config.optimizer, self.arch.specs, config.train.steps)
         self.num_params = self.arch.num_params()
+        abstract_state = jax.eval_shape(self._init_state)
         self.state_shardings = train_state_shardings(
-            jax.eval_shape(self._init_state),
+            abstract_state,
             self.optimizer,
             param_shardings(spec_axes(self.arch.specs), abstract_params, self.mesh),
             self.mesh,
         )
         self.reset_optimizer = ckpt.check_resumable(
             self.workdir / CHECKPOINTS,
-            self.abstract_state(),
+            abstract_state,
             reset_optimizer=config.train.reset_optimizer,
             changes=self.changes,
         )
