@@ -83,17 +83,17 @@ class Run:
         self.optimizer = make_optimizer(config.optimizer, self.arch.specs, config.train.steps)
         self.num_params = self.arch.num_params()
         abstract_state = jax.eval_shape(self._init_state)
-        self.state_shardings = train_state_shardings(
-            abstract_state,
-            self.optimizer,
-            param_shardings(spec_axes(self.arch.specs), abstract_params, self.mesh),
-            self.mesh,
-        )
         self.reset_optimizer = ckpt.check_resumable(
             self.workdir / CHECKPOINTS,
             abstract_state,
             reset_optimizer=config.train.reset_optimizer,
             changes=self.changes,
+        )
+        self.state_shardings = train_state_shardings(  # (optax's tree_map_params runs a tiny computation)
+            abstract_state,
+            self.optimizer,
+            param_shardings(spec_axes(self.arch.specs), abstract_params, self.mesh),
+            self.mesh,
         )
 
     def checkpointer(self) -> ckpt.Checkpointer:

@@ -5,8 +5,6 @@ state; settings that may change (the learning rate) are accepted and logged."""
 import json
 import logging
 
-import jax
-import numpy as np
 import pytest
 
 from t2mlr_jax.train.checkpoint import StateMismatchError
@@ -40,13 +38,19 @@ def test_a_changed_optimizer_is_refused_untouched_or_reset_on_request(stopped):
     assert int(final_state(stopped, no_clip).step) == STEPS
 
 
-def test_a_changed_learning_rate_is_accepted_and_logged(stopped, caplog):
+def test_settings_that_may_change_are_accepted_and_logged(stopped, straight, caplog):
     faster = config()
     faster.optimizer.lr = 0.002
+    assert ("optimizer.lr", 0.003, 0.002) in run(stopped, faster).changes  # accepted: nothing raised
+    chatty = config(log_every=1, keep_checkpoints=5)
     with caplog.at_level(logging.WARNING):
-        train_tiny(stopped, faster)
-    assert any("optimizer.lr: 0.003 -> 0.002" in r.getMessage() for r in caplog.records)
+        train_tiny(stopped, chatty)
+    logged = [r.getMessage() for r in caplog.records if "changed settings" in r.getMessage()]
+    assert (
+        len(logged) == 1
+        and "train.log_every: 3 -> 1" in logged[0]
+        and "keep_checkpoints: 3 -> 5" in logged[0]
+    )
     settings = json.loads((stopped / "run_config.json").read_text())["settings"]
-    assert settings["optimizer"]["lr"] == 0.002
-    state = final_state(stopped, faster)
-    assert np.isfinite(np.asarray(jax.tree.leaves(state.params)[0])).all()
+    assert settings["train"]["log_every"] == 1
+    assert_same_state(straight[0], final_state(stopped, chatty))  # logging does not touch the training

@@ -14,9 +14,7 @@ STEPS = 9
 
 
 def config(**train_fields):
-    return tiny_config(
-        "t2mlr", steps=STEPS, checkpoint_every=2, keep_checkpoints=3, log_every=3, **train_fields
-    )
+    return tiny_config("t2mlr", steps=STEPS, **{"keep_checkpoints": 3, "log_every": 3, **train_fields})
 
 
 class SignallingIterator(TinyIterator):
