@@ -2,7 +2,9 @@
 - 8 fake CPU devices, for the sharding tests;
 - XLA's CPU backend without LLVM optimisation: the tiny test models are compile-bound, not run-bound;
 - a compilation cache shared by the tests (and xdist workers) of one run;
-- jaxtyping shape annotations checked at run time (beartype) on every public function of t2mlr_jax.
+- jaxtyping shape annotations checked at run time (beartype) on every public function of t2mlr_jax;
+- tests marked `slow` first, so that the two xdist workers finish together rather than one of them
+  waiting on a long test collected last.
 """
 
 import os
@@ -20,3 +22,7 @@ from jaxtyping import install_import_hook  # noqa: E402
 jax.config.update("jax_compilation_cache_dir", os.environ["T2MLR_TEST_JAX_CACHE"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 install_import_hook("t2mlr_jax", "beartype.beartype")
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise as collected

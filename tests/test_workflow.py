@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "smollm135m_t2mlr.py") + ":cpu"
 SENTENCE = "The cat sat on the mat."
@@ -53,6 +55,7 @@ def run(*args, cache):
     return out.stdout
 
 
+@pytest.mark.slow
 def test_a_researchers_day(tmp_path):
     text = tmp_path / "sentences.jsonl"
     text.write_text("".join(json.dumps({"text": SENTENCE}) + "\n" for _ in range(64)))

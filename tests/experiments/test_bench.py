@@ -47,6 +47,7 @@ def test_unknown_section_is_one_clear_error():
     assert bench.resolve_sections("throughput") == ["decode", "train", "throughput"]
 
 
+@pytest.mark.slow
 def test_smoke_preset_writes_json_and_markdown(tmp_path):
     bench.main(["--preset=smoke", "--repeats=1", f"--out_dir={tmp_path}"])
     result = json.loads((tmp_path / "bench_smoke.json").read_text())

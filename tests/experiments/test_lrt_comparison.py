@@ -59,6 +59,7 @@ def test_paper_preset_without_data_fails_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_two_rows_write_the_tables_and_the_figure(tmp_path, small_and_quick):
     train, heldout = shakespeare_split()
     out = tmp_path / "out"

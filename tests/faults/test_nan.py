@@ -53,6 +53,8 @@ def test_main_exits_1_with_one_line(tmp_path):
         *TINY,
         "--config.optimizer.lr=1e6",
         "--config.train.steps=8",
+        "--config.model.recurrence.d_forward=2",  # a smaller step to compile
+        "--config.model.recurrence.d_backward=1",
         f"--workdir={tmp_path}",
     )
     assert out.returncode == 1, out.stderr[-2000:]

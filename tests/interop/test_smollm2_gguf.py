@@ -25,7 +25,7 @@ GGUF = (
     / "SmolLM2-135M-Instruct.Q4_1.gguf"
 )
 # One worker parses the file once for every test (two workers each paid ~20 s for it).
-pytestmark = pytest.mark.xdist_group("smollm2_gguf")
+pytestmark = [pytest.mark.xdist_group("smollm2_gguf"), pytest.mark.slow]
 PARAGRAPH = (
     "The old lighthouse stood at the edge of the cliff, its white paint peeling after decades of salt "
     "and wind. Every evening the keeper climbed the narrow stairs to light the lamp, and every morning "

@@ -36,6 +36,7 @@ def _launch(args, devices, **env):
     )
 
 
+@pytest.mark.slow
 def test_two_processes_train_as_one_job_and_eval_like_one_process(tmp_path):
     workdir = tmp_path / "run"
     args = [

@@ -54,6 +54,7 @@ def train_on_mesh(run):
     return losses, state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["transformer", "t2mlr"])
 def test_training_on_meshes_equals_one_device(arch, tmp_path):
     ref_losses, ref_params = train_on_one_device(make_run(arch, tmp_path / "ref", (8, 1, 1)))

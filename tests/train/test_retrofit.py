@@ -107,6 +107,7 @@ def test_bad_init_from_is_one_clear_error_before_compiling(loaded_once, caplog, 
     assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
 
 
+@pytest.mark.slow
 def test_cpu_preset_trains_through_main(tmp_path):
     rows = Path(ROOT, "configs", "samples", "gsm8k_aug.jsonl").read_text().splitlines(keepends=True)
     (tmp_path / "eval.jsonl").write_text("".join(rows[:2]))
