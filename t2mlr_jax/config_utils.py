@@ -134,7 +134,7 @@ def experiment(
             # > 0: train.steps = round(flop_budget / the architecture's expected training FLOPs per
             # step) (FLOP-matched comparisons; t2mlr_jax.model.flops); 0 = train.steps as given
             flop_budget=0.0,
-            # a step with a non-finite loss, gradient norm or parameters is never applied; "stop" ends the
+            # a step with a non-finite loss or gradient norm is never applied; "stop" ends the
             # run (exit status 1, the last checkpoint intact), "skip" logs it and goes on, at most
             # nan_skip_limit times
             nan_policy="stop",

@@ -5,7 +5,7 @@ Order matters: every check that can fail (config, data, vocabulary, context leng
 run, a checkpoint whose optimizer state no longer fits) runs before the first compilation and before any
 checkpoint is written or read; the workdir is written to only once the starting state exists.
 
-Nothing silent: a step whose loss, gradient norm or updated parameters are not finite is never applied
+Nothing silent: a step whose loss or gradient norm is not finite is never applied
 (the train step keeps the previous state) and, under train.nan_policy "stop", ends the run with
 NonFiniteError before anything of it is saved; under "skip" it is logged and skipped, up to
 train.nan_skip_limit times.
@@ -189,7 +189,7 @@ def _non_finite(step: int, metrics: dict, skips: int, t, log: MetricsLog, last_s
     ]
     log.write(step, "nonfinite", {**host, "skips": skips + 1, "policy": t.nan_policy})
     found = (
-        f"step {step}: non-finite {' and '.join(bad) or 'updated parameters'} "
+        f"step {step}: non-finite {' and '.join(bad)} "
         f"(loss {host['loss']}, gradient norm {host['grad_norm']})"
     )
     if t.nan_policy == "skip" and skips < t.nan_skip_limit:

@@ -1,6 +1,6 @@
 """The fault cases share two runs of the tiny T²MLR config, trained once per test session: one straight
 through (the reference every recovery must reproduce bitwise) and one stopped by a SIGTERM after step 7
-(checkpoints 4, 6, 7 on disk, a logging window open since step 6). A case copies the stopped run and
+(checkpoints 2 to 7 on disk, a logging window open since step 6). A case copies the stopped run and
 damages the copy."""
 
 import shutil

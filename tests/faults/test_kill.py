@@ -32,11 +32,9 @@ def _worker(workdir, at=0, signame="SIGKILL"):
 @pytest.mark.slow  # first: it moves the whole faults group to the front of the queue
 @pytest.mark.xdist_group("faults")
 def test_a_killed_run_resumes_bitwise_with_the_same_log(tmp_path, straight):
-    # A crash right after the async save of step 2 began (resumed inside a logging window), then another
-    # after the resume.
-    for at in (3, 8):
-        out = _worker(tmp_path, at)
-        assert out.returncode == -9, out.stderr[-3000:]
+    # A crash right after the async save of step 2 began: resumed from step 2 or 1, inside a logging window.
+    out = _worker(tmp_path, 3)
+    assert out.returncode == -9, out.stderr[-3000:]
     final = _worker(tmp_path)
     assert final.returncode == 0 and "DONE" in final.stdout, final.stderr[-3000:]
     assert_same_state(straight[0], final_state(tmp_path))

@@ -1,5 +1,5 @@
-"""The tiny T²MLR run every fault case starts from: 9 steps, a checkpoint every 2 (3 kept), a log line every
-3 (so a resume can fall inside a logging window), and an iterator that signals its own process."""
+"""The tiny T²MLR run every fault case starts from: 9 steps, a checkpoint every step (6 kept), a log line
+every 3 (so a resume can fall inside a logging window), and an iterator that signals its own process."""
 
 import json
 import os
@@ -14,7 +14,8 @@ STEPS = 9
 
 
 def config(**train_fields):
-    return tiny_config("t2mlr", steps=STEPS, **{"keep_checkpoints": 3, "log_every": 3, **train_fields})
+    fields = {"checkpoint_every": 1, "keep_checkpoints": 6, "log_every": 3, **train_fields}
+    return tiny_config("t2mlr", steps=STEPS, **fields)
 
 
 class SignallingIterator(TinyIterator):
