@@ -50,18 +50,10 @@ def _empty(step_folder):  # a folder with the step's name and nothing in it
     step_folder.mkdir()
 
 
-DAMAGES = {
-    "truncated": _truncate,
-    "flipped": _flip,
-    "no state": _drop_state,
-    "meta": _garble_meta,
-    "empty": _empty,
-}
+DAMAGES = (_truncate, _flip, _drop_state, _garble_meta, _empty)  # one per checkpoint, newest first
 
 
-def test_corrupt_checkpoints_are_set_aside_saved_again_and_the_run_ends_as_if_uninterrupted(
-    stopped, straight
-):
+def test_corrupt_checkpoints_are_set_aside_saved_again_and_the_run_ends_uninterrupted(stopped, straight):
     # One damage per checkpoint, newest first: 7 truncated, 6 flipped, 5 without arrays, 4 with garbled
     # metadata, 3 empty; only step 2 is good.
     damaged = [str(step) for step in range(7, 2, -1)]
