@@ -393,9 +393,11 @@ def recurrence_from_release(settings: dict, hidden_size: int) -> RecurrenceConfi
         )
     if merged.get("recurrent_projection_dim") not in (None, hidden_size):
         problems.append(f"recurrent_projection_dim={merged['recurrent_projection_dim']} (only hidden_size)")
-    if mixer == "codi" and merged.get("bottleneck_size") != hidden_size:
+    if mixer == "codi" and not (
+        isinstance(merged.get("bottleneck_size"), int) and merged["bottleneck_size"] > 0
+    ):
         problems.append(
-            f"CODI bottleneck_size={merged.get('bottleneck_size')} (only hidden_size={hidden_size})"
+            f"CODI needs a positive integer bottleneck_size, got {merged.get('bottleneck_size')!r}"
         )
     _raise_if(problems, "T²MLR release settings")
     fields = {ours: merged[theirs] for theirs, ours in SETTINGS.items()}
@@ -405,6 +407,10 @@ def recurrence_from_release(settings: dict, hidden_size: int) -> RecurrenceConfi
         mixer=mixer,
         cache_norm="rescale" if residual_norm else "none",
         gamma_per_channel=not merged.get("rezero_gamma_scalar", True),
+        # None (= hidden_size) when it is the hidden size, so a round trip gives back the same config
+        bottleneck_size=None
+        if mixer != "codi" or merged["bottleneck_size"] == hidden_size
+        else merged["bottleneck_size"],
     )
 
 
@@ -418,7 +424,7 @@ def release_from_recurrence(rec: RecurrenceConfig, hidden_size: int) -> dict:
     if rec.gamma_per_channel and MIXERS.get(rec.mixer).rezero:
         kwargs["rezero_gamma_scalar"] = False
     if rec.mixer == "codi":
-        kwargs["bottleneck_size"] = hidden_size
+        kwargs["bottleneck_size"] = rec.bottleneck_size or hidden_size
     return {
         **{theirs: getattr(rec, ours) for theirs, ours in SETTINGS.items()},
         **NEUTRAL_SETTINGS,

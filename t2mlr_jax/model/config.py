@@ -38,6 +38,7 @@ class RecurrenceConfig:
     recurrent_gate_init: float | None = None  # sigmoid(bias) at init; None = PyTorch-default bias
     input_gate_init: float | None = None
     constant_alpha: float = 0.5  # `constant_weight` mixer only
+    bottleneck_size: int | None = None  # `codi` mixer only: its MLP's hidden width; None = hidden_size
     pre_norm: bool = False  # RMSNorm both streams before mixing
     post_norm: bool = False  # clamped RMS rescale of the mixed-in term y
     post_norm_clamp: float = 5.0
@@ -208,6 +209,8 @@ class ModelConfig:
                 f"recurrence.d_backward (B = {rec.d_backward}) must be <= d_forward (D = {rec.d_forward}): "
                 "the gradient flows through at most the D passes that run"
             )
+        if rec.bottleneck_size is not None and int(rec.bottleneck_size) < 1:
+            raise ValueError(f"recurrence.bottleneck_size must be None or >= 1, got {rec.bottleneck_size}")
         return self
 
     def _validate_block(self) -> None:

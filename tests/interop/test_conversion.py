@@ -240,6 +240,7 @@ def test_every_release_mixer_round_trips_and_matches_the_torch_reference(tmp_pat
         gamma_per_channel=mixer == "alpha_coupled",
         pre_norm=mixer != "none",
         post_norm=mixer in ("var_norm_gated", "coconut", "codi", "exponential_rotational_gated"),
+        bottleneck_size=24 if mixer == "codi" else None,  # the release's CODI width, not the hidden size
     )
     params = random_params(cfg, 7)
     save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")

@@ -117,3 +117,24 @@ def test_gate_init_follows_the_release():
     assert p["recurrent_projection"].shape == (D, D)
     _, no_proj = mixer_params("gated", recurrent_projection=False)
     assert "recurrent_projection" not in no_proj
+
+
+def test_unset_gate_inits_follow_each_release_module():
+    """var_norm_gated falls back to the release's logit(0.2) bias; alpha_coupled and gated stay random."""
+    _, p = mixer_params("var_norm_gated")
+    np.testing.assert_allclose(jax.nn.sigmoid(p["alpha_gate_proj"]["bias"]), 0.2, rtol=1e-5)
+    _, p = mixer_params("var_norm_gated", recurrent_gate_init=0.7)
+    np.testing.assert_allclose(jax.nn.sigmoid(p["alpha_gate_proj"]["bias"]), 0.7, rtol=1e-5)
+    _, p = mixer_params("alpha_coupled")
+    assert float(jnp.std(p["alpha_gate_proj"]["bias"])) > 1e-3
+
+
+def test_codi_bottleneck_size_sets_its_hidden_width():
+    cfg, p = mixer_params("codi", bottleneck_size=12)
+    assert p["codi_projection"]["fc1"]["kernel"].shape == (D, 12)
+    assert p["codi_projection"]["fc2"]["kernel"].shape == (12, D)
+    x, r = streams()
+    assert fuse(cfg, p, x, r, jnp.full((B, T), 2))[0].shape == x.shape
+    assert mixer_params("codi")[1]["codi_projection"]["fc1"]["kernel"].shape == (D, D)
+    with pytest.raises(ValueError, match="bottleneck_size"):
+        tiny_config().with_recurrence(mixer="codi", bottleneck_size=0).validate()

@@ -10,7 +10,7 @@ module with `specs` and `mix` plus one `MIXERS.register(name, Mixer(...))`.
   concat                         W_c [x ; r]
   exponential_rotational_gated   P(a x + sqrt(1 - a² + 1e-8) i ⊙ r)
   coconut                        P(r)
-  codi                           P(LayerNorm(Linear(GELU(Linear(r)))))
+  codi                           P(LayerNorm(Linear(GELU(Linear(r))))), hidden width bottleneck_size
   none                           x
   recirculation                  x folded with r by recirculation's parameter-free mix (no previous token: x)
 where r is W_rec R (when used), both streams are optionally RMS-normalised first (pre_norm) and P is the
@@ -22,9 +22,9 @@ from t2mlr_jax.model.mixers.registry import MIXERS, SHARED_KEYS, Mixer, deferred
 __all__ = ["MIXERS", "SHARED_KEYS", "Mixer", "linear_keys"]
 
 
-def _builtin(module: str, mix: str = "mix", **metadata) -> Mixer:
+def _builtin(module: str, mix: str = "mix", specs: str = "specs", **metadata) -> Mixer:
     path = f"{__name__}.{module}"
-    return Mixer(specs=deferred(path, "specs"), mix=deferred(path, mix), **metadata)
+    return Mixer(specs=deferred(path, specs), mix=deferred(path, mix), **metadata)
 
 
 _ALPHA_GATED = dict(
@@ -47,7 +47,10 @@ MIXERS.register(
         rezero=True,
     ),
 )
-MIXERS.register("var_norm_gated", _builtin("alpha_gated", "mix_var_norm_gated", **_ALPHA_GATED))
+MIXERS.register(
+    "var_norm_gated",
+    _builtin("alpha_gated", "mix_var_norm_gated", "specs_var_norm_gated", **_ALPHA_GATED),
+)
 MIXERS.register("alpha_coupled", _builtin("alpha_gated", "mix_alpha_coupled", **_ALPHA_GATED))
 MIXERS.register(
     "constant_weight", _builtin("constant_weight", keys={("recurrent_alpha",): "recurrent_alpha"})

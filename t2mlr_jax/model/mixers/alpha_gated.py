@@ -3,6 +3,9 @@ scaled by one ReZero gamma: x + tanh(γ) P(g_rec(α) r + g_in(α) x). Exactly x 
 
   var_norm_gated   g_rec = sqrt(α), g_in = sqrt(1 - α)   (variance-preserving)
   alpha_coupled    g_rec = α,       g_in = 1 - α
+
+The gate's bias starts at logit(recurrent_gate_init); when that is None, var_norm_gated starts at the
+release's logit(0.2) and alpha_coupled at PyTorch's default (random), as their release modules do.
 """
 
 from __future__ import annotations
@@ -16,9 +19,19 @@ from jaxtyping import Array, Float
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.mixers.common import gamma, gate_proj, linear, post, pre_norm, tanh_gamma
 
+VAR_NORM_GATE_INIT = 0.2  # the release's T2MLR_VarNorm_Gated_Mixing_Module default
 
-def specs(cfg: ModelConfig) -> dict:
-    return {"rezero_gamma": gamma(cfg), "alpha_gate_proj": gate_proj(cfg, cfg.recurrence.recurrent_gate_init)}
+
+def specs(cfg: ModelConfig, default_gate_init: float | None = None) -> dict:
+    init = cfg.recurrence.recurrent_gate_init
+    return {
+        "rezero_gamma": gamma(cfg),
+        "alpha_gate_proj": gate_proj(cfg, default_gate_init if init is None else init),
+    }
+
+
+def specs_var_norm_gated(cfg: ModelConfig) -> dict:
+    return specs(cfg, VAR_NORM_GATE_INIT)
 
 
 def _mix(cfg: ModelConfig, p: dict, x, r, gates: Callable) -> tuple:

@@ -1,5 +1,6 @@
 """`codi`: P(LayerNorm(Linear(GELU(Linear(r))))), the fused stream replaced by a projected cache (the
-CODI-style baseline; exact GELU, LayerNorm eps 1e-5 in fp32)."""
+CODI-style baseline; exact GELU, LayerNorm eps 1e-5 in fp32). The MLP's hidden width is the release's
+`bottleneck_size` (RecurrenceConfig.bottleneck_size; None = hidden_size)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.mixers.common import linear, post, pre_norm, square_linear
+from t2mlr_jax.model.mixers.common import dense, linear, post, pre_norm
 from t2mlr_jax.model.spec import ParamSpec, ones, zeros
 
 
 def specs(cfg: ModelConfig) -> dict:
     d = cfg.hidden_size
+    width = cfg.recurrence.bottleneck_size or d
     return {
         "codi_projection": {
-            "fc1": square_linear(cfg, ("embed", "mixer_out")),
-            "fc2": square_linear(cfg, ("mixer_out", "embed")),
+            "fc1": dense(d, width, ("embed", "mixer_out")),
+            "fc2": dense(width, d, ("mixer_out", "embed")),
             "norm": {
                 "scale": ParamSpec((d,), ("norm",), ones, "norm"),
                 "bias": ParamSpec((d,), ("norm",), zeros, "bias"),

@@ -51,10 +51,14 @@ def gate_proj(cfg: ModelConfig, prob: float | None) -> dict:
 
 def square_linear(cfg: ModelConfig, axes: tuple[str, str]) -> dict:
     """A D -> D Linear with a bias, PyTorch's default init."""
-    d = cfg.hidden_size
+    return dense(cfg.hidden_size, cfg.hidden_size, axes)
+
+
+def dense(fan_in: int, fan_out: int, axes: tuple[str, str]) -> dict:
+    """A fan_in -> fan_out Linear with a bias, PyTorch's default init."""
     return {
-        "kernel": ParamSpec((d, d), axes, torch_uniform(d), "matrix", 1),
-        "bias": ParamSpec((d,), ("norm",), torch_uniform(d), "bias"),
+        "kernel": ParamSpec((fan_in, fan_out), axes, torch_uniform(fan_in), "matrix", 1),
+        "bias": ParamSpec((fan_out,), ("norm",), torch_uniform(fan_in), "bias"),
     }
 
 
