@@ -115,8 +115,11 @@ def _setup(config, workdir: Path, mode: str):
     from t2mlr_jax.architectures import arch_names
     from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.data_source import check_prompts_fit
+    from t2mlr_jax.train.init_from import require_init_from
     from t2mlr_jax.train.trainer import Run, check_loadable
 
+    if mode == "train":
+        require_init_from(config)
     names = arch_names(config)
     workdirs = {name: workdir / name if len(names) > 1 else workdir for name in names}
     if mode != "train":

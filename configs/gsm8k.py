@@ -1,10 +1,15 @@
-"""GSM8K-Aug finetuning (paper Section 4.3): SmolLM2-135M T²MLR with code l_start 4, D=16, B=8 and the
-gate LR boosted x100, the release's script: LR 5e-4, AdamW (0.9, 0.99), wd 0.01, 3% warmup, cosine to 1%,
-batch 256; 8000 steps (paper Table 14). Data: data.train_path / data.eval_path, GSM8K-Aug rows
+"""GSM8K-Aug finetuning (paper Section 4.3) from pretrained SmolLM2-135M: T²MLR with code l_start 4 (l_end
+-5), D=16, B=8, the gate LR boosted x100. Data: data.train_path / data.eval_path, GSM8K-Aug rows
 {question, steps, answer} (JSONL/JSON/parquet); greedy generation, the answer after "###" compared.
-Presets: baseline, cpu (configs/samples/gsm8k_aug.jsonl: 24 synthetic rows in that format, smoke only).
-The release starts from a pretrained checkpoint: --config.init_from=<it> (a baseline from it also needs
---config.baseline.param_match=False)."""
+--config.init_from is required (SmolLM2-135M as an HF folder or .gguf).
+
+Presets (t2mlr_jax.config_utils.finetuning):
+  release  (the default) scripts/gsm8k/train_gsm8k.sh: LR 5e-4, AdamW (0.9, 0.99), wd 0.01, 3% warmup,
+           cosine to 1%, batch 256 (64 x 4 accumulation), one epoch of the training file
+  paper    the paper (Section 4.3, Table 14, Appendix F.3): LR 5e-5, AdamW (0.9, 0.999), cosine (to 0),
+           8,000 steps
+  baseline, cpu (the shipped SmolLM2-135M-Instruct GGUF on configs/samples/gsm8k_aug.jsonl: 24 synthetic
+           rows in that format, smoke only)."""
 
 from pathlib import Path
 
@@ -19,7 +24,14 @@ def get_config(arg=None):
         l_start=4,
         d_forward=16,
         d_backward=8,
-        data=dict(kind="file", format="gsm8k_aug", seq_len=1024),
+        data=dict(
+            kind="file",
+            format="gsm8k_aug",
+            seq_len=1024,
+            hint="GSM8K-Aug is whynlp/gsm8k-aug on the Hugging Face hub: on a machine with network, write "
+            "its train and test splits as JSONL rows {question, steps, answer} and pass "
+            "--config.data.train_path / --config.data.eval_path; or try --config=configs/gsm8k.py:cpu",
+        ),
         optimizer=dict(
             lr=5e-4,
             b2=0.99,
@@ -29,9 +41,16 @@ def get_config(arg=None):
             gate_lr_multiplier=100.0,
         ),
         train=dict(
-            steps=8000, batch_size=256, grad_accum=4, log_every=20, eval_every=1000, checkpoint_every=1000
+            epochs=1.0,
+            steps=0,  # from train.epochs and the training file's rows
+            batch_size=256,
+            grad_accum=4,
+            log_every=20,
+            eval_every=1000,
+            checkpoint_every=1000,
         ),
         evaluation=dict(batch_size=64, num_examples=1319, max_new_tokens=256),
+        paper={"optimizer.lr": 5e-5, "optimizer.min_lr_ratio": 0.0, "train.epochs": 0.0, "train.steps": 8000},
         cpu={
             "data.train_path": SAMPLE,
             "data.eval_path": SAMPLE,

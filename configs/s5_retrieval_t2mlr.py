@@ -1,37 +1,39 @@
-"""S5-retrieval (paper Section 3.2): the release's tiny NoPE Llama (384 x 6, 6 heads), T²MLR with
-code l_start=1, l_end=-2, D=16, B=4, LR 5e-4, batch 16; train N in 1..32, test N in 1..48, K = 4.
+"""S5-retrieval (paper Section 3.2): T²MLR with code l_start=1, l_end=-2, D=16, B=4 on train N in 1..32,
+test N in 1..48, K = 4.
 
-Presets (comma-combinable, applied in order):
-  baseline  the release's transformer baseline (RoPE, batch 64, WSD schedule with 4000 decay steps)
-  lstm      the release's LSTM baseline (360 x 4, LR 5e-3, plain cosine, batch 64)
-  matched   make the transformer baseline parameter-matched (wider) instead of same-width
-  cpu       a CPU-sized run (minutes): 64 x 4 model, the parity subgroup of S5 (moved_points=2), one value
-            char, train N in 1..6 / test N in 1..10, exact token-by-token training, constant-weight mixer
-  demo      `make demo` / `python main.py`: cpu for T²MLR and the parameter-matched transformer, compared
+Two sources, one preset each (comma-combinable, applied in order):
+  release    (the default) the release's sweep (scripts/s5_retrieval/sweep_params.yaml run by
+             train_s5_retrieval.sh): tiny NoPE Llama 384 x 6, 6 heads, LR 5e-4, AdamW (0.9, 0.95),
+             wd 0.01, 5% warmup, cosine to 1%, batch 16, 400k steps
+  baseline   the sweep's transformer row: the same model without recurrence, same recipe, same width
+  lstm       the sweep's LSTM row: 360 x 4, same recipe
+  matched    widen the transformer baseline to T²MLR's parameter count (not in the release)
+  paper      the paper's Section 3.2: 4 layers, LR 1e-3, batch 64, 150k steps (its Table 14 says 5e-4 and
+             200k: the text's numbers are used)
+  paper_baseline, paper_lstm   the paper's baselines: the 4-layer transformer with RoPE / the LSTM 456 x 4,
+             400k steps, LR 1e-3, batch 64
+  cpu        a CPU-sized run (minutes): 64 x 4 model, the parity subgroup of S5 (moved_points=2), one value
+             char, train N in 1..6 / test N in 1..10, exact token-by-token training, constant-weight mixer
+  demo       `make demo` / `python main.py`: cpu for T²MLR and the parameter-matched transformer, compared
 """
 
 from t2mlr_jax.config_utils import apply_preset, experiment
 from t2mlr_jax.model.config import s5_tiny
 
+PAPER = {"model.num_layers": 4, "optimizer.lr": 1e-3, "train.batch_size": 64, "train.steps": 150_000}
 PRESETS = {
-    "baseline": {
+    "release": {},
+    "baseline": {"arch": "transformer", "baseline.param_match": False},
+    "lstm": {"arch": "lstm"},
+    "paper": PAPER,
+    "paper_baseline": {
+        **PAPER,
         "arch": "transformer",
         "model.rope_theta": 10_000.0,
         "baseline.param_match": False,
-        "train.batch_size": 64,
-        "train.steps": 200_000,
-        "optimizer.schedule": "wsd",
-        "optimizer.decay_steps": 4000,
-        "optimizer.min_lr_ratio": 0.0,
-        "optimizer.warmup_ratio": 0.06,
+        "train.steps": 400_000,
     },
-    "lstm": {
-        "arch": "lstm",
-        "train.batch_size": 64,
-        "optimizer.lr": 5e-3,
-        "optimizer.min_lr_ratio": 0.0,
-        "optimizer.warmup_ratio": 0.06,
-    },
+    "paper_lstm": {**PAPER, "arch": "lstm", "lstm.hidden": 456, "train.steps": 400_000},
     "matched": {"baseline.param_match": True},
     "cpu": {
         "model.hidden_size": 64,

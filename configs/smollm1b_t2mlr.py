@@ -1,6 +1,7 @@
-"""FineWeb-Edu pretraining at ~1B (paper Table 9: 981.5M T²MLR vs 996.9M baseline, gated-f16b4-L8, paper
-window (9,24)). The paper gives no architecture; ours keeps SmolLM2-360M's 32 layers and widens it
-(1536 wide, 24 / 8 heads, MLP 4608: 0.955B plain, 0.967B with the fusion). Presets as in
+"""FineWeb-Edu pretraining at ~1B with OUR architecture (paper Table 9 reports 981.5M T²MLR vs 996.9M
+baseline, gated-f16b4-L8, paper window (9,24), but gives no architecture and the release has none). Ours
+keeps SmolLM2-360M's 32 layers and widens it (1536 wide, 24 / 8 heads, MLP 4608: 0.955B plain, 0.968B
+with the fusion, the parameter-matched baseline 0.971B). Presets as in
 smollm135m_t2mlr.py (w1_32, w5_28, w13_20)."""
 
 from t2mlr_jax.config_utils import pretraining

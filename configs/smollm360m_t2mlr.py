@@ -1,5 +1,7 @@
-"""FineWeb-Edu pretraining at 361M (paper Tables 9/10): SmolLM2-360M backbone, paper window (9,24)
-(gated-f16b4-L8), the release's recipe. Presets as in smollm135m_t2mlr.py (w1_32, w5_28, w13_20)."""
+"""FineWeb-Edu pretraining at 360M (paper Tables 9/10): SmolLM2-360M backbone, paper window (9,24)
+(gated-f16b4-L8), the release's recipe. Parameters: ours 366.4M with the fusion module (the SmolLM2-360M
+backbone alone is 361.8M, the figure the paper reports); the parameter-matched baseline 367.9M.
+Presets as in smollm135m_t2mlr.py (w1_32, w5_28, w13_20)."""
 
 from t2mlr_jax.config_utils import pretraining
 from t2mlr_jax.model.config import smollm2_360m

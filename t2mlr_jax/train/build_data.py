@@ -6,7 +6,8 @@ config.data.kind:
   file       prompt/response records from files (data.train_path, data.eval_path, data.format:
              gsm8k_aug | hotpotqa | prompt_response | s5_retrieval)
   text       pretraining text (data.train_path, data.eval_path: token stores or raw documents; each a
-             path or a comma list of paths), or a prepared TFDS split in their place (data.source,
+             path or a comma list of paths; data.packing: documents | concat, see
+             t2mlr_jax.data.pipeline), or a prepared TFDS split in their place (data.source,
              data.eval_source: "tfds:NAME[/CONFIG]:SPLIT", read from data.tfds_data_dir, the documents in
              feature data.tfds_text_key; t2mlr_jax.data.tfds_source)
 
@@ -78,6 +79,11 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
     d, t, e = config.data, config.train, config.eval
     if d.kind not in KINDS:
         raise ValueError(f"data.kind must be one of {KINDS}, got {d.kind!r}")
+    packings = pipeline.TEXT_PACKINGS if d.kind == "text" else pipeline.EXAMPLE_PACKINGS
+    if d.packing not in packings:
+        raise ValueError(
+            f"data.packing must be one of {packings} for data.kind={d.kind!r}, got {d.packing!r}"
+        )
     if (d.source or d.eval_source) and d.kind != "text":
         raise ValueError(f'data.source / data.eval_source are for data.kind="text", not {d.kind!r}')
     is_s5 = (
@@ -95,6 +101,7 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
     eval_pass = dict(batch_size=e.batch_size, seq_len=eval_seq_len, num_epochs=1, shuffle=False)
     options, eval_options = d.options.to_dict(), {**d.options.to_dict(), **d.eval_options.to_dict()}
     records = None  # eval records for generation: () -> iterable of (record, prompt ids)
+    train_examples = None  # counted for train.epochs
 
     if d.kind == "generated":
         task_tokenizer = None if is_s5 else tokenizer
@@ -113,6 +120,7 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
             )
 
         train_batches = batches("train", d.train_examples, options, **train_pass) if train else None
+        train_examples = d.train_examples
         evaluation = lambda: batches(d.eval_split, e.num_examples, eval_options, **eval_pass)
         source = GeneratedTaskSource(  # the eval pass's examples
             d.task, d.eval_split, seed=config.seed + 1, num_examples=e.num_examples, **eval_options
@@ -144,6 +152,8 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
         train_batches = (
             batches(_require_path(d.train_path, "train_path", d.hint), **train_pass) if train else None
         )
+        if train and t.epochs:
+            train_examples = len(pipeline.load_records(d.train_path))
         eval_path = _require_path(d.eval_path, "eval_path", d.hint)
         evaluation = lambda: batches(eval_path, **eval_pass)
         encode = pipeline.record_encoder(d.format, None if is_s5 else tokenizer, **encoding)
@@ -162,7 +172,9 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
             return dict(paths=_require_paths(d[path_field], path_field, d.hint))
 
         def batches(inputs, **kw):
-            return pipeline.text_batches(**inputs, tokenizer=tokenizer, seed=config.seed, **common, **kw)
+            return pipeline.text_batches(
+                **inputs, tokenizer=tokenizer, packing=d.packing, seed=config.seed, **common, **kw
+            )
 
         train_batches = batches(text_input(d.source, "train_path"), **train_pass) if train else None
         eval_input = text_input(d.eval_source, "eval_path")
@@ -186,6 +198,7 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
         generation_examples=generation_examples,
         decode=tokenizer.decode,
         score=scorer,
+        train_examples=train_examples,
     )
 
 

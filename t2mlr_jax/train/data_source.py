@@ -35,6 +35,7 @@ class DataSource(NamedTuple):
     generation_examples: Callable[[], Iterable[dict]] | None = None
     decode: Callable[[Any], str] | None = None
     score: Callable[[str, dict], bool] | None = None
+    train_examples: int | None = None  # the training set's size where it is counted (train.epochs)
 
 
 def check_fits(data: DataSource, *, vocab_size: int | None, max_seq_len: int | None) -> None:

@@ -46,12 +46,18 @@ def with_pretrained(arch: Architecture, path: str) -> Architecture:
     return dataclasses.replace(arch, pretrained=weights)
 
 
-def architecture(config: ml_collections.ConfigDict, name: str | None = None) -> Architecture:
-    """The architecture `name` (default config.arch), initialised from config.init_from when that is set."""
+def require_init_from(config: ml_collections.ConfigDict) -> None:
+    """A config that starts from a pretrained model (init_from None) refuses to start without one."""
     if config.init_from is None:
         raise ValueError(
-            "init_from is required by this config: pass --config.init_from=<checkpoint> "
-            "(a .gguf file, an HF or T²MLR folder, or an orbax checkpoint)"
+            f"init_from is required by this config ({config.name} finetunes a pretrained model): pass "
+            "--config.init_from=<checkpoint> (a .gguf file, an HF or T²MLR folder, or a training workdir), "
+            "or use its :cpu preset (the shipped SmolLM2-135M-Instruct GGUF)"
         )
+
+
+def architecture(config: ml_collections.ConfigDict, name: str | None = None) -> Architecture:
+    """The architecture `name` (default config.arch), initialised from config.init_from when that is set."""
+    require_init_from(config)
     arch = build_architecture(config, name)
     return with_pretrained(arch, config.init_from) if config.init_from else arch

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import signal
 import time
 from contextlib import contextmanager
@@ -48,6 +49,8 @@ class Run:
 
     def __init__(self, config: ml_collections.ConfigDict, workdir: Path, data: DataSource, arch_name: str):
         self.config, self.workdir, self.data = config, Path(workdir), data
+        if config.train.epochs:
+            self.config = config = _steps_for_epochs(config, data.train_examples)
         if config.train.steps < 1 or config.train.batch_size < 1 or config.train.grad_accum < 1:
             raise ValueError("train.steps, train.batch_size and train.grad_accum must be >= 1")
         check_optimizer(config.optimizer)
@@ -144,6 +147,21 @@ class Run:
             init = jax.jit(self.optimizer.init, out_shardings=self.state_shardings.opt_state)
             state = state._replace(opt_state=init(state.params))
         return state, restored
+
+
+def _steps_for_epochs(config: ml_collections.ConfigDict, examples: int | None) -> ml_collections.ConfigDict:
+    """A copy of `config` whose train.steps run train.epochs passes over the training set."""
+    t = config.train
+    if t.epochs < 0 or t.flop_budget:
+        raise ValueError(f"train.epochs must be >= 0 and not combined with train.flop_budget, got {t.epochs}")
+    if examples is None:
+        raise ValueError(
+            f"train.epochs: the size of this training set ({config.data.kind} data) is not counted; "
+            "give train.steps instead"
+        )
+    config = config.copy_and_resolve_references()
+    config.train.steps = math.ceil(t.epochs * max(1, examples // t.batch_size))
+    return config
 
 
 def _steps_for_budget(config: ml_collections.ConfigDict, flops_per_step, arch_name: str):

@@ -89,7 +89,7 @@ def test_packed_sft_task_keeps_examples_whole(smollm2):
                 batch_size=2,
                 seq_len=256,
                 tokenizer=smollm2,
-                packing=True,
+                packing="documents",
                 shard_options=ONE_HOST,
             )
         ),

@@ -111,7 +111,8 @@ def test_eval_rows_longer_than_an_eval_row_are_refused_when_the_data_is_built(tm
 
 
 def test_main_refuses_generation_past_the_context_in_one_line_before_compiling(tmp_path):
-    """Every eval row fits the context (data.eval_seq_len 256), but prompt 2 (201 tokens) + 64 does not."""
+    """Every eval row fits a 256-position context (data.eval_seq_len 256), but prompt 2 (201 tokens) + 64
+    does not."""
     out = subprocess.run(
         [
             sys.executable,
@@ -119,6 +120,7 @@ def test_main_refuses_generation_past_the_context_in_one_line_before_compiling(t
             f"--config={GSM8K}:cpu",
             f"--config.data.eval_path={_eval_file(tmp_path, 200)}",
             "--config.data.eval_seq_len=256",
+            "--config.model.max_seq_len=256",
             "--config.eval.max_new_tokens=64",
             f"--workdir={tmp_path / 'run'}",
         ],

@@ -52,7 +52,11 @@ def test_demo_task_is_parity_inside_s5_with_longer_eval_sequences():
 )
 def test_every_config_and_its_cpu_preset_build(name):
     full, cpu = load_config(name, None), load_config(name, "cpu")
-    assert full.model.hidden_size > cpu.model.hidden_size and cpu.train.steps <= 1000
+    # smaller: a tiny model, or (fine-tuning) the shipped pretrained SmolLM2-135M on few short rows
+    assert full.model.hidden_size > cpu.model.hidden_size or cpu.init_from
+    assert cpu.train.steps <= 1000 and cpu.train.batch_size * cpu.train.steps < full.train.batch_size * max(
+        full.train.steps, 1000
+    )
     assert load_config(name, "baseline").arch == "transformer"
 
 
