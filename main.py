@@ -19,6 +19,7 @@ untrained init_from model), generations.jsonl (generate). `python tools/report.p
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import sys
@@ -120,6 +121,8 @@ def _setup(config, workdir: Path, mode: str):
 
     if mode == "train":
         require_init_from(config)
+    if mode == "eval" and config.eval.lm_eval_tasks:
+        _benchmarks(config)  # unknown task names fail here, before anything is loaded or compiled
     names = arch_names(config)
     workdirs = {name: workdir / name if len(names) > 1 else workdir for name in names}
     if mode != "train":
@@ -177,6 +180,21 @@ def _metrics_line(metrics: dict, config) -> str:
     return ", ".join(f"{label} {metrics[key]:.4g}" for key, label in shown.items() if key in metrics)
 
 
+def _benchmarks(config):
+    """(task names, their lm-eval task index) of config.eval.lm_eval_tasks."""
+    if not config.data.tokenizer:
+        raise ValueError("eval.lm_eval_tasks needs the model's text tokenizer: set data.tokenizer")
+    return _task_index(config.eval.lm_eval_tasks, config.eval.lm_eval_include_path)
+
+
+@functools.cache
+def _task_index(names: str, include_path: str):
+    from t2mlr_jax.train.lm_eval_bridge import tasks_manager
+
+    tasks = [t.strip() for t in names.split(",") if t.strip()]
+    return tasks, tasks_manager(tasks, include_path or None)
+
+
 def _evaluate(runs: dict, config) -> None:
     from t2mlr_jax.parallel.multihost import is_lead_host
     from t2mlr_jax.train.trainer import restore_state, run_eval
@@ -184,11 +202,35 @@ def _evaluate(runs: dict, config) -> None:
     for name, run in runs.items():
         state, step = restore_state(run)
         metrics = run_eval(run, state.params, state.model_state)
+        if config.eval.lm_eval_tasks:
+            metrics["lm_eval"] = _lm_eval(run, state, config)
         path = run.workdir / f"eval_step{step}.json"
         if is_lead_host():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(metrics, indent=2, default=str))
         print(f"{name} @ {_source(run, step)}: {_metrics_line(metrics, config)} -> {path}")
+
+
+def _lm_eval(run, state, config) -> dict:
+    """lm-evaluation-harness's metrics per task (config.eval.lm_eval_*), printed as its table."""
+    from lm_eval.utils import make_table
+
+    from t2mlr_jax.data.tokenizer import load_tokenizer
+    from t2mlr_jax.train.lm_eval_bridge import ModelBundle, run_tasks
+
+    tasks, manager = _benchmarks(config)
+    e = config.eval
+    bundle = ModelBundle(run.arch, state.params, state.model_state, load_tokenizer(config.data.tokenizer))
+    results = run_tasks(
+        bundle,
+        tasks,
+        limit=e.lm_eval_limit or None,
+        num_fewshot=e.lm_eval_fewshot,
+        batch_size=e.batch_size,
+        manager=manager,
+    )
+    print(make_table(results))
+    return results["results"]
 
 
 def _generate(runs: dict, count: int) -> None:

@@ -190,6 +190,13 @@ def experiment(
             # latent thought slots per vocabulary token when evaluating / generating (architectures with
             # thought slots: lrt, ponderlm2); None = the largest trained count
             thoughts=config_dict.placeholder(int),
+            # --mode=eval also runs these lm-evaluation-harness tasks (comma list, e.g. "arc_easy,piqa";
+            # t2mlr_jax.train.lm_eval_bridge), from lm-eval's index or YAML files under lm_eval_include_path;
+            # lm_eval_limit > 0 caps the documents per task
+            lm_eval_tasks="",
+            lm_eval_limit=0,
+            lm_eval_fewshot=0,
+            lm_eval_include_path="",
         )
     )
     for _, entry in ARCHITECTURES.items():

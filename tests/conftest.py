@@ -4,7 +4,9 @@
 - a compilation cache shared by the tests (and xdist workers) of one run;
 - jaxtyping shape annotations checked at run time (beartype) on every public function of t2mlr_jax;
 - tests marked `slow` first, so that the two xdist workers finish together rather than one of them
-  waiting on a long test collected last.
+  waiting on a long test collected last;
+- the shipped SmolLM2-135M-Instruct GGUF, parsed once per worker by our loader and by transformers (tests
+  that use it join the xdist group "smollm2_gguf", so one worker parses it once).
 """
 
 import os
@@ -17,6 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("T2MLR_TEST_JAX_CACHE", tempfile.mkdtemp(prefix="t2mlr-jax-cache-"))
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 from jaxtyping import install_import_hook  # noqa: E402
 
 jax.config.update("jax_compilation_cache_dir", os.environ["T2MLR_TEST_JAX_CACHE"])
@@ -26,3 +29,27 @@ install_import_hook("t2mlr_jax", "beartype.beartype")
 
 def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise as collected
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    """(ModelConfig, params) of the shipped GGUF, as `load_pretrained` reads it."""
+    from t2mlr_jax.config_utils import smollm2_tokenizer
+    from t2mlr_jax.interop import load_pretrained
+
+    return load_pretrained(smollm2_tokenizer())
+
+
+@pytest.fixture(scope="session")
+def smollm2_transformers():
+    """(model, tokenizer): transformers' own reading of the shipped GGUF, fp32, eval mode."""
+    from pathlib import Path
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from t2mlr_jax.config_utils import smollm2_tokenizer
+
+    gguf = Path(smollm2_tokenizer())
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    return model.eval(), AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

@@ -14,6 +14,8 @@ import textwrap
 
 import pytest
 
+from tests.train.test_lm_eval import write_local_tasks
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "smollm135m_t2mlr.py") + ":cpu"
 SENTENCE = "The cat sat on the mat."
@@ -70,10 +72,19 @@ def test_a_researchers_day(tmp_path):
     trained = json.loads((workdir / "eval_step40.json").read_text())
     assert trained["loss"] < 1.0  # the sentence is memorised
 
-    # The workdir is a checkpoint: another run evaluates it, writing results and never checkpoints.
-    out = main(f"--workdir={tmp_path / 'ev'}", "--mode=eval", f"--config.init_from={workdir}")
+    # The workdir is a checkpoint: another run evaluates it, writing results and never checkpoints, and
+    # runs lm-evaluation-harness tasks on it (two local ones: a multiple-choice and a perplexity task).
+    tasks = write_local_tasks(tmp_path / "tasks")
+    benchmarks = [
+        "--config.eval.lm_eval_tasks=tiny_mc,tiny_text",
+        f"--config.eval.lm_eval_include_path={tasks}",
+    ]
+    out = main(f"--workdir={tmp_path / 'ev'}", "--mode=eval", f"--config.init_from={workdir}", *benchmarks)
     assert f"init_from {workdir}" in out and not (tmp_path / "ev" / "checkpoints").exists()
-    assert json.loads((tmp_path / "ev" / "eval_step0.json").read_text())["loss"] == trained["loss"]
+    evaluated = json.loads((tmp_path / "ev" / "eval_step0.json").read_text())
+    assert evaluated["loss"] == trained["loss"]
+    assert 0 <= evaluated["lm_eval"]["tiny_mc"]["acc,none"] <= 1 and "tiny_mc" in out
+    assert evaluated["lm_eval"]["tiny_text"]["word_perplexity,none"] > 1
 
     hf, release = tmp_path / "hf", tmp_path / "release"
     convert("--to", "hf", str(workdir), str(hf), "--drop-recurrence", "--verify-text", str(text))

@@ -105,7 +105,8 @@ class T2MLRDecoder:
         return init_cache(self.model, batch, num_tokens)
 
     def prefill(self, params, tokens, layout, cache):
-        if self.prefill_mode == "exact":
+        # Without recurrence the parallel pass is exact: only T²MLR's exact prefill runs token by token.
+        if self.prefill_mode == "exact" and self.model.recurrence is not None:
             return exact_forward(self.model, params, tokens, layout=layout, cache=cache)
         return jacobi_forward(
             self.model,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from t2mlr_jax.interop import load_pretrained, retrofit
+from t2mlr_jax.interop import retrofit
 from t2mlr_jax.interop.tables import hf_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import RecurrenceConfig, smollm2_135m
@@ -34,16 +34,13 @@ PARAGRAPH = (
 
 
 @pytest.fixture(scope="module")
-def ours():
-    return load_pretrained(GGUF)
+def ours(smollm2_gguf):
+    return smollm2_gguf
 
 
 @pytest.fixture(scope="module")
-def theirs():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(GGUF.parent, gguf_file=GGUF.name, dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(GGUF.parent, gguf_file=GGUF.name)
+def theirs(smollm2_transformers):
+    return smollm2_transformers
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import pytest
 
 from t2mlr_jax.config_utils import config_module, smollm2_tokenizer
 from t2mlr_jax.data.tokenizer import load_tokenizer
-from t2mlr_jax.interop import load_pretrained
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train import init_from
@@ -29,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CONFIG = os.path.join(ROOT, "configs", "smollm2_retrofit.py")
 GGUF = smollm2_tokenizer()  # the model's GGUF, which also holds its tokenizer
 # One xdist worker runs them in turn: the in-process 135M train state and the main.py run peak at ~7 GB each.
-pytestmark = pytest.mark.xdist_group("smollm2_135m")
+pytestmark = pytest.mark.xdist_group("smollm2_gguf")  # shares the GGUF parse (tests/conftest.py)
 # main.py on one CPU device with XLA's optimisations: a batch of 1 does not split over the tests' 8 devices,
 # and unoptimised, the 135M model's steps take minutes.
 ONE_DEVICE = "--xla_force_host_platform_device_count=1"
@@ -41,8 +40,8 @@ def cpu_config():
 
 
 @pytest.fixture(scope="module")
-def pretrained():
-    return load_pretrained(GGUF)
+def pretrained(smollm2_gguf):
+    return smollm2_gguf
 
 
 @pytest.fixture

