@@ -31,6 +31,7 @@ START_ONLY_FIELDS = (
     "gate_weight_init_std",
     "recurrent_gate_init",
     "input_gate_init",
+    "gamma_recurrent_init",
 )
 # Mixers for which Phi(x, R) == x at initialisation (the gammas start at 0), so retrofitting keeps the logits.
 IDENTITY_AT_INIT = tuple(name for name, mixer in MIXERS.items() if mixer.rezero) + ("none",)
@@ -117,6 +118,11 @@ def check_retrofittable(recurrence: RecurrenceConfig) -> None:
         raise ValueError(
             f"retrofit: mixer {recurrence.mixer!r} is not the identity at initialisation, so it "
             f"would change the pretrained model; choose one of {IDENTITY_AT_INIT}"
+        )
+    if recurrence.gamma_recurrent_init:
+        raise ValueError(
+            f"retrofit: recurrence.gamma_recurrent_init={recurrence.gamma_recurrent_init} would change the "
+            "pretrained model at init (retrofitting starts every gamma at 0); leave it at 0"
         )
 
 

@@ -8,6 +8,7 @@ Every field is checked in `validate()`, before anything is traced or compiled.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from t2mlr_jax.model.mixers import MIXERS
@@ -34,6 +35,10 @@ class RecurrenceConfig:
     recurrent_projection: bool = True
     # gamma_rec / gamma_in: one fp32 scalar each, or one per channel.
     gamma_per_channel: bool = False
+    # `gated` only: gamma_rec at init (raw; the mix uses its tanh), the release's
+    # rezero_gamma_recurrent_gate_init. 0 (default): Phi(x, R) == x at init; nonzero: the recurrent path
+    # starts open (experiments/gate_opening.py).
+    gamma_recurrent_init: float = 0.0
     gate_weight_init_std: float = 1.0  # xavier-normal gain of the gate projections
     recurrent_gate_init: float | None = None  # sigmoid(bias) at init; None = PyTorch-default bias
     input_gate_init: float | None = None
@@ -211,6 +216,10 @@ class ModelConfig:
             )
         if rec.bottleneck_size is not None and int(rec.bottleneck_size) < 1:
             raise ValueError(f"recurrence.bottleneck_size must be None or >= 1, got {rec.bottleneck_size}")
+        if not math.isfinite(float(rec.gamma_recurrent_init)):
+            raise ValueError(
+                f"recurrence.gamma_recurrent_init must be finite, got {rec.gamma_recurrent_init}"
+            )
         return self
 
     def _validate_block(self) -> None:

@@ -62,6 +62,19 @@ def _means(sums: dict) -> dict:
     return {name: total / jnp.maximum(count, 1.0) for name, (total, count) in sums.items()}
 
 
+def make_grad_fn(arch: Architecture, sample: Hashable | None = None) -> Callable:
+    """(params, batch, model_state, rng) -> (gradient of the summed training loss, (metric sums, stats)):
+    the training forward's gradient, un-normalised (the step divides by the batch's tokens). `sample` is
+    the step's static choice (`Architecture.sample`, e.g. the Jacobi depth D)."""
+
+    def loss_fn(params, mb, model_state, rng):
+        out = arch.apply(params, mb, training=True, rng=rng, model_state=model_state, sample=sample)
+        sums = arch.loss(out, mb)
+        return sums["loss"][0], (sums, out.stats)
+
+    return jax.grad(loss_fn, has_aux=True)
+
+
 def make_train_step(
     arch: Architecture,
     optimizer: optax.GradientTransformation,
@@ -69,15 +82,8 @@ def make_train_step(
     grad_accum: int = 1,
     sample: Hashable | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
-    """The un-jitted step (state, batch) -> (state, metrics); see `compile_step`. `sample` is the step's
-    static choice (`Architecture.sample`, e.g. the Jacobi depth D)."""
-
-    def loss_fn(params, mb, model_state, rng):
-        out = arch.apply(params, mb, training=True, rng=rng, model_state=model_state, sample=sample)
-        sums = arch.loss(out, mb)
-        return sums["loss"][0], (sums, out.stats)
-
-    grad_fn = jax.grad(loss_fn, has_aux=True)
+    """The un-jitted step (state, batch) -> (state, metrics); see `compile_step` and `make_grad_fn`."""
+    grad_fn = make_grad_fn(arch, sample)
 
     def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         step_key = jax.random.fold_in(state.rng, state.step)

@@ -11,7 +11,7 @@ from jaxtyping import Array, Float
 
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import rms_norm
-from t2mlr_jax.model.spec import Init, ParamSpec, zeros
+from t2mlr_jax.model.spec import Init, ParamSpec, constant, zeros
 
 
 def xavier_normal(gain: float) -> Init:
@@ -62,11 +62,13 @@ def dense(fan_in: int, fan_out: int, axes: tuple[str, str]) -> dict:
     }
 
 
-def gamma(cfg: ModelConfig) -> ParamSpec:
-    """A ReZero gamma: fp32, 0 at init; one scalar, or one per channel (`gamma_per_channel`)."""
+def gamma(cfg: ModelConfig, init: float = 0.0) -> ParamSpec:
+    """A ReZero gamma: fp32, `init` (0 by default) at init; one scalar, or one per channel
+    (`gamma_per_channel`)."""
+    fill = constant(float(init)) if init else zeros
     if cfg.recurrence.gamma_per_channel:
-        return ParamSpec((cfg.hidden_size,), ("norm",), zeros, "gate", dtype="float32")
-    return ParamSpec((1,), (None,), zeros, "gate", dtype="float32")
+        return ParamSpec((cfg.hidden_size,), ("norm",), fill, "gate", dtype="float32")
+    return ParamSpec((1,), (None,), fill, "gate", dtype="float32")
 
 
 def tanh_gamma(g: Float[Array, " G"], dtype) -> Float[Array, " G"]:

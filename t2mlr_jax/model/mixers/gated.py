@@ -1,5 +1,6 @@
 """`gated` (the release default): x + P(tanh(γ_rec) g_rec ⊙ r + tanh(γ_in) g_in ⊙ x),
-g = sigmoid(Linear([x ; r])), one gate projection per stream. Exactly x at init (γ = 0)."""
+g = sigmoid(Linear([x ; r])), one gate projection per stream. Exactly x at init (γ = 0), unless
+`recurrence.gamma_recurrent_init` starts γ_rec elsewhere (the release's rezero_gamma_recurrent_gate_init)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from t2mlr_jax.model.mixers.common import gamma, gate_proj, linear, post, pre_no
 def specs(cfg: ModelConfig) -> dict:
     rec = cfg.recurrence
     return {
-        "rezero_gamma_recurrent_gate": gamma(cfg),
+        "rezero_gamma_recurrent_gate": gamma(cfg, rec.gamma_recurrent_init),
         "rezero_gamma_input_gate": gamma(cfg),
         "recurrent_gate_proj": gate_proj(cfg, rec.recurrent_gate_init),
         "input_gate_proj": gate_proj(cfg, rec.input_gate_init),

@@ -1,0 +1,116 @@
+"""What the Jacobi analyses (experiments/gradient_fidelity.py, experiments/jacobi_vs_exact.py) share: a
+preset as a config file plus overrides, the flags that change it, one-line errors, the compilation cache,
+and a training run driven by the framework's own trainer into a workdir, resumably."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import NamedTuple, NoReturn
+
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax
+from t2mlr_jax.config_utils import config_module, set_path  # noqa: E402
+
+
+class Preset(NamedTuple):
+    config: str  # a config file under the repo root, optionally ":preset[,preset]"
+    overrides: dict  # dotted config paths -> values, applied after the file's presets
+    about: str  # one line for --help
+    required: tuple[str, ...] = ()  # flags this preset cannot run without (its data, its checkpoint)
+
+
+# Flags that override one config field each (the same names as experiments/lrt_comparison.py's).
+CONFIG_FLAGS = {
+    "steps": ("train.steps", int),
+    "batch_size": ("train.batch_size", int),
+    "eval_examples": ("eval.num_examples", int),
+    "eval_batch_size": ("eval.batch_size", int),
+    "train_path": ("data.train_path", str),
+    "eval_path": ("data.eval_path", str),
+    "tokenizer": ("data.tokenizer", str),
+}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose bad arguments are one `error:` line and exit status 2 (as main.py's)."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(message)
+
+
+def add_config_flags(parser: argparse.ArgumentParser, presets: dict[str, Preset], script: str) -> None:
+    """--preset, --out, --seed and the CONFIG_FLAGS overrides."""
+    parser.add_argument(
+        "--preset",
+        choices=list(presets),
+        default="cpu",
+        help="; ".join(f"{name}: {p.about}" for name, p in presets.items()),
+    )
+    parser.add_argument("--out", help=f"output directory (default runs/{script}_<preset>)")
+    parser.add_argument("--seed", type=int, default=0, help="config.seed")
+    for flag, (path, kind) in CONFIG_FLAGS.items():
+        parser.add_argument(f"--{flag}", type=kind, help=f"{path} (default: the preset's)")
+
+
+def preset_config(preset: Preset, args: argparse.Namespace):
+    """The preset's config with the flags' overrides; nothing is built yet. A required flag left out is
+    one error naming it."""
+    missing = [f"--{flag}" for flag in preset.required if getattr(args, flag) is None]
+    if missing:
+        raise ValueError(f"--preset={args.preset} needs {' and '.join(missing)} ({preset.about})")
+    path, _, names = preset.config.partition(":")
+    config = config_module(ROOT / path).get_config(names or None)
+    for dotted, value in preset.overrides.items():
+        set_path(config, dotted, value)
+    config.seed = args.seed
+    for flag, (dotted, _) in CONFIG_FLAGS.items():
+        if getattr(args, flag) is not None:
+            set_path(config, dotted, getattr(args, flag))
+    return config
+
+
+def fail(error: Exception | str) -> NoReturn:
+    """Bad input: one line on stderr, exit status 2, no traceback (as main.py)."""
+    print("error: " + " ".join(str(error).split()), file=sys.stderr)
+    raise SystemExit(2)
+
+
+def setup_jax(out: Path) -> None:
+    """CPU runs are compile-bound: keep compiled functions across reruns (unless a cache is already set),
+    and do not warn that a CPU cannot donate the train step's buffers."""
+    import warnings
+
+    import jax
+
+    if not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", str(out / ".jax_cache"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+
+
+def check_run(config, workdir: Path) -> None:
+    """Everything the trainer checks before compiling (config, data, a workdir of another run)."""
+    from t2mlr_jax.train.build_data import build_data_source
+    from t2mlr_jax.train.trainer import Run
+
+    Run(config, workdir, build_data_source(config), config.arch)
+
+
+def train_run(config, workdir: Path) -> dict:
+    """Train `config` into `workdir` with the framework's trainer, or read its summary when it has finished;
+    a run stopped mid-way resumes from its checkpoints. Its summary (with "stopped_by" when a signal
+    stopped it)."""
+    from t2mlr_jax.train.build_data import build_data_source
+    from t2mlr_jax.train.trainer import Run, train
+    from t2mlr_jax.train.workdir import SUMMARY
+
+    if (workdir / SUMMARY).exists():
+        return json.loads((workdir / SUMMARY).read_text())
+    run = Run(config, workdir, build_data_source(config), config.arch)
+    tqdm.write(f"training {config.arch} ({run.num_params:,} params, {config.train.steps} steps) in {workdir}")
+    return train(run)
