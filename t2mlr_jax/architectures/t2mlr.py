@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import jax.numpy as jnp
 import ml_collections
 
 from t2mlr_jax.architectures.contract import (
@@ -67,6 +68,7 @@ def backbone_architecture(
         raise ValueError(f"t2mlr.prefill must be one of {generation.PREFILLS}, got {s.prefill!r}")
     check_depths(s.prefill_passes, 0)  # Jacobi prefill passes
     decoder = generation.T2MLRDecoder(model, s.prefill, s.prefill_passes)
+    adaptive = model.recurrence is not None and bool(model.recurrence.jacobi_tolerance)
 
     def apply(params, batch, *, training, rng, model_state, sample=None):
         # Without recurrence every mode is the same function; "jacobi" computes it in one parallel pass.
@@ -75,7 +77,12 @@ def backbone_architecture(
         out = forward(
             model, params, batch["tokens"], mode=mode, layout=layout_of(batch), bptt=bptt, d_forward=sample
         )
-        return Outputs(out.logits, token_stats={f"gate/{k}": v for k, v in out.gate_stats.items()})
+        token_stats = {f"gate/{k}": v for k, v in out.gate_stats.items()}
+        if adaptive and out.jacobi_passes is not None:
+            # The passes convergence-adaptive Jacobi used, logged as `jacobi_passes`: as a per-token stat,
+            # since `stats` would be summed over micro-batches, token stats are averaged.
+            token_stats["jacobi_passes"] = jnp.broadcast_to(out.jacobi_passes, batch["tokens"].shape)
+        return Outputs(out.logits, token_stats=token_stats)
 
     arch = Architecture(
         name,

@@ -90,6 +90,30 @@ def _cast(tree, dtype: str):
     return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
+def unstack_layers(cfg: ModelConfig, tree: Any) -> Any:
+    """`tree` with every params dict's stacked `layers` split into a tuple of per-layer trees in the compute
+    dtype. Done once before a loop over tokens (generation, the exact recurrence): a loop body that slices
+    (and casts) its layers out of the stack copies every weight at every token, twice the memory traffic
+    of reading it where it lies. `run_blocks` takes either form."""
+    if isinstance(tree, dict):
+        if isinstance(tree.get("layers"), dict):
+            stacked = _cast(tree["layers"], cfg.dtype)
+            count = jax.tree.leaves(stacked)[0].shape[0]
+            return {**tree, "layers": tuple(jax.tree.map(lambda a: a[i], stacked) for i in range(count))}
+        return tree
+    if isinstance(tree, tuple | list):
+        return type(tree)(unstack_layers(cfg, item) for item in tree)
+    return tree
+
+
+def _block_params(cfg: ModelConfig, layers: dict | tuple, start: int, end: int) -> list | dict:
+    """Blocks [start, end)'s params: a list of per-layer trees from `unstack_layers`' form, else the
+    stacked slice (for `lax.scan`), each in the compute dtype."""
+    if isinstance(layers, tuple):
+        return list(layers[start:end])
+    return _cast(jax.tree.map(lambda p: p[start:end], layers), cfg.dtype)
+
+
 def _norm_weight(params: dict, name: str, dtype: str):
     """A norm's scale in the compute dtype, or None for a weightless norm (norm_weights=False)."""
     return params[name].astype(dtype) if name in params else None
@@ -205,7 +229,7 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
         keys = jax.lax.dynamic_update_slice_in_dim(k_slots, k, index, axis=1)
         values = jax.lax.dynamic_update_slice_in_dim(v_slots, v, index, axis=1)
     mask = step.mask if layer.window is None else step.mask & (step.distance <= layer.window)
-    attn = attend(q, keys, values, mask, cfg.attn_softcap, cfg.query_pre_attn_scalar)
+    attn = attend(q, keys, values, mask, cfg.attn_softcap, cfg.query_pre_attn_scalar, cfg.attention_impl)
     y = jnp.einsum("bthe,hed->btd", attn, a["o_proj"])
     if cfg.sandwich_norms:  # HF Gemma: norm the attention output, then the MLP's own pre- and post-norm
         h = h + norm(y, "post_attention_layernorm")
@@ -302,7 +326,7 @@ def run_blocks(
             )
         x0 = h if tokens is None else embed(cfg, params, tokens)
     x0 = x0 if cfg.resid_scalars else None
-    layers = _cast(jax.tree.map(lambda p: p[start:end], params["layers"]), cfg.dtype)
+    layers = _block_params(cfg, params["layers"], start, end)
     per_layer = _layer_slices(cfg, params, start, end, feedback, tokens, mlp_state)
     b, t = positions.shape
     windowed = per_layer.window is not None
@@ -319,6 +343,8 @@ def run_blocks(
             h, _, stats = _block(cfg, xs[0], h, step, xs[1], None)
             return h, stats
 
+        if isinstance(layers, list):  # unstacked: scan needs them stacked again
+            layers = jax.tree.map(lambda *a: jnp.stack(a), *layers)
         h, stats = jax.lax.scan(_remat(cfg, body), h, (layers, per_layer))
         return BlocksOut(h, None, stats)
 
@@ -332,26 +358,21 @@ def run_blocks(
     step = _Step(positions, mask, distance, feedback, x0)
     cache = cache._replace(segment_ids=key_segments)
 
-    def cached_body(carry, xs):
-        # The whole cache rides in the carry and only this step's slots are written, in place (no
-        # per-range cache copies); the loop is unrolled, so splitting a token's blocks into the three
-        # T²MLR ranges adds no loop overhead to decoding.
-        h, k_all, v_all = carry
-        p, layer_xs, layer = xs
-        h, (k, v), stats = _block(cfg, p, h, step, layer_xs, (k_all[layer], v_all[layer], cache.index))
-        at = (layer, 0, cache.index, 0, 0)
-        return (
-            h,
-            jax.lax.dynamic_update_slice(k_all, k[None], at),
-            jax.lax.dynamic_update_slice(v_all, v[None], at),
-        ), stats
-
-    (h, k_all, v_all), stats = jax.lax.scan(
-        cached_body,
-        (h, cache.k, cache.v),
-        (layers, per_layer, jnp.arange(end - start) + (start if cache_row is None else cache_row)),
-        unroll=True,
-    )
+    # Unrolled, so splitting a token's blocks into the three T²MLR ranges adds no loop overhead to
+    # decoding; the whole cache is carried along and only this step's slots are written, in place.
+    if not isinstance(layers, list):
+        layers = [jax.tree.map(lambda a: a[i], layers) for i in range(end - start)]
+    first_row = start if cache_row is None else cache_row
+    k_all, v_all, stats = cache.k, cache.v, []
+    for i, p in enumerate(layers):
+        row = first_row + i
+        layer_xs = jax.tree.map(lambda a: a[i], per_layer)
+        h, (k, v), layer_stats = _block(cfg, p, h, step, layer_xs, (k_all[row], v_all[row], cache.index))
+        at = (row, 0, cache.index, 0, 0)
+        k_all = jax.lax.dynamic_update_slice(k_all, k[None], at)
+        v_all = jax.lax.dynamic_update_slice(v_all, v[None], at)
+        stats.append(layer_stats)
+    stats = jax.tree.map(lambda *a: jnp.stack(a), *stats)
     return BlocksOut(h, cache._replace(k=k_all, v=v_all), stats)
 
 

@@ -16,6 +16,7 @@ from t2mlr_jax.model.mixers import MIXERS
 CACHE_NORMS = ("rescale", "rmsnorm", "none")
 REMAT_POLICIES = ("none", "full", "dots")
 DTYPES = ("float32", "bfloat16", "float16")
+ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn", "pallas")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +59,11 @@ class RecurrenceConfig:
     # Jacobi depths used when a caller does not pass them (release pretraining: D=16, B=4).
     d_forward: int = 16
     d_backward: int = 4
+    # Convergence-adaptive Jacobi (beyond the paper): the detached refinement passes stop once R moves by
+    # less than this between two passes (relative, the largest over the batch's rows; recurrence.py's
+    # jacobi_forward), at most D-1-B of them; the last B passes still carry the gradient. None or 0: all
+    # D passes, always (the release).
+    jacobi_tolerance: float | None = None
     # A parameter-free mixer's own settings, a frozen dataclass it defines (recirculation's `Recirculation`:
     # its source / destination / alpha / scheme); built by its architecture, not a config-file field.
     mixer_options: Any = None
@@ -101,6 +107,7 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype; parameters stay in `param_dtype`
     param_dtype: str = "float32"
     remat: str = "none"
+    attention_impl: str = "auto"  # auto (by platform) | einsum (reference) | xla | cudnn (GPU) | pallas (TPU)
     # Norms: learned RMSNorm scales (HF names) or weightless RMSNorm everywhere (also in QK-norm).
     norm_weights: bool = True
     embed_norm: bool = False  # RMSNorm the embeddings before block 0 (nanochat)
@@ -194,6 +201,8 @@ class ModelConfig:
                 raise ValueError(f"{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {self.attention_impl!r}")
         self._validate_block()
         rec = self.recurrence
         if rec is None:
@@ -220,6 +229,9 @@ class ModelConfig:
             raise ValueError(
                 f"recurrence.gamma_recurrent_init must be finite, got {rec.gamma_recurrent_init}"
             )
+        tol = rec.jacobi_tolerance
+        if tol is not None and not 0 <= tol < math.inf:  # NaN fails the comparison too
+            raise ValueError(f"recurrence.jacobi_tolerance must be None or a finite number >= 0, got {tol!r}")
         return self
 
     def _validate_block(self) -> None:

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from t2mlr_jax.model.backbone import KVCache, init_cache
+from t2mlr_jax.model.backbone import KVCache, init_cache, unstack_layers
 from t2mlr_jax.model.config import ModelConfig, check_depths
 from t2mlr_jax.model.fusion import RECURRENT
 from t2mlr_jax.model.recurrence import Layout, Output, decode_step, exact_forward, jacobi_forward
@@ -219,13 +219,15 @@ def _generate(
         i, _, _, _, done, _ = state
         return (i < max_new_tokens) & ~jnp.all(done)
 
+    loop_params = unstack_layers(decoder.model, params)  # once, not at every token
+
     def body(state):
         i, tokens, r, cache, done, key = state
         step_layout = Layout(
             (next_pos + i - 1)[:, None], jnp.ones((b, 1), jnp.int32), jnp.full((b, 1), RECURRENT, jnp.int32)
         )
         step = decoder.step(
-            params, jax.lax.dynamic_slice_in_dim(tokens, i - 1, 1, axis=1), r, cache, step_layout
+            loop_params, jax.lax.dynamic_slice_in_dim(tokens, i - 1, 1, axis=1), r, cache, step_layout
         )
         key, sub = jax.random.split(key)
         nxt = jnp.where(done, pad_id, sample(step.logits[:, -1], sub, temperature, top_k, top_p))

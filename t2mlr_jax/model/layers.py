@@ -1,5 +1,6 @@
 """Transformer building blocks as pure functions: RMSNorm, RoPE (HF rotate-half layout), GQA attention
-(optional logit softcap), and the MLP registry (`MLPS`: SwiGLU, GeGLU, ReLU²; more register by name).
+(optional logit softcap; the einsum reference or XLA / cuDNN / TPU splash kernels), and the MLP registry
+(`MLPS`: SwiGLU, GeGLU, ReLU²; more register by name).
 
 Dimension letters (shared with the einsum strings and the sharding rules):
 B batch, T query time, S key time, D model, H query heads, K kv heads, G = H/K heads per kv head,
@@ -16,7 +17,7 @@ import jax.numpy as jnp
 from einops import rearrange
 from jaxtyping import Array, Bool, Float, Int
 
-from t2mlr_jax.model.config import MLP_NAMES, ModelConfig
+from t2mlr_jax.model.config import ATTENTION_IMPLS, MLP_NAMES, ModelConfig
 from t2mlr_jax.model.spec import ParamSpec, normal, uniform, zeros
 
 NEG_INF = -1e30  # finite so a fully masked row (padding) averages instead of producing NaN
@@ -67,6 +68,39 @@ def softcap(x: Float[Array, "*B"], cap: float) -> Float[Array, "*B"]:
     return cap * jnp.tanh(x / cap)
 
 
+# "auto"'s choice per platform. CPU keeps the reference einsum: XLA's dot_product_attention is no faster
+# there for a training step and a little slower decoding (tests/model/test_attention_paths.py's docstring).
+AUTO_ATTENTION = {"gpu": "cudnn", "tpu": "pallas"}
+CPU_ATTENTION = "einsum"
+_NEEDS_BACKEND = {"cudnn": "gpu", "pallas": "tpu"}
+
+
+def attention_path(
+    impl: str, q: Float[Array, "B T H E"], k: Float[Array, "B S K E"], logit_cap: float | None
+) -> str:
+    """The implementation one `attend` call runs: `impl` (ModelConfig.attention_impl) narrowed by the call's
+    static facts. A fused kernel that cannot take these inputs falls back to xla, and xla (no softcap) to
+    einsum; a kernel named for another platform is a ValueError."""
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
+    backend = jax.default_backend()
+    if _NEEDS_BACKEND.get(impl, backend) != backend:
+        raise ValueError(f"attention_impl={impl!r} needs a {_NEEDS_BACKEND[impl]} backend, not {backend}")
+    if impl == "auto":
+        impl = AUTO_ATTENTION.get(backend, CPU_ATTENTION)
+    t, e, s = q.shape[1], q.shape[-1], k.shape[1]
+    # cuDNN's flash attention: half precision, head_dim <= 128 in multiples of 8, even lengths with a bias.
+    half = q.dtype in (jnp.bfloat16, jnp.float16)
+    fits_cudnn = half and logit_cap is None and e <= 128 and e % 8 == 0 and t % 2 == s % 2 == 0
+    if impl == "cudnn" and not fits_cudnn:
+        impl = "xla"
+    if impl == "pallas" and (t % 128 or s % 128):  # splash's default 128 x 128 blocks must tile the mask
+        impl = "xla"
+    if impl == "xla" and logit_cap is not None:
+        impl = "einsum"
+    return impl
+
+
 def attend(
     q: Float[Array, "B T H E"],
     k: Float[Array, "B S K E"],
@@ -74,18 +108,57 @@ def attend(
     mask: Bool[Array, "B T S"],
     logit_cap: float | None = None,
     scale_dim: float | None = None,
+    impl: str = "einsum",
 ) -> Float[Array, "B T H E"]:
     """Grouped-query softmax attention; logits (scaled by scale_dim**-0.5, head_dim when None, and
-    softcapped when `logit_cap` is set) and softmax in fp32."""
-    e = q.shape[-1] if scale_dim is None else scale_dim
+    softcapped when `logit_cap` is set) and softmax in fp32. `impl` picks the kernel (`attention_path`);
+    every path computes the same function, a query that sees no key (padding) included: it averages all
+    values, as the reference's softmax over all-NEG_INF logits does."""
+    scale = (q.shape[-1] if scale_dim is None else scale_dim) ** -0.5
+    path = attention_path(impl, q, k, logit_cap)
+    if path == "einsum":
+        return _attend_einsum(q, k, v, mask, scale, logit_cap)
+    if path == "xla":
+        return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], scale=scale, implementation="xla")
+    # The fused kernels skip or divide by zero on a row without keys: give it every key, then its mean.
+    empty = ~jnp.any(mask, axis=-1)
+    mask = mask | empty[..., None]
+    if path == "cudnn":
+        out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], scale=scale, implementation="cudnn")
+    else:
+        out = _attend_splash(q * jnp.asarray(scale, q.dtype), k, v, mask, logit_cap)
+    mean = jnp.repeat(jnp.mean(v.astype(jnp.float32), axis=1), q.shape[2] // k.shape[2], axis=1)
+    return jnp.where(empty[..., None, None], mean[:, None].astype(out.dtype), out)
+
+
+def _attend_einsum(q, k, v, mask, scale: float, logit_cap: float | None):
+    """The reference: fp32 B x H x T x S logits, masked, softmaxed."""
     q = rearrange(q, "b t (k g) e -> b t k g e", k=k.shape[2])
-    logits = jnp.einsum("btkge,bske->bkgts", q, k, preferred_element_type=jnp.float32) * (e**-0.5)
+    logits = jnp.einsum("btkge,bske->bkgts", q, k, preferred_element_type=jnp.float32) * scale
     if logit_cap is not None:
         logits = softcap(logits, logit_cap)
     logits = jnp.where(mask[:, None, None], logits, NEG_INF)
     probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
     out = jnp.einsum("bkgts,bske->btkge", probs, v)
     return rearrange(out, "b t k g e -> b t (k g) e")
+
+
+def _attend_splash(q, k, v, mask, logit_cap: float | None):
+    """TPU splash attention on pre-scaled queries, the mask as its dynamic block-sparse mask (skipping
+    blocks no query sees: other documents, the causal upper triangle, out-of-window keys)."""
+    # Imported here: Mosaic kernels need a TPU, and nothing on CPU should import them.
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+
+    def row(args):  # one batch row: q [H T E], k, v [K S E], mask [T S]; the kernel's mask is per row
+        q, k, v, mask = args
+        kernel = splash.make_splash_mha_single_device(mask[None], attn_logits_soft_cap=logit_cap)
+        # Under a trace, the kernel's jnp.array(is_dynamic_mask) flag becomes a tracer its __call__ branches
+        # on (jax 0.10.2); a traced mask is always dynamic.
+        kernel.fwd_mask_info = kernel.fwd_mask_info._replace(is_dynamic_mask=True)
+        return kernel(q, k, v)
+
+    heads_first = lambda x: jnp.swapaxes(x, 1, 2)
+    return heads_first(jax.lax.map(row, (heads_first(q), heads_first(k), heads_first(v), mask)))
 
 
 def gated_mlp(

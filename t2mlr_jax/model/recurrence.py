@@ -4,7 +4,8 @@
   jacobi_forward   temporal-parallel: an unfused pass, then D-1 refinement passes of the middle block
                    [l_start, l_end] (`fori_loop`, fully stop_gradient'ed except the last B), then a
                    final pass. Exactly the release's D/B semantics: the gradient reaches back through
-                   the last B refinements only.
+                   the last B refinements only. With recurrence.jacobi_tolerance, the detached passes
+                   stop early once R has converged (`lax.while_loop`).
   exact_forward    token by token (`lax.scan` over time) carrying R and the KV cache; with `bptt=B` the
                    gradient of each token flows through at most B links of the recurrent chain.
   decode_step      one token with the KV cache and R (the body of exact_forward and of generation).
@@ -17,13 +18,23 @@ only recurrent positions are fused and get the temporal residual).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
-from t2mlr_jax.model.backbone import KVCache, advance, default_layout, embed, head, init_cache, run_blocks
+from t2mlr_jax.model.backbone import (
+    KVCache,
+    advance,
+    default_layout,
+    embed,
+    head,
+    init_cache,
+    run_blocks,
+    unstack_layers,
+)
 from t2mlr_jax.model.config import ModelConfig, check_depths
 from t2mlr_jax.model.fusion import RECURRENT, fuse, update_cache
 
@@ -39,6 +50,9 @@ class Output(NamedTuple):
     recurrent_state: Float[Array, "B D"]  # R for the token after the last one (decoding continues from it)
     gate_stats: dict  # per-token gate activations of the fusion that produced the logits, [B, T] each
     cache: KVCache | None
+    # Jacobi passes that produced R (the unfused one, the refinements run, i.e. the D of the fixed-depth
+    # forward with the same result); None from the other modes. Dynamic under recurrence.jacobi_tolerance.
+    jacobi_passes: Int[Array, ""] | None = None
 
 
 def make_layout(tokens: Int[Array, "B T"], positions=None, segment_ids=None, control_flow=None) -> Layout:
@@ -115,6 +129,38 @@ def _fused_pass(cfg, params, x, r, layout, cache, tokens) -> Output:
     return Output(head(cfg, params, h), m[:, -1], stats, _advance(cache, tokens))
 
 
+def relative_change(
+    new: Float[Array, "B T D"], old: Float[Array, "B T D"], read: Bool[Array, "B T"]
+) -> Float[Array, ""]:
+    """max over rows b of ||new_b - old_b|| / max(||old_b||, tiny), each norm over b's positions where
+    R is read (`read`) and all channels, in fp32: how far a Jacobi pass still moved R."""
+    where = read[..., None]
+    norm = lambda a: jnp.sqrt(jnp.sum(jnp.where(where, a, 0.0) ** 2, axis=(1, 2)))
+    new, old = new.astype(jnp.float32), old.astype(jnp.float32)
+    return jnp.max(norm(new - old) / jnp.maximum(norm(old), jnp.finfo(jnp.float32).tiny))
+
+
+def _until_converged(
+    refine: Callable[[Float[Array, "B T D"]], Float[Array, "B T D"]],
+    r: Float[Array, "B T D"],
+    read: Bool[Array, "B T"],
+    max_passes: int,
+    tolerance: float,
+) -> tuple[Int[Array, ""], Float[Array, "B T D"]]:
+    """Apply `refine` to R until one pass moves it by less than `tolerance` (`relative_change` over the
+    positions `read`), at most `max_passes` times: (passes run, R)."""
+
+    def body(state):
+        ran, r, _ = state
+        new = refine(r)
+        return ran + 1, new, relative_change(new, r, read)
+
+    # `not change < tolerance`: a NaN change never stops early.
+    keep_going = lambda s: (s[0] < max_passes) & ~(s[2] < tolerance)
+    ran, r, _ = jax.lax.while_loop(keep_going, body, (jnp.int32(0), r, jnp.float32(jnp.inf)))
+    return ran, r
+
+
 def jacobi_forward(
     cfg: ModelConfig,
     params: dict,
@@ -129,6 +175,8 @@ def jacobi_forward(
 
     With a cache (Jacobi prefill), the lower blocks' keys/values come from the shared first pass and
     the upper ones from the final pass; `recurrent_state` is the final pass's cache at the last token.
+    With recurrence.jacobi_tolerance > 0 the detached passes (the first D-1-B refinements) stop after the
+    first one whose `relative_change` of R is below it; `jacobi_passes` says how many passes ran.
     """
     layout = layout or make_layout(tokens)
     rec = cfg.recurrence
@@ -151,15 +199,22 @@ def jacobi_forward(
     if d_backward < d_forward:
         r = jax.lax.stop_gradient(r)
     n_grad = min(d_backward, d_forward - 1)
-    # Passes whose output is detached: no tangent may enter (inputs stop_gradient'ed), so autodiff
-    # keeps none of their activations alive.
-    if d_forward - 1 > n_grad:
+    n_detached, passes = d_forward - 1 - n_grad, jnp.int32(d_forward)
+    if n_detached:
+        # Passes whose output is detached: no tangent may enter (inputs stop_gradient'ed), so autodiff
+        # keeps none of their activations alive, and a while_loop (not differentiable) may run them.
         frozen = jax.lax.stop_gradient((params, x, r))
-        r = jax.lax.fori_loop(0, d_forward - 1 - n_grad, lambda _, r: refine(*frozen[:2], r), frozen[2])
+        detached = lambda r: refine(*frozen[:2], r)
+        if rec.jacobi_tolerance:
+            read = layout.control_flow >= RECURRENT  # R is fused only there: elsewhere its value is unused
+            ran, r = _until_converged(detached, frozen[2], read, n_detached, rec.jacobi_tolerance)
+            passes = passes - n_detached + ran
+        else:
+            r = jax.lax.fori_loop(0, n_detached, lambda _, r: detached(r), frozen[2])
     if n_grad:
         r, _ = jax.lax.scan(lambda r, _: (refine(params, x, r), None), r, None, length=n_grad)
     # The final pass goes through the cache, so prefill leaves keys/values for decoding.
-    return _fused_pass(cfg, params, x, r, layout, cache, tokens)
+    return _fused_pass(cfg, params, x, r, layout, cache, tokens)._replace(jacobi_passes=passes)
 
 
 def decode_step(
@@ -210,6 +265,7 @@ def exact_forward(
         cache = init_cache(cfg, b * copies, t)
     if recurrent_state is None:
         recurrent_state = jnp.zeros((b * copies, cfg.hidden_size), cfg.dtype)
+    params = unstack_layers(cfg, params)  # once, not at every token
 
     def step(carry, token, token_layout):
         r, cache = carry

@@ -1,0 +1,147 @@
+"""Convergence-adaptive Jacobi (recurrence.jacobi_tolerance): None / 0 is the fixed-depth program; with a
+tolerance the forward equals the fixed-depth one at the pass count it reports (values and gradients); once
+R has converged it equals the exact recurrence in fewer than D passes; the count is a training metric;
+sharded over the batch it agrees with one device."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+
+from t2mlr_jax.model.params import param_axes
+from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layout, relative_change
+from t2mlr_jax.parallel.mesh import make_mesh
+from t2mlr_jax.parallel.placement import param_shardings
+from t2mlr_jax.parallel.rules import partition_spec
+from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
+from t2mlr_jax.train.trainer import Run
+from tests.model.test_recurrence import ce_loss
+from tests.tiny import rel_err, tiny_config, tiny_params, tokens
+from tests.train import tiny_task
+
+T = 12
+CFG = tiny_config()
+
+
+def adaptive(tolerance, **recurrence):
+    return tiny_config().with_recurrence(jacobi_tolerance=tolerance, **recurrence).validate()
+
+
+def loss_and_grad(cfg, params, toks, d, b, layout=None):
+    """(logits, passes), gradient of the next-token loss: the train step's use of the forward."""
+
+    def loss(p):
+        out = jacobi_forward(cfg, p, toks, layout=layout, d_forward=d, d_backward=b)
+        return ce_loss(out.logits, toks), (out.logits, out.jacobi_passes)
+
+    (_, aux), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    return aux, grads
+
+
+def assert_same_grads(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_allclose(x, y, atol=1e-6, rtol=1e-5)
+
+
+def test_relative_change_reads_only_positions_where_r_is_read():
+    old = jnp.ones((2, 3, 4))
+    new = old.at[0, 1].add(0.5).at[1, 2].add(100.0)  # row 1 moves only where R is not read
+    read = jnp.array([[True, True, True], [True, True, False]])
+    assert float(relative_change(new, old, read)) == pytest.approx(1.0 / math.sqrt(12), rel=1e-6)
+    zeros = jnp.zeros((2, 3, 4))
+    assert float(relative_change(zeros, zeros, read)) == 0.0  # no 0 / 0
+
+
+def test_no_tolerance_or_zero_is_the_fixed_depth_program():
+    params, toks = tiny_params(CFG, gamma=0.8), tokens(2, T)
+    lower = lambda cfg: jax.jit(lambda p: jacobi_forward(cfg, p, toks, d_forward=6, d_backward=2)).lower(
+        params
+    )
+    program = lower(CFG).as_text()
+    assert lower(adaptive(0.0)).as_text() == program  # bit for bit: the same computation
+    assert lower(adaptive(1e-3)).as_text() != program
+    assert int(jacobi_forward(CFG, params, toks, d_forward=6, d_backward=2).jacobi_passes) == 6
+    assert exact_forward(CFG, params, toks).jacobi_passes is None
+
+
+def test_unreachable_tolerance_runs_all_d_passes():
+    params, toks = tiny_params(CFG, gamma=0.8), tokens(2, T)
+    (logits, passes), grads = loss_and_grad(adaptive(1e-30), params, toks, 6, 2)
+    (ref, _), ref_grads = loss_and_grad(CFG, params, toks, 6, 2)
+    assert int(passes) == 6  # D < T: R moves at every pass
+    assert rel_err(logits, ref) <= 1e-6
+    assert_same_grads(grads, ref_grads)
+
+
+@pytest.mark.parametrize("b", [0, 2])
+def test_large_tolerance_stops_after_the_first_detached_pass(b):
+    """The unfused pass, one detached refinement (it measures the change), the B gradient passes: the
+    fixed-depth forward with D = 2 + B, in values and gradients."""
+    params, toks = tiny_params(CFG, gamma=0.8), tokens(2, T)
+    (logits, passes), grads = loss_and_grad(adaptive(1e9), params, toks, 8, b)
+    assert int(passes) == 2 + b
+    (ref, _), ref_grads = loss_and_grad(CFG, params, toks, 2 + b, b)
+    assert rel_err(logits, ref) <= 1e-6
+    assert_same_grads(grads, ref_grads)
+
+
+def test_converged_passes_equal_exact_in_fewer_than_d():
+    """A contracting recurrence (small gammas, no temporal residual) on rows with padding and prompts:
+    with D > T it stops by convergence, well before D and T, at the exact recurrence's logits."""
+    cfg = adaptive(1e-6, temporal_residual=False)
+    params, toks = tiny_params(cfg, gamma=0.2), tokens(3, T)
+    cf = jnp.array([[2] * T, [1] * 3 + [2] * (T - 3), [0] * 2 + [1] * 2 + [2] * (T - 4)])
+    seg = (cf > 0).astype(jnp.int32)
+    layout = make_layout(toks, jnp.maximum(jnp.cumsum(seg, axis=1) - 1, 0), seg, cf)
+    out = jacobi_forward(cfg, params, toks, layout=layout, d_forward=16, d_backward=2)
+    exact = exact_forward(cfg, params, toks, layout=layout).logits
+    real = np.asarray(seg, bool)
+    assert rel_err(np.asarray(out.logits)[real], np.asarray(exact)[real]) <= 1e-5
+    assert int(out.jacobi_passes) < T
+
+
+def test_training_step_logs_the_passes(tmp_path):
+    config = tiny_task.tiny_config("t2mlr")
+    config.model.recurrence.update(d_forward=6, d_backward=2, jacobi_tolerance=1e9)
+    run = Run(config, tmp_path, tiny_task.tiny_source(), "t2mlr")
+    # Two micro-batches: the logged count is their mean, not their sum.
+    step = compile_step(run.arch, run.optimizer, run.schedule, grad_accum=2)
+    _, metrics = step(init_state(run.arch, run.optimizer, 0), model_inputs(tiny_task.tiny_batch(0, 1, 8, 16)))
+    assert float(metrics["jacobi_passes"]) == 4.0  # 1 + one detached + B = 2
+    config.model.recurrence.jacobi_tolerance = None
+    arch = Run(config, tmp_path / "fixed", tiny_task.tiny_source(), "t2mlr").arch
+    stats = lambda p, b: arch.apply(p, b, training=True, rng=None, model_state={}).token_stats
+    params = jax.eval_shape(arch.init, jax.random.PRNGKey(0))
+    batch = model_inputs(tiny_task.tiny_batch(0, 1, 8, 16))
+    assert "jacobi_passes" not in jax.eval_shape(stats, params, batch)
+
+
+def test_sharded_over_the_batch_equals_one_device():
+    """The stopping test is a max over the global batch (a reduction across devices, no host sync)."""
+    cfg = adaptive(1e-2, temporal_residual=False)
+    params, toks = tiny_params(cfg, gamma=0.2), tokens(8, 8)
+
+    def loss(p, t):
+        out = jacobi_forward(cfg, p, t, d_forward=8, d_backward=2)
+        return out.logits.std(), out.jacobi_passes
+
+    fn = jax.jit(jax.value_and_grad(loss, has_aux=True))
+    (ref_loss, ref_passes), ref_grad = fn(params, toks)
+    mesh = make_mesh(2, 2, 2)
+    with jax.set_mesh(mesh):
+        sharded = jax.device_put(params, param_shardings(param_axes(cfg), params, mesh))
+        spec = partition_spec(("batch", "length"), toks.shape, mesh)
+        (loss, passes), grad = fn(sharded, jax.device_put(toks, NamedSharding(mesh, spec)))
+    assert int(passes) == int(ref_passes) < 8
+    assert abs(float(loss - ref_loss)) <= 1e-5 * abs(float(ref_loss))
+    assert max(rel_err(a, b) for a, b in zip(jax.tree.leaves(grad), jax.tree.leaves(ref_grad))) <= 1e-4
+
+
+@pytest.mark.parametrize("bad", [-1e-3, math.nan, math.inf])
+def test_bad_tolerance_is_one_line_error(bad):
+    with pytest.raises(ValueError, match="recurrence.jacobi_tolerance must be None or a finite") as e:
+        adaptive(bad)
+    assert "\n" not in str(e.value)
