@@ -252,6 +252,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from t2mlr_jax.parallel.multihost import initialize_distributed
+    from t2mlr_jax.train.compilation_cache import enable_compilation_cache
     from t2mlr_jax.train.trainer import NoCheckpointError, NonFiniteError
 
     if not flags.FLAGS["verbosity"].present:
@@ -260,6 +261,7 @@ def main(argv):
     workdir = Path(_WORKDIR.value or Path("workdir") / config.name)
     try:
         initialize_distributed()  # multi-process launches (TPU pod, SLURM, explicit); nothing on one host
+        enable_compilation_cache(config.get("compilation_cache"))
         training_free = _training_free(config)
         if training_free is not None and _MODE.value == "train":
             print(f"{config.arch} has nothing to train: running its sweep into {workdir}", flush=True)

@@ -85,11 +85,9 @@ def setup_jax(out: Path) -> None:
     and do not warn that a CPU cannot donate the train step's buffers."""
     import warnings
 
-    import jax
+    from t2mlr_jax.train.compilation_cache import enable_compilation_cache
 
-    if not jax.config.jax_compilation_cache_dir:
-        jax.config.update("jax_compilation_cache_dir", str(out / ".jax_cache"))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    enable_compilation_cache(str(out / ".jax_cache"))
     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
 
 

@@ -235,11 +235,9 @@ def _fail(error: Exception) -> None:
 
 def _setup_jax(out: Path) -> None:
     """CPU runs are compile-bound: keep compiled steps across reruns (unless a cache is already set)."""
-    import jax
+    from t2mlr_jax.train.compilation_cache import enable_compilation_cache
 
-    if not jax.config.jax_compilation_cache_dir:
-        jax.config.update("jax_compilation_cache_dir", str(out / ".jax_cache"))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    enable_compilation_cache(str(out / ".jax_cache"))
 
 
 def _eval_at(config, workdir: Path, data, k: int) -> dict:

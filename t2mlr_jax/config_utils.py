@@ -33,6 +33,7 @@ from ml_collections import config_dict
 
 from t2mlr_jax.architectures import ARCHITECTURES
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
+from t2mlr_jax.train.compilation_cache import DEFAULT as COMPILATION_CACHE
 
 FREE_FORM = ("options", "eval_options")  # data sub-sections whose keys are the task's, not ours
 
@@ -85,6 +86,9 @@ def experiment(
     # with fresh fusion parameters (γ = 0) when the model is T²MLR; "" = random initialisation; None = a
     # required path, the run refuses to start without --config.init_from.
     c.init_from = config_dict.placeholder(str) if init_from is None else init_from
+    # The persistent XLA compilation cache (a rerun loads its compiled steps instead of compiling them);
+    # "" = off. One already configured (JAX_COMPILATION_CACHE_DIR) wins.
+    c.compilation_cache = COMPILATION_CACHE
     c.model = model_dict(model)
     # Device mesh (t2mlr_jax.parallel): sizes of the data / fsdp / tensor axes, -1 = all remaining devices.
     c.mesh = config_dict.ConfigDict(dict(data=-1, fsdp=1, expert=1, tensor=1))  # expert: MoE's experts

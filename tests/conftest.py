@@ -17,6 +17,8 @@ os.environ.setdefault(
 )
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("T2MLR_TEST_JAX_CACHE", tempfile.mkdtemp(prefix="t2mlr-jax-cache-"))
+# ... which main.py run in a subprocess also uses, rather than its default user cache.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ["T2MLR_TEST_JAX_CACHE"])
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

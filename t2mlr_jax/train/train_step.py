@@ -88,17 +88,20 @@ def make_train_step(
     def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         step_key = jax.random.fold_in(state.rng, state.step)
 
-        def accumulate(acc, xs):
-            i, mb = xs
-            grads, aux = grad_fn(state.params, mb, state.model_state, jax.random.fold_in(step_key, i))
-            return jax.tree.map(jnp.add, acc, (grads, aux)), None
+        def micro_grad(i, mb):
+            return grad_fn(state.params, mb, state.model_state, jax.random.fold_in(step_key, i))
 
+        def accumulate(acc, xs):
+            return jax.tree.map(jnp.add, acc, micro_grad(*xs)), None
+
+        # The first micro-batch starts the sum (rather than zeros shaped by an eval_shape of the gradient):
+        # the gradient is traced once per step, not twice, and tracing is most of a small run's start-up.
         micro = _micro_batches(batch, grad_accum)
-        first = jax.tree.map(lambda a: a[0], micro)
-        zeros = jax.tree.map(
-            jnp.zeros_like, jax.eval_shape(grad_fn, state.params, first, state.model_state, step_key)
-        )
-        (grads, (sums, stats)), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(grad_accum), micro))
+        acc = micro_grad(0, jax.tree.map(lambda a: a[0], micro))
+        if grad_accum > 1:
+            rest = jax.tree.map(lambda a: a[1:], micro)
+            acc, _ = jax.lax.scan(accumulate, acc, (jnp.arange(1, grad_accum), rest))
+        grads, (sums, stats) = acc
         tokens = sums["loss"][1]
         grads = jax.tree.map(lambda g: g / jnp.maximum(tokens, 1.0), grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
