@@ -1,0 +1,194 @@
+"""Our side of experiments/vs_release.py, run in a process of its own (so that its peak RSS is its own): the
+framework's SmolLM2-135M T²MLR (CONFIG at the paper's window (13,18), fp32, random init) and the same
+backbone without recurrence (arch transformer, not widened), each timed through the trainer's own compiled
+step (t2mlr_jax.train.train_step.compile_step) and the architecture's cached generate, compiled ahead of
+time and timed apart; prints one JSON line (see `main`). The parent builds its spec from `config()` /
+`spec_of()`, so that the release's driver gets the same shapes and settings.
+
+  python experiments/benchmarks/vs_release_ours.py '<spec json>'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax
+from t2mlr_jax.config_utils import config_module  # noqa: E402
+
+CONFIG = "configs/smollm135m_t2mlr.py:w13_18"  # the paper's (13,18): code l_start 12, l_end 17; D 16, B 4
+ARCHS = {"t2mlr": "t2mlr", "plain": "transformer"}  # row prefix -> architecture
+MODEL_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "mlp_dim",
+    "rope_theta",
+    "norm_eps",
+    "tie_embeddings",
+    "init_std",
+    "max_seq_len",
+)
+RECURRENCE_FIELDS = (
+    "l_start",
+    "l_end",
+    "d_forward",
+    "d_backward",
+    "gate_weight_init_std",
+    "temporal_residual",
+    "temporal_residual_weight",
+    "cache_norm_clamp",
+)
+
+
+def config():
+    """CONFIG in fp32, whose transformer baseline is the same backbone (no parameter matching)."""
+    path, _, preset = CONFIG.partition(":")
+    c = config_module(ROOT / path).get_config(preset)
+    c.model.dtype = "float32"
+    c.baseline.param_match = False
+    return c
+
+
+def spec_of(c) -> dict:
+    """What both drivers build from: the backbone's shapes, the recurrence, the optimizer. The release's
+    driver mirrors only the gated mixer with W_rec and the rescale cache norm (fixed there)."""
+    r = c.model.recurrence
+    if (r.mixer, r.recurrent_projection, r.cache_norm) != ("gated", True, "rescale"):
+        raise ValueError(f"{CONFIG}: the release driver mirrors only the gated mixer with the rescale cache")
+    return {
+        "model": {k: c.model[k] for k in MODEL_FIELDS},
+        "recurrence": {k: r[k] for k in RECURRENCE_FIELDS},
+        "optimizer": {k: c.optimizer[k] for k in ("lr", "b1", "b2", "eps", "weight_decay", "grad_clip")},
+    }
+
+
+def tokens(spec: dict):
+    """The rows both sides train on and prompt with (the same numpy draw as the release's driver)."""
+    import numpy as np
+
+    shape = (max(spec["train"]["batch"], spec["decode"]["batch"]), spec["train"]["seq_len"] + 1)
+    return np.random.default_rng(spec["seed"]).integers(1, spec["model"]["vocab_size"], shape)
+
+
+def compiled(jitted, *args) -> tuple:
+    """(the compiled function, seconds to lower and compile it)."""
+    start = time.perf_counter()
+    fn = jitted.lower(*args).compile()
+    return fn, time.perf_counter() - start
+
+
+def timed_calls(fn, repeats: int) -> tuple[list[float], object]:
+    """(seconds of `repeats` calls after one warm-up call, the warm-up call's result)."""
+    import jax
+
+    first = jax.block_until_ready(fn())
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        seconds.append(time.perf_counter() - start)
+    return seconds, first
+
+
+def measure(c, arch_name: str, spec: dict) -> dict:
+    """One architecture's train step (forward + backward + clipped AdamW update, the trainer's own step) and
+    greedy generate() (exact prefill of a recurrent prompt, then cached single-token steps)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from t2mlr_jax.architectures import build_architecture
+    from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
+    from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
+
+    arch = build_architecture(c, arch_name)
+    optimizer = make_optimizer(c.optimizer, arch.specs, c.train.steps)
+    state = init_state(arch, optimizer, spec["seed"])
+    rows, t, d = tokens(spec), spec["train"], spec["decode"]
+    ids, shape = rows[: t["batch"]].astype(np.int32), (t["batch"], t["seq_len"])
+    batch = model_inputs(
+        {
+            "tokens": ids[:, :-1],
+            "targets": ids[:, 1:],  # position-aligned next tokens
+            "loss_mask": np.ones(shape, np.float32),
+            "positions": np.broadcast_to(np.arange(t["seq_len"], dtype=np.int32), shape),
+            "segment_ids": np.ones(shape, np.int32),
+            "control_flow": np.full(shape, 2, np.int32),  # 2 = recurrent (pretraining)
+        }
+    )
+    batch = jax.tree.map(jnp.asarray, batch)
+    step, train_compile = compiled(
+        compile_step(arch, optimizer, make_schedule(c.optimizer, c.train.steps)), state, batch
+    )
+
+    def train_step():
+        nonlocal state
+        state, metrics = step(state, batch)  # the state is donated
+        return metrics["loss"]
+
+    train_seconds, loss = timed_calls(train_step, spec["repeats"])
+    n = d["new_tokens"]
+    prompt = jnp.asarray(rows[: d["batch"], : d["prompt_len"]], jnp.int32)
+    decode_args = (state.params, prompt, jnp.ones_like(prompt), jnp.full_like(prompt, 2))
+    model_state = arch.init_model_state()
+    generate = jax.jit(
+        lambda p, x, mask, flow: arch.generate(p, model_state, x, mask, flow, n, None, 0).tokens
+    )
+    generate, decode_compile = compiled(generate, *decode_args)
+    decode_seconds, _ = timed_calls(lambda: generate(*decode_args), spec["repeats"])
+    params = arch.num_params()
+    return {
+        "train": {
+            "seconds": train_seconds,
+            "compile_s": train_compile,
+            "loss": float(loss),
+            "params": params,
+        },
+        "decode": {"seconds": decode_seconds, "compile_s": decode_compile, "new_tokens": n, "params": params},
+    }
+
+
+def main(spec: dict) -> dict:
+    """{"side", "versions", "programs", "peak_rss_bytes", "wall_s"}; programs: t2mlr_train, t2mlr_decode,
+    plain_train, plain_decode, each {"seconds": [...], "compile_s", "params", ...}."""
+    start = time.perf_counter()
+    cpus = sorted(os.sched_getaffinity(0))
+    if spec["threads"] < len(cpus):  # XLA sizes its CPU thread pools by the affinity; set before it starts
+        os.sched_setaffinity(0, cpus[: spec["threads"]])
+    import warnings
+
+    import jax
+
+    warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+    c = config()
+    for section, values in (("model", spec["model"]), ("optimizer", spec["optimizer"])):
+        c[section].update(values)
+    c.model.recurrence.update(spec["recurrence"])  # the spec rules, as it does the release's driver
+    programs = {}
+    for name, arch_name in ARCHS.items():
+        measured = measure(c, arch_name, spec)
+        programs[f"{name}_train"], programs[f"{name}_decode"] = measured["train"], measured["decode"]
+    return {
+        "side": "ours",
+        "versions": {
+            "jax": jax.__version__,
+            "python": ".".join(map(str, sys.version_info[:3])),
+            "device": jax.devices()[0].device_kind,
+        },
+        "programs": programs,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: KiB
+        "wall_s": time.perf_counter() - start,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]))))

@@ -1,0 +1,117 @@
+"""experiments/vs_release.py without the release: --help, the how-to and one `error:` line (exit 2) when
+--release_src is missing, one line for a path that is not a checkout, and the summary / markdown / JSON
+writer on synthetic runs. Nothing is timed: both drivers need the SmolLM2-135M model and the release."""
+
+import json
+
+import pytest
+
+from tests.experiments import load_script
+
+vs_release = load_script("vs_release")
+
+
+def exit_code(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as exit_info:
+        vs_release.main(argv)
+    return exit_info.value.code
+
+
+def test_help_lists_the_flags(capsys):
+    assert exit_code(["--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in "--release_src --release_python --rounds --repeats --threads --quick --out".split():
+        assert flag in out
+
+
+def test_without_release_src_it_prints_how_to_get_it(tmp_path, capsys):
+    assert exit_code([f"--out={tmp_path / 'out'}"]) == 2
+    captured = capsys.readouterr()
+    assert "git clone https://github.com/princeton-pli/T2MLR" in captured.out
+    assert "pip install torch==2.13.0 'transformers==4.57.*'" in captured.out
+    assert 'sys.modules["components.t2mlr_utils"] = components.rcot_utils' in captured.out
+    err = captured.err.strip()
+    assert err.startswith("error: --release_src is required") and "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("make", [lambda tmp: tmp / "missing", lambda tmp: tmp])
+def test_a_path_that_is_no_checkout_fails_in_one_line(tmp_path, capsys, make):
+    assert exit_code([f"--release_src={make(tmp_path)}", f"--out={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --release_src") and "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def run(side: str, round_: int, train_s: float, decode_s: float, rss: int) -> dict:
+    """A driver's JSON line (what vs_release_torch.py / vs_release_ours.py print), with a round number."""
+    params = {"t2mlr": 136_175_042, "plain": 134_515_008}
+    programs = {}
+    for name, scale in (("t2mlr", 1.0), ("plain", 0.5)):
+        seconds = {"train": [train_s * scale, 2 * train_s * scale], "decode": [decode_s * scale]}
+        programs[f"{name}_train"] = {"seconds": seconds["train"], "params": params[name]}
+        programs[f"{name}_decode"] = {"seconds": seconds["decode"], "new_tokens": 64, "params": params[name]}
+        if side == "ours":
+            for kind in ("train", "decode"):
+                programs[f"{name}_{kind}"]["compile_s"] = 30.0 + round_
+    versions = {"release": {"torch": "2.13.0+cpu", "transformers": "4.57.6"}, "ours": {"jax": "0.10.2"}}
+    return {
+        "round": round_,
+        "side": side,
+        "versions": {**versions[side], "python": "3.11.7", "device": "cpu"},
+        "programs": programs,
+        "peak_rss_bytes": rss,
+        "wall_s": 100.0,
+    }
+
+
+def test_writer_reports_medians_of_per_round_ratios(tmp_path):
+    gib = 1024**3
+    runs = [
+        run("release", 0, train_s=6.0, decode_s=4.0, rss=4 * gib),
+        run("ours", 0, train_s=3.0, decode_s=1.0, rss=2 * gib),
+        run("release", 1, train_s=8.0, decode_s=4.0, rss=4 * gib),
+        run("ours", 1, train_s=2.0, decode_s=2.0, rss=3 * gib),
+    ]
+    spec = {
+        "model": {"num_layers": 30, "hidden_size": 576},
+        "recurrence": dict(l_start=12, l_end=17, d_forward=16, d_backward=4, temporal_residual=True),
+        "train": {"batch": 1, "seq_len": 256},
+        "decode": {"batch": 1, "prompt_len": 16, "new_tokens": 64},
+    }
+    meta = {
+        "command": "python experiments/vs_release.py --release_src=T2MLR",
+        "preset": "configs/smollm135m_t2mlr.py:w13_18",
+        "spec": spec,
+        "rounds": 2,
+        "repeats": 2,
+        "threads": 2,
+        "release_src": "T2MLR",
+        "release_commit": "no git metadata",
+        "versions": {side: runs[i]["versions"] for i, side in enumerate(("release", "ours"))},
+    }
+    markdown = vs_release.write_results(tmp_path, meta, runs)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert (tmp_path / "results.md").read_text() == markdown
+    assert saved["runs"] == runs and saved["meta"] == meta
+    rows = saved["summary"]
+    # Per-run medians: release train 9, 12; ours 4.5, 3 -> ratios 2, 4 -> median 3.
+    assert rows["t2mlr_train"]["release_s"] == pytest.approx(10.5)
+    assert rows["t2mlr_train"]["ours_s"] == pytest.approx(3.75)
+    assert rows["t2mlr_train"]["speed_ratio"] == pytest.approx(3.0)
+    assert rows["t2mlr_decode"]["speed_ratio"] == pytest.approx(3.0)  # ratios 4 and 2
+    assert rows["plain_train"]["compile_s"] == pytest.approx(30.5)
+    assert rows["peak_rss"]["ours_over_release"] == pytest.approx(0.625)  # 0.5 and 0.75
+    lines = markdown.splitlines()
+    assert (
+        "| T²MLR train step (fwd + bwd + AdamW, 1 × 256 tokens) | 10.50 s | 3.75 s | 3.00× (2.00–4.00) |"
+        in lines
+    )
+    # decode: 64 tokens / 4 s release; ours median 1.5 s -> 42.7 tok/s
+    assert (
+        "| T²MLR greedy decode, batch 1, 16-token prompt + 64 new (tok/s) | 16.0 | 42.7 | 3.00× (2.00–4.00) |"
+        in lines
+    )
+    assert "| peak memory of each whole run (RSS) | 4.00 GiB | 2.50 GiB | RSS 0.62× |" in lines
+    assert "| T²MLR train step | 30.5 |" in lines
+    assert "136,175,042 / 136,175,042" in markdown
