@@ -41,14 +41,14 @@ from experiments.analysis_common import (  # noqa: E402
     OneLineParser,
     Preset,
     add_config_flags,
-    check_run,
+    checkpoint_params,
     fail,
+    given_or_trained,
     preset_config,
     setup_jax,
-    train_run,
 )
 from experiments.benchmarks.report import environment, markdown_table  # noqa: E402
-from experiments.gradient_fidelity import jacobi_config, load_params, positive_ints  # noqa: E402
+from experiments.gradient_fidelity import jacobi_config, positive_ints  # noqa: E402
 
 SCRIPT = "experiments/adaptive_jacobi.py"
 PRESETS = {
@@ -305,24 +305,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
             if getattr(args, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
         cells = variants(args.d_forward, args.tolerances, args.max_d[0])
-        checkpoint = args.checkpoint or out / "checkpoint"
-        if args.checkpoint:
-            loader = load_params(config, checkpoint)
-        else:
-            check_run(config, checkpoint)
+        checkpoint, loader = given_or_trained(config, args.checkpoint, out)
         batches = train_batches(config, args.batches)
     except (ValueError, KeyError, FileNotFoundError) as e:
         fail(e)
     setup_jax(out)
-    if not args.checkpoint:
-        summary = train_run(config, checkpoint)
-        if "stopped_by" in summary:
-            tqdm.write(
-                f"training stopped by {summary['stopped_by']} at step {summary['step']}; rerun to resume"
-            )
-            return []
-        loader = load_params(config, checkpoint)
-    rows = measure(config, loader(), batches, cells, args.repeats)
+    params = checkpoint_params(config, checkpoint, loader)
+    if params is None:
+        return []
+    rows = measure(config, params, batches, cells, args.repeats)
     meta = {
         **environment(args.preset, SCRIPT, argv),
         "checkpoint": str(checkpoint),

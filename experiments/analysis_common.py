@@ -1,12 +1,14 @@
-"""What the Jacobi analyses (experiments/gradient_fidelity.py, experiments/jacobi_vs_exact.py) share: a
-preset as a config file plus overrides, the flags that change it, one-line errors, the compilation cache,
-and a training run driven by the framework's own trainer into a workdir, resumably."""
+"""What the paper's analyses (experiments/gradient_fidelity.py, jacobi_vs_exact.py, adaptive_jacobi.py,
+gate_trajectories.py, future_token_probe.py, gate_opening.py) share: a preset as a config file plus
+overrides, the flags that change it, one-line errors, the compilation cache, a training run driven by the
+framework's own trainer into a workdir, resumably, and a checkpoint given or trained first."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple, NoReturn
 
@@ -112,3 +114,39 @@ def train_run(config, workdir: Path) -> dict:
     run = Run(config, workdir, build_data_source(config), config.arch)
     tqdm.write(f"training {config.arch} ({run.num_params:,} params, {config.train.steps} steps) in {workdir}")
     return train(run)
+
+
+def load_params(config, checkpoint: str | Path):
+    """A loader of the checkpoint's weights, through config.init_from (what main.py --mode=eval reads when a
+    workdir has no checkpoint of its own): built and checked now, read when called."""
+    import jax
+
+    from t2mlr_jax.train.init_from import architecture
+
+    config = config.copy_and_resolve_references()
+    config.init_from = str(checkpoint)
+    arch = architecture(config)  # a checkpoint of another model: one clear error, nothing read yet
+    return lambda: {**arch.init(jax.random.PRNGKey(config.seed)), **arch.pretrained()}
+
+
+def given_or_trained(config, given: str | None, out: Path) -> tuple[Path, Callable | None]:
+    """(checkpoint path, loader of its weights): a given checkpoint, read when the loader is called; else
+    <out>/checkpoint with no loader yet (`checkpoint_params` trains it first). Either checked now, before
+    anything is compiled."""
+    if given:
+        return Path(given), load_params(config, given)
+    check_run(config, out / "checkpoint")
+    return out / "checkpoint", None
+
+
+def checkpoint_params(config, checkpoint: Path, loader: Callable | None) -> dict | None:
+    """The checkpoint's params; without a loader, `config` trained into `checkpoint` first (resumably).
+    None when a signal stopped that training (a rerun resumes it)."""
+    if loader is None:
+        summary = train_run(config, checkpoint)
+        if "stopped_by" in summary:
+            stopped = f"training stopped by {summary['stopped_by']} at step {summary['step']}"
+            tqdm.write(f"{stopped}; rerun to resume")
+            return None
+        loader = load_params(config, checkpoint)
+    return loader()

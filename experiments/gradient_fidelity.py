@@ -44,11 +44,11 @@ from experiments.analysis_common import (  # noqa: E402
     OneLineParser,
     Preset,
     add_config_flags,
-    check_run,
+    checkpoint_params,
     fail,
+    given_or_trained,
     preset_config,
     setup_jax,
-    train_run,
 )
 from experiments.benchmarks.report import environment, markdown_table  # noqa: E402
 
@@ -242,19 +242,6 @@ def measure(config, params: dict, batches: list[dict], cells: list[tuple[int, in
     }
 
 
-def load_params(config, checkpoint: str | Path):
-    """A loader of the checkpoint's weights, through config.init_from (what main.py --mode=eval reads when a
-    workdir has no checkpoint of its own): built and checked now, read when called."""
-    import jax
-
-    from t2mlr_jax.train.init_from import architecture
-
-    config = config.copy_and_resolve_references()
-    config.init_from = str(checkpoint)
-    arch = architecture(config)  # a checkpoint of another model: one clear error, nothing read yet
-    return lambda: {**arch.init(jax.random.PRNGKey(config.seed)), **arch.pretrained()}
-
-
 def eval_batches(config, count: int) -> list[dict]:
     """The first `count` eval batches, as the train step consumes them."""
     import itertools
@@ -398,24 +385,15 @@ def main(argv: list[str] | None = None) -> dict:
         cells = grid(args.d_forward or d_forwards, args.d_backward or d_backwards, args.reference)
         if args.batches < 1:
             raise ValueError(f"--batches must be >= 1, got {args.batches}")
-        checkpoint = args.checkpoint or out / "checkpoint"
-        if args.checkpoint:
-            loader = load_params(config, checkpoint)
-        else:
-            check_run(config, checkpoint)
+        checkpoint, loader = given_or_trained(config, args.checkpoint, out)
         batches = eval_batches(config, args.batches)
     except (ValueError, KeyError, FileNotFoundError) as e:
         fail(e)
     setup_jax(out)
-    if not args.checkpoint:
-        summary = train_run(config, checkpoint)
-        if "stopped_by" in summary:
-            tqdm.write(
-                f"training stopped by {summary['stopped_by']} at step {summary['step']}; rerun to resume"
-            )
-            return {}
-        loader = load_params(config, checkpoint)
-    result = measure(config, loader(), batches, cells)
+    params = checkpoint_params(config, checkpoint, loader)
+    if params is None:
+        return {}
+    result = measure(config, params, batches, cells)
     meta = {
         **environment(args.preset, SCRIPT, argv),
         "checkpoint": str(checkpoint),

@@ -16,6 +16,7 @@ from tests.experiments import ROOT, load_script
 pytestmark = pytest.mark.xdist_group("jacobi_analyses")  # one worker trains the shared rows once
 jacobi_vs_exact = load_script("jacobi_vs_exact")
 gradient_fidelity = load_script("gradient_fidelity")
+analysis_common = load_script("analysis_common")
 T = 9  # the longest row (S5 with at most 2 actions)
 TINY = {
     "model.hidden_size": 32,
@@ -125,7 +126,7 @@ def test_the_two_by_two_table(compared):
 @pytest.mark.slow  # three Jacobi gradients compiled (and the shared rows, when run alone)
 def test_gradient_fidelity_on_the_jacobi_checkpoint(compared, tmp_path):
     out, config, _, rows = compared
-    params = gradient_fidelity.load_params(config, out / "jacobi")()
+    params = analysis_common.load_params(config, out / "jacobi")()
     batches = gradient_fidelity.eval_batches(config, 1)
     cells = gradient_fidelity.grid((1, T), (1, T), (16, 16))
     assert cells == [(16, 16), (1, 1), (T, 1), (T, T)]
