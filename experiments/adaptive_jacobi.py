@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root ho
 from experiments.analysis_common import (  # noqa: E402
     OneLineParser,
     Preset,
+    add_checkpoint_flag,
     add_config_flags,
     checkpoint_params,
     fail,
@@ -101,11 +102,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_config_flags(parser, PRESETS, "adaptive_jacobi")
-    parser.add_argument(
-        "--checkpoint",
-        help="a training workdir, step folder or exported model of the preset's config (default: train one "
-        "into <out>/checkpoint)",
-    )
+    add_checkpoint_flag(parser)
     parser.add_argument("--d_forward", type=positive_ints, default=(4, 8, 16), help="the fixed depths D")
     parser.add_argument("--tolerances", type=tolerances, default=(1e-2, 1e-3, 1e-4), help="adaptive ones")
     parser.add_argument("--max_d", type=positive_ints, default=(16,), help="the adaptive variants' D")

@@ -59,6 +59,15 @@ def add_config_flags(parser: argparse.ArgumentParser, presets: dict[str, Preset]
         parser.add_argument(f"--{flag}", type=kind, help=f"{path} (default: the preset's)")
 
 
+def add_checkpoint_flag(parser: argparse.ArgumentParser) -> None:
+    """--checkpoint, as `given_or_trained` reads it."""
+    parser.add_argument(
+        "--checkpoint",
+        help="a training workdir, step folder or exported model of the preset's config (default: train one "
+        "into <out>/checkpoint)",
+    )
+
+
 def preset_config(preset: Preset, args: argparse.Namespace):
     """The preset's config with the flags' overrides; nothing is built yet. A required flag left out is
     one error naming it."""

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root ho
 from experiments.analysis_common import (  # noqa: E402
     OneLineParser,
     Preset,
+    add_checkpoint_flag,
     add_config_flags,
     checkpoint_params,
     fail,
@@ -95,11 +96,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_config_flags(parser, PRESETS, "gradient_fidelity")
-    parser.add_argument(
-        "--checkpoint",
-        help="a training workdir, step folder or exported model of the preset's config (default: train one "
-        "into <out>/checkpoint)",
-    )
+    add_checkpoint_flag(parser)
     parser.add_argument("--d_forward", type=positive_ints, help="D values (default: the preset's, GRIDS)")
     parser.add_argument("--d_backward", type=positive_ints, help="B values (default: the preset's, GRIDS)")
     parser.add_argument("--reference", type=positive_ints, default=(32, 32), help="the anchor's D,B")
