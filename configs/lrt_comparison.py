@@ -1,4 +1,4 @@
-"""Depth versus time (../shared/papers/002, Tables 1-3): every row of the comparison as a preset of one file.
+"""Depth versus time (the LRT paper's Tables 1-3): every row of the comparison as a preset of one file.
 
   --config=configs/lrt_comparison.py:<row>,<scale>      e.g. tt1,cpu   (scale: paper (default) | cpu)
 

@@ -1,5 +1,5 @@
 """The Latent Recurrent Transformer on nanochat's MoE backbone, trained with Muon and measured in bits per
-byte (the depth-versus-time paper, ../shared/papers/002: its Appendix C recipe).
+byte (the depth-versus-time paper: its Appendix C recipe).
 
 Default: the paper's 16-layer reference (1024 wide, 8 routed experts + 1 shared, 0.80B parameters) on
 FineWeb-Edu-like text: 2048-token rows, 2^19 tokens per step, MuonAdamW (matrices 0.02, embeddings 0.3,

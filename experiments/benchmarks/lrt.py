@@ -104,7 +104,8 @@ PRESETS = {
         new_tokens=4,
         train_batch=2,
         train_seq=16,
-        passes=(2,),  # one LRT step beside vanilla: every compile is ~5-10 s on a busy CPU
+        # One LRT step (pass 0 + 1 refinement) beside vanilla: each compile is ~5-10 s on a busy CPU.
+        passes=(1,),
         pass_probs=(1.0,),
         compiler_options=FAST_COMPILE,
         # One row of each decoding kind: plain, feedback, thought slots with and without feedback, looped.
@@ -378,7 +379,7 @@ def train(p: LRTPreset, seed: int) -> dict:
         rows.append(
             {
                 "variant": name,
-                "passes": passes or 1,
+                "passes": passes or 0,  # refinement passes: vanilla runs pass 0 only
                 "probability": None if passes is None else p.pass_probs[p.passes.index(passes)],
                 "seconds": median(seconds[name]),
                 "seconds_all": seconds[name],
@@ -423,8 +424,9 @@ def train(p: LRTPreset, seed: int) -> dict:
     notes = [
         f"The real train step (train_step.compile_step: grad over {p.grad_accum} micro-batch(es), MuonAdamW "
         f"of configs/lrt_nanochat.py, state donated), batch {p.train_batch} x {p.train_seq} tokens, "
-        f"{p.model.dtype} compute, fp32 weights; the LRT's loss averaged over its P passes with gradients "
-        "through every pass (lrt.supervise=all). Vanilla: lrt.feedback=none, one pass.",
+        f"{p.model.dtype} compute, fp32 weights; the LRT's loss averaged over its 1 + P passes (pass 0 and "
+        "P refinements) with gradients through every pass (lrt.supervise=all). Vanilla: "
+        "lrt.feedback=none, one pass.",
         "FLOPs are counted from the traced step: the dot_generals of its jaxpr (scan bodies times their "
         "trip count). step: the whole step, Muon's Newton-Schulz included; fwd+bwd: minus the optimizer "
         "update's own count (the same Muon update for both models up to the LRT's feedback weights). XLA: "

@@ -1,6 +1,5 @@
 """The Latent Recurrent Transformer (LRT): the final hidden state of token t-1 fed back into every layer of
-token t (Huang et al. 2026), and its latent thought tokens (the depth-versus-time paper, 002), as
-../shared/spec/lrt_thought_tokens.md reads them.
+token t (Huang et al. 2026), and its latent thought tokens (the depth-versus-time paper).
 
 Memory m_t = the final-normed hidden state of position t-1 (zeros at a document start). At every layer i:
   residual   x <- alpha_i x + beta_i x0 + gamma_i m      (alpha, beta: the backbone's resid / x0 scalars)
@@ -15,14 +14,15 @@ last one predicts x_{t+1} and is its memory. Vocabulary and thought slots share 
 and the gate W_g are separate for thought slots, one set shared by every j (per-j gates would leave an
 evaluation beyond the trained K without parameters). A thought slot's x0 is its input state.
 
-Training is multi-refinement over the whole sequence at once: pass 0 with m = 0, pass p with
-m = shift_right(final states of pass p-1); P passes, P drawn per step from `lrt.passes` with
-`lrt.pass_probs` (from (seed, step): a resume draws the same P; each distinct P compiles once); the loss is
-averaged over the passes (`lrt.supervise="all"`, gradients kept across passes) or read at the last one.
-After p passes positions < p are exact, so P >= T passes equal the sequential recurrence. A thought model
-draws K uniformly from `lrt.thoughts` per step too; its pass 0 over the vocabulary tokens is an
-unsupervised initialisation whose state also fills each token's thought slots, then P refinement passes
-run over the N(K+1) slots. A row of data.seq_len tokens holds seq_len / (K+1) vocabulary tokens at K
+Training is multi-refinement over the whole sequence at once: pass 0 with m = 0, then P refinement
+passes, pass p with m = shift_right(final states of pass p-1) (1 + P passes in all, as the paper and the
+release count: P excludes pass 0); P is drawn per step from `lrt.passes` with `lrt.pass_probs` (from
+(seed, step): a resume draws the same P; each distinct P compiles once); the loss is averaged over the
+supervised passes (`lrt.supervise="all"`, gradients kept across passes) or read at the last one. After
+p passes positions < p are exact, so P >= T - 1 refinements equal the sequential recurrence. A thought
+model draws K uniformly from `lrt.thoughts` per step too; its pass 0 over the vocabulary tokens is an
+unsupervised initialisation whose state also fills each token's thought slots, then the P refinement
+passes run over the N(K+1) slots. A row of data.seq_len tokens holds seq_len / (K+1) vocabulary tokens at K
 (the expanded length is fixed; the rest of the row is unused that step).
 Evaluation and generation run the exact recurrence token by token with the KV cache, K + 1 slots per
 token at K = eval.thoughts (default: the largest trained K); `lrt.eval_mode="parallel"`: eval_passes
@@ -88,13 +88,12 @@ PASSES, PASS_PROBS = (1, 2, 3, 4), (0.4, 0.3, 0.2, 0.1)  # the paper's P distrib
 LRT_DEFAULTS = dict(
     feedback="both",  # both | residual | kv | none (the plain backbone)
     shared_projections=False,  # W_k^fb / W_v^fb shared by every layer instead of one pair per layer
-    thoughts=(
-        0,
-    ),  # thought counts K drawn uniformly per training step: (0,) the LRT, (0, 1) TT1, (0, 1, 2) TT2
+    # Thought counts K drawn uniformly per training step: (0,) the LRT, (0, 1) TT1, (0, 1, 2) TT2.
+    thoughts=(0,),
     cross_token=True,  # the last state of token t-1's interval feeds token t (False: Table 3's ablation)
-    passes=PASSES,  # refinement pass counts P sampled per training step ...
+    passes=PASSES,  # refinement pass counts P (after pass 0) sampled per training step ...
     pass_probs=PASS_PROBS,  # ... with these probabilities
-    supervise="all",  # loss averaged over every (refinement) pass | only the last pass
+    supervise="all",  # loss averaged over the supervised passes (pass 0 unless thought slots) | the last
     eval_mode="exact",  # teacher-forced eval: exact sequential recurrence | parallel refinement
     eval_passes=4,  # parallel eval only
 )
@@ -225,16 +224,16 @@ def refine(
     params: dict,
     tokens: Int[Array, "B T"],
     layout: Layout,
-    num_passes: int,
+    refinements: int,
     mlp_state=None,
     thoughts: int = 0,
 ) -> Passes:
-    """Parallel multi-refinement with `num_passes` supervised passes (gradients flow through every pass).
+    """Parallel multi-refinement: pass 0, then `refinements` passes (gradients flow through every pass).
 
-    Pass 0 runs the vocabulary tokens with zero memory. The plain LRT supervises it and refines
-    num_passes - 1 times, each with m = the final states of the pass before, shifted one token. A thought
-    model takes it as the unsupervised initialisation, puts each token's state on its K thought slots
-    too, and refines the N(K+1) slots num_passes times: a vocabulary slot's input is its embedding, a
+    Pass 0 runs the vocabulary tokens with zero memory. The plain LRT supervises it, then refines,
+    each pass with m = the final states of the pass before, shifted one token. A thought model takes
+    pass 0 as the unsupervised initialisation, puts each token's state on its K thought slots too, and
+    refines the N(K+1) slots: a vocabulary slot's input is its embedding, a
     thought slot's the shifted state; the memory is the shifted state (zero at vocabulary slots without
     cross-token feedback). Logits are read at each interval's last slot.
     """
@@ -247,7 +246,7 @@ def refine(
     inputs = jnp.repeat(x, thoughts + 1, axis=1)
     states = jnp.repeat(states, thoughts + 1, axis=1)
     thought = slots.thought[..., None]
-    for _ in range(num_passes - len(logits)):
+    for _ in range(refinements):
         previous = shift(states, slots.starts)
         m = previous if cfg.cross_token else jnp.where(thought, previous, 0.0).astype(previous.dtype)
         h = jnp.where(thought, previous, inputs)
@@ -371,16 +370,16 @@ class Draw(NamedTuple):
 
 def train_flops(cfg: LRTConfig, seq_len: int, draw: Draw, supervise_all: bool) -> float:
     """Training FLOPs of one row at (K, P): pass 0 over the N = seq_len / (K + 1) vocabulary tokens, then
-    the refinement passes over the N(K + 1) slots, the head at every supervised pass (or the last), the
-    feedback projections (and thought gates) at every block of every pass."""
+    the P refinement passes over the N(K + 1) slots, the head at every supervised pass (pass 0 too without
+    thought slots) or the last, the feedback projections (and thought gates) at every block of every pass."""
     model = cfg.model
     n = seq_len // (draw.thoughts + 1)
     kv = model.num_kv_heads
     gates = model.gate_channels * 2 * kv * (2 if cfg.thought_slots else 1)
     fb = float(2 * model.hidden_size * kv * model.head_dim + gates) if cfg.kv else 0.0
-    refinements = draw.passes if cfg.thought_slots else draw.passes - 1
-    heads = (draw.passes if supervise_all else 1) * n
-    forward = flops.pass_flops(model, n, extra_params=fb) + refinements * flops.pass_flops(
+    supervised = draw.passes + (0 if cfg.thought_slots else 1)
+    heads = (supervised if supervise_all else 1) * n
+    forward = flops.pass_flops(model, n, extra_params=fb) + draw.passes * flops.pass_flops(
         model, n * (draw.thoughts + 1), extra_params=fb
     )
     return flops.train(forward + flops.head_flops(model, heads))
@@ -442,7 +441,7 @@ def build_lrt(
     eval_cfg = dataclasses.replace(cfg, model=model.replace(moe_capacity_factor=None))
     plain = cfg.feedback == "none" and not thought_model  # every pass would be the same plain forward
     if plain:
-        passes, probs = (1,), (1.0,)
+        passes, probs = (0,), (1.0,)
 
     def apply(params, batch, *, training, rng, model_state, sample=None):
         state = model_state.get("mlp")
@@ -453,7 +452,7 @@ def build_lrt(
             out = refine(cfg, params, batch["tokens"], layout_of(batch), draw.passes, state, draw.thoughts)
             return Outputs(out.logits[-1], pass_logits=out.logits[:-1], stats={"mlp": out.stats})
         if s.eval_mode == "parallel":
-            n = 1 if plain else s.eval_passes
+            n = 0 if plain else s.eval_passes
             out = refine(eval_cfg, params, batch["tokens"], layout_of(batch), n, state, eval_k)
             return Outputs(out.logits[-1])
         out = exact_forward(

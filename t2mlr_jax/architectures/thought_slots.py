@@ -1,5 +1,5 @@
 """Latent thought slots: K continuous slots after every vocabulary token, one causal sequence of N(K+1)
-slots (the LRT with thought tokens and PonderLM-2, ../shared/spec/lrt_thought_tokens.md).
+slots (the LRT with thought tokens and PonderLM-2).
 
 Slot (t, 0) holds vocabulary token x_t, slots (t, 1..K) its thoughts. Every slot writes keys / values;
 thought slots share the RoPE index (position id) and the document of their token; a thought slot has no

@@ -94,7 +94,7 @@ def unstack_layers(cfg: ModelConfig, tree: Any) -> Any:
     """`tree` with every params dict's stacked `layers` split into a tuple of per-layer trees in the compute
     dtype. Done once before a loop over tokens (generation, the exact recurrence): a loop body that slices
     (and casts) its layers out of the stack copies every weight at every token, twice the memory traffic
-    of reading it where it lies. `run_blocks` takes either form."""
+    of reading it where it lies. `run_blocks` takes this form with a KV cache."""
     if isinstance(tree, dict):
         if isinstance(tree.get("layers"), dict):
             stacked = _cast(tree["layers"], cfg.dtype)
@@ -343,8 +343,8 @@ def run_blocks(
             h, _, stats = _block(cfg, xs[0], h, step, xs[1], None)
             return h, stats
 
-        if isinstance(layers, list):  # unstacked: scan needs them stacked again
-            layers = jax.tree.map(lambda *a: jnp.stack(a), *layers)
+        if isinstance(layers, list):  # re-stacking for scan would copy every weight at every call
+            raise ValueError("run_blocks: unstacked layers (unstack_layers) are for calls with a KV cache")
         h, stats = jax.lax.scan(_remat(cfg, body), h, (layers, per_layer))
         return BlocksOut(h, None, stats)
 

@@ -6,9 +6,11 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from t2mlr_jax.architectures import lrt
+from t2mlr_jax.architectures.contract import Outputs
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import ModelConfig
@@ -73,9 +75,10 @@ exact = jax.jit(
 
 def test_exact_recurrence_equals_enough_refinement_passes():
     want = exact(CFG, PARAMS, TOKS, LAYOUT, STATE).logits
-    passes = refine(CFG, PARAMS, TOKS, LAYOUT, T, STATE).logits
+    passes = refine(CFG, PARAMS, TOKS, LAYOUT, T - 1, STATE).logits  # pass 0 + T - 1 refinements
+    assert len(passes) == T
     np.testing.assert_allclose(passes[-1], want, atol=1e-5, rtol=1e-5)
-    # After p passes the first p positions are exact and a later one is not yet.
+    # After p passes (pass 0 + p - 1 refinements) the first p positions are exact and a later one is not yet.
     p = 2
     np.testing.assert_allclose(passes[p - 1][0, :p], want[0, :p], atol=1e-5, rtol=1e-5)
     assert np.abs(passes[p - 1][0, p:] - want[0, p:]).max() > 1e-3
@@ -93,6 +96,22 @@ def test_decoding_step_by_step_equals_the_exact_recurrence():
     np.testing.assert_array_equal(jnp.argmax(logits[:, 2:], axis=-1), out.tokens)
 
 
+def test_the_loss_averages_pass_0_and_the_p_refinements_or_reads_the_last():
+    """The plain LRT supervises pass 0 and each of its P refinement passes (1 + P in all, as the paper
+    and the release count), averaged equally; supervise="last" reads the last pass only."""
+    logits = refine(CFG, PARAMS, TOKS, LAYOUT, 2, STATE).logits
+    assert len(logits) == 3
+    targets = jnp.roll(TOKS, -1, axis=1)
+    batch = dict(tokens=TOKS, targets=targets, loss_mask=jnp.ones_like(TOKS), positions=LAYOUT.positions,
+                 segment_ids=LAYOUT.segment_ids, control_flow=LAYOUT.control_flow)  # fmt: skip
+    outputs = Outputs(logits[-1], pass_logits=logits[:-1])
+    ce = [float(optax.softmax_cross_entropy_with_integer_labels(x, targets).mean()) for x in logits]
+    for supervise, want in (("all", np.mean(ce)), ("last", ce[-1])):
+        total, count = lrt.multi_pass_loss(supervise)(outputs, batch)["loss"]
+        np.testing.assert_allclose(float(total / count), want, rtol=1e-5)
+    assert len({round(x, 4) for x in ce}) == 3  # the passes differ: the average is not the last pass
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["per_layer", "shared"])
 def test_silent_feedback_is_the_plain_backbone(shared):
     """feedback=none is the backbone; so is feedback=both with gamma = 0, W^fb = 0 and the gates at 1."""
@@ -101,10 +120,17 @@ def test_silent_feedback_is_the_plain_backbone(shared):
     plain = backbone.forward(NANO, params, TOKS, positions=LAYOUT.positions, segment_ids=LAYOUT.segment_ids,
                              mlp_state=STATE)  # fmt: skip
     none = dataclasses.replace(cfg, feedback="none")
-    np.testing.assert_allclose(refine(none, params, TOKS, LAYOUT, 1, STATE).logits[-1], plain, atol=1e-6)
+    np.testing.assert_allclose(refine(none, params, TOKS, LAYOUT, 0, STATE).logits[-1], plain, atol=1e-6)
     params["lrt"] = jax.tree.map(jnp.zeros_like, params["lrt"])
     np.testing.assert_allclose(refine(cfg, params, TOKS, LAYOUT, 3, STATE).logits[-1], plain, atol=1e-5)
     np.testing.assert_allclose(exact(cfg, params, TOKS, LAYOUT, STATE).logits, plain, atol=1e-5)
+
+
+def test_feedback_starts_at_gamma_0_1_with_the_gates_at_1():
+    fresh = init_from_specs(lrt.lrt_specs(CFG), jax.random.PRNGKey(0), "float32")["lrt"]
+    np.testing.assert_array_equal(fresh["gamma"], np.full(NANO.num_layers, 0.1, np.float32))
+    np.testing.assert_array_equal(fresh["gate"], 0.0)  # 2 sigmoid(0) = 1: local and feedback at full weight
+    assert float(jnp.abs(fresh["k_fb"]).max()) > 0  # the projections start random, like v_proj
 
 
 def test_shared_projections_are_a_small_fraction():
@@ -189,6 +215,11 @@ def test_the_config_presets_are_the_papers_sizes_and_the_vanilla_baseline():
     assert abs(sizes["vanilla"] - 0.805e9) < 0.01e9  # the paper's 0.8B 16-layer reference
     assert 0.03 < sizes[""] / sizes["vanilla"] - 1 < 0.06  # per-layer feedback projections: ~5%
     assert 1.42e9 < sizes["d20"] < 1.55e9
+    config = load_config("lrt_nanochat", "")
+    config.lrt.shared_projections = True  # one W^fb pair for every layer: ~0.3%
+    assert 0.002 < architecture(config, "lrt").num_params() / sizes["vanilla"] - 1 < 0.004
+    recipe = {k: config.optimizer[k] for k in ("lr", "b1", "b2", "weight_decay", "schedule", "decay_ratio")}
+    assert recipe == dict(lr=1.0, b1=0.8, b2=0.95, weight_decay=0.2, schedule="linear_decay", decay_ratio=0.5)
     assert sizes["vanilla,cpu"] < sizes["cpu"] < 40e6
     config = load_config("lrt_nanochat", "cpu")
     config.lrt.feedback = "kv"  # --config.lrt.feedback=kv: an ablation without the residual path

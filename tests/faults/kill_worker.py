@@ -1,5 +1,5 @@
-"""Run by test_kill.py in a subprocess: train the tiny T²MLR run in WORKDIR, and optionally signal itself
-(SIGKILL: a crash) when the iterator is asked for batch AT."""
+"""Run by test_kill.py in a subprocess: train the tiny run of ARCH (t2mlr | lrt) in WORKDIR, and optionally
+signal itself (SIGKILL: a crash) when the iterator is asked for batch AT."""
 
 import os
 import signal
@@ -14,10 +14,11 @@ from t2mlr_jax.train.trainer import train  # noqa: E402
 from tests.faults.tiny_run import run, signalling_source  # noqa: E402
 
 
-def main(workdir: str, at: int, signame: str) -> None:
-    summary = train(run(workdir, source=signalling_source(at, getattr(signal, signame)) if at else None))
+def main(workdir: str, at: int, signame: str, arch: str) -> None:
+    source = signalling_source(at, getattr(signal, signame)) if at else None
+    summary = train(run(workdir, source=source, arch=arch))
     print("stopped_by" in summary and "STOPPED" or "DONE", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])

@@ -1,5 +1,6 @@
 """The tiny T²MLR run every fault case starts from: 9 steps, a checkpoint every step (6 kept), a log line
-every 3 (so a resume can fall inside a logging window), and an iterator that signals its own process."""
+every 3 (so a resume can fall inside a logging window), and an iterator that signals its own process; and
+the tiny LRT run with every stateful part (MoE routing biases, P sampled per step, Muon)."""
 
 import json
 import os
@@ -8,7 +9,7 @@ import jax
 import numpy as np
 
 from t2mlr_jax.train.trainer import Run, restore_state, train
-from tests.train.tiny_task import TinyIterator, tiny_config, tiny_source
+from tests.train.tiny_task import TinyIterator, tiny_config, tiny_lrt_config, tiny_source
 
 STEPS = 9
 
@@ -36,8 +37,16 @@ def signalling_source(at: int, signum: int):
     return tiny_source()._replace(train_iterator=lambda: SignallingIterator(at, signum, 0, 8, 16))
 
 
-def run(workdir, cfg=None, source=None) -> Run:
-    return Run(cfg or config(), workdir, source or tiny_source(), "t2mlr")
+def lrt_config():
+    """P sampled from {1, 2}: each distinct P compiles its own step, and P = 3, 4 would only be slower."""
+    config = tiny_lrt_config(steps=STEPS, checkpoint_every=2)
+    config.lrt.passes, config.lrt.pass_probs = (1, 2), (0.5, 0.5)
+    return config
+
+
+def run(workdir, cfg=None, source=None, arch="t2mlr") -> Run:
+    cfg = cfg or (lrt_config() if arch == "lrt" else config())
+    return Run(cfg, workdir, source or tiny_source(), arch)
 
 
 def train_tiny(workdir, cfg=None, source=None) -> dict:
