@@ -18,6 +18,7 @@ Example: python main.py --config=configs/lrt_nanochat.py:cpu --workdir=runs/lrt_
 """
 
 from t2mlr_jax.config_utils import (
+    OFFLINE_HINT,
     apply_preset,
     backbone_preset,
     experiment,
@@ -72,6 +73,7 @@ def get_config(arg=None):
             "cpu": {
                 **backbone_preset(cpu_model),
                 "data.tokenizer": smollm2_tokenizer(),
+                "data.hint": OFFLINE_HINT,
                 "data.train_path": shakespeare[0],
                 "data.eval_path": shakespeare[1],  # The Tempest and The Winter's Tale, held out
                 "data.seq_len": 64,

@@ -375,12 +375,13 @@ def train_flops(cfg: LRTConfig, seq_len: int, draw: Draw, supervise_all: bool) -
     model = cfg.model
     n = seq_len // (draw.thoughts + 1)
     kv = model.num_kv_heads
-    gates = model.gate_channels * 2 * kv * (2 if cfg.thought_slots else 1)
-    fb = float(2 * model.hidden_size * kv * model.head_dim + gates) if cfg.kv else 0.0
+    gate = model.gate_channels * 2 * kv  # one gate set; thought slots have their own (not run in pass 0)
+    fb = float(2 * model.hidden_size * kv * model.head_dim + gate) if cfg.kv else 0.0
+    fb_refine = fb + (gate if cfg.kv and cfg.thought_slots else 0.0)
     supervised = draw.passes + (0 if cfg.thought_slots else 1)
     heads = (supervised if supervise_all else 1) * n
     forward = flops.pass_flops(model, n, extra_params=fb) + draw.passes * flops.pass_flops(
-        model, n * (draw.thoughts + 1), extra_params=fb
+        model, n * (draw.thoughts + 1), extra_params=fb_refine
     )
     return flops.train(forward + flops.head_flops(model, heads))
 

@@ -1,5 +1,6 @@
-"""data.source=tfds:NAME:SPLIT: a tiny TFDS dataset, prepared here as array_record without TensorFlow (TFDS
-4.9 serialises examples without it), read back as text documents into the text pipeline."""
+"""data.source=tfds:NAME[/CONFIG]:SPLIT: tiny TFDS datasets (one of them with two builder configs), prepared
+here as array_record without TensorFlow (TFDS 4.9 serialises examples without it), read back as text
+documents into the text pipeline."""
 
 import jax
 import numpy as np
@@ -58,6 +59,37 @@ def tiny_text(tmp_path_factory, english_paragraph) -> tuple[str, list[str], list
     return data_dir, train, test
 
 
+@pytest.fixture(scope="module")
+def tiny_cased(tmp_path_factory, tiny_text) -> tuple[str, list[str]]:
+    """(data_dir, documents) of "tiny_cased": tiny_text's train documents, lower-cased in its builder config
+    "lower" (the first, so the default) and upper-cased in "upper"; both prepared, as `tfds build` does
+    for each config."""
+    documents = tiny_text[1][:6]
+    with tfds.core.registered.skip_registration():
+
+        class TinyCased(tfds.core.GeneratorBasedBuilder):
+            VERSION = tfds.core.Version("1.0.0")
+            BUILDER_CONFIGS = [tfds.core.BuilderConfig(name="lower"), tfds.core.BuilderConfig(name="upper")]
+            __module__ = "tiny_cased"  # as TinyText's
+
+            def _info(self):
+                features = tfds.features.FeaturesDict({"text": tfds.features.Text()})
+                return tfds.core.DatasetInfo(builder=self, features=features)
+
+            def _split_generators(self, dl_manager):
+                return {"train": self._generate_examples()}
+
+            def _generate_examples(self):
+                case = str.upper if self.builder_config.name == "upper" else str.lower
+                for i, doc in enumerate(documents):
+                    yield i, {"text": case(doc)}
+
+    data_dir = str(tmp_path_factory.mktemp("tfds_configs"))
+    for name in ("lower", "upper"):
+        TinyCased(config=name, data_dir=data_dir).download_and_prepare(file_format="array_record")
+    return data_dir, documents
+
+
 @pytest.fixture
 def config_with(tiny_text, tokenizer_dir, smollm2):
     """A text config reading tiny_text's train / test splits, with `data` changes."""
@@ -91,6 +123,20 @@ def test_documents_are_the_generated_ones(tiny_text):
     assert len(TfdsDocuments("tfds:tiny_text:train[:5]", data_dir=data_dir)) == 5
 
 
+def test_a_builder_config_is_read_from_its_own_files(tiny_cased):
+    data_dir, documents = tiny_cased
+    read = lambda spec: sorted(TfdsDocuments(spec, data_dir=data_dir))
+    assert read("tfds:tiny_cased/upper:train") == sorted(d.upper() for d in documents)
+    assert (
+        read("tfds:tiny_cased/lower:train")
+        == read("tfds:tiny_cased:train")
+        == sorted(map(str.lower, documents))
+    )
+    assert len(TfdsDocuments("tfds:tiny_cased/upper:train[:2]", data_dir=data_dir)) == 2
+    with pytest.raises(ValueError, match="tfds build tiny_cased/title --data_dir="):
+        TfdsDocuments("tfds:tiny_cased/title:train", data_dir=data_dir)
+
+
 def rows_come_from(batch: dict, tokenizer, documents: list[str]) -> bool:
     """Every document piece in every row of `batch` (EOS dropped) decodes to a part of one of `documents`."""
     for tokens, seg in zip(batch["tokens"], batch["segment_ids"]):
@@ -112,6 +158,14 @@ def test_train_and_eval_batches_come_from_the_tfds_splits(tiny_text, config_with
         assert batch["tokens"].shape == (2, 64) and rows_come_from(batch, smollm2, train)
     eval_batches = list(data.eval_batches())
     assert eval_batches and all(rows_come_from(batch, smollm2, test) for batch in eval_batches)
+
+
+def test_batches_come_from_the_named_builder_config(tiny_cased, config_with, smollm2):
+    data_dir, documents = tiny_cased
+    specs = dict(source="tfds:tiny_cased/upper:train", eval_source="tfds:tiny_cased/lower:train")
+    data = build_data_source(config_with(tfds_data_dir=data_dir, **specs))
+    assert rows_come_from(next(data.train_iterator()), smollm2, [d.upper() for d in documents])
+    assert all(rows_come_from(b, smollm2, [d.lower() for d in documents]) for b in data.eval_batches())
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,8 @@
 import importlib.util
 import json
 import os
+import re
+import shlex
 
 import numpy as np
 import pytest
@@ -26,6 +28,23 @@ def test_help(name, capsys):
     with pytest.raises(SystemExit) as exit_info:
         load_tool(name).main(["--help"])
     assert exit_info.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+def test_make_dataset_help_examples_are_complete_commands(capsys):
+    """Every example in --help names the required flags (--out included) and only flags the tool has."""
+    with pytest.raises(SystemExit):
+        load_tool("make_dataset").main(["--help"])
+    text = capsys.readouterr().out
+    description = text.partition("Example:")[2]
+    examples = [
+        shlex.split(command.replace("\\\n", " "))
+        for command in re.findall(r"python tools/make_dataset\.py(?:[^\n]*\\\n)*[^\n]*", description)
+    ]
+    assert len(examples) == 2
+    known = set(re.findall(r"--\w+", text.split("options:")[-1]))
+    for argv in examples:
+        flags = {a for a in argv if a.startswith("--")}
+        assert {"--task", "--num_examples", "--out"} <= flags <= known, argv
 
 
 def test_make_dataset_writes_jsonl_and_array_record(tmp_path):

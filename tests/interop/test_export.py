@@ -15,6 +15,7 @@ from t2mlr_jax.data.tokenizer import load_tokenizer
 from t2mlr_jax.interop import load_params, save_params
 from t2mlr_jax.interop.files import json_floats
 from t2mlr_jax.interop.tokenizer_files import read_tokenizer
+from tests.data.test_tools import load_tool
 from tests.interop.helpers import random_params, tiny_t2mlr_config
 from tests.interop.test_cli import convert
 
@@ -166,6 +167,41 @@ def test_export_without_tokenizer_says_how_to_add_one(folders, tmp_path, capsys)
     assert {p.name for p in (tmp_path / "hf").iterdir()} == {"config.json", "model.safetensors", "README.md"}
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["eos_token_id"] is None
     assert "Not verified" in (tmp_path / "hf" / "README.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def trained_tokenizer_export(tmp_path_factory):
+    """(tokenizer folder, HF export): a 300-token BPE trained by tools/train_tokenizer.py on TEXT and
+    SENTENCE, and a plain tiny model of that vocabulary exported with it."""
+    tmp = tmp_path_factory.mktemp("trained_tokenizer")
+    (tmp / "corpus.txt").write_text((TEXT + " " + SENTENCE + "\n") * 20)
+    argv = ["--input", tmp / "corpus.txt", "--out", tmp / "tokenizer", "--vocab_size", 300]
+    assert load_tool("train_tokenizer").main([str(a) for a in argv]) == 0
+    cfg = tiny_t2mlr_config().replace(vocab_size=300, recurrence=None)
+    save_params(tmp / "plain", cfg, random_params(cfg))
+    assert (
+        convert("--from", "orbax", "--to", "hf", tmp / "plain", tmp / "hf", "--tokenizer", tmp / "tokenizer")
+        == 0
+    )
+    return tmp / "tokenizer", tmp / "hf"
+
+
+def test_an_export_with_a_trained_tokenizer_loads_in_autotokenizer_with_our_ids(trained_tokenizer_export):
+    """A tokenizer of tools/train_tokenizer.py travels with the export: transformers' AutoTokenizer reads the
+    folder and gives our ids (special tokens single, no BOS added), decodes them back, and its EOS is ours,
+    as are the ids in config.json and generation_config.json."""
+    from transformers import AutoTokenizer
+
+    trained, hf = trained_tokenizer_export
+    ours = load_tokenizer(str(trained))
+    theirs = AutoTokenizer.from_pretrained(hf)
+    for text in (SENTENCE, TEXT, "<|im_start|>user\nunseen: ∑ ü 🤗<|im_end|><|endoftext|>"):
+        ids = ours.encode(text).tolist()
+        assert theirs(text)["input_ids"] == ids and theirs.decode(ids) == text
+    assert theirs.eos_token == "<|endoftext|>" and theirs.eos_token_id == ours.eos_id == 0
+    assert len(theirs) == ours.vocab_size == 300
+    for name in ("config.json", "generation_config.json"):
+        assert json.loads((hf / name).read_text())["eos_token_id"] == ours.eos_id, name
 
 
 BAD_INPUTS = {

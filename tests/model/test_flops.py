@@ -59,6 +59,43 @@ def test_each_architecture_accounts_for_what_it_runs():
     assert _arch("t2mlr").train_flops is None  # no accounting: a flop budget is refused
 
 
+def test_a_thought_row_by_hand():
+    """One training row of 12 slots on the tiny backbone (3 blocks, D 32, 2 heads of 16, SwiGLU 64, V 16,
+    gate channels 32), by hand: pass 0 over the N = 12 / (K + 1) vocabulary tokens, P refinement passes
+    over the 12 slots, the head at the N last slots of every refinement pass (supervise "all") or of the
+    last one; forward + backward = 3 forwards. PonderLM-2 alike without feedback, the head once."""
+    block = 4 * 32 * 32 + 3 * 32 * 64  # q, k, v, o + SwiGLU's three matrices
+    feedback = 2 * 32 * 2 * 16  # W_k^fb, W_v^fb: D -> 2 kv heads of 16
+    gate = 32 * 2 * 2  # W_g: 32 channels -> (local, feedback) x 2 kv heads; thought slots have their own
+
+    def forward(length, extra):  # one pass: 3 blocks, causal attention (query i scores i + 1 keys)
+        return 3 * (2 * length * (block + extra) + 4 * length * (length + 1) / 2 * 2 * 16)
+
+    def head(positions):
+        return 2 * positions * 32 * 16
+
+    def row(k, p, supervise_all=True):
+        n = 12 // (k + 1)
+        pass0 = forward(n, feedback + gate)  # pass 0 runs the vocabulary gate only
+        return 3 * (pass0 + p * forward(12, feedback + 2 * gate) + head((p if supervise_all else 1) * n))
+
+    thought = _arch(thoughts=(1,), passes=(2,), pass_probs=(1.0,))
+    assert flops.block_params(thought.backbone) == block and thought.backbone.gate_channels == 32
+    assert thought.train_flops(12) == pytest.approx(row(1, 2), rel=1e-12)
+    last = _arch(thoughts=(2,), passes=(3,), pass_probs=(1.0,), supervise="last")
+    assert last.train_flops(12) == pytest.approx(row(2, 3, supervise_all=False), rel=1e-12)
+    sampled = _arch(thoughts=(0, 1), passes=(1, 2), pass_probs=(0.25, 0.75))  # K uniform, P as given
+    want = sum(0.5 * w * row(k, p) for k in (0, 1) for p, w in ((1, 0.25), (2, 0.75)))
+    assert sampled.train_flops(12) == pytest.approx(want, rel=1e-12)
+    config = tiny_config("ponderlm2")
+    config.data.seq_len, config.baseline.param_match = 12, False
+    config.ponderlm2.thoughts, config.ponderlm2.passes, config.ponderlm2.pass_probs = (2,), (3,), (1.0,)
+    ponder = architecture(config, "ponderlm2")
+    assert ponder.train_flops(12) == pytest.approx(
+        3 * (forward(4, 0) + 3 * forward(12, 0) + head(4)), rel=1e-12
+    )
+
+
 def test_a_flop_budget_sets_the_steps_before_anything_compiles(tmp_path):
     from t2mlr_jax.train.trainer import Run
 
