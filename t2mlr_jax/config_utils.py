@@ -17,7 +17,8 @@ Sections:
   train      steps (or a FLOP budget), batch, logging / checkpoint cadence.
   data       task name and the task's own settings, or the files / TFDS splits of text
              (t2mlr_jax.train.build_data).
-  eval       loss mode, generation settings, how many examples.
+  eval       loss mode, generation settings, how many examples; `window`, the tokens per eval row (text is
+             scored in non-overlapping windows of that many tokens), is the same field as data.eval_seq_len.
 """
 
 from __future__ import annotations
@@ -151,6 +152,11 @@ def experiment(
             reset_optimizer=False,
         )
     )
+    # The length of every eval row, one value under two names (a shared FieldReference: setting either sets
+    # both): eval.window, the scoring window of --mode=eval on text (non-overlapping windows of this many
+    # tokens; the paper's protocol is 1024, configs/recirculation.py), and data.eval_seq_len (tasks: eval
+    # rows may be longer than training rows, length generalization). 0 = data.seq_len.
+    window = config_dict.FieldReference(0)
     c.data = config_dict.ConfigDict(
         dict(
             kind="generated",  # generated | file | text (t2mlr_jax.train.build_data)
@@ -167,7 +173,8 @@ def experiment(
             tfds_text_key="text",  # the string feature that holds each document
             hint="",  # how to get this config's data: ends the error when a data or tokenizer path is missing
             seq_len=256,
-            eval_seq_len=0,  # eval rows may be longer (length generalization); 0 = seq_len
+            # the eval rows' length: the same field as eval.window (one value under two names, below)
+            eval_seq_len=window,
             train_examples=1_000_000,
             eval_split="test",
             # how examples fill rows (t2mlr_jax.data.pipeline): tasks / files "none" (one per row) or
@@ -188,6 +195,7 @@ def experiment(
         dict(
             batch_size=64,
             num_examples=512,
+            window=window,  # tokens per eval row (text: non-overlapping windows); = data.eval_seq_len
             generate=False,  # greedy-generation exact match (SFT tasks); off = per-position argmax (S5)
             max_new_tokens=64,
             score="loss_mask",  # positions scored for accuracy / exact match: loss_mask | recurrent (S5)
@@ -515,6 +523,7 @@ def finetuning(
             "cpu": {
                 # The GGUF holds SmolLM2-135M-Instruct's weights and its tokenizer.
                 "init_from": smollm2_tokenizer(),
+                "data.hint": OFFLINE_HINT,  # the task's own hint points at the full data
                 "model.dtype": "float32",
                 "model.recurrence.d_forward": 2,
                 "model.recurrence.d_backward": 1,

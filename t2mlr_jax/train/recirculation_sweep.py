@@ -146,11 +146,12 @@ def plan(config: ml_collections.ConfigDict, model: ModelConfig) -> Plan:
 
 
 def check_window(config: ml_collections.ConfigDict, max_seq_len: int) -> int:
-    """The eval window, which must fit the model's context."""
-    window = config.data.eval_seq_len or config.data.seq_len
+    """The eval window (eval.window = data.eval_seq_len; 0 = data.seq_len), which must fit the model's
+    context."""
+    window = config.eval.window or config.data.seq_len
     if window > max_seq_len:
         raise ValueError(
-            f"data.eval_seq_len {window} is longer than the model's context (model.max_seq_len {max_seq_len})"
+            f"eval.window {window} is longer than the model's context (model.max_seq_len {max_seq_len})"
         )
     return window
 

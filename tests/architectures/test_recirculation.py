@@ -1,6 +1,7 @@
 """Recirculation as architectures of the house: the adaptive variant trains its MLP through the trainer with
-the pretrained base bitwise unchanged; the training-free one scores and decodes through the contract; bad
-settings are one clear error when the architecture is built."""
+the pretrained base bitwise unchanged, and configs/recirculation.py:adaptive is the paper's recipe; the
+training-free one scores and decodes through the contract; bad settings are one clear error when the
+architecture is built."""
 
 import jax
 import jax.numpy as jnp
@@ -8,8 +9,11 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.architectures import build_architecture
+from t2mlr_jax.config_utils import config_module
 from t2mlr_jax.model.recirculation import ADAPTIVE
+from t2mlr_jax.model.spec import is_spec
 from t2mlr_jax.train.trainer import Run, restore_state, train
+from tests.experiments import ROOT
 from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
 
 PATHWAY = {"source": 2, "destination": 0, "alpha": 0.3, "parallel_max_passes": 3}
@@ -33,6 +37,22 @@ def test_adaptive_mlp_trains_over_a_frozen_base(tmp_path):
     jax.tree.map(np.testing.assert_array_equal, base, {k: v for k, v in start.items() if k != ADAPTIVE})
     moved = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), trained.params[ADAPTIVE], start[ADAPTIVE])
     assert moved["out"] == {"kernel": True, "bias": True}  # the zero-initialised last layer learns first
+
+
+def test_adaptive_preset_is_the_papers_recipe():
+    """100 steps, batch 32, AdamW 3e-4 with weight decay 1e-4 (constant LR); the MLP as wide as the model,
+    the only trainable parameters."""
+    config = config_module(ROOT / "configs" / "recirculation.py").get_config("adaptive")
+    assert config.arch == "recirculation_adaptive"
+    assert (config.train.steps, config.train.batch_size, config.train.grad_accum) == (100, 32, 1)
+    o = config.optimizer
+    assert (o.name, o.lr, o.weight_decay, o.schedule, o.warmup_ratio) == ("adamw", 3e-4, 1e-4, "constant", 0)
+    arch = build_architecture(_config("recirculation_adaptive"))
+    d = arch.backbone.hidden_size
+    mlp = arch.specs[ADAPTIVE]
+    assert [mlp[k]["kernel"].shape for k in ("fc1", "fc2", "out")] == [(2 * d, d), (d, d), (d, 2 * d)]
+    frozen = jax.tree.leaves(jax.tree.map(lambda s: s.frozen, arch.specs, is_leaf=is_spec))
+    assert sum(frozen) == len(frozen) - 6  # every base weight frozen, the MLP's 3 kernels and 3 biases not
 
 
 @pytest.mark.parametrize("stack", ["two", "single"])

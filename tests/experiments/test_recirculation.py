@@ -1,7 +1,9 @@
 """experiments/recirculation.py and the sweep behind it, on a tiny random 3-layer model saved as a checkpoint
-(the SmolLM2 vocabulary, so that the shipped tokenizer and Shakespeare windows serve): --help, one run of
-2 pairs x 1 alpha writing every file with finite changes and the plain model's perplexity as its baseline,
-a rerun that scores nothing, and one clear error per bad setting before anything is read or compiled."""
+(the SmolLM2 vocabulary, so that the shipped tokenizer and Shakespeare windows serve): --help, main.py's
+--mode=train handing the config to the sweep, one run of 2 pairs x 1 alpha writing every file with finite
+changes, the plain model's perplexity (at temperatures 1 and 1.2) as its baseline, the temperature
+control, the gain by position and the parallel-vs-serial speed-up, a rerun that scores nothing, and one
+clear error per bad setting before anything is read or compiled."""
 
 import json
 import math
@@ -20,6 +22,7 @@ from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.train import recirculation_sweep as sweep
 from tests.experiments import ROOT
+from tests.test_eval_pretrained import run_main
 
 TINY = ModelConfig(
     vocab_size=49152,
@@ -63,6 +66,10 @@ def _config(checkpoint, **changes):
     return config
 
 
+def _same_cell(a: dict, b: dict) -> bool:
+    return all(a[k] == b[k] for k in ("source", "destination", "scheme", "alpha"))
+
+
 def _refuse(*args, **kwargs):
     raise AssertionError("a cell was scored")
 
@@ -76,6 +83,28 @@ def test_help_lists_the_flags():
     )
     assert out.returncode == 0, out.stderr
     assert "--config" in out.stdout and "--workdir" in out.stdout and "heatmap_looping.png" in out.stdout
+
+
+def test_main_train_mode_hands_recirculation_to_the_sweep(tmp_path, monkeypatch, capsys):
+    """arch recirculation has nothing to train: main.py's --mode=train runs the sweep with the config
+    as given (overrides included) and the workdir, and nothing else; an architecture that trains is not
+    handed over."""
+    import main as framework
+
+    calls = []
+    monkeypatch.setattr(sweep, "run_sweep", lambda config, workdir: calls.append((config, workdir)))
+    workdir = tmp_path / "sweep"
+    config_file = f"--config={ROOT / 'configs' / 'recirculation.py'}:cpu"
+    run_main(
+        config_file, f"--workdir={workdir}", "--config.recirculation.sweep_stride=3", monkeypatch=monkeypatch
+    )
+    ((config, given),) = calls
+    assert (config.arch, config.recirculation.sweep_stride, config.eval.window) == ("recirculation", 3, 256)
+    assert given == workdir and not workdir.exists()
+    assert f"recirculation has nothing to train: running its sweep into {workdir}" in capsys.readouterr().out
+    assert framework._training_free(config) is sweep.run_sweep
+    config.arch = "recirculation_adaptive"  # trains its MLP with the trainer
+    assert framework._training_free(config) is None
 
 
 def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint, monkeypatch):
@@ -94,21 +123,56 @@ def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint
     assert any(r["change_pct"] != 0 for r in lines[1:5])  # recirculation and looping act
     check = results["serial_check"][0]
     assert check["perplexity_rel_diff"] < 1e-4 and check["parallel"]["passes"]["max"] <= 16
+    parallel, serial = check["parallel"], check["serial"]  # timed side by side, compilation apart
+    assert min(parallel["seconds"], serial["seconds"], parallel["compile_seconds"]) > 0
+    assert check["speedup"] == pytest.approx(serial["seconds"] / parallel["seconds"])
     for name in ("results.json", "heatmap_ratio_alpha0.5.png", "heatmap_looping.png", "gain_by_position.png"):
         assert (workdir / name).stat().st_size > 0
     assert json.loads((workdir / sweep.RESULTS).read_text())["best"] == results["best"]
 
-    # The baseline is the plain model's perplexity over the same windows.
+    # The baseline is the plain model's perplexity over the same windows, at temperatures 1 and 1.2.
     _, params = load_pretrained(checkpoint)
-    nll = tokens = 0.0
+    nll, tokens = np.zeros(2), 0.0
     plain = jax.jit(backbone.forward, static_argnums=0)
-    for batch in sweep.windows(config):
+    batches = sweep.windows(config)
+    for batch in batches:
         layout = dict(positions=batch["positions"], segment_ids=batch["segment_ids"])
         logits = plain(TINY, params, batch["tokens"], **layout)
         mask = batch["loss_mask"]
-        nll += float((optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"]) * mask).sum())
+        for i, temperature in enumerate((1.0, 1.2)):
+            token_nll = optax.softmax_cross_entropy_with_integer_labels(
+                logits / temperature, batch["targets"]
+            )
+            nll[i] += float((token_nll * mask).sum())
         tokens += float(mask.sum())
-    np.testing.assert_allclose(results["baseline"]["perplexity"], math.exp(nll / tokens), rtol=1e-5)
+    base, base_hot = np.exp(nll / tokens)
+    np.testing.assert_allclose(results["baseline"]["perplexity"], base, rtol=1e-5)
+    np.testing.assert_allclose(lines[0]["control_temperature"]["perplexity"], base_hot, rtol=1e-5)
+
+    # The temperature control: the base model at 1.2 alone, the best cell alone, both together.
+    control, best = results["controls"]["temperature"], results["best"]
+    assert control["temperature"] == 1.2
+    hot = lines[0]["control_temperature"]["perplexity"] / results["baseline"]["perplexity"]
+    assert control["baseline_change_pct"] == pytest.approx(100 * (hot - 1))
+    assert control["best_change_pct"] == best["change_pct"]
+    assert control["combined_change_pct"] == best["control_temperature"]["change_pct"]
+    assert control["sum_of_separate_pct"] == pytest.approx(
+        control["baseline_change_pct"] + best["change_pct"]
+    )
+    assert control["non_additivity_pct"] == pytest.approx(
+        control["combined_change_pct"] - control["sum_of_separate_pct"]
+    )
+    assert all(math.isfinite(v) for v in control.values()) and control["baseline_change_pct"] != 0
+
+    # Gain by position: the best cell's NLL against the baseline's per bucket of the 32-token windows.
+    gain, counts = results["gain_by_position"], sweep.position_counts(batches, 32)
+    assert gain["bucket_start"] == list(range(0, 32, 32 // sweep.POSITION_BUCKETS))  # every bucket seen
+    assert gain["tokens"] == counts.tolist() and sum(gain["tokens"]) == tokens
+    best_line = next(r for r in lines if r["kind"] == "recirculation" and _same_cell(r, best))
+    expected = (np.subtract(lines[0]["nll_by_position"], best_line["nll_by_position"])) / counts
+    np.testing.assert_allclose(gain["nll_gain"], expected, rtol=1e-6)
+    np.testing.assert_allclose(gain["change_pct"], 100 * (np.exp(-expected) - 1), rtol=1e-6)
+    assert np.all(np.isfinite(gain["nll_gain"])) and np.any(np.asarray(gain["nll_gain"]) != 0)
 
     monkeypatch.setattr(sweep, "_token_nll", _refuse)
     again = sweep.run_sweep(config, workdir)
@@ -123,7 +187,7 @@ def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint
         ({"recirculation.source": 3}, "blocks 0..2"),
         ({"recirculation.sweep_alphas": "0.5,1.5"}, r"\(0, 1\]"),
         ({"recirculation.sweep_schemes": "ratio,ratios"}, "scheme must be one of"),
-        ({"data.eval_seq_len": 128}, "longer than the model's context"),
+        ({"eval.window": 128}, "eval.window 128 is longer than the model's context"),
     ],
 )
 def test_bad_settings_fail_before_anything_runs(tmp_path, checkpoint, monkeypatch, changes, message):

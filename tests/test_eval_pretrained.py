@@ -1,0 +1,122 @@
+"""--mode=eval of a pretrained model with nothing trained: main.py (run in this process) scores the shipped
+SmolLM2-135M-Instruct GGUF (config.init_from) on a text file given only as data.eval_path, in
+non-overlapping windows of eval.window tokens, and prints and writes loss, perplexity and bits per byte,
+which are transformers' on the same windows (1e-4 relative). eval.window and data.eval_seq_len are one
+field under two names."""
+
+import functools
+import json
+import math
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+import torch
+from absl.testing import flagsaver
+
+from t2mlr_jax.config_utils import config_module, set_path, shakespeare_split
+from t2mlr_jax.parallel.mesh import make_mesh
+from t2mlr_jax.train import build_data, init_from, trainer
+
+build = build_data.build_data_source
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "recirculation.py"
+WINDOW, WINDOWS = 64, 2
+
+
+def run_main(*args: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """main.py with `args` in this process (no second JAX start-up); its absl flags are restored after."""
+    import main as framework
+
+    argv = ["main.py", *args]
+    monkeypatch.setattr(sys, "argv", argv)  # config_flags reads the --config.<field> overrides from sys.argv
+    with flagsaver.flagsaver():
+        framework._parse_flags(argv)
+        framework.main(argv[:1])
+
+
+def _kept(kept: list, value):
+    kept.append(value)
+    return value
+
+
+def test_eval_window_is_data_eval_seq_len():
+    """One value under two names: setting either sets both; the recirculation config's is the paper's 1024,
+    elsewhere 0 (= data.seq_len) as before."""
+    config = config_module(CONFIG).get_config()
+    assert config.eval.window == config.data.eval_seq_len == 1024
+    config.eval.window = 64
+    assert config.data.eval_seq_len == 64
+    set_path(config, "data.eval_seq_len", 32)
+    assert config.eval.window == 32
+    assert config_module(CONFIG).get_config("cpu").eval.window == 256
+    other = config_module(ROOT / "configs" / "smollm2_retrofit.py").get_config("cpu")
+    assert other.eval.window == other.data.eval_seq_len == 0
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("smollm2_gguf")  # shares the GGUF parses (tests/conftest.py)
+def test_eval_mode_scores_a_gguf_with_only_eval_text_as_transformers(
+    tmp_path, monkeypatch, capsys, smollm2_gguf, smollm2_transformers
+):
+    model, tokenizer = smollm2_transformers
+    text = open(shakespeare_split()[1].split(",")[0]).read()[20_000:21_500]  # ~400 tokens: > 2 windows
+    eval_file, workdir = tmp_path / "heldout.txt", tmp_path / "eval"
+    eval_file.write_text(text)
+    overrides = {
+        "arch": "transformer",  # the unmodified model
+        "data.train_path": "",  # evaluation needs only the eval text
+        "data.eval_path": str(eval_file),
+        "eval.window": WINDOW,
+        "eval.batch_size": WINDOWS,
+        "eval.num_examples": WINDOWS,
+    }
+    # The GGUF's config and weights as the session parsed them once (tests/conftest.py); one device, as on a
+    # laptop (each of the 8 fake test devices would compute the whole batch); the data main.py scored.
+    monkeypatch.setattr(init_from, "pretrained_config", lambda path, param_dtype: smollm2_gguf[0])
+    monkeypatch.setattr(init_from, "load_pretrained", lambda path, param_dtype: smollm2_gguf)
+    monkeypatch.setattr(trainer, "make_mesh", functools.partial(make_mesh, devices=jax.devices()[:1]))
+    sources = []
+    monkeypatch.setattr(build_data, "build_data_source", lambda *a, **k: _kept(sources, build(*a, **k)))
+    run_main(
+        f"--config={CONFIG}",
+        "--mode=eval",
+        f"--workdir={workdir}",
+        *(f"--config.{k}={v}" for k, v in overrides.items()),
+        monkeypatch=monkeypatch,
+    )
+    metrics = json.loads((workdir / "eval_step0.json").read_text())
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("transformer @ init_from")]
+    for label, key in (("loss", "loss"), ("perplexity", "perplexity"), ("bits per byte", "bpb")):
+        assert f"{label} {metrics[key]:.4g}" in line
+    assert metrics["window"] == WINDOW and metrics["examples"] == WINDOWS
+    assert f"over {WINDOWS} windows of {WINDOW} tokens" in line
+
+    # The windows main.py scored: consecutive, non-overlapping, eval.window tokens each, every token
+    # supervised by the next one of the text, positions restarting in each.
+    (batch,) = list(sources[0].eval_batches())
+    ids = np.asarray(tokenizer(text)["input_ids"][: WINDOWS * WINDOW + 1])
+    np.testing.assert_array_equal(batch["tokens"], ids[:-1].reshape(WINDOWS, WINDOW))
+    np.testing.assert_array_equal(batch["targets"], ids[1:].reshape(WINDOWS, WINDOW))
+    assert np.all(batch["loss_mask"] == 1) and np.all(batch["segment_ids"] == 1)
+    np.testing.assert_array_equal(batch["positions"], np.tile(np.arange(WINDOW), (WINDOWS, 1)))
+
+    with torch.no_grad():
+        logits = model(torch.as_tensor(batch["tokens"])).logits
+        nll = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), torch.as_tensor(batch["targets"]).long().flatten(), reduction="sum"
+        ).item()
+    text_bytes = len(tokenizer.decode(ids[1:]).encode("utf-8"))  # the targets' text
+    reference = {
+        "loss": nll / ids[1:].size,
+        "perplexity": math.exp(nll / ids[1:].size),
+        "bpb": nll / (math.log(2.0) * text_bytes),
+    }
+    print(
+        f"SmolLM2 GGUF --mode=eval: {metrics['perplexity']:.6f} vs transformers {reference['perplexity']:.6f}"
+    )
+    for key, value in reference.items():
+        assert abs(metrics[key] / value - 1) <= 1e-4, (key, metrics[key], value)
