@@ -251,3 +251,23 @@ def test_the_config_defaults_select_muon_for_a_t2mlr_model():
     updates, _ = jax.eval_shape(tx.update, params, jax.eval_shape(tx.init, params), params)
     assert jax.tree.map(lambda u: u.shape, updates) == jax.tree.map(lambda p: p.shape, params)
     assert muon_labels(specs)["mixer"]["rezero_gamma_recurrent_gate"] == "scalar"
+
+
+@pytest.mark.parametrize(
+    "arch", ["transformer", "looped", "middle_looped", "pause", "lstm", "lrt", "ponderlm2"]
+)
+def test_muon_is_selectable_for_every_architecture(arch):
+    """Every architecture's table carries the kinds Muon's groups read: its update builds and keeps the
+    parameters' shapes, with the matrices in the muon group and everything else in an AdamW one."""
+    from t2mlr_jax.train.init_from import architecture
+
+    config = tiny_config(arch)
+    for path, value in MUON_RECIPE.items():
+        config.optimizer[path.split(".")[1]] = value
+    specs = architecture(config, arch).specs
+    params = spec_shapes(specs, "float32")
+    tx = make_optimizer(config.optimizer, specs, 10)
+    updates, _ = jax.eval_shape(tx.update, params, jax.eval_shape(tx.init, params), params)
+    assert jax.tree.map(lambda u: u.shape, updates) == jax.tree.map(lambda p: p.shape, params)
+    labels = jax.tree.leaves(muon_labels(specs))
+    assert "muon" in labels and len(set(labels)) > 1
