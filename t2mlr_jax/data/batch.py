@@ -38,7 +38,7 @@ from collections.abc import Mapping
 import numpy as np
 from jaxtyping import Shaped
 
-from t2mlr_jax.model.fusion import PAD, PROMPT, RECURRENT  # noqa: F401  (part of the batch contract)
+from t2mlr_jax.model.control_flow import PAD, PROMPT, RECURRENT  # noqa: F401  (part of the batch contract)
 
 BATCH_DTYPES: dict[str, type] = {
     "tokens": np.int32,

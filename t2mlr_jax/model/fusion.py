@@ -15,13 +15,12 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.control_flow import RECURRENT
 from t2mlr_jax.model.layers import rms_norm
 from t2mlr_jax.model.mixers import MIXERS
 from t2mlr_jax.model.mixers.common import post_rescale, torch_uniform
 from t2mlr_jax.model.spec import ParamSpec, ones
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
-
-PAD, PROMPT, RECURRENT = 0, 1, 2  # control flow: padding, prompt / non-recurrent, recurrent (fused with R)
 
 
 def mixer_specs(cfg: ModelConfig) -> dict:

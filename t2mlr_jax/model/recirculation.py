@@ -29,7 +29,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from t2mlr_jax.model.backbone import KVCache, advance, embed, head, init_cache
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.fusion import PROMPT, RECURRENT
+from t2mlr_jax.model.control_flow import PROMPT, RECURRENT
 from t2mlr_jax.model.layers import attention_mask
 from t2mlr_jax.model.recirculation_mix import Recirculation
 from t2mlr_jax.model.recurrence import (
