@@ -7,35 +7,23 @@ field under two names."""
 import functools
 import json
 import math
-import sys
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 import torch
-from absl.testing import flagsaver
 
 from t2mlr_jax.config_utils import config_module, set_path, shakespeare_split
 from t2mlr_jax.parallel.mesh import make_mesh
 from t2mlr_jax.train import build_data, init_from, trainer
+from tests.in_process import run_main
 
 build = build_data.build_data_source
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "recirculation.py"
 WINDOW, WINDOWS = 64, 2
-
-
-def run_main(*args: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """main.py with `args` in this process (no second JAX start-up); its absl flags are restored after."""
-    import main as framework
-
-    argv = ["main.py", *args]
-    monkeypatch.setattr(sys, "argv", argv)  # config_flags reads the --config.<field> overrides from sys.argv
-    with flagsaver.flagsaver():
-        framework._parse_flags(argv)
-        framework.main(argv[:1])
 
 
 def _kept(kept: list, value):

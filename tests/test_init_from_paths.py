@@ -7,20 +7,18 @@ One tiny T²MLR text model (the SmolLM2 vocabulary, 2 layers of width 64) serves
 drawn with numpy, so nothing is trained or initialised under XLA."""
 
 import json
-import runpy
-import sys
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 from absl import flags
-from absl.testing import flagsaver
 
 from t2mlr_jax.config_utils import config_module, set_path
 from t2mlr_jax.train import init_from
 from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.trainer import Run
+from tests.in_process import run_main, run_tool
 
 flags.FLAGS.mark_as_parsed()  # grain reads absl flags
 
@@ -46,29 +44,6 @@ def tiny_config(**changes):
     for path, value in {**TINY, **changes}.items():
         set_path(config, path, value)
     return config
-
-
-def run_tool(tool: Path, *argv) -> int:
-    """A tools/ script in this process (no second JAX start-up); its exit status."""
-    old_argv, sys.argv = sys.argv, [str(tool), *map(str, argv)]
-    try:
-        runpy.run_path(str(tool), run_name="__main__")
-    except SystemExit as exit_:
-        return exit_.code
-    finally:
-        sys.argv = old_argv
-    return 0
-
-
-def run_main(*args: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """main.py with `args` in this process; its absl flags are restored after."""
-    import main as framework
-
-    argv = ["main.py", *args]
-    monkeypatch.setattr(sys, "argv", argv)  # config_flags reads the --config.<field> overrides from sys.argv
-    with flagsaver.flagsaver():
-        framework._parse_flags(argv)
-        framework.main(argv[:1])
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,11 @@
 """tools/convert_checkpoint.py: --help names every direction; conversions round-trip and --verify reports."""
 
 import json
-import runpy
-import sys
 from pathlib import Path
 
 from t2mlr_jax.interop import load_params, save_params
 from t2mlr_jax.interop.files import read_state_dict
+from tests.in_process import run_tool
 from tests.interop.helpers import (
     random_params,
     state_dicts_identical,
@@ -20,16 +19,7 @@ TOOL = Path(__file__).parents[2] / "tools" / "convert_checkpoint.py"
 
 
 def convert(*argv) -> int:
-    """Run the tool in-process (a subprocess would pay the JAX and torch imports again)."""
-    old_argv = sys.argv
-    sys.argv = [str(TOOL), *map(str, argv)]
-    try:
-        runpy.run_path(str(TOOL), run_name="__main__")
-    except SystemExit as exit_:
-        return exit_.code
-    finally:
-        sys.argv = old_argv
-    return 0
+    return run_tool(TOOL, *argv)
 
 
 def test_help_lists_every_direction(capsys):
