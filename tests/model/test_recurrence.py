@@ -155,7 +155,7 @@ def reference_jacobi(cfg, params, toks, d, b):
 def test_gradient_truncation_matches_the_spec(d, b):
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, 8)
-    loss = lambda f: jax.grad(lambda p: ce_loss(f(p), toks))(params)
+    loss = lambda f: jax.jit(jax.grad(lambda p: ce_loss(f(p), toks)))(params)
     g = loss(lambda p: jacobi_forward(CFG, p, toks, d_forward=d, d_backward=b).logits)
     g_ref = loss(lambda p: reference_jacobi(CFG, p, toks, d, b))
     for a, r in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
@@ -204,7 +204,7 @@ def _cache_after(cfg, params, toks, d):
 def test_exact_truncated_bptt_equals_jacobi_gradient(bptt):
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, 6)
-    grad = lambda f: jax.grad(lambda p: ce_loss(f(p), toks))(params)
+    grad = lambda f: jax.jit(jax.grad(lambda p: ce_loss(f(p), toks)))(params)
     g_exact = grad(lambda p: exact_forward(CFG, p, toks, bptt=bptt).logits)
     g_jacobi = grad(lambda p: jacobi_forward(CFG, p, toks, d_forward=6, d_backward=bptt).logits)
     for a, r in zip(jax.tree.leaves(g_exact), jax.tree.leaves(g_jacobi)):

@@ -20,4 +20,3 @@ def test_every_config_turns_it_on_and_a_configured_cache_wins(tmp_path):
         assert jax.config.jax_compilation_cache_dir == str(tmp_path / "xla")
     finally:
         jax.config.update("jax_compilation_cache_dir", session)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)

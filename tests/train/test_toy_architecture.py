@@ -1,6 +1,7 @@
 """The house takes a new variant without edits elsewhere: a toy architecture, defined and registered only
 here (its own config section, an extra parameter with a spec, an aux loss, non-gradient state), trains
-two steps through the trainer, checkpoints, resumes exactly, and generates with the backbone's KV cache."""
+two steps through the trainer, checkpoints, resumes to the uninterrupted run (fp32 round-off), and
+generates with the backbone's KV cache."""
 
 import json
 
@@ -85,7 +86,10 @@ def test_a_toy_architecture_trains_checkpoints_resumes_and_generates(tmp_path, t
     resumed, _ = restore_state(Run(toy(3), tmp_path / "resumed", tiny_source(), "toy"))
     straight, _ = restore_state(Run(toy(3), tmp_path / "straight", tiny_source(), "toy"))
     assert float(resumed.model_state["tokens_seen"]) == _tokens_seen(3)
-    assert jax.tree.all(jax.tree.map(np.array_equal, jax.device_get(resumed), jax.device_get(straight)))
+    # Its first two steps ran in the 2-step config's program, which XLA may compile to other round-off
+    # (the same-config resume is bitwise: tests/faults/test_kill.py).
+    for a, b in zip(jax.tree.leaves(jax.device_get(resumed)), jax.tree.leaves(jax.device_get(straight))):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
 
     arch = build_architecture(toy(3))
     prompt = jnp.asarray(tiny_batch(5, 1, 2, 6)["tokens"]).at[:, 0].set(1)
