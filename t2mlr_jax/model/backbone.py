@@ -106,12 +106,24 @@ def unstack_layers(cfg: ModelConfig, tree: Any) -> Any:
     return tree
 
 
+def range_layers(cfg: ModelConfig, params: dict, start: int, end: int) -> dict:
+    """`params` with the stacked `layers` cut to blocks [start, end) in the compute dtype, for a loop that
+    runs that range many times (Jacobi's passes): cut once, not copied out of the stack at every pass, and
+    its gradient reaches the stack through one slice. `run_blocks` takes it for that range only."""
+    return {**params, "layers": _cast(jax.tree.map(lambda p: p[start:end], params["layers"]), cfg.dtype)}
+
+
 def _block_params(cfg: ModelConfig, layers: dict | tuple, start: int, end: int) -> list | dict:
     """Blocks [start, end)'s params: a list of per-layer trees from `unstack_layers`' form, else the
-    stacked slice (for `lax.scan`), each in the compute dtype."""
+    stacked slice (for `lax.scan`) or, from `range_layers`, the stack as given, each in the compute dtype."""
     if isinstance(layers, tuple):
         return list(layers[start:end])
-    return _cast(jax.tree.map(lambda p: p[start:end], layers), cfg.dtype)
+    count = jax.tree.leaves(layers)[0].shape[0]
+    if count == cfg.num_layers:
+        return _cast(jax.tree.map(lambda p: p[start:end], layers), cfg.dtype)
+    if count != end - start:
+        raise ValueError(f"run_blocks: {count} stacked layers: not the model's nor blocks [{start}, {end})")
+    return _cast(layers, cfg.dtype)
 
 
 def _norm_weight(params: dict, name: str, dtype: str):

@@ -32,6 +32,7 @@ from t2mlr_jax.model.backbone import (
     embed,
     head,
     init_cache,
+    range_layers,
     run_blocks,
     unstack_layers,
 )
@@ -194,7 +195,8 @@ def jacobi_forward(
         out, _ = _middle(cfg, p, fused, layout, tokens)
         return shift_right(update_cache(cfg, p["mixer"], out, r, layout.control_flow), layout.positions)
 
-    h0, _ = _middle(cfg, params, x, layout, tokens)  # the unfused first pass
+    middle = range_layers(cfg, params, cfg.layer_range[0], cfg.layer_range[1] + 1)  # once, not per pass
+    h0, _ = _middle(cfg, middle, x, layout, tokens)  # the unfused first pass
     r = shift_right(h0, layout.positions)  # R<1>: neither residual-added nor normalised
     if d_backward < d_forward:
         r = jax.lax.stop_gradient(r)
@@ -203,7 +205,7 @@ def jacobi_forward(
     if n_detached:
         # Passes whose output is detached: no tangent may enter (inputs stop_gradient'ed), so autodiff
         # keeps none of their activations alive, and a while_loop (not differentiable) may run them.
-        frozen = jax.lax.stop_gradient((params, x, r))
+        frozen = jax.lax.stop_gradient((middle, x, r))
         detached = lambda r: refine(*frozen[:2], r)
         if rec.jacobi_tolerance:
             read = layout.control_flow >= RECURRENT  # R is fused only there: elsewhere its value is unused
@@ -212,7 +214,7 @@ def jacobi_forward(
         else:
             r = jax.lax.fori_loop(0, n_detached, lambda _, r: detached(r), frozen[2])
     if n_grad:
-        r, _ = jax.lax.scan(lambda r, _: (refine(params, x, r), None), r, None, length=n_grad)
+        r, _ = jax.lax.scan(lambda r, _: (refine(middle, x, r), None), r, None, length=n_grad)
     # The final pass goes through the cache, so prefill leaves keys/values for decoding.
     return _fused_pass(cfg, params, x, r, layout, cache, tokens)._replace(jacobi_passes=passes)
 
