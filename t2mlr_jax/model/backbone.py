@@ -16,7 +16,7 @@ hook point rather than a branch per variant.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -106,16 +106,26 @@ def unstack_layers(cfg: ModelConfig, tree: Any) -> Any:
     return tree
 
 
-def range_layers(cfg: ModelConfig, params: dict, start: int, end: int) -> dict:
-    """`params` with the stacked `layers` cut to blocks [start, end) in the compute dtype, for a loop that
-    runs that range many times (Jacobi's passes): cut once, not copied out of the stack at every pass, and
-    its gradient reaches the stack through one slice. `run_blocks` takes it for that range only."""
-    return {**params, "layers": _cast(jax.tree.map(lambda p: p[start:end], params["layers"]), cfg.dtype)}
+def split_layers(cfg: ModelConfig, params: dict, bounds: Sequence[int]) -> list[dict]:
+    """`params` once per range of blocks [0, b_0), [b_0, b_1), ..., [b_n, L), its stacked `layers` cut to
+    that range in the compute dtype; `run_blocks` takes each for its own range. One `lax.split` cuts
+    them, whose gradient is one concatenate: ranges sliced one by one (and a range a loop reruns, sliced
+    at every pass) each pad their gradient to the whole stack, and those pads are summed.
+    `unstack_layers`' per-layer form needs no cut: each range gets `params` whole."""
+    edges = [0, *bounds, cfg.num_layers]
+    if isinstance(params["layers"], tuple):
+        return [params] * (len(edges) - 1)
+    leaves, tree = jax.tree.flatten(params["layers"])
+    cut = [jax.lax.split(leaf, [b - a for a, b in zip(edges, edges[1:])], axis=0) for leaf in leaves]
+    return [
+        {**params, "layers": _cast(tree.unflatten([pieces[i] for pieces in cut]), cfg.dtype)}
+        for i in range(len(edges) - 1)
+    ]
 
 
 def _block_params(cfg: ModelConfig, layers: dict | tuple, start: int, end: int) -> list | dict:
     """Blocks [start, end)'s params: a list of per-layer trees from `unstack_layers`' form, else the
-    stacked slice (for `lax.scan`) or, from `range_layers`, the stack as given, each in the compute dtype."""
+    stacked slice (for `lax.scan`) or, from `split_layers`, the stack as given, each in the compute dtype."""
     if isinstance(layers, tuple):
         return list(layers[start:end])
     count = jax.tree.leaves(layers)[0].shape[0]

@@ -32,8 +32,8 @@ from t2mlr_jax.model.backbone import (
     embed,
     head,
     init_cache,
-    range_layers,
     run_blocks,
+    split_layers,
     unstack_layers,
 )
 from t2mlr_jax.model.config import ModelConfig, check_depths
@@ -117,16 +117,18 @@ def _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state) -> Outpu
     return Output(head(cfg, params, h), recurrent_state, {}, _advance(cache, tokens))
 
 
-def _fused_pass(cfg, params, x, r, layout, cache, tokens) -> Output:
+def _fused_pass(cfg, params, x, r, layout, cache, tokens, middle=None, upper=None) -> Output:
     """From the stream entering l_start (x) and the cache each token sees (r): fuse, run blocks
     l_start..L-1 (through the KV cache when there is one), and return the logits with the next token's R.
-    The last pass of every mode: Jacobi's final pass and each decoding step."""
+    The last pass of every mode: Jacobi's final pass and each decoding step. `middle` / `upper`: the
+    params `split_layers` cut for blocks l_start..l_end and l_end+1..L-1 (default: `params`)."""
     l_end = cfg.layer_range[1]
     mixer = params["mixer"]
     fused, stats = fuse(cfg, mixer, x, r, layout.control_flow, layout.positions)
-    out, cache = _middle(cfg, params, fused, layout, tokens, cache)
+    out, cache = _middle(cfg, params if middle is None else middle, fused, layout, tokens, cache)
     m = update_cache(cfg, mixer, out, r, layout.control_flow)
-    h, cache = layout_blocks(cfg, params, out, l_end + 1, cfg.num_layers, layout, tokens, cache)
+    upper = params if upper is None else upper
+    h, cache = layout_blocks(cfg, upper, out, l_end + 1, cfg.num_layers, layout, tokens, cache)
     return Output(head(cfg, params, h), m[:, -1], stats, _advance(cache, tokens))
 
 
@@ -187,7 +189,9 @@ def jacobi_forward(
     d_forward = rec.d_forward if d_forward is None else d_forward
     d_backward = rec.d_backward if d_backward is None else d_backward
     check_depths(d_forward, d_backward)
-    x, cache = layout_blocks(cfg, params, h, 0, cfg.layer_range[0], layout, tokens, cache)
+    l_start, l_end = cfg.layer_range
+    lower, middle, upper = split_layers(cfg, params, (l_start, l_end + 1))  # the middle: once, not per pass
+    x, cache = layout_blocks(cfg, lower, h, 0, l_start, layout, tokens, cache)
 
     def refine(p, x, r):
         """One Jacobi pass: fuse R into the stream, run the middle block, update and shift the cache."""
@@ -195,7 +199,6 @@ def jacobi_forward(
         out, _ = _middle(cfg, p, fused, layout, tokens)
         return shift_right(update_cache(cfg, p["mixer"], out, r, layout.control_flow), layout.positions)
 
-    middle = range_layers(cfg, params, cfg.layer_range[0], cfg.layer_range[1] + 1)  # once, not per pass
     h0, _ = _middle(cfg, middle, x, layout, tokens)  # the unfused first pass
     r = shift_right(h0, layout.positions)  # R<1>: neither residual-added nor normalised
     if d_backward < d_forward:
@@ -216,7 +219,8 @@ def jacobi_forward(
     if n_grad:
         r, _ = jax.lax.scan(lambda r, _: (refine(middle, x, r), None), r, None, length=n_grad)
     # The final pass goes through the cache, so prefill leaves keys/values for decoding.
-    return _fused_pass(cfg, params, x, r, layout, cache, tokens)._replace(jacobi_passes=passes)
+    out = _fused_pass(cfg, params, x, r, layout, cache, tokens, middle, upper)
+    return out._replace(jacobi_passes=passes)
 
 
 def decode_step(
@@ -235,7 +239,9 @@ def decode_step(
     if cfg.recurrence is None:
         return _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state)
     r = jnp.where((layout.positions == 0)[..., None], 0.0, recurrent_state[:, None].astype(h.dtype))
-    x, cache = layout_blocks(cfg, params, h, 0, cfg.layer_range[0], layout, tokens, cache)
+    l_start, l_end = cfg.layer_range
+    lower, middle, upper = split_layers(cfg, params, (l_start, l_end + 1))  # the middle: once, not per pass
+    x, cache = layout_blocks(cfg, lower, h, 0, l_start, layout, tokens, cache)
     return _fused_pass(cfg, params, x, r, layout, cache, tokens)
 
 
