@@ -3,8 +3,8 @@
 - XLA's CPU backend without LLVM optimisation and with its older (non-MLIR) fusion emitters: the tiny
   test models are compile-bound, not run-bound, and these compile a Jacobi gradient 2.4x faster;
 - a compilation cache shared by the main.py runs that tests start in a subprocess, but none in the
-  pytest workers themselves: twice in CI a worker aborted inside XLA while serialising a CPU executable
-  for the cache (jax 0.10.2, not reproducible alone), which takes the whole xdist run down;
+  pytest workers themselves: twice (once in CI, once here) a worker aborted inside XLA while serialising
+  a CPU executable for the cache (jax 0.10.2, not reproducible alone), which takes the whole xdist run down;
 - jaxtyping shape annotations checked at run time (beartype) on every public function of t2mlr_jax;
 - tests marked `slow` first, so that the two xdist workers finish together rather than one of them
   waiting on a long test collected last;

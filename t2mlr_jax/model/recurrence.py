@@ -239,9 +239,7 @@ def decode_step(
     if cfg.recurrence is None:
         return _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state)
     r = jnp.where((layout.positions == 0)[..., None], 0.0, recurrent_state[:, None].astype(h.dtype))
-    l_start, l_end = cfg.layer_range
-    lower, middle, upper = split_layers(cfg, params, (l_start, l_end + 1))  # the middle: once, not per pass
-    x, cache = layout_blocks(cfg, lower, h, 0, l_start, layout, tokens, cache)
+    x, cache = layout_blocks(cfg, params, h, 0, cfg.layer_range[0], layout, tokens, cache)
     return _fused_pass(cfg, params, x, r, layout, cache, tokens)
 
 
