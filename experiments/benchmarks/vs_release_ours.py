@@ -15,6 +15,7 @@ import os
 import resource
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +108,7 @@ def measure(c, arch_name: str, spec: dict) -> dict:
     import numpy as np
 
     from t2mlr_jax.architectures import build_architecture
+    from t2mlr_jax.model.backbone import unstack_layers
     from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
     from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 
@@ -138,7 +140,9 @@ def measure(c, arch_name: str, spec: dict) -> dict:
     train_seconds, loss = timed_calls(train_step, spec["repeats"])
     n = d["new_tokens"]
     prompt = jnp.asarray(rows[: d["batch"], : d["prompt_len"]], jnp.int32)
-    decode_args = (state.params, prompt, jnp.ones_like(prompt), jnp.full_like(prompt, 2))
+    # Unstacked once, as the release keeps each layer's weights apart: no generate() call copies the stack.
+    weights = jax.jit(partial(unstack_layers, arch.backbone))(state.params)
+    decode_args = (weights, prompt, jnp.ones_like(prompt), jnp.full_like(prompt, 2))
     model_state = arch.init_model_state()
     generate = jax.jit(
         lambda p, x, mask, flow: arch.generate(p, model_state, x, mask, flow, n, None, 0).tokens

@@ -94,7 +94,8 @@ def unstack_layers(cfg: ModelConfig, tree: Any) -> Any:
     """`tree` with every params dict's stacked `layers` split into a tuple of per-layer trees in the compute
     dtype. Done once before a loop over tokens (generation, the exact recurrence): a loop body that slices
     (and casts) its layers out of the stack copies every weight at every token, twice the memory traffic
-    of reading it where it lies. `run_blocks` takes this form with a KV cache."""
+    of reading it where it lies. `run_blocks` takes this form anywhere (unrolled over the layers), and
+    `generate` takes params already in it, so that decoding many prompts copies the stack never."""
     if isinstance(tree, dict):
         if isinstance(tree.get("layers"), dict):
             stacked = _cast(tree["layers"], cfg.dtype)
@@ -219,10 +220,18 @@ def kv_head_gate(x: Float[Array, "B T D"], weight: Float[Array, "C N"]) -> Float
     )
 
 
-def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
-    """One pre-norm block; returns h, this step's keys/values (what the cache stores) and the MLP's stats.
+def _project(x: Float[Array, "B T D"], w: Float[Array, "D N E"]) -> Float[Array, "B T N E"]:
+    """x @ w over heads as one [D, N E] matmul: the reshape of a row-major weight is free, where a
+    three-axis contraction lets XLA:CPU copy the weight into another layout at every call."""
+    b, t, _ = x.shape
+    return jnp.einsum("btd,df->btf", x, w.reshape(w.shape[0], -1)).reshape(b, t, *w.shape[1:])
 
-    `kv` is (this layer's cached k slots, v slots, write index) when decoding with a cache, else None.
+
+def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
+    """One pre-norm block; returns h, the cache's keys/values after this step and the MLP's stats.
+
+    `kv` is (every layer's cached k slots, v slots, this layer's row, write index) when decoding with a
+    cache, else None (and None comes back).
     """
     if layer.resid is not None:
         h = (layer.resid[0] * h + layer.resid[1] * step.x0).astype(h.dtype)
@@ -232,13 +241,12 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
     norm = lambda x, name: rms_norm(x, p.get(name), cfg.norm_eps, cfg.norm_offset)
     x = norm(h, "input_layernorm")
     a = p["self_attn"]
-    q = jnp.einsum("btd,dhe->bthe", x, a["q_proj"])
+    q = _project(x, a["q_proj"])
     q = constrain(
         _qk(cfg, q, a.get("q_norm"), step.positions, layer.rope_theta),
         ("batch", "length", "act_heads", "head_dim"),
     )
-    k = jnp.einsum("btd,dke->btke", x, a["k_proj"])
-    v = jnp.einsum("btd,dke->btke", x, a["v_proj"])
+    k, v = _project(x, a["k_proj"]), _project(x, a["v_proj"])
     if fb is not None and fb.kv_fn is not None:
         k_fb, v_fb = fb.kv_fn(layer.feedback, fb.inputs, x, k, v)
         k, v = k_fb.astype(k.dtype), v_fb.astype(v.dtype)
@@ -246,13 +254,15 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
         v = v + (kv_head_gate(x, a["ve_gate"])[..., None] * layer.value_embed).astype(v.dtype)
     k = _qk(cfg, k, a.get("k_norm"), step.positions, layer.rope_theta)
     keys, values = k, v
-    if kv is not None:
-        k_slots, v_slots, index = kv
-        keys = jax.lax.dynamic_update_slice_in_dim(k_slots, k, index, axis=1)
-        values = jax.lax.dynamic_update_slice_in_dim(v_slots, v, index, axis=1)
+    if kv is not None:  # write this step's slots first, then read the layer: the update stays in place
+        k_all, v_all, row, index = kv
+        at = (row, 0, index, 0, 0)
+        k_all, v_all = (jax.lax.dynamic_update_slice(c, new[None], at) for c, new in ((k_all, k), (v_all, v)))
+        keys, values, kv = k_all[row], v_all[row], (k_all, v_all)
     mask = step.mask if layer.window is None else step.mask & (step.distance <= layer.window)
     attn = attend(q, keys, values, mask, cfg.attn_softcap, cfg.query_pre_attn_scalar, cfg.attention_impl)
-    y = jnp.einsum("bthe,hed->btd", attn, a["o_proj"])
+    o = a["o_proj"]
+    y = jnp.einsum("btf,fd->btd", attn.reshape(*attn.shape[:2], -1), o.reshape(-1, o.shape[-1]))
     if cfg.sandwich_norms:  # HF Gemma: norm the attention output, then the MLP's own pre- and post-norm
         h = h + norm(y, "post_attention_layernorm")
         y, stats = MLPS[cfg.mlp].apply(cfg, p["mlp"], norm(h, "pre_feedforward_layernorm"), layer.mlp_state)
@@ -260,7 +270,7 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
     else:
         h = h + y
         y, stats = MLPS[cfg.mlp].apply(cfg, p["mlp"], norm(h, "post_attention_layernorm"), layer.mlp_state)
-    return constrain(h + y.astype(h.dtype), RESIDUAL_AXES), (k, v), stats
+    return constrain(h + y.astype(h.dtype), RESIDUAL_AXES), kv, stats
 
 
 def _remat(cfg: ModelConfig, fn):
@@ -360,42 +370,41 @@ def run_blocks(
             slots = positions
         distance = slots[:, :, None] - slots[:, None, :] if windowed else None
         step = _Step(positions, mask, distance, feedback, x0)
+        if not isinstance(layers, list):
 
-        def body(h, xs):
-            h, _, stats = _block(cfg, xs[0], h, step, xs[1], None)
-            return h, stats
+            def body(h, xs):
+                h, _, stats = _block(cfg, xs[0], h, step, xs[1], None)
+                return h, stats
 
-        if isinstance(layers, list):  # re-stacking for scan would copy every weight at every call
-            raise ValueError("run_blocks: unstacked layers (unstack_layers) are for calls with a KV cache")
-        h, stats = jax.lax.scan(_remat(cfg, body), h, (layers, per_layer))
-        return BlocksOut(h, None, stats)
+            h, stats = jax.lax.scan(_remat(cfg, body), h, (layers, per_layer))
+            return BlocksOut(h, None, stats)
+    else:
+        if mask is not None:
+            raise ValueError("run_blocks: a custom mask is for a call without a cache")
+        key_segments = jax.lax.dynamic_update_slice_in_dim(
+            cache.segment_ids, segment_ids, cache.index, axis=1
+        )
+        q_slots = cache.index + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        k_slots = jnp.broadcast_to(jnp.arange(key_segments.shape[1], dtype=jnp.int32), key_segments.shape)
+        mask = attention_mask(segment_ids, key_segments, q_slots, k_slots)
+        distance = q_slots[:, :, None] - k_slots[:, None, :] if windowed else None
+        step = _Step(positions, mask, distance, feedback, x0)
+        cache = cache._replace(segment_ids=key_segments)
+        if not isinstance(layers, list):
+            layers = [jax.tree.map(lambda a: a[i], layers) for i in range(end - start)]
 
-    if mask is not None:
-        raise ValueError("run_blocks: a custom mask is for a call without a cache")
-    key_segments = jax.lax.dynamic_update_slice_in_dim(cache.segment_ids, segment_ids, cache.index, axis=1)
-    q_slots = cache.index + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-    k_slots = jnp.broadcast_to(jnp.arange(key_segments.shape[1], dtype=jnp.int32), key_segments.shape)
-    mask = attention_mask(segment_ids, key_segments, q_slots, k_slots)
-    distance = q_slots[:, :, None] - k_slots[:, None, :] if windowed else None
-    step = _Step(positions, mask, distance, feedback, x0)
-    cache = cache._replace(segment_ids=key_segments)
-
-    # Unrolled, so splitting a token's blocks into the three T²MLR ranges adds no loop overhead to
-    # decoding; the whole cache is carried along and only this step's slots are written, in place.
-    if not isinstance(layers, list):
-        layers = [jax.tree.map(lambda a: a[i], layers) for i in range(end - start)]
+    # Unrolled over the layers as given: with a cache, so splitting a token's blocks into the three T²MLR
+    # ranges adds no loop overhead to decoding (the whole cache is carried along and only this step's
+    # slots are written, in place); with unstacked layers, so each weight is read where it lies.
     first_row = start if cache_row is None else cache_row
-    k_all, v_all, stats = cache.k, cache.v, []
+    kv = None if cache is None else (cache.k, cache.v)
+    stats = []
     for i, p in enumerate(layers):
-        row = first_row + i
-        layer_xs = jax.tree.map(lambda a: a[i], per_layer)
-        h, (k, v), layer_stats = _block(cfg, p, h, step, layer_xs, (k_all[row], v_all[row], cache.index))
-        at = (row, 0, cache.index, 0, 0)
-        k_all = jax.lax.dynamic_update_slice(k_all, k[None], at)
-        v_all = jax.lax.dynamic_update_slice(v_all, v[None], at)
+        layer_kv = None if kv is None else (*kv, first_row + i, cache.index)
+        h, kv, layer_stats = _block(cfg, p, h, step, jax.tree.map(lambda a: a[i], per_layer), layer_kv)
         stats.append(layer_stats)
     stats = jax.tree.map(lambda *a: jnp.stack(a), *stats)
-    return BlocksOut(h, cache._replace(k=k_all, v=v_all), stats)
+    return BlocksOut(h, None if kv is None else cache._replace(k=kv[0], v=kv[1]), stats)
 
 
 def forward(

@@ -201,6 +201,7 @@ def _generate(
     pad_id,
 ):
     b, p = prompt_tokens.shape
+    params = unstack_layers(decoder.model, params)  # once, not at every token; a no-op when done already
     positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=1) - 1, 0)
     layout = Layout(positions, prompt_mask, prompt_control_flow * prompt_mask)
     out = decoder.prefill(
@@ -219,15 +220,13 @@ def _generate(
         i, _, _, _, done, _ = state
         return (i < max_new_tokens) & ~jnp.all(done)
 
-    loop_params = unstack_layers(decoder.model, params)  # once, not at every token
-
     def body(state):
         i, tokens, r, cache, done, key = state
         step_layout = Layout(
             (next_pos + i - 1)[:, None], jnp.ones((b, 1), jnp.int32), jnp.full((b, 1), RECURRENT, jnp.int32)
         )
         step = decoder.step(
-            loop_params, jax.lax.dynamic_slice_in_dim(tokens, i - 1, 1, axis=1), r, cache, step_layout
+            params, jax.lax.dynamic_slice_in_dim(tokens, i - 1, 1, axis=1), r, cache, step_layout
         )
         key, sub = jax.random.split(key)
         nxt = jnp.where(done, pad_id, sample(step.logits[:, -1], sub, temperature, top_k, top_p))

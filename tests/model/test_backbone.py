@@ -13,23 +13,27 @@ from tests.tiny import rel_err, tiny_config, tiny_params, tokens
 
 def _llama_reference(cfg, params, toks):
     """The Llama forward written out with the formula the backbone had before its parts became
-    configurable (hand-grouped GQA reshape, SwiGLU inline), under the same lax.scan over layers."""
+    configurable (hand-grouped GQA reshape, SwiGLU inline), under the same lax.scan over layers; each
+    projection is one matmul over the flattened heads, as the backbone computes it."""
     b, t = toks.shape
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
     mask = attention_mask(jnp.ones_like(toks), jnp.ones_like(toks), pos, pos)
 
+    def proj(x, w):  # x [B T D] @ w [D N E] -> [B T N E]
+        return (x @ w.reshape(w.shape[0], -1)).reshape(b, t, *w.shape[1:])
+
     def block(h, p):
         x = rms_norm(h, p["input_layernorm"], cfg.norm_eps)
         a = p["self_attn"]
-        q = rope(jnp.einsum("btd,dhe->bthe", x, a["q_proj"]), pos, cfg.rope_theta)
-        k = rope(jnp.einsum("btd,dke->btke", x, a["k_proj"]), pos, cfg.rope_theta)
-        v = jnp.einsum("btd,dke->btke", x, a["v_proj"])
+        q = rope(proj(x, a["q_proj"]), pos, cfg.rope_theta)
+        k = rope(proj(x, a["k_proj"]), pos, cfg.rope_theta)
+        v = proj(x, a["v_proj"])
         n_kv, e = k.shape[2], q.shape[-1]
         q = q.reshape(b, t, n_kv, cfg.num_heads // n_kv, e)
         logits = jnp.einsum("btkge,bske->bkgts", q, k, preferred_element_type=jnp.float32) * (e**-0.5)
         probs = jax.nn.softmax(jnp.where(mask[:, None, None], logits, NEG_INF), axis=-1).astype(v.dtype)
         out = jnp.einsum("bkgts,bske->btkge", probs, v).reshape(b, t, cfg.num_heads, e)
-        h = h + jnp.einsum("bthe,hed->btd", out, a["o_proj"])
+        h = h + out.reshape(b, t, -1) @ a["o_proj"].reshape(-1, h.shape[-1])
         m = p["mlp"]
         x = rms_norm(h, p["post_attention_layernorm"], cfg.norm_eps)
         gate = jnp.einsum("btd,df->btf", x, m["gate_proj"])

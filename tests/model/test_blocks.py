@@ -34,6 +34,14 @@ def differs(a, b) -> bool:
     return not np.allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
+def test_unstacked_layers_run_unrolled_and_equal_the_scan():
+    """`unstack_layers`' per-layer form runs without a cache too (unrolled): the same as the stacked scan."""
+    params = tiny_params(BASE)
+    h = backbone.embed(BASE, params, TOKS)
+    unstacked = run_blocks(BASE, backbone.unstack_layers(BASE, params), h, 1, L)
+    np.testing.assert_allclose(unstacked, run_blocks(BASE, params, h, 1, L), atol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------
 # Config
 

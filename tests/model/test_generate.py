@@ -1,10 +1,13 @@
 """Generation: greedy equals the exact forward's argmax, left padding is invisible, EOS stops rows."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2mlr_jax.model.backbone import unstack_layers
 from t2mlr_jax.model.generate import generate, sample
 from t2mlr_jax.model.recurrence import exact_forward
 from tests.tiny import tiny_config, tiny_params, tokens
@@ -44,6 +47,28 @@ def test_jacobi_prefill_is_exact_with_enough_passes_and_differs_with_one():
     jacobi = generate(CFG, PARAMS, prompt, mask, max_new_tokens=N, prefill="jacobi", prefill_passes=10)
     np.testing.assert_array_equal(exact.tokens, jacobi.tokens)
     generate(CFG, PARAMS, prompt, mask, max_new_tokens=2, prefill="jacobi", prefill_passes=1)  # k = 1 works
+
+
+def test_unstacked_weights_decode_the_same_without_copying_weights_or_cache():
+    """`generate` takes params unstacked once (`unstack_layers`) and then holds no copy of the layer
+    stack (a stacked call's temporaries hold one more), with the same tokens for both prefills; each
+    token's keys and values go into the cache in place (no copy of the cache in the program)."""
+    prompt, mask = tokens(2, 5), jnp.ones((2, 5), jnp.int32)
+    weights = jax.jit(unstack_layers, static_argnums=0)(CFG, PARAMS)
+    for prefill in ("exact", "jacobi"):
+        run = lambda p, prefill=prefill: generate(CFG, p, prompt, mask, max_new_tokens=N, prefill=prefill)
+        np.testing.assert_array_equal(run(weights).tokens, run(PARAMS).tokens)
+    programs = {
+        name: jax.jit(lambda p: generate(CFG, p, prompt, mask, max_new_tokens=N).tokens).lower(p).compile()
+        for name, p in (("stacked", PARAMS), ("unstacked", weights))
+    }
+    temps = {name: c.memory_analysis().temp_size_in_bytes for name, c in programs.items()}
+    layer_bytes = sum(leaf.nbytes for leaf in jax.tree.leaves(PARAMS["layers"]))
+    assert temps["stacked"] - temps["unstacked"] >= layer_bytes, (temps, layer_bytes)
+    cache_shape = ",".join(map(str, (CFG.num_layers, 2, 5 + N, CFG.num_kv_heads, CFG.head_dim)))
+    in_loops = programs["unstacked"].as_text().split("\nENTRY")[0]  # the entry (one zero cache) is last
+    cache_copies = re.findall(rf"= f32\[{cache_shape}\]\{{[\d,]*\}} copy\(", in_loops)
+    assert not cache_copies, cache_copies
 
 
 def test_eos_stops_each_row():
