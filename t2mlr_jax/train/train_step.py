@@ -62,15 +62,18 @@ def _means(sums: dict) -> dict:
     return {name: total / jnp.maximum(count, 1.0) for name, (total, count) in sums.items()}
 
 
-def make_grad_fn(arch: Architecture, sample: Hashable | None = None) -> Callable:
+def make_grad_fn(arch: Architecture, sample: Hashable | None = None, mean: bool = False) -> Callable:
     """(params, batch, model_state, rng) -> (gradient of the summed training loss, (metric sums, stats)):
-    the training forward's gradient, un-normalised (the step divides by the batch's tokens). `sample` is
-    the step's static choice (`Architecture.sample`, e.g. the Jacobi depth D)."""
+    the training forward's gradient, un-normalised (the step divides by the batch's tokens), or with
+    `mean` the gradient of the batch's mean loss: the division then scales the backward's scalar seed
+    rather than every gradient. `sample` is the step's static choice (`Architecture.sample`, e.g. the
+    Jacobi depth D)."""
 
     def loss_fn(params, mb, model_state, rng):
         out = arch.apply(params, mb, training=True, rng=rng, model_state=model_state, sample=sample)
         sums = arch.loss(out, mb)
-        return sums["loss"][0], (sums, out.stats)
+        total, count = sums["loss"]
+        return (total / jax.lax.stop_gradient(jnp.maximum(count, 1.0)) if mean else total), (sums, out.stats)
 
     return jax.grad(loss_fn, has_aux=True)
 
@@ -83,7 +86,8 @@ def make_train_step(
     sample: Hashable | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """The un-jitted step (state, batch) -> (state, metrics); see `compile_step` and `make_grad_fn`."""
-    grad_fn = make_grad_fn(arch, sample)
+    # One micro-batch: the mean's gradient directly. Several: their sums' gradients, divided by all tokens.
+    grad_fn = make_grad_fn(arch, sample, mean=grad_accum == 1)
 
     def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         step_key = jax.random.fold_in(state.rng, state.step)
@@ -103,7 +107,8 @@ def make_train_step(
             acc, _ = jax.lax.scan(accumulate, acc, (jnp.arange(1, grad_accum), rest))
         grads, (sums, stats) = acc
         tokens = sums["loss"][1]
-        grads = jax.tree.map(lambda g: g / jnp.maximum(tokens, 1.0), grads)
+        if grad_accum > 1:
+            grads = jax.tree.map(lambda g: g / jnp.maximum(tokens, 1.0), grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         model_state, state_metrics = state.model_state, {}
