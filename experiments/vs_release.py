@@ -11,7 +11,8 @@ Each side runs in a process of its own, `--rounds` times, interleaved (release, 
            the release's T2MLRWrapper built as its src/train.py does, its train() forward (Jacobi), a
            torch fused AdamW step, HF generate(); T²MLR off is the release's own baseline wrapper
   ours     experiments/benchmarks/vs_release_ours.py: the trainer's compiled step
-           (t2mlr_jax.train.train_step) and the architecture's cached generate, compiled ahead of time
+           (t2mlr_jax.train.train_step) and the architecture's cached generate on weights unstacked once
+           (unstack_layers; the release keeps each layer's weights apart), compiled ahead of time
            (compile time reported apart), JAX on the CPU, no persistent compilation cache
 Both run on the same --threads CPUs (torch.set_num_threads and the process's CPU affinity, by which XLA
 sizes its thread pools), time --repeats calls per row after one warm-up call, and report their peak RSS

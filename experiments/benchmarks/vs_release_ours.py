@@ -1,7 +1,8 @@
 """Our side of experiments/vs_release.py, run in a process of its own (so that its peak RSS is its own): the
 framework's SmolLM2-135M T²MLR (CONFIG at the paper's window (13,18), fp32, random init) and the same
 backbone without recurrence (arch transformer, not widened), each timed through the trainer's own compiled
-step (t2mlr_jax.train.train_step.compile_step) and the architecture's cached generate, compiled ahead of
+step (t2mlr_jax.train.train_step.compile_step) and the architecture's cached generate (on the weights
+unstacked once, `unstack_layers`, as the release keeps each layer's weights apart), compiled ahead of
 time and timed apart; prints one JSON line (see `main`). The parent builds its spec from `config()` /
 `spec_of()`, so that the release's driver gets the same shapes and settings.
 
