@@ -1,7 +1,8 @@
 """The backbone as three pure functions over the params pytree: `embed`, `run_blocks`, `head`.
 
 `run_blocks(cfg, params, h, start, end, ...)` runs blocks [start, end) under one `lax.scan` over the
-stacked layer parameters, so any contiguous range compiles once per range length; it returns
+stacked layer parameters, so any contiguous range compiles once per range length (with a KV cache, or on
+`unstack_layers`' per-layer form, it unrolls over the layers instead); it returns
 `BlocksOut(h, cache, stats)`. Every model variant (plain transformer, T²MLR's three modes, the LRT, the
 baselines) is a composition of these three (`head` = `unembed(final_norm(h))`).
 
