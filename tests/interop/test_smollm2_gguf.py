@@ -64,13 +64,14 @@ def test_dequantized_weights_equal_transformers(ours, theirs):
 
 
 def test_logits_match_transformers(ours, theirs, paragraph):
+    """fp32 round-off of 30 layers summed in different orders: within 1e-5 of the largest logit (~35)."""
     cfg, params = ours
     logits = np.asarray(backbone.forward(cfg, params, jnp.asarray(paragraph)))
     with torch.no_grad():
         reference = theirs[0](torch.as_tensor(paragraph)).logits.numpy()
     diff = np.abs(logits - reference).max()
     print(f"SmolLM2 GGUF: max |logit diff| vs transformers = {diff:.2e} over {paragraph.shape[1]} tokens")
-    assert diff <= 1e-4
+    assert diff <= 1e-5 * np.abs(reference).max()
 
 
 def test_greedy_generation_matches_transformers(ours, theirs, paragraph):
