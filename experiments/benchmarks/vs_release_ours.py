@@ -16,7 +16,6 @@ import os
 import resource
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +141,7 @@ def measure(c, arch_name: str, spec: dict) -> dict:
     n = d["new_tokens"]
     prompt = jnp.asarray(rows[: d["batch"], : d["prompt_len"]], jnp.int32)
     # Unstacked once, as the release keeps each layer's weights apart: no generate() call copies the stack.
-    weights = jax.jit(partial(unstack_layers, arch.backbone))(state.params)
+    weights = jax.jit(unstack_layers, static_argnums=0)(arch.backbone, state.params)
     decode_args = (weights, prompt, jnp.ones_like(prompt), jnp.full_like(prompt, 2))
     model_state = arch.init_model_state()
     generate = jax.jit(
