@@ -8,6 +8,7 @@ import pytest
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import ParamSpec, freeze, init_from_specs, normal, ones
 from t2mlr_jax.train.optimizer import (
+    clip_by_global_norm,
     decay_mask,
     frozen_mask,
     lr_multipliers,
@@ -112,6 +113,20 @@ def test_clipping_rescales_gradients_to_the_global_norm_first():
     for a, b in zip(jax.tree.leaves(u_clipped), jax.tree.leaves(u_unit)):
         np.testing.assert_allclose(a, b, rtol=1e-5)
 
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e3])  # clipped, and left alone (the scale is then exactly 1)
+def test_clipping_is_torchs_clip_grad_norm(max_norm):
+    import torch
+
+    grads = jax.tree.map(lambda p: jax.random.normal(jax.random.PRNGKey(p.size), p.shape), PARAMS)
+    ours = clip_by_global_norm(max_norm).update(grads, optax.EmptyState())[0]
+    tensors = [torch.nn.Parameter(torch.zeros(g.shape)) for g in jax.tree.leaves(grads)]
+    for t, g in zip(tensors, jax.tree.leaves(grads)):
+        t.grad = torch.tensor(np.asarray(g))
+    torch.nn.utils.clip_grad_norm_(tensors, max_norm)
+    for t, g in zip(tensors, jax.tree.leaves(ours)):
+        np.testing.assert_allclose(np.asarray(g), t.grad.numpy(), rtol=1e-6)
 
 # A frozen base (a decayed matrix and a norm) under a trained mixer: recirculation's adaptive variant.
 MIXER_SPECS = {
