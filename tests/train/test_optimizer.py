@@ -114,7 +114,6 @@ def test_clipping_rescales_gradients_to_the_global_norm_first():
         np.testing.assert_allclose(a, b, rtol=1e-5)
 
 
-
 @pytest.mark.parametrize("max_norm", [0.5, 1e3])  # clipped, and left alone (the scale is then exactly 1)
 def test_clipping_is_torchs_clip_grad_norm(max_norm):
     import torch
@@ -127,6 +126,7 @@ def test_clipping_is_torchs_clip_grad_norm(max_norm):
     torch.nn.utils.clip_grad_norm_(tensors, max_norm)
     for t, g in zip(tensors, jax.tree.leaves(ours)):
         np.testing.assert_allclose(np.asarray(g), t.grad.numpy(), rtol=1e-6)
+
 
 # A frozen base (a decayed matrix and a norm) under a trained mixer: recirculation's adaptive variant.
 MIXER_SPECS = {
