@@ -6,7 +6,8 @@
   at every call (~1 GiB for a 135M train step); by default glibc serves each from a new mmap, which the
   kernel zero-fills page by page (262k page faults a step) and takes back at the end. Held in one heap,
   the next step reuses the same pages. What the compiler frees is handed back after every compilation
-  (`trim`), so a process that compiles several programs does not keep each one's scratch. Any MALLOC_*
+  of over a second (`trim`), so a process that compiles several large programs does not keep each
+  one's scratch (trimming after each of a test suite's thousands of small ones cost it 18%). Any MALLOC_*
   variable or glibc.malloc tunable the user set leaves malloc as configured.
 """
 
@@ -21,6 +22,7 @@ import platform
 CPU_FLAGS = {"xla_cpu_copy_insertion_use_region_analysis": "true"}
 MALLOPT = {-8: 1, -4: 0, -1: -1}  # M_ARENA_MAX = 1, M_MMAP_MAX = 0, M_TRIM_THRESHOLD = -1 (never)
 COMPILED = "/jax/core/compile/backend_compile_duration"  # jax's event after each XLA compilation
+TRIM_AFTER_S = 1.0  # compilations this long leave scratch worth handing back; a tiny program's do not
 
 
 def add_xla_flags() -> None:
@@ -58,5 +60,5 @@ def keep_freed_memory() -> None:
     except ImportError:  # the PyTorch reference (interop.torch_reference) runs without JAX: nothing compiles
         return
     jax.monitoring.register_event_duration_secs_listener(
-        lambda event, duration, **_: trim() if event == COMPILED else None
+        lambda event, duration, **_: trim() if event == COMPILED and duration > TRIM_AFTER_S else None
     )
