@@ -17,7 +17,12 @@ from t2mlr_jax.architectures import (  # noqa: F401  (registers the built-ins)
     recirculation,
     t2mlr,
 )
-from t2mlr_jax.architectures.contract import ARCHITECTURES, Architecture, register_architecture
+from t2mlr_jax.architectures.contract import (
+    ARCHITECTURES,
+    Architecture,
+    register_architecture,
+    with_layers_apart,
+)
 
 __all__ = ["ARCHITECTURES", "Architecture", "arch_names", "build_architecture", "register_architecture"]
 
@@ -36,6 +41,8 @@ def build_architecture(config: ml_collections.ConfigDict, name: str | None = Non
     """The architecture `name` (default: config.arch, a single name) with freshly drawn weights."""
     name = name or config.arch
     arch = ARCHITECTURES.get(name).build(config)
+    if not config.model.scan_layers:
+        arch = with_layers_apart(arch)
     if config.eval.thoughts not in (None, 0) and not arch.thought_slots:
         raise ValueError(
             f"eval.thoughts={config.eval.thoughts}: architecture {name!r} has no latent thought slots "

@@ -29,6 +29,7 @@ import ml_collections
 import optax
 from jaxtyping import Array, Float, Int
 
+from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import RECURRENT
 from t2mlr_jax.model.generate import Decoder, GenerateOutput, generate_with
@@ -171,10 +172,25 @@ class Architecture:
     train_flops: Callable[[int], float] | None = None
 
     def init(self, key: jax.Array) -> dict:
-        return init_from_specs(self.specs, key, self.param_dtype)
+        """Fresh params, drawn stacked whatever the table's layer form, so model.scan_layers changes none."""
+        params = init_from_specs(layer_layout.stacked(self.specs), key, self.param_dtype)
+        return layer_layout.per_layer(params) if layer_layout.is_per_layer(self.specs) else params
 
     def num_params(self) -> int:
         return count_specs(self.specs)
+
+
+def with_layers_apart(arch: Architecture) -> Architecture:
+    """`arch` with its blocks' weights held per layer (model.scan_layers=False): its table, fresh draws and
+    pretrained weights all take that form, so the optimizer, shardings and checkpoints follow unchanged."""
+    if arch.backbone is None:
+        raise ValueError(f"model.scan_layers=False: architecture {arch.name!r} has no transformer blocks")
+    load = arch.pretrained
+    return dataclasses.replace(
+        arch,
+        specs=layer_layout.per_layer(arch.specs),
+        pretrained=load and (lambda: layer_layout.per_layer(load())),
+    )
 
 
 @dataclasses.dataclass(frozen=True)

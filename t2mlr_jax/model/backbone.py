@@ -25,7 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from t2mlr_jax.model import moe  # noqa: F401  (registers mlp="moe")
+from t2mlr_jax.model import (
+    layer_layout,
+    moe,  # noqa: F401  (registers mlp="moe")
+)
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import MLPS, attend, attention_mask, rms_norm, rope, softcap
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
@@ -92,20 +95,13 @@ def _cast(tree, dtype: str):
 
 
 def unstack_layers(cfg: ModelConfig, tree: Any) -> Any:
-    """`tree` with every params dict's stacked `layers` split into a tuple of per-layer trees in the compute
-    dtype. Done once before a loop over tokens (generation, the exact recurrence): a loop body that slices
-    (and casts) its layers out of the stack copies every weight at every token, twice the memory traffic
-    of reading it where it lies. `run_blocks` takes this form anywhere (unrolled over the layers), and
-    `generate` takes params already in it, so that decoding many prompts copies the stack never."""
-    if isinstance(tree, dict):
-        if isinstance(tree.get("layers"), dict):
-            stacked = _cast(tree["layers"], cfg.dtype)
-            count = jax.tree.leaves(stacked)[0].shape[0]
-            return {**tree, "layers": tuple(jax.tree.map(lambda a: a[i], stacked) for i in range(count))}
-        return tree
-    if isinstance(tree, tuple | list):
-        return type(tree)(unstack_layers(cfg, item) for item in tree)
-    return tree
+    """`tree` with every params dict's `layers` as a tuple of per-layer trees in the compute dtype. Done
+    once before a loop over tokens (generation, the exact recurrence): a loop body that slices (and casts)
+    its layers out of the stack copies every weight at every token, twice the memory traffic of reading
+    it where it lies. `run_blocks` takes this form anywhere (unrolled over the layers), and `generate`
+    takes params already in it, so that decoding many prompts copies the stack never."""
+    cast = lambda layers: tuple(_cast(p, cfg.dtype) for p in layer_layout.split(layers))
+    return layer_layout.map_layers(tree, cast)
 
 
 def split_layers(cfg: ModelConfig, params: dict, bounds: Sequence[int]) -> list[dict]:
@@ -129,7 +125,7 @@ def _block_params(cfg: ModelConfig, layers: dict | tuple, start: int, end: int) 
     """Blocks [start, end)'s params: a list of per-layer trees from `unstack_layers`' form, else the
     stacked slice (for `lax.scan`) or, from `split_layers`, the stack as given, each in the compute dtype."""
     if isinstance(layers, tuple):
-        return list(layers[start:end])
+        return [_cast(p, cfg.dtype) for p in layers[start:end]]
     count = jax.tree.leaves(layers)[0].shape[0]
     if count == cfg.num_layers:
         return _cast(jax.tree.map(lambda p: p[start:end], layers), cfg.dtype)
@@ -401,8 +397,12 @@ def run_blocks(
     kv = None if cache is None else (cache.k, cache.v)
     stats = []
     for i, p in enumerate(layers):
-        layer_kv = None if kv is None else (*kv, first_row + i, cache.index)
-        h, kv, layer_stats = _block(cfg, p, h, step, jax.tree.map(lambda a: a[i], per_layer), layer_kv)
+        layer = jax.tree.map(lambda a: a[i], per_layer)
+        if kv is None:  # no cache: a forward over per-layer weights, rematerialised as the scan's body is
+            block = _remat(cfg, lambda h, p, layer: _block(cfg, p, h, step, layer, None))
+            h, _, layer_stats = block(h, p, layer)
+        else:
+            h, kv, layer_stats = _block(cfg, p, h, step, layer, (*kv, first_row + i, cache.index))
         stats.append(layer_stats)
     stats = jax.tree.map(lambda *a: jnp.stack(a), *stats)
     return BlocksOut(h, None if kv is None else cache._replace(k=kv[0], v=kv[1]), stats)

@@ -107,6 +107,10 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype; parameters stay in `param_dtype`
     param_dtype: str = "float32"
     remat: str = "none"
+    # True: the train state stacks the blocks' weights [L, ...] and one lax.scan runs them (compiles once).
+    # False: it holds them per layer and the blocks unroll (t2mlr_jax.model.layer_layout): faster steps
+    # on a CPU, longer compiles. Checkpoints keep the form they were trained with; interop reads either.
+    scan_layers: bool = True
     attention_impl: str = "auto"  # auto (by platform) | einsum (reference) | xla | cudnn (GPU) | pallas (TPU)
     # Norms: learned RMSNorm scales (HF names) or weightless RMSNorm everywhere (also in QK-norm).
     norm_weights: bool = True

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from t2mlr_jax.model import layer_layout
 from t2mlr_jax.parallel.multihost import to_host
 from t2mlr_jax.train.train_step import TrainState
 from t2mlr_jax.train.workdir import CORRUPT, RUN_CONFIG, saved_steps
@@ -373,7 +374,8 @@ def is_step_folder(path: Path | str) -> bool:
 
 
 def read_step_params(step_folder: Path | str) -> Any:
-    """The parameters of one training checkpoint as numpy arrays, read without the optimizer state."""
+    """The parameters of one training checkpoint as numpy arrays, read without the optimizer state, with
+    the blocks' weights stacked whichever form they were trained in (model.scan_layers)."""
     path = Path(step_folder).absolute() / "state"
     stored = _item_metadata(path)["params"]
     with ocp.PyTreeCheckpointer() as checkpointer:
@@ -386,7 +388,7 @@ def read_step_params(step_folder: Path | str) -> Any:
                 partial_restore=True,
             ),
         )
-    return restored["params"]
+    return layer_layout.stacked(restored["params"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.spec import ParamSpec, is_spec
 from t2mlr_jax.registry import Registry
 
@@ -216,7 +217,7 @@ def muon_width(specs: dict) -> int | None:
 
 def muon_depth(specs: dict) -> int:
     """num_layers: the largest `layers` axis of the matrices (1 when no matrix is stacked over layers)."""
-    return max(_axis_sizes(specs, ("matrix",), "layers"), default=1)
+    return max(_axis_sizes(layer_layout.stacked(specs), ("matrix",), "layers"), default=1)
 
 
 def muon_batch_scale(opt: ml_collections.ConfigDict) -> float:

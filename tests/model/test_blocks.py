@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.model import backbone
+from t2mlr_jax.model import backbone, layer_layout
 from t2mlr_jax.model.backbone import Feedback
 from t2mlr_jax.model.config import MLP_NAMES
 from t2mlr_jax.model.layers import MLPS, attend, attention_mask, register_mlp, relu2, softcap
@@ -34,12 +34,19 @@ def differs(a, b) -> bool:
     return not np.allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
-def test_unstacked_layers_run_unrolled_and_equal_the_scan():
-    """`unstack_layers`' per-layer form runs without a cache too (unrolled): the same as the stacked scan."""
-    params = tiny_params(BASE)
-    h = backbone.embed(BASE, params, TOKS)
-    unstacked = run_blocks(BASE, backbone.unstack_layers(BASE, params), h, 1, L)
-    np.testing.assert_allclose(unstacked, run_blocks(BASE, params, h, 1, L), atol=1e-6)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_unstacked_layers_run_unrolled_and_equal_the_scan(dtype):
+    """`unstack_layers`' per-layer form runs without a cache too (unrolled): the same as the stacked scan;
+    so do per-layer weights left in the param dtype (model.scan_layers=False), cast as the stack is."""
+    cfg = BASE.replace(dtype=dtype)
+    params = tiny_params(cfg)
+    h = backbone.embed(cfg, params, TOKS)
+    scanned = run_blocks(cfg, params, h, 1, L)
+    unstacked = run_blocks(cfg, backbone.unstack_layers(cfg, params), h, 1, L)
+    assert unstacked.dtype == scanned.dtype == h.dtype
+    tolerance = dict(atol=1e-6) if dtype == "float32" else dict(atol=0.05, rtol=0.02)  # bf16: 8 bits
+    np.testing.assert_allclose(unstacked.astype(float), scanned.astype(float), **tolerance)
+    np.testing.assert_array_equal(run_blocks(cfg, layer_layout.per_layer(params), h, 1, L), unstacked)
 
 
 # ---------------------------------------------------------------------------------------------
