@@ -11,9 +11,9 @@ Each side runs in a process of its own, `--rounds` times, interleaved (release, 
            the release's T2MLRWrapper built as its src/train.py does, its train() forward (Jacobi), a
            torch fused AdamW step, HF generate(); T²MLR off is the release's own baseline wrapper
   ours     experiments/benchmarks/vs_release_ours.py: the trainer's compiled step
-           (t2mlr_jax.train.train_step) and the architecture's cached generate on weights unstacked once
-           (unstack_layers; the release keeps each layer's weights apart), compiled ahead of time
-           (compile time reported apart), JAX on the CPU, no persistent compilation cache
+           (t2mlr_jax.train.train_step) and the architecture's cached generate, the blocks' weights held
+           per layer (model.scan_layers=False, as the release's modules hold them), compiled ahead of
+           time (compile time reported apart), JAX on the CPU, no persistent compilation cache
 Both run on the same --threads CPUs (torch.set_num_threads and the process's CPU affinity, by which XLA
 sizes its thread pools), time --repeats calls per row after one warm-up call, and report their peak RSS
 (getrusage). Per round, each row's ratio is taken between the two runs of that round; the table shows
