@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.model import backbone
-from t2mlr_jax.model.layers import NEG_INF, attention_mask, rms_norm, rope
+from t2mlr_jax.model.layers import NEG_INF, attention_mask, rms_norm, rope, softmax
 from tests.tiny import rel_err, tiny_config, tiny_params, tokens
 
 
@@ -120,3 +120,26 @@ def test_shape_annotations_are_checked_at_run_time():
             positions=jnp.zeros((2, 7), jnp.int32),
             segment_ids=jnp.ones((2, 8), jnp.int32),
         )
+
+
+@pytest.mark.parametrize("weighted, offset", [(True, False), (True, True), (False, False)])
+def test_rms_norm_and_softmax_gradients_are_autodiffs(weighted, offset):
+    """Their written-out VJPs (reductions as products with ones on a CPU) equal the autodiff of the
+    plain formulas, and the forward is the formula bit for bit."""
+
+    def plain_rms(x, w):
+        y = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-5)
+        return y if w is None else y * (1.0 + w if offset else w)
+
+    ours_rms = lambda x, w: rms_norm(x, w, 1e-5, offset)
+    x = jax.random.normal(jax.random.PRNGKey(0), (2, 5, 3, 16))
+    w = jax.random.normal(jax.random.PRNGKey(1), (16,)) if weighted else None
+    probe = jax.random.normal(jax.random.PRNGKey(2), x.shape)
+    np.testing.assert_array_equal(ours_rms(x, w), plain_rms(x, w))
+    argnums = (0, 1) if weighted else 0
+    grads = [jax.grad(lambda x, w: (f(x, w) * probe).sum(), argnums)(x, w) for f in (ours_rms, plain_rms)]
+    for got, want in zip(*map(jax.tree.leaves, grads)):
+        assert rel_err(got, want) < 1e-6
+    softmaxes = (softmax, lambda z: jax.nn.softmax(z, axis=-1))
+    grads = [jax.grad(lambda z: (f(z) * probe).sum())(x) for f in softmaxes]
+    assert rel_err(*grads) < 1e-6
