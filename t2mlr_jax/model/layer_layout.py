@@ -1,7 +1,7 @@
 """The two forms of a params dict's `layers`: stacked on a leading layer axis [L, ...] (one `lax.scan`
 compiles every block once) or held per layer, a tuple of L trees (MaxText's `scan_layers=False`: the
 blocks unroll, and each reads its weights where they lie instead of slicing them out of the stack and
-writing their gradients back into it; ~10% off a CPU train step, at 2-3x the compile time).
+writing their gradients back into it; ~5% off a CPU train step, at 3-4x the compile time).
 
 `model.scan_layers` picks the form of the train state (`Architecture.specs` is then per layer too);
 weights are always drawn stacked, so the form changes no number, and interop reads checkpoints stacked.
