@@ -69,11 +69,13 @@ def _sub_jaxprs(value):
 
 def jaxpr_matmul_flops(jaxpr) -> float:
     """dot_general FLOPs of a jaxpr as traced, scan bodies times their length (what XLA's cost
-    analysis cannot do: it counts a loop body once)."""
+    analysis cannot do: it counts a loop body once). A product with a vector is a sum written as one
+    (`layers._sum_last`, the norm and softmax gradients on a CPU), not a matmul of the model."""
     total = 0.0
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            lhs, rhs = (v.aval.shape for v in eqn.invars)
+        shapes = [v.aval.shape for v in eqn.invars] if eqn.primitive.name == "dot_general" else []
+        if shapes and min(map(len, shapes)) > 1:
+            lhs, rhs = shapes
             (_, rhs_contract), (_, rhs_batch) = eqn.params["dimension_numbers"]
             shared = np.prod([rhs[i] for i in (*rhs_contract, *rhs_batch)])
             total += 2.0 * np.prod(lhs) * np.prod(rhs) / shared
