@@ -63,12 +63,15 @@ def stack(layers: Any) -> Any:
 
 
 def per_layer(tree: Any) -> Any:
+    """`tree` (params, moments or a spec table) with its `layers` held per layer."""
     return map_layers(tree, split)
 
 
 def stacked(tree: Any) -> Any:
+    """`tree` with its `layers` stacked: the canonical form interop and fresh draws use."""
     return map_layers(tree, stack)
 
 
 def is_per_layer(tree: Any) -> bool:
+    """Whether a params dict (or spec table) holds its `layers` per layer."""
     return isinstance(tree, dict) and isinstance(tree.get("layers"), tuple)
