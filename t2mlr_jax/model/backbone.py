@@ -395,11 +395,12 @@ def run_blocks(
     # slots are written, in place); with unstacked layers, so each weight is read where it lies.
     first_row = start if cache_row is None else cache_row
     kv = None if cache is None else (cache.k, cache.v)
+    # No cache: a forward over per-layer weights, each block rematerialised as the scan's body is.
+    block = _remat(cfg, lambda h, p, layer: _block(cfg, p, h, step, layer, None))
     stats = []
     for i, p in enumerate(layers):
         layer = jax.tree.map(lambda a: a[i], per_layer)
-        if kv is None:  # no cache: a forward over per-layer weights, rematerialised as the scan's body is
-            block = _remat(cfg, lambda h, p, layer: _block(cfg, p, h, step, layer, None))
+        if kv is None:
             h, _, layer_stats = block(h, p, layer)
         else:
             h, kv, layer_stats = _block(cfg, p, h, step, layer, (*kv, first_row + i, cache.index))

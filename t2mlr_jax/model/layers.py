@@ -39,7 +39,7 @@ def _sum_leading(x: Float[Array, "*N D"]) -> Float[Array, " D"]:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _rms_scaled(x: Float[Array, "*N D"], scale: Float[Array, " D"], eps: float) -> Float[Array, "*N D"]:
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * scale
+    return _rms_scaled_fwd(x, scale, eps)[0]
 
 
 def _rms_scaled_fwd(x, scale, eps):
