@@ -4,8 +4,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2mlr_jax.model import backbone, recurrence
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.params import init_params
+
+# The model's forwards compiled whole, once per (config, shapes, depths), and shared by every test that calls
+# them: run eagerly, each call would recompile its scans and loops op by op (2x slower per call, every call).
+jacobi = jax.jit(recurrence.jacobi_forward, static_argnums=0, static_argnames=("d_forward", "d_backward"))
+exact = jax.jit(recurrence.exact_forward, static_argnums=0, static_argnames=("bptt",))
+plain = jax.jit(backbone.forward, static_argnums=0)
 
 
 def tiny_config(recurrence=True, **changes) -> ModelConfig:

@@ -9,15 +9,8 @@ import pytest
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.fusion import fuse, update_cache
-from t2mlr_jax.model.recurrence import (
-    Layout,
-    decode_step,
-    exact_forward,
-    jacobi_forward,
-    make_layout,
-    shift_right,
-)
-from tests.tiny import rel_err, tiny_config, tiny_params, tokens
+from t2mlr_jax.model.recurrence import Layout, decode_step, make_layout, shift_right
+from tests.tiny import exact, jacobi, plain, rel_err, tiny_config, tiny_params, tokens
 
 T = 12
 CFG = tiny_config()
@@ -43,9 +36,9 @@ def test_fresh_init_equals_backbone_in_every_mode(l_range):
     cfg = tiny_config().with_recurrence(l_start=l_range[0], l_end=l_range[1])
     params = tiny_params(cfg)
     toks = tokens(2, T)
-    ref = backbone.forward(cfg, params, toks)
-    assert np.abs(jacobi_forward(cfg, params, toks, d_forward=4, d_backward=2).logits - ref).max() <= 1e-6
-    assert np.abs(exact_forward(cfg, params, toks).logits - ref).max() <= 1e-6
+    ref = plain(cfg, params, toks)
+    assert np.abs(jacobi(cfg, params, toks, d_forward=4, d_backward=2).logits - ref).max() <= 1e-6
+    assert np.abs(exact(cfg, params, toks).logits - ref).max() <= 1e-6
     assert np.abs(decode_logits(cfg, params, toks) - ref).max() <= 1e-6
 
 
@@ -54,13 +47,13 @@ def test_jacobi_with_enough_passes_equals_exact_equals_decode(l_range):
     cfg = tiny_config().with_recurrence(l_start=l_range[0], l_end=l_range[1])
     params = tiny_params(cfg, gamma=0.8)
     toks = tokens(2, T)
-    exact = exact_forward(cfg, params, toks)
-    jacobi = jacobi_forward(cfg, params, toks, d_forward=T, d_backward=2)
-    assert rel_err(jacobi.logits, exact.logits) <= 1e-5
-    assert rel_err(decode_logits(cfg, params, toks), exact.logits) <= 1e-5
-    assert rel_err(jacobi.recurrent_state, exact.recurrent_state) <= 1e-5
+    want = exact(cfg, params, toks)
+    got = jacobi(cfg, params, toks, d_forward=T, d_backward=2)
+    assert rel_err(got.logits, want.logits) <= 1e-5
+    assert rel_err(decode_logits(cfg, params, toks), want.logits) <= 1e-5
+    assert rel_err(got.recurrent_state, want.recurrent_state) <= 1e-5
     # The recurrence really is on: the plain backbone gives different logits.
-    assert rel_err(backbone.forward(cfg, params, toks), exact.logits) > 1e-2
+    assert rel_err(plain(cfg, params, toks), want.logits) > 1e-2
 
 
 NANOCHAT_PARTS = dict(
@@ -84,20 +77,20 @@ def test_t2mlr_on_nanochat_blocks_modes_agree(l_range):
     cfg = tiny_config(**NANOCHAT_PARTS).with_recurrence(l_start=l_range[0], l_end=l_range[1])
     params = tiny_params(cfg, gamma=0.8)
     toks = tokens(2, T)
-    exact = exact_forward(cfg, params, toks)
-    assert rel_err(jacobi_forward(cfg, params, toks, d_forward=T, d_backward=2).logits, exact.logits) <= 1e-5
-    assert rel_err(decode_logits(cfg, params, toks), exact.logits) <= 1e-5
-    plain = backbone.forward(cfg, tiny_params(cfg), toks)  # γ = 0: the backbone
-    assert np.abs(exact_forward(cfg, tiny_params(cfg), toks).logits - plain).max() <= 1e-6
+    want = exact(cfg, params, toks)
+    assert rel_err(jacobi(cfg, params, toks, d_forward=T, d_backward=2).logits, want.logits) <= 1e-5
+    assert rel_err(decode_logits(cfg, params, toks), want.logits) <= 1e-5
+    backbone_logits = plain(cfg, tiny_params(cfg), toks)  # γ = 0: the backbone
+    assert np.abs(exact(cfg, tiny_params(cfg), toks).logits - backbone_logits).max() <= 1e-6
 
 
 def test_few_jacobi_passes_are_exact_only_before_position_d():
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, T)
-    exact = exact_forward(CFG, params, toks).logits
+    want = exact(CFG, params, toks).logits
     d = 4
-    jacobi = jacobi_forward(CFG, params, toks, d_forward=d, d_backward=1).logits
-    per_position = np.abs(np.asarray(jacobi - exact)).max(axis=(0, 2)) / np.abs(exact).max()
+    got = jacobi(CFG, params, toks, d_forward=d, d_backward=1).logits
+    per_position = np.abs(np.asarray(got - want)).max(axis=(0, 2)) / np.abs(want).max()
     assert per_position[:d].max() <= 1e-5
     assert per_position[d:].min() > 1e-4
 
@@ -110,10 +103,9 @@ def ce_loss(logits, toks):
 def test_jacobi_full_gradient_equals_exact_full_bptt():
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, 8)
-    g_jacobi = jax.grad(
-        lambda p: ce_loss(jacobi_forward(CFG, p, toks, d_forward=8, d_backward=8).logits, toks)
-    )(params)
-    g_exact = jax.grad(lambda p: ce_loss(exact_forward(CFG, p, toks).logits, toks))(params)
+    grad = lambda f: jax.jit(jax.grad(lambda p: ce_loss(f(p), toks)))(params)
+    g_jacobi = grad(lambda p: jacobi(CFG, p, toks, d_forward=8, d_backward=8).logits)
+    g_exact = grad(lambda p: exact(CFG, p, toks).logits)
     for path, a in jax.tree_util.tree_leaves_with_path(g_jacobi):
         b = _get(g_exact, path)
         assert np.abs(a - b).max() <= 1e-4 * max(np.abs(b).max(), 1.0), jax.tree_util.keystr(path)
@@ -156,7 +148,7 @@ def test_gradient_truncation_matches_the_spec(d, b):
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, 8)
     loss = lambda f: jax.jit(jax.grad(lambda p: ce_loss(f(p), toks)))(params)
-    g = loss(lambda p: jacobi_forward(CFG, p, toks, d_forward=d, d_backward=b).logits)
+    g = loss(lambda p: jacobi(CFG, p, toks, d_forward=d, d_backward=b).logits)
     g_ref = loss(lambda p: reference_jacobi(CFG, p, toks, d, b))
     for a, r in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
         np.testing.assert_allclose(a, r, atol=1e-6, rtol=1e-5)
@@ -167,7 +159,9 @@ def test_b0_lower_layers_get_gradient_only_through_the_final_pass():
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, 8)
     layout = make_layout(toks)
-    r_d = jax.lax.stop_gradient(shift_right(_cache_after(CFG, params, toks, 4), layout.positions))
+    r_d = jax.lax.stop_gradient(
+        shift_right(jax.jit(_cache_after, static_argnums=(0, 3))(CFG, params, toks, 4), layout.positions)
+    )
 
     def final_pass_only(p):
         kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
@@ -175,10 +169,9 @@ def test_b0_lower_layers_get_gradient_only_through_the_final_pass():
         h = backbone.run_blocks(CFG, p, fuse(CFG, p["mixer"], x, r_d, layout.control_flow)[0], 1, 4, **kw).h
         return backbone.head(CFG, p, h)
 
-    g = jax.grad(lambda p: ce_loss(jacobi_forward(CFG, p, toks, d_forward=4, d_backward=0).logits, toks))(
-        params
-    )
-    g_ref = jax.grad(lambda p: ce_loss(final_pass_only(p), toks))(params)
+    grad = lambda f: jax.jit(jax.grad(lambda p: ce_loss(f(p), toks)))(params)
+    g = grad(lambda p: jacobi(CFG, p, toks, d_forward=4, d_backward=0).logits)
+    g_ref = grad(final_pass_only)
     lower = lambda t: jax.tree.map(lambda a: a[:1], t["layers"])
     for a, r in zip(jax.tree.leaves(lower(g)), jax.tree.leaves(lower(g_ref))):
         np.testing.assert_allclose(a, r, atol=1e-7, rtol=1e-5)
@@ -205,12 +198,12 @@ def test_exact_truncated_bptt_equals_jacobi_gradient(bptt):
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, 6)
     grad = lambda f: jax.jit(jax.grad(lambda p: ce_loss(f(p), toks)))(params)
-    g_exact = grad(lambda p: exact_forward(CFG, p, toks, bptt=bptt).logits)
-    g_jacobi = grad(lambda p: jacobi_forward(CFG, p, toks, d_forward=6, d_backward=bptt).logits)
+    g_exact = grad(lambda p: exact(CFG, p, toks, bptt=bptt).logits)
+    g_jacobi = grad(lambda p: jacobi(CFG, p, toks, d_forward=6, d_backward=bptt).logits)
     for a, r in zip(jax.tree.leaves(g_exact), jax.tree.leaves(g_jacobi)):
         np.testing.assert_allclose(a, r, atol=1e-6, rtol=1e-4)
-    values = exact_forward(CFG, params, toks, bptt=bptt).logits
-    assert rel_err(values, exact_forward(CFG, params, toks).logits) <= 1e-6
+    values = exact(CFG, params, toks, bptt=bptt).logits
+    assert rel_err(values, exact(CFG, params, toks).logits) <= 1e-6
 
 
 def packed_and_alone(cfg, params, forward, lengths=(5, 3, 4)):
@@ -227,12 +220,10 @@ def packed_and_alone(cfg, params, forward, lengths=(5, 3, 4)):
 @pytest.mark.parametrize("mode", ["jacobi", "exact", "decode", "backbone"])
 def test_packed_documents_equal_documents_alone(mode):
     forward = {
-        "jacobi": lambda c, p, t, lay: jacobi_forward(c, p, t, layout=lay, d_forward=12, d_backward=0).logits,
-        "exact": lambda c, p, t, lay: exact_forward(c, p, t, layout=lay).logits,
+        "jacobi": lambda c, p, t, lay: jacobi(c, p, t, layout=lay, d_forward=12, d_backward=0).logits,
+        "exact": lambda c, p, t, lay: exact(c, p, t, layout=lay).logits,
         "decode": decode_logits,
-        "backbone": lambda c, p, t, lay: backbone.forward(
-            c, p, t, positions=lay.positions, segment_ids=lay.segment_ids
-        ),
+        "backbone": lambda c, p, t, lay: plain(c, p, t, positions=lay.positions, segment_ids=lay.segment_ids),
     }[mode]
     params = tiny_params(CFG, gamma=0.8)
     logits, alone = packed_and_alone(CFG, params, forward)
@@ -247,28 +238,28 @@ def test_mixed_control_flow_rows_behave_as_if_alone():
     seg = (cf > 0).astype(jnp.int32)
     pos = jnp.maximum(jnp.cumsum(seg, axis=1) - 1, 0)
     layout = make_layout(toks, pos, seg, cf)
-    exact = exact_forward(CFG, params, toks, layout=layout).logits
-    jacobi = jacobi_forward(CFG, params, toks, layout=layout, d_forward=8, d_backward=0).logits
+    want = exact(CFG, params, toks, layout=layout).logits
+    got = jacobi(CFG, params, toks, layout=layout, d_forward=8, d_backward=0).logits
     real = np.asarray(seg, bool)
-    assert rel_err(np.asarray(jacobi)[real], np.asarray(exact)[real]) <= 1e-5
+    assert rel_err(np.asarray(got)[real], np.asarray(want)[real]) <= 1e-5
     for i in range(3):
         n = int(seg[i].sum())
-        row = exact_forward(
+        row = exact(
             CFG,
             params,
             toks[i : i + 1, -n:],
             layout=make_layout(toks[i : i + 1, -n:], control_flow=cf[i : i + 1, -n:]),
         ).logits
-        assert rel_err(exact[i : i + 1, -n:], row) <= 1e-5
+        assert rel_err(want[i : i + 1, -n:], row) <= 1e-5
 
 
 def test_plain_transformer_runs_through_every_mode():
     cfg = tiny_config(recurrence=None)
     params = tiny_params(cfg)
     toks = tokens(2, T)
-    ref = backbone.forward(cfg, params, toks)
-    assert rel_err(jacobi_forward(cfg, params, toks).logits, ref) <= 1e-6
-    assert rel_err(exact_forward(cfg, params, toks).logits, ref) <= 1e-5
+    ref = plain(cfg, params, toks)
+    assert rel_err(jacobi(cfg, params, toks).logits, ref) <= 1e-6
+    assert rel_err(exact(cfg, params, toks).logits, ref) <= 1e-5
     assert rel_err(decode_logits(cfg, params, toks), ref) <= 1e-5
 
 
@@ -281,11 +272,11 @@ def test_bfloat16_compute_stays_near_float32_in_jacobi_and_exact():
     toks = tokens(2, T)
     bf16 = cfg.replace(dtype="bfloat16")
     for forward in (
-        lambda c: jacobi_forward(c, params, toks, d_forward=T, d_backward=2),
-        lambda c: exact_forward(c, params, toks),
+        lambda c: jacobi(c, params, toks, d_forward=T, d_backward=2),
+        lambda c: exact(c, params, toks),
     ):
         low, ref = forward(bf16).logits, forward(cfg).logits
         assert low.dtype == jnp.float32  # logits are accumulated in fp32
         assert 0 < rel_err(low, ref) <= 2e-2, rel_err(low, ref)
-    jacobi = jacobi_forward(bf16, params, toks, d_forward=T, d_backward=2).logits
-    assert rel_err(jacobi, exact_forward(bf16, params, toks).logits) <= 2e-2
+    got = jacobi(bf16, params, toks, d_forward=T, d_backward=2).logits
+    assert rel_err(got, exact(bf16, params, toks).logits) <= 2e-2
