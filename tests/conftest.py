@@ -1,7 +1,6 @@
 """Test-wide setup, before JAX or the package is imported:
 - 8 fake CPU devices, for the sharding tests;
-- XLA's CPU backend without LLVM optimisation and with its older (non-MLIR) fusion emitters: the tiny
-  test models are compile-bound, not run-bound, and these compile a Jacobi gradient 2.4x faster;
+- XLA's fast-compiling CPU flags (tests/xla_flags.py), here and in the subprocesses tests start;
 - a compilation cache shared by the main.py runs that tests start in a subprocess, but none in the
   pytest workers themselves: twice (once in CI, once here) a worker aborted inside XLA while serialising
   a CPU executable for the cache (jax 0.10.2, not reproducible alone), which takes the whole xdist run down;
@@ -15,11 +14,9 @@
 import os
 import tempfile
 
-os.environ.setdefault(
-    "XLA_FLAGS",
-    "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
-    " --xla_cpu_use_fusion_emitters=false",
-)
+from tests.xla_flags import with_devices  # no JAX in it: the flags are set before JAX is imported
+
+os.environ.setdefault("XLA_FLAGS", with_devices(8))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("T2MLR_TEST_JAX_CACHE", tempfile.mkdtemp(prefix="t2mlr-jax-cache-"))
 # ... which main.py run in a subprocess also uses, rather than its default user cache.

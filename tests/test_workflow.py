@@ -15,6 +15,7 @@ import textwrap
 import pytest
 
 from tests.train.test_lm_eval import write_local_tasks
+from tests.xla_flags import FAST_COMPILE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "smollm135m_t2mlr.py") + ":cpu"
@@ -46,7 +47,8 @@ print(json.dumps({{"ids": out.tolist(), "eos": tok.eos_token_id, "text": tok.dec
 
 def run(*args, cache):
     env = {
-        **{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"},  # one device, as a user's laptop
+        **os.environ,
+        "XLA_FLAGS": FAST_COMPILE,  # one device, as a user's laptop
         "JAX_COMPILATION_CACHE_DIR": str(cache),  # the fine-tune reuses the training run's compilations
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     }

@@ -11,8 +11,7 @@ import sys
 import pytest
 
 from tests.test_main import ROOT, S5, TINY
-
-FAST_XLA = "--xla_backend_optimization_level=0"
+from tests.xla_flags import with_devices
 
 
 def _free_port() -> int:
@@ -30,7 +29,7 @@ def _launch(args, devices, **env):
         stderr=subprocess.PIPE,
         env={
             **os.environ,
-            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} {FAST_XLA}",
+            "XLA_FLAGS": with_devices(devices),
             **env,
         },
     )
