@@ -1,5 +1,7 @@
 """Sharded execution on 8 fake CPU devices equals one device; bad meshes and batches fail early."""
 
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -43,22 +45,30 @@ def test_rules_shard_what_divides_and_replicate_the_rest():
         partition_spec(("nonsense",), (4,), mesh)
 
 
+CFG = tiny_config()
+# One jitted function for every mesh below (each input sharding compiles its own program); the one-device
+# reference it gives is computed once.
+jacobi_loss_and_grad = jax.jit(
+    jax.value_and_grad(lambda p, t: jacobi_forward(CFG, p, t, d_forward=4, d_backward=2).logits.std())
+)
+
+
+@functools.cache
+def one_device_reference():
+    params, toks = tiny_params(CFG, gamma=0.8), tokens(8, 8)
+    return params, toks, jacobi_loss_and_grad(params, toks)
+
+
 @pytest.mark.parametrize("shape", [(8, 1, 1), (2, 2, 2), (1, 4, 2)])
 def test_sharded_jacobi_forward_and_grad_equal_one_device(shape):
-    cfg = tiny_config()
-    params = tiny_params(cfg, gamma=0.8)
-    toks = tokens(8, 8)
-    fn = jax.jit(
-        jax.value_and_grad(lambda p, t: jacobi_forward(cfg, p, t, d_forward=4, d_backward=2).logits.std())
-    )
-    ref_loss, ref_grad = fn(params, toks)
+    params, toks, (ref_loss, ref_grad) = one_device_reference()
     mesh = make_mesh(*shape)
     with jax.set_mesh(mesh):
-        sharded = jax.device_put(params, param_shardings(param_axes(cfg), params, mesh))
+        sharded = jax.device_put(params, param_shardings(param_axes(CFG), params, mesh))
         toks_s = jax.device_put(
             toks, NamedSharding(mesh, partition_spec(("batch", "length"), toks.shape, mesh))
         )
-        loss, grad = fn(sharded, toks_s)
+        loss, grad = jacobi_loss_and_grad(sharded, toks_s)
     assert abs(float(loss - ref_loss)) <= 1e-5 * abs(float(ref_loss))
     assert max(rel_err(a, b) for a, b in zip(jax.tree.leaves(grad), jax.tree.leaves(ref_grad))) <= 1e-4
 
