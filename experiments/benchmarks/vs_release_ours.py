@@ -103,37 +103,47 @@ def timed_calls(fn, repeats: int) -> tuple[list[float], object]:
     return seconds, first
 
 
-def measure(c, arch_name: str, spec: dict) -> dict:
-    """One architecture's train step (forward + backward + clipped AdamW update, the trainer's own step) and
-    greedy generate() (exact prefill of a recurrent prompt, then cached single-token steps)."""
+def train_step_of(c, arch_name: str, ids, seed: int) -> tuple:
+    """(architecture, initial state, batch, the trainer's own jitted step: forward + backward + clipped AdamW
+    update) on the rows `ids` [B, T + 1], each one recurrent document (as pretraining)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from t2mlr_jax.architectures import build_architecture
-    from t2mlr_jax.model.backbone import unstack_layers
     from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
     from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 
     arch = build_architecture(c, arch_name)
     optimizer = make_optimizer(c.optimizer, arch.specs, c.train.steps)
-    state = init_state(arch, optimizer, spec["seed"])
-    rows, t, d = tokens(spec), spec["train"], spec["decode"]
-    ids, shape = rows[: t["batch"]].astype(np.int32), (t["batch"], t["seq_len"])
+    state = init_state(arch, optimizer, seed)
+    ids = np.asarray(ids, np.int32)
+    shape = (ids.shape[0], ids.shape[1] - 1)
     batch = model_inputs(
         {
             "tokens": ids[:, :-1],
             "targets": ids[:, 1:],  # position-aligned next tokens
             "loss_mask": np.ones(shape, np.float32),
-            "positions": np.broadcast_to(np.arange(t["seq_len"], dtype=np.int32), shape),
+            "positions": np.broadcast_to(np.arange(shape[1], dtype=np.int32), shape),
             "segment_ids": np.ones(shape, np.int32),
             "control_flow": np.full(shape, 2, np.int32),  # 2 = recurrent (pretraining)
         }
     )
-    batch = jax.tree.map(jnp.asarray, batch)
-    step, train_compile = compiled(
-        compile_step(arch, optimizer, make_schedule(c.optimizer, c.train.steps)), state, batch
-    )
+    step = compile_step(arch, optimizer, make_schedule(c.optimizer, c.train.steps))
+    return arch, state, jax.tree.map(jnp.asarray, batch), step
+
+
+def measure(c, arch_name: str, spec: dict) -> dict:
+    """One architecture's train step (`train_step_of`) and greedy generate() (exact prefill of a recurrent
+    prompt, then cached single-token steps)."""
+    import jax
+    import jax.numpy as jnp
+
+    from t2mlr_jax.model.backbone import unstack_layers
+
+    rows, t, d = tokens(spec), spec["train"], spec["decode"]
+    arch, state, batch, jitted = train_step_of(c, arch_name, rows[: t["batch"]], spec["seed"])
+    step, train_compile = compiled(jitted, state, batch)
 
     def train_step():
         nonlocal state
