@@ -1,6 +1,10 @@
 """Training on meshes of 8 fake devices gives one device's losses and parameters, for the baseline and
 for T²MLR in Jacobi mode; a checkpoint saved on one mesh restores onto another."""
 
+import functools
+import tempfile
+from pathlib import Path
+
 import jax
 import numpy as np
 import pytest
@@ -36,6 +40,12 @@ def train_on_one_device(run):
     return losses, state.params
 
 
+@functools.cache
+def trained_t2mlr_on_2x2x2():
+    """T²MLR's state after training on the (2, 2, 2) mesh, shared by the two tests that need it."""
+    return train_on_mesh(make_run("t2mlr", Path(tempfile.mkdtemp()), (2, 2, 2)))
+
+
 def train_on_mesh(run):
     step = compile_step(
         run.arch,
@@ -54,12 +64,19 @@ def train_on_mesh(run):
     return losses, state
 
 
+# One worker for the file: the checkpoint test reuses the T²MLR case's training on (2, 2, 2).
+pytestmark = pytest.mark.xdist_group("sharded_training")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["transformer", "t2mlr"])
 def test_training_on_meshes_equals_one_device(arch, tmp_path):
     ref_losses, ref_params = train_on_one_device(make_run(arch, tmp_path / "ref", (8, 1, 1)))
     for mesh in MESHES:
-        losses, state = train_on_mesh(make_run(arch, tmp_path / str(mesh), mesh))
+        on_2x2x2 = arch == "t2mlr" and mesh == (2, 2, 2)
+        losses, state = (
+            trained_t2mlr_on_2x2x2() if on_2x2x2 else train_on_mesh(make_run(arch, tmp_path, mesh))
+        )
         np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
         for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(ref_params)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
@@ -69,7 +86,7 @@ def test_training_on_meshes_equals_one_device(arch, tmp_path):
 
 def test_checkpoint_saved_on_one_mesh_restores_on_another(tmp_path):
     saver = make_run("t2mlr", tmp_path, (2, 2, 2))
-    _, state = train_on_mesh(saver)
+    _, state = trained_t2mlr_on_2x2x2()
     checkpointer = saver.checkpointer()
     checkpointer.save(STEPS, state, {"index": STEPS}, force=True)
     checkpointer.wait()
