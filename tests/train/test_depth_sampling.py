@@ -67,8 +67,8 @@ def test_each_step_is_the_fixed_depth_step_it_logs(tmp_path):
     assert [(s, d) for s, d, _ in logged] == [(s, draw_at([1, 4], config.seed, s)) for s in range(1, 3)]
     assert {d for _, d, _ in logged} == {1, 4}  # this seed draws both in its first 2 steps
 
-    # Replay with fixed-D steps (compiled as the trainer compiles them, so the compilation cache serves
-    # them): the same losses, so the sampled D is the one that ran.
+    # Replay with fixed-D steps, compiled as the trainer compiles them: the same losses, so the sampled D is
+    # the one that ran.
     state = jax.jit(run._init_state, out_shardings=run.state_shardings)()
     iterator, steps = run.data.train_iterator(), {}
     with jax.set_mesh(run.mesh):
