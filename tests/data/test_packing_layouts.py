@@ -9,8 +9,8 @@ import pytest
 from t2mlr_jax.data.batch import RECURRENT, validate_batch
 from t2mlr_jax.data.batching import batch_examples
 from t2mlr_jax.data.pipeline import document_example
-from t2mlr_jax.model.recurrence import exact_forward, make_layout
-from tests.tiny import tiny_config, tiny_params
+from t2mlr_jax.model.recurrence import make_layout
+from tests.tiny import exact, tiny_config, tiny_params
 
 EOS, SEQ = 63, 16
 ONE_HOST = grain.sharding.ShardOptions(shard_index=0, shard_count=1)
@@ -67,7 +67,7 @@ def logits(model, batch: dict) -> np.ndarray:
     layout = make_layout(
         tokens, *(jnp.asarray(batch[k][:1]) for k in ("positions", "segment_ids", "control_flow"))
     )
-    return np.asarray(exact_forward(cfg, params, tokens, layout=layout).logits[0])
+    return np.asarray(exact(cfg, params, tokens, layout=layout).logits[0])
 
 
 @pytest.mark.parametrize("packing", ["concat", "concat_split"])

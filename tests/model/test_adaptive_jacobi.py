@@ -12,14 +12,14 @@ import pytest
 from jax.sharding import NamedSharding
 
 from t2mlr_jax.model.params import param_axes
-from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layout, relative_change
+from t2mlr_jax.model.recurrence import jacobi_forward, make_layout, relative_change
 from t2mlr_jax.parallel.mesh import make_mesh
 from t2mlr_jax.parallel.placement import param_shardings
 from t2mlr_jax.parallel.rules import partition_spec
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run
 from tests.model.test_recurrence import ce_loss
-from tests.tiny import rel_err, tiny_config, tiny_params, tokens
+from tests.tiny import exact, jacobi, rel_err, tiny_config, tiny_params, tokens
 from tests.train import tiny_task
 
 T = 12
@@ -63,8 +63,8 @@ def test_no_tolerance_or_zero_is_the_fixed_depth_program():
     program = lower(CFG).as_text()
     assert lower(adaptive(0.0)).as_text() == program  # bit for bit: the same computation
     assert lower(adaptive(1e-3)).as_text() != program
-    assert int(jacobi_forward(CFG, params, toks, d_forward=6, d_backward=2).jacobi_passes) == 6
-    assert exact_forward(CFG, params, toks).jacobi_passes is None
+    assert int(jacobi(CFG, params, toks, d_forward=6, d_backward=2).jacobi_passes) == 6
+    assert exact(CFG, params, toks).jacobi_passes is None
 
 
 def test_unreachable_tolerance_runs_all_d_passes():
@@ -96,10 +96,10 @@ def test_converged_passes_equal_exact_in_fewer_than_d():
     cf = jnp.array([[2] * T, [1] * 3 + [2] * (T - 3), [0] * 2 + [1] * 2 + [2] * (T - 4)])
     seg = (cf > 0).astype(jnp.int32)
     layout = make_layout(toks, jnp.maximum(jnp.cumsum(seg, axis=1) - 1, 0), seg, cf)
-    out = jacobi_forward(cfg, params, toks, layout=layout, d_forward=16, d_backward=2)
-    exact = exact_forward(cfg, params, toks, layout=layout).logits
+    out = jacobi(cfg, params, toks, layout=layout, d_forward=16, d_backward=2)
+    want = exact(cfg, params, toks, layout=layout).logits
     real = np.asarray(seg, bool)
-    assert rel_err(np.asarray(out.logits)[real], np.asarray(exact)[real]) <= 1e-5
+    assert rel_err(np.asarray(out.logits)[real], np.asarray(want)[real]) <= 1e-5
     assert int(out.jacobi_passes) < T
 
 

@@ -9,8 +9,7 @@ import pytest
 
 from t2mlr_jax.model.backbone import unstack_layers
 from t2mlr_jax.model.generate import generate, sample
-from t2mlr_jax.model.recurrence import exact_forward
-from tests.tiny import tiny_config, tiny_params, tokens
+from tests.tiny import exact, tiny_config, tiny_params, tokens
 
 CFG = tiny_config()
 PARAMS = tiny_params(CFG, gamma=0.8)
@@ -21,7 +20,7 @@ def test_greedy_generation_equals_the_exact_forward_argmax():
     prompt = tokens(2, 5)
     out = generate(CFG, PARAMS, prompt, jnp.ones_like(prompt), max_new_tokens=N)
     full = jnp.concatenate([prompt, out.tokens], axis=1)
-    logits = exact_forward(CFG, PARAMS, full).logits
+    logits = exact(CFG, PARAMS, full).logits
     np.testing.assert_array_equal(jnp.argmax(logits[:, 4:-1], -1), out.tokens)
     np.testing.assert_array_equal(out.lengths, [N, N])
 
@@ -40,12 +39,12 @@ def test_left_padded_batch_equals_rows_alone():
             np.testing.assert_array_equal(batch.tokens[i], alone.tokens[0])
 
 
-def test_jacobi_prefill_is_exact_with_enough_passes_and_differs_with_one():
+def test_by_jacobi_is_exact_with_enough_passes_and_differs_with_one():
     prompt = tokens(2, 10)
     mask = jnp.ones_like(prompt)
-    exact = generate(CFG, PARAMS, prompt, mask, max_new_tokens=N)
-    jacobi = generate(CFG, PARAMS, prompt, mask, max_new_tokens=N, prefill="jacobi", prefill_passes=10)
-    np.testing.assert_array_equal(exact.tokens, jacobi.tokens)
+    by_exact = generate(CFG, PARAMS, prompt, mask, max_new_tokens=N)
+    by_jacobi = generate(CFG, PARAMS, prompt, mask, max_new_tokens=N, prefill="jacobi", prefill_passes=10)
+    np.testing.assert_array_equal(by_exact.tokens, by_jacobi.tokens)
     generate(CFG, PARAMS, prompt, mask, max_new_tokens=2, prefill="jacobi", prefill_passes=1)  # k = 1 works
 
 

@@ -7,14 +7,12 @@ import pytest
 from jaxtyping import Array, Float
 
 from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
-from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.mixers import MIXERS, Mixer
 from t2mlr_jax.model.mixers.common import pre_norm
-from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
 from t2mlr_jax.model.spec import ParamSpec
 from t2mlr_jax.registry import Registry
-from tests.tiny import rel_err, tiny_config, tiny_params, tokens
+from tests.tiny import exact, jacobi, plain, rel_err, tiny_config, tiny_params, tokens
 
 T = 10
 
@@ -49,11 +47,11 @@ def test_a_registered_mixer_runs_in_jacobi_and_exact_mode(toy):
     params = tiny_params(toy)
     assert set(params["mixer"]) == {"recurrent_projection", "toy_scale"}
     toks = tokens(2, T)
-    exact = exact_forward(toy, params, toks)
-    jacobi = jacobi_forward(toy, params, toks, d_forward=T, d_backward=2)
-    assert rel_err(jacobi.logits, exact.logits) <= 1e-5
-    assert rel_err(backbone.forward(toy, params, toks), exact.logits) > 1e-2  # the recurrence is on
-    np.testing.assert_allclose(exact.gate_stats["recurrent_gate"][:, 1:], np.tanh(0.5), rtol=1e-6)
+    want = exact(toy, params, toks)
+    got = jacobi(toy, params, toks, d_forward=T, d_backward=2)
+    assert rel_err(got.logits, want.logits) <= 1e-5
+    assert rel_err(plain(toy, params, toks), want.logits) > 1e-2  # the recurrence is on
+    np.testing.assert_allclose(want.gate_stats["recurrent_gate"][:, 1:], np.tanh(0.5), rtol=1e-6)
 
 
 def test_a_registered_mixer_converts_to_the_release_layout(toy):

@@ -22,8 +22,8 @@ from t2mlr_jax.model.recirculation import (
     two_stack_serial,
 )
 from t2mlr_jax.model.recirculation_mix import Recirculation
-from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layout
-from tests.tiny import tiny_config, tiny_params, tokens
+from t2mlr_jax.model.recurrence import make_layout
+from tests.tiny import exact, jacobi, plain, tiny_config, tiny_params, tokens
 
 CFG = tiny_config(recurrence=False, num_layers=5)
 PARAMS = tiny_params(CFG)
@@ -33,17 +33,14 @@ RC = Recirculation(source=3, destination=1, alpha=0.5)
 
 serial = jax.jit(two_stack_serial, static_argnums=(0, 2))
 parallel = jax.jit(two_stack_parallel, static_argnums=(0, 2), static_argnames=("tol", "max_passes"))
-plain = jax.jit(backbone.forward, static_argnums=0)
 
 
 def _single(rc, mode):
     model = single_stack_model(CFG, rc)
     layout = single_stack_layout(make_layout(TOKENS))
     if mode == "exact":
-        return exact_forward(model, SINGLE_PARAMS, TOKENS, layout=layout).logits
-    return jacobi_forward(
-        model, SINGLE_PARAMS, TOKENS, layout=layout, d_forward=TOKENS.shape[1], d_backward=0
-    ).logits
+        return exact(model, SINGLE_PARAMS, TOKENS, layout=layout).logits
+    return jacobi(model, SINGLE_PARAMS, TOKENS, layout=layout, d_forward=TOKENS.shape[1], d_backward=0).logits
 
 
 @functools.partial(jax.jit, static_argnums=1)
@@ -99,7 +96,7 @@ def test_serial_two_stack_is_the_naive_token_by_token_reference():
 
 def test_alpha_zero_is_the_unmodified_model_bit_for_bit():
     reference = plain(CFG, PARAMS, TOKENS)
-    decoded = exact_forward(CFG, PARAMS, TOKENS).logits  # the plain model token by token with the cache
+    decoded = exact(CFG, PARAMS, TOKENS).logits  # the plain model token by token with the cache
     off = dataclasses.replace(RC, alpha=0.0)
     np.testing.assert_array_equal(serial(CFG, PARAMS, off, TOKENS)[0], decoded)
     np.testing.assert_array_equal(_single(off, "exact"), decoded)
@@ -131,16 +128,16 @@ def test_decoding_with_the_cache_equals_serial_scoring(prefill):
 
 
 def test_single_stack_is_t2mlr_with_a_parameter_free_mixer():
-    exact = _single(RC, "exact")
-    np.testing.assert_allclose(_single(RC, "jacobi"), exact, atol=2e-5)
+    by_token = _single(RC, "exact")
+    np.testing.assert_allclose(_single(RC, "jacobi"), by_token, atol=2e-5)
     reference = plain(CFG, PARAMS, TOKENS)
-    np.testing.assert_allclose(exact[:, 0], reference[:, 0], atol=1e-5)  # no previous token: untouched
-    assert float(jnp.max(jnp.abs(exact[:, 1:] - reference[:, 1:]))) > 1e-2
+    np.testing.assert_allclose(by_token[:, 0], reference[:, 0], atol=1e-5)  # no previous token: untouched
+    assert float(jnp.max(jnp.abs(by_token[:, 1:] - reference[:, 1:]))) > 1e-2
     prompt = TOKENS[:, :5]
     model = single_stack_model(CFG, RC)
     out = generate_with(T2MLRDecoder(model), SINGLE_PARAMS, prompt, jnp.ones_like(prompt), max_new_tokens=4)
     full = jnp.concatenate([prompt, out.tokens], axis=1)
-    scored = exact_forward(model, SINGLE_PARAMS, full, layout=single_stack_layout(make_layout(full))).logits
+    scored = exact(model, SINGLE_PARAMS, full, layout=single_stack_layout(make_layout(full))).logits
     np.testing.assert_array_equal(jnp.argmax(scored[:, 4:-1], -1), out.tokens)
 
 
