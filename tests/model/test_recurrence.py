@@ -100,12 +100,16 @@ def ce_loss(logits, toks):
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], axis=-1))
 
 
+def ce_grad(logits_of, params, toks):
+    """The jitted gradient at `params` of the next-token loss of `logits_of(params)`."""
+    return jax.jit(jax.grad(lambda p: ce_loss(logits_of(p), toks)))(params)
+
+
 def test_jacobi_full_gradient_equals_exact_full_bptt():
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, 8)
-    grad = lambda f: jax.jit(jax.grad(lambda p: ce_loss(f(p), toks)))(params)
-    g_jacobi = grad(lambda p: jacobi(CFG, p, toks, d_forward=8, d_backward=8).logits)
-    g_exact = grad(lambda p: exact(CFG, p, toks).logits)
+    g_jacobi = ce_grad(lambda p: jacobi(CFG, p, toks, d_forward=8, d_backward=8).logits, params, toks)
+    g_exact = ce_grad(lambda p: exact(CFG, p, toks).logits, params, toks)
     for path, a in jax.tree_util.tree_leaves_with_path(g_jacobi):
         b = _get(g_exact, path)
         assert np.abs(a - b).max() <= 1e-4 * max(np.abs(b).max(), 1.0), jax.tree_util.keystr(path)
@@ -147,9 +151,8 @@ def reference_jacobi(cfg, params, toks, d, b):
 def test_gradient_truncation_matches_the_spec(d, b):
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, 8)
-    loss = lambda f: jax.jit(jax.grad(lambda p: ce_loss(f(p), toks)))(params)
-    g = loss(lambda p: jacobi(CFG, p, toks, d_forward=d, d_backward=b).logits)
-    g_ref = loss(lambda p: reference_jacobi(CFG, p, toks, d, b))
+    g = ce_grad(lambda p: jacobi(CFG, p, toks, d_forward=d, d_backward=b).logits, params, toks)
+    g_ref = ce_grad(lambda p: reference_jacobi(CFG, p, toks, d, b), params, toks)
     for a, r in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
         np.testing.assert_allclose(a, r, atol=1e-6, rtol=1e-5)
 
@@ -169,9 +172,8 @@ def test_b0_lower_layers_get_gradient_only_through_the_final_pass():
         h = backbone.run_blocks(CFG, p, fuse(CFG, p["mixer"], x, r_d, layout.control_flow)[0], 1, 4, **kw).h
         return backbone.head(CFG, p, h)
 
-    grad = lambda f: jax.jit(jax.grad(lambda p: ce_loss(f(p), toks)))(params)
-    g = grad(lambda p: jacobi(CFG, p, toks, d_forward=4, d_backward=0).logits)
-    g_ref = grad(final_pass_only)
+    g = ce_grad(lambda p: jacobi(CFG, p, toks, d_forward=4, d_backward=0).logits, params, toks)
+    g_ref = ce_grad(final_pass_only, params, toks)
     lower = lambda t: jax.tree.map(lambda a: a[:1], t["layers"])
     for a, r in zip(jax.tree.leaves(lower(g)), jax.tree.leaves(lower(g_ref))):
         np.testing.assert_allclose(a, r, atol=1e-7, rtol=1e-5)
@@ -197,9 +199,8 @@ def _cache_after(cfg, params, toks, d):
 def test_exact_truncated_bptt_equals_jacobi_gradient(bptt):
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, 6)
-    grad = lambda f: jax.jit(jax.grad(lambda p: ce_loss(f(p), toks)))(params)
-    g_exact = grad(lambda p: exact(CFG, p, toks, bptt=bptt).logits)
-    g_jacobi = grad(lambda p: jacobi(CFG, p, toks, d_forward=6, d_backward=bptt).logits)
+    g_exact = ce_grad(lambda p: exact(CFG, p, toks, bptt=bptt).logits, params, toks)
+    g_jacobi = ce_grad(lambda p: jacobi(CFG, p, toks, d_forward=6, d_backward=bptt).logits, params, toks)
     for a, r in zip(jax.tree.leaves(g_exact), jax.tree.leaves(g_jacobi)):
         np.testing.assert_allclose(a, r, atol=1e-6, rtol=1e-4)
     values = exact(CFG, params, toks, bptt=bptt).logits
