@@ -1,12 +1,19 @@
 #!/usr/bin/env python
-"""Summarize a main.py workdir without TensorBoard: report.md and report.json (the run's config, final and
-best train / eval metrics, checkpoints with their sizes, steps and tokens per second), curves.png (loss,
-bits per byte for text runs, accuracy vs step) and gates.png (T²MLR gate means and ReZero gammas vs step;
-skipped when the run logs none). A multi-architecture workdir gets one section and one line per run.
+"""Summarize a main.py workdir without TensorBoard: report.md and report.json (how the run ended, the
+run's config, final and best train / eval metrics, checkpoints with their sizes, steps and tokens per
+second), curves.png (loss, bits per byte for text runs, accuracy vs step) and gates.png (T²MLR gate means
+and ReZero gammas vs step; skipped when the run logs none). A multi-architecture workdir gets one section
+and one line per run.
 
 Examples:
   python tools/report.py runs/demo                   # both runs of the demo; writes runs/demo/report/
   python tools/report.py runs/s5 --out /tmp/s5-report
+
+Each run's report leads with how it ended: finished, stopped at NaN (the non-finite step, its loss and
+gradient norm), stopped by SIGTERM / SIGINT (resumable), killed, or still running, and how many times it
+was resumed (from WORKDIR/sessions.jsonl; for older runs only a NaN stop shows, from metrics.jsonl). A
+summary.json older than the last session's start is an earlier session's: it is ignored, and the report
+says so.
 
 Throughput comes from the `time` of each metrics.jsonl line; it is "unknown" for logs written before
 lines carried one. Bad input (not a workdir, a malformed metrics.jsonl line) is one `error:` line on

@@ -1,17 +1,26 @@
-"""A training run summarized without TensorBoard: report.md and report.json (the run's identity, final and
-best metrics, checkpoints, throughput), curves.png (loss, BPB, accuracy vs step) and, for runs that log
-gates (T²MLR), gates.png (mean gate activations and ReZero gammas vs step). tools/report.py is its CLI.
+"""A training run summarized without TensorBoard: report.md and report.json (how the run ended, the run's
+identity, final and best metrics, checkpoints, throughput), curves.png (loss, BPB, accuracy vs step)
+and, for runs that log gates (T²MLR), gates.png (mean gate activations and ReZero gammas vs step).
+tools/report.py is its CLI.
 
 A workdir is one run (metrics.jsonl at its top) or a multi-architecture comparison (one run per
 sub-folder holding a metrics.jsonl). Everything is read and checked before anything is written, so bad
 input leaves no partial report.
+
+How a run ended comes from its sessions.jsonl (t2mlr_jax/train/workdir.py): each training session's
+"start" line and, unless it was killed, its "end" line saying how. Runs older than that record fall back
+on metrics.jsonl, where a "nonfinite" line after the last train line is the NaN guard's stop. A
+summary.json older than the last session's start is an earlier session's and is ignored, with a note.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import socket
 import statistics
+import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -21,7 +30,16 @@ matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from t2mlr_jax.train.workdir import CHECKPOINTS, METRICS, RUN_CONFIG, SUMMARY, saved_steps  # noqa: E402
+from t2mlr_jax.train.workdir import (  # noqa: E402
+    CHECKPOINTS,
+    LOCK,
+    METRICS,
+    RUN_CONFIG,
+    SESSIONS,
+    SUMMARY,
+    read_sessions,
+    saved_steps,
+)
 
 # Metrics with a direction get a "best" value; the others (lr, grad_norm, gates) only a final one.
 LOWER_IS_BETTER = ("loss", "perplexity", "bpb")
@@ -160,17 +178,156 @@ def mode_eval_results(path: Path) -> list[dict]:
     ]
 
 
+# ---------------------------------------------------------------------------------------------
+# How the run ended: sessions.jsonl, else metrics.jsonl.
+
+
+def clock(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+
+
+def sessions_of(records: list[dict]) -> list[dict]:
+    """sessions.jsonl's lines paired: {"start", "end", "how"} per session; a session without its "end"
+    line (the next "start" came first, or none did) was killed, or still trains."""
+    sessions = []
+    for record in records:
+        if record.get("event") == "start":
+            sessions.append({"start": record, "end": None, "how": "killed"})
+        elif record.get("event") == "end" and sessions and sessions[-1]["end"] is None:
+            sessions[-1].update(end=record, how=record.get("how", "?"))
+    return sessions
+
+
+def still_training(path: Path, start: dict) -> bool:
+    """Whether the session of this "start" line trains now: workdir/train.lock names its process, alive on
+    this host. A killed owner leaves the file behind; an owner writing it leaves it unreadable a moment."""
+    try:
+        owner = json.loads((path / LOCK).read_text())
+    except (OSError, ValueError):
+        return False
+    session = (start.get("pid"), start.get("host"))
+    if session[1] != socket.gethostname() or not isinstance(owner, dict):
+        return False
+    if (owner.get("pid"), owner.get("host")) != session:
+        return False
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        pass
+    return True
+
+
+def nonfinite_text(record: dict | None) -> str:
+    if record is None:
+        return f"stopped at NaN (the non-finite step's line is not in {METRICS})"
+    return (
+        f"stopped at NaN: step {record['step']} was non-finite (loss {fmt(record.get('loss', '?'))}, "
+        f"gradient norm {fmt(record.get('grad_norm', '?'))}) and not applied"
+    )
+
+
+def resumable_from(latest: int | None) -> str:
+    return f"resumable from the checkpoint at step {latest}" if latest is not None else "no checkpoint saved"
+
+
+def session_text(how: str, session: dict, last_step: int, latest: int | None, stop: dict | None) -> str:
+    """The last session's ending as a line."""
+    if how == "finished":
+        return f"finished at step {session['end']['step']}"
+    if how == "nonfinite":
+        return f"{nonfinite_text(stop)}; {resumable_from(latest)}"
+    if how in ("SIGTERM", "SIGINT"):
+        step = session["end"]["step"]
+        return f"stopped by {how} at step {step} after saving, resumable (rerun the same command)"
+    if how == "running":
+        return f"running (pid {session['start']['pid']} on this host), last logged step {last_step}"
+    if how == "killed":
+        return f"killed (no end record in {SESSIONS}) after step {last_step}; {resumable_from(latest)}"
+    return f"ended as {how!r} at step {session['end']['step']}"
+
+
+def resume_count(sessions: list[dict]) -> int:
+    """Sessions that started from a checkpoint."""
+    return sum(1 for s in sessions if s["start"].get("step", 0) > 0)
+
+
+def resumed_text(sessions: list[dict]) -> str:
+    resumes = resume_count(sessions)
+    if not resumes:
+        return ""
+    earlier = ", ".join(s["how"] for s in sessions[:-1])
+    return f"; resumed {resumes} time{'s' if resumes != 1 else ''} (earlier sessions: {earlier})"
+
+
+def run_ending(path: Path, records: list[dict], latest: int | None) -> dict:
+    """How the run ended, from sessions.jsonl or (runs from before it) metrics.jsonl: {"how" (one of
+    workdir.ENDINGS, "killed", "running", "unknown"), "text" (one line), "resumes", "sessions", "nonfinite"
+    (the line of the step that stopped it), "skipped_nonfinite" (steps nan_policy=skip skipped)}."""
+    nonfinite = [r for r in records if r["split"] == "nonfinite"]
+    last_step = max((r["step"] for r in records), default=0)
+    sessions = sessions_of(read_sessions(path))
+    if sessions:
+        last = sessions[-1]
+        how = "running" if last["end"] is None and still_training(path, last["start"]) else last["how"]
+        stop = nonfinite[-1] if how == "nonfinite" and nonfinite else None
+        last_step = max(last_step, last["start"].get("step", 0))
+        text = session_text(how, last, last_step, latest, stop) + resumed_text(sessions)
+    else:
+        last_train = max((i for i, r in enumerate(records) if r["split"] == "train"), default=-1)
+        stop = nonfinite[-1] if nonfinite and records.index(nonfinite[-1]) > last_train else None
+        how = "nonfinite" if stop else "unknown"
+        text = (
+            f"{nonfinite_text(stop)}; {resumable_from(latest)}"
+            if stop
+            else f"ending unknown (no {SESSIONS}: a run from before it), last logged step {last_step}"
+        )
+    skipped = len(nonfinite) - (stop is not None)
+    if skipped:
+        text += f"; {skipped} non-finite step{'s' if skipped != 1 else ''} skipped (train.nan_policy=skip)"
+    return {
+        "how": how,
+        "text": text,
+        "resumes": resume_count(sessions) if sessions else None,
+        "sessions": sessions,
+        "nonfinite": stop,
+        "skipped_nonfinite": skipped,
+    }
+
+
+def current_summary(path: Path, sessions: list[dict]) -> tuple[dict | None, str | None]:
+    """(summary.json, None), or (None, why it was ignored) when it is older than the last session's start:
+    an earlier session wrote it, and the last one has not (it stopped, was killed, or still trains)."""
+    summary = read_json(path / SUMMARY)
+    started = sessions[-1]["start"].get("time") if sessions else None
+    if summary is None or started is None:
+        return summary, None
+    written = (path / SUMMARY).stat().st_mtime
+    if written >= started:
+        return summary, None
+    return None, (
+        f"{SUMMARY} ignored: written {clock(written)}, before the last session started ({clock(started)}), "
+        "so it is an earlier session's"
+    )
+
+
 def run_report(run: RunLog) -> dict:
     train = [r for r in run.records if r["split"] == "train"]
+    checkpoints = checkpoint_list(run.path / CHECKPOINTS)
+    ending = run_ending(run.path, run.records, checkpoints[-1]["step"] if checkpoints else None)
+    summary, summary_note = current_summary(run.path, ending["sessions"])
     return {
         "name": run.name,
         "path": str(run.path.resolve()),
+        "ending": ending,
         "config": run.config,
-        "summary": read_json(run.path / SUMMARY),
+        "summary": summary,
+        "summary_note": summary_note,
         "train": split_report(train),
         "eval": split_report([r for r in run.records if r["split"] == "eval"]),
         "mode_eval": mode_eval_results(run.path),
-        "checkpoints": checkpoint_list(run.path / CHECKPOINTS),
+        "checkpoints": checkpoints,
         "throughput": throughput(train),
         "gate_keys": sorted({k for r in train for k in r if is_gate_key(k)}),
     }
@@ -282,8 +439,10 @@ def run_markdown(run: dict) -> list[str]:
     lines = [
         f"## {run['name']}",
         "",
+        f"- **{run['ending']['text']}**",
         f"- {headline(run)}",
         f"- folder: `{run['path']}`",
+        *([f"- {run['summary_note']}"] if run["summary_note"] else []),
         f"- final train line at step {run['train'].get('final', {}).get('step', '-')}, "
         f"final eval at step {run['eval'].get('final', {}).get('step', '-')}",
         f"- {throughput_line(run)}",
@@ -318,12 +477,13 @@ def run_markdown(run: dict) -> list[str]:
 
 def comparison_table(report: dict) -> list[str]:
     lines = [
-        "| run | params | steps | train loss | eval loss | eval bpb | token accuracy | exact match |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | ended | params | steps | train loss | eval loss | eval bpb | token accuracy | exact match |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in report["runs"]:
         train, evals = run["train"].get("final", {}), run["eval"].get("final", {})
         cells = [
+            run["ending"]["how"],
             (run["summary"] or {}).get("num_params", ""),
             train.get("step", ""),
             train.get("loss", ""),
@@ -350,6 +510,8 @@ def text_summary(report: dict) -> str:
     for run in report["runs"]:
         lines += [
             headline(run),
+            f"  {run['ending']['text']}",
+            *([f"  {run['summary_note']}"] if run["summary_note"] else []),
             f"  train {key_metrics(run['train'], ('loss', 'accuracy', 'bpb'))}",
             f"  eval  {key_metrics(run['eval'], ('loss', 'token_accuracy', 'exact_match', 'bpb'))}",
             f"  {checkpoints_line(run)}",

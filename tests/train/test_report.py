@@ -3,6 +3,8 @@ report.md / report.json / curves.png / gates.png; bad input is one `error:` line
 
 import importlib.util
 import json
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -12,7 +14,7 @@ import pytest
 
 from t2mlr_jax.train.checkpoint import run_identity, write_run_config
 from t2mlr_jax.train.metrics_log import MetricsLog
-from t2mlr_jax.train.workdir import SUMMARY
+from t2mlr_jax.train.workdir import LOCK, SESSIONS, SUMMARY
 from tests.train.tiny_task import tiny_config
 
 ROOT = Path(__file__).parents[2]
@@ -160,3 +162,108 @@ def test_bad_input_is_one_error_line_and_nothing_written(case, tmp_path, capsys)
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
     assert sorted(tmp_path.rglob("*")) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# How a run ended: workdirs written by hand as the trainer writes them (metrics.jsonl, sessions.jsonl).
+
+HOST = socket.gethostname()
+DEAD_PID = 2**22 + 1  # above Linux's pid_max: no such process
+
+
+def dead_start(step: int, at: float) -> dict:
+    return {"event": "start", "step": step, "time": at, "pid": DEAD_PID, "host": HOST}
+
+
+def end(how: str, step: int, at: float) -> dict:
+    return {"event": "end", "step": step, "time": at, "pid": DEAD_PID, "host": HOST, "how": how}
+
+
+NAN_LINE = {"step": 32, "split": "nonfinite", "loss": "nan", "grad_norm": "inf", "skips": 1, "policy": "stop"}
+ENDINGS = {  # case -> (sessions.jsonl lines, extra metrics.jsonl lines, how, what the line says)
+    "finished": ([dead_start(0, 1000.0), end("finished", 30, 1070.0)], [], "finished", "finished at step 30"),
+    "NaN stop": (
+        [dead_start(0, 1000.0), end("nonfinite", 31, 1070.0)],
+        [NAN_LINE],
+        "nonfinite",
+        "stopped at NaN: step 32 was non-finite (loss nan, gradient norm inf) and not applied; resumable "
+        "from the checkpoint at step 30",
+    ),
+    "SIGTERM": (
+        [dead_start(0, 1000.0), end("SIGTERM", 30, 1070.0)],
+        [],
+        "SIGTERM",
+        "stopped by SIGTERM at step 30 after saving, resumable",
+    ),
+    "killed": (
+        [dead_start(0, 1000.0)],
+        [],
+        "killed",
+        "killed (no end record in sessions.jsonl) after step 30; resumable from the checkpoint at step 30",
+    ),
+    "resumed twice": (
+        [
+            dead_start(0, 900.0),
+            end("SIGTERM", 10, 950.0),
+            dead_start(10, 960.0),  # killed: the next start comes first
+            dead_start(10, 990.0),
+            end("finished", 30, 1070.0),
+        ],
+        [],
+        "finished",
+        "finished at step 30; resumed 2 times (earlier sessions: SIGTERM, killed)",
+    ),
+    "old workdir, NaN stop": (None, [NAN_LINE], "nonfinite", "stopped at NaN: step 32 was non-finite"),
+    "old workdir": (None, [], "unknown", "ending unknown (no sessions.jsonl: a run from before it)"),
+}
+
+
+def write_ending(workdir: Path, sessions: list[dict] | None, extra: list[dict]) -> None:
+    """A 30-step run (checkpoints 10 and 30, summary.json written at time 1080) and its sessions."""
+    write_run(workdir, "transformer")
+    with open(workdir / "metrics.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in extra)
+    if sessions is not None:
+        (workdir / SESSIONS).write_text("".join(json.dumps(r) + "\n" for r in sessions))
+    os.utime(workdir / SUMMARY, (1080.0, 1080.0))
+
+
+def reported(workdir: Path, capsys) -> tuple[dict, list[str], str]:
+    """(the run in report.json, its section of report.md, the printed summary)."""
+    assert load_tool().main([str(workdir)]) == 0
+    printed = capsys.readouterr().out
+    (run,) = json.loads((workdir / "report" / "report.json").read_text())["runs"]
+    markdown = (workdir / "report" / "report.md").read_text().splitlines()
+    return run, markdown[markdown.index(f"## {run['name']}") + 2 :], printed
+
+
+@pytest.mark.parametrize("case", ENDINGS)
+def test_the_report_leads_with_how_the_run_ended(case, tmp_path, capsys):
+    sessions, extra, how, text = ENDINGS[case]
+    write_ending(tmp_path, sessions, extra)
+    run, section, printed = reported(tmp_path, capsys)
+    assert run["ending"]["how"] == how and run["ending"]["text"].startswith(text), run["ending"]
+    assert section[0] == f"- **{run['ending']['text']}**"  # the section's first line
+    assert f"\n  {run['ending']['text']}\n" in printed
+    assert run["ending"]["resumes"] == (None if sessions is None else 2 if case == "resumed twice" else 0)
+    if how == "nonfinite":
+        assert run["ending"]["nonfinite"] == {**NAN_LINE}
+    assert run["summary"] == {"arch": "transformer", "num_params": 12345, "steps": 30}
+
+
+def test_a_summary_older_than_the_last_session_is_ignored(tmp_path, capsys):
+    """A run resumed at 1100 and killed: the summary.json written at 1080 is the earlier session's."""
+    write_ending(tmp_path, [dead_start(0, 1000.0), end("finished", 30, 1070.0), dead_start(30, 1100.0)], [])
+    run, section, printed = reported(tmp_path, capsys)
+    assert run["summary"] is None and run["ending"]["how"] == "killed"
+    assert run["summary_note"].startswith("summary.json ignored: written ") and "earlier session's" in printed
+    assert f"- {run['summary_note']}" in section and "12,345 params" not in printed
+
+
+def test_a_session_holding_the_lock_is_running(tmp_path, capsys):
+    """No end line, and train.lock names the session's process, alive on this host: still training."""
+    start = {"event": "start", "step": 0, "time": 1000.0, "pid": os.getpid(), "host": HOST}
+    write_ending(tmp_path, [start], [])
+    (tmp_path / LOCK).write_text(json.dumps({"pid": os.getpid(), "host": HOST, "time": 1000.0}))
+    run, _, _ = reported(tmp_path, capsys)
+    assert run["ending"]["how"] == "running" and run["ending"]["text"].startswith("running (pid ")
