@@ -11,7 +11,8 @@
 
 A config's `arch` may list several architectures ("t2mlr,transformer"): each trains into workdir/<arch>
 and the workdir gets a comparison (summary.json, accuracy_vs_length.png). Training resumes from the
-workdir's latest checkpoint; SIGTERM/SIGINT save and stop. eval / generate read the workdir's latest
+workdir's latest checkpoint; SIGTERM/SIGINT save and stop (exit status 75: rerun to resume); one
+session trains a workdir at a time (workdir/train.lock). eval / generate read the workdir's latest
 checkpoint, or config.init_from's weights when the workdir has none (only the eval data is needed then);
 text is scored in non-overlapping windows of eval.window tokens (the same field as data.eval_seq_len;
 0 = data.seq_len).
@@ -54,6 +55,7 @@ _NUM_GENERATE = flags.DEFINE_integer("num_generate", 16, "Examples to decode in 
 
 
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
+RESUMABLE = 75  # exit status of a run stopped by SIGTERM / SIGINT after saving (sysexits' EX_TEMPFAIL)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
@@ -156,7 +158,13 @@ def _train(config, workdir: Path, runs: dict) -> None:
         )
         summaries[name] = train(run)
         if "stopped_by" in summaries[name]:
-            return
+            stopped = summaries[name]
+            print(
+                f"{name}: stopped by {stopped['stopped_by']} at step {stopped['step']}, resumable: rerun the "
+                "same command to continue",
+                flush=True,
+            )
+            sys.exit(RESUMABLE)
         print(f"{name}: {run.num_params} params, {_metrics_line(summaries[name]['eval'], config)}")
     if len(runs) > 1:
         d = config.data.options.to_dict()
@@ -264,8 +272,10 @@ def main(argv):
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax and grain log every file at INFO
     config = _CONFIG.value
+    from t2mlr_jax.train.checkpoint import AllCorruptError
     workdir = Path(_WORKDIR.value or Path("workdir") / config.name)
     try:
+    from t2mlr_jax.train.workdir_lock import WorkdirLockedError
         initialize_distributed()  # multi-process launches (TPU pod, SLURM, explicit); nothing on one host
         enable_compilation_cache(config.get("compilation_cache"))
         training_free = _training_free(config)
@@ -282,7 +292,7 @@ def main(argv):
             "eval": lambda: _evaluate(runs, config),
             "generate": lambda: _generate(runs, _NUM_GENERATE.value),
         }[_MODE.value]()
-    except NoCheckpointError as e:
+    except (NoCheckpointError, WorkdirLockedError, AllCorruptError) as e:
         _fail(e)
     except NonFiniteError as e:  # not bad input: the run diverged
         _fail(e, status=1)

@@ -150,6 +150,9 @@ def experiment(
             # resume from a checkpoint whose optimizer state does not fit the configured optimizer: keep its
             # parameters, start a fresh optimizer state (otherwise such a resume is refused)
             reset_optimizer=False,
+            # every checkpoint in the workdir unreadable: refused (nothing moved), unless True: set them
+            # aside to corrupt_checkpoints/ and train from step 0
+            restart_if_all_corrupt=False,
         )
     )
     # The length of every eval row, one value under two names (a shared FieldReference: setting either sets

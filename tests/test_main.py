@@ -91,3 +91,18 @@ def test_demo_shaped_run_then_eval_generate_and_a_foreign_workdir(tmp_path):
         assert out.returncode == 2 and len(errors) == 1 and message in errors[0], out.stderr[-2000:]
         assert "Compiling" not in out.stderr
         assert sorted(str(p) for p in workdir.rglob("*")) == before
+
+
+def test_a_run_stopped_by_sigterm_says_so_and_exits_75(monkeypatch, tmp_path, capsys):
+    import runpy
+    from types import SimpleNamespace
+
+    from t2mlr_jax.train import trainer
+
+    entry = runpy.run_path(os.path.join(ROOT, "main.py"))  # in-process: the flags it defines are unused here
+    monkeypatch.setattr(trainer, "train", lambda run: {"stopped_by": "SIGTERM", "step": 7})
+    run = SimpleNamespace(num_params=1, workdir=tmp_path, mesh=SimpleNamespace(size=1), flops_per_step=None)
+    with pytest.raises(SystemExit) as stopped:
+        entry["_train"](None, tmp_path, {"t2mlr": run})
+    assert stopped.value.code == entry["RESUMABLE"] == 75
+    assert "t2mlr: stopped by SIGTERM at step 7, resumable" in capsys.readouterr().out

@@ -9,8 +9,10 @@ runs on its own, see t2mlr_jax.interop.orbax_folder) and the metrics of the logg
 steps, keeping `keep`.
 
 `restore_latest` walks back from the newest step. A checkpoint that fails to load or whose fingerprints
-disagree is proven corrupt: it is moved aside to workdir/corrupt_checkpoints/ (never deleted, and no
-longer in the way of the next saves) and the previous one is tried. A checkpoint that loads but whose
+disagree is proven corrupt, and the previous one is tried; once one loads, the corrupt ones are moved aside
+to workdir/corrupt_checkpoints/ (never deleted, and no longer in the way of the next saves). When none
+loads, training refuses to start over silently: nothing is moved unless train.restart_if_all_corrupt asks
+for a fresh start. A checkpoint that loads but whose
 state has another structure than this run's is not corrupt: it is a config change (`check_resumable`),
 refused before anything is compiled, or, for the optimizer state only and when asked, restored without it.
 The run's identity (architecture, model, data, seed) is written to workdir/run_config.json with the rest of
@@ -47,6 +49,10 @@ class WorkdirMismatchError(ValueError):
 
 class StateMismatchError(ValueError):
     """A checkpoint's state has another structure than this run's (e.g. the optimizer changed)."""
+
+
+class AllCorruptError(ValueError):
+    """Every checkpoint of a run to resume is unreadable."""
 
 
 def run_identity(config) -> dict:
@@ -284,23 +290,63 @@ class Checkpointer:
         return self._manager.save(step, args=ocp.args.Composite(**items), force=True)
 
     def restore_latest(
-        self, abstract_state: Any, *, set_aside: bool = False, reset_optimizer: bool = False
+        self,
+        abstract_state: Any,
+        *,
+        set_aside: bool = False,
+        reset_optimizer: bool = False,
+        restart_if_all_corrupt: bool = False,
     ) -> Restored | None:
         """The newest loadable checkpoint, or None if there is none. `set_aside` (training): move each
-        corrupt checkpoint to workdir/corrupt_checkpoints/, so that saves of its step happen again.
+        corrupt checkpoint newer than the one restored to workdir/corrupt_checkpoints/, so that saves of
+        its step happen again. When every checkpoint is corrupt, training refuses (AllCorruptError, nothing
+        moved) unless `restart_if_all_corrupt` sets them all aside and returns None (a fresh start).
         `reset_optimizer`: a checkpoint whose optimizer state does not fit is restored without it."""
+        corrupt: list[tuple[int, Exception]] = []
         for step in reversed(self.steps()):
             try:
                 differing = state_mismatch(self.directory / str(step), abstract_state)
-            except Exception as e:  # noqa: BLE001 -- unreadable metadata: a corrupt checkpoint
-                self._unreadable(step, e, set_aside)
-                continue
-            _refuse_mismatch(differing, step, self.directory, reset_optimizer, ())
-            try:
-                return self._restore(step, abstract_state, with_optimizer=not differing)
+                _refuse_mismatch(differing, step, self.directory, reset_optimizer, ())
+                restored = self._restore(step, abstract_state, with_optimizer=not differing)
+            except StateMismatchError:
+                raise
             except Exception as e:  # noqa: BLE001 -- any failure to load means: try the previous one
-                self._unreadable(step, e, set_aside)
+                logging.warning(
+                    "checkpoint at step %d in %s is unreadable (%s: %s); trying the previous one",
+                    step,
+                    self.directory,
+                    type(e).__name__,
+                    str(e)[:200],
+                )
+                corrupt.append((step, e))
+                continue
+            if set_aside:
+                self._set_aside([s for s, _ in corrupt])
+            return restored
+        if corrupt and set_aside:
+            if not restart_if_all_corrupt:
+                shown = ", ".join(f"step {s} ({type(e).__name__}: {str(e)[:80]})" for s, e in corrupt)
+                raise AllCorruptError(
+                    f"every checkpoint in {self.directory} is unreadable: {shown}. Nothing was changed; "
+                    "pass --config.train.restart_if_all_corrupt=True to move them to "
+                    f"{self.directory.parent / CORRUPT} and train from step 0"
+                )
+            self._set_aside([s for s, _ in corrupt])
         return None
+
+    def _set_aside(self, steps: list[int]) -> None:
+        """Move these step folders to workdir/corrupt_checkpoints/ (never deleted, never overwritten)."""
+        for step in steps:
+            target = self.directory.parent / CORRUPT / str(step)
+            for n in range(1, 1000):  # the same step may go bad twice: never overwrite the first
+                if not target.exists():
+                    break
+                target = target.with_name(f"{step}-{n}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(self.directory / str(step)), str(target))
+            logging.warning("unreadable checkpoint %s moved to %s", self.directory / str(step), target)
+        if steps:
+            self._manager.reload()
 
     def _restore(self, step: int, abstract_state: Any, *, with_optimizer: bool) -> Restored:
         core, abstract_model_state = _split(abstract_state)
@@ -335,28 +381,6 @@ class Checkpointer:
             raise ValueError("fingerprint mismatch")
         meta = restored.meta
         return Restored(state, _decode_data_state(restored.data), step, meta.get("log_window", []))
-
-    def _unreadable(self, step: int, error: Exception, set_aside: bool) -> None:
-        folder = self.directory / str(step)
-        aside = ""
-        if set_aside:
-            target = self.directory.parent / CORRUPT / str(step)
-            for n in range(1, 1000):  # the same step may go bad twice: never overwrite the first
-                if not target.exists():
-                    break
-                target = target.with_name(f"{step}-{n}")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(folder), str(target))
-            self._manager.reload()
-            aside = f"; moved to {target}"
-        logging.warning(
-            "checkpoint at step %d in %s is unreadable (%s: %s)%s; trying the previous one",
-            step,
-            self.directory,
-            type(error).__name__,
-            str(error)[:200],
-            aside,
-        )
 
     def wait(self) -> None:
         self._manager.wait_until_finished()

@@ -40,7 +40,8 @@ from t2mlr_jax.train.init_from import architecture
 from t2mlr_jax.train.metrics_log import MetricsLog, json_safe
 from t2mlr_jax.train.optimizer import check_optimizer, make_optimizer, make_schedule
 from t2mlr_jax.train.train_step import TrainState, compile_step, init_state, model_inputs
-from t2mlr_jax.train.workdir import CHECKPOINTS, SUMMARY, saved_steps
+from t2mlr_jax.train.workdir import CHECKPOINTS, SUMMARY, log_session, saved_steps
+from t2mlr_jax.train.workdir_lock import workdir_lock
 
 
 class Run:
@@ -134,7 +135,10 @@ class Run:
         """(state, its ckpt.Restored record): the latest checkpoint (corrupt ones set aside), or a fresh
         state (and None) when there is none."""
         restored = checkpointer and checkpointer.restore_latest(
-            self.abstract_state(), set_aside=True, reset_optimizer=self.reset_optimizer
+            self.abstract_state(),
+            set_aside=True,
+            reset_optimizer=self.reset_optimizer,
+            restart_if_all_corrupt=self.config.train.restart_if_all_corrupt,
         )
         if restored is None:
             return self.fresh_state(), None
@@ -213,11 +217,13 @@ def _non_finite(step: int, metrics: dict, skips: int, t, log: MetricsLog, last_s
     if t.nan_policy == "skip" and skips < t.nan_skip_limit:
         logging.warning("%s: step skipped (%d of at most %d)", found, skips + 1, t.nan_skip_limit)
         return skips + 1
-    why = "train.nan_policy=stop" if t.nan_policy == "stop" else f"{skips + 1} > train.nan_skip_limit skips"
     kept = f"the last checkpoint (step {last_saved[-1]}) is intact" if last_saved else "nothing was saved"
+    if t.nan_policy == "stop":
+        why, remedy = "train.nan_policy=stop", "or pass --config.train.nan_policy=skip to skip such steps"
+    else:
+        why, remedy = f"{skips + 1} > train.nan_skip_limit skips", "or raise train.nan_skip_limit"
     raise NonFiniteError(
-        f"{found}; stopped ({why}) without saving it: {kept}. Lower the learning rate, or pass "
-        "--config.train.nan_policy=skip to skip such steps"
+        f"{found}; stopped ({why}) without saving it: {kept}. Lower the learning rate, {remedy}"
     )
 
 
@@ -281,9 +287,16 @@ def run_eval(run: Run, params: dict, model_state: Any, eval_step=None) -> dict:
 
 
 def train(run: Run) -> dict:
-    """Train to config.train.steps (resuming from the workdir), evaluate, and write summary.json."""
-    t = run.config.train
+    """Train to config.train.steps (resuming from the workdir), evaluate, and write summary.json. The
+    session holds the workdir's lock throughout (WorkdirLockedError before anything is read or written if
+    another live session holds it) and records in sessions.jsonl where it started and how it ended."""
     lead = is_lead_host()
+    with workdir_lock(run.workdir, lead=lead):
+        return _train(run, lead)
+
+
+def _train(run: Run, lead: bool) -> dict:
+    t = run.config.train
     # Nothing is written to the workdir before the starting state exists (a bad init_from fails first).
     resuming = bool(saved_steps(run.workdir / CHECKPOINTS))
     checkpointer = run.checkpointer() if resuming else None
@@ -291,6 +304,12 @@ def train(run: Run) -> dict:
     checkpointer = checkpointer or run.checkpointer()
     if lead:
         ckpt.write_run_config(run.workdir, run.identity, run.settings)
+        log_session(run.workdir, "start", int(state.step))
+        if restored is not None:
+            print(
+                f"resumed from step {restored.step} ({checkpointer.directory / str(restored.step)})",
+                flush=True,
+            )
     if run.changes and restored is not None:
         shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in run.changes)
         logging.warning("resuming %s at step %d with changed settings: %s", run.workdir, restored.step, shown)
@@ -324,7 +343,7 @@ def train(run: Run) -> dict:
     start_step, started = int(state.step), time.time()
     window: list[dict] = list(restored.log_window) if restored else []
     last_saved = checkpointer.steps()
-    stopped_by, skips = None, 0
+    stopped_by, skips, step = None, 0, start_step
     progress = tqdm.tqdm(
         total=t.steps,
         initial=start_step,
@@ -366,16 +385,17 @@ def train(run: Run) -> dict:
                         stopped_by = signal.Signals(stop.signal).name
                         break
             checkpointer.wait()
+        except NonFiniteError:
+            if lead:
+                log_session(run.workdir, "end", step, how="nonfinite")
+            raise
         finally:
             progress.close()
             checkpointer.close()
         final_step = int(state.step)
-        if stopped_by:
-            logging.warning(
-                "stopped by %s at step %d after saving; rerun the same command to resume",
-                stopped_by,
-                final_step,
-            )
+        if stopped_by:  # saved: rerunning the same command resumes
+            if lead:
+                log_session(run.workdir, "end", final_step, how=stopped_by)
             return {"stopped_by": stopped_by, "step": final_step}
         results = run_eval(run, state.params, state.model_state, eval_step)
         log.write(final_step, "eval", results)
@@ -393,6 +413,7 @@ def train(run: Run) -> dict:
     }
     if lead:
         (run.workdir / SUMMARY).write_text(json.dumps(json_safe(summary), indent=2))
+        log_session(run.workdir, "end", final_step, how="finished")
     return summary
 
 

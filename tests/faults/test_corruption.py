@@ -1,14 +1,17 @@
 """Five kinds of damaged checkpoint are each set aside (moved to corrupt_checkpoints/, never deleted);
 training falls back past them to the last good one, saves their steps again, and ends bitwise where the
-uninterrupted run ends, with the same metrics log."""
+uninterrupted run ends, with the same metrics log. When every checkpoint is corrupt, the run refuses to
+start over unless asked to."""
 
 import shutil
 import signal
 
 import pytest
 
+from t2mlr_jax.train.checkpoint import AllCorruptError
 from tests.faults.tiny_run import (
     assert_same_state,
+    config,
     final_state,
     records,
     signalling_source,
@@ -68,3 +71,24 @@ def test_corrupt_checkpoints_are_set_aside_saved_again_and_the_run_ends_uninterr
     train_tiny(stopped)
     assert_same_state(straight[0], final_state(stopped))
     assert records(stopped) == straight[1]  # the logging window open at step 2 restored with it
+
+
+def test_every_checkpoint_corrupt_is_refused_unless_a_restart_is_asked_for(stopped, straight):
+    for step in range(2, 8):
+        _flip(stopped / "checkpoints" / str(step))
+    before = {p: p.read_bytes() for p in stopped.rglob("*") if p.is_file()}
+    with pytest.raises(
+        AllCorruptError, match=r"every checkpoint .* unreadable: step 7 .* step 2 .*restart_if_all_corrupt"
+    ):
+        train_tiny(stopped)
+    assert {
+        p: p.read_bytes() for p in stopped.rglob("*") if p.is_file()
+    } == before  # nothing moved or written
+    restart = config()
+    restart.train.restart_if_all_corrupt = True
+    train_tiny(stopped, restart)
+    assert sorted(p.name for p in (stopped / "corrupt_checkpoints").iterdir()) == [
+        str(s) for s in range(2, 8)
+    ]
+    assert_same_state(straight[0], final_state(stopped))  # from step 0, as the straight run
+    assert records(stopped) == straight[1]

@@ -1,42 +1,79 @@
 """Exact resumption: a run killed with SIGKILL (also while an async save is in flight) and restarted from its
 workdir ends with a state (parameters, optimizer, RNG) bitwise equal to an uninterrupted run's, and with the
 same metrics log (no step logged twice, the logging window that a kill cut in two averaged as if it had not
-been); an LRT run (MoE routing biases updated without gradients, pass counts sampled per step, Muon)
-killed and resumed does too."""
+been), while a second session on its workdir is refused at once (one writer per workdir, the killed
+owner's lock stale); an LRT run (MoE routing biases updated without gradients, pass counts sampled per
+step, Muon) killed and resumed does too."""
 
 import os
+import re
+import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from t2mlr_jax.train.trainer import restore_state
-from tests.faults.tiny_run import STEPS, assert_same_state, final_state, records, run
+from t2mlr_jax.train.workdir import read_sessions
+from t2mlr_jax.train.workdir_lock import WorkdirLockedError
+from tests.faults.tiny_run import STEPS, assert_same_state, final_state, records, run, train_tiny
 
 WORKER = os.path.join(os.path.dirname(__file__), "kill_worker.py")
 
 
-def _worker(workdir, at=0, signame="SIGKILL", arch="t2mlr"):
-    return subprocess.run(
+def _start_worker(workdir, at=0, signame="SIGKILL", arch="t2mlr"):
+    return subprocess.Popen(
         [sys.executable, WORKER, str(workdir), str(at), signame, arch],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
         env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
 
 
+def _worker(workdir, at=0, signame="SIGKILL", arch="t2mlr"):
+    proc = _start_worker(workdir, at, signame, arch)
+    proc.stdout, proc.stderr = proc.communicate(timeout=300)
+    return proc
+
+
+def _wait_for(marker, proc, timeout=300):
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{marker} never appeared"
+        time.sleep(0.1)
+
+
 @pytest.mark.slow  # first: it moves the whole faults group to the front of the queue
 @pytest.mark.xdist_group("faults")
-def test_a_killed_run_resumes_bitwise_with_the_same_log(tmp_path, straight):
+def test_a_killed_run_resumes_bitwise_with_the_same_log_and_one_writer(tmp_path, straight):
     # A crash right after the async save of step 2 began: resumed from step 2 or 1, inside a logging window.
-    out = _worker(tmp_path, 3)
+    workdir = tmp_path / "run"
+    out = _worker(workdir, 3)
     assert out.returncode == -9, out.stderr[-3000:]
-    final = _worker(tmp_path)
-    assert final.returncode == 0 and "DONE" in final.stdout, final.stderr[-3000:]
-    assert_same_state(straight[0], final_state(tmp_path))
-    assert records(tmp_path) == straight[1]
+    assert (workdir / "train.lock").exists()  # the killed owner's, stale: it must not block the resume
+    # The resume, held before step 5, meets a second session on its workdir: refused at once, naming it.
+    owner = _start_worker(workdir, 5, "PAUSE")
+    _wait_for(tmp_path / "run.paused", owner)
+    started = time.monotonic()
+    with pytest.raises(
+        WorkdirLockedError, match=rf"being trained by pid {owner.pid} on host {socket.gethostname()}"
+    ):
+        train_tiny(workdir)
+    assert time.monotonic() - started < 10
+    (tmp_path / "run.go").touch()
+    stdout, stderr = owner.communicate(timeout=300)
+    assert owner.returncode == 0 and "DONE" in stdout, stderr[-3000:]
+    assert re.search(r"^resumed from step [12] ", stdout, re.M)
+    assert_same_state(straight[0], final_state(workdir))  # the owner ended as if alone
+    assert records(workdir) == straight[1]
+    assert not (workdir / "train.lock").exists()
+    sessions = [(r["event"], r["step"], r.get("how")) for r in read_sessions(workdir)]
+    assert sessions[0] == ("start", 0, None) and sessions[-1] == ("end", STEPS, "finished")
+    assert [e for e, _, _ in sessions] == ["start", "start", "end"]  # the killed one never ended
 
 
 @pytest.mark.slow

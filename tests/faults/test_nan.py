@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.train.trainer import NonFiniteError, restore_state
+from t2mlr_jax.train.workdir import read_sessions
 from tests.faults.tiny_run import config, records, run, train_tiny
 from tests.test_main import S5, TINY, main
 
@@ -44,11 +45,11 @@ def test_the_skip_policy_skips_and_logs_up_to_its_limit(tmp_path):
     assert step == 9 and _finite(state) and summary["steps"] == 9
     json.loads((tmp_path / "skip" / "summary.json").read_text())  # strict JSON, no bare NaN
 
-    with pytest.raises(NonFiniteError, match=r"^step 5: .*3 > train.nan_skip_limit"):
+    with pytest.raises(NonFiniteError, match=r"^step 5: .*3 > train.nan_skip_limit") as stopped:
         train_tiny(tmp_path / "limit", _diverging(nan_policy="skip", nan_skip_limit=2))
-
-
-def test_main_exits_1_with_one_line(tmp_path):
+    assert "nan_policy=skip" not in str(stopped.value)  # already set: not suggested again
+    last = read_sessions(tmp_path / "limit")[-1]
+    assert (last["event"], last["step"], last["how"]) == ("end", 5, "nonfinite")
     out = main(
         f"--config={S5}:cpu",
         *TINY,

@@ -4,6 +4,8 @@ the tiny LRT run with every stateful part (MoE routing biases, P sampled per ste
 
 import json
 import os
+import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -35,6 +37,26 @@ class SignallingIterator(TinyIterator):
 
 def signalling_source(at: int, signum: int):
     return tiny_source()._replace(train_iterator=lambda: SignallingIterator(at, signum, 0, 8, 16))
+
+
+class PausingIterator(TinyIterator):
+    """Asked for batch `at`, creates the file `paused` and waits until the file `go` exists: a session
+    held mid-run, for a second one to meet."""
+
+    def __init__(self, at: int, paused: Path, go: Path, *args):
+        super().__init__(*args)
+        self.at, self.paused, self.go = at, paused, go
+
+    def __next__(self):
+        if self.index + 1 == self.at:
+            self.paused.touch()
+            while not self.go.exists():
+                time.sleep(0.05)
+        return super().__next__()
+
+
+def pausing_source(at: int, paused: Path, go: Path):
+    return tiny_source()._replace(train_iterator=lambda: PausingIterator(at, paused, go, 0, 8, 16))
 
 
 def lrt_config():

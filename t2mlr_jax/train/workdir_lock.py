@@ -1,0 +1,85 @@
+"""One writer per workdir: a training session holds workdir/train.lock while it trains.
+
+The lock is an advisory `flock` on the file, held for the session: the kernel drops it when its owner
+exits, however it exits (SIGKILL included), so a killed owner's lock is stale by construction and the
+next session takes it without asking. The file names the holder (pid, host, start time) for the refusal
+message. In a multi-host job only process 0 writes the workdir, so only it takes the lock; a second job
+(any host, on a file system with working `flock`: local disks, NFSv4) is refused. No JAX here.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from t2mlr_jax.train.workdir import LOCK
+
+
+class WorkdirLockedError(RuntimeError):
+    """Another live session trains in this workdir."""
+
+
+def _holder(path: Path) -> str:
+    try:
+        owner = json.loads(path.read_text())
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["time"]))
+        return f"pid {owner['pid']} on host {owner['host']} (since {since})"
+    except (OSError, ValueError, KeyError, TypeError):  # the owner is still writing its record
+        return "another process"
+
+
+def _acquire(path: Path) -> int | None:
+    """The open, locked file descriptor of `path`; None where the file system has no `flock`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                raise WorkdirLockedError(
+                    f"{path.parent} is being trained by {_holder(path)}: a workdir has one writer. Wait for "
+                    f"it to finish, or use another --workdir. Nothing was changed."
+                ) from None
+            logging.warning("%s: no file locking on this file system (%s); not locked", path, e)
+            return None
+        try:  # a releasing owner unlinks the file: a lock on that old inode guards nothing, take the new one
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "time": round(time.time(), 3)}
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps(record).encode())
+    os.fsync(fd)
+    return fd
+
+
+@contextmanager
+def workdir_lock(workdir: Path | str, *, lead: bool = True):
+    """Hold workdir/train.lock for the block; WorkdirLockedError (nothing written) if a live session holds
+    it. `lead`: whether this process writes the workdir (process 0 of a multi-host job); others skip."""
+    if not lead:
+        yield
+        return
+    path = Path(workdir).absolute() / LOCK
+    created = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
+    fd = _acquire(path)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            path.unlink(missing_ok=True)  # before the unlock: a waiting newcomer then sees no stale file
+            os.close(fd)
+        for folder in created:  # a session that wrote nothing leaves no workdir behind
+            if folder.exists() and not any(folder.iterdir()):
+                folder.rmdir()
