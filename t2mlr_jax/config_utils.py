@@ -87,7 +87,8 @@ def experiment(
     # with fresh fusion parameters (γ = 0) when the model is T²MLR; "" = random initialisation; None = a
     # required path, the run refuses to start without --config.init_from.
     c.init_from = config_dict.placeholder(str) if init_from is None else init_from
-    # The persistent XLA compilation cache (a rerun loads its compiled steps instead of compiling them);
+    # The persistent XLA compilation cache (a rerun loads its compiled steps instead of compiling them):
+    # "auto" = on for GPU / TPU, off on CPU (t2mlr_jax.train.compilation_cache says why); a directory = on;
     # "" = off. One already configured (JAX_COMPILATION_CACHE_DIR) wins.
     c.compilation_cache = COMPILATION_CACHE
     c.model = model_dict(model)

@@ -1,22 +1,34 @@
-"""The persistent compilation cache is on by default (config.compilation_cache) and yields to one that is
+"""The persistent compilation cache: "auto" by default (on for GPU / TPU, off on CPU, where serialising an
+executable for it once aborted the process), on anywhere a directory is named, and yielding to one that is
 already configured."""
 
 import jax
+import pytest
 
 from t2mlr_jax.config_utils import config_module
-from t2mlr_jax.train.compilation_cache import DEFAULT, enable_compilation_cache
+from t2mlr_jax.train.compilation_cache import DEFAULT, USER_CACHE, enable_compilation_cache
 from tests.experiments import ROOT
 
 
-def test_every_config_turns_it_on_and_a_configured_cache_wins(tmp_path):
-    config = config_module(ROOT / "configs" / "s5_retrieval_t2mlr.py").get_config("cpu")
-    assert config.compilation_cache == DEFAULT
+@pytest.fixture
+def no_session_cache():
     session = jax.config.jax_compilation_cache_dir  # the test session's (conftest)
-    assert session and enable_compilation_cache(str(tmp_path)) == session
-    try:
-        jax.config.update("jax_compilation_cache_dir", None)
-        assert enable_compilation_cache("") is None and not jax.config.jax_compilation_cache_dir
-        assert enable_compilation_cache(str(tmp_path / "xla")) == str(tmp_path / "xla")
-        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "xla")
-    finally:
-        jax.config.update("jax_compilation_cache_dir", session)
+    jax.config.update("jax_compilation_cache_dir", None)
+    yield session
+    jax.config.update("jax_compilation_cache_dir", session)
+
+
+def test_auto_is_off_on_cpu_and_a_named_directory_turns_it_on(tmp_path, no_session_cache):
+    config = config_module(ROOT / "configs" / "s5_retrieval_t2mlr.py").get_config("cpu")
+    assert config.compilation_cache == DEFAULT == "auto"
+    assert jax.default_backend() == "cpu"
+    assert enable_compilation_cache(DEFAULT) is None and not jax.config.jax_compilation_cache_dir
+    assert enable_compilation_cache("") is None and not jax.config.jax_compilation_cache_dir
+    assert enable_compilation_cache(str(tmp_path / "xla")) == str(tmp_path / "xla")
+    assert jax.config.jax_compilation_cache_dir == str(tmp_path / "xla")
+    assert enable_compilation_cache(str(tmp_path)) == str(tmp_path / "xla")  # a configured cache wins
+
+
+def test_auto_is_on_for_accelerators(monkeypatch, no_session_cache):
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert enable_compilation_cache(DEFAULT).endswith(USER_CACHE.removeprefix("~"))
