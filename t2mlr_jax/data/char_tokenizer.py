@@ -33,6 +33,7 @@ class S5CharTokenizer:
         )
         self._ids = {tok: i for i, tok in enumerate(self.tokens)}
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = range(4)
+        self.special_ids = frozenset(range(len(SPECIAL_TOKENS)))
 
     @property
     def vocab_size(self) -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 import grain
 import numpy as np
@@ -136,6 +136,53 @@ def _check_store_tokenizer(metadata: TokenStoreMetadata, tokenizer: TextTokenize
             f"token store was written with ({metadata.tokenizer!r}: vocabulary {metadata.vocab_size}, "
             f"EOS {metadata.eos_id})"
         )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Training data holds one batch
+#
+# Training repeats its data forever, so too little data does not fail: it trains on a few tokens over and
+# over, or (a whitespace file, empty texts, empty responses) on EOS alone. One batch is what the data must
+# hold before it repeats: text, batch_size x seq_len tokens that are not special (EOS, chat markers; the
+# packed stream adds an EOS per document on top); task and file examples, batch_size examples (one per row,
+# as they are unpacked), one of which supervises a token that is not special. Both read the data in order
+# only until that is met: one batch's tokenization at start-up, whatever the corpus size.
+
+
+def _not_special(ids: Int[np.ndarray, " n"], special_ids: Collection[int]) -> np.ndarray:
+    return ~np.isin(ids, list(special_ids))
+
+
+def _require_tokens(
+    documents: Iterable[Int[np.ndarray, " n"]], special_ids: Collection[int], min_tokens: int, where: str
+) -> None:
+    count = 0
+    for ids in documents:
+        count += int(np.count_nonzero(_not_special(ids, special_ids)))
+        if count >= min_tokens:
+            return
+    raise ValueError(
+        f"the training text {where} holds {count} tokens besides special tokens (EOS), fewer than one "
+        f"batch ({min_tokens} = batch size x seq_len): give more text or a smaller batch"
+    )
+
+
+def _require_examples(
+    records: Sequence[dict], encode: Callable, special_ids: Collection[int], min_examples: int, where: str
+) -> None:
+    if len(records) < min_examples:
+        raise ValueError(
+            f"the training data {where} holds {len(records)} examples, fewer than one batch "
+            f"({min_examples} = batch size): give more examples or a smaller batch"
+        )
+    for i in range(len(records)):
+        example = encode(records[i])
+        if np.any((example["loss_mask"] > 0) & _not_special(example["targets"], special_ids)):
+            return
+    raise ValueError(
+        f"no example of the training data {where} supervises a token besides special tokens (EOS): "
+        "are its responses empty?"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -257,17 +304,21 @@ def file_batches(
     num_epochs: int | None = None,
     shard_options: grain.sharding.ShardOptions | None = None,
     worker_count: int = 0,
+    min_examples: int = 0,
 ) -> grain.IterDataset:
     """Batches of records read from `path` in one of RECORD_FORMATS (gsm8k_aug, hotpotqa, prompt_response,
-    s5_retrieval)."""
+    s5_retrieval). `min_examples` (training: the batch size): the file must hold one batch of examples,
+    one of which supervises a token that is not special (see "Training data holds one batch")."""
     text_tokenizer = _as_text_tokenizer(tokenizer)
     encode = record_encoder(
         format, text_tokenizer, chat=chat, all_recurrent=all_recurrent, prompt_loss=prompt_loss
     )
-    _check_vocab(
-        S5CharTokenizer().vocab_size if format == "s5_retrieval" else text_tokenizer.vocab_size, vocab_size
-    )
-    examples = grain.MapDataset.source(load_records(path)).map(encode)
+    token_ids = S5CharTokenizer() if format == "s5_retrieval" else text_tokenizer
+    _check_vocab(token_ids.vocab_size, vocab_size)
+    records = load_records(path)
+    if min_examples:
+        _require_examples(records, encode, token_ids.special_ids, min_examples, path)
+    examples = grain.MapDataset.source(records).map(encode)
     batches = batch_examples(
         examples,
         batch_size=batch_size,
@@ -298,13 +349,16 @@ def text_batches(
     num_epochs: int | None = None,
     shard_options: grain.sharding.ShardOptions | None = None,
     worker_count: int = 0,
+    min_tokens: int = 0,
 ) -> grain.IterDataset:
     """Packed pretraining batches (`packing`: documents | concat). `paths`: token-store folders (with
     metadata.json, from tools/prepare_text.py), or raw .txt/.jsonl/.parquet files or folders, tokenized on
     the fly with `tokenizer` (small corpora: raw documents are held in memory). With a (byte-level)
     tokenizer the batches carry `target_bytes`; a token store then needs the tokenizer it was written
     with. `documents` instead of `paths`: any random-access sequence of raw documents (e.g.
-    tfds_source.TfdsDocuments), read lazily and tokenized on the fly."""
+    tfds_source.TfdsDocuments), read lazily and tokenized on the fly. `min_tokens` (training: batch_size x
+    seq_len): the text must hold one batch of tokens that are not special (see "Training data holds one
+    batch"), counted on its first documents."""
     if packing not in TEXT_PACKINGS:
         raise ValueError(f"packing of text must be one of {TEXT_PACKINGS}, got {packing!r}")
     path_list = [paths] if isinstance(paths, str) else list(paths)
@@ -323,6 +377,10 @@ def text_batches(
             for store in stores:
                 _check_store_tokenizer(read_metadata(store), text_tokenizer)
         eos_id = source.metadata.eos_id
+        if min_tokens:
+            special_ids = text_tokenizer.special_ids if text_tokenizer else {eos_id}
+            documents_ids = (source[i] for i in range(len(source)))
+            _require_tokens(documents_ids, special_ids, min_tokens, ", ".join(path_list))
         examples = grain.MapDataset.source(source).map(lambda ids: document_example(ids, eos_id))
     else:
         if text_tokenizer is None:
@@ -336,6 +394,10 @@ def text_batches(
             ]
             if not documents:
                 raise ValueError(f"no documents in {path_list}")
+        if min_tokens:
+            where = ", ".join(path_list) or getattr(documents, "spec", "the documents given")
+            documents_ids = (text_tokenizer.encode(documents[i]) for i in range(len(documents)))
+            _require_tokens(documents_ids, text_tokenizer.special_ids, min_tokens, where)
         examples = grain.MapDataset.source(documents).map(
             lambda doc: document_example(text_tokenizer.encode(doc), text_tokenizer.eos_id)
         )

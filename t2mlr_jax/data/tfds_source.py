@@ -59,6 +59,7 @@ class TfdsDocuments(Sequence[str]):
         except ValueError as e:  # e.g. an unknown split
             raise ValueError(f"{spec}: {e}") from None
         self._text_key = text_key
+        self.spec = spec
 
     def __len__(self) -> int:
         return len(self._examples)

@@ -48,6 +48,12 @@ class TextTokenizer:
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=False)
 
     @functools.cached_property
+    def special_ids(self) -> frozenset[int]:
+        """EOS and the special (control) tokens: ids that carry no text."""
+        added = self.backend.get_added_tokens_decoder()
+        return frozenset(i for i, token in added.items() if token.special) | {self.eos_id}
+
+    @functools.cached_property
     def byte_lengths(self) -> Int[np.ndarray, " vocab"]:
         """`token_byte_lengths(self)`, computed once per tokenizer."""
         return token_byte_lengths(self)

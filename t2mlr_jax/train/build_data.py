@@ -16,7 +16,9 @@ training and evaluation also report bits per byte ("bpb"); a text token store mu
 
 Generation eval (eval.generate) scores greedy continuations of the eval prompts with the task's rule
 from t2mlr_jax.data.answers. Everything here checks its inputs (paths, vocabulary) eagerly, so a bad
-config fails before compilation.
+config fails before compilation. Training data read from files or TFDS must hold one batch:
+train.batch_size examples, or train.batch_size x data.seq_len text tokens besides EOS and special tokens
+(t2mlr_jax.data.pipeline, "Training data holds one batch").
 """
 
 from __future__ import annotations
@@ -150,7 +152,11 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
             )
 
         train_batches = (
-            batches(_require_path(d.train_path, "train_path", d.hint), **train_pass) if train else None
+            batches(
+                _require_path(d.train_path, "train_path", d.hint), **train_pass, min_examples=t.batch_size
+            )
+            if train
+            else None
         )
         if train and t.epochs:
             train_examples = len(pipeline.load_records(d.train_path))
@@ -176,7 +182,11 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
                 **inputs, tokenizer=tokenizer, packing=d.packing, seed=config.seed, **common, **kw
             )
 
-        train_batches = batches(text_input(d.source, "train_path"), **train_pass) if train else None
+        train_batches = (
+            batches(text_input(d.source, "train_path"), **train_pass, min_tokens=t.batch_size * d.seq_len)
+            if train
+            else None
+        )
         eval_input = text_input(d.eval_source, "eval_path")
         evaluation = lambda: itertools.islice(
             iter(batches(eval_input, **eval_pass)), max(1, e.num_examples // e.batch_size)

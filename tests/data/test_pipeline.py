@@ -11,6 +11,7 @@ from t2mlr_jax.data.pipeline import file_batches, task_batches, text_batches
 from t2mlr_jax.data.s5_retrieval import encode_s5_retrieval
 from t2mlr_jax.data.tasks import GeneratedTaskSource
 from t2mlr_jax.data.token_store import TokenStoreWriter
+from t2mlr_jax.data.tokenizer import TextTokenizer
 
 ONE_HOST = grain.sharding.ShardOptions(shard_index=0, shard_count=1)
 
@@ -311,3 +312,45 @@ def test_bad_inputs_raise_clear_errors(tmp_path, smollm2, token_store):
                 text_batches(str(bad_store), vocab_size=100, batch_size=1, seq_len=8, shard_options=ONE_HOST)
             )
         )
+
+
+def test_training_text_of_less_than_one_batch_is_refused(
+    tmp_path, monkeypatch, smollm2, token_store, play_texts
+):
+    """A whitespace file, empty texts, or a corpus shorter than one batch of non-special tokens trains on
+    EOS or on a few tokens repeated: refused, naming the file. Only the first documents are read."""
+    (tmp_path / "blank.txt").write_text("  \n\n   \n")
+    (tmp_path / "empty_texts.jsonl").write_text('{"text": ""}\n' * 500)
+    (tmp_path / "markers.jsonl").write_text('{"text": "<|im_end|><|endoftext|>"}\n' * 500)
+    for name in ("blank.txt", "empty_texts.jsonl", "markers.jsonl"):
+        path = str(tmp_path / name)
+        with pytest.raises(ValueError, match=f"the training text {path} holds [0-9] tokens besides special"):
+            text_batches(path, tokenizer=smollm2, batch_size=2, seq_len=8, min_tokens=16)
+    store_tokens = sum(
+        len(smollm2.encode(t)) for t in play_texts + ["A short one.", "Another short document here."]
+    )
+    with pytest.raises(ValueError, match=f"{token_store} holds {store_tokens} tokens .* one batch \\(8192"):
+        text_batches(token_store, batch_size=8, seq_len=1024, min_tokens=8 * 1024)
+    text_batches(token_store, batch_size=8, seq_len=64, min_tokens=8 * 64)  # enough
+
+    encoded = []
+    encode = TextTokenizer.encode
+    monkeypatch.setattr(
+        TextTokenizer, "encode", lambda self, text: encoded.append(text) or encode(self, text)
+    )
+    text_batches(documents=play_texts * 100, tokenizer=smollm2, batch_size=8, seq_len=64, min_tokens=8 * 64)
+    assert encoded == play_texts[:1]  # a play's opening holds one batch: the rest is not tokenized twice
+
+
+def test_training_records_of_less_than_one_batch_or_only_eos_are_refused(tmp_path, smollm2):
+    path = tmp_path / "sft.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"Say {i}", "response": ""}) + "\n" for i in range(8)))
+    kwargs = dict(format="prompt_response", tokenizer=smollm2, batch_size=4, seq_len=32)
+    with pytest.raises(
+        ValueError, match=f"no example of the training data {path} supervises a token besides"
+    ):
+        file_batches(str(path), **kwargs, min_examples=4)
+    with pytest.raises(ValueError, match=f"the training data {path} holds 8 examples, fewer than one batch"):
+        file_batches(str(path), **kwargs, min_examples=16)
+    path.write_text(path.read_text().replace('""', '"ok"', 1))  # one real response is enough
+    file_batches(str(path), **kwargs, min_examples=4)

@@ -1,7 +1,8 @@
-"""Bad input to main.py (missing or empty data, a model that cannot hold the data, config typos, bad values,
-nothing to evaluate, a negative learning rate, B > D): one `error:` line, exit status 2, before anything
-compiles, and no workdir created. The headline config without data says what it is and how to get data;
-a :cpu preset without its offline packages names the pip line that brings them."""
+"""Bad input to main.py (missing or empty data, less than one batch of it, a model that cannot hold the
+data, config typos, bad values, nothing to evaluate, a negative learning rate, B > D): one `error:` line,
+exit status 2, before anything compiles, and no workdir created. The headline config without data says
+what it is and how to get data; a :cpu preset without its offline packages names the pip line that brings
+them."""
 
 import importlib.util
 import os
@@ -16,13 +17,21 @@ from tests.test_main import ROOT, S5, main
 def _bad_inputs(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
+    empty_texts = tmp_path / "empty_texts.jsonl"
+    empty_texts.write_text('{"text": ""}\n' * 100)
     gsm = os.path.join(ROOT, "configs", "gsm8k.py") + ":cpu"
+    text = os.path.join(ROOT, "configs", "smollm135m_t2mlr.py") + ":cpu"
     return {
         "missing data": (
             [f"--config={gsm}", "--config.data.train_path=/no/such/file.jsonl"],
             "does not exist",
         ),
         "empty file": ([f"--config={gsm}", f"--config.data.train_path={empty}"], "empty file"),
+        "empty texts": (  # trained on EOS alone before
+            [f"--config={text}", f"--config.data.train_path={empty_texts}", "--config.train.batch_size=8"],
+            f"the training text {empty_texts} holds 0 tokens besides special tokens (EOS), fewer than one "
+            "batch (512 = batch size x seq_len)",
+        ),
         "too long": (
             [f"--config={S5}:cpu", "--config.model.max_seq_len=16"],
             "longer than the model's context",
@@ -59,6 +68,7 @@ def _bad_inputs(tmp_path):
     [
         "missing data",
         "empty file",
+        "empty texts",
         "too long",
         "vocab",
         "config typo",
