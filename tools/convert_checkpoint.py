@@ -15,7 +15,10 @@ An export is a folder to load as it is: the weights; config.json with the tokeni
 the tokenizer files and generation_config.json (so that AutoTokenizer loads it and generate stops at EOS)
 from --tokenizer, by default the tokenizer the source records; and a README.md model card (architecture,
 recurrence, source, how to load it, the --verify figures). An import records the tokenizer with the
-orbax checkpoint.
+orbax checkpoint. TARGET is new or empty: a non-empty one is refused before anything is converted,
+unless --overwrite, which replaces the model in it (an earlier export's or download's weights, every
+shard and index, config, tokenizer files and card: none of them is left to be read with the new model;
+other files stay) and, for orbax, replaces an exported folder whole.
 
 --verify runs both sides (ours in JAX, exact recurrence for T²MLR; transformers or the torch reference)
 on a few random token sequences, prints the largest logit difference and writes a JSON report
@@ -43,12 +46,19 @@ def parse_args(argv):
     parser.add_argument("--from", dest="source_format", required=True, choices=IMPORTS + ("orbax",))
     parser.add_argument("--to", dest="target_format", required=True, choices=EXPORTS + ("orbax",))
     parser.add_argument("source", type=Path, help="folder, .gguf file or orbax checkpoint to read")
-    parser.add_argument("target", type=Path, help="folder to write (must not exist for orbax)")
+    parser.add_argument("target", type=Path, help="folder to write: new or empty, unless --overwrite")
     parser.add_argument(
         "--param-dtype",
         default="float32",
         choices=("float32", "bfloat16", "float16"),
         help="dtype of the imported parameters (imports only; the gammas stay float32)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the model in a non-empty TARGET: for hf / t2mlr-torch, remove the weights (every "
+        "shard, index and .bin), config, tokenizer files and model card an earlier export or download left "
+        "there, keeping other files; for orbax, TARGET must be an exported orbax folder, replaced whole",
     )
     parser.add_argument(
         "--drop-recurrence",
@@ -83,7 +93,10 @@ def parse_args(argv):
 
 def check_paths(args) -> None:
     """Refuse a missing, mislabelled or unreadable source (its config and weight headers: a cut-short file
-    is found here), an existing orbax target and a missing text, before anything is converted."""
+    is found here), a non-empty target without --overwrite and a missing text, before anything is
+    converted."""
+    from t2mlr_jax.interop.files import check_export_target
+    from t2mlr_jax.interop.orbax_folder import check_orbax_target
     from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
 
     if not args.source.exists():
@@ -94,8 +107,8 @@ def check_paths(args) -> None:
             f"{args.source} is not a --from {args.source_format} checkpoint: it looks like --from {found}"
         )
     pretrained_config(args.source)
-    if args.target_format == "orbax" and args.target.exists():
-        raise ValueError(f"{args.target} already exists: --to orbax writes a new folder")
+    check_target = check_orbax_target if args.target_format == "orbax" else check_export_target
+    check_target(args.target, overwrite=args.overwrite)
     if args.verify_text and not args.verify_text.is_file():
         raise ValueError(f"--verify-text {args.verify_text}: no such file")
 
@@ -165,16 +178,24 @@ def convert(args, tokenizer) -> tuple:
         load = {"hf": load_hf, "gguf": load_gguf, "t2mlr-torch": load_t2mlr_torch}[args.source_format]
         cfg, params = load(args.source, param_dtype=args.param_dtype, progress=True)
         recorded = None if tokenizer is None else str(Path(tokenizer.source).absolute())
-        save_params(args.target, cfg, params, tokenizer=recorded)
+        save_params(args.target, cfg, params, tokenizer=recorded, overwrite=args.overwrite)
         return load_params(args.target)  # verify what was written, not what is in memory
     cfg, params = load_params(args.source)
     check_exportable(args, cfg)
     if args.target_format == "hf":
         save_hf(
-            cfg, params, args.target, drop_recurrence=args.drop_recurrence, tokenizer=tokenizer, progress=True
+            cfg,
+            params,
+            args.target,
+            drop_recurrence=args.drop_recurrence,
+            tokenizer=tokenizer,
+            progress=True,
+            overwrite=args.overwrite,
         )
     else:
-        save_t2mlr_torch(cfg, params, args.target, tokenizer=tokenizer, progress=True)
+        save_t2mlr_torch(
+            cfg, params, args.target, tokenizer=tokenizer, progress=True, overwrite=args.overwrite
+        )
     return cfg, params
 
 

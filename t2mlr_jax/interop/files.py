@@ -6,11 +6,18 @@ Supported: model.safetensors, sharded safetensors (model.safetensors.index.json)
 pytorch_model.bin (single or sharded), which is only unpickled with `weights_only=True`.
 A file that cannot be read is a one-line ValueError naming it; `check_weight_files` finds most such files
 from their headers alone, before anything else is done.
+
+Every export writes into an empty (or new) folder: `check_export_target` refuses any other before
+anything is converted, unless the caller asks to overwrite; then `clear_model_files` removes the files
+that the new model's readers would otherwise find beside it (MODEL_FILES and any weight shard), leaving
+anything else in the folder alone.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +30,29 @@ SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 TORCH_BIN = "pytorch_model.bin"
 TORCH_BIN_INDEX = "pytorch_model.bin.index.json"
+# What a model folder's readers (our loaders, transformers' Auto* classes, the release) read from it: an
+# export writes these (README.md is the converter's model card), and overwriting one removes them all
+# first, so that no file of the earlier model (a stale index, a .bin beside the new .safetensors, a
+# slow-tokenizer file, its chat template) is read with the new one. Other files are the user's and stay.
+MODEL_FILES = (
+    SAFETENSORS,
+    SAFETENSORS_INDEX,
+    TORCH_BIN,
+    TORCH_BIN_INDEX,
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "README.md",
+)
+# Shards as transformers names them (model-00001-of-00002.safetensors), read through an index.
+SHARD = re.compile(r"(model|pytorch_model)-\d+-of-\d+\.(safetensors|bin)")
 
 
 def read_json(path: Path | str) -> dict:
@@ -202,7 +232,8 @@ def read_state_dict(folder: Path | str) -> dict[str, np.ndarray]:
 
 
 def write_state_dict(folder: Path | str, state: Mapping[str, np.ndarray]) -> None:
-    """One model.safetensors with the `format: pt` metadata transformers requires."""
+    """One model.safetensors with the `format: pt` metadata transformers requires, with the mode of the
+    folder's other files (safetensors writes its file 0o600)."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
@@ -212,3 +243,51 @@ def write_state_dict(folder: Path | str, state: Mapping[str, np.ndarray]) -> Non
         str(folder / SAFETENSORS),
         metadata={"format": "pt"},
     )
+    os.chmod(folder / SAFETENSORS, new_file_mode())
+
+
+def new_file_mode() -> int:
+    """The mode `open(path, "w")` gives a new file: 0o666 less the process's umask (0o644 under the usual
+    0o022)."""
+    umask = os.umask(0o022)  # reading the umask means setting it; put it back at once
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def check_export_target(path: Path | str, *, overwrite: bool = False) -> None:
+    """Refuse, before anything is converted, an export target that is a file, or a folder with anything in
+    it unless `overwrite` (then the writer clears it with `clear_model_files`). Every export checks here:
+    save_hf, save_t2mlr_torch, save_params and tools/convert_checkpoint.py."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} exists and is not a folder: choose a folder to export into")
+    if not overwrite and path.is_dir() and any(path.iterdir()):
+        raise ValueError(
+            f"{path} is not empty: choose a new folder, or pass --overwrite (overwrite=True) to replace the "
+            "model in it"
+        )
+
+
+def stale_model_files(folder: Path | str) -> list[Path]:
+    """The files of `folder` that a reader of a model exported into it would read: MODEL_FILES, the
+    shards an index lists and any file named as a shard."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    names = {
+        p.name for p in folder.iterdir() if p.is_file() and (p.name in MODEL_FILES or SHARD.fullmatch(p.name))
+    }
+    for index in (SAFETENSORS_INDEX, TORCH_BIN_INDEX):
+        try:
+            listed = [name for name in _weight_map(folder / index).values() if isinstance(name, str)]
+        except (OSError, ValueError, AttributeError):  # absent, or as broken as the rest of the old model
+            continue
+        names |= {name for name in listed if Path(name).name == name and (folder / name).is_file()}
+    return sorted(folder / name for name in names)
+
+
+def clear_model_files(folder: Path | str) -> None:
+    """Remove `stale_model_files` (what an export writes, and what else of an earlier model would be read
+    with it); other files stay."""
+    for path in stale_model_files(folder):
+        path.unlink()

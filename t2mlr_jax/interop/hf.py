@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from t2mlr_jax.interop.configs import hf_config_from_model, model_config_from_hf
-from t2mlr_jax.interop.files import read_json, read_state_dict, write_json, write_state_dict
+from t2mlr_jax.interop.files import (
+    check_export_target,
+    clear_model_files,
+    read_json,
+    read_state_dict,
+    write_json,
+    write_state_dict,
+)
 from t2mlr_jax.interop.tables import from_state_dict, hf_layout, to_state_dict
 from t2mlr_jax.interop.tokenizer_files import (
     ExportTokenizer,
@@ -32,6 +39,7 @@ def save_hf(
     drop_recurrence: bool = False,
     tokenizer: ExportTokenizer | Path | str | None = None,
     progress: bool = False,
+    overwrite: bool = False,
 ) -> None:
     """Write a folder transformers' LlamaForCausalLM loads unchanged, with the tokenizer files and a
     generation config when `tokenizer` is given (a .gguf, a tokenizer.json or its folder, or what
@@ -39,8 +47,10 @@ def save_hf(
 
     A T²MLR model has no HF equivalent; `drop_recurrence=True` exports its backbone (the mixer is
     dropped, so the result computes the model at γ=0). Use `save_t2mlr_torch` to keep the recurrence.
-    Everything is checked before the first file is written.
+    Everything is checked before the first file is written. `path` must be new or empty, unless
+    `overwrite`: then the model files in it are replaced (files.MODEL_FILES; others stay).
     """
+    check_export_target(path, overwrite=overwrite)
     if cfg.recurrence is not None and not drop_recurrence:
         raise ValueError(
             "this is a T²MLR model: HF Llama cannot hold its recurrence. Export it with "
@@ -61,8 +71,10 @@ def write_folder(
     path: Path | str, state: dict, config: dict, tokenizer: ExportTokenizer | None, max_length: int
 ) -> None:
     """An exported folder's files (HF or the release's layout): the weights, config.json and, with a
-    tokenizer, its files and generation_config.json."""
+    tokenizer, its files and generation_config.json, in place of an earlier model's (`check_export_target`
+    has allowed the folder)."""
     path = Path(path)
+    clear_model_files(path)
     write_state_dict(path, state)
     write_json(path / "config.json", config)
     if tokenizer:

@@ -9,11 +9,13 @@ orbax). A model is read from any of:
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import jax
 
 from t2mlr_jax.interop.configs import config_from_dict, config_to_dict
+from t2mlr_jax.interop.files import check_export_target
 from t2mlr_jax.interop.tables import check_params
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import init_params
@@ -24,12 +26,35 @@ from t2mlr_jax.train.workdir import CHECKPOINTS, RUN_CONFIG, saved_steps
 EXPORTABLE_ARCHS = ("t2mlr", "transformer")
 
 
-def save_params(path: Path | str, cfg: ModelConfig, params: dict, *, tokenizer: str | None = None) -> None:
+def save_params(
+    path: Path | str,
+    cfg: ModelConfig,
+    params: dict,
+    *,
+    tokenizer: str | None = None,
+    overwrite: bool = False,
+) -> None:
+    """An exported folder (what load_params reads). `path` must be new or empty, or with `overwrite` an
+    exported folder, which is replaced whole (orbax writes a folder whole)."""
+    check_orbax_target(path, overwrite=overwrite)
     check_params(cfg, params)
     metadata = {"model_config": config_to_dict(cfg)}
     if tokenizer:
         metadata["tokenizer"] = {"path": str(tokenizer)}
+    if Path(path).exists():  # orbax writes only a new folder
+        shutil.rmtree(path)
     ckpt.save_folder(path, params=params, metadata=metadata)
+
+
+def check_orbax_target(path: Path | str, *, overwrite: bool = False) -> None:
+    """`check_export_target`; what `overwrite` may replace is only an exported folder (it goes whole)."""
+    check_export_target(path, overwrite=overwrite)
+    path = Path(path)
+    if path.is_dir() and any(path.iterdir()) and not is_exported_folder(path):
+        raise ValueError(
+            f"{path} is not empty and not an exported orbax folder (params/ and model_config/): --to orbax "
+            "replaces only such a folder, whole; choose a new folder"
+        )
 
 
 def is_exported_folder(path: Path | str) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from t2mlr_jax.interop.configs import MODEL_TYPE, model_config_from_release, release_config
-from t2mlr_jax.interop.files import read_json, read_state_dict
+from t2mlr_jax.interop.files import check_export_target, read_json, read_state_dict
 from t2mlr_jax.interop.hf import write_folder
 from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
 from t2mlr_jax.interop.tokenizer_files import ExportTokenizer, export_tokenizer, token_ids
@@ -36,10 +36,12 @@ def save_t2mlr_torch(
     *,
     tokenizer: ExportTokenizer | Path | str | None = None,
     progress: bool = False,
+    overwrite: bool = False,
 ) -> None:
     """Write the release's layout, with the tokenizer files (the release loads them with AutoTokenizer
     from the same folder) when `tokenizer` is given (as for `save_hf`). Everything is checked before the
-    first file is written."""
+    first file is written; `path` must be new or empty unless `overwrite` (as for `save_hf`)."""
+    check_export_target(path, overwrite=overwrite)
     if cfg.recurrence is None:
         raise ValueError(
             "save_t2mlr_torch needs a T²MLR model (recurrence=None here); use save_hf for a "

@@ -1,22 +1,25 @@
 """What a researcher gets from `tools/convert_checkpoint.py --to hf | t2mlr-torch`: tokenizer files and token
 ids that plain transformers uses (checked in a subprocess that never imports t2mlr_jax), config floats as HF
-writes them, a model card with the --verify figures, --verify-text, and one-line errors for bad input."""
+writes them, a model card with the --verify figures, --verify-text, one-line errors for bad input, and a
+non-empty target refused unless --overwrite, which leaves no file of the earlier model."""
 
 import json
 import shutil
+import stat
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import torch
 
 from t2mlr_jax.config_utils import smollm2_tokenizer
 from t2mlr_jax.data.tokenizer import load_tokenizer
-from t2mlr_jax.interop import load_params, save_params
-from t2mlr_jax.interop.files import json_floats
+from t2mlr_jax.interop import load_hf, load_params, save_hf, save_params, save_t2mlr_torch
+from t2mlr_jax.interop.files import json_floats, new_file_mode
 from t2mlr_jax.interop.tokenizer_files import read_tokenizer
 from tests.data.test_tools import load_tool
-from tests.interop.helpers import random_params, tiny_t2mlr_config
+from tests.interop.helpers import random_params, tiny_t2mlr_config, trees_identical
 from tests.interop.test_cli import convert
 
 GGUF = smollm2_tokenizer()
@@ -207,7 +210,7 @@ def test_an_export_with_a_trained_tokenizer_loads_in_autotokenizer_with_our_ids(
 BAD_INPUTS = {
     "unknown source": (("--from", "orbax", "--to", "hf", "{tmp}/nope", "{target}"), "does not exist"),
     "not the stated format": (("--from", "hf", "--to", "orbax", "{t2mlr}", "{target}"), "not a --from hf"),
-    "orbax target exists": (("--from", "hf", "--to", "orbax", "{hf}", "{plain}"), "already exists"),
+    "orbax target exists": (("--from", "hf", "--to", "orbax", "{hf}", "{plain}"), "is not empty"),
     "verify-text file missing": (
         ("--from", "orbax", "--to", "hf", "{plain}", "{target}", "--verify-text", "{tmp}/none.txt"),
         "no such file",
@@ -258,3 +261,93 @@ def test_bad_input_is_one_error_line_and_writes_nothing(case, folders, tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
     assert not (tmp_path / "target").exists() and sorted(p.name for p in folders.iterdir()) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Exporting into an existing folder: refused, or with --overwrite, no file of the earlier model is left.
+
+
+def snapshot(folder) -> dict:
+    """Every file under `folder`: its bytes and mode."""
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mode)
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
+
+
+def stale_model(folder) -> None:
+    """What an earlier sharded model and a download leave: an index and its two shards, a .bin, config and
+    tokenizer files (config.json private, 0o600), and the user's own notes and sub-folder."""
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    shards = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    for name, key in zip(shards, ("model.embed_tokens.weight", "lm_head.weight")):
+        save_file({key: torch.zeros(3, 3)}, str(folder / name))
+    index = {"metadata": {}, "weight_map": dict(zip(("model.embed_tokens.weight", "lm_head.weight"), shards))}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    torch.save({"model.norm.weight": torch.ones(3)}, folder / "pytorch_model.bin")
+    for name in ("config.json", "chat_template.jinja", "tokenizer.model"):
+        (folder / name).write_text("{}")
+    (folder / "config.json").chmod(0o600)
+    (folder / "notes.txt").write_text("mine")
+    (folder / "eval").mkdir()
+    (folder / "eval" / "results.json").write_text("{}")
+
+
+@pytest.mark.parametrize("to, source", [("hf", "plain"), ("t2mlr-torch", "t2mlr"), ("orbax", "hf")])
+def test_a_non_empty_target_is_refused_and_left_alone(to, source, folders, tmp_path, capsys):
+    target = tmp_path / "target"
+    stale_model(target)
+    before = snapshot(target)
+    source_format = "hf" if to == "orbax" else "orbax"
+    assert convert("--from", source_format, "--to", to, folders / source, target) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {target} is not empty: choose a new folder, or pass --overwrite (overwrite=True) "
+                   "to replace the model in it"]  # fmt: skip
+    assert snapshot(target) == before
+
+
+def test_overwrite_replaces_the_model_and_keeps_other_files(folders, tmp_path):
+    """With --overwrite, the stale index, shards, .bin and tokenizer files are gone (today's loader read the
+    index's shards), our loader reads the new model, the user's files stay, and every file written has the
+    mode a new file gets."""
+    target = tmp_path / "target"
+    stale_model(target)
+    kept = {
+        name: value for name, value in snapshot(target).items() if name in ("notes.txt", "eval/results.json")
+    }
+    assert convert("--from", "orbax", "--to", "hf", folders / "plain", target, "--overwrite") == 0
+    files = snapshot(target)
+    assert set(files) == {"config.json", "model.safetensors", "README.md", *kept}
+    assert {name: files[name] for name in kept} == kept
+    cfg, params = load_hf(target)
+    expected_cfg, expected = load_params(folders / "plain")
+    assert cfg == expected_cfg and trees_identical(params, expected)
+    written = {name: stat.S_IMODE(mode) for name, (_, mode) in files.items() if name not in kept}
+    assert set(written.values()) == {new_file_mode()}, written
+
+
+def test_every_writer_shares_the_refusal(folders, tmp_path):
+    """save_hf, save_t2mlr_torch and save_params refuse a non-empty folder before converting anything;
+    save_params(overwrite=True) replaces an exported orbax folder whole and nothing else."""
+    cfg, params = load_params(folders / "t2mlr")
+    target = tmp_path / "target"
+    stale_model(target)
+    before = snapshot(target)
+    for save in (
+        lambda **kw: save_hf(cfg, params, target, drop_recurrence=True, **kw),
+        lambda **kw: save_t2mlr_torch(cfg, params, target, **kw),
+        lambda **kw: save_params(target, cfg, params, **kw),
+    ):
+        with pytest.raises(ValueError, match="is not empty: choose a new folder, or pass --overwrite"):
+            save()
+    with pytest.raises(ValueError, match="not an exported orbax folder"):
+        save_params(target, cfg, params, overwrite=True)
+    assert snapshot(target) == before
+    orbax = tmp_path / "orbax"
+    shutil.copytree(folders / "plain", orbax)
+    save_params(orbax, cfg, params, overwrite=True)
+    loaded_cfg, loaded = load_params(orbax)
+    assert loaded_cfg == cfg and trees_identical(loaded, params)
