@@ -28,7 +28,8 @@ Evaluation and generation run the exact recurrence token by token with the KV ca
 token at K = eval.thoughts (default: the largest trained K); `lrt.eval_mode="parallel"`: eval_passes
 refinement passes instead. `lrt.feedback` ablates: both | residual | kv | none (none is the plain
 backbone: the vanilla NanoChat baseline, one pass); `lrt.cross_token=False` cuts the memory of the
-vocabulary slots (thought slots keep theirs). PonderLM-2 (ponderlm2.py) is thought slots with no feedback.
+vocabulary slots (thought slots keep theirs; without thought slots it is refused: no memory would be left).
+PonderLM-2 (ponderlm2.py) is thought slots with no feedback.
 """
 
 from __future__ import annotations
@@ -436,6 +437,12 @@ def build_lrt(
         raise ValueError(
             f"eval.thoughts={eval_k}: this {name} has no thought slots (lrt.thoughts={thoughts}); "
             "train it with lrt.thoughts holding a K > 0"
+        )
+    if not s.cross_token and not thought_model and s.feedback != "none":  # 1 + P copies of pass 0
+        raise ValueError(
+            f"{section}.cross_token=False cuts the only memory of an {name} without thought slots "
+            f"({section}.thoughts={thoughts}): give {section}.thoughts a K > 0 (the ablation of Table 3), "
+            f"or set {section}.feedback=none for the plain backbone"
         )
     cfg = LRTConfig(model, s.feedback, s.shared_projections, thought_model, s.cross_token, embed_scale)
     # Evaluation and decoding never drop a token (MoE): outputs must not depend on the batch's routing.

@@ -173,6 +173,7 @@ def test_pass_count_is_drawn_per_step_from_seed_and_step():
         (dict(passes=(1, 2), pass_probs=(1.0,)), "lrt.pass_probs must be 2 probabilities"),
         (dict(passes=(0, 2), pass_probs=(0.5, 0.5)), "lrt.passes must be distinct"),
         (dict(supervise="first"), "lrt.supervise must be one of"),
+        (dict(cross_token=False), r"lrt.cross_token=False cuts the only memory .* \(lrt.thoughts=\(0,\)\)"),
     ],
 )
 def test_bad_lrt_settings_are_one_clear_error(change, message):
