@@ -44,7 +44,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax
 from experiments.analysis_common import OneLineParser, fail  # noqa: E402
-from experiments.benchmarks import vs_release_ours  # noqa: E402
+from experiments.benchmarks import vs_release_ours, vs_release_torch  # noqa: E402
 from experiments.benchmarks.report import environment, markdown_table, size, times  # noqa: E402
 
 SCRIPT = "experiments/vs_release.py"
@@ -52,7 +52,6 @@ DRIVERS = {
     "release": ROOT / "experiments/benchmarks/vs_release_torch.py",
     "ours": ROOT / "experiments/benchmarks/vs_release_ours.py",
 }
-RELEASE_ENTRY = "src/t2mlr_wrapper/t2mlr_wrapper.py"  # what marks a checkout of the release
 TRAIN = {"batch": 1, "seq_len": 256}
 DECODE = {"batch": 1, "prompt_len": 16}
 QUICK_TOKENS = 16  # --quick: new tokens per decode
@@ -102,13 +101,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def check(args: argparse.Namespace) -> None:
     """The release checkout, its Python and the counts, before anything runs."""
-    src = Path(args.release_src)
-    if not src.is_dir():
-        raise ValueError(f"--release_src {src}: no such directory")
-    if not (src / RELEASE_ENTRY).is_file():
-        raise ValueError(f"--release_src {src} is not a checkout of princeton-pli/T2MLR (no {RELEASE_ENTRY})")
-    if not os.access(args.release_python, os.X_OK) or Path(args.release_python).is_dir():
-        raise ValueError(f"--release_python {args.release_python} is not an executable")
+    vs_release_torch.check_release(args.release_src, args.release_python)
     for flag in ("rounds", "repeats", "new_tokens", "threads"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag} must be >= 1, got {getattr(args, flag)}")

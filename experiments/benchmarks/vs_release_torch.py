@@ -27,6 +27,31 @@ def pin_threads(threads: int) -> None:
         os.sched_setaffinity(0, cpus[:threads])
 
 
+RELEASE_ENTRY = "src/t2mlr_wrapper/t2mlr_wrapper.py"  # what marks a checkout of the release
+
+
+def check_release(src: str, python: str) -> None:
+    """A checkout of the release and an executable Python to run it, else one ValueError line."""
+    if not Path(src).is_dir():
+        raise ValueError(f"--release_src {src}: no such directory")
+    if not (Path(src) / RELEASE_ENTRY).is_file():
+        raise ValueError(f"--release_src {src} is not a checkout of princeton-pli/T2MLR (no {RELEASE_ENTRY})")
+    if not os.access(python, os.X_OK) or Path(python).is_dir():
+        raise ValueError(f"--release_python {python} is not an executable")
+
+
+def check_transformers() -> None:
+    """The release runs on transformers 4.56/4.57 only: else exit naming this Python's version."""
+    import transformers
+
+    version = tuple(int(x) for x in transformers.__version__.split(".")[:2])
+    if not (4, 56) <= version < (4, 58):
+        raise SystemExit(
+            f"the release needs transformers 4.56/4.57; {sys.executable} has {transformers.__version__}: "
+            "pip install torch==2.13.0 'transformers==4.57.*' accelerate in a separate venv"
+        )
+
+
 def import_release(src: str):
     """The release's wrapper and its arguments class. It does not import as shipped: `IPython` (an unused
     `embed` import) gets a stub module, and `components.t2mlr_utils` is `components.rcot_utils` renamed."""
@@ -179,12 +204,7 @@ def main(spec: dict) -> dict:
     import torch
     import transformers
 
-    version = tuple(int(x) for x in transformers.__version__.split(".")[:2])
-    if not (4, 56) <= version < (4, 58):
-        raise SystemExit(
-            f"the release needs transformers 4.56/4.57; {sys.executable} has {transformers.__version__}: "
-            "pip install torch==2.13.0 'transformers==4.57.*' accelerate in a separate venv"
-        )
+    check_transformers()
     torch.set_num_threads(spec["threads"])
     release = import_release(spec["release_src"])
     logging.disable(logging.WARNING)  # the release logs every model build at INFO

@@ -401,6 +401,9 @@ def recurrence_from_release(settings: dict, hidden_size: int) -> RecurrenceConfi
         )
     _raise_if(problems, "T²MLR release settings")
     fields = {ours: merged[theirs] for theirs, ours in SETTINGS.items()}
+    # The release's B >= D (its default B is 10,000,000) is the gradient through every pass: R<1> attached,
+    # no refinement pass detached. Ours says that as B = D; a B < D means the same on both sides.
+    fields["d_backward"] = min(fields["d_backward"], fields["d_forward"])
     residual_norm = merged["recurrent_residual_to_recurrent_cache_post_norm"]
     return RecurrenceConfig(
         **fields,
@@ -415,7 +418,8 @@ def recurrence_from_release(settings: dict, hidden_size: int) -> RecurrenceConfi
 
 
 def release_from_recurrence(rec: RecurrenceConfig, hidden_size: int) -> dict:
-    """The release's flat settings for our `RecurrenceConfig` (inverse of `recurrence_from_release`)."""
+    """The release's flat settings for our `RecurrenceConfig` (inverse of `recurrence_from_release`). Our
+    B <= D is written as it is: the release reads B = D as every pass, as ours does."""
     if rec.cache_norm == "rmsnorm":
         raise ValueError(
             "cache_norm='rmsnorm' (the paper's learnable RMSNorm) has no equivalent in the release"
