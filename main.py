@@ -194,6 +194,11 @@ def _benchmarks(config):
     """(task names, their lm-eval task index) of config.eval.lm_eval_tasks."""
     if not config.data.tokenizer:
         raise ValueError("eval.lm_eval_tasks needs the model's text tokenizer: set data.tokenizer")
+    if config.eval.lm_eval_prefix_token_id is not None:  # an id outside the vocabulary fails here
+        from t2mlr_jax.data.tokenizer import load_tokenizer
+        from t2mlr_jax.train.lm_eval_bridge import empty_context_token
+
+        empty_context_token(load_tokenizer(config.data.tokenizer), config.eval.lm_eval_prefix_token_id)
     return _task_index(config.eval.lm_eval_tasks, config.eval.lm_eval_include_path)
 
 
@@ -242,6 +247,7 @@ def _lm_eval(run, state, config) -> dict:
         num_fewshot=e.lm_eval_fewshot,
         batch_size=e.batch_size,
         manager=manager,
+        prefix_token_id=e.lm_eval_prefix_token_id,
     )
     print(make_table(results))
     return results["results"]

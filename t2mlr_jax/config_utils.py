@@ -208,11 +208,13 @@ def experiment(
             thoughts=config_dict.placeholder(int),
             # --mode=eval also runs these lm-evaluation-harness tasks (comma list, e.g. "arc_easy,piqa";
             # t2mlr_jax.train.lm_eval_bridge), from lm-eval's index or YAML files under lm_eval_include_path;
-            # lm_eval_limit > 0 caps the documents per task
+            # lm_eval_limit > 0 caps the documents per task; an empty context is conditioned on
+            # lm_eval_prefix_token_id (None: the tokenizer's BOS, else its EOS, as lm-eval's `hf` model)
             lm_eval_tasks="",
             lm_eval_limit=0,
             lm_eval_fewshot=0,
             lm_eval_include_path="",
+            lm_eval_prefix_token_id=config_dict.placeholder(int),
         )
     )
     for _, entry in ARCHITECTURES.items():

@@ -7,7 +7,9 @@ Examples:
 
 The checkpoint is anything config.init_from reads: a .gguf, an HF or T²MLR folder, an export, or a t2mlr /
 transformer training workdir (its newest step) or step folder. T²MLR is scored with the exact recurrence;
-generation is greedy. The tokenizer is --tokenizer, else the one the checkpoint records. lm-eval's own
+generation is greedy. The tokenizer is --tokenizer, else the one the checkpoint records; an empty context
+(and a rolling log-likelihood's first window) is conditioned on --prefix_token_id, by default the
+tokenizer's BOS, else its EOS (lm-eval's `hf` model's default). lm-eval's own
 tasks read their data from the Hugging Face hub; --include_path adds the YAML tasks of a folder (local
 data files work offline). Results are printed as lm-eval's table and written to --out as JSON.
 Bad input (a missing or unreadable checkpoint, no tokenizer, an unknown task, a bad number) is one
@@ -39,6 +41,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--tokenizer", help="a .gguf, tokenizer.json or its folder (default: the recorded one)"
     )
+    parser.add_argument(
+        "--prefix_token_id",
+        type=int,
+        help="the token an empty context is conditioned on (default: the tokenizer's BOS, else its EOS)",
+    )
     parser.add_argument("--out", type=Path, default=Path("lm_eval_results.json"), help="the JSON to write")
     return parser.parse_args(argv)
 
@@ -66,9 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         tasks = check_args(args)
-        from t2mlr_jax.train.lm_eval_bridge import checkpoint_tokenizer, load_bundle, tasks_manager
+        from t2mlr_jax.train.lm_eval_bridge import (
+            checkpoint_tokenizer,
+            empty_context_token,
+            load_bundle,
+            tasks_manager,
+        )
 
         tokenizer = checkpoint_tokenizer(args.checkpoint, args.tokenizer)
+        prefix_token_id = empty_context_token(tokenizer, args.prefix_token_id)
         manager = tasks_manager(tasks, args.include_path)
         bundle = load_bundle(args.checkpoint, tokenizer)
     except (ValueError, OSError) as e:  # bad input: the message says what and why
@@ -87,8 +100,13 @@ def main(argv: list[str] | None = None) -> int:
         num_fewshot=args.num_fewshot,
         batch_size=args.batch_size,
         manager=manager,
+        prefix_token_id=prefix_token_id,
     )
-    results["config"]["model_args"] = {"checkpoint": str(args.checkpoint), "tokenizer": args.tokenizer}
+    results["config"]["model_args"] = {
+        "checkpoint": str(args.checkpoint),
+        "tokenizer": args.tokenizer,
+        "prefix_token_id": prefix_token_id,
+    }
     print(make_table(results))
     if results.get("groups"):
         print(make_table(results, "groups"))

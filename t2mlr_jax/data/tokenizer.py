@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import tokenizers
@@ -25,10 +26,11 @@ SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Huggin
 
 @dataclasses.dataclass(frozen=True)
 class TextTokenizer:
-    """A tokenizers.Tokenizer with the ids the pipelines need."""
+    """A tokenizers.Tokenizer with the ids the pipelines need (`bos_id`: None when it names no BOS)."""
 
     backend: tokenizers.Tokenizer
     eos_id: int
+    bos_id: int | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -70,36 +72,40 @@ def load_tokenizer(path: str, *, eos_token: str | None = None) -> TextTokenizer:
     """Load from a .gguf file, a tokenizer.json, or a folder holding tokenizer.json.
 
     EOS: `eos_token` if given, else the GGUF's eos_token_id, else tokenizer_config.json's eos_token.
+    BOS (None where neither names one): the GGUF's bos_token_id, else tokenizer_config.json's bos_token.
     """
     if not os.path.exists(path):
         raise ValueError(f"tokenizer path {path!r} does not exist")
     if path.endswith(".gguf"):
-        backend, gguf_eos = tokenizer_from_gguf(path)
-        return _with_eos(backend, eos_token, gguf_eos, path)
-    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
-    if not os.path.isfile(file):
-        raise ValueError(f"no tokenizer.json in {path!r}")
-    backend = tokenizers.Tokenizer.from_file(file)
-    config_eos = None
-    config_file = os.path.join(os.path.dirname(file), "tokenizer_config.json")
-    if eos_token is None and os.path.isfile(config_file):
-        with open(config_file, encoding="utf-8") as f:
-            config_eos = json.load(f).get("eos_token")
-        if isinstance(config_eos, dict):
-            config_eos = config_eos.get("content")
-    return _with_eos(backend, eos_token or config_eos, None, path)
-
-
-def _with_eos(
-    backend: tokenizers.Tokenizer, eos_token: str | None, eos_id: int | None, path: str
-) -> TextTokenizer:
-    if eos_token is not None:
-        eos_id = backend.token_to_id(eos_token)
-        if eos_id is None:
-            raise ValueError(f"EOS token {eos_token!r} is not in the vocabulary of {path!r}")
+        backend, eos_id = tokenizer_from_gguf(path)
+        bos_id = read_gguf_metadata(path).get("tokenizer.ggml.bos_token_id")
+        config = {}
+    else:
+        file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+        if not os.path.isfile(file):
+            raise ValueError(f"no tokenizer.json in {path!r}")
+        backend, eos_id, bos_id = tokenizers.Tokenizer.from_file(file), None, None
+        config_file = os.path.join(os.path.dirname(file), "tokenizer_config.json")
+        config = json.loads(Path(config_file).read_text("utf-8")) if os.path.isfile(config_file) else {}
+    if eos_token := eos_token or token_name(config.get("eos_token")):
+        eos_id = _token_id(backend, eos_token, "EOS", path)
+    if bos_token := token_name(config.get("bos_token")):
+        bos_id = _token_id(backend, bos_token, "BOS", path)
     if eos_id is None:
         raise ValueError(f"cannot tell the EOS token of {path!r}; pass eos_token")
-    return TextTokenizer(backend, int(eos_id))
+    return TextTokenizer(backend, int(eos_id), None if bos_id is None else int(bos_id))
+
+
+def token_name(value) -> str | None:
+    """A special token as tokenizer_config.json spells it: the string, or an AddedToken dict."""
+    return value.get("content") if isinstance(value, dict) else value
+
+
+def _token_id(backend: tokenizers.Tokenizer, token: str, name: str, path: str) -> int:
+    token_id = backend.token_to_id(token)
+    if token_id is None:
+        raise ValueError(f"{name} token {token!r} is not in the vocabulary of {path!r}")
+    return token_id
 
 
 def tokenizer_from_gguf(path: str) -> tuple[tokenizers.Tokenizer, int | None]:

@@ -18,7 +18,7 @@ import dataclasses
 from pathlib import Path
 
 from t2mlr_jax.data.gguf_metadata import read_gguf_metadata
-from t2mlr_jax.data.tokenizer import TextTokenizer, load_tokenizer
+from t2mlr_jax.data.tokenizer import TextTokenizer, load_tokenizer, token_name
 from t2mlr_jax.interop.files import read_json, write_json
 
 SPECIAL_TOKENS = ("bos", "eos", "pad")
@@ -57,7 +57,7 @@ def read_tokenizer(path: Path | str) -> ExportTokenizer:
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
     config_file, template_file = folder / "tokenizer_config.json", folder / "chat_template.jinja"
     config = read_json(config_file) if config_file.exists() else {}
-    special = {name: _token_name(config.get(f"{name}_token", eos)) for name in ("bos", "pad")}
+    special = {name: token_name(config.get(f"{name}_token", eos)) for name in ("bos", "pad")}
     unknown = [
         token for token in special.values() if token is not None and ours.backend.token_to_id(token) is None
     ]
@@ -68,11 +68,6 @@ def read_tokenizer(path: Path | str) -> ExportTokenizer:
         template_file.read_text() if template_file.exists() else None
     )
     return ExportTokenizer(path, ours, {**special, "eos": eos}, chat_template)
-
-
-def _token_name(value) -> str | None:
-    """A special token as tokenizer_config.json spells it: the string, or an AddedToken dict."""
-    return value.get("content") if isinstance(value, dict) else value
 
 
 def export_tokenizer(

@@ -5,8 +5,9 @@ architecture's eval forward (`make_eval_step`: exact recurrence for T²MLR), eac
 document, context + continuation, laid out as the text pipeline lays out a document (the first token a
 prompt token, the rest recurrent) and scored on the continuation. Requests are sorted by length and
 right-padded to power-of-two widths in batches of a fixed size, so a whole task compiles a few shapes.
-An empty context is the EOS token, the separator between our pretraining documents. `generate_until` is
-the architecture's cached greedy decoding (rows stop at EOS), cut at the first `until` string.
+An empty context (and so the first window of a rolling log-likelihood) is one token, `prefix_token_id`:
+by default lm-eval's `hf` model's, the tokenizer's BOS, else its EOS. `generate_until` is the
+architecture's cached greedy decoding (rows stop at EOS), cut at the first `until` string.
 `run_tasks` runs `lm_eval.simple_evaluate` with it.
 """
 
@@ -81,6 +82,20 @@ def load_bundle(checkpoint: str | Path, tokenizer: TextTokenizer) -> ModelBundle
     return ModelBundle(arch, params, arch.init_model_state(), tokenizer)
 
 
+def empty_context_token(tokenizer: TextTokenizer, prefix_token_id: int | None = None) -> int:
+    """The token an empty context is conditioned on: `prefix_token_id` if given, else, as lm-eval's `hf`
+    model (HFLM.prefix_token_id), the tokenizer's BOS, else its EOS. One ValueError for an id outside
+    the tokenizer's vocabulary."""
+    if prefix_token_id is None:
+        return tokenizer.eos_id if tokenizer.bos_id is None else tokenizer.bos_id
+    if not 0 <= prefix_token_id < tokenizer.vocab_size:
+        raise ValueError(
+            f"prefix_token_id {prefix_token_id} is not a token of the tokenizer (ids 0 to "
+            f"{tokenizer.vocab_size - 1})"
+        )
+    return prefix_token_id
+
+
 def width_for(length: int, limit: int) -> int:
     """The compiled width of a row of `length` tokens: the next power of two (at least MIN_WIDTH),
     at most `limit`."""
@@ -124,7 +139,8 @@ def cut_at_stops(text: str, until: Sequence[str]) -> str:
 
 class JaxLM(TemplateLM):
     """lm-eval's model interface over a ModelBundle: `batch_size` rows per compiled call, contexts of at
-    most `max_length` tokens (default: the architecture's context) cut from the left, greedy generation."""
+    most `max_length` tokens (default: the architecture's context) cut from the left, empty contexts
+    conditioned on `empty_context_token(tokenizer, prefix_token_id)`, greedy generation."""
 
     def __init__(
         self,
@@ -133,10 +149,12 @@ class JaxLM(TemplateLM):
         batch_size: int = 8,
         max_length: int | None = None,
         max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
+        prefix_token_id: int | None = None,
     ):
         super().__init__()
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self._prefix_token_id = empty_context_token(bundle.tokenizer, prefix_token_id)
         self.bundle = bundle
         self.params = jax.device_put(bundle.params)  # once, not with every call
         self.batch_size = batch_size
@@ -148,6 +166,10 @@ class JaxLM(TemplateLM):
     @property
     def eot_token_id(self) -> int:
         return self.bundle.tokenizer.eos_id
+
+    @property
+    def prefix_token_id(self) -> int:
+        return self._prefix_token_id
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
         return self.bundle.tokenizer.encode(string).tolist()
@@ -185,7 +207,7 @@ class JaxLM(TemplateLM):
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """The log-probability of each whole text, in windows of the context that overlap by nothing
-        (lm-eval's rolling windows: the first is conditioned on EOS)."""
+        (lm-eval's rolling windows: the first is conditioned on `prefix_token_id`)."""
         windows, owners = [], []
         for owner, (text,) in enumerate(request.args for request in requests):
             token_windows = lm_utils.get_rolling_token_windows(
@@ -307,14 +329,16 @@ def run_tasks(
     batch_size: int = 8,
     manager: TaskManager | None = None,
     log_samples: bool = False,
+    prefix_token_id: int | None = None,
 ) -> dict:
     """lm-eval's results dict for `tasks` on the bundle's model ("results": the metrics per task;
     "samples": every request and response, with `log_samples`). `manager` defaults to lm-eval's tasks
-    plus those under `include_path`; `limit` caps the documents per task."""
+    plus those under `include_path`; `limit` caps the documents per task; `prefix_token_id` is what an
+    empty context is conditioned on (default: the tokenizer's BOS, else its EOS, as lm-eval's `hf`)."""
     manager = manager or tasks_manager(tasks, include_path)
     check_tasks(tasks, manager)
     return simple_evaluate(
-        model=JaxLM(bundle, batch_size=batch_size),
+        model=JaxLM(bundle, batch_size=batch_size, prefix_token_id=prefix_token_id),
         tasks=list(tasks),
         num_fewshot=num_fewshot,
         limit=limit,

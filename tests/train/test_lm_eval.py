@@ -3,7 +3,9 @@ files written into a temporary folder over local JSONL rows (a multiple-choice t
 log-likelihood one). A tiny random T²MLR scores each request as the exact recurrence scores context +
 continuation alone, in padded batches, and its greedy generation is what its scoring calls greedy; the
 real SmolLM2-135M GGUF scores every request of both tasks as transformers does through lm-eval's own HFLM,
-and generates what transformers generates, cut at an `until` string; the CLI refuses bad input in one line."""
+and generates what transformers generates, cut at an `until` string; a tiny random Llama with a BOS apart
+from its EOS gets stock lm-eval's rolling perplexities, its empty contexts conditioned on the same default
+token (or on --prefix_token_id); the CLI refuses bad input in one line."""
 
 import importlib.util
 import json
@@ -38,6 +40,7 @@ from t2mlr_jax.train.lm_eval_bridge import (
     scoring_batch,
     task_manager,
 )
+from tests.in_process import run_main
 from tests.tiny import tiny_config, tiny_params
 
 TOOL = Path(__file__).parents[2] / "tools" / "lm_eval.py"
@@ -63,6 +66,10 @@ QUESTIONS = [
 TEXTS = [
     {"text": "The old lighthouse stood at the edge of the cliff, its white paint peeling after decades."},
     {"text": "Every evening the keeper climbed the narrow stairs to light the lamp."},
+    {
+        "text": "The storm came in from the west that night, and the keeper watched the waves climb the "
+        "rocks below while the lamp turned slowly above him, sweeping the dark water."
+    },
 ]
 TASKS = {
     "tiny_mc": """output_type: multiple_choice
@@ -77,6 +84,8 @@ doc_to_text: ""
 doc_to_target: "{{text}}"
 metric_list:
   - metric: word_perplexity
+  - metric: byte_perplexity
+  - metric: bits_per_byte
 """,
 }
 
@@ -93,9 +102,14 @@ def write_local_tasks(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def local_tasks(tmp_path_factory):
+def local_tasks_folder(tmp_path_factory) -> Path:
+    return write_local_tasks(tmp_path_factory.mktemp("lm_eval_tasks"))
+
+
+@pytest.fixture(scope="module")
+def local_tasks(local_tasks_folder):
     """lm-eval's index of the two local tasks only (its own tasks take seconds to index)."""
-    return task_manager(write_local_tasks(tmp_path_factory.mktemp("lm_eval_tasks")), builtin=False)
+    return task_manager(local_tasks_folder, builtin=False)
 
 
 # A character tokenizer over the tiny model's 64 ids: EOS, space, letters and digits.
@@ -216,6 +230,7 @@ def test_cli_help_names_every_flag(monkeypatch, capsys):
         "--num_fewshot",
         "--include_path",
         "--batch_size",
+        "--prefix_token_id",
         "--out",
     ):
         assert flag in text
@@ -242,19 +257,13 @@ def monkeypatch_module():
 
 
 @pytest.fixture(scope="module")
-def transformers_lm(smollm2, smollm2_transformers):
-    """lm-eval's HFLM over transformers' own reading of the GGUF, conditioning an empty context on our
-    EOS as ours does (the text pipeline's document separator)."""
+def transformers_lm(smollm2_transformers):
+    """lm-eval's stock HFLM over transformers' own reading of the GGUF, with its own defaults (an empty
+    context is conditioned on the BOS, <|im_start|>)."""
     from lm_eval.models.huggingface import HFLM
 
     model, tokenizer = smollm2_transformers
-    return HFLM(
-        pretrained=model,
-        tokenizer=tokenizer,
-        batch_size=4,
-        device="cpu",
-        prefix_token_id=smollm2.tokenizer.eos_id,
-    )
+    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=4, device="cpu")
 
 
 def request_logliks(results: dict, task: str) -> tuple[np.ndarray, list]:
@@ -300,3 +309,101 @@ def test_smollm2_generates_as_transformers_up_to_until(smollm2, transformers_lm)
     cut, full = JaxLM(smollm2, batch_size=2).generate_until(cases, disable_tqdm=True)
     assert [cut, full] == transformers_lm.generate_until(cases, disable_tqdm=True)
     assert " 8" in full and cut == full.split(" 8")[0]
+
+
+# A character tokenizer over a tiny Llama's 61 ids, covering the rolling task's texts, whose BOS is not its
+# EOS: conditioning on the one rather than the other shows.
+LLAMA_CHARS = ("<bos>", "<eos>", " ", ",", ".", *string.ascii_letters)
+BOS, EOS = 0, 1
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    """(HF folder, transformers model, its tokenizer): a random tiny Llama of 128 positions (so the
+    longest text takes two rolling windows), its weights large enough that the prefix token matters."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from tests.interop.helpers import tiny_llama_config, transformers_model
+
+    backend = tokenizers.Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(LLAMA_CHARS)}, merges=[]))
+    backend.decoder = decoders.Fuse()
+    folder = tmp_path_factory.mktemp("tiny_llama")
+    config = tiny_llama_config()
+    config.initializer_range = 0.1
+    model = transformers_model(config)
+    model.save_pretrained(folder)
+    PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<bos>", eos_token="<eos>").save_pretrained(
+        folder
+    )
+    return folder, model, AutoTokenizer.from_pretrained(folder)
+
+
+def stock_hflm(tiny_llama, **model_args):
+    from lm_eval.models.huggingface import HFLM
+
+    _, model, tokenizer = tiny_llama
+    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=4, device="cpu", **model_args)
+
+
+@pytest.mark.xdist_group("lm_eval_llama")
+def test_rolling_perplexity_is_stock_lm_evals_with_its_default_prefix(
+    tiny_llama, local_tasks_folder, local_tasks, tmp_path, monkeypatch
+):
+    """tools/lm_eval.py on an HF folder and lm-eval's own `hf` model on the same weights, neither told a
+    prefix token: both condition the rolling windows' first on the tokenizer's BOS, so the perplexities
+    agree to fp32 round-off (an EOS prefix moves the word perplexity by over ten percent)."""
+    folder, out = tiny_llama[0], tmp_path / "out.json"
+    argv = (
+        f"--checkpoint={folder}",
+        "--tasks=tiny_text",
+        f"--include_path={local_tasks_folder}",
+        f"--out={out}",
+        "--batch_size=4",
+    )
+    assert run_tool(monkeypatch, *argv) == 0
+    ours = json.loads(out.read_text())
+    theirs = simple_evaluate(model=stock_hflm(tiny_llama), tasks=["tiny_text"], task_manager=local_tasks)
+    for metric in ("word_perplexity,none", "byte_perplexity,none", "bits_per_byte,none"):
+        mine, reference = ours["results"]["tiny_text"][metric], theirs["results"]["tiny_text"][metric]
+        print(f"tiny Llama {metric}: ours {mine:.6f}, stock lm-eval {reference:.6f}")
+        assert mine == pytest.approx(reference, rel=1e-5)
+    assert ours["config"]["model_args"]["prefix_token_id"] == BOS
+
+
+@pytest.mark.xdist_group("lm_eval_llama")
+def test_prefix_token_id_is_honoured(tiny_llama, monkeypatch, capsys):
+    """Told the EOS, the bridge conditions every rolling text on it as lm-eval's `hf` model told the same
+    does (and not as it does by default); the CLI refuses an id outside the vocabulary in one line."""
+    folder = tiny_llama[0]
+    assert run_tool(monkeypatch, f"--checkpoint={folder}", "--tasks=tiny_text", "--prefix_token_id=57") == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: prefix_token_id 57 is not a token of the tokenizer (ids 0 to 56)"
+    ]
+    texts = requests("loglikelihood_rolling", *[(row["text"],) for row in TEXTS])
+    bundle = load_bundle(folder, checkpoint_tokenizer(folder))
+    ours = JaxLM(bundle, batch_size=4, prefix_token_id=EOS).loglikelihood_rolling(texts, disable_tqdm=True)
+    theirs = stock_hflm(tiny_llama, prefix_token_id=EOS).loglikelihood_rolling(texts, disable_tqdm=True)
+    default = stock_hflm(tiny_llama).loglikelihood_rolling(texts, disable_tqdm=True)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-4)
+    assert np.abs(np.subtract(ours, default)).max() > 0.1
+
+
+def test_main_refuses_a_prefix_token_outside_the_vocabulary(
+    local_tasks_folder, tmp_path, monkeypatch, capsys
+):
+    """--mode=eval checks eval.lm_eval_prefix_token_id against data.tokenizer before anything is loaded."""
+    config = Path(__file__).parents[2] / "configs" / "smollm135m_t2mlr.py"
+    with pytest.raises(SystemExit) as exit_:
+        run_main(
+            f"--config={config}:cpu",
+            "--mode=eval",
+            f"--workdir={tmp_path}",
+            "--config.eval.lm_eval_tasks=tiny_text",
+            f"--config.eval.lm_eval_include_path={local_tasks_folder}",
+            "--config.eval.lm_eval_prefix_token_id=49152",
+            monkeypatch=monkeypatch,
+        )
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: prefix_token_id 49152 is not a token of the tokenizer (ids 0 to 49151)"
+    ]
