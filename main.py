@@ -272,16 +272,16 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from t2mlr_jax.parallel.multihost import initialize_distributed
+    from t2mlr_jax.train.checkpoint import AllCorruptError
     from t2mlr_jax.train.compilation_cache import enable_compilation_cache
     from t2mlr_jax.train.trainer import NoCheckpointError, NonFiniteError
+    from t2mlr_jax.train.workdir_lock import WorkdirLockedError
 
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax and grain log every file at INFO
     config = _CONFIG.value
-    from t2mlr_jax.train.checkpoint import AllCorruptError
     workdir = Path(_WORKDIR.value or Path("workdir") / config.name)
     try:
-    from t2mlr_jax.train.workdir_lock import WorkdirLockedError
         initialize_distributed()  # multi-process launches (TPU pod, SLURM, explicit); nothing on one host
         enable_compilation_cache(config.get("compilation_cache"))
         training_free = _training_free(config)
