@@ -84,9 +84,11 @@ def experiment(
     c.seed = seed
     c.arch = arch
     # A pretrained checkpoint to start from (HF folder, .gguf, authors' T²MLR folder or orbax), retrofitted
-    # with fresh fusion parameters (γ = 0) when the model is T²MLR; "" = random initialisation; None = a
-    # required path, the run refuses to start without --config.init_from.
+    # with fresh fusion parameters (γ = 0) when the model is T²MLR; "" or "random" = random initialisation.
+    # init_from=None here (the finetuning recipes) makes init_from_required: such a run refuses to train
+    # without a checkpoint (unset, or --config.init_from=), unless told "random" on purpose.
     c.init_from = config_dict.placeholder(str) if init_from is None else init_from
+    c.init_from_required = init_from is None
     # The persistent XLA compilation cache (a rerun loads its compiled steps instead of compiling them):
     # "auto" = on for GPU / TPU, off on CPU (t2mlr_jax.train.compilation_cache says why); a directory = on;
     # "" = off. One already configured (JAX_COMPILATION_CACHE_DIR) wins.

@@ -235,6 +235,14 @@ def backbone_config(config: ml_collections.ConfigDict, *, recurrent: bool = True
     return ModelConfig(**fields, recurrence=recurrence).validate()
 
 
+RANDOM_INIT = "random"  # config.init_from: random weights, on purpose (see require_init_from)
+
+
+def pretrained_path(config: ml_collections.ConfigDict) -> str:
+    """The checkpoint config.init_from names, "" when the weights start random (unset, "" or "random")."""
+    return "" if config.init_from in (None, RANDOM_INIT) else config.init_from
+
+
 def mlp_state_hooks(model: ModelConfig) -> dict:
     """The `Architecture` keyword arguments `init_model_state` / `update_model_state` that carry the
     backbone MLP's non-gradient state (MoE routing biases) as the LRT does: model_state["mlp"] is the

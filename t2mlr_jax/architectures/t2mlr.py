@@ -20,6 +20,7 @@ from t2mlr_jax.architectures.contract import (
     backbone_config,
     cached_generate,
     layout_of,
+    pretrained_path,
     register_architecture,
 )
 from t2mlr_jax.architectures.depth_sampling import depth_values, draw_at
@@ -115,7 +116,7 @@ def baseline_backbone(
         stateless(plain)
     if not config.baseline.param_match:
         return plain
-    if config.init_from:
+    if pretrained_path(config):
         raise ValueError(
             "baseline.param_match widens the baseline, so it cannot load init_from's weights; set "
             "--config.baseline.param_match=False to train the pretrained width"

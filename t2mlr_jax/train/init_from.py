@@ -9,6 +9,7 @@ so a checkpoint of another model is one clear error); its weights are read only 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 
 import jax
@@ -17,6 +18,7 @@ import ml_collections
 import numpy as np
 
 from t2mlr_jax.architectures import Architecture, build_architecture
+from t2mlr_jax.architectures.contract import RANDOM_INIT, pretrained_path
 from t2mlr_jax.interop.pretrained import check_retrofittable, load_pretrained, mismatches, pretrained_config
 
 
@@ -47,17 +49,28 @@ def with_pretrained(arch: Architecture, path: str) -> Architecture:
 
 
 def require_init_from(config: ml_collections.ConfigDict) -> None:
-    """A config that starts from a pretrained model (init_from None) refuses to start without one."""
-    if config.init_from is None:
+    """A config that starts from a pretrained model (init_from_required) refuses to start without one,
+    unset or empty alike; init_from="random" trains it from random weights on purpose."""
+    if config.init_from_required and not config.init_from:
         raise ValueError(
             f"init_from is required by this config ({config.name} finetunes a pretrained model): pass "
             "--config.init_from=<checkpoint> (a .gguf file, an HF or T²MLR folder, or a training workdir), "
-            "or use its :cpu preset (the shipped SmolLM2-135M-Instruct GGUF)"
+            f"or use its :cpu preset (the shipped SmolLM2-135M-Instruct GGUF), or --config.init_from="
+            f"{RANDOM_INIT} to train it from random weights"
         )
 
 
 def architecture(config: ml_collections.ConfigDict, name: str | None = None) -> Architecture:
-    """The architecture `name` (default config.arch), initialised from config.init_from when that is set."""
+    """The architecture `name` (default config.arch), initialised from config.init_from when that names a
+    checkpoint."""
     require_init_from(config)
     arch = build_architecture(config, name)
-    return with_pretrained(arch, config.init_from) if config.init_from else arch
+    if config.init_from_required and config.init_from == RANDOM_INIT:
+        logging.warning(
+            "init_from=%s: %s starts from random weights, not from the pretrained model %s finetunes",
+            RANDOM_INIT,
+            arch.name,
+            config.name,
+        )
+    path = pretrained_path(config)
+    return with_pretrained(arch, path) if path else arch

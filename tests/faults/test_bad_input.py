@@ -45,6 +45,10 @@ def _bad_inputs(tmp_path):
         "missing config": (["--config=configs/s5_retrival.py"], "does not exist"),
         "bad value": ([f"--config={S5}:cpu", "--config.train.steps=abc"], "flag --config.train.steps=abc"),
         "unknown flag": (["--workdirr=x"], "Did you mean: workdir"),
+        "empty init_from": (  # trained a finetuning config from random weights before
+            [f"--config={gsm}", "--config.init_from="],
+            "init_from is required by this config (gsm8k finetunes a pretrained model)",
+        ),
         "eval with nothing to load": ([f"--config={S5}:cpu", "--mode=eval"], "no config.init_from"),
         "negative learning rate": ([f"--config={S5}:cpu", "--config.optimizer.lr=-1"], "optimizer.lr must"),
         "B > D": (
@@ -76,6 +80,7 @@ def _bad_inputs(tmp_path):
         "missing config",
         "bad value",
         "unknown flag",
+        "empty init_from",
         "eval with nothing to load",
         "negative learning rate",
         "B > D",

@@ -1,16 +1,25 @@
 """config.init_from on a tiny T²MLR orbax checkpoint: a matching recurrence continues with the stored mixer,
-another one is one clear error naming the field, and a resumed run never reads the pretrained file."""
+another one is one clear error naming the field, and a resumed run never reads the pretrained file; a
+finetuning config needs a checkpoint or init_from=random."""
+
+import logging
+import os
 
 import jax
 import numpy as np
 import pytest
 
 from t2mlr_jax.architectures.contract import backbone_config
+from t2mlr_jax.config_utils import config_module
 from t2mlr_jax.interop import save_params
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.train import init_from
 from t2mlr_jax.train.trainer import Run, train
 from tests.train.tiny_task import tiny_config, tiny_source
+
+CONFIGS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs"
+)
 
 
 @pytest.fixture
@@ -55,3 +64,24 @@ def test_a_resumed_run_does_not_read_the_pretrained_weights(tmp_path, checkpoint
         Run(_config(checkpoint[0], steps=3, checkpoint_every=2), tmp_path / "run", tiny_source(), "t2mlr")
     )
     assert summary["steps"] == 3
+
+
+def test_a_finetuning_config_refuses_an_empty_init_from_and_takes_random_said_so(caplog):
+    """--config.init_from= (empty) on a config that finetunes trained random weights before; now it is the
+    same error as an unset one, and init_from=random trains from random weights, named in the log."""
+    gsm8k = config_module(os.path.join(CONFIGS, "gsm8k.py")).get_config("baseline")
+    gsm8k.init_from = ""
+    with pytest.raises(ValueError, match="init_from is required .* or --config.init_from=random to train"):
+        init_from.architecture(gsm8k)
+    gsm8k.init_from = "random"
+    with caplog.at_level(logging.WARNING):
+        arch = init_from.architecture(gsm8k)
+    assert arch.pretrained is None
+    assert (
+        "init_from=random: transformer starts from random weights, not from the pretrained model"
+        in caplog.text
+    )
+    pretraining = config_module(os.path.join(CONFIGS, "smollm135m_t2mlr.py")).get_config("baseline")
+    for value in ("", "random"):  # random weights either way; nothing to load, so param_match may widen
+        pretraining.init_from = value
+        assert init_from.architecture(pretraining).pretrained is None
