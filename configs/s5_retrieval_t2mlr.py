@@ -107,6 +107,8 @@ def get_config(arg=None):
             checkpoint_every=10_000,
             keep_checkpoints=1,
         ),
-        evaluation=dict(batch_size=256, num_examples=4800, score="recurrent"),
+        # --mode=generate predicts each answer whole in one forward (position-aligned, as the release scores
+        # S5): room for the longest test answer, N = 48 actions x (1 + K) tokens
+        evaluation=dict(batch_size=256, num_examples=4800, score="recurrent", max_new_tokens=48 * (1 + 4)),
     )
     return apply_preset(config, arg, PRESETS)

@@ -1,8 +1,10 @@
 """Generation and evaluation that cannot fit the model are refused before anything compiles: a prompt plus
-eval.max_new_tokens past the context, eval.max_new_tokens < 1, eval rows longer than data.eval_seq_len."""
+eval.max_new_tokens past the context, eval.max_new_tokens < 1, eval rows longer than data.eval_seq_len;
+S5's position-aligned generations hold at most eval.max_new_tokens."""
 
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -11,8 +13,12 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.config_utils import config_module
+from t2mlr_jax.data.batch import RECURRENT
+from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
+from t2mlr_jax.data.s5_retrieval import S5RetrievalConfig, encode_s5_retrieval, make_s5_retrieval_example
 from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.data_source import check_generation
+from t2mlr_jax.train.dump_generations import aligned_record
 from tests.train.tiny_task import tiny_source
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -136,3 +142,34 @@ def test_main_refuses_generation_past_the_context_in_one_line_before_compiling(t
     assert "lower eval.max_new_tokens" in errors[0]
     assert "Traceback" not in out.stderr and "Compiling" not in out.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_s5_generations_are_the_first_max_new_tokens_of_each_answer():
+    """S5 predicts every answer position in one forward; --mode=generate ignored eval.max_new_tokens and
+    wrote whole answers. Now a generation holds the answer's first max_new_tokens tokens, and one cut short
+    is not correct; the S5 config leaves room for its longest test answer (48 actions x 5 tokens)."""
+    tokenizer = S5CharTokenizer()
+    config = S5RetrievalConfig(max_actions=3, value_len=1, full_dict=False, moved_points=2)
+    example = encode_s5_retrieval(make_s5_retrieval_example(random.Random(0), 2, config), tokenizer)
+    tokens, targets = example["tokens"], example["targets"]
+    scored, seen = example["control_flow"] == RECURRENT, np.ones(len(tokens), bool)
+    answer = targets[scored]
+    assert len(answer) == 3 * (1 + 1)  # N = 3 actions x (state + one value char)
+
+    def generation(max_new_tokens):  # a model that predicts every target
+        return aligned_record(tokens, targets, targets, scored, seen, tokenizer.decode, max_new_tokens)
+
+    assert (
+        generation(64)
+        == generation(6)
+        == {
+            "input": tokenizer.decode(tokens),
+            "prediction": tokenizer.decode(answer),
+            "target": tokenizer.decode(answer),
+            "correct": True,
+        }
+    )
+    cut = generation(4)
+    assert cut["prediction"] == tokenizer.decode(answer[:4]) and not cut["correct"]
+    s5 = config_module(os.path.join(ROOT, "configs", "s5_retrieval_t2mlr.py")).get_config(None)
+    assert s5.eval.max_new_tokens == 48 * (1 + s5.data.options.value_len)
