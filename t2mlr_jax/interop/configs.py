@@ -335,6 +335,9 @@ RELEASE_DEFAULTS = {
 }
 # Mixer names that differ between the release's registry and ours.
 RELEASE_MIXER_NAMES = {"coconut": "baseline_coconut", "codi": "baseline_codi"}
+# The release's `gated` with both gates not learnable (use_learnable_gate=False: no gate projections, fixed
+# gates 1 and 0) is our `gated_fixed`; with both learnable it is our `gated`.
+FIXED_GATED = "gated_fixed"
 # Settings (T2MLRSettings fields) and mixer-module kwargs whose other values change the forward pass in
 # ways we do not implement; these values are the release's defaults.
 NEUTRAL_SETTINGS = {
@@ -358,7 +361,7 @@ MIXER_KWARGS = ("rezero_gamma_scalar", "bottleneck_size", *NEUTRAL_SETTINGS, *NE
 
 
 def _learnable_gates(settings: dict, mixer: str) -> dict:
-    """The release builds gate projections only when these flags are on; ours always has them."""
+    """The release builds gate projections only when these flags are on."""
     if mixer == "gated":
         default = settings.get("use_learnable_gate", False)
         return {
@@ -376,15 +379,19 @@ def recurrence_from_release(settings: dict, hidden_size: int) -> RecurrenceConfi
     merged = {**RELEASE_DEFAULTS, **settings, **kwargs}  # module kwargs override settings, as in the release
     release_mixer = merged["recurrent_mixing_module_name"]
     mixer = {v: k for k, v in RELEASE_MIXER_NAMES.items()}.get(release_mixer, release_mixer)
+    gates = _learnable_gates(merged, mixer)
+    if mixer == "gated" and not any(gates.values()):
+        mixer, gates = FIXED_GATED, {}
     problems = [f"mixing_module_kwargs.{k} is not supported" for k in kwargs if k not in MIXER_KWARGS]
     problems += [
         f"{name}={merged[name]!r} (only {value!r} is supported)"
         for name, value in {**NEUTRAL_SETTINGS, **NEUTRAL_MODULE_KWARGS}.items()
         if name in merged and merged[name] != value
     ]
+    ours_has = f"ours has both ({mixer}) or neither ({FIXED_GATED})" if mixer == "gated" else "ours learns it"
     problems += [
-        f"{name}=False: the release then has no gate projection, ours always learns one"
-        for name, on in _learnable_gates(merged, mixer).items()
+        f"{name}=False: the release then has no gate projection, {ours_has}"
+        for name, on in gates.items()
         if not on
     ]
     if merged.get("recurrent_state_proj_type", "auto") not in ("auto", "linear"):
@@ -429,14 +436,15 @@ def release_from_recurrence(rec: RecurrenceConfig, hidden_size: int) -> dict:
         kwargs["rezero_gamma_scalar"] = False
     if rec.mixer == "codi":
         kwargs["bottleneck_size"] = rec.bottleneck_size or hidden_size
+    fixed = rec.mixer == FIXED_GATED
     return {
         **{theirs: getattr(rec, ours) for theirs, ours in SETTINGS.items()},
         **NEUTRAL_SETTINGS,
-        "recurrent_mixing_module_name": RELEASE_MIXER_NAMES.get(rec.mixer, rec.mixer),
+        "recurrent_mixing_module_name": "gated" if fixed else RELEASE_MIXER_NAMES.get(rec.mixer, rec.mixer),
         "recurrent_residual_to_recurrent_cache_post_norm": rec.cache_norm == "rescale",
-        "use_learnable_gate": True,
-        "use_learnable_recurrent_gate": True,
-        "use_learnable_input_gate": True,
+        **dict.fromkeys(
+            ("use_learnable_gate", "use_learnable_recurrent_gate", "use_learnable_input_gate"), not fixed
+        ),
         "recurrent_state_proj_type": "linear",
         "recurrent_projection_dim": None,
         "mixing_module_kwargs": kwargs or None,

@@ -67,6 +67,13 @@ def _gated(w: Weights, x, xn, rn, post: Post) -> torch.Tensor:
     return x + post(gamma_rec * g_rec * rn + gamma_in * g_in * xn)
 
 
+def _gated_fixed(w: Weights, x, xn, rn, post: Post) -> torch.Tensor:
+    """The release's gated module without gate projections: its forward's default gates, 1 and 0."""
+    gamma_rec = _tanh_gamma(w, "rezero_gamma_recurrent_gate", x.dtype)
+    gamma_in = _tanh_gamma(w, "rezero_gamma_input_gate", x.dtype)
+    return x + post(gamma_rec * 1.0 * rn + gamma_in * 0.0 * xn)
+
+
 def _alpha_gated(gates: Callable) -> Callable:
     def formula(w: Weights, x, xn, rn, post: Post) -> torch.Tensor:
         both = torch.cat([xn, rn], dim=-1)
@@ -103,6 +110,7 @@ def _codi(w: Weights, x, xn, rn, post: Post) -> torch.Tensor:
 
 FORMULAS: dict[str, Callable] = {
     "gated": _gated,
+    "gated_fixed": _gated_fixed,
     "var_norm_gated": _alpha_gated(lambda alpha: (alpha.sqrt(), (1 - alpha).sqrt())),
     "alpha_coupled": _alpha_gated(lambda alpha: (alpha, 1 - alpha)),
     "constant_weight": _constant_weight,

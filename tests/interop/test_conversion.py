@@ -223,6 +223,7 @@ def test_settings_a_release_config_omits_take_the_release_defaults():
 @pytest.mark.parametrize(
     "mixer",
     [
+        "gated_fixed",
         "var_norm_gated",
         "alpha_coupled",
         "constant_weight",

@@ -10,7 +10,7 @@ from t2mlr_jax.model.mixers import MIXERS
 from t2mlr_jax.model.params import init_params
 from tests.tiny import tiny_config
 
-IDENTITY_AT_INIT = {"gated", "none", "var_norm_gated", "alpha_coupled", "concat"}
+IDENTITY_AT_INIT = {"gated", "gated_fixed", "none", "var_norm_gated", "alpha_coupled", "concat"}
 B, T, D = 2, 5, 32
 
 

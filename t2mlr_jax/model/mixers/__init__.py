@@ -5,6 +5,7 @@ is pure Python (release key names and flags), so reading the registry needs no J
 module with `specs` and `mix` plus one `MIXERS.register(name, Mixer(...))`.
 
   gated                          x + P(tanh(γ_rec) g_rec ⊙ r + tanh(γ_in) g_in ⊙ x)
+  gated_fixed                    x + P(tanh(γ_rec) r): gated with the release's fixed gates (g_rec 1, g_in 0)
   var_norm_gated, alpha_coupled  x + tanh(γ) P(g_rec r + g_in x), one gate α for both streams
   constant_weight                (1 - α) x + α r
   concat                         W_c [x ; r]
@@ -33,19 +34,23 @@ _ALPHA_GATED = dict(
     rezero=True,
 )
 
+_GAMMA_KEYS = {
+    ("rezero_gamma_recurrent_gate",): "rezero_gamma_recurrent_gate",
+    ("rezero_gamma_input_gate",): "rezero_gamma_input_gate",
+}
 MIXERS.register(
     "gated",
     _builtin(
         "gated",
-        keys={
-            ("rezero_gamma_recurrent_gate",): "rezero_gamma_recurrent_gate",
-            ("rezero_gamma_input_gate",): "rezero_gamma_input_gate",
-            **linear_keys("recurrent_gate_proj"),
-            **linear_keys("input_gate_proj"),
-        },
+        keys={**_GAMMA_KEYS, **linear_keys("recurrent_gate_proj"), **linear_keys("input_gate_proj")},
         recurrent_projection=True,
         rezero=True,
     ),
+)
+# The release's `gated` with use_learnable_gate=False: no gate projections (t2mlr_jax.model.mixers.gated).
+MIXERS.register(
+    "gated_fixed",
+    _builtin("gated", "mix_fixed", "specs_fixed", keys=_GAMMA_KEYS, recurrent_projection=True, rezero=True),
 )
 MIXERS.register(
     "var_norm_gated",
