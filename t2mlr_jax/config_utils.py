@@ -204,6 +204,11 @@ def experiment(
             window=window,  # tokens per eval row (text: non-overlapping windows); = data.eval_seq_len
             generate=False,  # greedy-generation exact match (SFT tasks); off = per-position argmax (S5)
             max_new_tokens=64,
+            # how generation picks tokens: greedy at temperature 0, else one sample per prompt after top-k
+            # (0 = off) and top-p (1 = off) filtering, its keys drawn from the config's seed
+            temperature=0.0,
+            top_k=0,
+            top_p=1.0,
             score="loss_mask",  # positions scored for accuracy / exact match: loss_mask | recurrent (S5)
             # latent thought slots per vocabulary token when evaluating / generating (architectures with
             # thought slots: lrt, ponderlm2); None = the largest trained count

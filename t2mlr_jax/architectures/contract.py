@@ -8,7 +8,7 @@ cross-entropy), a cached `generate`, and optional non-gradient state (`model_sta
     apply(params, batch, *, training, rng, model_state, sample=None) -> Outputs
     loss(outputs, batch) -> {"loss": (sum, count), <metric>: (sum, count), ...}   # means = sum / count
     generate(params, model_state, prompt_tokens, prompt_mask, prompt_control_flow,
-             max_new_tokens, eos_id, pad_id) -> GenerateOutput
+             max_new_tokens, eos_id, pad_id, sampling=GREEDY, key=None) -> GenerateOutput
     update_model_state(model_state, stats) -> (model_state, metrics)   # after each step, no gradient
 
 `sample(seed, step)` is an optional per-step static choice (T²MLR: the Jacobi depth D; the LRT: its thought
@@ -32,7 +32,7 @@ from jaxtyping import Array, Float, Int
 from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import RECURRENT
-from t2mlr_jax.model.generate import Decoder, GenerateOutput, generate_with
+from t2mlr_jax.model.generate import GREEDY, Decoder, GenerateOutput, Sampling, generate_with
 from t2mlr_jax.model.layers import MLPS
 from t2mlr_jax.model.recurrence import Layout
 from t2mlr_jax.model.spec import count_specs, init_from_specs
@@ -80,6 +80,8 @@ class GenerateFn(Protocol):
         max_new_tokens: int,
         eos_id: int | None,
         pad_id: int,
+        sampling: Sampling = GREEDY,
+        key: jax.Array | None = None,
     ) -> GenerateOutput: ...
 
 
@@ -87,7 +89,18 @@ def cached_generate(decoding: Callable[[dict, Any], tuple[Decoder, Any]]) -> Gen
     """`generate` of an architecture that decodes with a KV cache: decoding(params, model_state) gives its
     `Decoder` and what the decoder reads; the one loop `generate_with` does the rest."""
 
-    def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
+    def generate(
+        params,
+        model_state,
+        prompt,
+        mask,
+        control_flow,
+        max_new_tokens,
+        eos_id,
+        pad_id,
+        sampling=GREEDY,
+        key=None,
+    ):
         decoder, inputs = decoding(params, model_state)
         return generate_with(
             decoder,
@@ -95,6 +108,8 @@ def cached_generate(decoding: Callable[[dict, Any], tuple[Decoder, Any]]) -> Gen
             prompt,
             mask,
             max_new_tokens=max_new_tokens,
+            key=key,
+            **sampling._asdict(),
             eos_id=eos_id,
             pad_id=pad_id,
             prompt_control_flow=control_flow,

@@ -15,7 +15,7 @@ from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.architectures.contract import Architecture, Outputs, layout_of
 from t2mlr_jax.model.fusion import RECURRENT
-from t2mlr_jax.model.generate import GenerateOutput, with_lengths
+from t2mlr_jax.model.generate import GREEDY, GenerateOutput, with_lengths
 from t2mlr_jax.model.recurrence import Layout
 
 LogitsFn = Callable[[dict, Int[Array, "B T"], Layout], Float[Array, "B T V"]]
@@ -69,7 +69,20 @@ def recompute_architecture(
     def apply(params, batch, *, training, rng, model_state, sample=None):
         return Outputs(logits_fn(params, batch["tokens"], layout_of(batch)))
 
-    def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
+    def generate(
+        params,
+        model_state,
+        prompt,
+        mask,
+        control_flow,
+        max_new_tokens,
+        eos_id,
+        pad_id,
+        sampling=GREEDY,
+        key=None,
+    ):
+        if sampling.temperature > 0:
+            raise ValueError(f"{name} generates greedily only (eval.temperature 0), got {sampling}")
         return greedy_by_recompute(
             logits_fn, params, prompt, mask, control_flow, max_new_tokens=max_new_tokens, eos_id=eos_id,
             pad_id=pad_id,

@@ -29,6 +29,18 @@ class GenerateOutput(NamedTuple):
     lengths: Int[Array, " B"]  # generated tokens per row, EOS included
 
 
+class Sampling(NamedTuple):
+    """How each generated token is chosen (`sample`): greedy at temperature 0, else drawn after temperature,
+    top-k and top-p filtering. Hashable: a static argument of the compiled loop."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+
+GREEDY = Sampling()
+
+
 def sample(
     logits: Float[Array, "B V"],
     key: jax.Array | None,

@@ -16,7 +16,7 @@ import numpy as np
 from jaxtyping import Bool, Int
 
 from t2mlr_jax.parallel.multihost import is_lead_host, to_host
-from t2mlr_jax.train.eval import evaluate_generation, make_eval_step, score_mask
+from t2mlr_jax.train.eval import evaluate_generation, make_eval_step, sampling_settings, score_mask
 from t2mlr_jax.train.train_step import model_inputs
 
 GENERATIONS = "generations.jsonl"
@@ -77,6 +77,7 @@ def write_generations(run, params: dict, model_state, count: int) -> Path:
             eos_id=run.data.eos_id,
             pad_id=run.data.pad_id,
             batch_size=min(cfg.batch_size, count),
+            **sampling_settings(run.config),
         )
         records = [{"prompt": run.data.decode(e["prompt"]), **r} for e, r in zip(examples, scored)]
     path = run.workdir / GENERATIONS

@@ -1,5 +1,5 @@
 """Evaluation: teacher-forced loss / perplexity / bits per byte / per-token accuracy, sequence exact match
-per length bin, and greedy-generation exact match.
+per length bin, and generation exact match (greedy, or sampled: eval.temperature / top_k / top_p).
 
 The loss uses the architecture's eval forward (exact recurrence for T²MLR unless eval.mode = jacobi).
 For position-aligned tasks (S5-retrieval) the per-position argmax of that one forward *is* the greedy
@@ -21,6 +21,7 @@ from t2mlr_jax.architectures import Architecture
 from t2mlr_jax.architectures.contract import row_stats
 from t2mlr_jax.data.batch import RECURRENT
 from t2mlr_jax.data.metrics import LengthBinnedAccuracy, sequence_exact_match
+from t2mlr_jax.model.generate import GREEDY, Sampling, check_sampling
 from t2mlr_jax.parallel.multihost import to_host
 from t2mlr_jax.train.data_source import check_prompts_fit
 from t2mlr_jax.train.train_step import model_inputs
@@ -89,6 +90,16 @@ def evaluate(
     }
 
 
+def sampling_settings(config) -> dict:
+    """`evaluate_generation`'s sampling and seed from an experiment config: eval.temperature (0 = greedy),
+    eval.top_k, eval.top_p, and the config's seed."""
+    e = config.eval
+    return {
+        "sampling": Sampling(float(e.temperature), int(e.top_k), float(e.top_p)),
+        "seed": int(config.seed),
+    }
+
+
 def left_pad(
     prompts: list[np.ndarray], pad_id: int, width: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -114,16 +125,24 @@ def evaluate_generation(
     eos_id: int | None,
     pad_id: int,
     batch_size: int,
+    sampling: Sampling = GREEDY,
+    seed: int = 0,
 ) -> tuple[dict, list[dict]]:
-    """Greedy generation from each example's `prompt` (int ids; optional `prompt_control_flow`);
-    `score(text, example)` says whether the decoded continuation is right. Returns the exact match
-    (overall and per `length` bin when examples carry one) and one record per example. A prompt that
-    leaves no room in the model's context for `max_new_tokens` is an error, before anything compiles."""
-    generate = jax.jit(arch.generate, static_argnums=(5, 6, 7))
+    """Generation from each example's `prompt` (int ids; optional `prompt_control_flow`), greedy or by
+    `sampling` (one sample per prompt, the batch starting at example i drawing from
+    fold_in(PRNGKey(seed), i): the same draws on every run); `score(text, example)` says whether the decoded
+    continuation is right. Returns the exact match (overall and per `length` bin when examples carry one)
+    and one record per example. A prompt that leaves no room in the model's context for `max_new_tokens`,
+    or bad sampling settings, are an error before anything compiles."""
+    sampled = sampling.temperature > 0  # greedy calls pass no sampling: a generate need not know it
+    generate = jax.jit(
+        arch.generate, static_argnums=(5, 6, 7), static_argnames=["sampling"] if sampled else []
+    )
     records, examples = [], list(examples)
     if not examples:
         raise ValueError("generation eval got no examples")
     check_prompts_fit(examples, max_new_tokens, arch.max_seq_len)
+    check_sampling(max_new_tokens, *sampling)
     width = max(len(e["prompt"]) for e in examples)  # one compiled shape for every batch
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
@@ -132,8 +151,10 @@ def evaluate_generation(
         control_flow = None
         if "prompt_control_flow" in chunk[0]:
             control_flow = left_pad([e["prompt_control_flow"] for e in chunk], 0, width)[0]
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), start)
+        draw = {"sampling": sampling, "key": key} if sampled else {}
         out = to_host(
-            generate(params, model_state, tokens, mask, control_flow, max_new_tokens, eos_id, pad_id)
+            generate(params, model_state, tokens, mask, control_flow, max_new_tokens, eos_id, pad_id, **draw)
         )
         for i, e in enumerate(chunk[: len(examples) - start]):
             ids = out.tokens[i, : out.lengths[i]]

@@ -35,7 +35,7 @@ from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
 from t2mlr_jax.parallel.placement import batch_sharding, param_shardings, place, train_state_shardings
 from t2mlr_jax.train import checkpoint as ckpt
 from t2mlr_jax.train.data_source import DataSource, check_fits, check_generation
-from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step
+from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step, sampling_settings
 from t2mlr_jax.train.init_from import architecture
 from t2mlr_jax.train.metrics_log import MetricsLog, json_safe
 from t2mlr_jax.train.optimizer import check_optimizer, make_optimizer, make_schedule
@@ -261,7 +261,7 @@ def _mean_metrics(window: list[dict]) -> dict:
 
 
 def run_eval(run: Run, params: dict, model_state: Any, eval_step=None) -> dict:
-    """Teacher-forced metrics, plus greedy-generation exact match when eval.generate is on."""
+    """Teacher-forced metrics, plus generation exact match when eval.generate is on."""
     cfg = run.config.eval
     step = eval_step or make_eval_step(run.arch)
     metrics = evaluate(step, params, model_state, run.data.eval_batches(), cfg.score)
@@ -281,6 +281,7 @@ def run_eval(run: Run, params: dict, model_state: Any, eval_step=None) -> dict:
             eos_id=run.data.eos_id,
             pad_id=run.data.pad_id,
             batch_size=cfg.batch_size,
+            **sampling_settings(run.config),
         )
         metrics.update(gen)
     return metrics

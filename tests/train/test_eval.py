@@ -137,3 +137,39 @@ def test_generation_eval_batches_left_padded_prompts_strips_eos_and_bins():
         1: {"exact_match": 1.0, "examples": 1},
         2: {"exact_match": 0.5, "examples": 2},
     }
+
+
+def test_generation_eval_samples_with_a_fixed_seed_and_top_k_one_is_greedy():
+    """eval.temperature > 0 samples (the release's HotpotQA evaluation: temperature 1, top-k 50) through
+    the architecture's cached generate: one seed draws the same tokens on every run, another seed others;
+    top-k 1 keeps only the argmax, which is greedy decoding."""
+    from t2mlr_jax.architectures import Architecture
+    from t2mlr_jax.architectures.contract import cached_generate
+    from t2mlr_jax.architectures.recompute import recompute_architecture
+    from t2mlr_jax.model.generate import Sampling, T2MLRDecoder
+    from t2mlr_jax.train.eval import evaluate_generation
+    from tests.tiny import tiny_config, tiny_params, tokens
+
+    cfg = tiny_config()
+    params = tiny_params(cfg, gamma=0.8)
+    decoding = cached_generate(lambda p, _: (T2MLRDecoder(cfg), p))
+    arch = Architecture("t2mlr", {}, "float32", lambda *a, **k: None, decoding)
+    examples = [{"prompt": np.asarray(tokens(1, n, seed=n)[0])} for n in (3, 4, 5, 6)]
+
+    def predictions(model=arch, **sampling):
+        _, records = evaluate_generation(
+            model, params, {}, examples, decode=lambda ids: " ".join(map(str, ids)), score=lambda t, e: True,
+            max_new_tokens=8, eos_id=None, pad_id=0, batch_size=2, **sampling,
+        )  # fmt: skip
+        return [r["prediction"] for r in records]
+
+    greedy, release = predictions(), Sampling(temperature=1.0, top_k=50)
+    assert predictions(sampling=Sampling(temperature=1.0, top_k=1)) == greedy
+    drawn = predictions(sampling=release, seed=42)
+    assert drawn == predictions(sampling=release, seed=42)
+    assert drawn != predictions(sampling=release, seed=43) and drawn != greedy
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        predictions(sampling=Sampling(temperature=1.0, top_p=0.0))
+    greedy_only = recompute_architecture("pause", {}, "float32", lambda p, t, layout: None)
+    with pytest.raises(ValueError, match="pause generates greedily only"):
+        predictions(greedy_only, sampling=release)
