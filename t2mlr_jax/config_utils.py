@@ -489,11 +489,13 @@ def finetuning(
     arg: str | None,
     paper: dict = (),
     model: ModelConfig | None = None,
+    recurrence: dict = (),
 ) -> config_dict.ConfigDict:
     """The release's reasoning-finetuning recipe on a pretrained SmolLM2-135M: symmetric window from
     `l_start`, gates xavier-initialised with gain 1e-2 and biased to 0.5, no temporal residual (the release's
     train_*.sh default; its sweep_params.yaml turns it on: --config.model.recurrence.temporal_residual=True),
-    prompt tokens non-recurrent, loss on the response only, greedy-generation exact match as the metric.
+    prompt tokens non-recurrent, loss on the response only, greedy-generation exact match as the metric;
+    `recurrence` overrides any of these recurrence settings.
 
     The run starts from a pretrained checkpoint, as the release's and the paper's do: --config.init_from is
     required (an HF folder or .gguf of SmolLM2-135M, or a T²MLR checkpoint). Presets:
@@ -508,14 +510,17 @@ def finetuning(
         (model or smollm2_135m())
         .replace(dtype="bfloat16")
         .with_recurrence(
-            l_start=l_start,
-            l_end=-l_start - 1,
-            d_forward=d_forward,
-            d_backward=d_backward,
-            gate_weight_init_std=1e-2,
-            recurrent_gate_init=0.5,
-            input_gate_init=0.5,
-            temporal_residual=False,
+            **{
+                "l_start": l_start,
+                "l_end": -l_start - 1,
+                "d_forward": d_forward,
+                "d_backward": d_backward,
+                "gate_weight_init_std": 1e-2,
+                "recurrent_gate_init": 0.5,
+                "input_gate_init": 0.5,
+                "temporal_residual": False,
+                **dict(recurrence),
+            }
         )
     )
     config = experiment(
