@@ -409,8 +409,11 @@ def recurrence_from_release(settings: dict, hidden_size: int) -> RecurrenceConfi
     _raise_if(problems, "T²MLR release settings")
     fields = {ours: merged[theirs] for theirs, ours in SETTINGS.items()}
     # The release's B >= D (its default B is 10,000,000) is the gradient through every pass: R<1> attached,
-    # no refinement pass detached. Ours says that as B = D; a B < D means the same on both sides.
-    fields["d_backward"] = min(fields["d_backward"], fields["d_forward"])
+    # no refinement pass detached. Ours says that as B = D; a B < D means the same on both sides. Its
+    # connection_detach detaches R<1> and every pass, which is B = 0 (in its Jacobi forward; its exact one
+    # then also cuts R's gradient through time, which ours has no setting for).
+    detached = merged.get("connection_detach", False)
+    fields["d_backward"] = 0 if detached else min(fields["d_backward"], fields["d_forward"])
     residual_norm = merged["recurrent_residual_to_recurrent_cache_post_norm"]
     return RecurrenceConfig(
         **fields,

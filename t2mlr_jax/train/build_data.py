@@ -56,12 +56,15 @@ SCORERS: dict[str, Callable[[str, dict], bool]] = {
 }
 
 
+PATH_FIELDS = {"train_path": "training data", "eval_path": "evaluation data", "tokenizer": "tokenizer"}
+
+
 def _require_path(path: str, what: str, hint: str = "") -> str:
-    """`path`, which must exist; `hint` (data.hint: how to get this config's data) ends the error when
-    the config left the path empty."""
+    """`path` of the data field `what` (a PATH_FIELDS key), which must exist; `hint` (data.hint: how to get
+    this config's data) ends the error when the config left the path empty."""
     if not path:
         hint = f". {hint}" if hint else ""
-        raise ValueError(f"data.{what} is empty: give the path of the {what.replace('_', ' ')}{hint}")
+        raise ValueError(f"data.{what} is empty: give the path of the {PATH_FIELDS[what]}{hint}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"data.{what} {path!r} does not exist")
     if os.path.isfile(path) and os.path.getsize(path) == 0:

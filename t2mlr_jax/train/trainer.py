@@ -28,6 +28,7 @@ import numpy as np
 import tqdm
 
 from t2mlr_jax.architectures import ARCHITECTURES, Architecture
+from t2mlr_jax.architectures.contract import pretrained_path
 from t2mlr_jax.interop.configs import config_to_dict
 from t2mlr_jax.model.spec import spec_axes
 from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
@@ -421,10 +422,11 @@ def _train(run: Run, lead: bool) -> dict:
 def check_loadable(workdir: Path, config: ml_collections.ConfigDict) -> None:
     """eval / generate: raise NoCheckpointError when there is nothing to evaluate (no checkpoint in the
     workdir, no config.init_from), before anything is built or any folder created."""
-    if not (saved_steps(workdir / CHECKPOINTS) or config.init_from):
+    if not (saved_steps(workdir / CHECKPOINTS) or pretrained_path(config)):
         raise NoCheckpointError(
-            f"no checkpoint in {workdir / 'checkpoints'} and no config.init_from: train first, or pass "
-            "--config.init_from=<checkpoint> to evaluate a pretrained model"
+            f"no checkpoint in {workdir / 'checkpoints'} and no checkpoint in config.init_from "
+            f"({config.init_from!r}): train first, or pass --config.init_from=<checkpoint> to evaluate a "
+            "pretrained model"
         )
 
 

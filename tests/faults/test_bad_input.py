@@ -49,7 +49,14 @@ def _bad_inputs(tmp_path):
             [f"--config={gsm}", "--config.init_from="],
             "init_from is required by this config (gsm8k finetunes a pretrained model)",
         ),
-        "eval with nothing to load": ([f"--config={S5}:cpu", "--mode=eval"], "no config.init_from"),
+        "eval with nothing to load": (
+            [f"--config={S5}:cpu", "--mode=eval"],
+            "no checkpoint in config.init_from",
+        ),
+        "eval of random weights": (
+            [f"--config={S5}:cpu", "--mode=eval", "--config.init_from=random"],
+            "no checkpoint in config.init_from ('random')",
+        ),
         "negative learning rate": ([f"--config={S5}:cpu", "--config.optimizer.lr=-1"], "optimizer.lr must"),
         "B > D": (
             [f"--config={S5}:cpu", "--config.model.recurrence.d_backward=40"],
@@ -82,6 +89,7 @@ def _bad_inputs(tmp_path):
         "unknown flag",
         "empty init_from",
         "eval with nothing to load",
+        "eval of random weights",
         "negative learning rate",
         "B > D",
         "the headline without data",

@@ -43,6 +43,13 @@ def test_the_release_b_reads_as_ours_and_writes_back(d_forward, d_backward, ours
     assert model_config_from_release(written) == cfg
 
 
+def test_connection_detach_is_no_gradient_through_r():
+    settings = {k: v for k, v in SAVED.items() if k not in DEPTHS} | {DEPTHS[0]: 4, "connection_detach": True}
+    cfg = model_config_from_release(settings)
+    assert cfg.recurrence.d_backward == 0
+    assert release_config(cfg)[DEPTHS[1]] == 0  # the release reads B = 0 < D as every pass detached
+
+
 def test_init_from_takes_the_users_depths_and_checks_them():
     checkpoint = pretrained_config(FIXTURE / "model")  # what init_from reads: the release's B mapped
     assert checkpoint.recurrence.d_backward == checkpoint.recurrence.d_forward == 1

@@ -73,3 +73,11 @@ def test_text_config_batches_carry_target_bytes_for_bits_per_byte(tmp_path):
     for batch in (train, evaluation):
         validate_batch(batch, vocab_size=config.model.vocab_size)
         assert batch["target_bytes"].sum() > batch["loss_mask"].sum()  # several bytes per token
+
+
+@pytest.mark.parametrize("field, named", [("train_path", "training data"), ("eval_path", "evaluation data")])
+def test_an_empty_data_path_is_named_in_words(field, named):
+    config = load_config("smollm135m_t2mlr", "cpu")
+    config.data[field], config.data.hint = "", ""
+    with pytest.raises(ValueError, match=rf"^data\.{field} is empty: give the path of the {named}$"):
+        build_data_source(config)
