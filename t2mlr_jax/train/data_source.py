@@ -12,6 +12,8 @@ from typing import Any, NamedTuple, Protocol
 
 import ml_collections
 
+from t2mlr_jax.model.generate import check_sampling
+
 
 class StatefulIterator(Protocol):
     def __next__(self) -> dict: ...
@@ -55,11 +57,17 @@ def check_fits(data: DataSource, *, vocab_size: int | None, max_seq_len: int | N
 def check_generation(
     data: DataSource, eval_config: ml_collections.ConfigDict, *, max_seq_len: int | None
 ) -> None:
-    """One clear error for generation settings that cannot run: eval.max_new_tokens < 1, and with
-    eval.generate a task without prompts or a prompt that leaves no room for the new tokens. Checked when
-    the run is built, not when the first evaluation (perhaps hours into training) reaches it."""
+    """One clear error for generation settings that cannot run: eval.max_new_tokens < 1, bad sampling
+    settings (eval.temperature / top_k / top_p), and with eval.generate a task without prompts or a prompt
+    that leaves no room for the new tokens. Checked when the run is built, not when the first evaluation
+    (perhaps hours into training) reaches it."""
     if eval_config.max_new_tokens < 1:
         raise ValueError(f"eval.max_new_tokens must be >= 1, got {eval_config.max_new_tokens}")
+    e = eval_config
+    try:
+        check_sampling(e.max_new_tokens, e.temperature, e.top_k, e.top_p)
+    except ValueError as error:
+        raise ValueError(f"eval.{error}") from None
     if not eval_config.generate:
         return
     if data.generation_examples is None:

@@ -58,6 +58,7 @@ def _bad_inputs(tmp_path):
             "no checkpoint in config.init_from ('random')",
         ),
         "negative learning rate": ([f"--config={S5}:cpu", "--config.optimizer.lr=-1"], "optimizer.lr must"),
+        "bad sampling": ([f"--config={S5}:cpu", "--config.eval.top_p=0"], "eval.top_p must be in (0, 1]"),
         "B > D": (
             [f"--config={S5}:cpu", "--config.model.recurrence.d_backward=40"],
             "d_backward (B = 40) must be <= d_forward (D = 16)",
@@ -91,6 +92,7 @@ def _bad_inputs(tmp_path):
         "eval with nothing to load",
         "eval of random weights",
         "negative learning rate",
+        "bad sampling",
         "B > D",
         "the headline without data",
     ],
