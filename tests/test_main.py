@@ -94,15 +94,14 @@ def test_demo_shaped_run_then_eval_generate_and_a_foreign_workdir(tmp_path):
 
 
 def test_a_run_stopped_by_sigterm_says_so_and_exits_75(monkeypatch, tmp_path, capsys):
-    import runpy
     from types import SimpleNamespace
 
+    import main as framework  # in-process, as tests.in_process does
     from t2mlr_jax.train import trainer
 
-    entry = runpy.run_path(os.path.join(ROOT, "main.py"))  # in-process: the flags it defines are unused here
     monkeypatch.setattr(trainer, "train", lambda run: {"stopped_by": "SIGTERM", "step": 7})
     run = SimpleNamespace(num_params=1, workdir=tmp_path, mesh=SimpleNamespace(size=1), flops_per_step=None)
     with pytest.raises(SystemExit) as stopped:
-        entry["_train"](None, tmp_path, {"t2mlr": run})
-    assert stopped.value.code == entry["RESUMABLE"] == 75
+        framework._train(None, tmp_path, {"t2mlr": run})
+    assert stopped.value.code == framework.RESUMABLE == 75
     assert "t2mlr: stopped by SIGTERM at step 7, resumable" in capsys.readouterr().out

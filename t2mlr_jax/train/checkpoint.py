@@ -23,6 +23,7 @@ and the other fields that changed since the last session are reported (`changed_
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import shutil
@@ -111,22 +112,32 @@ def _diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
     return [] if a == b else [(prefix.rstrip("."), a, b)]
 
 
-@jax.jit
-def _fingerprints(leaves: list) -> jax.Array:
+# Fingerprint versions (meta["fingerprint"]; checkpoints without it have version 1). Version 1 weighted
+# positions by i * 2654435761 + 1, even at odd i: a flipped high bit there (a sign bit at half the
+# positions) changed nothing mod 2^32 and a corrupt checkpoint loaded. Version 2's weights are all odd, so
+# every single flipped bit changes the sum.
+FINGERPRINT = 2
+_MULTIPLIERS = {1: 2654435761, 2: (2 * 2654435761) % 2**32}
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _fingerprints(leaves: list, version: int) -> jax.Array:
     def one(x):
         bits = jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{8 * x.dtype.itemsize}")).astype(jnp.uint32)
-        weights = jax.lax.iota(jnp.uint32, x.size).reshape(x.shape) * jnp.uint32(2654435761) + jnp.uint32(1)
+        position = jax.lax.iota(jnp.uint32, x.size).reshape(x.shape)
+        weights = position * jnp.uint32(_MULTIPLIERS[version]) + jnp.uint32(1)
         return jnp.sum(bits * weights, dtype=jnp.uint32)
 
     return jnp.stack([one(x) for x in leaves])
 
 
-def fingerprints(tree: Any) -> list[int]:
+def fingerprints(tree: Any, version: int = FINGERPRINT) -> list[int]:
     """One uint32 per leaf, in tree order: the position-weighted sum of its bits mod 2^32. It detects a
-    checkpoint that loads but is corrupt, is computed where the state lives (sharded over any mesh and any
-    hosts: no host copy of the state), and is exact, since integer sums do not depend on the reduction
-    order: a state restored onto another mesh has the same fingerprints."""
-    return [int(v) for v in to_host(_fingerprints(jax.tree.leaves(tree)))]
+    checkpoint that loads but is corrupt (any one flipped bit, from version 2 on), is computed where the
+    state lives (sharded over any mesh and any hosts: no host copy of the state), and is exact, since
+    integer sums do not depend on the reduction order: a state restored onto another mesh has the same
+    fingerprints."""
+    return [int(v) for v in to_host(_fingerprints(jax.tree.leaves(tree), version))]
 
 
 class _SavedState(NamedTuple):
@@ -278,6 +289,7 @@ class Checkpointer:
             **self.about,
             "step": int(step),
             "fingerprints": fingerprints((core, model_state)),
+            "fingerprint": FINGERPRINT,
             "log_window": list(log_window),
         }
         items = dict(
@@ -367,15 +379,15 @@ class Checkpointer:
                     self.directory / str(step), args=ocp.args.Composite(state=partial, **items)
                 )
         model_state = restored.model_state if has_model_state else abstract_model_state
-        stored = restored.meta["fingerprints"]
+        stored, version = restored.meta["fingerprints"], restored.meta.get("fingerprint", 1)
         if with_optimizer:
             state, expected = _join(restored.state, model_state), stored
-            actual = fingerprints((restored.state, model_state))
+            actual = fingerprints((restored.state, model_state), version)
         else:  # stored leaf order: step, params, opt_state, rng, model_state
             got = restored.state
             n_params, n_model = len(jax.tree.leaves(got["params"])), len(jax.tree.leaves(model_state))
             expected = stored[: 1 + n_params] + stored[len(stored) - 1 - n_model :]
-            actual = fingerprints((got["step"], got["params"], got["rng"], model_state))
+            actual = fingerprints((got["step"], got["params"], got["rng"], model_state), version)
             state = TrainState(got["step"], got["params"], None, got["rng"], model_state)
         if actual != expected:
             raise ValueError("fingerprint mismatch")

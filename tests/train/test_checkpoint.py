@@ -85,6 +85,10 @@ def test_fingerprints_see_one_changed_or_moved_value_and_not_the_mesh():
     one_ulp = np.nextafter(np.float32(state["w"][5, 3]), np.float32(9))
     assert prints({**state, "w": state["w"].at[5, 3].set(one_ulp)})["w"] != base["w"]
     assert prints({**state, "step": jnp.int32(4)})["step"] != base["step"]
+    # A flipped sign bit at an odd position: version 1's even weight there lost it mod 2^32.
+    sign = {**state, "w": state["w"].at[0, 1].set(-state["w"][0, 1])}
+    assert ckpt.fingerprints(sign["w"], version=1) == ckpt.fingerprints(state["w"], version=1)
+    assert prints(sign)["w"] != base["w"]
     assert prints({**state, "h": state["h"].at[0, 0].set(2.0)})["h"] not in (  # the same value elsewhere
         base["h"],
         prints({**state, "h": state["h"].at[0, 1].set(2.0)})["h"],
@@ -130,3 +134,15 @@ def test_model_state_roundtrips_and_checkpoints_from_before_it_still_restore(tmp
                 np.array_equal, jax.device_get(state), jax.device_get(new._replace(model_state=expected))
             )
         )
+
+
+def test_a_checkpoint_with_version_1_fingerprints_still_restores(tmp_path):
+    _two_checkpoints(tmp_path)
+    meta = tmp_path / "2" / "meta" / "metadata"
+    record = json.loads(meta.read_text())
+    assert record.pop("fingerprint") == ckpt.FINGERPRINT == 2
+    saved = ckpt.fingerprints(_state(2))  # the stored leaf order: step, params, ... as _state lays them
+    assert record["fingerprints"] == saved
+    record["fingerprints"] = ckpt.fingerprints(_state(2), version=1)  # as written before versions
+    meta.write_text(json.dumps(record))
+    assert _restore(tmp_path)[2] == 2
