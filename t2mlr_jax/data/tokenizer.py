@@ -77,8 +77,9 @@ def load_tokenizer(path: str, *, eos_token: str | None = None) -> TextTokenizer:
     if not os.path.exists(path):
         raise ValueError(f"tokenizer path {path!r} does not exist")
     if path.endswith(".gguf"):
-        backend, eos_id = tokenizer_from_gguf(path)
-        bos_id = read_gguf_metadata(path).get("tokenizer.ggml.bos_token_id")
+        meta = read_gguf_metadata(path)
+        backend = _gguf_backend(meta, path)
+        eos_id, bos_id = meta.get("tokenizer.ggml.eos_token_id"), meta.get("tokenizer.ggml.bos_token_id")
         config = {}
     else:
         file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
@@ -111,6 +112,12 @@ def _token_id(backend: tokenizers.Tokenizer, token: str, name: str, path: str) -
 def tokenizer_from_gguf(path: str) -> tuple[tokenizers.Tokenizer, int | None]:
     """Build the byte-level BPE tokenizer a GGUF file describes; returns it and the file's EOS id."""
     meta = read_gguf_metadata(path)
+    eos = meta.get("tokenizer.ggml.eos_token_id")
+    return _gguf_backend(meta, path), (None if eos is None else int(eos))
+
+
+def _gguf_backend(meta: dict, path: str) -> tokenizers.Tokenizer:
+    """The byte-level BPE tokenizer described by a GGUF file's metadata `meta` (read from `path`)."""
     kind = meta.get("tokenizer.ggml.model")
     if kind != "gpt2":
         raise ValueError(
@@ -145,8 +152,7 @@ def tokenizer_from_gguf(path: str) -> tuple[tokenizers.Tokenizer, int | None]:
             if kind_ == _USER_DEFINED
         ]
     )
-    eos = meta.get("tokenizer.ggml.eos_token_id")
-    return backend, (None if eos is None else int(eos))
+    return backend
 
 
 def byte_level_alphabet() -> dict[str, int]:
