@@ -32,11 +32,11 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from t2mlr_jax.train.workdir import (  # noqa: E402
     CHECKPOINTS,
-    LOCK,
     METRICS,
     RUN_CONFIG,
     SESSIONS,
     SUMMARY,
+    lock_owner,
     read_sessions,
     saved_steps,
 )
@@ -201,14 +201,8 @@ def sessions_of(records: list[dict]) -> list[dict]:
 def still_training(path: Path, start: dict) -> bool:
     """Whether the session of this "start" line trains now: workdir/train.lock names its process, alive on
     this host. A killed owner leaves the file behind; an owner writing it leaves it unreadable a moment."""
-    try:
-        owner = json.loads((path / LOCK).read_text())
-    except (OSError, ValueError):
-        return False
-    session = (start.get("pid"), start.get("host"))
-    if session[1] != socket.gethostname() or not isinstance(owner, dict):
-        return False
-    if (owner.get("pid"), owner.get("host")) != session:
+    owner, session = lock_owner(path), (start.get("pid"), start.get("host"))
+    if owner is None or session[1] != socket.gethostname() or (owner["pid"], owner["host"]) != session:
         return False
     try:
         os.kill(owner["pid"], 0)

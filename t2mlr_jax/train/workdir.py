@@ -61,3 +61,13 @@ def read_sessions(workdir: Path | str) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return records
+
+
+def lock_owner(workdir: Path | str) -> dict | None:
+    """The {"pid", "host", "time"} record of workdir/train.lock (written by the session that took it); None
+    when there is none or it cannot be read (its owner is writing it). A killed owner's record stays."""
+    try:
+        owner = json.loads((Path(workdir) / LOCK).read_text())
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) and {"pid", "host", "time"} <= owner.keys() else None

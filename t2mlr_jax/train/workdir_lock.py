@@ -19,20 +19,19 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from t2mlr_jax.train.workdir import LOCK
+from t2mlr_jax.train.workdir import LOCK, lock_owner
 
 
 class WorkdirLockedError(RuntimeError):
     """Another live session trains in this workdir."""
 
 
-def _holder(path: Path) -> str:
-    try:
-        owner = json.loads(path.read_text())
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["time"]))
-        return f"pid {owner['pid']} on host {owner['host']} (since {since})"
-    except (OSError, ValueError, KeyError, TypeError):  # the owner is still writing its record
+def _holder(workdir: Path) -> str:
+    owner = lock_owner(workdir)
+    if owner is None:  # the owner is still writing its record
         return "another process"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner["time"]))
+    return f"pid {owner['pid']} on host {owner['host']} (since {since})"
 
 
 def _acquire(path: Path) -> int | None:
@@ -46,8 +45,8 @@ def _acquire(path: Path) -> int | None:
             os.close(fd)
             if e.errno in (errno.EWOULDBLOCK, errno.EACCES):
                 raise WorkdirLockedError(
-                    f"{path.parent} is being trained by {_holder(path)}: a workdir has one writer. Wait for "
-                    f"it to finish, or use another --workdir. Nothing was changed."
+                    f"{path.parent} is being trained by {_holder(path.parent)}: a workdir has one writer. "
+                    "Wait for it to finish, or use another --workdir. Nothing was changed."
                 ) from None
             logging.warning("%s: no file locking on this file system (%s); not locked", path, e)
             return None
