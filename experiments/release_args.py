@@ -48,7 +48,15 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENTRY = "src/train_minimal.py"
+sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds experiments/
+from experiments.benchmarks.vs_release_torch import (  # noqa: E402 (stdlib only: runs under the release's Python)
+    check_release,
+)
+from experiments.benchmarks.vs_release_torch import (  # noqa: E402
+    import_release as import_shimmed,
+)
+
+ENTRY = "src/train_minimal.py"  # the release's training entry point, which the script launches
 DEFAULTS = {
     "script": "scripts/hotpotqa/train_hotpotqa.sh",
     "sweep_run": "hotpotqa_t2mlr_on_l1",
@@ -77,10 +85,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=DEFAULTS["out"], help="the JSON fixture to write")
     args = parser.parse_args(argv)
-    if not (Path(args.release_src) / ENTRY).is_file():
-        parser.error(
-            f"--release_src {args.release_src} is not a checkout of princeton-pli/T2MLR (no {ENTRY})"
-        )
+    try:
+        check_release(args.release_src, args.release_python)
+    except ValueError as e:
+        parser.error(str(e))
     if not (Path(args.release_src) / args.script).is_file():
         parser.error(f"--script {args.script}: no such file under {args.release_src}")
     return args
@@ -128,10 +136,7 @@ def command_line(src: Path, script: Path, env: dict[str, str], out_base: Path) -
 
 
 def import_release(src: Path):
-    sys.path.insert(0, str(ROOT))
-    from experiments.benchmarks.vs_release_torch import import_release as shimmed
-
-    shimmed(str(src))  # the IPython stub and components.t2mlr_utils
+    import_shimmed(str(src))  # the IPython stub and components.t2mlr_utils
     import transformers.training_args
 
     transformers.training_args.is_torch_bf16_gpu_available = lambda: True
