@@ -272,11 +272,13 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from t2mlr_jax.parallel.multihost import initialize_distributed
+    from t2mlr_jax.train import startup
     from t2mlr_jax.train.checkpoint import AllCorruptError
     from t2mlr_jax.train.compilation_cache import enable_compilation_cache
     from t2mlr_jax.train.trainer import NoCheckpointError, NonFiniteError
     from t2mlr_jax.train.workdir_lock import WorkdirLockedError
 
+    startup.mark("imports")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax and grain log every file at INFO
     config = _CONFIG.value
@@ -290,6 +292,7 @@ def main(argv):
             training_free(config, workdir)
             return
         runs = _setup(config, workdir, _MODE.value)
+        startup.mark("config")
     except (ValueError, KeyError, FileNotFoundError) as e:
         _fail(e)
     try:

@@ -13,6 +13,10 @@ import numpy as np
 from t2mlr_jax.data.batch import BATCH_DTYPES, EXAMPLE_KEYS, PAD, PROMPT, RECURRENT
 
 Packing = Literal["none", "first_fit", "concat_split", "concat"]
+# Threads reading examples ahead (grain's default is 16 threads, 500 examples): their Python holds the GIL,
+# and 16 of them starved the training thread's tracing for a minute. Two keep a batch ahead on a CPU host;
+# heavier per-example work belongs in worker processes (`worker_count`).
+READ_THREADS = 2
 
 
 def batch_examples(
@@ -54,11 +58,12 @@ def batch_examples(
     if shuffle:
         examples = examples.shuffle(seed=seed)
     examples = examples.repeat(num_epochs)
+    read = grain.ReadOptions(num_threads=READ_THREADS, prefetch_buffer_size=2 * batch_size)
 
     if packing == "none":
-        rows = examples.map(lambda ex: _padded_row(ex, seq_len)).to_iter_dataset()
+        rows = examples.map(lambda ex: _padded_row(ex, seq_len)).to_iter_dataset(read)
     elif packing == "concat":
-        stream = examples.map(lambda ex: {"tokens": ex["tokens"]}).to_iter_dataset()
+        stream = examples.map(lambda ex: {"tokens": ex["tokens"]}).to_iter_dataset(read)
         rows = grain.experimental.ConcatThenSplitIterDataset(stream, length_struct={"tokens": seq_len}).map(
             _stream_row
         )
@@ -66,7 +71,7 @@ def batch_examples(
         lengths = {k: seq_len for k in EXAMPLE_KEYS}
         if packing == "first_fit":
             examples = examples.map(lambda ex: _check_fits(ex, seq_len))
-        stripped = examples.map(lambda ex: {k: ex[k] for k in EXAMPLE_KEYS}).to_iter_dataset()
+        stripped = examples.map(lambda ex: {k: ex[k] for k in EXAMPLE_KEYS}).to_iter_dataset(read)
         packed = (
             grain.experimental.FirstFitPackIterDataset(
                 stripped, length_struct=lengths, num_packing_bins=batch_size, shuffle_bins=False

@@ -96,18 +96,18 @@ def _prompt_response_record(row: dict) -> dict:
 
 def document_example(ids: Int[np.ndarray, " n"], eos_id: int) -> dict[str, np.ndarray]:
     """A pretraining document: ids + EOS, next-token targets inside the document, recurrent after the
-    first token (the release's text-only control flow under its packed collator)."""
-    tokens = np.append(np.asarray(ids, np.int32), np.int32(eos_id)).astype(np.int32)
-    loss_mask = np.ones(len(tokens), np.float32)
+    first token (the release's text-only control flow under its packed collator). Each array is written
+    once, whole: a document costs a few numpy calls however long it is."""
+    n = len(ids) + 1
+    tokens = np.empty(n, np.int32)
+    tokens[:-1], tokens[-1] = ids, eos_id
+    targets = np.zeros(n, np.int32)
+    targets[:-1] = tokens[1:]
+    loss_mask = np.ones(n, np.float32)
     loss_mask[-1] = 0.0
-    control_flow = np.full(len(tokens), RECURRENT, np.int32)
+    control_flow = np.full(n, RECURRENT, np.int32)
     control_flow[0] = PROMPT
-    return {
-        "tokens": tokens,
-        "targets": np.append(tokens[1:], np.int32(0)).astype(np.int32),
-        "loss_mask": loss_mask,
-        "control_flow": control_flow,
-    }
+    return {"tokens": tokens, "targets": targets, "loss_mask": loss_mask, "control_flow": control_flow}
 
 
 def add_target_bytes(batch: dict, byte_lengths: Int[np.ndarray, " vocab"]) -> dict:
@@ -117,14 +117,22 @@ def add_target_bytes(batch: dict, byte_lengths: Int[np.ndarray, " vocab"]) -> di
     return {**batch, "target_bytes": target_bytes.astype(np.int32)}
 
 
-def _with_target_bytes(batches: grain.IterDataset, tokenizer: TextTokenizer | None) -> grain.IterDataset:
-    """Batches with `target_bytes` when `tokenizer` is a byte-level text tokenizer; unchanged otherwise."""
+def target_byte_lengths(tokenizer: TextTokenizer | S5CharTokenizer | None) -> np.ndarray | None:
+    """Each token's UTF-8 byte length when batches of `tokenizer` carry `target_bytes` (a byte-level text
+    tokenizer), else None."""
     if not isinstance(tokenizer, TextTokenizer):
-        return batches
+        return None
     try:
-        byte_lengths = tokenizer.byte_lengths
+        return tokenizer.byte_lengths
     except ValueError as e:
         logging.warning("no bits-per-byte metric: %s", e)
+        return None
+
+
+def _with_target_bytes(batches: grain.IterDataset, tokenizer: TextTokenizer | None) -> grain.IterDataset:
+    """Batches with `target_bytes` when `tokenizer` is a byte-level text tokenizer; unchanged otherwise."""
+    byte_lengths = target_byte_lengths(tokenizer)
+    if byte_lengths is None:
         return batches
     return batches.map(lambda batch: add_target_bytes(batch, byte_lengths))
 

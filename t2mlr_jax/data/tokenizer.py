@@ -38,9 +38,11 @@ class TextTokenizer:
 
     def encode(self, text: str) -> Int[np.ndarray, " n"]:
         """Text -> int32 ids, no BOS/EOS added."""
-        return np.asarray(self.backend.encode(text, add_special_tokens=False).ids, dtype=np.int32)
+        return self.encode_batch([text])[0]
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """Texts -> int32 ids each. The Rust tokenizer runs these without the GIL (its single-text
+        `encode` holds it throughout), so tokenizing in a data thread does not stall the training thread."""
         return [
             np.asarray(e.ids, dtype=np.int32)
             for e in self.backend.encode_batch(texts, add_special_tokens=False)

@@ -212,6 +212,7 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
         decode=tokenizer.decode,
         score=scorer,
         train_examples=train_examples,
+        target_bytes=pipeline.target_byte_lengths(None if is_s5 else tokenizer) is not None,
     )
 
 

@@ -38,6 +38,7 @@ class DataSource(NamedTuple):
     decode: Callable[[Any], str] | None = None
     score: Callable[[str, dict], bool] | None = None
     train_examples: int | None = None  # the training set's size where it is counted (train.epochs)
+    target_bytes: bool = False  # training batches carry `target_bytes` (bits per byte)
 
 
 def check_fits(data: DataSource, *, vocab_size: int | None, max_seq_len: int | None) -> None:

@@ -29,18 +29,21 @@ import tqdm
 
 from t2mlr_jax.architectures import ARCHITECTURES, Architecture
 from t2mlr_jax.architectures.contract import pretrained_path
+from t2mlr_jax.cpu_runtime import once_options
+from t2mlr_jax.data.batch import BATCH_DTYPES, OPTIONAL_DTYPES
 from t2mlr_jax.interop.configs import config_to_dict
 from t2mlr_jax.model.spec import spec_axes
 from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
 from t2mlr_jax.parallel.placement import batch_sharding, param_shardings, place, train_state_shardings
 from t2mlr_jax.train import checkpoint as ckpt
+from t2mlr_jax.train import startup
 from t2mlr_jax.train.data_source import DataSource, check_fits, check_generation
 from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step, sampling_settings
 from t2mlr_jax.train.init_from import architecture
 from t2mlr_jax.train.metrics_log import MetricsLog, json_safe
 from t2mlr_jax.train.optimizer import check_optimizer, make_optimizer, make_schedule
-from t2mlr_jax.train.train_step import TrainState, compile_step, init_state, model_inputs
+from t2mlr_jax.train.train_step import MODEL_INPUTS, TrainState, compile_step, init_state, model_inputs
 from t2mlr_jax.train.workdir import CHECKPOINTS, SUMMARY, log_session, saved_steps
 from t2mlr_jax.train.workdir_lock import workdir_lock
 
@@ -127,10 +130,19 @@ class Run:
             self.state_shardings,
         )
 
+    def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
+        """A global training batch's shapes (train.batch_size x data.seq_len) and sharding: the step is
+        compiled from these before the input pipeline starts."""
+        keys = MODEL_INPUTS + (("target_bytes",) if self.data.target_bytes else ())
+        shape, sharding = (self.config.train.batch_size, self.config.data.seq_len), batch_sharding(self.mesh)
+        dtypes = {**BATCH_DTYPES, **OPTIONAL_DTYPES}
+        return {k: jax.ShapeDtypeStruct(shape, dtypes[k], sharding=sharding) for k in keys}
+
     def fresh_state(self) -> TrainState:
         """A new state, initialised in place (already sharded), from config.init_from's weights if set."""
         loaded = self.arch.pretrained and place(self.arch.pretrained(), self.state_shardings.params)
-        return jax.jit(self._init_state, out_shardings=self.state_shardings, donate_argnums=0)(loaded)
+        init = jax.jit(self._init_state, out_shardings=self.state_shardings, donate_argnums=0)
+        return init.lower(loaded).compile(once_options(jax.default_backend()))(loaded)
 
     def restore_or_init(self, checkpointer: ckpt.Checkpointer | None) -> tuple[TrainState, Any]:
         """(state, its ckpt.Restored record): the latest checkpoint (corrupt ones set aside), or a fresh
@@ -250,6 +262,17 @@ def _stop_on_signals():
             signal.signal(sig, handler)
 
 
+def _check_batch(batch: dict, abstract: dict) -> None:
+    """The first batch has the shapes the step was compiled for (one clear error, not XLA's)."""
+    shapes = {k: (v.shape[0] * jax.process_count(), *v.shape[1:]) for k, v in batch.items()}
+    expected = {k: v.shape for k, v in abstract.items()}
+    if shapes != expected:
+        raise ValueError(
+            f"the training batches hold {shapes}, but the step was compiled for {expected} "
+            "(train.batch_size x data.seq_len)"
+        )
+
+
 def _host_window(window: list[dict]) -> list[dict]:
     """The logging window as Python floats: what checkpoints store and averages are taken over (in float64,
     so a window restored from a checkpoint averages exactly as the uninterrupted run's)."""
@@ -315,15 +338,15 @@ def _train(run: Run, lead: bool) -> dict:
     if run.changes and restored is not None:
         shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in run.changes)
         logging.warning("resuming %s at step %d with changed settings: %s", run.workdir, restored.step, shown)
-    iterator = run.data.train_iterator()
-    if restored is not None:
-        iterator.set_state(restored.data_state)
-    compiled: dict[Any, Any] = {}  # one jitted step per value of the architecture's per-step sample
+    startup.mark("state")
+    compiled: dict[Any, Any] = {}  # one compiled step per value of the architecture's per-step sample
 
-    def step_fn(step: int, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-        sample = run.arch.sample(run.config.seed, step) if run.arch.sample else None
+    def compiled_step(sample) -> Any:
+        """The step for `sample`, compiled from the state's and a batch's shapes rather than from a batch:
+        the first is compiled before the input pipeline starts, so no data thread competes with tracing."""
         if sample not in compiled:
-            compiled[sample] = compile_step(
+            first = not compiled
+            jitted = compile_step(
                 run.arch,
                 run.optimizer,
                 run.schedule,
@@ -333,7 +356,20 @@ def _train(run: Run, lead: bool) -> dict:
                 batch_sharding=batch_sharding(run.mesh),
                 sample=sample,
             )
-        state, metrics = compiled[sample](state, batch)
+            traced = jitted.trace(run.abstract_state(), run.abstract_batch())
+            if first:
+                startup.mark("trace")
+            compiled[sample] = traced.lower().compile()
+            if first:
+                startup.mark("compile")
+        return compiled[sample]
+
+    def sample_at(step: int):
+        return run.arch.sample(run.config.seed, step) if run.arch.sample else None
+
+    def step_fn(step: int, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+        sample = sample_at(step)
+        state, metrics = compiled_step(sample)(state, batch)
         if sample is None:
             return state, metrics
         return state, {
@@ -341,8 +377,15 @@ def _train(run: Run, lead: bool) -> dict:
             **(sample._asdict() if hasattr(sample, "_asdict") else {run.arch.sample_name: sample}),
         }
 
+    start_step = int(state.step)
+    if start_step < t.steps:
+        with jax.set_mesh(run.mesh):
+            compiled_step(sample_at(start_step + 1))
+    iterator = run.data.train_iterator()
+    if restored is not None:
+        iterator.set_state(restored.data_state)
     eval_step = make_eval_step(run.arch)
-    start_step, started = int(state.step), time.time()
+    started = time.time()
     window: list[dict] = list(restored.log_window) if restored else []
     last_saved = checkpointer.steps()
     stopped_by, skips, step = None, 0, start_step
@@ -357,13 +400,20 @@ def _train(run: Run, lead: bool) -> dict:
         try:
             with _stop_on_signals() as stop:
                 for step in range(start_step + 1, t.steps + 1):
-                    state, metrics = step_fn(
-                        step, state, global_batch(model_inputs(next(iterator)), run.mesh)
-                    )
+                    first = step == start_step + 1
+                    batch = model_inputs(next(iterator))
+                    if first:
+                        startup.mark("data")
+                        _check_batch(batch, run.abstract_batch())
+                    state, metrics = step_fn(step, state, global_batch(batch, run.mesh))
                     if bool(metrics.pop("finite")):  # one host sync per step: the guard's price
                         window.append(metrics)
                     else:
                         skips = _non_finite(step, metrics, skips, t, log, last_saved)
+                    if first:
+                        startup.mark("first_step")
+                        if lead:
+                            startup.write(run.workdir, step=step, cache=jax.config.jax_compilation_cache_dir)
                     progress.update(1)
                     if window and (step % t.log_every == 0 or step == t.steps):
                         summary = _mean_metrics(window)

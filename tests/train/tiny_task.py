@@ -11,6 +11,7 @@ from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.train.data_source import DataSource
 
 VOCAB = 16
+SEQ_LEN = 16  # the rows of tiny_source, and tiny_config's data.seq_len
 
 
 def tiny_batch(seed: int, index: int, batch: int, seq_len: int, modulus: int = 3) -> dict:
@@ -49,7 +50,7 @@ class TinyIterator:
         self.index = int(state["index"])
 
 
-def tiny_source(batch: int = 8, seq_len: int = 16, eval_batches: int = 2) -> DataSource:
+def tiny_source(batch: int = 8, seq_len: int = SEQ_LEN, eval_batches: int = 2) -> DataSource:
     return DataSource(
         vocab_size=VOCAB,
         seq_len=seq_len,
@@ -77,7 +78,7 @@ def tiny_config(arch: str = "t2mlr", steps: int = 6, sections: dict | None = Non
         name="tiny",
         arch=arch,
         model=tiny_model(),
-        data={"task": "tiny"},
+        data={"task": "tiny", "seq_len": SEQ_LEN},
         optimizer=dict(lr=3e-3, warmup_ratio=0.1),
         train={
             "steps": steps,
