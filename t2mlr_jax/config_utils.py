@@ -90,8 +90,8 @@ def experiment(
     c.init_from = config_dict.placeholder(str) if init_from is None else init_from
     c.init_from_required = init_from is None
     # The persistent XLA compilation cache (a rerun loads its compiled steps instead of compiling them):
-    # "auto" = on for GPU / TPU, off on CPU (t2mlr_jax.train.compilation_cache says why); a directory = on;
-    # "" = off. One already configured (JAX_COMPILATION_CACHE_DIR) wins.
+    # "auto" = ~/.cache/t2mlr_jax/xla (t2mlr_jax.train.compilation_cache); a directory = there; "" = off.
+    # One already configured (JAX_COMPILATION_CACHE_DIR) wins.
     c.compilation_cache = COMPILATION_CACHE
     c.model = model_dict(model)
     # Device mesh (t2mlr_jax.parallel): sizes of the data / fsdp / tensor axes, -1 = all remaining devices.

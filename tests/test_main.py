@@ -1,9 +1,11 @@
 """main.py end to end, as a user runs it: --help, and a tiny comparison run followed by --mode=eval and
---mode=generate, a foreign config and a changed optimizer refused on its workdir (the other bad inputs:
+--mode=generate, the same run again reading every program it compiles from the persistent cache, a
+foreign config and a changed optimizer refused on its workdir (the other bad inputs:
 tests/faults/test_bad_input.py)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -26,11 +28,13 @@ TINY = [
     "--config.data.eval_options.max_actions=4",
     "--config.data.seq_len=16",
     "--config.data.eval_seq_len=20",
+    "--config.t2mlr.forward_mode=jacobi",
+    "--config.t2mlr.d_forward_values=1,2",  # a train step per sampled D
 ]
 
 
 def main(*args, cache=None):
-    env = {**os.environ, "JAX_LOG_COMPILES": "1"}
+    env = {**os.environ, "JAX_LOG_COMPILES": "1", "JAX_EXPLAIN_CACHE_MISSES": "1"}
     if cache:
         env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     return subprocess.run(
@@ -80,6 +84,20 @@ def test_demo_shaped_run_then_eval_generate_and_a_foreign_workdir(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     lines = (workdir / "transformer" / "generations.jsonl").read_text().splitlines()
     assert len(lines) == 3 and {"input", "prediction", "target", "correct"} <= set(json.loads(lines[0]))
+
+    # The same run again, in a new workdir: every program it compiles (the init, a train step per sampled
+    # D, eval, generation) is read from the persistent cache, none compiled again.
+    rerun = tmp_path / "rerun"
+    hits = []
+    for mode in ("train", "generate"):
+        out = main(f"--config={S5}:demo", *TINY, f"--workdir={rerun}", f"--mode={mode}", cache=cache)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "PERSISTENT COMPILATION CACHE MISS" not in out.stderr, out.stderr[-3000:]
+        hits += re.findall(r"Persistent compilation cache hit for '(\w+)'", out.stderr)
+    records = [json.loads(x) for x in (rerun / "t2mlr" / "metrics.jsonl").read_text().splitlines()]
+    assert {r["d_forward"] for r in records if r["split"] == "train"} == {1, 2}
+    assert hits.count("jit_step") >= 2 * 2 + 2  # two archs: T²MLR's two depths, the transformer, evals
+    assert "jit__init_state" in hits, sorted(set(hits))
 
     before = sorted(str(p) for p in workdir.rglob("*"))
     for change, message in (

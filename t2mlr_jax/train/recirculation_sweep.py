@@ -39,7 +39,7 @@ from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.recirculation import looped_logits, recirculated_logits
 from t2mlr_jax.model.recirculation_mix import Recirculation
 from t2mlr_jax.model.recurrence import make_layout
-from t2mlr_jax.train import init_from
+from t2mlr_jax.train import init_from, startup
 from t2mlr_jax.train.build_data import build_data_source
 
 matplotlib.use("Agg")  # files only; no display needed
@@ -350,7 +350,9 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: Path) -> dict:
         raise ValueError("the recirculation sweep needs a pretrained model: set config.init_from")
     model, sweep = arch.backbone, plan(config, arch.backbone)
     window = check_window(config, arch.max_seq_len)
+    startup.mark("config")
     batches = windows(config)
+    startup.mark("data")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     log = CellLog(workdir / CELLS, fingerprint(config, sweep.scoring))
@@ -360,11 +362,19 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: Path) -> dict:
     cells = [baseline, *sweep.grid, *sweep.looping]
     pending = [c for c in cells if log.get(c) is None]
     with tqdm(total=len(cells), initial=len(cells) - len(pending), desc="recirculation", unit="cell") as bar:
-        for cell in pending:
+        for i, cell in enumerate(pending):
             bar.set_postfix_str(_name(cell))
+            if i == 0:
+                params()
+                startup.mark("state")
             raw = score(params(), batches, cell, scorer(model, cell, sweep.scoring), window)
             log.add(record(cell, raw, log.get(baseline)))
             bar.update()
+            if i == 0:  # its first cell's score includes tracing and compiling its program
+                startup.mark("first_step")
+                startup.write(
+                    workdir, cell=_name(cell), compilation_cache=jax.config.jax_compilation_cache_dir
+                )
     grid = sorted((log.get(c) for c in sweep.grid), key=lambda r: r["change_pct"])
     checks = []
     for best in grid[: sweep.serial_check]:

@@ -10,7 +10,9 @@ Phases, in the order a training session passes them (each the time since the pre
   compile     lowered and compiled by XLA (or loaded from the persistent compilation cache)
   data        the first batch (the input pipeline starts only now, after the step is compiled)
   first_step  the first step run, to its metrics on the host
-A phase a session does not pass is absent (a second architecture of one run has no imports or config)."""
+A phase a session does not pass is absent (a second architecture of one run has no imports or config).
+The recirculation sweep (nothing to train) records imports, config, data, state and first_step: its first
+cell, traced, compiled and scored."""
 
 from __future__ import annotations
 

@@ -413,7 +413,9 @@ def _train(run: Run, lead: bool) -> dict:
                     if first:
                         startup.mark("first_step")
                         if lead:
-                            startup.write(run.workdir, step=step, cache=jax.config.jax_compilation_cache_dir)
+                            startup.write(
+                                run.workdir, step=step, compilation_cache=jax.config.jax_compilation_cache_dir
+                            )
                     progress.update(1)
                     if window and (step % t.log_every == 0 or step == t.steps):
                         summary = _mean_metrics(window)
