@@ -91,3 +91,31 @@ def test_token_byte_lengths_survive_a_tokenizer_json_and_refuse_other_models(tok
     word_level = tokenizers.Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>"))
     with pytest.raises(ValueError, match="byte-level"):
         token_byte_lengths(word_level)
+
+
+def test_tokenizing_lets_other_threads_run(smollm2, english_paragraph):
+    """A data thread tokenizing a document must not hold the GIL (a single-text `backend.encode` does):
+    held, the training thread's tracing waits on it. With thread switching made all but impossible, the
+    main thread gets to run while another thread's `encode` is still working only if encode let go of the
+    GIL; the raw backend call, the control, finishes first."""
+    import sys
+    import threading
+
+    text = english_paragraph * 100  # 600 KB: ~0.3 s of tokenizing
+
+    def main_runs_during(encode) -> bool:
+        started, finished = threading.Event(), []
+        worker = threading.Thread(target=lambda: (started.set(), encode(text), finished.append(True)))
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1000.0)  # no forced switch: a thread gives up the GIL only by releasing it
+        try:
+            worker.start()
+            started.wait()
+            during = not finished  # the main thread runs again: is the worker still encoding?
+        finally:
+            sys.setswitchinterval(interval)
+            worker.join()
+        return during
+
+    assert main_runs_during(smollm2.encode)
+    assert not main_runs_during(lambda t: smollm2.backend.encode(t, add_special_tokens=False))
