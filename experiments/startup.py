@@ -7,10 +7,11 @@ first step (what happens after is not start-up). "to first step" is read off tha
 so it measures any version of the code the same way; this code's runs also write the phases of that
 time (imports, config, state, trace, compile, data, first step: t2mlr_jax/train/startup.py), which the
 tables show. Cold: a new, empty cache directory; warm: the same directory again, right after. With
---steady=N each training preset then also trains N steps from the warm cache, timed per step between its
-first and last logged records (logging and checkpoints included). Every repetition runs each preset's
-code variants one after the other, the order rotated per repetition; tables report medians, and ratios
-are the baseline's seconds over ours (> 1: ours is faster), the median of the per-repetition ratios.
+--steady=N each training preset then also trains N steps from the warm cache, timed per step (the median
+over 5-step intervals: logging and checkpoints included, an interval holding a compilation left out).
+Every repetition runs each preset's code variants one after the other, the order rotated per repetition;
+tables report medians, and ratios are the baseline's seconds over ours (> 1: ours is faster), the median
+of the per-repetition ratios.
 
   python experiments/startup.py                                  # every preset, 3 repetitions
   git worktree add /tmp/before 7c7146d
@@ -88,7 +89,9 @@ def run_once(
 ) -> dict:
     """One main.py run of `src`'s code: seconds to its first step and the phases the code wrote (none for
     code without startup.json), the run stopped there; or with `steps`, trained that far and timed per
-    step between its first and last logged training records (checkpoints and logging included)."""
+    step: the median over the intervals between its logged training records, every 5 steps (logging and
+    checkpoints included; an interval in which a new program compiled, e.g. the LRT's next sampled P,
+    does not move the median)."""
     config, extra, _ = PRESETS[preset]
     flags = extra() if callable(extra) else extra
     command = [
@@ -124,9 +127,8 @@ def run_once(
     if steps:
         logged = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
         train = [r for r in logged if r["split"] == "train"]
-        record["seconds_per_step"] = (train[-1]["time"] - train[0]["time"]) / (
-            train[-1]["step"] - train[0]["step"]
-        )
+        intervals = [(b["time"] - a["time"]) / (b["step"] - a["step"]) for a, b in zip(train, train[1:])]
+        record.update(seconds_per_step=float(np.median(intervals)), intervals=intervals)
     written = workdir / STARTUP
     if written.is_file():
         record.update(json.loads(written.read_text()))
