@@ -70,6 +70,11 @@ TRAINING_FREE = ("recirculation",)  # no train steps: no steady state to time
 PRESETS = {  # name -> (config, extra main.py flags, about)
     "t2mlr": ("configs/smollm135m_t2mlr.py:cpu", [], "T²MLR :cpu (3.3M parameters, 4 x 64)"),
     "lrt": ("configs/lrt_nanochat.py:cpu", [], "the LRT :cpu (MoE, Muon; 4 x 128)"),
+    "s5": (
+        "configs/s5_retrieval_t2mlr.py:cpu",
+        [],
+        "T²MLR :cpu on S5-retrieval, examples generated on the fly",
+    ),
     "recirculation": (
         "configs/recirculation.py:cpu",
         [],

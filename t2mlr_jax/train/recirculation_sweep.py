@@ -369,12 +369,12 @@ def run_sweep(config: ml_collections.ConfigDict, workdir: Path) -> dict:
                 startup.mark("state")
             raw = score(params(), batches, cell, scorer(model, cell, sweep.scoring), window)
             log.add(record(cell, raw, log.get(baseline)))
-            bar.update()
             if i == 0:  # its first cell's score includes tracing and compiling its program
                 startup.mark("first_step")
                 startup.write(
                     workdir, cell=_name(cell), compilation_cache=jax.config.jax_compilation_cache_dir
                 )
+            bar.update()
     grid = sorted((log.get(c) for c in sweep.grid), key=lambda r: r["change_pct"])
     checks = []
     for best in grid[: sweep.serial_check]:
