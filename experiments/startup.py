@@ -23,6 +23,7 @@ Writes runs.jsonl (one line per run), results.json and results.md (the tables, a
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -194,9 +195,7 @@ def markdown(table: dict, codes: list[str]) -> str:
 
 def main(argv: list[str]) -> None:
     parser = OneLineParser(
-        prog=SCRIPT,
-        description=__doc__,
-        formatter_class=lambda prog: __import__("argparse").RawDescriptionHelpFormatter(prog, width=110),
+        prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--presets", default=",".join(PRESETS), help=f"comma list of {', '.join(PRESETS)}")
     parser.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
