@@ -57,7 +57,7 @@ def test_a_run_stops_at_its_first_step_and_its_phases_add_up(tmp_path):
         startup.sys.executable, startup.ROOT, "t2mlr", tmp_path / "cache", tmp_path / "run", timeout=300
     )
     assert list(record["phases"]) == list(startup.PHASES) and record["step"] == 1
-    # the phases run from the process's start (read from /proc) to the first step's end; the bar showing
-    # that step is seen a moment later
-    assert 0 <= record["to_first_step"] - record["seconds"] < 1.0
+    # the phases run from the process's start (read from /proc in 10 ms clock ticks) to the first step's
+    # end; the bar showing that step is seen a moment later
+    assert -0.05 <= record["to_first_step"] - record["seconds"] < 1.0
     assert not (tmp_path / "run" / "summary.json").exists()  # stopped there
