@@ -42,10 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax
 from experiments.analysis_common import OneLineParser, fail  # noqa: E402
 from experiments.benchmarks.report import markdown_table  # noqa: E402
+from t2mlr_jax.train.startup import PHASES, STARTUP  # noqa: E402
 
 SCRIPT = "experiments/startup.py"
-STARTUP = "startup.json"  # t2mlr_jax.train.startup.STARTUP, read without importing JAX here
-PHASES = ("imports", "config", "state", "trace", "compile", "data", "first_step")
 FIRST_STEP = re.compile(rb"\|\s*1/\d+ \[")  # tqdm's bar at its first step: "| 1/20 ["
 
 
