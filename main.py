@@ -80,7 +80,8 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 def _config_problem(argv: list[str]) -> str | None:
     """A missing config file, or a --config.<field> override naming no field, with the nearest names."""
-    from t2mlr_jax.config_utils import config_module, did_you_mean, dotted_keys
+    from t2mlr_jax.config.edit import config_module, dotted_keys
+    from t2mlr_jax.registry import did_you_mean
 
     given = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
     path, _, preset = (given[-1] if given else DEMO_CONFIG).partition(":")
@@ -101,17 +102,16 @@ def _config_problem(argv: list[str]) -> str | None:
 
 
 def _training_free(config):
-    """What --mode=train runs for an architecture with nothing to train (recirculation's sweep), or None."""
-    import importlib
-
-    from t2mlr_jax.architectures import ARCHITECTURES, arch_names
+    """What --mode=train runs for an architecture with nothing to train (its registered study: recirculation's
+    sweep), or None."""
+    from t2mlr_jax.architectures import arch_names
 
     names = arch_names(config)
-    target = ARCHITECTURES.get(names[0]).training_free if len(names) == 1 else None
-    if target is None:
+    if len(names) != 1:
         return None
-    module, _, function = target.rpartition(".")
-    return getattr(importlib.import_module(module), function)
+    from t2mlr_jax.analysis import STUDIES
+
+    return STUDIES.get(names[0]) if names[0] in STUDIES else None
 
 
 def _setup(config, workdir: Path, mode: str):
@@ -144,7 +144,7 @@ def _setup(config, workdir: Path, mode: str):
 def _train(config, workdir: Path, runs: dict) -> None:
     import jax
 
-    from t2mlr_jax.train.compare import write_comparison
+    from t2mlr_jax.analysis.compare import write_comparison
     from t2mlr_jax.train.trainer import train
 
     started = time.time()
@@ -167,7 +167,7 @@ def _train(config, workdir: Path, runs: dict) -> None:
             sys.exit(RESUMABLE)
         print(f"{name}: {run.num_params} params, {_metrics_line(summaries[name]['eval'], config)}")
     if len(runs) > 1:
-        d = config.data.options.to_dict()
+        d = config.data.options
         trained = f"N {d['min_actions']}..{d['max_actions']}" if "max_actions" in d else ""
         write_comparison(workdir, summaries, title=f"{config.name}: {', '.join(runs)}", train_lengths=trained)
         print(
@@ -271,21 +271,25 @@ def _source(run, step: int) -> str:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.parallel.multihost import initialize_distributed
+    from t2mlr_jax.storage.checkpoint import AllCorruptError
+    from t2mlr_jax.storage.workdir_lock import WorkdirLockedError
     from t2mlr_jax.train import startup
-    from t2mlr_jax.train.checkpoint import AllCorruptError
     from t2mlr_jax.train.compilation_cache import enable_compilation_cache
     from t2mlr_jax.train.trainer import NoCheckpointError, NonFiniteError
-    from t2mlr_jax.train.workdir_lock import WorkdirLockedError
 
     startup.mark("imports")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax and grain log every file at INFO
-    config = _CONFIG.value
+    try:
+        config = resolve(_CONFIG.value)  # typed from here on: every field checked before anything is built
+    except (ValueError, KeyError) as e:
+        _fail(e)
     workdir = Path(_WORKDIR.value or Path("workdir") / config.name)
     try:
         initialize_distributed()  # multi-process launches (TPU pod, SLURM, explicit); nothing on one host
-        enable_compilation_cache(config.get("compilation_cache"))
+        enable_compilation_cache(config.compilation_cache)
         training_free = _training_free(config)
         if training_free is not None and _MODE.value == "train":
             print(f"{config.arch} has nothing to train: running its sweep into {workdir}", flush=True)

@@ -3,7 +3,7 @@
 {question, steps, answer} (JSONL/JSON/parquet); greedy generation, the answer after "###" compared.
 --config.init_from is required (SmolLM2-135M as an HF folder or .gguf).
 
-Presets (t2mlr_jax.config_utils.finetuning):
+Presets (configs.recipes.finetuning):
   release  (the default) scripts/gsm8k/train_gsm8k.sh: LR 5e-4, AdamW (0.9, 0.99), wd 0.01, 3% warmup,
            cosine to 1%, batch 256 (64 x 4 accumulation), one epoch of the training file
   paper    the paper (Section 4.3, Table 14, Appendix F.3): LR 5e-5, AdamW (0.9, 0.999), cosine (to 0),
@@ -13,7 +13,7 @@ Presets (t2mlr_jax.config_utils.finetuning):
 
 from pathlib import Path
 
-from t2mlr_jax.config_utils import finetuning
+from configs.recipes import finetuning
 
 SAMPLE = str(Path(__file__).resolve().parent / "samples" / "gsm8k_aug.jsonl")
 

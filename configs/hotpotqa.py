@@ -2,7 +2,7 @@
 data.train_path / data.eval_path, rows {question, context, steps|cot, answer}; the answer after "###"
 compared. --config.init_from is required (SmolLM2-135M as an HF folder or .gguf).
 
-Presets (t2mlr_jax.config_utils.finetuning):
+Presets (configs.recipes.finetuning):
   release  (the default) what the release runs: scripts/hotpotqa/train_hotpotqa.sh as bash evaluates it,
            with its sweep_params.yaml's T²MLR run (L_START 1, RECURRENT_RESIDUAL_TO_RECURRENT_CACHE True) on
            the 2 GPUs it requests (#SBATCH --gres=gpu:2). Window l_start 1 (l_end -2), D=16, B=8, every
@@ -26,7 +26,7 @@ Presets (t2mlr_jax.config_utils.finetuning):
 
 from pathlib import Path
 
-from t2mlr_jax.config_utils import finetuning
+from configs.recipes import finetuning
 
 SAMPLE = str(Path(__file__).resolve().parent / "samples" / "hotpotqa.jsonl")
 

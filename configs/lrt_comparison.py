@@ -28,7 +28,7 @@ from pathlib import Path
 
 from t2mlr_jax.architectures.contract import backbone_config
 from t2mlr_jax.architectures.looped import block_order
-from t2mlr_jax.config_utils import config_module, set_path
+from t2mlr_jax.config.edit import config_module, set_path
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,15 +17,9 @@ Ablations: --config.lrt.feedback=residual|kv|both|none, --config.lrt.shared_proj
 Example: python main.py --config=configs/lrt_nanochat.py:cpu --workdir=runs/lrt_cpu
 """
 
-from t2mlr_jax.config_utils import (
-    OFFLINE_HINT,
-    apply_preset,
-    backbone_preset,
-    experiment,
-    set_path,
-    shakespeare_split,
-    smollm2_tokenizer,
-)
+from configs.recipes import OFFLINE_HINT, backbone_preset, shakespeare_split, smollm2_tokenizer
+from t2mlr_jax.config.edit import apply_preset, set_path
+from t2mlr_jax.experiment import experiment
 from t2mlr_jax.model.config import nanochat
 from t2mlr_jax.train.optimizer import MUON_RECIPE
 

@@ -2,7 +2,7 @@
 code l_start 1, D=8, B=4; examples generated on the fly; greedy generation, scored as a valid shortest
 proof with the right answer. --config.init_from is required (SmolLM2-135M as an HF folder or .gguf).
 
-Presets (t2mlr_jax.config_utils.finetuning):
+Presets (configs.recipes.finetuning):
   release  (the default) scripts/prosqa/train_prosqa.sh: LR 5e-4, AdamW (0.9, 0.99), wd 0.01, 5% warmup,
            cosine to 1%, batch 128 (16 x 8 accumulation), 0.6 epochs (its NUM_TRAIN_EPOCHS) of a training
            set of ProsQA's size (17,886 examples, Hao et al. 2024; the release's ProsQA-Hard file is not
@@ -10,7 +10,7 @@ Presets (t2mlr_jax.config_utils.finetuning):
   paper    AdamW (0.9, 0.999) (the paper's finetuning recipe, Appendix F.3)
   baseline, cpu (the shipped SmolLM2-135M-Instruct GGUF, small graphs)."""
 
-from t2mlr_jax.config_utils import finetuning
+from configs.recipes import finetuning
 
 
 def get_config(arg=None):

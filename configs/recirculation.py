@@ -31,13 +31,9 @@ Presets:
             pathway of recirculation.source / destination; `adaptive,cpu` is a 4-step smoke run
 """
 
-from t2mlr_jax.config_utils import (
-    OFFLINE_HINT,
-    apply_preset,
-    experiment,
-    shakespeare_split,
-    smollm2_tokenizer,
-)
+from configs.recipes import OFFLINE_HINT, shakespeare_split, smollm2_tokenizer
+from t2mlr_jax.config.edit import apply_preset
+from t2mlr_jax.experiment import experiment
 from t2mlr_jax.model.config import smollm2_135m
 from t2mlr_jax.model.recirculation_mix import SCHEMES
 

@@ -18,7 +18,8 @@ Two sources, one preset each (comma-combinable, applied in order):
   demo       `make demo` / `python main.py`: cpu for T²MLR and the parameter-matched transformer, compared
 """
 
-from t2mlr_jax.config_utils import apply_preset, experiment
+from t2mlr_jax.config.edit import apply_preset
+from t2mlr_jax.experiment import experiment
 from t2mlr_jax.model.config import s5_tiny
 
 PAPER = {"model.num_layers": 4, "optimizer.lr": 1e-3, "train.batch_size": 64, "train.steps": 150_000}

@@ -4,7 +4,7 @@ keeps SmolLM2-360M's 32 layers and widens it (1536 wide, 24 / 8 heads, MLP 4608:
 with the fusion, the parameter-matched baseline 0.971B). Presets as in
 smollm135m_t2mlr.py (w1_32, w5_28, w13_20)."""
 
-from t2mlr_jax.config_utils import pretraining
+from configs.recipes import pretraining
 from t2mlr_jax.model.config import smollm2_360m
 
 

@@ -3,7 +3,7 @@
 backbone alone is 361.8M, the figure the paper reports); the parameter-matched baseline 367.9M.
 Presets as in smollm135m_t2mlr.py (w1_32, w5_28, w13_20)."""
 
-from t2mlr_jax.config_utils import pretraining
+from configs.recipes import pretraining
 from t2mlr_jax.model.config import smollm2_360m
 
 

@@ -2,14 +2,14 @@
 (l_end -2), D=8, B=4; examples generated on the fly; greedy generation, exact match on the value.
 --config.init_from is required (SmolLM2-135M as an HF folder or .gguf).
 
-Presets (t2mlr_jax.config_utils.finetuning):
+Presets (configs.recipes.finetuning):
   release  (the default) scripts/variable_assignment/train_variable_assignment.sh: LR 5e-4, AdamW
            (0.9, 0.99), wd 0.01, 5% warmup, cosine to 1%, batch 256 (128 x 2 accumulation), one epoch of
            its generator's 200,000 training examples (781 steps)
   paper    AdamW (0.9, 0.999) (the paper's finetuning recipe, Appendix F.3)
   baseline, cpu (the shipped SmolLM2-135M-Instruct GGUF, short rows)."""
 
-from t2mlr_jax.config_utils import finetuning
+from configs.recipes import finetuning
 
 
 def get_config(arg=None):

@@ -6,8 +6,6 @@ A new variant is one module here (or anywhere imported before the config is buil
 
 from __future__ import annotations
 
-import ml_collections
-
 from t2mlr_jax.architectures import (  # noqa: F401  (registers the built-ins)
     looped,
     lrt,
@@ -23,11 +21,12 @@ from t2mlr_jax.architectures.contract import (
     register_architecture,
     with_layers_apart,
 )
+from t2mlr_jax.config.sections import Experiment
 
 __all__ = ["ARCHITECTURES", "Architecture", "arch_names", "build_architecture", "register_architecture"]
 
 
-def arch_names(config: ml_collections.ConfigDict) -> list[str]:
+def arch_names(config: Experiment) -> list[str]:
     """config.arch as a list: one name, or a comma list to train each and compare them."""
     names = [n.strip() for n in config.arch.split(",") if n.strip()]
     for name in names:
@@ -37,7 +36,7 @@ def arch_names(config: ml_collections.ConfigDict) -> list[str]:
     return names
 
 
-def build_architecture(config: ml_collections.ConfigDict, name: str | None = None) -> Architecture:
+def build_architecture(config: Experiment, name: str | None = None) -> Architecture:
     """The architecture `name` (default: config.arch, a single name) with freshly drawn weights."""
     name = name or config.arch
     arch = ARCHITECTURES.get(name).build(config)

@@ -25,12 +25,12 @@ from typing import Any, Protocol, runtime_checkable
 import flax.struct
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 from jaxtyping import Array, Float, Int
 
+from t2mlr_jax.config.sections import SECTIONS, Experiment, register_section
 from t2mlr_jax.model import layer_layout
-from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
+from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import RECURRENT
 from t2mlr_jax.model.generate import GREEDY, Decoder, GenerateOutput, Sampling, generate_with
 from t2mlr_jax.model.layers import MLPS
@@ -210,19 +210,14 @@ def with_layers_apart(arch: Architecture) -> Architecture:
 
 @dataclasses.dataclass(frozen=True)
 class ArchitectureEntry:
-    """A registered architecture: its builder and the defaults of its own config section (`section`,
-    shared by aliases such as middle_looped, which reads `looped`). `identity`: which of the section's
-    fields shape the saved state, so that a workdir trained with other values is refused: True (all),
-    False (none: how T²MLR is trained or decoded may change on resume) or a tuple of field names.
-    `training_free`: for an architecture with nothing to train, the dotted name of the function
-    (config, workdir) -> results that main.py's --mode=train runs instead of the trainer (recirculation:
-    its sweep, in the train layer, which this layer does not import)."""
+    """A registered architecture: its builder and the name of its own config section (`section`, shared by
+    aliases such as middle_looped, which reads `looped`). `identity`: which of the section's fields shape
+    the saved state, so that a workdir trained with other values is refused: True (all), False (none: how
+    T²MLR is trained or decoded may change on resume) or a tuple of field names."""
 
-    build: Callable[[ml_collections.ConfigDict], Architecture]
+    build: Callable[[Experiment], Architecture]
     section: str | None = None
-    defaults: dict = dataclasses.field(default_factory=dict)
     identity: bool | tuple[str, ...] = True
-    training_free: str | None = None
 
 
 ARCHITECTURES: Registry = Registry("architecture")
@@ -232,28 +227,30 @@ def register_architecture(
     name: str,
     build: Callable,
     *,
+    settings: type | None = None,
     section: str | None = None,
-    defaults: dict | None = None,
     identity: bool | tuple[str, ...] = True,
-    training_free: str | None = None,
 ) -> None:
-    """Register `build(config) -> Architecture` under `name`; `defaults` become config section `section`."""
-    ARCHITECTURES.register(
-        name, ArchitectureEntry(build, section, dict(defaults or {}), identity, training_free)
-    )
+    """Register `build(experiment) -> Architecture` under `name`. `settings`, a frozen dataclass, becomes
+    its config section (`section`, default `name`: experiment.<section> in the builder); an alias names
+    the section of one registered before it instead."""
+    if settings is not None:
+        section = section or name
+        register_section(section, settings)
+    elif section is not None:
+        SECTIONS.get(section)  # an alias of a section nobody registered: one error now
+    ARCHITECTURES.register(name, ArchitectureEntry(build, section, identity))
 
 
-def backbone_config(config: ml_collections.ConfigDict, *, recurrent: bool = True) -> ModelConfig:
+def backbone_config(config: Experiment, *, recurrent: bool = True) -> ModelConfig:
     """The ModelConfig of the `model` section; `recurrent=False` drops the recurrence (plain transformer)."""
-    fields = {k: v for k, v in config.model.to_dict().items() if k != "recurrence"}
-    recurrence = RecurrenceConfig(**config.model.recurrence.to_dict()) if recurrent else None
-    return ModelConfig(**fields, recurrence=recurrence).validate()
+    return (config.model if recurrent else config.model.replace(recurrence=None)).validate()
 
 
 RANDOM_INIT = "random"  # config.init_from: random weights, on purpose (see require_init_from)
 
 
-def pretrained_path(config: ml_collections.ConfigDict) -> str:
+def pretrained_path(config: Experiment) -> str:
     """The checkpoint config.init_from names, "" when the weights start random (unset, "" or "random")."""
     return "" if config.init_from in (None, RANDOM_INIT) else config.init_from
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import random
 
-import ml_collections
+from t2mlr_jax.config.sections import Experiment
 
 
-def depth_values(config: ml_collections.ConfigDict) -> list[int] | None:
+def depth_values(config: Experiment) -> list[int] | None:
     """The depths t2mlr.d_forward_values allows, or None when D is fixed; one clear error for a bad spec."""
     spec, minimum = str(config.t2mlr.d_forward_values).strip(), config.t2mlr.d_forward_min
     if not spec:

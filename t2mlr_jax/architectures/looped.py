@@ -18,7 +18,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.architectures.contract import (
@@ -31,6 +30,7 @@ from t2mlr_jax.architectures.contract import (
     stack_layer_stats,
 )
 from t2mlr_jax.architectures.t2mlr import baseline_backbone
+from t2mlr_jax.config.sections import Experiment, at_least
 from t2mlr_jax.model import flops
 from t2mlr_jax.model.backbone import advance, embed, head, init_cache, run_blocks
 from t2mlr_jax.model.config import ModelConfig, resolve_range
@@ -120,7 +120,7 @@ class LoopedDecoder:
 
 
 def _builder(name: str):
-    def build(config: ml_collections.ConfigDict) -> Architecture:
+    def build(config: Experiment) -> Architecture:
         loop = dict(start=config.looped.start, end=config.looped.end, repeats=config.looped.repeats)
         model = baseline_backbone(config, param_specs, carries_mlp_state=True)
         loop_range(model, loop["start"], loop["end"])  # reject a bad range before anything is traced
@@ -158,7 +158,17 @@ def _builder(name: str):
     return build
 
 
-register_architecture(
-    "looped", _builder("looped"), section="looped", defaults=dict(start=0, end=-1, repeats=2)
-)
+@dataclasses.dataclass(frozen=True)
+class LoopedSettings:
+    """Blocks [start, end] (0-based, negative from the end) run `repeats` times (config section `looped`)."""
+
+    start: int = 0
+    end: int = -1
+    repeats: int = 2
+
+    def __post_init__(self):
+        at_least("looped.repeats", self.repeats, 1)
+
+
+register_architecture("looped", _builder("looped"), settings=LoopedSettings)
 register_architecture("middle_looped", _builder("middle_looped"), section="looped")

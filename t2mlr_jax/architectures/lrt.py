@@ -40,7 +40,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 from jaxtyping import Array, Bool, Float, Int
 
 from t2mlr_jax.architectures.contract import (
@@ -64,6 +63,7 @@ from t2mlr_jax.architectures.thought_slots import (
     shift,
     vocabulary_prefix,
 )
+from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.model import flops
 from t2mlr_jax.model.backbone import (
     Feedback,
@@ -86,18 +86,22 @@ FEEDBACK_MODES = ("both", "residual", "kv", "none")
 SUPERVISE = ("all", "last")
 EVAL_MODES = ("exact", "parallel")
 PASSES, PASS_PROBS = (1, 2, 3, 4), (0.4, 0.3, 0.2, 0.1)  # the paper's P distribution, E[P] = 2
-LRT_DEFAULTS = dict(
-    feedback="both",  # both | residual | kv | none (the plain backbone)
-    shared_projections=False,  # W_k^fb / W_v^fb shared by every layer instead of one pair per layer
+
+
+@dataclasses.dataclass(frozen=True)
+class LRTSettings:
+    """The LRT's config section `lrt` (checked against the model by `check_settings` when built)."""
+
+    feedback: str = "both"  # both | residual | kv | none (the plain backbone)
+    shared_projections: bool = False  # W_k^fb / W_v^fb shared by every layer instead of one pair per layer
     # Thought counts K drawn uniformly per training step: (0,) the LRT, (0, 1) TT1, (0, 1, 2) TT2.
-    thoughts=(0,),
-    cross_token=True,  # the last state of token t-1's interval feeds token t (False: Table 3's ablation)
-    passes=PASSES,  # refinement pass counts P (after pass 0) sampled per training step ...
-    pass_probs=PASS_PROBS,  # ... with these probabilities
-    supervise="all",  # loss averaged over the supervised passes (pass 0 unless thought slots) | the last
-    eval_mode="exact",  # teacher-forced eval: exact sequential recurrence | parallel refinement
-    eval_passes=4,  # parallel eval only
-)
+    thoughts: tuple[int, ...] = (0,)
+    cross_token: bool = True  # token t-1's interval's last state feeds token t (False: Table 3's ablation)
+    passes: tuple[int, ...] = PASSES  # refinement pass counts P (after pass 0) sampled per training step ...
+    pass_probs: tuple[float, ...] = PASS_PROBS  # ... with these probabilities
+    supervise: str = "all"  # loss averaged over the supervised passes (pass 0 unless thought slots) | last
+    eval_mode: str = "exact"  # teacher-forced eval: exact sequential recurrence | parallel refinement
+    eval_passes: int = 4  # parallel eval only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,7 +391,7 @@ def train_flops(cfg: LRTConfig, seq_len: int, draw: Draw, supervise_all: bool) -
     return flops.train(forward + flops.head_flops(model, heads))
 
 
-def check_settings(s: ml_collections.ConfigDict, model: ModelConfig, section: str = "lrt") -> None:
+def check_settings(s: LRTSettings, model: ModelConfig, section: str = "lrt") -> None:
     """One clear error for each bad setting of an LRT-like section, before anything is traced."""
     if s.feedback not in FEEDBACK_MODES:
         raise ValueError(f"{section}.feedback must be one of {FEEDBACK_MODES}, got {s.feedback!r}")
@@ -417,9 +421,9 @@ def check_settings(s: ml_collections.ConfigDict, model: ModelConfig, section: st
 
 
 def build_lrt(
-    config: ml_collections.ConfigDict,
+    config: Experiment,
     name: str,
-    s: ml_collections.ConfigDict,
+    s: LRTSettings,
     *,
     section: str,
     thought_model: bool,
@@ -488,7 +492,7 @@ def build_lrt(
     )
 
 
-def _build(config: ml_collections.ConfigDict) -> Architecture:
+def _build(config: Experiment) -> Architecture:
     s = config.lrt
     return build_lrt(config, "lrt", s, section="lrt", thought_model=max(s.thoughts) > 0)
 
@@ -498,7 +502,6 @@ def _build(config: ml_collections.ConfigDict) -> Architecture:
 register_architecture(
     "lrt",
     _build,
-    section="lrt",
-    defaults=LRT_DEFAULTS,
+    settings=LRTSettings,
     identity=("feedback", "shared_projections", "thoughts"),
 )

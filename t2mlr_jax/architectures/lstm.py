@@ -6,15 +6,16 @@ time carries (h, c). The state resets to zero at a document start (position 0), 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.architectures.contract import Architecture, register_architecture
 from t2mlr_jax.architectures.recompute import recompute_architecture
+from t2mlr_jax.config.sections import Experiment, at_least
 from t2mlr_jax.model.recurrence import Layout
 from t2mlr_jax.model.spec import ParamSpec, normal
 
@@ -58,10 +59,22 @@ def lstm_forward(params: dict, tokens: Int[Array, "B T"], layout: Layout) -> Flo
     return jnp.einsum("bth,vh->btv", x, params["embed_tokens"], preferred_element_type=jnp.float32)
 
 
-def _build(config: ml_collections.ConfigDict) -> Architecture:
+def _build(config: Experiment) -> Architecture:
     c = config.lstm
     specs = lstm_specs(vocab_size=config.model.vocab_size, hidden=c.hidden, layers=c.layers)
     return recompute_architecture("lstm", specs, "float32", lstm_forward)
 
 
-register_architecture("lstm", _build, section="lstm", defaults=dict(hidden=360, layers=4))
+@dataclasses.dataclass(frozen=True)
+class LSTMSettings:
+    """The LSTM baseline's size (config section `lstm`)."""
+
+    hidden: int = 360
+    layers: int = 4
+
+    def __post_init__(self):
+        at_least("lstm.hidden", self.hidden, 1)
+        at_least("lstm.layers", self.layers, 1)
+
+
+register_architecture("lstm", _build, settings=LSTMSettings)

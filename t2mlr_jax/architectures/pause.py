@@ -3,13 +3,15 @@ prediction for a token is read at its last pause (Goyal et al., the paper's "pau
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
-import ml_collections
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.architectures.contract import Architecture, register_architecture
 from t2mlr_jax.architectures.recompute import recompute_architecture
 from t2mlr_jax.architectures.t2mlr import baseline_backbone
+from t2mlr_jax.config.sections import Experiment, at_least
 from t2mlr_jax.model.backbone import embed, head, run_blocks
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import param_specs
@@ -46,10 +48,8 @@ def pause_forward(
     return head(cfg, params, h.reshape(b, t, group, -1)[:, :, -1])
 
 
-def _build(config: ml_collections.ConfigDict) -> Architecture:
+def _build(config: Experiment) -> Architecture:
     model, num_pause = baseline_backbone(config, pause_specs), config.pause.tokens
-    if num_pause < 1:
-        raise ValueError(f"pause.tokens must be >= 1, got {num_pause}")
     logits_fn = lambda params, tokens, layout: pause_forward(
         model, params, tokens, layout, num_pause=num_pause
     )
@@ -60,4 +60,14 @@ def _build(config: ml_collections.ConfigDict) -> Architecture:
     )  # fmt: skip
 
 
-register_architecture("pause", _build, section="pause", defaults=dict(tokens=2))
+@dataclasses.dataclass(frozen=True)
+class PauseSettings:
+    """Pause tokens after each token (config section `pause`)."""
+
+    tokens: int = 2
+
+    def __post_init__(self):
+        at_least("pause.tokens", self.tokens, 1)
+
+
+register_architecture("pause", _build, settings=PauseSettings)

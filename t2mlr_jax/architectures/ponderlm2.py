@@ -19,44 +19,38 @@ default is the depth-versus-time paper's P distribution (E[P] = 2, as the LRT ro
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
-import ml_collections
-
 from t2mlr_jax.architectures.contract import Architecture, register_architecture
-from t2mlr_jax.architectures.lrt import PASS_PROBS, PASSES, build_lrt
-
-PONDERLM2_DEFAULTS = dict(
-    thoughts=(1,),  # thought counts K drawn uniformly per step (the paper's rows: (1,) and (2,))
-    passes=PASSES,  # refinement pass counts P ...
-    pass_probs=PASS_PROBS,  # ... and their probabilities (the depth-versus-time paper: as the LRT's)
-    embed_scale=False,  # token embeddings x sqrt(2.5 H)
-)
+from t2mlr_jax.architectures.lrt import PASS_PROBS, PASSES, LRTSettings, build_lrt
+from t2mlr_jax.config.sections import Experiment
 
 
-def _build(config: ml_collections.ConfigDict) -> Architecture:
+@dataclasses.dataclass(frozen=True)
+class PonderLM2Settings:
+    """PonderLM-2's config section `ponderlm2`; the rest of its LRT settings are fixed (`_build`)."""
+
+    thoughts: tuple[int, ...] = (1,)  # thought counts K drawn uniformly per step (the paper's: (1,), (2,))
+    passes: tuple[int, ...] = PASSES  # refinement pass counts P ...
+    pass_probs: tuple[float, ...] = PASS_PROBS  # ... and their probabilities (as the LRT's)
+    embed_scale: bool = False  # token embeddings x sqrt(2.5 H)
+
+
+def _build(config: Experiment) -> Architecture:
     s = config.ponderlm2
-    fixed = ml_collections.ConfigDict(
-        dict(
-            feedback="none",
-            shared_projections=False,
-            thoughts=tuple(s.thoughts),
-            cross_token=False,
-            passes=tuple(s.passes),
-            pass_probs=tuple(s.pass_probs),
-            supervise="last",
-            eval_mode="exact",
-            eval_passes=1,
-        )
+    fixed = LRTSettings(
+        feedback="none",
+        thoughts=s.thoughts,
+        cross_token=False,
+        passes=s.passes,
+        pass_probs=s.pass_probs,
+        supervise="last",
+        eval_mode="exact",
+        eval_passes=1,
     )
     scale = math.sqrt(2.5 * config.model.hidden_size) if s.embed_scale else 1.0
     return build_lrt(config, "ponderlm2", fixed, section="ponderlm2", thought_model=True, embed_scale=scale)
 
 
-register_architecture(
-    "ponderlm2",
-    _build,
-    section="ponderlm2",
-    defaults=PONDERLM2_DEFAULTS,
-    identity=("thoughts", "embed_scale"),
-)
+register_architecture("ponderlm2", _build, settings=PonderLM2Settings, identity=("thoughts", "embed_scale"))

@@ -12,8 +12,9 @@ Both read the `recirculation` section (below); `stack` chooses the paper's two-s
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
-import ml_collections
 
 from t2mlr_jax.architectures.contract import (
     Architecture,
@@ -24,6 +25,7 @@ from t2mlr_jax.architectures.contract import (
     register_architecture,
 )
 from t2mlr_jax.architectures.t2mlr import stateless
+from t2mlr_jax.config.sections import Experiment, one_of
 from t2mlr_jax.model.generate import T2MLRDecoder
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.recirculation import (
@@ -37,42 +39,48 @@ from t2mlr_jax.model.recirculation import (
 from t2mlr_jax.model.recirculation_mix import Recirculation, adaptive_specs
 from t2mlr_jax.model.spec import freeze
 
-DEFAULTS = dict(
+
+@dataclasses.dataclass(frozen=True)
+class RecirculationSettings:
+    """The pathway (config section `recirculation`, read by both architectures) and the sweep."""
+
     # Blocks, 0-based: the output of block `source` folded into the output of block `destination`
     # (HF hidden_states[source + 1] into hidden_states[destination + 1]); the paper's best Gemma3 1B pair.
-    source=11,
-    destination=4,
-    alpha=0.1,
-    scheme="ratio",  # none | ratio | nonconvex | renorm | orthogonal | slerp
-    ramp=False,  # alpha x min(t / 10, 1) at position t
-    stack="two",  # two (the paper: a second pass per token) | single (T²MLR's path, parameter-free)
-    evaluation="serial",  # two-stack scoring / prefill: serial (exact) | parallel (Jacobi passes)
-    parallel_tol=1e-4,  # parallel: stop when no source state moves by more than this (relative)
-    parallel_max_passes=16,
-    temperature=1.0,  # logits / temperature (the paper's control: 1.2)
-    adaptive_hidden=0,  # recirculation_adaptive: the MLP's width; 0 = hidden_size
+    source: int = 11
+    destination: int = 4
+    alpha: float = 0.1
+    scheme: str = "ratio"  # none | ratio | nonconvex | renorm | orthogonal | slerp
+    ramp: bool = False  # alpha x min(t / 10, 1) at position t
+    stack: str = "two"  # two (the paper: a second pass per token) | single (T²MLR's path, parameter-free)
+    evaluation: str = "serial"  # two-stack scoring / prefill: serial (exact) | parallel (Jacobi passes)
+    parallel_tol: float = 1e-4  # parallel: stop when no source state moves by more than this (relative)
+    parallel_max_passes: int = 16
+    temperature: float = 1.0  # logits / temperature (the paper's control: 1.2)
+    adaptive_hidden: int = 0  # recirculation_adaptive: the MLP's width; 0 = hidden_size
     # The sweep (--mode=train of arch recirculation; experiments/recirculation.py)
-    sweep_alphas="0.04,0.07,0.10,0.16",
-    sweep_schemes="ratio",
-    sweep_max_gap=12,  # pairs with destination < source <= destination + max_gap
-    sweep_stride=1,  # every stride-th source and destination block
-    sweep_controls=True,  # temperature and training-free looping beside the grid
-    sweep_control_temperature=1.2,
-    sweep_serial_check=2,  # best cells also scored serially (passes, perplexity gap, speed-up); 0 = none
-)
+    sweep_alphas: str = "0.04,0.07,0.10,0.16"
+    sweep_schemes: str = "ratio"
+    sweep_max_gap: int = 12  # pairs with destination < source <= destination + max_gap
+    sweep_stride: int = 1  # every stride-th source and destination block
+    sweep_controls: bool = True  # temperature and training-free looping beside the grid
+    sweep_control_temperature: float = 1.2
+    sweep_serial_check: int = (
+        2  # best cells also scored serially (passes, perplexity gap, speed-up); 0 = none
+    )
+
+    def __post_init__(self):
+        one_of("recirculation.stack", self.stack, STACKS)
+        one_of("recirculation.evaluation", self.evaluation, EVALUATIONS)
+        if self.parallel_max_passes < 1 or self.parallel_tol < 0 or self.temperature <= 0:
+            raise ValueError(
+                "recirculation: parallel_max_passes must be >= 1, parallel_tol >= 0 and temperature > 0, got "
+                f"{self.parallel_max_passes}, {self.parallel_tol}, {self.temperature}"
+            )
 
 
-def settings(config: ml_collections.ConfigDict, num_layers: int, *, adaptive: bool = False) -> Recirculation:
-    """The section's pathway, checked (one clear error before anything compiles)."""
+def settings(config: Experiment, num_layers: int, *, adaptive: bool = False) -> Recirculation:
+    """The section's pathway, checked against the model (one clear error before anything compiles)."""
     s = config.recirculation
-    for name, value, choices in (("stack", s.stack, STACKS), ("evaluation", s.evaluation, EVALUATIONS)):
-        if value not in choices:
-            raise ValueError(f"recirculation.{name} must be one of {choices}, got {value!r}")
-    if s.parallel_max_passes < 1 or s.parallel_tol < 0 or s.temperature <= 0:
-        raise ValueError(
-            "recirculation: parallel_max_passes must be >= 1, parallel_tol >= 0 and temperature > 0, got "
-            f"{s.parallel_max_passes}, {s.parallel_tol}, {s.temperature}"
-        )
     if adaptive and s.stack != "two":
         raise ValueError(
             "recirculation_adaptive trains the two-stack's mix: recirculation.stack must be 'two'"
@@ -82,7 +90,7 @@ def settings(config: ml_collections.ConfigDict, num_layers: int, *, adaptive: bo
     return rc
 
 
-def _build(config: ml_collections.ConfigDict, *, adaptive: bool) -> Architecture:
+def _build(config: Experiment, *, adaptive: bool) -> Architecture:
     model = stateless(backbone_config(config, recurrent=False))
     rc = settings(config, model.num_layers, adaptive=adaptive)
     s = config.recirculation
@@ -127,9 +135,7 @@ def _build(config: ml_collections.ConfigDict, *, adaptive: bool) -> Architecture
 register_architecture(
     "recirculation",
     lambda config: _build(config, adaptive=False),
-    section="recirculation",
-    defaults=DEFAULTS,
-    training_free="t2mlr_jax.train.recirculation_sweep.run_sweep",
+    settings=RecirculationSettings,
 )
 register_architecture(
     "recirculation_adaptive", lambda config: _build(config, adaptive=True), section="recirculation"

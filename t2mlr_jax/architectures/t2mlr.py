@@ -12,7 +12,6 @@ import dataclasses
 from collections.abc import Callable
 
 import jax.numpy as jnp
-import ml_collections
 
 from t2mlr_jax.architectures.contract import (
     Architecture,
@@ -24,6 +23,7 @@ from t2mlr_jax.architectures.contract import (
     register_architecture,
 )
 from t2mlr_jax.architectures.depth_sampling import depth_values, draw_at
+from t2mlr_jax.config.sections import Experiment, one_of
 from t2mlr_jax.model import flops
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import ModelConfig, check_depths
@@ -34,15 +34,25 @@ from t2mlr_jax.model.recurrence import forward
 from t2mlr_jax.model.spec import count_specs, matched_width
 
 FORWARD_MODES = ("jacobi", "exact")
-T2MLR_DEFAULTS = dict(
-    forward_mode="jacobi",  # training: jacobi (the release) | exact (token by token)
-    bptt=0,  # exact training: truncation B of backpropagation through time; 0 = full
-    d_forward_values="",  # sample D per step: "N" (d_forward_min..N) or "8,16,32"; "" = model's D
-    d_forward_min=1,
-    eval_mode="exact",  # teacher-forced evaluation: exact recurrence (the release) | jacobi
-    prefill="exact",  # generation prefill: exact | jacobi (prefill_passes passes, the paper's Table 8)
-    prefill_passes=8,
-)
+
+
+@dataclasses.dataclass(frozen=True)
+class T2MLRSettings:
+    """How T²MLR is trained, evaluated and decoded (config section `t2mlr`)."""
+
+    forward_mode: str = "jacobi"  # training: jacobi (the release) | exact (token by token)
+    bptt: int = 0  # exact training: truncation B of backpropagation through time; 0 = full
+    d_forward_values: str = ""  # sample D per step: "N" (d_forward_min..N) or "8,16,32"; "" = model's D
+    d_forward_min: int = 1
+    eval_mode: str = "exact"  # teacher-forced evaluation: exact recurrence (the release) | jacobi
+    prefill: str = "exact"  # generation prefill: exact | jacobi (prefill_passes passes, the paper's Table 8)
+    prefill_passes: int = 8
+
+    def __post_init__(self):
+        one_of("t2mlr.forward_mode", self.forward_mode, FORWARD_MODES)
+        one_of("t2mlr.eval_mode", self.eval_mode, FORWARD_MODES)
+        one_of("t2mlr.prefill", self.prefill, generation.PREFILLS)
+        check_depths(self.prefill_passes, 0)  # Jacobi prefill passes
 
 
 def stateless(model: ModelConfig) -> ModelConfig:
@@ -56,18 +66,10 @@ def stateless(model: ModelConfig) -> ModelConfig:
     return model
 
 
-def backbone_architecture(
-    name: str, model: ModelConfig, settings: ml_collections.ConfigDict | None
-) -> Architecture:
+def backbone_architecture(name: str, model: ModelConfig, settings: T2MLRSettings | None) -> Architecture:
     """The backbone as an architecture; `settings` (config.t2mlr) says how a recurrent one runs."""
     stateless(model)
-    s = ml_collections.ConfigDict(T2MLR_DEFAULTS) if settings is None else settings
-    for where, mode in (("t2mlr.forward_mode", s.forward_mode), ("t2mlr.eval_mode", s.eval_mode)):
-        if mode not in FORWARD_MODES:
-            raise ValueError(f"{where} must be one of {FORWARD_MODES}, got {mode!r}")
-    if s.prefill not in generation.PREFILLS:
-        raise ValueError(f"t2mlr.prefill must be one of {generation.PREFILLS}, got {s.prefill!r}")
-    check_depths(s.prefill_passes, 0)  # Jacobi prefill passes
+    s = settings or T2MLRSettings()
     decoder = generation.T2MLRDecoder(model, s.prefill, s.prefill_passes)
     adaptive = model.recurrence is not None and bool(model.recurrence.jacobi_tolerance)
 
@@ -102,7 +104,7 @@ def backbone_architecture(
 
 
 def baseline_backbone(
-    config: ml_collections.ConfigDict,
+    config: Experiment,
     specs_at: Callable[[ModelConfig], dict],
     *,
     carries_mlp_state: bool = False,
@@ -131,7 +133,7 @@ def baseline_backbone(
     return plain.replace(hidden_size=width).validate()
 
 
-def _t2mlr(config: ml_collections.ConfigDict) -> Architecture:
+def _t2mlr(config: Experiment) -> Architecture:
     arch = backbone_architecture("t2mlr", backbone_config(config), config.t2mlr)
     depths = depth_values(config)
     if depths is None:
@@ -141,9 +143,9 @@ def _t2mlr(config: ml_collections.ConfigDict) -> Architecture:
     )
 
 
-def _transformer(config: ml_collections.ConfigDict) -> Architecture:
+def _transformer(config: Experiment) -> Architecture:
     return backbone_architecture("transformer", baseline_backbone(config, param_specs), None)
 
 
-register_architecture("t2mlr", _t2mlr, section="t2mlr", defaults=T2MLR_DEFAULTS, identity=False)
+register_architecture("t2mlr", _t2mlr, settings=T2MLRSettings, identity=False)
 register_architecture("transformer", _transformer)

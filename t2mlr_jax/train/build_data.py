@@ -28,9 +28,9 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 
 import jax
-import ml_collections
 import numpy as np
 
+from t2mlr_jax.config.sections import Data, Experiment
 from t2mlr_jax.data import answers, pipeline
 from t2mlr_jax.data.batch import PROMPT, RECURRENT
 from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
@@ -40,8 +40,6 @@ from t2mlr_jax.data.tfds_source import TfdsDocuments
 from t2mlr_jax.data.tokenizer import load_tokenizer
 from t2mlr_jax.parallel.multihost import all_hosts_rows
 from t2mlr_jax.train.data_source import DataSource
-
-KINDS = ("generated", "file", "text")
 
 # How a generated continuation is judged, per task / record format: (text, record) -> bool.
 SCORERS: dict[str, Callable[[str, dict], bool]] = {
@@ -79,11 +77,9 @@ def _require_paths(paths: str, what: str, hint: str = "") -> list[str]:
     ]
 
 
-def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) -> DataSource:
+def build_data_source(config: Experiment, *, train: bool = True) -> DataSource:
     """The run's data; `train=False` (evaluation, generation) builds and checks only the eval side."""
     d, t, e = config.data, config.train, config.eval
-    if d.kind not in KINDS:
-        raise ValueError(f"data.kind must be one of {KINDS}, got {d.kind!r}")
     packings = pipeline.TEXT_PACKINGS if d.kind == "text" else pipeline.EXAMPLE_PACKINGS
     if d.packing not in packings:
         raise ValueError(
@@ -104,7 +100,7 @@ def build_data_source(config: ml_collections.ConfigDict, *, train: bool = True) 
     sft = dict(**encoding, packing=d.packing)
     train_pass = dict(batch_size=t.batch_size // jax.process_count(), seq_len=d.seq_len)  # this host's rows
     eval_pass = dict(batch_size=e.batch_size, seq_len=eval_seq_len, num_epochs=1, shuffle=False)
-    options, eval_options = d.options.to_dict(), {**d.options.to_dict(), **d.eval_options.to_dict()}
+    options, eval_options = dict(d.options), {**d.options, **d.eval_options}
     records = None  # eval records for generation: () -> iterable of (record, prompt ids)
     train_examples = None  # counted for train.epochs
 
@@ -250,7 +246,7 @@ def _continues(text: str, record: dict) -> bool:
     return n > 0 and text[:n] == record["reference"][:n]
 
 
-def _prompt_example(record: dict, tokenizer, d: ml_collections.ConfigDict) -> dict:
+def _prompt_example(record: dict, tokenizer, d: Data) -> dict:
     """A record with its prompt ids and their control flow as in training: the first token 1, the rest 1
     (prompt, non-recurrent) or 2 (data.all_recurrent)."""
     prompt = encode_prompt(record["prompt"], tokenizer, chat=d.chat)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Protocol
 
-import ml_collections
-
+from t2mlr_jax.config.sections import Eval
 from t2mlr_jax.model.generate import check_sampling
 
 
@@ -56,7 +55,7 @@ def check_fits(data: DataSource, *, vocab_size: int | None, max_seq_len: int | N
 
 
 def check_generation(
-    data: DataSource, eval_config: ml_collections.ConfigDict, *, max_seq_len: int | None
+    data: DataSource, eval_config: Eval, *, max_seq_len: int | None
 ) -> None:
     """One clear error for generation settings that cannot run: eval.max_new_tokens < 1, bad sampling
     settings (eval.temperature / top_k / top_p), and with eval.generate a task without prompts or a prompt

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from t2mlr_jax.architectures import Architecture, build_architecture
 from t2mlr_jax.architectures.contract import RANDOM_INIT, pretrained_path
+from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.interop.pretrained import check_retrofittable, load_pretrained, mismatches, pretrained_config
 
 
@@ -48,7 +48,7 @@ def with_pretrained(arch: Architecture, path: str) -> Architecture:
     return dataclasses.replace(arch, pretrained=weights)
 
 
-def require_init_from(config: ml_collections.ConfigDict) -> None:
+def require_init_from(config: Experiment) -> None:
     """A config that starts from a pretrained model (init_from_required) refuses to start without one,
     unset or empty alike; init_from="random" trains it from random weights on purpose."""
     if config.init_from_required and not config.init_from:
@@ -60,7 +60,7 @@ def require_init_from(config: ml_collections.ConfigDict) -> None:
         )
 
 
-def architecture(config: ml_collections.ConfigDict, name: str | None = None) -> Architecture:
+def architecture(config: Experiment, name: str | None = None) -> Architecture:
     """The architecture `name` (default config.arch), initialised from config.init_from when that names a
     checkpoint."""
     require_init_from(config)

@@ -23,20 +23,22 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 import tqdm
 
 from t2mlr_jax.architectures import ARCHITECTURES, Architecture
 from t2mlr_jax.architectures.contract import pretrained_path
+from t2mlr_jax.config.convert import model_to_dict, section_dict, to_dict
+from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.cpu_runtime import once_options
 from t2mlr_jax.data.batch import BATCH_DTYPES, OPTIONAL_DTYPES
-from t2mlr_jax.interop.configs import config_to_dict
 from t2mlr_jax.model.spec import spec_axes
 from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
 from t2mlr_jax.parallel.placement import batch_sharding, param_shardings, place, train_state_shardings
-from t2mlr_jax.train import checkpoint as ckpt
+from t2mlr_jax.storage import checkpoint as ckpt
+from t2mlr_jax.storage.workdir import CHECKPOINTS, SUMMARY, log_session, saved_steps
+from t2mlr_jax.storage.workdir_lock import workdir_lock
 from t2mlr_jax.train import startup
 from t2mlr_jax.train.data_source import DataSource, check_fits, check_generation
 from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step, sampling_settings
@@ -44,28 +46,17 @@ from t2mlr_jax.train.init_from import architecture
 from t2mlr_jax.train.metrics_log import MetricsLog, json_safe
 from t2mlr_jax.train.optimizer import check_optimizer, make_optimizer, make_schedule
 from t2mlr_jax.train.train_step import MODEL_INPUTS, TrainState, compile_step, init_state, model_inputs
-from t2mlr_jax.train.workdir import CHECKPOINTS, SUMMARY, log_session, saved_steps
-from t2mlr_jax.train.workdir_lock import workdir_lock
 
 
 class Run:
     """Everything a mode needs, built and checked without compiling: architecture, data, optimizer,
     checkpointer. `restore_or_init` gives the state to start from."""
 
-    def __init__(self, config: ml_collections.ConfigDict, workdir: Path, data: DataSource, arch_name: str):
+    def __init__(self, config: Experiment, workdir: Path, data: DataSource, arch_name: str):
         self.config, self.workdir, self.data = config, Path(workdir), data
         if config.train.epochs:
             self.config = config = _steps_for_epochs(config, data.train_examples)
-        if config.train.steps < 1 or config.train.batch_size < 1 or config.train.grad_accum < 1:
-            raise ValueError("train.steps, train.batch_size and train.grad_accum must be >= 1")
         check_optimizer(config.optimizer)
-        if config.train.nan_policy not in NAN_POLICIES:
-            raise ValueError(f"train.nan_policy must be one of {NAN_POLICIES}: {config.train.nan_policy!r}")
-        if config.train.batch_size % config.train.grad_accum:
-            raise ValueError(
-                f"train.batch_size ({config.train.batch_size}) must be divisible by "
-                f"train.grad_accum ({config.train.grad_accum})"
-            )
         self.arch: Architecture = architecture(config, arch_name)
         self.flops_per_step = None
         if self.arch.train_flops is not None:
@@ -75,16 +66,16 @@ class Run:
         check_fits(data, vocab_size=config.model.vocab_size, max_seq_len=self.arch.max_seq_len)
         check_generation(data, config.eval, max_seq_len=self.arch.max_seq_len)
         self.identity = {
-            **ckpt.run_identity(config),
+            **ckpt.run_identity(to_dict(config)),
             "arch": arch_name,
             **_section_identity(config, arch_name),
         }
-        self.mesh = make_mesh(**config.mesh)
+        self.mesh = make_mesh(**section_dict(config.mesh))
         check_batch(config.train.batch_size, self.mesh, config.train.grad_accum)
         if self.arch.backbone is not None and self.arch.backbone.mlp == "moe":
             check_experts(self.arch.backbone.moe_experts, self.mesh)
         ckpt.check_workdir(self.workdir, self.identity)
-        self.settings = config.to_dict()
+        self.settings = to_dict(config)
         self.changes = ckpt.changed_settings(self.workdir, self.settings)
         abstract_params = jax.eval_shape(lambda: self.arch.init(jax.random.PRNGKey(0)))  # nothing compiled
         self.schedule = make_schedule(config.optimizer, config.train.steps)
@@ -113,7 +104,7 @@ class Run:
             async_save=t.async_checkpoint,
             about={  # what t2mlr_jax.interop.orbax_folder needs to read a step folder as a model
                 "arch": self.identity["arch"],
-                "model_config": self.arch.backbone and config_to_dict(self.arch.backbone),
+                "model_config": self.arch.backbone and model_to_dict(self.arch.backbone),
                 "tokenizer": self.config.data.tokenizer,
             },
         )
@@ -166,48 +157,36 @@ class Run:
         return state, restored
 
 
-def _steps_for_epochs(config: ml_collections.ConfigDict, examples: int | None) -> ml_collections.ConfigDict:
+def _steps_for_epochs(config: Experiment, examples: int | None) -> Experiment:
     """A copy of `config` whose train.steps run train.epochs passes over the training set."""
     t = config.train
-    if t.epochs < 0 or t.flop_budget:
-        raise ValueError(f"train.epochs must be >= 0 and not combined with train.flop_budget, got {t.epochs}")
     if examples is None:
         raise ValueError(
             f"train.epochs: the size of this training set ({config.data.kind} data) is not counted; "
             "give train.steps instead"
         )
-    config = config.copy_and_resolve_references()
-    config.train.steps = math.ceil(t.epochs * max(1, examples // t.batch_size))
-    return config
+    return config.replace(train={"steps": math.ceil(t.epochs * max(1, examples // t.batch_size))})
 
 
-def _steps_for_budget(config: ml_collections.ConfigDict, flops_per_step, arch_name: str):
+def _steps_for_budget(config: Experiment, flops_per_step, arch_name: str) -> Experiment:
     """A copy of `config` whose train.steps spend train.flop_budget at this architecture's FLOPs per step."""
-    budget = config.train.flop_budget
-    if budget < 0:
-        raise ValueError(f"train.flop_budget must be >= 0 (0 = off), got {budget}")
     if flops_per_step is None:
         raise ValueError(f"train.flop_budget: architecture {arch_name!r} has no training FLOP accounting")
-    config = config.copy_and_resolve_references()
-    config.train.steps = max(1, round(budget / flops_per_step))
-    return config
+    return config.replace(train={"steps": max(1, round(config.train.flop_budget / flops_per_step))})
 
 
-def _section_identity(config: ml_collections.ConfigDict, arch_name: str) -> dict:
+def _section_identity(config: Experiment, arch_name: str) -> dict:
     """The architecture's own config section, when it shapes the saved state."""
     entry = ARCHITECTURES.get(arch_name)
     if not entry.section or not entry.identity:
         return {}
-    section = config[entry.section].to_dict()
+    section = section_dict(getattr(config, entry.section))
     fields = section if entry.identity is True else entry.identity
     return {entry.section: {k: section[k] for k in fields}}
 
 
 class NoCheckpointError(FileNotFoundError):
     """eval / generate found nothing to load."""
-
-
-NAN_POLICIES = ("stop", "skip")
 
 
 class NonFiniteError(RuntimeError):
@@ -471,7 +450,7 @@ def _train(run: Run, lead: bool) -> dict:
     return summary
 
 
-def check_loadable(workdir: Path, config: ml_collections.ConfigDict) -> None:
+def check_loadable(workdir: Path, config: Experiment) -> None:
     """eval / generate: raise NoCheckpointError when there is nothing to evaluate (no checkpoint in the
     workdir, no config.init_from), before anything is built or any folder created."""
     if not (saved_steps(workdir / CHECKPOINTS) or pretrained_path(config)):

@@ -1,0 +1,285 @@
+"""The experiment, typed: one frozen dataclass per config section, with its defaults and its checks.
+
+`Experiment` is what everything below main.py receives. Its core sections are defined here; each
+architecture brings its own section's dataclass (`register_section`, called by `register_architecture`),
+reached as `experiment.<section>` like the core ones. Values are checked when an object is built, so a bad
+value is one clear error before anything is traced or compiled; `t2mlr_jax.config.convert` is the one
+conversion to and from the ml_collections ConfigDict that config files and --config.a.b=v edit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.registry import Registry
+
+# Every section an architecture brings: section name -> its frozen settings dataclass.
+SECTIONS: Registry = Registry("config section")
+
+
+def register_section(name: str, settings: type) -> None:
+    if not (dataclasses.is_dataclass(settings) and settings.__dataclass_params__.frozen):
+        raise TypeError(f"config section {name!r}: its settings must be a frozen dataclass, got {settings!r}")
+    SECTIONS.register(name, settings)
+
+
+def one_of(where: str, value, choices) -> None:
+    """The shared check of a field that names one of a fixed set."""
+    if value not in choices:
+        raise ValueError(f"{where} must be one of {tuple(choices)}, got {value!r}")
+
+
+def at_least(where: str, value, low) -> None:
+    if value < low:
+        raise ValueError(f"{where} must be >= {low}, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Mesh:
+    """Device mesh (t2mlr_jax.parallel): the axes' sizes, -1 = all remaining devices."""
+
+    data: int = -1
+    fsdp: int = 1
+    expert: int = 1  # MoE's experts
+    tensor: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """How backbone baselines are sized."""
+
+    param_match: bool = True  # widen backbone baselines to the T²MLR parameter count (not with init_from)
+    width_multiple: int = 8  # ... in steps of this many channels (the release's 135M baseline: 576 -> 584)
+
+    def __post_init__(self):
+        at_least("baseline.width_multiple", self.width_multiple, 1)
+
+
+SCHEDULES = ("cosine", "wsd", "constant", "linear_decay")
+
+
+@dataclasses.dataclass(frozen=True)
+class Optimizer:
+    """The optimizer (a name in t2mlr_jax.train.optimizer.OPTIMIZERS), its schedule and clipping."""
+
+    name: str = "adamw"  # adamw | muon
+    lr: float = 5e-4  # adamw: the peak lr; muon: only normalises the schedule (multiplier = schedule / lr)
+    b1: float = 0.9  # Adam betas (muon: of its Adam groups; nanochat's recipe 0.8, 0.95)
+    b2: float = 0.95
+    eps: float = 1e-8  # adamw only (muon's Adam groups use 1e-10)
+    weight_decay: float = 0.01  # adamw: decoupled, on decaying kinds; muon: matrices only, x (12 / layers)^2
+    schedule: str = "cosine"  # cosine | wsd | constant | linear_decay
+    warmup_ratio: float = 0.05
+    min_lr_ratio: float = 0.01
+    decay_steps: int = 0  # wsd only
+    decay_ratio: float = 0.5  # linear_decay only: the final fraction of steps that decays (nanochat)
+    grad_clip: float = 1.0
+    gate_lr_multiplier: float = 1.0
+    # muon only (nanochat's MuonAdamW; every lr x sqrt(batch_tokens / 2**19) x schedule / lr):
+    matrix_lr: float = 0.02  # Muon lr of the "matrix" kind
+    embedding_lr: float = 0.3  # Adam lr of the "embedding" kind, x (d_model / 768) ** -0.5
+    head_lr: float = 0.004  # Adam lr of the "head" kind, x (d_model / 768) ** -0.5
+    scalar_lr: float = 0.5  # Adam lr of scalar / gate / norm / bias / skip; residual: x 0.01
+    momentum_start: float = 0.85  # Muon momentum, linear from start to end over the first warmup steps
+    momentum_end: float = 0.95
+    momentum_warmup_steps: int = 300
+    batch_tokens: int = 0  # tokens per step (train.batch_size x data.seq_len); 0 = no batch scaling
+
+    def __post_init__(self):
+        one_of("optimizer.schedule", self.schedule, SCHEDULES)
+        for field in dataclasses.fields(self):  # a negative rate would ascend the loss without a word
+            value = getattr(self, field.name)
+            if (field.name == "lr" or field.name.endswith(("_lr", "_lr_multiplier"))) and not (
+                0 <= float(value) < float("inf")
+            ):
+                raise ValueError(f"optimizer.{field.name} must be >= 0 (and finite), got {value}")
+        if not 0.0 <= self.decay_ratio <= 1.0:
+            raise ValueError(f"optimizer.decay_ratio must be in [0, 1], got {self.decay_ratio}")
+
+
+NAN_POLICIES = ("stop", "skip")
+
+
+@dataclasses.dataclass(frozen=True)
+class Train:
+    steps: int = 1000
+    batch_size: int = 16
+    grad_accum: int = 1
+    log_every: int = 50
+    eval_every: int = 0  # 0 = evaluate at the end only
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 2
+    async_checkpoint: bool = True
+    progress: bool = True
+    # > 0: train.steps = round(flop_budget / the architecture's expected training FLOPs per step)
+    # (FLOP-matched comparisons; t2mlr_jax.model.flops); 0 = train.steps as given
+    flop_budget: float = 0.0
+    # > 0: train.steps = ceil(epochs x (training examples // batch_size)), as HF's num_train_epochs
+    # (generated tasks count data.train_examples, files their rows); 0 = train.steps as given
+    epochs: float = 0.0
+    # a step with a non-finite loss or gradient norm is never applied; "stop" ends the run (exit status 1,
+    # the last checkpoint intact), "skip" logs it and goes on, at most nan_skip_limit times
+    nan_policy: str = "stop"
+    nan_skip_limit: int = 10
+    # resume from a checkpoint whose optimizer state does not fit the configured optimizer: keep its
+    # parameters, start a fresh optimizer state (otherwise such a resume is refused)
+    reset_optimizer: bool = False
+    # every checkpoint in the workdir unreadable: refused (nothing moved), unless True: set them aside to
+    # corrupt_checkpoints/ and train from step 0
+    restart_if_all_corrupt: bool = False
+
+    def __post_init__(self):
+        if (self.steps < 1 and not self.epochs) or self.batch_size < 1 or self.grad_accum < 1:
+            raise ValueError(
+                "train.steps (unless set by train.epochs), train.batch_size and train.grad_accum must be >= 1"
+            )
+        one_of("train.nan_policy", self.nan_policy, NAN_POLICIES)
+        if self.batch_size % self.grad_accum:
+            raise ValueError(
+                f"train.batch_size ({self.batch_size}) must be divisible by "
+                f"train.grad_accum ({self.grad_accum})"
+            )
+        if self.epochs < 0 or (self.epochs and self.flop_budget):
+            raise ValueError(
+                f"train.epochs must be >= 0 and not combined with train.flop_budget, got {self.epochs}"
+            )
+        at_least("train.flop_budget (0 = off)", self.flop_budget, 0)
+
+
+DATA_KINDS = ("generated", "file", "text")
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+    """What to train and evaluate on (t2mlr_jax.train.build_data)."""
+
+    kind: str = "generated"  # generated | file | text
+    task: str = ""
+    format: str = ""  # generated task name / record format of files
+    tokenizer: str = ""
+    train_path: str = ""
+    eval_path: str = ""
+    # kind "text": a prepared TFDS split "tfds:NAME[/CONFIG]:SPLIT" (e.g. "tfds:c4/en:train") in place of
+    # train_path / eval_path; "" = the path (t2mlr_jax.data.tfds_source)
+    source: str = ""
+    eval_source: str = ""
+    tfds_data_dir: str = ""  # the prepared array_record copies; "" = TFDS's default (~/tensorflow_datasets)
+    tfds_text_key: str = "text"  # the string feature that holds each document
+    hint: str = ""  # how to get this config's data: ends the error when a data or tokenizer path is missing
+    seq_len: int = 256
+    eval_seq_len: int = 0  # the eval rows' length: the same field as eval.window; 0 = seq_len
+    train_examples: int = 1_000_000
+    eval_split: str = "test"
+    # how examples fill rows (t2mlr_jax.data.pipeline): tasks / files "none" (one per row) or "documents"
+    # (packed whole); text "documents" (each its own segment: attention, positions and R restart at every
+    # document) or "concat" (the release's: one stream, nothing restarts). "" = by kind, as just said.
+    packing: str = ""
+    chat: bool = False
+    all_recurrent: bool = False
+    prompt_loss: bool = False
+    worker_count: int = 0
+    # The task generator's own fields, for both splits and for the eval split only (over `options`).
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    eval_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        one_of("data.kind", self.kind, DATA_KINDS)
+        if not self.packing:
+            object.__setattr__(self, "packing", "documents" if self.kind == "text" else "none")
+        at_least("data.seq_len", self.seq_len, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Eval:
+    batch_size: int = 64
+    num_examples: int = 512
+    # tokens per eval row (text: non-overlapping windows of this many tokens, the paper's protocol is
+    # 1024); the same field as data.eval_seq_len (setting either sets both); 0 = data.seq_len
+    window: int = 0
+    generate: bool = False  # greedy-generation exact match (SFT tasks); off = per-position argmax (S5)
+    max_new_tokens: int = 64
+    # how generation picks tokens: greedy at temperature 0, else one sample per prompt after top-k (0 = off)
+    # and top-p (1 = off) filtering, its keys drawn from the config's seed
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    score: str = "loss_mask"  # positions scored for accuracy / exact match: loss_mask | recurrent (S5)
+    # latent thought slots per vocabulary token when evaluating / generating (architectures with thought
+    # slots: lrt, ponderlm2); None = the largest trained count
+    thoughts: int | None = None
+    # --mode=eval also runs these lm-evaluation-harness tasks (comma list, e.g. "arc_easy,piqa";
+    # t2mlr_jax.train.lm_eval_bridge), from lm-eval's index or YAML files under lm_eval_include_path;
+    # lm_eval_limit > 0 caps the documents per task; an empty context is conditioned on
+    # lm_eval_prefix_token_id (None: the tokenizer's BOS, else its EOS, as lm-eval's `hf` model)
+    lm_eval_tasks: str = ""
+    lm_eval_limit: int = 0
+    lm_eval_fewshot: int = 0
+    lm_eval_include_path: str = ""
+    lm_eval_prefix_token_id: int | None = None
+
+
+# The core sections, by name (their order is the config's).
+CORE = dict(mesh=Mesh, baseline=Baseline, optimizer=Optimizer, train=Train, data=Data, eval=Eval)
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """One experiment: what to train (`arch`, `model`, the architectures' sections), on what (`data`), how
+    (`optimizer`, `train`, `mesh`) and how it is measured (`eval`)."""
+
+    name: str
+    model: ModelConfig  # with `model.recurrence` (T²MLR's); baselines drop it
+    arch: str = "t2mlr"  # a registered architecture, or a comma list to train each and compare them
+    seed: int = 42
+    # A pretrained checkpoint to start from (HF folder, .gguf, authors' T²MLR folder or orbax), retrofitted
+    # with fresh fusion parameters (γ = 0) when the model is T²MLR; "" or "random" = random initialisation.
+    # init_from_required (the finetuning recipes): such a run refuses to train without a checkpoint (unset,
+    # or --config.init_from=), unless told "random" on purpose.
+    init_from: str | None = ""
+    init_from_required: bool = False
+    # The persistent XLA compilation cache (a rerun loads its compiled steps instead of compiling them):
+    # "auto" = ~/.cache/t2mlr_jax/xla (t2mlr_jax.train.compilation_cache); a directory = there; "" = off.
+    # One already configured (JAX_COMPILATION_CACHE_DIR) wins.
+    compilation_cache: str = "auto"
+    mesh: Mesh = Mesh()
+    baseline: Baseline = Baseline()
+    optimizer: Optimizer = Optimizer()
+    train: Train = Train()
+    data: Data = Data()
+    eval: Eval = Eval()
+    # The architectures' own sections (SECTIONS), by name: read as experiment.<name>.
+    sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.eval.window != self.data.eval_seq_len:
+            raise ValueError(
+                f"eval.window ({self.eval.window}) and data.eval_seq_len ({self.data.eval_seq_len}) are one "
+                "field under two names: set one"
+            )
+
+    def __getattr__(self, name: str):
+        sections = self.__dict__.get("sections") or {}
+        if name in sections:
+            return sections[name]
+        close = difflib.get_close_matches(name, [*sections, *CORE], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise AttributeError(f"the experiment has no section {name!r}{hint}")
+
+    def replace(self, **changes) -> Experiment:
+        """A copy with fields or sections replaced; a dict for a section updates only the fields it names:
+        replace(train={"steps": 3}, t2mlr={"forward_mode": "exact"})."""
+        names = {f.name for f in dataclasses.fields(self)}
+        updates, sections = {}, dict(self.sections)
+        for key, value in changes.items():
+            current = getattr(self, key)
+            if isinstance(value, Mapping) and dataclasses.is_dataclass(current):
+                value = dataclasses.replace(current, **value)
+            if key in names:
+                updates[key] = value
+            else:
+                sections[key] = value
+        return dataclasses.replace(self, **updates, sections=sections)

@@ -1,0 +1,65 @@
+"""The assembly of an experiment: config files call `experiment(...)` for an ml_collections ConfigDict of
+every section's defaults updated by what they set, which presets and --config.a.b=v then edit; main.py
+(and anything else that runs one) turns it into the typed `Experiment` with `resolve`.
+
+Sections (t2mlr_jax.config.sections holds each one's fields, defaults and checks):
+  arch       what to train: a registered architecture (t2mlr | transformer | looped | middle_looped |
+             pause | lstm | lrt | ponderlm2 | ...), or a comma list (e.g. "t2mlr,transformer") to train
+             each into workdir/<arch> and compare them.
+  model      every ModelConfig field, with `model.recurrence` the RecurrenceConfig fields (used by t2mlr).
+  <arch>     each registered architecture's own section (its settings dataclass, registered with it).
+  baseline   how baselines are sized: `param_match` widens them to the T²MLR model's parameter count.
+  optimizer  AdamW or Muon, schedule, clipping, gate LR multiplier (t2mlr_jax.train.optimizer).
+  train      steps (or a FLOP budget), batch, logging / checkpoint cadence.
+  data       task name and the task's own settings, or the files / TFDS splits of text.
+  eval       loss mode, generation settings, how many examples; `window` is data.eval_seq_len.
+"""
+
+from __future__ import annotations
+
+from ml_collections import config_dict
+
+import t2mlr_jax.architectures  # noqa: F401  (registers the built-in architectures and their sections)
+from t2mlr_jax.config.convert import from_config_dict, to_config_dict
+from t2mlr_jax.config.edit import update_known
+from t2mlr_jax.config.sections import SECTIONS, Data, Experiment
+from t2mlr_jax.model.config import ModelConfig
+
+
+def experiment(
+    *,
+    name: str,
+    model: ModelConfig,
+    data: dict,
+    optimizer: dict = (),
+    train: dict = (),
+    evaluation: dict = (),
+    baseline: dict = (),
+    mesh: dict = (),
+    sections: dict = (),
+    arch: str = "t2mlr",
+    seed: int = 42,
+    init_from: str | None = "",
+) -> config_dict.ConfigDict:
+    """The full config with every section's defaults, updated by what an experiment sets (`sections`: the
+    architecture sections, e.g. {"t2mlr": {"forward_mode": "exact"}, "looped": {"repeats": 3}}).
+    init_from=None (the finetuning recipes) makes init_from_required."""
+    defaults = Experiment(
+        name=name,
+        model=model,
+        arch=arch,
+        seed=seed,
+        init_from=init_from,
+        init_from_required=init_from is None,
+        data=Data(kind=dict(data).get("kind", "generated")),  # data.packing's default depends on the kind
+        sections={name: settings() for name, settings in SECTIONS.items()},
+    )
+    c = to_config_dict(defaults)
+    updates = dict(optimizer=optimizer, train=train, eval=evaluation, baseline=baseline, data=data, mesh=mesh)
+    update_known(c, {k: dict(v) for k, v in {**updates, **dict(sections)}.items()}, "config")
+    return c
+
+
+def resolve(config: config_dict.ConfigDict) -> Experiment:
+    """The typed experiment of a config file's ConfigDict (presets and overrides applied), all checked."""
+    return from_config_dict(config)
