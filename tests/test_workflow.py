@@ -1,4 +1,4 @@
-"""A researcher's whole day on a tiny T²MLR model, as the README's Interop section writes it: train ->
+"""A researcher's whole day on a tiny T²MLR model, as docs/interop.md writes it: train ->
 evaluate the workdir -> evaluate it as another run's init_from -> export to HF and to the authors' layout
 (both verified) -> plain transformers loads the HF folder in a fresh process and generates until EOS ->
 fine-tune from the export -> summarise the run.
