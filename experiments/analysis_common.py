@@ -114,9 +114,9 @@ def train_run(config, workdir: Path) -> dict:
     """Train `config` into `workdir` with the framework's trainer, or read its summary when it has finished;
     a run stopped mid-way resumes from its checkpoints. Its summary (with "stopped_by" when a signal
     stopped it)."""
+    from t2mlr_jax.storage.workdir import SUMMARY
     from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.trainer import Run, train
-    from t2mlr_jax.train.workdir import SUMMARY
 
     if (workdir / SUMMARY).exists():
         return json.loads((workdir / SUMMARY).read_text())

@@ -183,7 +183,7 @@ def variant_config(name: str, seed: int, preset: str, steps: int | None):
 def train_one(tag: str, config, workdir: Path) -> dict | None:
     """Train (or resume, or skip) one run; its summary.json as a rerun reads it, or None when it was stopped
     midway."""
-    from t2mlr_jax.train.workdir import SUMMARY
+    from t2mlr_jax.storage.workdir import SUMMARY
 
     summary = train_run(config, workdir)
     if "stopped_by" in summary:

@@ -96,7 +96,7 @@ def row_configs(config) -> dict:
 def seconds_per_step(workdir: Path) -> float | None:
     """Median wall seconds per training step between consecutive logged windows (metrics.jsonl); the
     median leaves out the first window's compilation and a resumed session's."""
-    from t2mlr_jax.train.workdir import METRICS
+    from t2mlr_jax.storage.workdir import METRICS
 
     records = [json.loads(line) for line in (workdir / METRICS).read_text().splitlines() if line.strip()]
     train = [r for r in records if r.get("split") == "train" and "time" in r]

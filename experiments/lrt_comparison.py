@@ -254,9 +254,9 @@ def _eval_at(config, workdir: Path, data, k: int) -> dict:
 def run_row(row: str, config, out: Path, eval_thoughts: tuple[int, ...], reference_params: int) -> dict:
     """Train (or resume, or skip) one row, evaluate it at its K and, for sampled-K rows, at each of
     eval_thoughts; its result (with `new` = whether anything was computed now)."""
+    from t2mlr_jax.storage.workdir import SUMMARY
     from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.trainer import Run, train
-    from t2mlr_jax.train.workdir import SUMMARY
 
     workdir = out / row
     started = time.time()

@@ -1,10 +1,18 @@
 """`Registry`: names -> entries, for everything chosen by name in a config (architectures, mixers,
 optimizers). Each entry is registered from its own module; every lookup of an unknown name is one error
-listing the registered names, so nothing ever falls through to a default."""
+listing the registered names and the closest ones (`did_you_mean`), so nothing ever falls through to a
+default."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
+
+
+def did_you_mean(name: str, choices) -> str:
+    """ " (did you mean 'x'?)" naming the closest of `choices`, or "" when none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=3)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 class Registry:
@@ -26,7 +34,10 @@ class Registry:
 
     def get(self, name: str) -> Any:
         if name not in self._entries:
-            raise ValueError(f"unknown {self.kind} {name!r}; registered: {', '.join(self.names())}")
+            names = self.names()
+            raise ValueError(
+                f"unknown {self.kind} {name!r}; registered: {', '.join(names)}{did_you_mean(name, names)}"
+            )
         return self._entries[name]
 
     def names(self) -> tuple[str, ...]:

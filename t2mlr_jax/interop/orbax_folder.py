@@ -1,4 +1,4 @@
-"""Our own checkpoints, read and written through t2mlr_jax.train.checkpoint (the one module that talks to
+"""Our own checkpoints, read and written through t2mlr_jax.storage.checkpoint (the one module that talks to
 orbax). A model is read from any of:
 
   an exported folder   `params` and `model_config` items (save_params; what `--to orbax` writes)
@@ -19,8 +19,8 @@ from t2mlr_jax.interop.files import check_export_target
 from t2mlr_jax.interop.tables import check_params
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import init_params
-from t2mlr_jax.train import checkpoint as ckpt
-from t2mlr_jax.train.workdir import CHECKPOINTS, RUN_CONFIG, saved_steps
+from t2mlr_jax.storage import checkpoint as ckpt
+from t2mlr_jax.storage.workdir import CHECKPOINTS, RUN_CONFIG, saved_steps
 
 # Runs whose parameters are exactly a backbone's (with or without T²MLR's mixer): what PyTorch layouts hold.
 EXPORTABLE_ARCHS = ("t2mlr", "transformer")

@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 
 from t2mlr_jax.parallel.multihost import is_lead_host  # noqa: E402
-from t2mlr_jax.train.workdir import SUMMARY  # noqa: E402  (same name at the top of the workdir)
+from t2mlr_jax.storage.workdir import SUMMARY  # noqa: E402  (same name at the top of the workdir)
 
 PLOT = "accuracy_vs_length.png"
 

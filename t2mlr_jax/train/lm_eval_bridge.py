@@ -30,11 +30,11 @@ from tqdm import tqdm
 
 from t2mlr_jax.architectures import Architecture
 from t2mlr_jax.architectures.t2mlr import backbone_architecture
-from t2mlr_jax.config_utils import did_you_mean
 from t2mlr_jax.data.batch import BATCH_DTYPES, PAD, PROMPT, RECURRENT
 from t2mlr_jax.data.tokenizer import TextTokenizer, load_tokenizer
 from t2mlr_jax.interop.pretrained import load_pretrained, pretrained_config, recorded_tokenizer
 from t2mlr_jax.parallel.multihost import to_host
+from t2mlr_jax.registry import did_you_mean
 from t2mlr_jax.train.eval import left_pad, make_eval_step
 
 MIN_WIDTH = 16  # the narrowest compiled row: short requests share one shape

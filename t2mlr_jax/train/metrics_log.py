@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from t2mlr_jax.parallel.multihost import is_lead_host
-from t2mlr_jax.train.workdir import METRICS
+from t2mlr_jax.storage.workdir import METRICS
 
 _CRC32C_TABLE = []
 for _i in range(256):

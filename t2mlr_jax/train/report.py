@@ -7,7 +7,7 @@ A workdir is one run (metrics.jsonl at its top) or a multi-architecture comparis
 sub-folder holding a metrics.jsonl). Everything is read and checked before anything is written, so bad
 input leaves no partial report.
 
-How a run ended comes from its sessions.jsonl (t2mlr_jax/train/workdir.py): each training session's
+How a run ended comes from its sessions.jsonl (t2mlr_jax/storage/workdir.py): each training session's
 "start" line and, unless it was killed, its "end" line saying how. Runs older than that record fall back
 on metrics.jsonl, where a "nonfinite" line after the last train line is the NaN guard's stop. A
 summary.json older than the last session's start is an earlier session's and is ignored, with a note.
@@ -30,7 +30,7 @@ matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from t2mlr_jax.train.workdir import (  # noqa: E402
+from t2mlr_jax.storage.workdir import (  # noqa: E402
     CHECKPOINTS,
     METRICS,
     RUN_CONFIG,

@@ -21,7 +21,7 @@ from t2mlr_jax.interop import save_params
 from t2mlr_jax.interop.pretrained import load_pretrained
 from t2mlr_jax.model.backbone import forward, head
 from t2mlr_jax.model.recurrence import exact_forward, make_layout
-from t2mlr_jax.train.checkpoint import run_identity, write_run_config
+from t2mlr_jax.storage.checkpoint import run_identity, write_run_config
 from t2mlr_jax.train.metrics_log import MetricsLog
 from t2mlr_jax.train.train_step import make_train_step
 from t2mlr_jax.train.trainer import Run

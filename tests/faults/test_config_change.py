@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from t2mlr_jax.train.checkpoint import StateMismatchError, WorkdirMismatchError
+from t2mlr_jax.storage.checkpoint import StateMismatchError, WorkdirMismatchError
 from tests.faults.tiny_run import STEPS, assert_same_state, config, final_state, run, train_tiny
 
 pytestmark = pytest.mark.xdist_group("faults")

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from t2mlr_jax.train.checkpoint import AllCorruptError
+from t2mlr_jax.storage.checkpoint import AllCorruptError
 from tests.faults.tiny_run import (
     assert_same_state,
     config,

@@ -15,9 +15,9 @@ import time
 import numpy as np
 import pytest
 
+from t2mlr_jax.storage.workdir import read_sessions
+from t2mlr_jax.storage.workdir_lock import WorkdirLockedError
 from t2mlr_jax.train.trainer import restore_state
-from t2mlr_jax.train.workdir import read_sessions
-from t2mlr_jax.train.workdir_lock import WorkdirLockedError
 from tests.faults.tiny_run import STEPS, assert_same_state, final_state, records, run, train_tiny
 
 WORKER = os.path.join(os.path.dirname(__file__), "kill_worker.py")

@@ -8,8 +8,8 @@ import jax
 import numpy as np
 import pytest
 
+from t2mlr_jax.storage.workdir import read_sessions
 from t2mlr_jax.train.trainer import NonFiniteError, restore_state
-from t2mlr_jax.train.workdir import read_sessions
 from tests.faults.tiny_run import config, records, run, train_tiny
 from tests.test_main import S5, TINY, main
 

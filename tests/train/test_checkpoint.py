@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.train import checkpoint as ckpt
+from t2mlr_jax.storage import checkpoint as ckpt
 from t2mlr_jax.train.train_step import TrainState
 from t2mlr_jax.train.trainer import Run
 from tests.train.tiny_task import tiny_config, tiny_source

@@ -8,7 +8,7 @@ import pytest
 from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.spec import is_spec
-from t2mlr_jax.train import checkpoint as ckpt
+from t2mlr_jax.storage import checkpoint as ckpt
 from t2mlr_jax.train.optimizer import muon_depth
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run

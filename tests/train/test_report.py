@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from t2mlr_jax.train.checkpoint import run_identity, write_run_config
+from t2mlr_jax.storage.checkpoint import run_identity, write_run_config
+from t2mlr_jax.storage.workdir import LOCK, SESSIONS, SUMMARY
 from t2mlr_jax.train.metrics_log import MetricsLog
-from t2mlr_jax.train.workdir import LOCK, SESSIONS, SUMMARY
 from tests.train.tiny_task import tiny_config
 
 ROOT = Path(__file__).parents[2]

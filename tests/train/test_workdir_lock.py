@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from t2mlr_jax.train.workdir import LOCK
-from t2mlr_jax.train.workdir_lock import WorkdirLockedError, workdir_lock
+from t2mlr_jax.storage.workdir import LOCK
+from t2mlr_jax.storage.workdir_lock import WorkdirLockedError, workdir_lock
 
 
 def test_a_second_holder_is_refused_naming_the_first(tmp_path):
@@ -32,7 +32,7 @@ def test_a_dead_owners_lock_is_stale(tmp_path):
     # A process that takes the lock and dies without releasing it (as SIGKILL would leave it).
     code = (
         "import os\n"
-        "from t2mlr_jax.train.workdir_lock import workdir_lock\n"
+        "from t2mlr_jax.storage.workdir_lock import workdir_lock\n"
         f"held = workdir_lock({str(tmp_path)!r})\n"
         "held.__enter__()\n"
         "os._exit(0)\n"

@@ -37,8 +37,7 @@ import orbax.checkpoint as ocp
 
 from t2mlr_jax.model import layer_layout
 from t2mlr_jax.parallel.multihost import to_host
-from t2mlr_jax.train.train_step import TrainState
-from t2mlr_jax.train.workdir import CORRUPT, RUN_CONFIG, saved_steps
+from t2mlr_jax.storage.workdir import CORRUPT, RUN_CONFIG, saved_steps
 
 IDENTITY_SECTIONS = ("arch", "model", "baseline", "data", "seed")
 SETTINGS = "settings"  # run_config.json's record of the whole config of the last session
@@ -56,10 +55,10 @@ class AllCorruptError(ValueError):
     """Every checkpoint of a run to resume is unreadable."""
 
 
-def run_identity(config) -> dict:
+def run_identity(settings: dict) -> dict:
     """The config sections a checkpoint depends on; steps, logging and anything about evaluation
     (the eval section, data.eval_*) may change on resume."""
-    d = config.to_dict()
+    d = dict(settings)
     d["data"] = {k: v for k, v in d["data"].items() if not k.startswith("eval_")}
     return _as_stored({k: d[k] for k in IDENTITY_SECTIONS})
 
@@ -141,7 +140,7 @@ def fingerprints(tree: Any, version: int = FINGERPRINT) -> list[int]:
 
 
 class _SavedState(NamedTuple):
-    """A TrainState as checkpoints store it (the layout of checkpoints written before `model_state`
+    """A train state as checkpoints store it (the layout of checkpoints written before `model_state`
     existed); the model state is its own item, absent when it has no arrays, so old checkpoints restore."""
 
     step: Any
@@ -151,14 +150,18 @@ class _SavedState(NamedTuple):
 
 
 def _split(state: Any) -> tuple[Any, Any]:
-    """(the stored state item, the model_state item) of a TrainState; other pytrees are stored whole."""
-    if isinstance(state, TrainState):
+    """(the stored state item, the model_state item) of a train state (a NamedTuple of step, params,
+    opt_state, rng and model_state); other pytrees are stored whole."""
+    if hasattr(state, "model_state"):
         return _SavedState(state.step, state.params, state.opt_state, state.rng), state.model_state
     return state, {}
 
 
-def _join(core: Any, model_state: Any) -> Any:
-    return TrainState(*core, model_state=model_state) if isinstance(core, _SavedState) else core
+def _join(core: Any, model_state: Any, target: Any) -> Any:
+    """The restored state, of the type of the caller's restore target."""
+    if isinstance(core, _SavedState):
+        return target._replace(**core._asdict(), model_state=model_state)
+    return core
 
 
 def _encode_data_state(state: Any) -> dict:
@@ -173,7 +176,7 @@ def _decode_data_state(stored: dict) -> Any:
 
 
 class Restored(NamedTuple):
-    state: Any  # a TrainState, with opt_state None when restored without it (train.reset_optimizer)
+    state: Any  # of the restore target's type; opt_state None if restored without it (train.reset_optimizer)
     data_state: Any
     step: int
     log_window: list  # the metrics of the logging window in progress at the save
@@ -381,14 +384,14 @@ class Checkpointer:
         model_state = restored.model_state if has_model_state else abstract_model_state
         stored, version = restored.meta["fingerprints"], restored.meta.get("fingerprint", 1)
         if with_optimizer:
-            state, expected = _join(restored.state, model_state), stored
+            state, expected = _join(restored.state, model_state, abstract_state), stored
             actual = fingerprints((restored.state, model_state), version)
         else:  # stored leaf order: step, params, opt_state, rng, model_state
             got = restored.state
             n_params, n_model = len(jax.tree.leaves(got["params"])), len(jax.tree.leaves(model_state))
             expected = stored[: 1 + n_params] + stored[len(stored) - 1 - n_model :]
             actual = fingerprints((got["step"], got["params"], got["rng"], model_state), version)
-            state = TrainState(got["step"], got["params"], None, got["rng"], model_state)
+            state = abstract_state._replace(**got, opt_state=None, model_state=model_state)
         if actual != expected:
             raise ValueError("fingerprint mismatch")
         meta = restored.meta

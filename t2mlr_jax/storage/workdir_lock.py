@@ -19,7 +19,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from t2mlr_jax.train.workdir import LOCK, lock_owner
+from t2mlr_jax.storage.workdir import LOCK, lock_owner
 
 
 class WorkdirLockedError(RuntimeError):
