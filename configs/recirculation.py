@@ -2,12 +2,12 @@
 of block `source`) fed back into a shallower one (block `destination`) at inference, nothing trained.
 
   python main.py --config=configs/recirculation.py:cpu --workdir=runs/recirc           # the sweep
-  python experiments/recirculation.py --config=configs/recirculation.py:cpu --workdir=runs/recirc
+  python -m experiments.recirculation --config=configs/recirculation.py:cpu --workdir=runs/recirc
   python main.py --config=configs/recirculation.py --mode=eval --workdir=runs/one      # one pathway
   python main.py --config=configs/recirculation.py --config.arch=transformer --mode=eval \\
       --workdir=runs/base --config.data.eval_path=FILE.txt --config.eval.window=1024   # the unmodified model
 
---mode=train runs the sweep (t2mlr_jax.train.recirculation_sweep): % perplexity change against the
+--mode=train runs the sweep (t2mlr_jax.analysis.recirculation_sweep): % perplexity change against the
 unmodified model for alpha x scheme x every (source, destination) pair at most recirculation.sweep_max_gap
 apart, with the controls (temperature, training-free looping) and a serial check of the parallel
 two-stack; JSON and heatmaps land in the workdir. --mode=eval / generate use the one pathway of

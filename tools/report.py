@@ -26,7 +26,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from t2mlr_jax.train.report import ReportError, build_report, load_runs, text_summary, write_report
+from t2mlr_jax.analysis.report import build_report, text_summary, write_report
+from t2mlr_jax.analysis.run_logs import ReportError, load_runs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,12 +15,16 @@ import numpy as np
 import optax
 import pytest
 
-from t2mlr_jax.config_utils import backbone_preset, config_module, set_path
+from configs.recipes import backbone_preset
+from t2mlr_jax.analysis import STUDIES
+from t2mlr_jax.analysis import recirculation_scoring as scoring
+from t2mlr_jax.analysis import recirculation_sweep as sweep
+from t2mlr_jax.config.edit import config_module, set_path
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop import load_pretrained, save_params
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import init_params
-from t2mlr_jax.train import recirculation_sweep as sweep
 from tests.experiments import ROOT
 from tests.test_eval_pretrained import run_main
 
@@ -45,7 +49,7 @@ def checkpoint(tmp_path_factory):
 
 def _config(checkpoint, **changes):
     """The cpu preset on the tiny model: windows of 32 tokens (2 batches of 2), alpha 0.5, pairs (1, 0) and
-    (2, 1), the looping control and one serial check."""
+    (2, 1), the looping control and one serial check; typed, as main.py hands it over."""
     config = config_module(ROOT / "configs" / "recirculation.py").get_config("cpu")
     fields = {
         **backbone_preset(TINY),
@@ -63,7 +67,7 @@ def _config(checkpoint, **changes):
     }
     for path, value in fields.items():
         set_path(config, path, value)
-    return config
+    return resolve(config)
 
 
 def _same_cell(a: dict, b: dict) -> bool:
@@ -91,8 +95,13 @@ def test_main_train_mode_hands_recirculation_to_the_sweep(tmp_path, monkeypatch,
     handed over."""
     import main as framework
 
+    assert STUDIES.get("recirculation") is sweep.run_sweep  # the sweep registers itself
     calls = []
-    monkeypatch.setattr(sweep, "run_sweep", lambda config, workdir: calls.append((config, workdir)))
+
+    def fake(config, workdir):
+        calls.append((config, workdir))
+
+    monkeypatch.setitem(STUDIES._entries, "recirculation", fake)
     workdir = tmp_path / "sweep"
     config_file = f"--config={ROOT / 'configs' / 'recirculation.py'}:cpu"
     run_main(
@@ -102,9 +111,9 @@ def test_main_train_mode_hands_recirculation_to_the_sweep(tmp_path, monkeypatch,
     assert (config.arch, config.recirculation.sweep_stride, config.eval.window) == ("recirculation", 3, 256)
     assert given == workdir and not workdir.exists()
     assert f"recirculation has nothing to train: running its sweep into {workdir}" in capsys.readouterr().out
-    assert framework._training_free(config) is sweep.run_sweep
-    config.arch = "recirculation_adaptive"  # trains its MLP with the trainer
-    assert framework._training_free(config) is None
+    assert framework._training_free(config) is fake
+    adaptive = config.replace(arch="recirculation_adaptive")  # trains its MLP with the trainer
+    assert framework._training_free(adaptive) is None
 
 
 def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint, monkeypatch):
@@ -134,7 +143,7 @@ def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint
     _, params = load_pretrained(checkpoint)
     nll, tokens = np.zeros(2), 0.0
     plain = jax.jit(backbone.forward, static_argnums=0)
-    batches = sweep.windows(config)
+    batches = scoring.windows(config)
     for batch in batches:
         layout = dict(positions=batch["positions"], segment_ids=batch["segment_ids"])
         logits = plain(TINY, params, batch["tokens"], **layout)
@@ -165,8 +174,8 @@ def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint
     assert all(math.isfinite(v) for v in control.values()) and control["baseline_change_pct"] != 0
 
     # Gain by position: the best cell's NLL against the baseline's per bucket of the 32-token windows.
-    gain, counts = results["gain_by_position"], sweep.position_counts(batches, 32)
-    assert gain["bucket_start"] == list(range(0, 32, 32 // sweep.POSITION_BUCKETS))  # every bucket seen
+    gain, counts = results["gain_by_position"], scoring.position_counts(batches, 32)
+    assert gain["bucket_start"] == list(range(0, 32, 32 // scoring.POSITION_BUCKETS))  # every bucket seen
     assert gain["tokens"] == counts.tolist() and sum(gain["tokens"]) == tokens
     best_line = next(r for r in lines if r["kind"] == "recirculation" and _same_cell(r, best))
     expected = (np.subtract(lines[0]["nll_by_position"], best_line["nll_by_position"])) / counts
@@ -174,7 +183,7 @@ def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint
     np.testing.assert_allclose(gain["change_pct"], 100 * (np.exp(-expected) - 1), rtol=1e-6)
     assert np.all(np.isfinite(gain["nll_gain"])) and np.any(np.asarray(gain["nll_gain"]) != 0)
 
-    monkeypatch.setattr(sweep, "_token_nll", _refuse)
+    monkeypatch.setattr(scoring, "_token_nll", _refuse)
     again = sweep.run_sweep(config, workdir)
     assert again["grid"] == results["grid"] and again["timings"]["evaluated_now"] == 0
     assert len((workdir / sweep.CELLS).read_text().splitlines()) == len(lines)
@@ -191,8 +200,8 @@ def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint
     ],
 )
 def test_bad_settings_fail_before_anything_runs(tmp_path, checkpoint, monkeypatch, changes, message):
-    monkeypatch.setattr(sweep, "_token_nll", _refuse)
-    monkeypatch.setattr(sweep, "build_data_source", _refuse)
+    monkeypatch.setattr(scoring, "_token_nll", _refuse)
+    monkeypatch.setattr(scoring, "build_data_source", _refuse)
     with pytest.raises(ValueError, match=message):
         sweep.run_sweep(_config(checkpoint, **changes), tmp_path / "sweep")
     assert not (tmp_path / "sweep").exists()

@@ -119,8 +119,8 @@ def test_retrofit_with_zero_gamma_reproduces_logits(ours, paragraph):
 def test_sweep_baseline_perplexity_matches_transformers(ours, theirs):
     """The recirculation sweep's unmodified-model perplexity (its own scorer) over two non-overlapping
     64-token windows of real text is transformers' on the same windows, to 1e-4 relative."""
-    from t2mlr_jax.config_utils import shakespeare_split
-    from t2mlr_jax.train.recirculation_sweep import Cell, Scoring, perplexity, score, scorer
+    from configs.recipes import shakespeare_split
+    from t2mlr_jax.analysis.recirculation_scoring import Cell, Scoring, perplexity, score, scorer
 
     cfg, params = ours
     model, tokenizer = theirs

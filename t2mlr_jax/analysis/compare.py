@@ -6,13 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; no display needed
-import matplotlib.pyplot as plt  # noqa: E402
-
-from t2mlr_jax.parallel.multihost import is_lead_host  # noqa: E402
-from t2mlr_jax.storage.workdir import SUMMARY  # noqa: E402  (same name at the top of the workdir)
+from t2mlr_jax.analysis.plots import save, subplots
+from t2mlr_jax.parallel.multihost import is_lead_host
+from t2mlr_jax.storage.workdir import SUMMARY  # same name at the top of the workdir
 
 PLOT = "accuracy_vs_length.png"
 
@@ -35,7 +31,7 @@ def write_comparison(
     if not is_lead_host():
         return result
     (workdir / SUMMARY).write_text(json.dumps(result, indent=2, default=str))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = subplots(1, 2, figsize=(11, 4))
     for arch, row in table.items():
         bins = sorted(row["by_length"], key=int)
         if not bins:
@@ -54,7 +50,5 @@ def write_comparison(
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(workdir / PLOT, dpi=110)
-    plt.close(fig)
+    save(fig, workdir / PLOT)
     return result

@@ -1,7 +1,8 @@
 """The recirculation sweep (Mozer et al.; t2mlr_jax.model.recirculation): the % perplexity change against
 the unmodified model of every cell (scheme, alpha, source, destination) of a grid, on config.init_from's
-model over the fixed eval windows of config.data, with the paper's controls. main.py's --mode=train of
-arch "recirculation" (it has nothing to train) and experiments/recirculation.py run it.
+model over the fixed eval windows of config.data, with the paper's controls. Registered as the study of
+arch "recirculation" (it has nothing to train): main.py's --mode=train and experiments/recirculation.py
+run it. Cells are scored by recirculation_scoring.py, drawn by recirculation_plots.py.
 
 Grid (config.recirculation.sweep_*): alphas x schemes x pairs destination < source <= destination +
 max_gap over every stride-th block, each cell scored as the section says (stack two | single, evaluation
@@ -21,63 +22,33 @@ import dataclasses
 import functools
 import hashlib
 import json
-import math
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
-import matplotlib
-import ml_collections
 import numpy as np
-import optax
 from tqdm import tqdm
 
-from t2mlr_jax.model import backbone
+from t2mlr_jax.analysis.recirculation_plots import write_plots
+from t2mlr_jax.analysis.recirculation_scoring import (
+    POSITION_BUCKETS,
+    Cell,
+    Scoring,
+    position_counts,
+    record,
+    score,
+    scorer,
+    serial_check,
+    windows,
+)
+from t2mlr_jax.analysis.studies import STUDIES
+from t2mlr_jax.config.convert import to_dict
+from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.recirculation import looped_logits, recirculated_logits
 from t2mlr_jax.model.recirculation_mix import Recirculation
-from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train import init_from, startup
-from t2mlr_jax.train.build_data import build_data_source
-
-matplotlib.use("Agg")  # files only; no display needed
-import matplotlib.pyplot as plt  # noqa: E402
 
 CELLS, RESULTS = "cells.jsonl", "results.json"
-POSITION_BUCKETS = 16  # the gain-by-position curve: the window cut into this many equal spans
-ANNOTATE_MAX = 200  # heatmaps with at most this many cells show each cell's %
-INPUTS = ("tokens", "targets", "positions", "segment_ids")  # what the compiled scorer reads of a batch
-
-
-@dataclasses.dataclass(frozen=True)
-class Cell:
-    """One scored variant: the unmodified model ("baseline"), a recirculation pathway, the looping control
-    over the same blocks, or a serial check (a recirculation cell scored by both evaluations, timed)."""
-
-    kind: str  # baseline | recirculation | looping | check
-    source: int = -1
-    destination: int = -1
-    scheme: str = ""
-    alpha: float = 0.0
-
-    @property
-    def key(self) -> tuple:
-        return dataclasses.astuple(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class Scoring:
-    """How recirculation cells are scored (config.recirculation), and the temperatures every cell's
-    next-token NLL is taken at (the first is the sweep's; a second is the temperature control)."""
-
-    stack: str = "two"
-    evaluation: str = "parallel"
-    tol: float = 1e-4
-    max_passes: int = 16
-    ramp: bool = False
-    temperatures: tuple[float, ...] = (1.0,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +82,7 @@ def _floats(text: str, what: str) -> list[float]:
     return values
 
 
-def plan(config: ml_collections.ConfigDict, model: ModelConfig) -> Plan:
+def plan(config: Experiment, model: ModelConfig) -> Plan:
     """Every cell's settings checked up front: one clear ValueError, nothing compiled."""
     s = config.recirculation
     if s.sweep_stride < 1 or s.sweep_max_gap < 1 or s.sweep_serial_check < 0:
@@ -145,7 +116,7 @@ def plan(config: ml_collections.ConfigDict, model: ModelConfig) -> Plan:
     return Plan(grid, looping, scoring, s.sweep_serial_check)
 
 
-def check_window(config: ml_collections.ConfigDict, max_seq_len: int) -> int:
+def check_window(config: Experiment, max_seq_len: int) -> int:
     """The eval window (eval.window = data.eval_seq_len; 0 = data.seq_len), which must fit the model's
     context."""
     window = config.eval.window or config.data.seq_len
@@ -154,146 +125,6 @@ def check_window(config: ml_collections.ConfigDict, max_seq_len: int) -> int:
             f"eval.window {window} is longer than the model's context (model.max_seq_len {max_seq_len})"
         )
     return window
-
-
-# ---------------------------------------------------------------------------------------------------
-# Scoring
-
-
-def windows(config: ml_collections.ConfigDict) -> list[dict]:
-    """The eval windows as numpy batches, read once and reused by every cell."""
-    data = build_data_source(config, train=False)
-    return [{k: np.asarray(v) for k, v in batch.items()} for batch in data.eval_batches()]
-
-
-@functools.partial(jax.jit, static_argnames=("model", "cell", "scoring"))
-def _token_nll(params: dict, batch: dict, alpha, *, model: ModelConfig, cell: Cell, scoring: Scoring):
-    """[temperatures, B, T] next-token NLL of `cell` and the Jacobi passes it ran. The cell's alpha is
-    the traced `alpha`, so every alpha of a pathway shares one compile."""
-    tokens = batch["tokens"]
-    layout = make_layout(tokens, batch["positions"], batch["segment_ids"])
-    if cell.kind == "baseline":
-        kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
-        logits, passes = backbone.forward(model, params, tokens, **kw), jnp.int32(0)
-    else:
-        rc = Recirculation(cell.source, cell.destination, alpha, cell.scheme or "ratio", scoring.ramp)
-        if cell.kind == "looping":
-            logits, passes = looped_logits(model, params, rc, tokens, layout=layout), jnp.int32(0)
-        else:
-            logits, passes = recirculated_logits(
-                model,
-                params,
-                rc,
-                tokens,
-                layout,
-                stack=scoring.stack,
-                evaluation=scoring.evaluation,
-                tol=scoring.tol,
-                max_passes=scoring.max_passes,
-            )
-    logits, targets = logits.astype(jnp.float32), batch["targets"]
-    nll = [optax.softmax_cross_entropy_with_integer_labels(logits / t, targets) for t in scoring.temperatures]
-    return jnp.stack(nll), passes
-
-
-def _arguments(params: dict, batch: dict, cell: Cell) -> tuple:
-    return params, {k: batch[k] for k in INPUTS}, np.float32(cell.alpha)
-
-
-def scorer(model: ModelConfig, cell: Cell, scoring: Scoring, *, compile_for=None) -> Callable:
-    """(params, batch, alpha) -> (NLL per temperature [N, B, T], passes) for `cell`; with
-    compile_for=(params, batch) compiled ahead of time (so that timing it excludes compilation)."""
-    kind = "recirculation" if cell.kind == "check" else cell.kind
-    static = dict(model=model, cell=dataclasses.replace(cell, kind=kind, alpha=0.0), scoring=scoring)
-    if compile_for is None:
-        return functools.partial(_token_nll, **static)
-    return _token_nll.lower(*_arguments(*compile_for, cell), **static).compile()
-
-
-def score(params: dict, batches: list[dict], cell: Cell, fn: Callable, window: int) -> dict:
-    """`cell` scored by `fn` (a `scorer`) over `batches` (numpy, from `windows`): its summed NLL at each
-    temperature, supervised tokens, their UTF-8 bytes, NLL per position bucket, passes per batch, seconds."""
-    nll_sums, by_position = 0.0, np.zeros(POSITION_BUCKETS)
-    tokens = target_bytes = 0.0
-    passes, start = [], time.perf_counter()
-    for batch in batches:
-        nll, n = fn(*_arguments(params, batch, cell))
-        nll, mask = np.asarray(nll, np.float64), batch["loss_mask"] > 0
-        nll_sums = nll_sums + (nll * mask).sum(axis=(1, 2))
-        by_position += np.bincount(_buckets(batch, window), weights=nll[0][mask], minlength=POSITION_BUCKETS)
-        tokens += float(mask.sum())
-        target_bytes += float(batch["target_bytes"][mask].sum()) if "target_bytes" in batch else 0.0
-        passes.append(int(n))
-    if not tokens:
-        raise ValueError("the eval windows hold no supervised tokens: is the eval set empty?")
-    return {
-        "nll": np.atleast_1d(nll_sums).tolist(),
-        "tokens": tokens,
-        "bytes": target_bytes,
-        "nll_by_position": by_position.tolist(),
-        "passes": passes,
-        "seconds": time.perf_counter() - start,
-    }
-
-
-def _buckets(batch: dict, window: int) -> np.ndarray:
-    """The position bucket of each supervised token (its position in its document within the window)."""
-    positions = batch["positions"][batch["loss_mask"] > 0]
-    return np.minimum(positions * POSITION_BUCKETS // window, POSITION_BUCKETS - 1)
-
-
-def position_counts(batches: list[dict], window: int) -> np.ndarray:
-    """Supervised tokens per position bucket (the same for every cell)."""
-    return sum(np.bincount(_buckets(b, window), minlength=POSITION_BUCKETS) for b in batches)
-
-
-def perplexity(nll_sum: float, tokens: float) -> float:
-    return math.exp(min(nll_sum / tokens, 50.0))
-
-
-def _change(ppl: float, base: float) -> float:
-    return 100.0 * (ppl / base - 1.0)
-
-
-def record(cell: Cell, raw: dict, baseline: dict | None) -> dict:
-    """A cells.jsonl line: the cell, its sums, perplexity / bpb and the % change against the baseline
-    (at the sweep's temperature; a second temperature is the control)."""
-    ppl = [perplexity(n, raw["tokens"]) for n in raw["nll"]]
-    base = baseline["perplexity"] if baseline else ppl[0]
-    out = {**dataclasses.asdict(cell), **raw, "perplexity": ppl[0], "change_pct": _change(ppl[0], base)}
-    if raw["bytes"]:
-        out["bpb"] = raw["nll"][0] / (math.log(2.0) * raw["bytes"])
-    if len(ppl) > 1:
-        out["control_temperature"] = {"perplexity": ppl[1], "change_pct": _change(ppl[1], base)}
-    passes = out.pop("passes")
-    if any(passes):  # Jacobi passes: the parallel evaluation only
-        out["passes"] = {"mean": float(np.mean(passes)), "max": max(passes)}
-    return out
-
-
-def serial_check(
-    model: ModelConfig, params: dict, batches: list[dict], cell: Cell, scoring: Scoring, window: int
-) -> dict:
-    """`cell` scored by the parallel and the serial evaluation side by side, each compiled first: the
-    passes the parallel one needs, how far its perplexity is from the serial one's, the speed-up."""
-    out = dataclasses.asdict(cell)
-    for mode in ("parallel", "serial"):
-        start = time.perf_counter()
-        fn = scorer(
-            model, cell, dataclasses.replace(scoring, evaluation=mode), compile_for=(params, batches[0])
-        )
-        compile_seconds = time.perf_counter() - start
-        scored = record(cell, score(params, batches, cell, fn, window), None)
-        out[mode] = {
-            "perplexity": scored["perplexity"],
-            "seconds": scored["seconds"],
-            "compile_seconds": compile_seconds,
-            **({"passes": scored["passes"]} if "passes" in scored else {}),
-        }
-    parallel, serial = out["parallel"], out["serial"]
-    out["perplexity_rel_diff"] = abs(parallel["perplexity"] - serial["perplexity"]) / serial["perplexity"]
-    out["speedup"] = serial["seconds"] / parallel["seconds"]
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -328,20 +159,24 @@ def _key(line: dict) -> tuple:
     return _cell(line).key
 
 
-def fingerprint(config: ml_collections.ConfigDict, scoring: Scoring) -> str:
+def fingerprint(config: Experiment, scoring: Scoring) -> str:
     """What a cell's numbers depend on: the model, the windows, how cells are scored."""
     d = config.data
     what = dict(
         init_from=config.init_from,
-        model=config.model.to_dict(),
-        data={k: d[k] for k in ("kind", "tokenizer", "eval_path", "eval_source", "seq_len", "eval_seq_len")},
+        model=to_dict(config)["model"],
+        data={
+            k: getattr(d, k)
+            for k in ("kind", "tokenizer", "eval_path", "eval_source", "seq_len", "eval_seq_len")
+        },
         windows=(config.eval.num_examples, config.eval.batch_size, config.seed),
         scoring=dataclasses.asdict(scoring),
     )
     return hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def run_sweep(config: ml_collections.ConfigDict, workdir: Path) -> dict:
+@STUDIES.register("recirculation")
+def run_sweep(config: Experiment, workdir: Path) -> dict:
     """The sweep of config.recirculation on config.init_from's model; resumes from workdir/cells.jsonl.
     Every setting is checked before anything is loaded or compiled. Returns what results.json holds."""
     started = time.perf_counter()
@@ -468,70 +303,6 @@ def _controls(baseline: dict, best: dict, looping: list[dict], temperature: floa
             "cells": [_shown(c) for c in looping],
         },
     }
-
-
-# ---------------------------------------------------------------------------------------------------
-# Plots and summary
-
-
-def write_plots(workdir: Path, results: dict) -> None:
-    """A heatmap per scheme and alpha, the looping control's heatmap, the best cell's gain by position."""
-    grid = results["grid"]
-    for scheme in results["settings"]["schemes"]:
-        for alpha in results["settings"]["alphas"]:
-            cells = [c for c in grid if c["scheme"] == scheme and c["alpha"] == alpha]
-            _heatmap(
-                workdir / f"heatmap_{scheme}_alpha{alpha:g}.png",
-                cells,
-                f"recirculation: {scheme}, α = {alpha:g}",
-            )
-    if "controls" in results:
-        _heatmap(workdir / "heatmap_looping.png", results["controls"]["looping"]["cells"], "looping control")
-    _gain_plot(workdir / "gain_by_position.png", results)
-
-
-def _heatmap(path: Path, cells: list[dict], title: str) -> None:
-    """% perplexity change, source block up, destination block across: blue lower, red higher."""
-    sources = sorted({c["source"] for c in cells})
-    destinations = sorted({c["destination"] for c in cells})
-    values = np.full((len(sources), len(destinations)), np.nan)
-    for c in cells:
-        values[sources.index(c["source"]), destinations.index(c["destination"])] = c["change_pct"]
-    limit = max(float(np.nanmax(np.abs(values))), 1e-9)
-    size = (max(5.0, 0.45 * len(destinations) + 3.0), max(3.5, 0.4 * len(sources) + 1.5))
-    fig, ax = plt.subplots(figsize=size)
-    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.9")
-    image = ax.imshow(values, cmap=cmap, vmin=-limit, vmax=limit, origin="lower", aspect="auto")
-    ax.set_xticks(range(len(destinations)), destinations)
-    ax.set_yticks(range(len(sources)), sources)
-    ax.set_xlabel("destination block d")
-    ax.set_ylabel("source block s")
-    if values.size <= ANNOTATE_MAX:
-        for (i, j), v in np.ndenumerate(values):
-            if np.isfinite(v):
-                color = "white" if abs(v) > 0.6 * limit else "black"
-                ax.text(j, i, f"{v:+.2f}", ha="center", va="center", fontsize=7, color=color)
-    fig.colorbar(image, ax=ax, label="% perplexity change vs unmodified")
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _gain_plot(path: Path, results: dict) -> None:
-    gain, best = results["gain_by_position"], results["best"]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(gain["bucket_start"], gain["change_pct"], marker="o")
-    ax.axhline(0.0, color="0.5", lw=0.8)
-    ax.set_xlabel("position in the document (bucket start)")
-    ax.set_ylabel("% perplexity change vs unmodified")
-    ax.set_title(
-        f"best cell: {best['scheme']} α={best['alpha']:g}, s={best['source']}, d={best['destination']}"
-    )
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def summary(results: dict) -> str:
