@@ -1,103 +1,20 @@
-"""Metric sinks: a JSONL file and TensorBoard event files, written without TensorFlow.
-
-An event file is a TFRecord stream (length, masked CRC32C of the length, payload, masked CRC32C of the
-payload) of `tensorflow.Event` protos; a scalar is Event{wall_time=1, step=2, summary=5{value=1{tag=1,
-simple_value=2}}}. The handful of protobuf fields needed are encoded here by hand.
-"""
+"""Metric sinks: a JSONL file and TensorBoard event files (tensorboardX: no TensorFlow)."""
 
 from __future__ import annotations
 
 import json
 import math
-import socket
-import struct
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tensorboardX.event_file_writer import EventsWriter
+from tensorboardX.proto.event_pb2 import Event
+from tensorboardX.proto.summary_pb2 import Summary
+
 from t2mlr_jax.parallel.multihost import is_lead_host
 from t2mlr_jax.storage.workdir import METRICS
-
-_CRC32C_TABLE = []
-for _i in range(256):
-    _c = _i
-    for _ in range(8):
-        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
-    _CRC32C_TABLE.append(_c)
-
-
-def crc32c(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def masked_crc32c(data: bytes) -> int:
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        bits, n = n & 0x7F, n >> 7
-        out.append(bits | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _field(number: int, wire_type: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | wire_type) + payload
-
-
-def _length_delimited(number: int, payload: bytes) -> bytes:
-    return _field(number, 2, _varint(len(payload)) + payload)
-
-
-def event_bytes(
-    step: int, wall_time: float, *, scalars: Mapping[str, float] = (), file_version: str = ""
-) -> bytes:
-    """One serialized Event: either the file-version header or a Summary of scalar values."""
-    body = _field(1, 1, struct.pack("<d", wall_time)) + _field(2, 0, _varint(step))
-    if file_version:
-        return body + _length_delimited(3, file_version.encode())
-    values = b"".join(
-        _length_delimited(1, _length_delimited(1, tag.encode()) + _field(2, 5, struct.pack("<f", v)))
-        for tag, v in scalars.items()
-    )
-    return body + _length_delimited(5, values)
-
-
-def record_bytes(payload: bytes) -> bytes:
-    length = struct.pack("<Q", len(payload))
-    return (
-        length
-        + struct.pack("<I", masked_crc32c(length))
-        + payload
-        + struct.pack("<I", masked_crc32c(payload))
-    )
-
-
-class EventWriter:
-    """Appends scalar events to a new events.out.tfevents.* file in `logdir` (TensorBoard reads it)."""
-
-    def __init__(self, logdir: Path):
-        logdir = Path(logdir)
-        logdir.mkdir(parents=True, exist_ok=True)
-        now = time.time()
-        self.path = logdir / f"events.out.tfevents.{int(now)}.{socket.gethostname()}.{time.monotonic_ns()}"
-        self._file = open(self.path, "ab")
-        self._file.write(record_bytes(event_bytes(0, now, file_version="brain.Event:2")))
-
-    def scalars(self, step: int, values: Mapping[str, float]) -> None:
-        finite = {k: float(v) for k, v in values.items() if math.isfinite(float(v))}
-        self._file.write(record_bytes(event_bytes(step, time.time(), scalars=finite)))
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
 
 
 def json_safe(value: Any) -> Any:
@@ -144,7 +61,10 @@ class MetricsLog:
         if resume_step is not None and self.jsonl_path.exists():
             _truncate(self.jsonl_path, resume_step)
         self._jsonl = open(self.jsonl_path, "a")
-        self._events = EventWriter(workdir / "tensorboard")
+        (workdir / "tensorboard").mkdir(exist_ok=True)
+        # A new event file per session, so a resumed run keeps the earlier ones. tensorboardX names it by
+        # the second and opens it for writing: the suffix keeps two sessions of one second apart.
+        self._events = EventsWriter(str(workdir / "tensorboard" / "events"), f".{time.monotonic_ns()}")
 
     def write(self, step: int, split: str, metrics: Mapping[str, Any]) -> None:
         if not self.active:
@@ -161,7 +81,13 @@ class MetricsLog:
         }
         self._jsonl.write(json.dumps(json_safe(record)) + "\n")
         self._jsonl.flush()
-        self._events.scalars(step, {f"{split}/{k}": v for k, v in scalars.items()})
+        # Finite values only (metrics.jsonl keeps the rest). EventsWriter writes and fsyncs here, unlike
+        # SummaryWriter's background queue: a killed run keeps every call.
+        values = [
+            Summary.Value(tag=f"{split}/{k}", simple_value=v) for k, v in scalars.items() if math.isfinite(v)
+        ]
+        self._events.write_event(Event(wall_time=time.time(), step=int(step), summary=Summary(value=values)))
+        self._events.flush()
 
     def close(self) -> None:
         if self.active:
