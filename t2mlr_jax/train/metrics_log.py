@@ -9,10 +9,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tensorboardX.event_file_writer import EventsWriter
-from tensorboardX.proto.event_pb2 import Event
-from tensorboardX.proto.summary_pb2 import Summary
-
 from t2mlr_jax.parallel.multihost import is_lead_host
 from t2mlr_jax.storage.workdir import METRICS
 
@@ -61,10 +57,16 @@ class MetricsLog:
         if resume_step is not None and self.jsonl_path.exists():
             _truncate(self.jsonl_path, resume_step)
         self._jsonl = open(self.jsonl_path, "a")
-        (workdir / "tensorboard").mkdir(exist_ok=True)
+        self._tensorboard = workdir / "tensorboard"
+        self._tensorboard.mkdir(exist_ok=True)
+        self._events = None  # opened at the first write: importing tensorboardX imports torch if installed
+
+    def _event_writer(self):
+        from tensorboardX.event_file_writer import EventsWriter
+
         # A new event file per session, so a resumed run keeps the earlier ones. tensorboardX names it by
         # the second and opens it for writing: the suffix keeps two sessions of one second apart.
-        self._events = EventsWriter(str(workdir / "tensorboard" / "events"), f".{time.monotonic_ns()}")
+        return EventsWriter(str(self._tensorboard / "events"), f".{time.monotonic_ns()}")
 
     def write(self, step: int, split: str, metrics: Mapping[str, Any]) -> None:
         if not self.active:
@@ -83,6 +85,10 @@ class MetricsLog:
         self._jsonl.flush()
         # Finite values only (metrics.jsonl keeps the rest). EventsWriter writes and fsyncs here, unlike
         # SummaryWriter's background queue: a killed run keeps every call.
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        self._events = self._events or self._event_writer()
         values = [
             Summary.Value(tag=f"{split}/{k}", simple_value=v) for k, v in scalars.items() if math.isfinite(v)
         ]
@@ -92,7 +98,8 @@ class MetricsLog:
     def close(self) -> None:
         if self.active:
             self._jsonl.close()
-            self._events.close()
+            if self._events is not None:
+                self._events.close()
 
     def __enter__(self) -> MetricsLog:
         return self
