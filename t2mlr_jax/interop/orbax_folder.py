@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jax
 
-from t2mlr_jax.interop.configs import config_from_dict, config_to_dict
+from t2mlr_jax.config.convert import model_from_dict, model_to_dict
 from t2mlr_jax.interop.files import check_export_target
 from t2mlr_jax.interop.tables import check_params
 from t2mlr_jax.model.config import ModelConfig
@@ -38,7 +38,7 @@ def save_params(
     exported folder, which is replaced whole (orbax writes a folder whole)."""
     check_orbax_target(path, overwrite=overwrite)
     check_params(cfg, params)
-    metadata = {"model_config": config_to_dict(cfg)}
+    metadata = {"model_config": model_to_dict(cfg)}
     if tokenizer:
         metadata["tokenizer"] = {"path": str(tokenizer)}
     if Path(path).exists():  # orbax writes only a new folder
@@ -96,8 +96,8 @@ def load_config(path: Path | str) -> ModelConfig:
     """The stored model config alone (no arrays are read)."""
     folder = model_folder(path)
     if is_exported_folder(folder):
-        return config_from_dict(ckpt.read_folder_metadata(folder, "model_config"))
-    return config_from_dict(_training_meta(folder)["model_config"])
+        return model_from_dict(ckpt.read_folder_metadata(folder, "model_config"))
+    return model_from_dict(_training_meta(folder)["model_config"])
 
 
 def load_params(path: Path | str) -> tuple[ModelConfig, dict]:
