@@ -213,11 +213,14 @@ class ArchitectureEntry:
     """A registered architecture: its builder and the name of its own config section (`section`, shared by
     aliases such as middle_looped, which reads `looped`). `identity`: which of the section's fields shape
     the saved state, so that a workdir trained with other values is refused: True (all), False (none: how
-    T²MLR is trained or decoded may change on resume) or a tuple of field names."""
+    T²MLR is trained or decoded may change on resume) or a tuple of field names. `exportable`: a run's
+    parameters are exactly a transformer backbone's (with or without T²MLR's mixer), so interop reads its
+    checkpoints as a model and writes them in PyTorch layouts."""
 
     build: Callable[[Experiment], Architecture]
     section: str | None = None
     identity: bool | tuple[str, ...] = True
+    exportable: bool = False
 
 
 ARCHITECTURES: Registry = Registry("architecture")
@@ -230,6 +233,7 @@ def register_architecture(
     settings: type | None = None,
     section: str | None = None,
     identity: bool | tuple[str, ...] = True,
+    exportable: bool = False,
 ) -> None:
     """Register `build(experiment) -> Architecture` under `name`. `settings`, a frozen dataclass, becomes
     its config section (`section`, default `name`: experiment.<section> in the builder); an alias names
@@ -239,7 +243,7 @@ def register_architecture(
         register_section(section, settings)
     elif section is not None:
         SECTIONS.get(section)  # an alias of a section nobody registered: one error now
-    ARCHITECTURES.register(name, ArchitectureEntry(build, section, identity))
+    ARCHITECTURES.register(name, ArchitectureEntry(build, section, identity, exportable))
 
 
 def backbone_config(config: Experiment, *, recurrent: bool = True) -> ModelConfig:

@@ -147,5 +147,5 @@ def _transformer(config: Experiment) -> Architecture:
     return backbone_architecture("transformer", baseline_backbone(config, param_specs), None)
 
 
-register_architecture("t2mlr", _t2mlr, settings=T2MLRSettings, identity=False)
-register_architecture("transformer", _transformer)
+register_architecture("t2mlr", _t2mlr, settings=T2MLRSettings, identity=False, exportable=True)
+register_architecture("transformer", _transformer, exportable=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jax
 
+from t2mlr_jax.architectures import ARCHITECTURES
 from t2mlr_jax.config.convert import model_from_dict, model_to_dict
 from t2mlr_jax.interop.files import check_export_target
 from t2mlr_jax.interop.tables import check_params
@@ -21,9 +22,6 @@ from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.storage import checkpoint as ckpt
 from t2mlr_jax.storage.workdir import CHECKPOINTS, RUN_CONFIG, saved_steps
-
-# Runs whose parameters are exactly a backbone's (with or without T²MLR's mixer): what PyTorch layouts hold.
-EXPORTABLE_ARCHS = ("t2mlr", "transformer")
 
 
 def save_params(
@@ -131,12 +129,18 @@ def _training_meta(folder: Path) -> dict:
             f"{folder}: this checkpoint predates the model record in training checkpoints; resume the run "
             "for one step (it saves a new checkpoint) and read that one"
         )
-    if meta["arch"] not in EXPORTABLE_ARCHS or meta.get("model_config") is None:
+    if not _exportable(meta["arch"]) or meta.get("model_config") is None:
+        readable = [name for name, entry in ARCHITECTURES.items() if entry.exportable]
         raise ValueError(
             f"{folder}: a checkpoint of the {meta['arch']!r} architecture, whose parameters are more than a "
-            f"transformer backbone; only {' and '.join(EXPORTABLE_ARCHS)} runs can be read as a model"
+            f"transformer backbone; only {' and '.join(sorted(readable))} runs can be read as a model"
         )
     return meta
+
+
+def _exportable(arch: str) -> bool:
+    """Whether runs of `arch` hold exactly a backbone's parameters (its registration says so)."""
+    return arch in ARCHITECTURES and ARCHITECTURES.get(arch).exportable
 
 
 def _sub_runs(path: Path) -> list[str]:

@@ -306,6 +306,11 @@ class ModelConfig:
             raise ValueError(f"moe_bias_rate must be >= 0, got {self.moe_bias_rate}")
 
     @property
+    def routed_experts(self) -> int:
+        """Experts to split over the mesh's expert axis: moe_experts with the MoE MLP, else none."""
+        return self.moe_experts if self.mlp == "moe" else 0
+
+    @property
     def expert_dim(self) -> int:
         return self.mlp_dim if self.moe_dim is None else self.moe_dim
 

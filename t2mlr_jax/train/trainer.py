@@ -72,8 +72,8 @@ class Run:
         }
         self.mesh = make_mesh(**section_dict(config.mesh))
         check_batch(config.train.batch_size, self.mesh, config.train.grad_accum)
-        if self.arch.backbone is not None and self.arch.backbone.mlp == "moe":
-            check_experts(self.arch.backbone.moe_experts, self.mesh)
+        if self.arch.backbone is not None and self.arch.backbone.routed_experts:
+            check_experts(self.arch.backbone.routed_experts, self.mesh)
         ckpt.check_workdir(self.workdir, self.identity)
         self.settings = to_dict(config)
         self.changes = ckpt.changed_settings(self.workdir, self.settings)
