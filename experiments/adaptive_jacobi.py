@@ -12,8 +12,8 @@ repetition, compilation excluded) and the ratio to the plain step is the median 
 ratios. All variants keep the checkpoint's B = d_backward (at most D). The target: an adaptive step <=
 1.6x the plain step at the loss of the fixed D = --max_d.
 
-  python experiments/adaptive_jacobi.py --preset=cpu          # trains its own S5 checkpoint (Jacobi) first
-  python experiments/adaptive_jacobi.py --preset=cpu --checkpoint=runs/adaptive_jacobi_cpu/checkpoint
+  python -m experiments.adaptive_jacobi --preset=cpu          # trains its own S5 checkpoint (Jacobi) first
+  python -m experiments.adaptive_jacobi --preset=cpu --checkpoint=runs/adaptive_jacobi_cpu/checkpoint
 
 Without --checkpoint the preset's config is trained first, by the framework's trainer, into
 <out>/checkpoint (resumable: a rerun reuses it). Writes, in --out (default runs/adaptive_jacobi_<preset>):
@@ -35,9 +35,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax
-from experiments.analysis_common import (  # noqa: E402
+from experiments.analysis_common import (
     OneLineParser,
     Preset,
     add_checkpoint_flag,
@@ -48,10 +46,11 @@ from experiments.analysis_common import (  # noqa: E402
     preset_config,
     setup_jax,
 )
-from experiments.benchmarks.report import environment, markdown_table  # noqa: E402
-from experiments.gradient_fidelity import jacobi_config, positive_ints  # noqa: E402
+from experiments.benchmarks.report import environment, markdown_table
+from experiments.gradient_fidelity import jacobi_config, positive_ints
+from t2mlr_jax.analysis.plots import subplots
 
-SCRIPT = "experiments/adaptive_jacobi.py"
+COMMAND = "python -m experiments.adaptive_jacobi"
 PRESETS = {
     "cpu": Preset(
         "configs/s5_retrieval_t2mlr.py:cpu",
@@ -99,7 +98,7 @@ def tolerances(text: str) -> tuple[float, ...]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(
-        prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_config_flags(parser, PRESETS, "adaptive_jacobi")
     add_checkpoint_flag(parser)
@@ -246,12 +245,7 @@ def render(meta: dict, rows: list[dict]) -> str:
 
 
 def plot(meta: dict, rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only
-    import matplotlib.pyplot as plt
-
-    fig, (bars, scatter) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    fig, (bars, scatter) = subplots(1, 2, figsize=(11, 4), layout="constrained")
     names = [r["name"] for r in rows]
     colors = [
         "gray" if r["d_forward"] is None else "tab:orange" if r["tolerance"] else "tab:blue" for r in rows
@@ -272,7 +266,6 @@ def plot(meta: dict, rows: list[dict], path: Path) -> None:
     scatter.set_ylabel("training loss")
     fig.suptitle(f"Adaptive vs fixed-depth Jacobi ({meta['preset']}, B = {meta['d_backward']})")
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def write_results(out: Path, meta: dict, rows: list[dict]) -> str:
@@ -312,7 +305,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         return []
     rows = measure(config, params, batches, cells, args.repeats)
     meta = {
-        **environment(args.preset, SCRIPT, argv),
+        **environment(args.preset, COMMAND, argv),
         "checkpoint": str(checkpoint),
         "batches": len(batches),
         "rows_per_batch": int(batches[0]["tokens"].shape[0]),

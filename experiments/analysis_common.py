@@ -14,9 +14,9 @@ from typing import NamedTuple, NoReturn
 
 from tqdm import tqdm
 
+from t2mlr_jax.config.edit import config_module, set_path
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax
-from t2mlr_jax.config_utils import config_module, set_path  # noqa: E402
 
 
 class Preset(NamedTuple):

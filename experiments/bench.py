@@ -12,8 +12,8 @@ Every ratio is measured side by side: the variants are interleaved in each repet
 per repetition), a warm-up call excludes compilation, each timed call is wrapped in block_until_ready,
 and the median over repetitions of the per-repetition ratio is reported.
 
-  python experiments/bench.py --preset=quick --out_dir=runs/bench      # CPU, a few minutes
-  python experiments/bench.py --preset=full --out_dir=runs/bench_full  # SmolLM2-135M shapes, bf16, GPU/TPU
+  python -m experiments.bench --preset=quick --out_dir=runs/bench      # CPU, a few minutes
+  python -m experiments.bench --preset=full --out_dir=runs/bench_full  # SmolLM2-135M shapes, bf16, GPU/TPU
 
 Writes <out_dir>/bench_<preset>.json and <out_dir>/bench_<preset>.md and prints the markdown.
 The sections live in experiments/benchmarks/, one module each.
@@ -29,9 +29,7 @@ from pathlib import Path
 import jax
 from tqdm import tqdm
 
-# Run as a file from a checkout, not installed: the repo root holds the benchmarks package (and t2mlr_jax).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from experiments.benchmarks import (  # noqa: E402
+from experiments.benchmarks import (
     decode,
     harness,
     memory,
@@ -62,7 +60,9 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="experiments/bench.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m experiments.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--preset",

@@ -14,11 +14,11 @@ Every ratio is measured side by side: the variants are interleaved in each repet
 per repetition), a warm-up call excludes compilation, each timed call is wrapped in block_until_ready,
 and the median over repetitions of the per-repetition ratio is reported.
 
-  python experiments/bench_lrt.py --preset=quick --out_dir=runs/bench_lrt      # CPU, a few minutes
-  python experiments/bench_lrt.py --preset=full --out_dir=runs/bench_lrt_full  # nanochat(16), bf16, GPU
+  python -m experiments.bench_lrt --preset=quick --out_dir=runs/bench_lrt      # CPU, a few minutes
+  python -m experiments.bench_lrt --preset=full --out_dir=runs/bench_lrt_full  # nanochat(16), bf16, GPU
 
 Writes <out_dir>/bench_lrt_<preset>.json and <out_dir>/bench_lrt_<preset>.md and prints the markdown.
-The sections live in experiments/benchmarks/lrt.py.
+The sections live in experiments/benchmarks/lrt_decode.py, lrt_train.py and lrt_rows.py (presets: lrt.py).
 """
 
 import argparse
@@ -31,32 +31,36 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-# Run as a file from a checkout, not installed: the repo root holds the benchmarks package (and t2mlr_jax).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from experiments.benchmarks import lrt, report  # noqa: E402
+from experiments.benchmarks import lrt, lrt_decode, lrt_rows, lrt_train, report
 
-SCRIPT = "experiments/bench_lrt.py"
+COMMAND = "python -m experiments.bench_lrt"
+# name -> (title on the page, run(preset, seed) -> {"rows", "markdown", "notes", ...})
+SECTIONS = {
+    "decode": ("Decode: LRT vs vanilla (Table 1 decode latency)", lrt_decode.decode),
+    "train": ("Train step: P refinement passes vs vanilla, time and counted FLOPs", lrt_train.train),
+    "rows": ("Table 1 rows: decode time per vocabulary token over the 1x transformer", lrt_rows.rows),
+}
 
 
 def resolve_sections(text: str) -> list[str]:
     wanted = {s.strip() for s in text.split(",") if s.strip()}
-    unknown = wanted - set(lrt.SECTIONS)
+    unknown = wanted - set(SECTIONS)
     if unknown:
-        raise SystemExit(f"--sections: unknown {sorted(unknown)}; choose from {', '.join(lrt.SECTIONS)}")
-    return [s for s in lrt.SECTIONS if s in wanted]
+        raise SystemExit(f"--sections: unknown {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    return [s for s in SECTIONS if s in wanted]
 
 
 def resolve_rows(text: str) -> tuple[str, ...]:
     rows = tuple(dict.fromkeys(r.strip() for r in text.split(",") if r.strip()))
-    unknown = lrt.comparison().unknown_rows(rows)
+    unknown = lrt_rows.comparison().unknown_rows(rows)
     if unknown:
-        raise SystemExit(f"--rows: unknown {unknown}; choose from {', '.join(lrt.comparison().ROWS)}")
+        raise SystemExit(f"--rows: unknown {unknown}; choose from {', '.join(lrt_rows.comparison().ROWS)}")
     return rows
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--preset",
@@ -67,8 +71,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--sections",
-        default=",".join(lrt.SECTIONS),
-        help="comma-separated subset of " + ",".join(lrt.SECTIONS),
+        default=",".join(SECTIONS),
+        help="comma-separated subset of " + ",".join(SECTIONS),
     )
     parser.add_argument("--out_dir", default="runs/bench_lrt", help="where bench_lrt_<preset>.json/.md go")
     parser.add_argument("--repeats", type=int, help="timed repetitions per variant (default: the preset's)")
@@ -103,11 +107,11 @@ def main(argv: list[str] | None = None) -> dict:
     results = {}
     for name in tqdm(sections, desc="sections", file=sys.stderr):
         section_start = time.perf_counter()
-        results[name] = lrt.SECTIONS[name][1](preset, args.seed)
+        results[name] = SECTIONS[name][1](preset, args.seed)
         results[name]["wall_seconds"] = time.perf_counter() - section_start
     models = lrt.describe_models(preset)
     meta = {
-        **report.environment(args.preset, SCRIPT, argv),
+        **report.environment(args.preset, COMMAND, argv),
         "repeats": preset.repeats,
         "seed": args.seed,
         **models,
@@ -124,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
     markdown = report.page(
         f"LRT cost benchmark ({args.preset})",
         header,
-        {lrt.SECTIONS[k][0]: s for k, s in results.items()},
+        {SECTIONS[k][0]: s for k, s in results.items()},
     )
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -17,11 +17,11 @@ on what the cpu preset currently chooses:
   constant_weight  the zoo's constant-weight mixer, (1 - α) x + α R with α = 0.5 (the demo's former mixer)
   transformer      the parameter-matched transformer baseline
 
-  python experiments/gate_opening.py                         # --preset=cpu: gated, gated_lr10, gated_lr100,
+  python -m experiments.gate_opening                         # --preset=cpu: gated, gated_lr10, gated_lr100,
                                                              # gated_gamma01, constant_weight, transformer
-  python experiments/gate_opening.py --variants=gated,gated_gamma01,constant_weight --seeds=0,1,2,3,42 \\
+  python -m experiments.gate_opening --variants=gated,gated_gamma01,constant_weight --seeds=0,1,2,3,42 \\
       --out=runs/gate_opening_seeds                          # how often each opens, over seeds
-  python experiments/gate_opening.py --preset=tiny --out=/tmp/go   # seconds: a 32-wide model (tests)
+  python -m experiments.gate_opening --preset=tiny --out=/tmp/go   # seconds: a 32-wide model (tests)
 
 Resumable, run by run: each (variant, seed) is one main.py workdir, <out>/<variant>/seed<k>; a rerun skips
 the runs whose summary.json exists and resumes one stopped mid-training from its checkpoints (the trainer
@@ -52,14 +52,13 @@ from typing import NamedTuple
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
-# Run as a file from a checkout, not installed: the repo root holds t2mlr_jax.
-sys.path.insert(0, str(ROOT))
-from experiments.analysis_common import fail, setup_jax, train_run  # noqa: E402
-from experiments.benchmarks.report import environment, markdown_table  # noqa: E402
-from t2mlr_jax.train.report import finish, load_runs, read_json, save  # noqa: E402
+from experiments.analysis_common import fail, setup_jax, train_run
+from experiments.benchmarks.report import environment, markdown_table
+from t2mlr_jax.analysis.plots import finish, save, subplots
+from t2mlr_jax.analysis.run_logs import load_runs, read_json
 
-SCRIPT = "experiments/gate_opening.py"
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = "python -m experiments.gate_opening"
 CONFIG = ROOT / "configs" / "s5_retrieval_t2mlr.py"
 GAMMA_REC, GAMMA_IN = "tanh_rezero_gamma_recurrent_gate", "tanh_rezero_gamma_input_gate"
 OPEN_AT = 0.1  # |tanh γ_rec| above this counts as open
@@ -139,7 +138,7 @@ def _seeds(text: str) -> list[int]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--preset",
@@ -168,7 +167,7 @@ def variant_config(name: str, seed: int, preset: str, steps: int | None):
     """configs/s5_retrieval_t2mlr.py at the preset, with the preset's and the variant's changes; checked
     (architecture) before anything is trained."""
     from t2mlr_jax.architectures import build_architecture
-    from t2mlr_jax.config_utils import config_module, set_path
+    from t2mlr_jax.config.edit import config_module, set_path
 
     config = config_module(CONFIG).get_config(PRESETS[preset]["preset"])
     config.seed = seed
@@ -355,9 +354,7 @@ def render(meta: dict, results: dict) -> str:
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib.pyplot as plt  # Agg: t2mlr_jax.train.report selects it
-
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
+    fig, axes = subplots(1, 2, figsize=(13, 4.6))
     for ax, key, title in zip(axes, ("tanh_gamma_rec", "tanh_gamma_in"), ("tanh γ_rec", "tanh γ_in")):
         for i, (name, v) in enumerate(results.items()):
             for j, r in enumerate(v["runs"]):
@@ -389,7 +386,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     names = args.variants or list(PRESETS[args.preset]["variants"])
     if args.seeds is None:
-        from t2mlr_jax.config_utils import config_module
+        from t2mlr_jax.config.edit import config_module
 
         args.seeds = [int(config_module(CONFIG).get_config(PRESETS[args.preset]["preset"]).seed)]
     out = args.out or Path(f"runs/gate_opening_{args.preset}")
@@ -410,7 +407,7 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     setup_jax(out)
     meta = {
-        **environment(args.preset, SCRIPT, argv),
+        **environment(args.preset, COMMAND, argv),
         "cpus": os.cpu_count(),
         "seeds": args.seeds,
         "steps": next(iter(configs.values())).train.steps,

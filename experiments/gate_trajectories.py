@@ -4,14 +4,14 @@ tanh γ_in and the mean gate activations σ(f_rec), σ(f_in) — one panel per q
 one per layer window). The paper finds γ_rec settling positive and γ_in negative.
 
 Everything is read from each run's metrics.jsonl (train lines), through the reader of tools/report.py
-(t2mlr_jax.train.report): the trainer logs tanh γ itself (`tanh_rezero_gamma_*`, model/fusion.py's
+(t2mlr_jax.analysis.run_logs): the trainer logs tanh γ itself (`tanh_rezero_gamma_*`, model/fusion.py's
 gamma_stats; plotted as logged, not transformed again) and the gate activations as per-token means over
 recurrent positions (`gate/*`, the mixer's statistics). A WORKDIR is one run or a multi-architecture
 workdir (its runs without gates, such as the transformer baseline, are skipped).
 
-  python experiments/gate_trajectories.py runs/w5_26 runs/w13_18                 # two layer windows
-  python experiments/gate_trajectories.py runs/w5_26 runs/w13_18 --labels="paper 5-26,paper 13-18"
-  python experiments/gate_trajectories.py --preset=cpu    # trains two tiny windows first (minutes)
+  python -m experiments.gate_trajectories runs/w5_26 runs/w13_18                 # two layer windows
+  python -m experiments.gate_trajectories runs/w5_26 runs/w13_18 --labels="paper 5-26,paper 13-18"
+  python -m experiments.gate_trajectories --preset=cpu    # trains two tiny windows first (minutes)
 
 The cpu preset trains configs/smollm135m_t2mlr.py:cpu (4 layers x 64 wide, offline Shakespeare) at code
 windows 1-2 and 0-3 with the framework's trainer into <out>/middle and <out>/full (a rerun skips
@@ -38,14 +38,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
-# Run as a file from a checkout, not installed: the repo root holds t2mlr_jax.
-sys.path.insert(0, str(ROOT))
-from experiments.analysis_common import OneLineParser, fail, setup_jax, train_run  # noqa: E402
-from experiments.benchmarks.report import markdown_table  # noqa: E402
-from t2mlr_jax.train.report import ReportError, RunLog, finish, is_gate_key, load_runs, save  # noqa: E402
+from experiments.analysis_common import OneLineParser, fail, setup_jax, train_run
+from experiments.benchmarks.report import markdown_table
+from t2mlr_jax.analysis.plots import finish, save, subplots
+from t2mlr_jax.analysis.run_logs import ReportError, RunLog, is_gate_key, load_runs
 
-SCRIPT = "experiments/gate_trajectories.py"
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = "python -m experiments.gate_trajectories"
 # The quantities of Fig. 8 first, in this order (the other logged gate keys follow, titled by their key).
 TITLES = {
     "tanh_rezero_gamma_recurrent_gate": "tanh γ_rec",
@@ -61,7 +60,7 @@ CPU_STEPS = 60
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(
-        prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("workdirs", nargs="*", type=Path, metavar="WORKDIR", help="main.py training workdirs")
     parser.add_argument(
@@ -86,7 +85,7 @@ def cpu_config(preset: str, steps: int, changes: dict):
     """configs/smollm135m_t2mlr.py at `preset` (e.g. "cpu", "baseline,cpu") with `steps` and dotted-path
     `changes`; built and checked (architecture, data paths) before anything is trained."""
     from t2mlr_jax.architectures import build_architecture
-    from t2mlr_jax.config_utils import config_module, set_path
+    from t2mlr_jax.config.edit import config_module, set_path
     from t2mlr_jax.train.build_data import build_data_source
 
     config = config_module(CPU_CONFIG).get_config(preset)
@@ -208,10 +207,8 @@ def render(meta: dict, runs: list[dict]) -> str:
 
 
 def plot(meta: dict, runs: list[dict], path: Path) -> None:
-    import matplotlib.pyplot as plt  # Agg: t2mlr_jax.train.report selects it
-
     keys = meta["quantities"]
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.6 * len(keys), 3.8), squeeze=False)
+    fig, axes = subplots(1, len(keys), figsize=(4.6 * len(keys), 3.8), squeeze=False)
     for ax, key in zip(axes[0], keys):
         for run in runs:
             s = run["series"].get(key)
@@ -244,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.preset:
         runs = [r for w in train_cpu_windows(out, args.steps) for r in gated_runs(w, None)]
     meta = {
-        "command": " ".join([f"python {SCRIPT}", *argv]),
+        "command": " ".join([COMMAND, *argv]),
         "wall_seconds": round(time.time() - started, 1),
         "quantities": quantity_order(runs),
     }

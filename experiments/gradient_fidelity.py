@@ -12,9 +12,9 @@ B > D). Groups: the fusion parameters (`mixer`, the optimizer's gate group), the
 inside [l_start, l_end] and after l_end (the stacked `layers` axis split), the embeddings / head / final
 norm, and all parameters.
 
-  python experiments/gradient_fidelity.py --preset=cpu            # trains its own S5 checkpoint first
-  python experiments/gradient_fidelity.py --preset=cpu --checkpoint=runs/jacobi_vs_exact_cpu/jacobi
-  python experiments/gradient_fidelity.py --preset=paper --checkpoint=runs/fw135/checkpoints/20000 \\
+  python -m experiments.gradient_fidelity --preset=cpu            # trains its own S5 checkpoint first
+  python -m experiments.gradient_fidelity --preset=cpu --checkpoint=runs/jacobi_vs_exact_cpu/jacobi
+  python -m experiments.gradient_fidelity --preset=paper --checkpoint=runs/fw135/checkpoints/20000 \\
       --eval_path=data/fw-smollm2-eval                             # the paper's model (accelerators)
 
 Without --checkpoint the preset's config is trained first, by the framework's trainer, into
@@ -38,9 +38,7 @@ import numpy as np
 from jaxtyping import Float
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax
-from experiments.analysis_common import (  # noqa: E402
+from experiments.analysis_common import (
     OneLineParser,
     Preset,
     add_checkpoint_flag,
@@ -51,9 +49,10 @@ from experiments.analysis_common import (  # noqa: E402
     preset_config,
     setup_jax,
 )
-from experiments.benchmarks.report import environment, markdown_table  # noqa: E402
+from experiments.benchmarks.report import environment, markdown_table
+from t2mlr_jax.analysis.plots import subplots
 
-SCRIPT = "experiments/gradient_fidelity.py"
+COMMAND = "python -m experiments.gradient_fidelity"
 PRESETS = {
     "cpu": Preset(
         "configs/s5_retrieval_t2mlr.py:cpu",
@@ -93,7 +92,7 @@ def positive_ints(text: str) -> tuple[int, ...]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(
-        prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_config_flags(parser, PRESETS, "gradient_fidelity")
     add_checkpoint_flag(parser)
@@ -314,15 +313,10 @@ def _color_scale(measure: str, lowest: float):
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only
-    import matplotlib.pyplot as plt
-
     groups, cells = list(result["groups"]), result["cells"]
     ds = sorted({c["d_forward"] for c in cells})
     bs = sorted({c["d_backward"] for c in cells})
-    fig, axes = plt.subplots(
+    fig, axes = subplots(
         len(MEASURES),
         len(groups),
         figsize=(2.3 * len(groups) + 1.5, 2.3 * len(MEASURES) + 0.5),
@@ -354,7 +348,6 @@ def plot(result: dict, path: Path) -> None:
         fig.colorbar(image, ax=axes[row].tolist(), shrink=0.9, ticks=ticks, format="%g").minorticks_off()
     fig.suptitle("Jacobi (D, B) gradients against D = {}, B = {}".format(*result["reference"]))
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def write_results(out: Path, meta: dict, result: dict) -> str:
@@ -392,7 +385,7 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     result = measure(config, params, batches, cells)
     meta = {
-        **environment(args.preset, SCRIPT, argv),
+        **environment(args.preset, COMMAND, argv),
         "checkpoint": str(checkpoint),
         "batches": len(batches),
         "rows_per_batch": int(batches[0]["tokens"].shape[0]),

@@ -6,9 +6,9 @@ backpropagation through time over the same B links (config.t2mlr.forward_mode = 
 t2mlr.bptt = B); then each evaluated with both the exact and the Jacobi forward (t2mlr.eval_mode): a 2 x 2
 table of eval loss (perplexity), with the wall time per training step of each.
 
-  python experiments/jacobi_vs_exact.py --preset=cpu                     # S5 parity, D8 B4, ~minutes
-  python experiments/jacobi_vs_exact.py --preset=cpu --d_forward=16 --d_backward=4
-  python experiments/jacobi_vs_exact.py --preset=paper --train_path=data/fw-smollm2 \\
+  python -m experiments.jacobi_vs_exact --preset=cpu                     # S5 parity, D8 B4, ~minutes
+  python -m experiments.jacobi_vs_exact --preset=cpu --d_forward=16 --d_backward=4
+  python -m experiments.jacobi_vs_exact --preset=paper --train_path=data/fw-smollm2 \\
       --eval_path=data/fw-smollm2-eval                          # the paper's 135M run (accelerators)
 
 Resumable: each row trains into <out>/<row>/ (jacobi, exact); a rerun skips a row whose summary.json
@@ -33,9 +33,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax
-from experiments.analysis_common import (  # noqa: E402
+from experiments.analysis_common import (
     OneLineParser,
     Preset,
     add_config_flags,
@@ -45,9 +43,10 @@ from experiments.analysis_common import (  # noqa: E402
     setup_jax,
     train_run,
 )
-from experiments.benchmarks.report import environment, markdown_table  # noqa: E402
+from experiments.benchmarks.report import environment, markdown_table
+from t2mlr_jax.analysis.plots import subplots
 
-SCRIPT = "experiments/jacobi_vs_exact.py"
+COMMAND = "python -m experiments.jacobi_vs_exact"
 PRESETS = {
     "cpu": Preset(
         "configs/s5_retrieval_t2mlr.py:cpu",
@@ -68,7 +67,7 @@ MODES = ("exact", "jacobi")  # rows (training forward) and columns (evaluation f
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(
-        prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_config_flags(parser, PRESETS, "jacobi_vs_exact")
     parser.add_argument("--d_forward", type=int, help="D (default: the preset's)")
@@ -202,13 +201,8 @@ def render(meta: dict, rows: dict) -> str:
 
 
 def plot(meta: dict, rows: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only
-    import matplotlib.pyplot as plt
-
     trained = [m for m in MODES if m in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]})
+    fig, (left, right) = subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]})
     width = 0.38
     for i, eval_mode in enumerate(MODES):
         losses = [rows[m]["eval"][eval_mode]["loss"] for m in trained]
@@ -227,7 +221,6 @@ def plot(meta: dict, rows: dict, path: Path) -> None:
     right.set(ylabel="wall seconds per training step", title="Training step time")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def write_results(out: Path, meta: dict, rows: dict) -> str:
@@ -289,7 +282,7 @@ def main(argv: list[str] | None = None) -> dict:
     setup_jax(out)
     rows = compare(config, out)
     meta = {
-        **environment(args.preset, SCRIPT, argv),
+        **environment(args.preset, COMMAND, argv),
         "seed": args.seed,
         "d_forward": config.model.recurrence.d_forward,
         "d_backward": config.model.recurrence.d_backward,

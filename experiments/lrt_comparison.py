@@ -8,9 +8,9 @@ recurrence: thought rows at their largest trained K, and every row trained with 
 with more than one K: tt1, tt2, no_cross, no_kv) also at each K of --eval_thoughts (Table 2), the same
 weights evaluated again with config.eval.thoughts = K.
 
-  python experiments/lrt_comparison.py --preset=cpu                       # every row, CPU-sized
-  python experiments/lrt_comparison.py --preset=cpu --rows=vanilla1x,tt2  # two rows
-  python experiments/lrt_comparison.py --preset=paper --rows=tt1 --train_path=... --eval_path=... \\
+  python -m experiments.lrt_comparison --preset=cpu                       # every row, CPU-sized
+  python -m experiments.lrt_comparison --preset=cpu --rows=vanilla1x,tt2  # two rows
+  python -m experiments.lrt_comparison --preset=paper --rows=tt1 --train_path=... --eval_path=... \\
       --tokenizer=...                                                     # the paper's sizes (accelerators)
 
 Resumable, row by row: a rerun skips the rows whose <out>/<row>/summary.json exists, resumes a row
@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import platform
 import shutil
@@ -44,47 +43,18 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
-# Run as a file from a checkout, not installed: the repo root holds t2mlr_jax.
-sys.path.insert(0, str(ROOT))
-from experiments.benchmarks.report import markdown_table  # noqa: E402
-from t2mlr_jax.config_utils import config_module  # noqa: E402
-
-SCRIPT = "experiments/lrt_comparison.py"
-REFERENCE = "vanilla1x"  # params and decode blocks are relative to it (Table 1's normalisation)
-# Table 1's rows in the paper's order, then Table 3's ablations of tt1.
-TABLE1 = (
-    "vanilla1x",
-    "vanilla2x",
-    "vanilla3x",
-    "loop2",
-    "loop3",
-    "loop4",
-    "ponder1",
-    "ponder2",
-    "lrt1x",
-    "lrt2x",
-    "lrt3x",
-    "tt1",
-    "tt2",
+from experiments.lrt_comparison_report import bpb_text, write_results
+from experiments.lrt_comparison_rows import (
+    REFERENCE,
+    ROWS,
+    ROWS_CONFIG,
+    check_data_paths,
+    decode_blocks,
+    paper_order,
+    row_config,
 )
-ABLATIONS = ("no_cross", "no_kv", "fixed_k1")
-TABLE3 = ("tt1", *ABLATIONS, "ponder1")
-FIXED_K = {"lrt1x": 0, "fixed_k1": 1}  # Table 2's fixed-K rows: trained at this K only
 
-
-def load_rows_config():
-    """configs/lrt_comparison.py as a module (the configs folder is not a package)."""
-    return config_module(ROOT / "configs" / "lrt_comparison.py")
-
-
-ROWS_CONFIG = load_rows_config()
-ROWS = ROWS_CONFIG.ROWS
-
-
-def paper_order(names) -> list[str]:
-    order = [*TABLE1, *ABLATIONS, *(r for r in ROWS if r not in TABLE1 and r not in ABLATIONS)]
-    return [r for r in order if r in names]
+COMMAND = "python -m experiments.lrt_comparison"
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -107,7 +77,7 @@ def resolve_rows(text: str) -> list[str]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--preset",
@@ -139,57 +109,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--eval_path", help="data.eval_path (the paper preset has none)")
     parser.add_argument("--tokenizer", help="data.tokenizer (the paper preset has none)")
     return parser.parse_args(argv)
-
-
-# ---------------------------------------------------------------------------------------------- configs
-
-
-def row_config(row: str, args: argparse.Namespace):
-    config = ROWS_CONFIG.get_config(f"{row},{args.preset}")
-    config.seed = args.seed
-    config.train.flop_budget = float(args.flop_budget)
-    for value, path in (
-        (args.steps, "train.steps"),
-        (args.batch_size, "train.batch_size"),
-        (args.eval_examples, "eval.num_examples"),
-        (args.eval_batch_size, "eval.batch_size"),
-        (args.train_path, "data.train_path"),
-        (args.eval_path, "data.eval_path"),
-        (args.tokenizer, "data.tokenizer"),
-    ):
-        if value is not None:
-            section, field = path.split(".")
-            config[section][field] = value
-    return config
-
-
-def decode_blocks(row: str, config) -> dict:
-    """Backbone blocks run per decoded vocabulary token: L x depth x loops, or L x (K + 1) in thought rows."""
-    depth = ROWS[row].depth
-    reference = config.model.num_layers // depth
-    loops = config.looped.repeats if config.arch == "looped" else 1
-    k, blocks = ROWS_CONFIG.decode_thoughts(config), ROWS_CONFIG.decode_blocks(config)
-    shown = f"{reference}×({k}+1)" if k else f"{reference}×{depth}×{loops}"
-    return {"blocks": blocks, "blocks_ratio": blocks / reference, "blocks_formula": f"{shown} = {blocks}"}
-
-
-def check_data_paths(config, preset: str) -> None:
-    """The paper preset ships no data: say so in one line before anything is built."""
-    if preset != "paper":
-        return
-    for field, flag in (
-        ("train_path", "--train_path"),
-        ("eval_path", "--eval_path"),
-        ("tokenizer", "--tokenizer"),
-    ):
-        if not config.data[field]:
-            raise ValueError(
-                f"--preset=paper needs {flag} (data.{field} is empty): token stores or raw text from "
-                "tools/prepare_text.py and nanochat's 32,768-token tokenizer (tools/train_tokenizer.py)"
-            )
-
-
-# ---------------------------------------------------------------------------------------------- running
 
 
 def pretokenize(config, cache: Path) -> None:
@@ -316,191 +235,6 @@ def run_row(row: str, config, out: Path, eval_thoughts: tuple[int, ...], referen
     }
 
 
-def reference_params(args: argparse.Namespace) -> int:
-    """vanilla1x's parameter count at this scale (built, not trained: Table 1 normalises by it)."""
-    from t2mlr_jax.architectures import build_architecture
-
-    return build_architecture(row_config(REFERENCE, args)).num_params()
-
-
-# ---------------------------------------------------------------------------------------------- report
-
-
-def _bpb(value) -> str:
-    return "—" if value is None or not math.isfinite(value) else f"{value:.4f}"
-
-
-def _flops(value) -> str:
-    return "—" if not value else f"{value:.3g}"
-
-
-def table1(results: dict) -> str:
-    header = [
-        "Model",
-        "Row",
-        "Params",
-        "Params ratio",
-        "Decode blocks / token",
-        "Train FLOPs",
-        "FLOPs / step",
-        "Steps",
-        "BPB ↓",
-    ]
-    rows = []
-    for name in paper_order(results):
-        r = results[name]
-        k = f" (K={r['thoughts']})" if r["thoughts"] else ""
-        rows.append(
-            [
-                r["label"],
-                f"`{name}`",
-                f"{r['params']:,}",
-                f"{r['params_ratio']:.2f}×",
-                f"{r['blocks_formula']} ({r['blocks_ratio']:.0f}×)",
-                _flops(r["train_flops"]),
-                _flops(r["flops_per_step"]),
-                r["steps"],
-                _bpb(r["bpb"]) + k,
-            ]
-        )
-    return markdown_table(header, rows)
-
-
-def table2(results: dict, eval_thoughts: tuple[int, ...]) -> str | None:
-    sampled = [n for n in paper_order(results) if len(results[n]["thoughts_trained"]) > 1]
-    fixed = [n for n in FIXED_K if n in results]
-    if not sampled:
-        return None
-    ks = sorted({*eval_thoughts, *(int(k) for n in sampled + fixed for k in results[n]["bpb_by_k"])})
-    rows = []
-    for name in fixed + sampled:
-        r = results[name]
-        trained = r["thoughts_trained"]
-        what = (
-            f"Fixed K={trained[0]}"
-            if len(trained) == 1
-            else "One model, sampled K∈{" + ",".join(map(str, trained)) + "}"
-        )
-        cells = []
-        for k in ks:
-            value = r["bpb_by_k"].get(str(k))
-            cells.append("–" if value is None else _bpb(value) + ("†" if k > max(trained) else ""))
-        rows.append([f"{what} ({r['label']}, `{name}`)", *cells])
-    return markdown_table(["Training", *(f"K={k}" for k in ks)], rows)
-
-
-def table3(results: dict) -> str | None:
-    names = [n for n in TABLE3 if n in results]
-    if len(names) < 2:
-        return None
-    full = results["tt1"]["bpb"] if "tt1" in results else None
-    rows = []
-    for name in names:
-        r = results[name]
-        delta = "—" if name == "tt1" or full is None else f"{r['bpb'] - full:+.4f}"
-        rows.append([f"{r['label']} (`{name}`)", _bpb(r["bpb"]), delta])
-    return markdown_table(["Configuration", "BPB ↓", "Increase over full LRT (tt1)"], rows)
-
-
-def render(meta: dict, results: dict) -> str:
-    parts = [
-        f"# Depth versus time: the comparison ({meta['preset']})",
-        "",
-        f"`{meta['command']}` on {meta['device']}, jax {meta['jax']}; wall time {meta['wall_seconds']:.0f} s "
-        f"(this invocation). Seed {meta['seed']}; "
-        + (
-            f"FLOP-matched: {meta['flop_budget']:.3g} training FLOPs per row."
-            if meta["flop_budget"]
-            else "the same training steps for every row (Table 1's protocol)."
-        ),
-        "",
-        "## Table 1: parameters, decode blocks, training FLOPs and BPB",
-        "",
-        table1(results),
-        "",
-        f"- Params ratio: over `{REFERENCE}` ({meta['reference_params']:,} params). Decode blocks per "
-        "vocabulary token: L (reference layers) × depth × loops, or L × (K + 1) for thought rows; the ratio "
-        "is over the reference L.",
-        "- Train FLOPs: the trainer's expected training FLOPs (refinement passes P and thought counts K "
-        "averaged over their sampling distributions, the expanded attention length counted).",
-        "- BPB: exact sequential recurrence with the KV cache on held-out rows of the reference length; "
-        "thought rows at K shown (their largest trained K).",
-    ]
-    t2 = table2(results, meta["eval_thoughts"])
-    if t2:
-        parts += [
-            "",
-            "## Table 2: BPB vs evaluation thought steps K",
-            "",
-            t2,
-            "",
-            "- Each row is one trained model; sampled-K rows reuse the same weights in every column. "
-            "† beyond the row's trained range, – not evaluated.",
-        ]
-    t3 = table3(results)
-    if t3:
-        parts += ["", "## Table 3: ablations of the one-thought-token LRT (at K = 1)", "", t3]
-    timed = [f"`{n}` {meta['row_seconds'][n]:.0f}" for n in paper_order(results) if n in meta["fresh"]]
-    if timed:
-        parts += [
-            "",
-            "Wall seconds per row trained or evaluated in this invocation: " + ", ".join(timed) + ".",
-        ]
-    return "\n".join(parts) + "\n"
-
-
-def plot(results: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-    for name in paper_order(results):
-        r = results[name]
-        if r["train_flops"] and math.isfinite(r["bpb"]):
-            left.scatter(r["train_flops"], r["bpb"], s=25)
-            left.annotate(
-                name, (r["train_flops"], r["bpb"]), fontsize=8, xytext=(3, 3), textcoords="offset points"
-            )
-    left.set_xscale("log")
-    left.set(
-        xlabel="training FLOPs (expected)", ylabel="BPB (exact recurrence)", title="BPB vs training FLOPs"
-    )
-    left.grid(alpha=0.3)
-    sampled = [n for n in paper_order(results) if len(results[n]["thoughts_trained"]) > 1]
-    for name in sampled:
-        r = results[name]
-        ks = sorted(int(k) for k in r["bpb_by_k"])
-        trained = "{" + ",".join(map(str, r["thoughts_trained"])) + "}"
-        (line,) = right.plot(
-            ks, [r["bpb_by_k"][str(k)] for k in ks], marker="o", label=f"{name} (K∈{trained})"
-        )
-        beyond = [k for k in ks if k > max(r["thoughts_trained"])]  # hollow: beyond the trained range
-        right.scatter(beyond, [r["bpb_by_k"][str(k)] for k in beyond], s=60, facecolors="white", zorder=3,
-                      edgecolors=line.get_color())  # fmt: skip
-    right.xaxis.get_major_locator().set_params(integer=True)
-    right.set(xlabel="evaluation thought steps K", ylabel="BPB", title="BPB vs evaluation K (sampled-K rows)")
-    right.grid(alpha=0.3)
-    if sampled:
-        right.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def write_results(out: Path, meta: dict, results: dict) -> str:
-    payload = {"meta": meta, "rows": {n: results[n] for n in paper_order(results)}}
-    (out / "results.json").write_text(json.dumps(payload, indent=1, default=str))
-    markdown = render(meta, results)
-    (out / "results.md").write_text(markdown)
-    plot(results, out / "results.png")
-    return markdown
-
-
-# ---------------------------------------------------------------------------------------------- main
-
-
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -516,7 +250,7 @@ def main(argv: list[str] | None = None) -> dict:
         for config in configs.values():
             build_architecture(config)
         build_data_source(configs[rows[0]])  # paths and tokenizer
-        reference = reference_params(args)
+        reference = build_architecture(row_config(REFERENCE, args)).num_params()  # Table 1's normaliser
         out.mkdir(parents=True, exist_ok=True)
         if args.preset == "cpu":
             for config in configs.values():
@@ -533,7 +267,7 @@ def main(argv: list[str] | None = None) -> dict:
     device = jax.devices()[0]
     meta = {
         "preset": args.preset,
-        "command": " ".join([f"python {SCRIPT}", *argv]),
+        "command": " ".join([COMMAND, *argv]),
         "device": f"{device.platform}: {device.device_kind}",
         "jax": jax.__version__,
         "python": platform.python_version(),
@@ -561,7 +295,9 @@ def main(argv: list[str] | None = None) -> dict:
             fresh.append(row)
             with open(out / "rows.jsonl", "a") as f:
                 f.write(json.dumps(result, default=str) + "\n")
-        tqdm.write(f"{row}: BPB {_bpb(result['bpb'])} at K={result['thoughts']} ({row_seconds[row]:.0f} s)")
+        tqdm.write(
+            f"{row}: BPB {bpb_text(result['bpb'])} at K={result['thoughts']} ({row_seconds[row]:.0f} s)"
+        )
     meta["wall_seconds"] = round(time.time() - started, 1)
     meta["row_seconds"], meta["fresh"] = row_seconds, fresh
     if not results:

@@ -16,7 +16,7 @@ rezero gammas start at 0), and the model is saved with the release's save_pretra
   grad_d1:<key>, grad_d3:<key>  the gradient of the mean next-token cross-entropy of that Jacobi forward
                              for every parameter, by its key in the saved state dict (B stays the default)
 
-  python experiments/make_release_fixture.py --release_src=../T2MLR \
+  python -m experiments.make_release_fixture --release_src=../T2MLR \
       --release_python=../release_venv/bin/python
 
 The release needs torch and transformers 4.56/4.57 (--release_python; how to get both: run
@@ -33,13 +33,13 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds experiments/
-from experiments.benchmarks.vs_release_torch import (  # noqa: E402 (stdlib only: runs under the release's Python)
+from experiments.benchmarks.vs_release_torch import (  # stdlib only: runs under the release's Python
     check_release,
     check_transformers,
     import_release,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BACKBONE = dict(
     vocab_size=64,
@@ -66,7 +66,9 @@ def release_classes(src: str):
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=f"python -m {__spec__.name}",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--release_src", required=True, help="a checkout of princeton-pli/T2MLR")
     parser.add_argument(
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if Path(sys.executable).absolute() != Path(args.release_python).absolute():
-        os.execv(args.release_python, [args.release_python, __file__, *argv])
+        os.execv(args.release_python, [args.release_python, "-m", __spec__.name, *argv])
     check_transformers()
     logging.disable(logging.WARNING)  # the release logs every model build at INFO
     make(Path(args.out), release_classes(args.release_src))

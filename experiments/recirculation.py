@@ -4,10 +4,10 @@ self for every alpha x scheme x (source, destination) pair of config.recirculati
 paper's controls (temperature, training-free looping) and a serial check of the parallel two-stack
 (passes, perplexity gap, speed-up, timed side by side). This is main.py (its flags, --help, one-line
 errors) with configs/recirculation.py:cpu as the default config; the sweep is
-t2mlr_jax.train.recirculation_sweep, which main.py runs for arch "recirculation" in --mode=train.
+t2mlr_jax.analysis.recirculation_sweep, the study main.py runs for arch "recirculation" in --mode=train.
 
-  python experiments/recirculation.py --config=configs/recirculation.py:cpu --workdir=runs/recirc
-  python experiments/recirculation.py --config=configs/recirculation.py --workdir=runs/recirc_full \\
+  python -m experiments.recirculation --config=configs/recirculation.py:cpu --workdir=runs/recirc
+  python -m experiments.recirculation --config=configs/recirculation.py --workdir=runs/recirc_full \\
       --config.recirculation.sweep_schemes=ratio,nonconvex                # the full grid: an accelerator
 
 Writes, in --workdir (a rerun with the same settings skips the cells already there):
@@ -26,10 +26,9 @@ from pathlib import Path
 
 from absl import app
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax and main.py
-import main as framework  # noqa: E402  (main.py's flags, one-line errors and training-free dispatch)
+import main as framework  # main.py's flags, one-line errors and studies (repo root: python -m)
 
+ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = f"--config={ROOT / 'configs' / 'recirculation.py'}:cpu"
 
 

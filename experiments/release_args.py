@@ -28,9 +28,9 @@ answered yes; no parsed value depends on it). Importing the release needs the sh
 experiments/benchmarks/vs_release_torch.py, and components/generation_eval.py imports `datasets` and
 `math_verify`, which its generation settings do not use (stub modules).
 
-  python experiments/release_args.py --release_src=../T2MLR --release_python=../release_venv/bin/python
+  python -m experiments.release_args --release_src=../T2MLR --release_python=../release_venv/bin/python
 
-The release needs torch and transformers 4.57 (how to get both: experiments/vs_release.py --help); this
+The release needs torch and transformers 4.57 (how to get both: python -m experiments.vs_release --help); this
 script re-runs itself under --release_python and imports nothing of ours there but the shims.
 """
 
@@ -47,15 +47,14 @@ import tempfile
 import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds experiments/
-from experiments.benchmarks.vs_release_torch import (  # noqa: E402 (stdlib only: runs under the release's Python)
+from experiments.benchmarks.vs_release_torch import (  # stdlib only: runs under the release's Python
     check_release,
 )
-from experiments.benchmarks.vs_release_torch import (  # noqa: E402
+from experiments.benchmarks.vs_release_torch import (
     import_release as import_shimmed,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 ENTRY = "src/train_minimal.py"  # the release's training entry point, which the script launches
 DEFAULTS = {
     "script": "scripts/hotpotqa/train_hotpotqa.sh",
@@ -72,7 +71,11 @@ class Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(
+        prog=f"python -m {__spec__.name}",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--release_src", required=True, help="a checkout of princeton-pli/T2MLR")
     parser.add_argument(
         "--release_python", default=sys.executable, help="a Python with torch and transformers 4.57"
@@ -269,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if Path(sys.executable).absolute() != Path(args.release_python).absolute():
-        os.execv(args.release_python, [args.release_python, __file__, *argv])
+        os.execv(args.release_python, [args.release_python, "-m", __spec__.name, *argv])
     fixture = make(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(fixture, indent=1, sort_keys=True) + "\n")

@@ -13,9 +13,9 @@ Every repetition runs each preset's code variants one after the other, the order
 tables report medians, and ratios are the baseline's seconds over ours (> 1: ours is faster), the median
 of the per-repetition ratios.
 
-  python experiments/startup.py                                  # every preset, 3 repetitions
+  python -m experiments.startup                                  # every preset, 3 repetitions
   git worktree add /tmp/before 7c7146d
-  python experiments/startup.py --baseline_src=/tmp/before --presets=t2mlr --steady=100
+  python -m experiments.startup --baseline_src=/tmp/before --presets=t2mlr --steady=100
 
 Writes runs.jsonl (one line per run), results.json and results.md (the tables, also printed) in --out
 (default runs/startup).
@@ -38,20 +38,20 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax
-from experiments.analysis_common import OneLineParser, fail  # noqa: E402
-from experiments.benchmarks.report import markdown_table  # noqa: E402
-from t2mlr_jax.train.startup import PHASES, STARTUP  # noqa: E402
+from experiments.analysis_common import OneLineParser, fail
+from experiments.benchmarks.report import markdown_table
+from t2mlr_jax.train.startup import PHASES, STARTUP
 
-SCRIPT = "experiments/startup.py"
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = "python -m experiments.startup"
 FIRST_STEP = re.compile(rb"\|\s*1/\d+ \[")  # tqdm's bar at its first step: "| 1/20 ["
 
 
 def backbone_135m() -> list[str]:
     """Flags that put SmolLM2-135M's shape back over the :cpu preset's tiny backbone, T²MLR at the paper's
     (5,26) window; the preset keeps its data, rows, dtype and D, B."""
-    from t2mlr_jax.config_utils import backbone_preset, config_module, paper_window
+    from configs.recipes import backbone_preset, paper_window
+    from t2mlr_jax.config.edit import config_module
     from t2mlr_jax.model.config import smollm2_135m
 
     cpu = config_module(ROOT / "configs" / "smollm135m_t2mlr.py").get_config("cpu")
@@ -194,7 +194,7 @@ def markdown(table: dict, codes: list[str]) -> str:
 
 def main(argv: list[str]) -> None:
     parser = OneLineParser(
-        prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--presets", default=",".join(PRESETS), help=f"comma list of {', '.join(PRESETS)}")
     parser.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
@@ -258,7 +258,7 @@ def main(argv: list[str]) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     table = summarise(runs, codes)
     results = {
-        "command": " ".join(["python", SCRIPT, *argv]),
+        "command": " ".join([COMMAND, *argv]),
         "sources": {c: str(s) for c, s in sources.items()},
         "commits": {c: _commit(s) for c, s in sources.items()},
         "cpu_count": os.cpu_count(),

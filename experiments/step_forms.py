@@ -15,8 +15,8 @@ Presets: cpu, configs/smollm135m_t2mlr.py:w13_18 (SmolLM2-135M, T²MLR at the pa
 "dots", batch 1 x 256 (four ~1.6 GB train states at once); tiny, the same on a 2-layer 32-wide backbone.
 The README's figures are one thread, which is the caller's affinity:
 
-  taskset -c 0 python experiments/step_forms.py --preset=cpu
-  python experiments/step_forms.py --preset=tiny --reps=1
+  taskset -c 0 python -m experiments.step_forms --preset=cpu
+  python -m experiments.step_forms --preset=tiny --reps=1
 
 Writes results.json (environment, every repetition's seconds) and results.md (the tables, also printed) in
 --out (default runs/step_forms_<preset>). Compile seconds are cold unless JAX_COMPILATION_CACHE_DIR is set.
@@ -32,14 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax
-from experiments.analysis_common import OneLineParser, fail  # noqa: E402
-from experiments.benchmarks import vs_release_ours as ours  # noqa: E402
-from experiments.benchmarks.harness import measure_interleaved, median, median_ratio, progress  # noqa: E402
-from experiments.benchmarks.report import environment, markdown_table, size, times  # noqa: E402
+from experiments.analysis_common import OneLineParser, fail
+from experiments.benchmarks import vs_release_ours as ours
+from experiments.benchmarks.harness import measure_interleaved, median, median_ratio, progress
+from experiments.benchmarks.report import environment, markdown_table, size, times
 
-SCRIPT = "experiments/step_forms.py"
+COMMAND = "python -m experiments.step_forms"
 PRESETS = {  # model overrides over ours.config(), tokens per row, calls per timed VJP repetition
     "cpu": {"model": {}, "recurrence": {}, "seq": 256, "calls": 20},
     "tiny": {  # compile-bound (T²MLR's step ~3 s): 2 layers, the recurrence over the second, D=2, B=1
@@ -184,7 +182,7 @@ def render(meta: dict, layouts: dict, grads: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     parser = OneLineParser(
-        prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--preset", choices=list(PRESETS), default="cpu", help="the shapes (see above)")
     parser.add_argument("--out", help="output directory (default runs/step_forms_<preset>)")
@@ -199,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict:
     with progress("step forms", 4 + 8 * (args.reps + 1)) as bar:  # 4 compiles, then 8 timed variants
         layouts = layer_layouts(c, preset["seq"], args.reps, bar)
         grads = vjps(c.model, preset["seq"], preset["calls"], args.reps, bar)
-    meta = {**environment(args.preset, SCRIPT, argv), "config": ours.CONFIG, "reps": args.reps}
+    meta = {**environment(args.preset, COMMAND, argv), "config": ours.CONFIG, "reps": args.reps}
     meta.update(seq=preset["seq"], calls=preset["calls"], model_overrides=preset["model"])
     results = {"meta": meta, "layouts": layouts, "vjps": grads}
     markdown = render(meta, layouts, grads)

@@ -19,8 +19,8 @@ sizes its thread pools), time --repeats calls per row after one warm-up call, an
 (getrusage). Per round, each row's ratio is taken between the two runs of that round; the table shows
 medians over rounds.
 
-  python experiments/vs_release.py --release_src=../T2MLR --release_python=../release_venv/bin/python
-  python experiments/vs_release.py --release_src=../T2MLR --release_python=... --rounds=2 --quick
+  python -m experiments.vs_release --release_src=../T2MLR --release_python=../release_venv/bin/python
+  python -m experiments.vs_release --release_src=../T2MLR --release_python=... --rounds=2 --quick
 
 Without --release_src it prints how to get the release and exits 2. Writes, in --out (default
 runs/vs_release):
@@ -41,17 +41,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax
-from experiments.analysis_common import OneLineParser, fail  # noqa: E402
-from experiments.benchmarks import vs_release_ours, vs_release_torch  # noqa: E402
-from experiments.benchmarks.report import environment, markdown_table, size, times  # noqa: E402
+from experiments.analysis_common import OneLineParser, fail
+from experiments.benchmarks import vs_release_ours, vs_release_torch
+from experiments.benchmarks.report import environment, markdown_table, size, times
 
-SCRIPT = "experiments/vs_release.py"
-DRIVERS = {
-    "release": ROOT / "experiments/benchmarks/vs_release_torch.py",
-    "ours": ROOT / "experiments/benchmarks/vs_release_ours.py",
-}
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = "python -m experiments.vs_release"
+DRIVERS = {"release": vs_release_torch.__name__, "ours": vs_release_ours.__name__}  # run with -m from ROOT
 TRAIN = {"batch": 1, "seq_len": 256}
 DECODE = {"batch": 1, "prompt_len": 16}
 QUICK_TOKENS = 16  # --quick: new tokens per decode
@@ -60,9 +56,10 @@ vs_release.py times the authors' PyTorch release against this framework; it need
   git clone https://github.com/princeton-pli/T2MLR ../T2MLR
   python3 -m venv ../release_venv
   ../release_venv/bin/pip install torch==2.13.0 'transformers==4.57.*' accelerate
-  python experiments/vs_release.py --release_src=../T2MLR --release_python=../release_venv/bin/python
+  python -m experiments.vs_release --release_src=../T2MLR --release_python=../release_venv/bin/python
 The release does not import as shipped; its driver (experiments/benchmarks/vs_release_torch.py) applies two
 import shims in its own process, via sys.modules:
+ROOT = Path(__file__).resolve().parents[1]
   sys.modules["IPython"] = a stub module with embed()
   sys.modules["components.t2mlr_utils"] = components.rcot_utils"""
 NAMES = {  # program -> row name
@@ -76,7 +73,7 @@ PROGRAMS = tuple(NAMES)
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(
-        prog=SCRIPT, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--release_src", help="a checkout of princeton-pli/T2MLR (required; see above)")
     parser.add_argument(
@@ -130,7 +127,7 @@ def run_side(side: str, python: str, spec: dict) -> dict:
         "TOKENIZERS_PARALLELISM": "false",
     }
     done = subprocess.run(
-        [python, str(DRIVERS[side]), json.dumps(spec)], capture_output=True, text=True, env=env, cwd=ROOT
+        [python, "-m", DRIVERS[side], json.dumps(spec)], capture_output=True, text=True, env=env, cwd=ROOT
     )
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -292,7 +289,7 @@ def main(argv: list[str] | None = None) -> dict:
     except RuntimeError as e:
         fail(e)
     meta = {
-        **environment(vs_release_ours.CONFIG, SCRIPT, argv),
+        **environment(vs_release_ours.CONFIG, COMMAND, argv),
         "spec": spec,
         "rounds": args.rounds,
         "repeats": args.repeats,

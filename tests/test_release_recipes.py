@@ -25,7 +25,7 @@ from t2mlr_jax.model.params import init_params
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests/fixtures/release_args_hotpotqa.json"
-HOW = "python experiments/release_args.py --release_src=../T2MLR --release_python=../release_venv/bin/python"
+HOW = "python -m experiments.release_args --release_src=../T2MLR --release_python=../release_venv/bin/python"
 # Release values we reproduce without a field of our own: ours is always this.
 PREMISES = {
     ("T2MLRArguments", "connection_detach"): False,  # the gradient flows through R

@@ -6,5 +6,7 @@ flops       FLOP counts: by formula, from the traced jaxpr, and XLA's cost analy
 harness     interleaved timing, the compiled train step and generate(), and the run's shared state
 report      markdown tables and run metadata
 decode, train, prefill, memory, throughput   the sections
-lrt         the LRT benchmark: decode per token and train step vs counted FLOPs against the vanilla backbone
+lrt         the LRT benchmark's presets (experiments/bench_lrt.py), and its sections against the vanilla
+            backbone: lrt_decode (decode per token), lrt_train (train step vs counted FLOPs), lrt_rows
+            (Table 1's rows)
 """

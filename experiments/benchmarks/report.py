@@ -44,12 +44,12 @@ def describe(cfg: ModelConfig) -> str:
     )
 
 
-def environment(name: str, script: str, argv: list[str]) -> dict:
+def environment(name: str, command: str, argv: list[str]) -> dict:
     """What every benchmark page records about its run: preset, exact command, device and versions."""
     device = jax.devices()[0]
     return {
         "preset": name,
-        "command": " ".join([f"python {script}", *argv]),
+        "command": " ".join([command, *argv]),
         "device": f"{device.platform}: {device.device_kind}",
         "jax": jax.__version__,
         "python": platform.python_version(),
@@ -58,7 +58,7 @@ def environment(name: str, script: str, argv: list[str]) -> dict:
 
 def metadata(name: str, bench: Bench, argv: list[str]) -> dict:
     return {
-        **environment(name, "experiments/bench.py", argv),
+        **environment(name, "python -m experiments.bench", argv),
         "repeats": bench.preset.repeats,
         "seed": bench.seed,
         "t2mlr": describe(bench.preset.model.with_recurrence()),

@@ -6,7 +6,7 @@ and the architecture's cached generate, compiled ahead of time and timed apart; 
 (see `main`). The parent builds its spec from `config()` / `spec_of()`, so that the release's driver
 gets the same shapes and settings.
 
-  python experiments/benchmarks/vs_release_ours.py '<spec json>'
+  python -m experiments.benchmarks.vs_release_ours '<spec json>'
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # run as a file from a checkout: the repo root holds t2mlr_jax
-from t2mlr_jax.config_utils import config_module  # noqa: E402
+from t2mlr_jax.config.edit import config_module
 
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = "configs/smollm135m_t2mlr.py:w13_18"  # the paper's (13,18): code l_start 12, l_end 17; D 16, B 4
 ARCHS = {"t2mlr": "t2mlr", "plain": "transformer"}  # row prefix -> architecture
 MODEL_FIELDS = (

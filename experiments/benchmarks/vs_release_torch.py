@@ -7,7 +7,7 @@ The model is built as the release's src/train.py builds it from scratch (LlamaFo
 T2MLRWrapper.from_base_model) with scripts/fineweb/train_fineweb.sh's T²MLR settings plus the spec's
 window, Jacobi D / B and temporal residual (its sweep_params.yaml turns that on); fp32, SDPA attention.
 
-  <release python> experiments/benchmarks/vs_release_torch.py '<spec json>'
+  <release python> -m experiments.benchmarks.vs_release_torch '<spec json>'   # from the repo root
 """
 
 import gc

@@ -6,9 +6,7 @@ import math
 
 import pytest
 
-from tests.experiments import load_script
-
-adaptive_jacobi = load_script("adaptive_jacobi")
+from experiments import adaptive_jacobi
 
 
 def test_help_lists_the_flags(capsys):

@@ -5,10 +5,8 @@ import json
 
 import pytest
 
+from experiments import bench
 from t2mlr_jax.model.config import smollm2_135m
-from tests.experiments import load_script
-
-bench = load_script("bench")
 
 
 def test_help_lists_the_flags(capsys):

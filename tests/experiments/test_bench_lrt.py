@@ -6,9 +6,7 @@ import json
 
 import pytest
 
-from tests.experiments import load_script
-
-bench_lrt = load_script("bench_lrt")
+from experiments import bench_lrt
 
 
 def test_help_lists_the_flags(capsys):
@@ -40,7 +38,7 @@ def test_full_preset_is_the_papers_reference_and_protocol():
     table1 = ("vanilla1x", "vanilla2x", "vanilla3x", "loop2", "loop3", "loop4", "lrt1x", "lrt2x", "lrt3x")
     table1 += ("tt1", "tt2", "ponder1", "ponder2")
     assert full.rows == bench_lrt.lrt.PRESETS["quick"].rows == table1 and full.rows_scale == "paper"
-    assert not bench_lrt.lrt.comparison().unknown_rows(table1)
+    assert not bench_lrt.lrt_rows.comparison().unknown_rows(table1)
     assert bench_lrt.lrt.PAPER_ROW_RATIOS["tt1"] == 2.3
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from absl import flags
 
+from experiments import gate_opening
 from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.config_utils import config_module
 from t2mlr_jax.model.config import RecurrenceConfig
@@ -25,12 +26,10 @@ from t2mlr_jax.model.spec import init_from_specs
 from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
 from t2mlr_jax.train.train_step import init_state, make_train_step, model_inputs
-from tests.experiments import ROOT, load_script
+from tests.experiments import ROOT
 from tests.train.tiny_task import tiny_model
 
 flags.FLAGS.mark_as_parsed()  # grain reads absl flags
-
-gate_opening = load_script("gate_opening")
 
 
 def mixer_grads(gamma_recurrent_init: float) -> tuple[dict, dict, jax.Array, jax.Array]:

@@ -16,6 +16,9 @@ import numpy as np
 import pytest
 from absl import flags
 
+from experiments import future_token_probe as probe
+from experiments import future_token_probe_fit as fit
+from experiments import gate_trajectories as gates
 from t2mlr_jax.config_utils import shakespeare_split
 from t2mlr_jax.interop import save_params
 from t2mlr_jax.interop.pretrained import load_pretrained
@@ -27,13 +30,10 @@ from t2mlr_jax.train.train_step import make_train_step
 from t2mlr_jax.train.trainer import Run
 from tests import tiny
 from tests.data.test_tools import load_tool
-from tests.experiments import load_script
 from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
 
 flags.FLAGS.mark_as_parsed()  # grain reads absl flags
 
-gates = load_script("gate_trajectories")
-probe = load_script("future_token_probe")
 
 GAMMA_REC, GAMMA_IN = "tanh_rezero_gamma_recurrent_gate", "tanh_rezero_gamma_input_gate"
 FIG8 = [GAMMA_REC, GAMMA_IN, "gate/recurrent_gate", "gate/input_gate"]
@@ -151,12 +151,12 @@ def test_the_k_probe_reads_the_token_k_ahead():
     tokens = rng.integers(1, 9, size=(48, 12))
     ahead = lambda k: np.eye(9)[np.pad(tokens[:, k:], ((0, 0), (0, k)))]  # [B, T, 9]: one-hot of x_{t+k}
     features = np.stack([ahead(1), ahead(2)]).astype(np.float32)
-    data = probe.probe_data(tokens, np.ones_like(tokens), (1, 2, 3), 16, 0.25, seed=0)
+    data = fit.probe_data(tokens, np.ones_like(tokens), (1, 2, 3), 16, 0.25, seed=0)
     for i, k in enumerate((1, 2, 3)):
         assert np.array_equal(data.classes[data.labels[i]], tokens[data.rows, data.times + k])
     assert data.times.max() == 12 - 1 - 3 and 0 < data.test.mean() < 0.5
-    settings = probe.ProbeSettings(hidden=32, steps=150, batch=64, lr=1e-2)
-    accuracy = probe.fit_probes(features[:, data.rows, data.times], data, settings, 0, "probes")["accuracy"]
+    settings = fit.ProbeSettings(hidden=32, steps=150, batch=64, lr=1e-2)
+    accuracy = fit.fit_probes(features[:, data.rows, data.times], data, settings, 0, "probes")["accuracy"]
     assert accuracy[0, 0] == 1.0 and accuracy[1, 1] == 1.0
     assert accuracy[0, 1:].max() < 0.5 and accuracy[1, [0, 2]].max() < 0.5
 
@@ -186,8 +186,8 @@ def test_states_are_those_of_the_exact_recurrence(checkpoints):
     positions = np.array([[*range(8), *range(8)]] + [list(range(16))] * 7)  # row 0: two documents
     segment_ids = np.array([[1] * 8 + [2] * 8] + [[1] * 16] * 7)
     layout = make_layout(tokens, positions, segment_ids)
-    got = probe.jitted_layer_states(cfg, params, tokens, layout)
-    plain = probe.jitted_layer_states(plain_cfg, plain_params, tokens, make_layout(tokens))
+    got = fit.jitted_layer_states(cfg, params, tokens, layout)
+    plain = fit.jitted_layer_states(plain_cfg, plain_params, tokens, make_layout(tokens))
     assert got.shape == (cfg.num_layers, 8, 16, cfg.hidden_size)
 
     @jax.jit

@@ -10,13 +10,11 @@ import re
 
 import pytest
 
+from experiments import analysis_common, gradient_fidelity, jacobi_vs_exact
 from t2mlr_jax.config_utils import config_module, set_path
-from tests.experiments import ROOT, load_script
+from tests.experiments import ROOT
 
 pytestmark = pytest.mark.xdist_group("jacobi_analyses")  # one worker trains the shared rows once
-jacobi_vs_exact = load_script("jacobi_vs_exact")
-gradient_fidelity = load_script("gradient_fidelity")
-analysis_common = load_script("analysis_common")
 T = 9  # the longest row (S5 with at most 2 actions)
 TINY = {
     "model.hidden_size": 32,

@@ -9,12 +9,11 @@ import math
 
 import pytest
 
+from experiments import lrt_comparison
 from t2mlr_jax.config_utils import shakespeare_split
 from t2mlr_jax.data import tokenizer
 from t2mlr_jax.train import build_data
-from tests.experiments import load_script
 
-lrt_comparison = load_script("lrt_comparison")
 SHORT = 16  # reference tokens per row (the cpu preset's 64, a thought row's context x (K + 1) of it)
 
 

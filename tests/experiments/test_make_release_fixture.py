@@ -4,9 +4,7 @@ tests/interop/test_release_defaults.py."""
 
 import pytest
 
-from tests.experiments import load_script
-
-script = load_script("make_release_fixture")
+from experiments import make_release_fixture as script
 
 
 def test_help_and_a_path_that_is_no_checkout(tmp_path, capsys):

@@ -80,7 +80,8 @@ def _refuse(*args, **kwargs):
 
 def test_help_lists_the_flags():
     out = subprocess.run(
-        [sys.executable, str(ROOT / "experiments" / "recirculation.py"), "--help"],
+        [sys.executable, "-m", "experiments.recirculation", "--help"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,

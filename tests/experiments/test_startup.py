@@ -4,9 +4,7 @@ time the phases it wrote add up to."""
 
 import pytest
 
-from tests.experiments import load_script
-
-startup = load_script("startup")
+from experiments import startup
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,7 @@ import math
 
 import pytest
 
-from tests.experiments import load_script
-
-step_forms = load_script("step_forms")
+from experiments import step_forms
 
 
 def test_bad_reps_fail_in_one_line(tmp_path, capsys):

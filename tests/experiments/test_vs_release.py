@@ -6,9 +6,7 @@ import json
 
 import pytest
 
-from tests.experiments import load_script
-
-vs_release = load_script("vs_release")
+from experiments import vs_release
 
 
 def exit_code(argv: list[str]) -> int:
@@ -80,7 +78,7 @@ def test_writer_reports_medians_of_per_round_ratios(tmp_path):
         "decode": {"batch": 1, "prompt_len": 16, "new_tokens": 64},
     }
     meta = {
-        "command": "python experiments/vs_release.py --release_src=T2MLR",
+        "command": "python -m experiments.vs_release --release_src=T2MLR",
         "preset": "configs/smollm135m_t2mlr.py:w13_18",
         "spec": spec,
         "rounds": 2,

@@ -1,0 +1,178 @@
+"""The depth-versus-time comparison's report (experiments/lrt_comparison.py): Tables 1-3 as markdown, the
+figure (BPB vs training FLOPs, BPB vs evaluation K) and results.json / results.md / results.png."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from experiments.benchmarks.report import markdown_table
+from experiments.lrt_comparison_rows import FIXED_K, REFERENCE, TABLE3, paper_order
+from t2mlr_jax.analysis.plots import subplots
+
+
+def bpb_text(value) -> str:
+    return "—" if value is None or not math.isfinite(value) else f"{value:.4f}"
+
+
+def _flops(value) -> str:
+    return "—" if not value else f"{value:.3g}"
+
+
+def table1(results: dict) -> str:
+    header = [
+        "Model",
+        "Row",
+        "Params",
+        "Params ratio",
+        "Decode blocks / token",
+        "Train FLOPs",
+        "FLOPs / step",
+        "Steps",
+        "BPB ↓",
+    ]
+    rows = []
+    for name in paper_order(results):
+        r = results[name]
+        k = f" (K={r['thoughts']})" if r["thoughts"] else ""
+        rows.append(
+            [
+                r["label"],
+                f"`{name}`",
+                f"{r['params']:,}",
+                f"{r['params_ratio']:.2f}×",
+                f"{r['blocks_formula']} ({r['blocks_ratio']:.0f}×)",
+                _flops(r["train_flops"]),
+                _flops(r["flops_per_step"]),
+                r["steps"],
+                bpb_text(r["bpb"]) + k,
+            ]
+        )
+    return markdown_table(header, rows)
+
+
+def table2(results: dict, eval_thoughts: tuple[int, ...]) -> str | None:
+    sampled = [n for n in paper_order(results) if len(results[n]["thoughts_trained"]) > 1]
+    fixed = [n for n in FIXED_K if n in results]
+    if not sampled:
+        return None
+    ks = sorted({*eval_thoughts, *(int(k) for n in sampled + fixed for k in results[n]["bpb_by_k"])})
+    rows = []
+    for name in fixed + sampled:
+        r = results[name]
+        trained = r["thoughts_trained"]
+        what = (
+            f"Fixed K={trained[0]}"
+            if len(trained) == 1
+            else "One model, sampled K∈{" + ",".join(map(str, trained)) + "}"
+        )
+        cells = []
+        for k in ks:
+            value = r["bpb_by_k"].get(str(k))
+            cells.append("–" if value is None else bpb_text(value) + ("†" if k > max(trained) else ""))
+        rows.append([f"{what} ({r['label']}, `{name}`)", *cells])
+    return markdown_table(["Training", *(f"K={k}" for k in ks)], rows)
+
+
+def table3(results: dict) -> str | None:
+    names = [n for n in TABLE3 if n in results]
+    if len(names) < 2:
+        return None
+    full = results["tt1"]["bpb"] if "tt1" in results else None
+    rows = []
+    for name in names:
+        r = results[name]
+        delta = "—" if name == "tt1" or full is None else f"{r['bpb'] - full:+.4f}"
+        rows.append([f"{r['label']} (`{name}`)", bpb_text(r["bpb"]), delta])
+    return markdown_table(["Configuration", "BPB ↓", "Increase over full LRT (tt1)"], rows)
+
+
+def render(meta: dict, results: dict) -> str:
+    parts = [
+        f"# Depth versus time: the comparison ({meta['preset']})",
+        "",
+        f"`{meta['command']}` on {meta['device']}, jax {meta['jax']}; wall time {meta['wall_seconds']:.0f} s "
+        f"(this invocation). Seed {meta['seed']}; "
+        + (
+            f"FLOP-matched: {meta['flop_budget']:.3g} training FLOPs per row."
+            if meta["flop_budget"]
+            else "the same training steps for every row (Table 1's protocol)."
+        ),
+        "",
+        "## Table 1: parameters, decode blocks, training FLOPs and BPB",
+        "",
+        table1(results),
+        "",
+        f"- Params ratio: over `{REFERENCE}` ({meta['reference_params']:,} params). Decode blocks per "
+        "vocabulary token: L (reference layers) × depth × loops, or L × (K + 1) for thought rows; the ratio "
+        "is over the reference L.",
+        "- Train FLOPs: the trainer's expected training FLOPs (refinement passes P and thought counts K "
+        "averaged over their sampling distributions, the expanded attention length counted).",
+        "- BPB: exact sequential recurrence with the KV cache on held-out rows of the reference length; "
+        "thought rows at K shown (their largest trained K).",
+    ]
+    t2 = table2(results, meta["eval_thoughts"])
+    if t2:
+        parts += [
+            "",
+            "## Table 2: BPB vs evaluation thought steps K",
+            "",
+            t2,
+            "",
+            "- Each row is one trained model; sampled-K rows reuse the same weights in every column. "
+            "† beyond the row's trained range, – not evaluated.",
+        ]
+    t3 = table3(results)
+    if t3:
+        parts += ["", "## Table 3: ablations of the one-thought-token LRT (at K = 1)", "", t3]
+    timed = [f"`{n}` {meta['row_seconds'][n]:.0f}" for n in paper_order(results) if n in meta["fresh"]]
+    if timed:
+        parts += [
+            "",
+            "Wall seconds per row trained or evaluated in this invocation: " + ", ".join(timed) + ".",
+        ]
+    return "\n".join(parts) + "\n"
+
+
+def plot(results: dict, path: Path) -> None:
+    fig, (left, right) = subplots(1, 2, figsize=(13, 5))
+    for name in paper_order(results):
+        r = results[name]
+        if r["train_flops"] and math.isfinite(r["bpb"]):
+            left.scatter(r["train_flops"], r["bpb"], s=25)
+            left.annotate(
+                name, (r["train_flops"], r["bpb"]), fontsize=8, xytext=(3, 3), textcoords="offset points"
+            )
+    left.set_xscale("log")
+    left.set(
+        xlabel="training FLOPs (expected)", ylabel="BPB (exact recurrence)", title="BPB vs training FLOPs"
+    )
+    left.grid(alpha=0.3)
+    sampled = [n for n in paper_order(results) if len(results[n]["thoughts_trained"]) > 1]
+    for name in sampled:
+        r = results[name]
+        ks = sorted(int(k) for k in r["bpb_by_k"])
+        trained = "{" + ",".join(map(str, r["thoughts_trained"])) + "}"
+        (line,) = right.plot(
+            ks, [r["bpb_by_k"][str(k)] for k in ks], marker="o", label=f"{name} (K∈{trained})"
+        )
+        beyond = [k for k in ks if k > max(r["thoughts_trained"])]  # hollow: beyond the trained range
+        right.scatter(beyond, [r["bpb_by_k"][str(k)] for k in beyond], s=60, facecolors="white", zorder=3,
+                      edgecolors=line.get_color())  # fmt: skip
+    right.xaxis.get_major_locator().set_params(integer=True)
+    right.set(xlabel="evaluation thought steps K", ylabel="BPB", title="BPB vs evaluation K (sampled-K rows)")
+    right.grid(alpha=0.3)
+    if sampled:
+        right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def write_results(out: Path, meta: dict, results: dict) -> str:
+    payload = {"meta": meta, "rows": {n: results[n] for n in paper_order(results)}}
+    (out / "results.json").write_text(json.dumps(payload, indent=1, default=str))
+    markdown = render(meta, results)
+    (out / "results.md").write_text(markdown)
+    plot(results, out / "results.png")
+    return markdown
