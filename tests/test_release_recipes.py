@@ -3,8 +3,8 @@ release's own reading of scripts/hotpotqa/train_hotpotqa.sh with its sweep's T²
 script, the release's HfArgumentParser parses the command line, its T2MLRConfig keeps the settings, its
 evaluation resolves the generation settings, its mixing module computes a probe); made by
 experiments/release_args.py. Every release field with a counterpart in our config is compared here, the
-T²MLR ones through our importer of the release's settings (t2mlr_jax.interop.configs). Config-level:
-nothing here compiles but the 4-wide mixer probe."""
+T²MLR ones through our importer of the release's settings (t2mlr_jax.interop.release_config).
+Config-level: nothing here compiles but the 4-wide mixer probe."""
 
 import json
 import os
@@ -17,7 +17,7 @@ import pytest
 
 from t2mlr_jax.architectures.contract import backbone_config
 from t2mlr_jax.config_utils import config_module
-from t2mlr_jax.interop.configs import recurrence_from_release
+from t2mlr_jax.interop.release_config import recurrence_from_release
 from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import fuse

@@ -10,11 +10,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from t2mlr_jax.interop.configs import BLOCK_FIELDS, model_config_from_hf, model_config_from_release
+from t2mlr_jax.interop.configs import BLOCK_FIELDS, model_config_from_hf
 from t2mlr_jax.interop.files import check_weight_files, one_line, read_json
 from t2mlr_jax.interop.gguf import gguf_model_config, load_gguf, open_gguf
 from t2mlr_jax.interop.hf import load_hf
 from t2mlr_jax.interop.orbax_folder import is_orbax_checkpoint, load_config, load_params, stored_tokenizer
+from t2mlr_jax.interop.release_config import model_config_from_release
 from t2mlr_jax.interop.t2mlr_torch import is_t2mlr_folder, load_t2mlr_torch
 from t2mlr_jax.model.config import SHAPE_FIELDS, ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.fusion import mixer_specs

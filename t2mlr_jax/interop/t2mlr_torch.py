@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from t2mlr_jax.interop.configs import MODEL_TYPE, model_config_from_release, release_config
 from t2mlr_jax.interop.files import check_export_target, read_json, read_state_dict
 from t2mlr_jax.interop.hf import write_folder
+from t2mlr_jax.interop.release_config import MODEL_TYPE, model_config_from_release, release_config
 from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
 from t2mlr_jax.interop.tokenizer_files import ExportTokenizer, export_tokenizer, token_ids
 from t2mlr_jax.model.config import ModelConfig

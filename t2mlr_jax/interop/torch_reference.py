@@ -23,8 +23,8 @@ from jaxtyping import Float, Int
 from torch import nn
 from torch.nn import functional as F
 
-from t2mlr_jax.interop.configs import model_config_from_release
 from t2mlr_jax.interop.files import numpy_to_torch, read_json, read_state_dict
+from t2mlr_jax.interop.release_config import model_config_from_release
 from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.control_flow import RECURRENT
 from t2mlr_jax.model.mixers import MIXERS, SHARED_KEYS

@@ -16,7 +16,7 @@ from transformers import LlamaForCausalLM
 
 from t2mlr_jax.config_utils import smollm2_tokenizer
 from t2mlr_jax.interop import load_hf, load_pretrained, pretrained_config
-from t2mlr_jax.interop.configs import release_config
+from t2mlr_jax.interop.release_config import release_config
 from tests.interop.helpers import tiny_llama_config, tiny_t2mlr_config
 from tests.test_main import ROOT
 from tests.test_main import main as run_main

@@ -25,8 +25,8 @@ from t2mlr_jax.interop import (
     save_params,
     save_t2mlr_torch,
 )
-from t2mlr_jax.interop.configs import recurrence_from_release, release_from_recurrence
 from t2mlr_jax.interop.files import read_state_dict
+from t2mlr_jax.interop.release_config import recurrence_from_release, release_from_recurrence
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.recurrence import exact_forward, make_layout

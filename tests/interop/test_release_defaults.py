@@ -14,9 +14,9 @@ import optax
 import pytest
 
 from t2mlr_jax.interop import load_pretrained, save_t2mlr_torch
-from t2mlr_jax.interop.configs import model_config_from_release, release_config
 from t2mlr_jax.interop.files import read_json, read_state_dict
 from t2mlr_jax.interop.pretrained import mismatches, pretrained_config
+from t2mlr_jax.interop.release_config import model_config_from_release, release_config
 from t2mlr_jax.interop.tables import t2mlr_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
