@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from t2mlr_jax.architectures import lrt
+from t2mlr_jax.architectures import lrt, lrt_forward
 from t2mlr_jax.architectures.contract import Outputs
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
@@ -46,7 +46,7 @@ NANO = ModelConfig(
     value_embeds=True,
     gate_channels=8,
 ).validate()
-CFG = lrt.LRTConfig(NANO)
+CFG = lrt_forward.LRTConfig(NANO)
 TOKS = jax.random.randint(jax.random.PRNGKey(1), (B, T), 1, NANO.vocab_size)
 # Two documents in row 1 (the memory must reset at the second one's start).
 LAYOUT = make_layout(
@@ -59,7 +59,7 @@ LAYOUT = make_layout(
 def _params(cfg, seed=0):
     """Random weights everywhere (nanochat's zero inits would hide paths): the gates and the feedback
     projections all matter."""
-    params = init_from_specs(lrt.lrt_specs(cfg), jax.random.PRNGKey(seed), "float32")
+    params = init_from_specs(lrt_forward.lrt_specs(cfg), jax.random.PRNGKey(seed), "float32")
     leaves, tree = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.PRNGKey(seed + 1), len(leaves))
     return jax.tree.unflatten(tree, [x + 0.3 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
@@ -67,9 +67,9 @@ def _params(cfg, seed=0):
 
 PARAMS = _params(CFG)
 STATE = {"router_bias": 0.1 * jax.random.normal(jax.random.PRNGKey(5), (NANO.num_layers, NANO.moe_experts))}
-refine = jax.jit(lrt.refine, static_argnums=(0, 4))
+refine = jax.jit(lrt_forward.refine, static_argnums=(0, 4))
 exact = jax.jit(
-    lambda cfg, p, t, layout, s: lrt.exact_forward(cfg, p, t, layout, mlp_state=s), static_argnums=0
+    lambda cfg, p, t, layout, s: lrt_forward.exact_forward(cfg, p, t, layout, mlp_state=s), static_argnums=0
 )
 
 
@@ -87,7 +87,7 @@ def test_exact_recurrence_equals_enough_refinement_passes():
 def test_decoding_step_by_step_equals_the_exact_recurrence():
     """Generation's prefill + cached steps reproduce the teacher-forced recurrence's greedy choices."""
     prompt, n = TOKS[:, :3], 4
-    decoder = lrt.LRTDecoder(CFG)
+    decoder = lrt_forward.LRTDecoder(CFG)
     out = generation.generate_with(
         decoder, (PARAMS, {"mlp": STATE}), prompt, jnp.ones_like(prompt), max_new_tokens=n
     )
@@ -127,7 +127,7 @@ def test_silent_feedback_is_the_plain_backbone(shared):
 
 
 def test_feedback_starts_at_gamma_0_1_with_the_gates_at_1():
-    fresh = init_from_specs(lrt.lrt_specs(CFG), jax.random.PRNGKey(0), "float32")["lrt"]
+    fresh = init_from_specs(lrt_forward.lrt_specs(CFG), jax.random.PRNGKey(0), "float32")["lrt"]
     np.testing.assert_array_equal(fresh["gamma"], np.full(NANO.num_layers, 0.1, np.float32))
     np.testing.assert_array_equal(fresh["gate"], 0.0)  # 2 sigmoid(0) = 1: local and feedback at full weight
     assert float(jnp.abs(fresh["k_fb"]).max()) > 0  # the projections start random, like v_proj
@@ -136,11 +136,13 @@ def test_feedback_starts_at_gamma_0_1_with_the_gates_at_1():
 def test_shared_projections_are_a_small_fraction():
     from t2mlr_jax.model.spec import count_specs
 
-    per_layer, shared = (count_specs(lrt.lrt_specs(dataclasses.replace(CFG, shared_projections=s))["lrt"])
-                         for s in (False, True))  # fmt: skip
+    per_layer, shared = (
+        count_specs(lrt_forward.lrt_specs(dataclasses.replace(CFG, shared_projections=s))["lrt"])
+        for s in (False, True)
+    )
     assert shared < per_layer / 2
-    assert count_specs(lrt.lrt_specs(dataclasses.replace(CFG, feedback="none"))) < count_specs(
-        lrt.lrt_specs(CFG)
+    assert count_specs(lrt_forward.lrt_specs(dataclasses.replace(CFG, feedback="none"))) < count_specs(
+        lrt_forward.lrt_specs(CFG)
     )
 
 

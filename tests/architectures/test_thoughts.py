@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures import lrt, thought_slots
+from t2mlr_jax.architectures import lrt, lrt_forward, thought_slots
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.recurrence import Layout, Output, make_layout
@@ -22,10 +22,10 @@ from tests.architectures.test_lrt import LAYOUT, NANO, STATE, TOKS, B, _params, 
 from tests.train.test_build_data import load_config
 from tests.train.tiny_task import tiny_batch, tiny_config
 
-TT = lrt.LRTConfig(NANO, thought_slots=True)
-PONDER = lrt.LRTConfig(NANO, feedback="none", thought_slots=True, cross_token=False)
-NO_KV = lrt.LRTConfig(NANO, feedback="residual", thought_slots=True)  # Table 3's "w/o KV feedback"
-NO_CROSS = lrt.LRTConfig(NANO, thought_slots=True, cross_token=False)  # ... "w/o cross-token recurrence"
+TT = lrt_forward.LRTConfig(NANO, thought_slots=True)
+PONDER = lrt_forward.LRTConfig(NANO, feedback="none", thought_slots=True, cross_token=False)
+NO_KV = lrt_forward.LRTConfig(NANO, feedback="residual", thought_slots=True)  # Table 3's "w/o KV feedback"
+NO_CROSS = lrt_forward.LRTConfig(NANO, thought_slots=True, cross_token=False)  # "w/o cross-token recurrence"
 PARAMS = _params(TT)
 N = 4  # vocabulary tokens: row 1 holds a document start at its 4th token (LAYOUT)
 TOKS4 = TOKS[:, :N]
@@ -33,17 +33,18 @@ LAYOUT4 = make_layout(
     TOKS4, positions=LAYOUT.positions[:, :N], segment_ids=LAYOUT.segment_ids[:, :N]
 )  # fmt: skip
 refine_k = jax.jit(
-    lambda cfg, p, t, layout, n, k: lrt.refine(cfg, p, t, layout, n, STATE, k), static_argnums=(0, 4, 5)
+    lambda cfg, p, t, layout, n, k: lrt_forward.refine(cfg, p, t, layout, n, STATE, k),
+    static_argnums=(0, 4, 5),
 )
 exact_k = jax.jit(
-    lambda cfg, p, t, layout, k: lrt.exact_forward(cfg, p, t, layout, mlp_state=STATE, thoughts=k),
+    lambda cfg, p, t, layout, k: lrt_forward.exact_forward(cfg, p, t, layout, mlp_state=STATE, thoughts=k),
     static_argnums=(0, 4),
 )
 
 
 def _weights(cfg):
     """PARAMS with the LRT entries that `cfg` has (the residual-only ablation: gamma and gamma_thought)."""
-    return {**PARAMS, "lrt": {k: PARAMS["lrt"][k] for k in lrt.lrt_specs(cfg).get("lrt", {})}}
+    return {**PARAMS, "lrt": {k: PARAMS["lrt"][k] for k in lrt_forward.lrt_specs(cfg).get("lrt", {})}}
 
 
 @pytest.mark.parametrize(
@@ -95,7 +96,11 @@ def test_thought_gates_are_their_own(name):
 def test_generation_with_thought_slots_follows_the_recurrence():
     prompt, n, k = TOKS[:, :3], 3, 2
     out = generation.generate_with(
-        lrt.LRTDecoder(TT, k), (PARAMS, {"mlp": STATE}), prompt, jnp.ones_like(prompt), max_new_tokens=n
+        lrt_forward.LRTDecoder(TT, k),
+        (PARAMS, {"mlp": STATE}),
+        prompt,
+        jnp.ones_like(prompt),
+        max_new_tokens=n,
     )
     full = jnp.concatenate([prompt, out.tokens[:, :-1]], axis=1)
     logits = exact_k(TT, PARAMS, full, make_layout(full), k).logits
@@ -184,11 +189,12 @@ def test_the_thought_kv_gate_acts_on_thought_slots_only():
     moved = {**lrt_params, "gate_thought": jnp.zeros_like(lrt_params["gate_thought"])}
     with_slots = {"m": m, "thought": thought}
     diff = np.abs(
-        np.stack(lrt._kv(moved, with_slots, x, k, v)) - np.stack(lrt._kv(lrt_params, with_slots, x, k, v))
+        np.stack(lrt_forward._kv(moved, with_slots, x, k, v))
+        - np.stack(lrt_forward._kv(lrt_params, with_slots, x, k, v))
     )
     assert diff[:, ~np.asarray(thought)].max() == 0 and diff[:, np.asarray(thought)].min() > 0
-    np.testing.assert_array_equal(np.stack(lrt._kv(moved, {"m": m}, x, k, v)),
-                                  np.stack(lrt._kv(lrt_params, {"m": m}, x, k, v)))  # fmt: skip
+    np.testing.assert_array_equal(np.stack(lrt_forward._kv(moved, {"m": m}, x, k, v)),
+                                  np.stack(lrt_forward._kv(lrt_params, {"m": m}, x, k, v)))  # fmt: skip
 
 
 def test_without_cross_token_feedback_vocabulary_slots_get_zero_memory(monkeypatch):
@@ -203,16 +209,17 @@ def test_without_cross_token_feedback_vocabulary_slots_get_zero_memory(monkeypat
         states = h + 1.0 + jnp.arange(h.shape[1], dtype=h.dtype)[:, None]  # distinct, nonzero states
         return states, types.SimpleNamespace(stats={}, cache=cache)
 
-    monkeypatch.setattr(lrt, "_run", stub)
+    monkeypatch.setattr(lrt_forward, "_run", stub)
     k, slots = 1, thought_slots.expand(TOKS4, LAYOUT4, 1)
     thought = np.asarray(slots.thought)
     vocab_after_first = ~thought & ~np.asarray(slots.starts)  # vocabulary slots with a previous interval
     for cross in (True, False):
         cfg = dataclasses.replace(TT, cross_token=cross)
         calls.clear()
-        lrt.refine(cfg, PARAMS, TOKS4, LAYOUT4, 2, STATE, k)
+        lrt_forward.refine(cfg, PARAMS, TOKS4, LAYOUT4, 2, STATE, k)
         assert len(calls) == 3 and calls[0][1] is None and not np.asarray(calls[0][0]).any()  # pass 0: m = 0
-        previous = lrt.vocab_inputs(cfg, PARAMS, TOKS4) + 1.0 + jnp.arange(N)[:, None]  # pass 0's states
+        # pass 0's states
+        previous = lrt_forward.vocab_inputs(cfg, PARAMS, TOKS4) + 1.0 + jnp.arange(N)[:, None]
         previous = jnp.repeat(previous, k + 1, axis=1)
         for m, slot_is_thought in calls[1:]:
             m = np.asarray(m)
@@ -225,7 +232,7 @@ def test_without_cross_token_feedback_vocabulary_slots_get_zero_memory(monkeypat
             else:
                 assert not m[~thought].any()
             h = jnp.where(jnp.asarray(thought)[..., None], jnp.asarray(shifted), jnp.repeat(
-                lrt.vocab_inputs(cfg, PARAMS, TOKS4), k + 1, axis=1))  # fmt: skip
+                lrt_forward.vocab_inputs(cfg, PARAMS, TOKS4), k + 1, axis=1))  # fmt: skip
             previous = h + 1.0 + jnp.arange(N * (k + 1))[:, None]
         # Decoding token 1 (not a document start) of a row whose memory is 1 (jit off: the thought slots'
         # loop runs in Python, so its memory is concrete too).
@@ -233,7 +240,7 @@ def test_without_cross_token_feedback_vocabulary_slots_get_zero_memory(monkeypat
         memory, cache = jnp.ones((B, NANO.hidden_size)), backbone.init_cache(NANO, B, k + 1)
         layout = Layout(*(jnp.ones((B, 1), jnp.int32) for _ in range(3)))
         with jax.disable_jit():
-            lrt.decode_step(cfg, PARAMS, TOKS4[:, 1:2], memory, cache, layout, STATE, k)
+            lrt_forward.decode_step(cfg, PARAMS, TOKS4[:, 1:2], memory, cache, layout, STATE, k)
         (m_vocab, is_thought), (m_thought, _) = calls
         np.testing.assert_array_equal(m_vocab, jnp.ones_like(m_vocab) * cross)
         assert not is_thought.any() and np.abs(np.asarray(m_thought)).min() > 0
@@ -253,7 +260,7 @@ class _Stub:
         self.calls.append(
             dict(run="parallel", cfg=cfg, tokens=tokens, layout=layout, thoughts=thoughts, logits=logits)
         )
-        return lrt.Passes(logits, {})
+        return lrt_forward.Passes(logits, {})
 
     def exact_forward(self, cfg, params, tokens, layout, *, cache=None, mlp_state=None, thoughts=0):
         self.calls.append(dict(run="exact", cfg=cfg, tokens=tokens, thoughts=thoughts))
@@ -357,7 +364,7 @@ def test_the_ponderlm2_builder_fixes_its_settings(stub):
     shapes = lambda specs: jax.tree.map(lambda spec: spec.shape, specs, is_leaf=lambda x: hasattr(x, "shape"))
     assert shapes(model.specs) == shapes(_built("transformer").specs)  # the plain backbone's, nothing more
     _apply(model, draw=model.sample(0, 1))
-    fixed = lrt.LRTConfig(model.backbone, feedback="none", thought_slots=True, cross_token=False)
+    fixed = lrt_forward.LRTConfig(model.backbone, feedback="none", thought_slots=True, cross_token=False)
     assert stub.calls[-1]["cfg"] == fixed and stub.calls[-1]["thoughts"] == 2
     draws = {model.sample(0, step) for step in range(1, 200)}
     assert draws == {lrt.Draw(2, p) for p in lrt.PASSES}
@@ -379,7 +386,9 @@ def test_the_ponderlm2_builder_fixes_its_settings(stub):
     assert stub.calls[-1]["cfg"].embed_scale == scale  # decoding too
     scaled_cfg = dataclasses.replace(PONDER, embed_scale=scale)
     np.testing.assert_allclose(
-        lrt.vocab_inputs(scaled_cfg, PARAMS, TOKS4), backbone.embed(NANO, PARAMS, TOKS4) * scale, rtol=1e-6
+        lrt_forward.vocab_inputs(scaled_cfg, PARAMS, TOKS4),
+        backbone.embed(NANO, PARAMS, TOKS4) * scale,
+        rtol=1e-6,
     )
 
     row = load_config("lrt_comparison", "ponder2,cpu")  # Table 1's PonderLM-2 row, resolved

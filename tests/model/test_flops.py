@@ -4,7 +4,7 @@ rows at the paper's sizes (Table 1's parameter ratios)."""
 
 import pytest
 
-from t2mlr_jax.architectures import lrt
+from t2mlr_jax.architectures import lrt, lrt_forward
 from t2mlr_jax.model import flops
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.train.init_from import architecture
@@ -54,7 +54,7 @@ def test_each_architecture_accounts_for_what_it_runs():
     assert one.train_flops(12) > plain
     assert both.train_flops(12) == pytest.approx(two.train_flops(12))
     thought = _arch(thoughts=(1,), passes=(2,), pass_probs=(1.0,))
-    cfg = lrt.LRTConfig(thought.backbone, thought_slots=True)
+    cfg = lrt_forward.LRTConfig(thought.backbone, thought_slots=True)
     assert thought.train_flops(12) == pytest.approx(lrt.train_flops(cfg, 12, lrt.Draw(1, 2), True))
     assert _arch("t2mlr").train_flops is None  # no accounting: a flop budget is refused
 
