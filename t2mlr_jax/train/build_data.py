@@ -174,7 +174,7 @@ def build_data_source(config: Experiment, *, train: bool = True) -> DataSource:
                 return dict(
                     documents=TfdsDocuments(source, data_dir=d.tfds_data_dir, text_key=d.tfds_text_key)
                 )
-            return dict(paths=_require_paths(d[path_field], path_field, d.hint))
+            return dict(paths=_require_paths(getattr(d, path_field), path_field, d.hint))
 
         def batches(inputs, **kw):
             return pipeline.text_batches(
