@@ -127,25 +127,29 @@ def variants(d_forwards, tols, max_d: int) -> list[dict]:
 def variant_arch(config, variant: dict):
     """The architecture of a variant: the plain backbone (T²MLR's width) or T²MLR's Jacobi training."""
     from t2mlr_jax.architectures import build_architecture
+    from t2mlr_jax.experiment import resolve
 
     if variant["d_forward"] is None:
         config = config.copy_and_resolve_references()
         config.baseline.param_match = False
-        return build_architecture(config, "transformer")
+        return build_architecture(resolve(config), "transformer")
     d = variant["d_forward"]
     config = jacobi_config(config, d, min(d, config.model.recurrence.d_backward))  # the model refuses B > D
     config.model.recurrence.jacobi_tolerance = variant["tolerance"]
-    return build_architecture(config)
+    return build_architecture(resolve(config))
 
 
 def train_batches(config, count: int) -> list[dict]:
     """The first `count` training batches, as the train step consumes them."""
     import itertools
 
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.train_step import model_inputs
 
-    return [model_inputs(b) for b in itertools.islice(build_data_source(config).train_iterator(), count)]
+    return [
+        model_inputs(b) for b in itertools.islice(build_data_source(resolve(config)).train_iterator(), count)
+    ]
 
 
 def measure(config, params: dict, batches: list[dict], cells: list[dict], repeats: int) -> list[dict]:

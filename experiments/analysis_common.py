@@ -104,23 +104,25 @@ def setup_jax(out: Path) -> None:
 
 def check_run(config, workdir: Path) -> None:
     """Everything the trainer checks before compiling (config, data, a workdir of another run)."""
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.trainer import Run
 
-    Run(config, workdir, build_data_source(config), config.arch)
+    Run(resolve(config), workdir, build_data_source(resolve(config)), config.arch)
 
 
 def train_run(config, workdir: Path) -> dict:
     """Train `config` into `workdir` with the framework's trainer, or read its summary when it has finished;
     a run stopped mid-way resumes from its checkpoints. Its summary (with "stopped_by" when a signal
     stopped it)."""
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.storage.workdir import SUMMARY
     from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.trainer import Run, train
 
     if (workdir / SUMMARY).exists():
         return json.loads((workdir / SUMMARY).read_text())
-    run = Run(config, workdir, build_data_source(config), config.arch)
+    run = Run(resolve(config), workdir, build_data_source(resolve(config)), config.arch)
     tqdm.write(f"training {config.arch} ({run.num_params:,} params, {config.train.steps} steps) in {workdir}")
     return train(run)
 
@@ -130,11 +132,12 @@ def load_params(config, checkpoint: str | Path):
     workdir has no checkpoint of its own): built and checked now, read when called."""
     import jax
 
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.train.init_from import architecture
 
     config = config.copy_and_resolve_references()
     config.init_from = str(checkpoint)
-    arch = architecture(config)  # a checkpoint of another model: one clear error, nothing read yet
+    arch = architecture(resolve(config))  # a checkpoint of another model: one clear error, nothing read yet
     return lambda: {**arch.init(jax.random.PRNGKey(config.seed)), **arch.pretrained()}
 
 

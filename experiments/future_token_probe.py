@@ -155,6 +155,7 @@ def model_sources(args: argparse.Namespace, out: Path) -> Sources:
     """The --checkpoints, or with none the cpu preset's T²MLR and baseline, to be trained into `out`."""
     from configs.recipes import shakespeare_split
     from t2mlr_jax.architectures import build_architecture
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.interop.pretrained import pretrained_config, recorded_tokenizer
 
     if args.checkpoint:
@@ -170,7 +171,7 @@ def model_sources(args: argparse.Namespace, out: Path) -> Sources:
     ]
     return Sources(
         [out / config.arch for config in configs],
-        [build_architecture(config).backbone for config in configs],
+        [build_architecture(resolve(config)).backbone for config in configs],
         args.tokenizer or configs[0].data.tokenizer,
         configs,
     )

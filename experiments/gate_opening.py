@@ -168,6 +168,7 @@ def variant_config(name: str, seed: int, preset: str, steps: int | None):
     (architecture) before anything is trained."""
     from t2mlr_jax.architectures import build_architecture
     from t2mlr_jax.config.edit import config_module, set_path
+    from t2mlr_jax.experiment import resolve
 
     config = config_module(CONFIG).get_config(PRESETS[preset]["preset"])
     config.seed = seed
@@ -175,7 +176,7 @@ def variant_config(name: str, seed: int, preset: str, steps: int | None):
         set_path(config, path, value)
     if steps is not None:
         config.train.steps = steps
-    build_architecture(config)
+    build_architecture(resolve(config))
     return config
 
 
@@ -382,6 +383,8 @@ def write_results(out: Path, meta: dict, results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from t2mlr_jax.experiment import resolve
+
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     names = args.variants or list(PRESETS[args.preset]["variants"])
@@ -401,7 +404,7 @@ def main(argv: list[str] | None = None) -> dict:
         }
         from t2mlr_jax.train.build_data import build_data_source
 
-        build_data_source(next(iter(configs.values())))
+        build_data_source(resolve(next(iter(configs.values()))))
     except (ValueError, KeyError, FileNotFoundError) as e:
         fail(e)
     out.mkdir(parents=True, exist_ok=True)

@@ -86,14 +86,16 @@ def cpu_config(preset: str, steps: int, changes: dict):
     `changes`; built and checked (architecture, data paths) before anything is trained."""
     from t2mlr_jax.architectures import build_architecture
     from t2mlr_jax.config.edit import config_module, set_path
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.train.build_data import build_data_source
 
     config = config_module(CPU_CONFIG).get_config(preset)
     config.train.steps = steps
     for path, value in changes.items():
         set_path(config, path, value)
-    build_architecture(config)
-    build_data_source(config)
+    typed = resolve(config)
+    build_architecture(typed)
+    build_data_source(typed)
     return config
 
 

@@ -204,6 +204,7 @@ def measure(config, params: dict, batches: list[dict], cells: list[tuple[int, in
     import jax
 
     from t2mlr_jax.architectures import build_architecture
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.train.train_step import make_grad_fn
 
     rng = jax.random.PRNGKey(0)
@@ -211,7 +212,7 @@ def measure(config, params: dict, batches: list[dict], cells: list[tuple[int, in
     results = []
     for d_forward, d_backward in tqdm(cells, desc="(D, B) cells", file=sys.stderr):
         started = time.time()
-        arch = build_architecture(jacobi_config(config, d_forward, d_backward))
+        arch = build_architecture(resolve(jacobi_config(config, d_forward, d_backward)))
         grad_fn = jax.jit(make_grad_fn(arch))
         grads = [
             jax.tree.leaves(jax.device_get(grad_fn(params, batch, arch.init_model_state(), rng)[0]))
@@ -242,10 +243,11 @@ def eval_batches(config, count: int) -> list[dict]:
     """The first `count` eval batches, as the train step consumes them."""
     import itertools
 
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.train_step import model_inputs
 
-    batches = build_data_source(config, train=False).eval_batches()
+    batches = build_data_source(resolve(config), train=False).eval_batches()
     batches = [model_inputs(b) for b in itertools.islice(batches, count)]
     if not batches:
         raise ValueError("the eval set gave no batch")

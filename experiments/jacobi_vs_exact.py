@@ -105,12 +105,13 @@ def seconds_per_step(workdir: Path) -> float | None:
 
 def evaluate_as(config, workdir: Path, mode: str) -> dict:
     """The trained weights of `workdir` evaluated with the `mode` forward (t2mlr.eval_mode)."""
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.trainer import Run, restore_state, run_eval
 
     config = config.copy_and_resolve_references()
     config.t2mlr.eval_mode = mode
-    run = Run(config, workdir, build_data_source(config, train=False), config.arch)
+    run = Run(resolve(config), workdir, build_data_source(resolve(config), train=False), config.arch)
     state, _ = restore_state(run)
     return run_eval(run, state.params, state.model_state)
 
@@ -254,11 +255,12 @@ def compare(config, out: Path) -> dict:
 
 
 def longest_eval_row(config) -> int:
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.train.build_data import build_data_source
 
     return max(
         int((b["segment_ids"] > 0).sum(axis=1).max())
-        for b in build_data_source(config, train=False).eval_batches()
+        for b in build_data_source(resolve(config), train=False).eval_batches()
     )
 
 

@@ -161,11 +161,12 @@ def _setup_jax(out: Path) -> None:
 
 def _eval_at(config, workdir: Path, data, k: int) -> dict:
     """The trained weights of `workdir` evaluated at K = k thought slots per token."""
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.train.trainer import Run, restore_state, run_eval
 
     config = config.copy_and_resolve_references()
     config.eval.thoughts = k
-    run = Run(config, workdir, data, config.arch)
+    run = Run(resolve(config), workdir, data, config.arch)
     state, _ = restore_state(run)
     return run_eval(run, state.params, state.model_state)
 
@@ -173,19 +174,20 @@ def _eval_at(config, workdir: Path, data, k: int) -> dict:
 def run_row(row: str, config, out: Path, eval_thoughts: tuple[int, ...], reference_params: int) -> dict:
     """Train (or resume, or skip) one row, evaluate it at its K and, for sampled-K rows, at each of
     eval_thoughts; its result (with `new` = whether anything was computed now)."""
+    from t2mlr_jax.experiment import resolve
     from t2mlr_jax.storage.workdir import SUMMARY
     from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.trainer import Run, train
 
     workdir = out / row
     started = time.time()
-    data = build_data_source(config)
+    data = build_data_source(resolve(config))
     new = False
     summary_path = workdir / SUMMARY
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
     else:
-        run = Run(config, workdir, data, config.arch)
+        run = Run(resolve(config), workdir, data, config.arch)
         tqdm.write(
             f"{row}: training {config.arch} ({run.num_params:,} params, {config.train.steps} steps"
             + (f", {run.flops_per_step:.3g} FLOPs per step" if run.flops_per_step else "")
@@ -245,12 +247,15 @@ def main(argv: list[str] | None = None) -> dict:
         configs = {row: row_config(row, args) for row in rows}
         check_data_paths(configs[rows[0]], args.preset)
         from t2mlr_jax.architectures import build_architecture
+        from t2mlr_jax.experiment import resolve
         from t2mlr_jax.train.build_data import build_data_source
 
         for config in configs.values():
-            build_architecture(config)
-        build_data_source(configs[rows[0]])  # paths and tokenizer
-        reference = build_architecture(row_config(REFERENCE, args)).num_params()  # Table 1's normaliser
+            build_architecture(resolve(config))
+        build_data_source(resolve(configs[rows[0]]))  # paths and tokenizer
+        reference = build_architecture(
+            resolve(row_config(REFERENCE, args))
+        ).num_params()  # Table 1's normaliser
         out.mkdir(parents=True, exist_ok=True)
         if args.preset == "cpu":
             for config in configs.values():

@@ -23,6 +23,7 @@ import ml_collections
 from configs.recipes import backbone_preset
 from t2mlr_jax.architectures import lrt
 from t2mlr_jax.config.edit import config_module, set_path
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.config import ModelConfig, nanochat
 from t2mlr_jax.model.spec import count_specs
 from t2mlr_jax.train.init_from import architecture
@@ -148,7 +149,7 @@ def load_config(model: ModelConfig, feedback: str, p: LRTPreset) -> ml_collectio
 
 
 def describe_models(p: LRTPreset) -> dict:
-    specs = {f: architecture(load_config(p.model, f, p), "lrt").specs for f in ("both", "none")}
+    specs = {f: architecture(resolve(load_config(p.model, f, p)), "lrt").specs for f in ("both", "none")}
     return {
         "backbone": describe(p.model),
         "lrt_params": count_specs(specs["both"]),

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t2mlr_jax.architectures import lrt_forward
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.generate import generate_with
 from t2mlr_jax.model.recurrence import make_layout
@@ -34,7 +35,7 @@ def serving_decoder(p: LRTPreset, feedback: str) -> tuple[lrt_forward.LRTDecoder
     """The architecture's decoder (dropless MoE, as its generate() uses), with weights stored in the
     compute dtype as served, and fresh parameters / model state."""
     model = p.model.replace(param_dtype=p.model.dtype)
-    arch = architecture(load_config(model, feedback, p), "lrt")
+    arch = architecture(resolve(load_config(model, feedback, p)), "lrt")
     backbone = arch.backbone
     if backbone.mlp == "moe":
         backbone = backbone.replace(moe_capacity_factor=None)

@@ -12,6 +12,7 @@ import ml_collections
 
 from configs.recipes import backbone_preset
 from t2mlr_jax.config.edit import config_module, set_path
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train.init_from import architecture
 
 from .flops import jaxpr_matmul_flops
@@ -75,7 +76,7 @@ class RowDecode:
     ([L, B, S, K, E]: L decode layers, S / context slots per vocabulary token) and the loop body's FLOPs."""
 
     def __init__(self, config, prompt, mask, new_tokens: int, seed: int, options: tuple = ()):
-        arch = architecture(config, config.arch)
+        arch = architecture(resolve(config), config.arch)
         self.num_params = arch.num_params()
         params = untimed(lambda: arch.init(jax.random.PRNGKey(seed)))
         self.args = (params, arch.init_model_state(), prompt, mask, None)

@@ -9,6 +9,7 @@ import ml_collections
 import numpy as np
 
 from t2mlr_jax.architectures import lrt
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train.init_from import architecture
 from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
 from t2mlr_jax.train.train_step import compile_step, init_state
@@ -40,10 +41,10 @@ class Model:
 
     def __init__(self, config: ml_collections.ConfigDict, seed: int):
         self.config = config
-        self.arch = architecture(config, "lrt")
+        self.arch = architecture(resolve(config), "lrt")
         steps = config.train.steps
-        self.optimizer = make_optimizer(config.optimizer, self.arch.specs, steps)
-        self.schedule = make_schedule(config.optimizer, steps)
+        self.optimizer = make_optimizer(resolve(config).optimizer, self.arch.specs, steps)
+        self.schedule = make_schedule(resolve(config).optimizer, steps)
         self.state = untimed(lambda: init_state(self.arch, self.optimizer, seed))
         params = self.state.params
         update = jax.jit(self.optimizer.update).trace(params, self.state.opt_state, params)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from t2mlr_jax.config.edit import config_module
+from t2mlr_jax.experiment import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = "configs/smollm135m_t2mlr.py:w13_18"  # the paper's (13,18): code l_start 12, l_end 17; D 16, B 4
@@ -113,8 +114,8 @@ def train_step_of(c, arch_name: str, ids, seed: int) -> tuple:
     from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
     from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 
-    arch = build_architecture(c, arch_name)
-    optimizer = make_optimizer(c.optimizer, arch.specs, c.train.steps)
+    arch = build_architecture(resolve(c), arch_name)
+    optimizer = make_optimizer(resolve(c).optimizer, arch.specs, c.train.steps)
     state = init_state(arch, optimizer, seed)
     ids = np.asarray(ids, np.int32)
     shape = (ids.shape[0], ids.shape[1] - 1)
@@ -128,7 +129,7 @@ def train_step_of(c, arch_name: str, ids, seed: int) -> tuple:
             "control_flow": np.full(shape, 2, np.int32),  # 2 = recurrent (pretraining)
         }
     )
-    step = compile_step(arch, optimizer, make_schedule(c.optimizer, c.train.steps))
+    step = compile_step(arch, optimizer, make_schedule(resolve(c).optimizer, c.train.steps))
     return arch, state, jax.tree.map(jnp.asarray, batch), step
 
 
