@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 from t2mlr_jax.model.mixers import MIXERS
 
@@ -17,6 +17,13 @@ CACHE_NORMS = ("rescale", "rmsnorm", "none")
 REMAT_POLICIES = ("none", "full", "dots")
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLS = ("auto", "einsum", "xla", "cudnn", "pallas")
+
+
+@runtime_checkable
+class MixerOptions(Protocol):
+    """A parameter-free mixer's settings, which compute its mix of the stream x and the cache r."""
+
+    def __call__(self, x, r, positions): ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,9 +71,10 @@ class RecurrenceConfig:
     # jacobi_forward), at most D-1-B of them; the last B passes still carry the gradient. None or 0: all
     # D passes, always (the release).
     jacobi_tolerance: float | None = None
-    # A parameter-free mixer's own settings, a frozen dataclass it defines (recirculation's `Recirculation`:
-    # its source / destination / alpha / scheme); built by its architecture, not a config-file field.
-    mixer_options: Any = None
+    # A parameter-free mixer's own settings (a mixer registered with options=True): a frozen dataclass it
+    # defines that computes the mix (recirculation's `Recirculation`); built by its architecture, not a
+    # config-file field.
+    mixer_options: MixerOptions | None = None
 
     def layer_range(self, num_layers: int) -> tuple[int, int]:
         """(l_start, l_end) as non-negative 0-based block indices; the single source of truth."""
@@ -211,7 +219,9 @@ class ModelConfig:
         rec = self.recurrence
         if rec is None:
             return self
-        MIXERS.get(rec.mixer)  # an unknown name: one ValueError listing the registered mixers
+        mixer = MIXERS.get(rec.mixer)  # an unknown name: one ValueError listing the registered mixers
+        if rec.mixer_options is not None and not mixer.options:
+            raise ValueError(f"recurrence.mixer_options: mixer {rec.mixer!r} takes no options")
         if rec.cache_norm not in CACHE_NORMS:
             raise ValueError(f"recurrence.cache_norm must be one of {CACHE_NORMS}, got {rec.cache_norm!r}")
         if not 0 <= rec.l_start < self.num_layers:

@@ -92,4 +92,4 @@ MIXERS.register(
     ),
 )
 MIXERS.register("none", _builtin("none", keys={}))
-MIXERS.register("recirculation", _builtin("recirculation", keys={}, positional=True))
+MIXERS.register("recirculation", _builtin("recirculation", keys={}, positional=True, options=True))

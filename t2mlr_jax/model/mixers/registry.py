@@ -32,6 +32,8 @@ class Mixer:
     rezero: ReZero gammas (fp32, 0 at init, named `rezero_gamma*`) scale the mixed-in term: Phi = x at
         init.
     positional: `mix` also takes the tokens' positions [B, T] (keyword `positions`; recirculation's ramp).
+    options: it reads its own settings from `RecurrenceConfig.mixer_options` (a parameter-free mix built by
+        its architecture, e.g. recirculation's `Recirculation`); a mixer without them refuses any.
     """
 
     specs: Callable[[ModelConfig], dict]
@@ -40,6 +42,7 @@ class Mixer:
     recurrent_projection: bool = False
     rezero: bool = False
     positional: bool = False
+    options: bool = False
 
 
 MIXERS: Registry = Registry("mixer")
