@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The README's CPU step-form figures (section "Performance"), each variant interleaved with the others in
+"""The CPU step-form figures of docs/performance.md, each variant interleaved with the others in
 one process (order rotated per repetition, compilation excluded, medians of per-repetition ratios):
 
 1. Layer layout: the trainer's compiled train step (train_step.compile_step, built as
@@ -13,7 +13,7 @@ one process (order rotated per repetition, compilation excluded, medians of per-
 
 Presets: cpu, configs/smollm135m_t2mlr.py:w13_18 (SmolLM2-135M, T²MLR at the paper's (13,18)), fp32, remat
 "dots", batch 1 x 256 (four ~1.6 GB train states at once); tiny, the same on a 2-layer 32-wide backbone.
-The README's figures are one thread, which is the caller's affinity:
+The figures in docs/performance.md are one thread, which is the caller's affinity:
 
   taskset -c 0 python -m experiments.step_forms --preset=cpu
   python -m experiments.step_forms --preset=tiny --reps=1
@@ -53,7 +53,7 @@ VJP_RTOL = 1e-5
 
 
 def preset_config(preset: dict):
-    """ours.config(): CONFIG in fp32, its transformer the same backbone; remat "dots" as the README's runs."""
+    """ours.config(): CONFIG in fp32, its transformer the same backbone; remat "dots" as the figures' runs."""
     c = ours.config()
     c.model.update(preset["model"])
     c.model.recurrence.update(preset["recurrence"])

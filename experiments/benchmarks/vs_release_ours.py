@@ -53,7 +53,7 @@ RECURRENCE_FIELDS = (
 def config():
     """CONFIG in fp32, whose transformer baseline is the same backbone (no parameter matching), with the
     blocks' weights held per layer (model.scan_layers=False), as the release's modules hold them: the
-    form a CPU steps fastest in, at 3-4x the compile time (README)."""
+    form a CPU steps fastest in, at 3-4x the compile time (docs/performance.md)."""
     path, _, preset = CONFIG.partition(":")
     c = config_module(ROOT / path).get_config(preset)
     c.model.dtype = "float32"

@@ -54,9 +54,7 @@ def check_fits(data: DataSource, *, vocab_size: int | None, max_seq_len: int | N
         )
 
 
-def check_generation(
-    data: DataSource, eval_config: Eval, *, max_seq_len: int | None
-) -> None:
+def check_generation(data: DataSource, eval_config: Eval, *, max_seq_len: int | None) -> None:
     """One clear error for generation settings that cannot run: eval.max_new_tokens < 1, bad sampling
     settings (eval.temperature / top_k / top_p), and with eval.generate a task without prompts or a prompt
     that leaves no room for the new tokens. Checked when the run is built, not when the first evaluation
