@@ -1,12 +1,22 @@
-"""Tiny fp32 models shared by the tests: d <= 64, <= 4 layers, so the whole suite stays fast."""
+"""The tests' one builder of tiny fp32 models (d <= 64, <= 4 layers), their parameters and the tiny task's
+experiment configs, so the whole suite stays fast. Tests share the functions compiled for these exact
+shapes: change a size and every test that uses it compiles anew (and its tolerances may move).
+
+- model configs: `tiny_config` (the model tests'), `task_model` (the tiny task's vocabulary, no RoPE) and
+  `interop_config` (shaped like tests/interop's tiny Llama);
+- parameters: `tiny_params` (the library's initialisation) and `random_params` (every γ on);
+- experiments on the tiny task (tests/train/tiny_task.py): `tiny_experiment`, `tiny_lrt_experiment`.
+"""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2mlr_jax.experiment import experiment
 from t2mlr_jax.model import backbone, recurrence
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.model.params import init_params
+from tests.train.tiny_task import SEQ_LEN, VOCAB
 
 # The model's forwards compiled whole, once per (config, shapes, depths), and shared by every test that calls
 # them: run eagerly, each call would recompile its scans and loops op by op (2x slower per call, every call).
@@ -16,6 +26,7 @@ plain = jax.jit(backbone.forward, static_argnums=0)
 
 
 def tiny_config(recurrence=True, **changes) -> ModelConfig:
+    """4 layers of 4 heads (2 KV heads), recurrence over layers 1-2 (True), the given one, or none."""
     rec = RecurrenceConfig(l_start=1, l_end=2) if recurrence is True else recurrence or None
     cfg = ModelConfig(
         vocab_size=64,
@@ -30,6 +41,32 @@ def tiny_config(recurrence=True, **changes) -> ModelConfig:
     return cfg.replace(**changes).validate()
 
 
+def task_model(recurrence: RecurrenceConfig | None = None, **changes) -> ModelConfig:
+    """The tiny task's model: its vocabulary, 3 layers of 2 heads, no positional encoding."""
+    return tiny_config(
+        recurrence,
+        vocab_size=VOCAB,
+        num_layers=3,
+        num_heads=2,
+        head_dim=16,
+        rope_theta=None,
+        max_seq_len=64,
+        **changes,
+    )
+
+
+def interop_config(kv_heads: int = 2, tied: bool = False, **recurrence) -> ModelConfig:
+    """tiny_config in the sizes of tests/interop's tiny Llama (vocabulary 61, MLP 48, RoPE base 5000)."""
+    return tiny_config(
+        RecurrenceConfig(**{"l_start": 1, "l_end": 2, **recurrence}),
+        vocab_size=61,
+        num_kv_heads=kv_heads,
+        mlp_dim=48,
+        rope_theta=5000.0,
+        tie_embeddings=tied,
+    )
+
+
 def tiny_params(cfg: ModelConfig, seed: int = 0, gamma: float = 0.0) -> dict:
     """Fresh parameters; with gamma != 0 the fusion is switched on (every gamma set to `gamma`)."""
     params = init_params(cfg, jax.random.PRNGKey(seed))
@@ -41,6 +78,24 @@ def tiny_params(cfg: ModelConfig, seed: int = 0, gamma: float = 0.0) -> dict:
     return params
 
 
+def random_params(cfg: ModelConfig, seed: int = 0) -> dict:
+    """Random parameters drawn with numpy (JAX's RNG would compile once per shape): weights ~ N(0, 0.1),
+    norm scales in [0.5, 1.5], and every γ in [0.5, 1] so the fusion is on."""
+    rng = np.random.default_rng(seed)
+
+    def draw(path, leaf):
+        name = jax.tree_util.keystr(path)
+        if "norm" in name or "scale" in name:
+            value = rng.uniform(0.5, 1.5, leaf.shape)
+        elif "gamma" in name:
+            value = rng.uniform(0.5, 1.0, leaf.shape)
+        else:
+            value = rng.normal(0.0, 0.1, leaf.shape)
+        return jnp.asarray(value, leaf.dtype)
+
+    return jax.tree_util.tree_map_with_path(draw, jax.eval_shape(lambda: init_params(cfg, jax.random.key(0))))
+
+
 def tokens(batch: int, length: int, seed: int = 1, vocab: int = 64):
     return jax.random.randint(jax.random.PRNGKey(seed), (batch, length), 1, vocab)
 
@@ -48,3 +103,41 @@ def tokens(batch: int, length: int, seed: int = 1, vocab: int = 64):
 def rel_err(a, b) -> float:
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def tiny_experiment(arch: str = "t2mlr", steps: int = 6, sections: dict | None = None, **train):
+    """The full config of `arch` on the tiny task: task_model, batches of 8, a checkpoint every 2 steps;
+    T²MLR's recurrence on layer 1 alone, 4 Jacobi passes, 2 of them differentiated."""
+    config = experiment(
+        name="tiny",
+        arch=arch,
+        model=task_model(),
+        data={"task": "tiny", "seq_len": SEQ_LEN},
+        optimizer=dict(lr=3e-3, warmup_ratio=0.1),
+        train={
+            "steps": steps,
+            "batch_size": 8,
+            "log_every": 2,
+            "checkpoint_every": 2,
+            "progress": False,
+            **train,
+        },
+        evaluation=dict(batch_size=8),
+        sections=sections or {},
+    )
+    config.model.recurrence.l_start = 1
+    config.model.recurrence.l_end = 1
+    config.model.recurrence.d_forward = 4
+    config.model.recurrence.d_backward = 2
+    return config
+
+
+def tiny_lrt_experiment(steps: int = 6, **train):
+    """The tiny task on an LRT with every stateful part: MoE routing biases (balanced fast), P sampled per
+    step, Muon."""
+    config = tiny_experiment("lrt", steps=steps, **train)
+    model = config.model
+    model.mlp, model.moe_experts, model.moe_dim, model.moe_bias_rate = "moe", 4, 32, 0.01
+    model.resid_scalars = True
+    config.optimizer.name = "muon"
+    return config

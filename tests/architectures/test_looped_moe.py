@@ -12,14 +12,15 @@ from t2mlr_jax.architectures.looped import LoopedDecoder, looped_forward
 from t2mlr_jax.model import moe
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
-from tests.train.tiny_task import tiny_batch, tiny_config
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import tiny_batch
 
 B, T, X = 2, 8, 4
 LOOP = dict(start=1, end=1, repeats=3)  # layer 0 once, layer 1 three times: 4 layers unrolled
 
 
 def _config(arch="middle_looped", **model):
-    config = tiny_config(arch)
+    config = tiny_experiment(arch)
     config.model.update(num_layers=2, mlp="moe", moe_experts=X, moe_top_k=2, moe_dim=32, moe_bias_rate=0.01)
     # nanochat's per-layer parts: a repeated block must keep its own window, value embedding and scalars
     config.model.update(window_pattern="SL", sliding_window=3, value_embeds=True, resid_scalars=True)

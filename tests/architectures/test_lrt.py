@@ -17,7 +17,7 @@ from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.model.spec import init_from_specs
 from t2mlr_jax.train.init_from import architecture
-from tests.train.tiny_task import tiny_config as trainer_config
+from tests.tiny import tiny_experiment
 
 B, T = 2, 7
 # nanochat's block at toy size: every feature the LRT touches (value embeddings, resid / x0 scalars,
@@ -147,7 +147,7 @@ def test_shared_projections_are_a_small_fraction():
 
 
 def _config(**lrt_settings):
-    config = trainer_config("lrt", steps=4)
+    config = tiny_experiment("lrt", steps=4)
     for key, value in lrt_settings.items():
         config.lrt[key] = value
     return config
@@ -196,9 +196,10 @@ def test_bad_moe_settings_are_one_clear_error():
 
 def test_experts_not_divisible_by_the_expert_axis_fail_before_compiling(tmp_path):
     from t2mlr_jax.train.trainer import Run
-    from tests.train.tiny_task import tiny_lrt_config, tiny_source
+    from tests.tiny import tiny_lrt_experiment
+    from tests.train.tiny_task import tiny_source
 
-    config = tiny_lrt_config()
+    config = tiny_lrt_experiment()
     config.model.moe_experts = 6
     config.mesh.data, config.mesh.expert = 2, 4
     with pytest.raises(ValueError, match=r"moe_experts \(6\) is not divisible by .* mesh.expert = 4"):

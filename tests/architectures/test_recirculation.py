@@ -14,13 +14,14 @@ from t2mlr_jax.model.recirculation import ADAPTIVE
 from t2mlr_jax.model.spec import is_spec
 from t2mlr_jax.train.trainer import Run, restore_state, train
 from tests.experiments import ROOT
-from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import tiny_batch, tiny_source
 
 PATHWAY = {"source": 2, "destination": 0, "alpha": 0.3, "parallel_max_passes": 3}
 
 
 def _config(arch, steps=2, **changes):
-    return tiny_config(
+    return tiny_experiment(
         arch, steps=steps, checkpoint_every=2, sections={"recirculation": {**PATHWAY, **changes}}
     )
 

@@ -19,8 +19,9 @@ from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.recurrence import Layout, Output, make_layout
 from t2mlr_jax.train.init_from import architecture
 from tests.architectures.test_lrt import LAYOUT, NANO, STATE, TOKS, B, _params, exact, refine
+from tests.tiny import tiny_experiment
 from tests.train.test_build_data import load_config
-from tests.train.tiny_task import tiny_batch, tiny_config
+from tests.train.tiny_task import tiny_batch
 
 TT = lrt_forward.LRTConfig(NANO, thought_slots=True)
 PONDER = lrt_forward.LRTConfig(NANO, feedback="none", thought_slots=True, cross_token=False)
@@ -115,7 +116,7 @@ def test_expanded_layout_shares_positions_and_starts_documents_at_vocabulary_slo
 
 
 def _tt_config(**lrt_settings):
-    config = tiny_config("lrt", steps=2)
+    config = tiny_experiment("lrt", steps=2)
     config.data.seq_len = 24
     config.lrt.thoughts = (0, 1, 2)
     for key, value in lrt_settings.items():
@@ -283,7 +284,7 @@ BATCH = {name: jnp.asarray(a) for name, a in tiny_batch(0, 1, 2, ROW).items()}  
 
 
 def _built(arch="lrt", seq_len=ROW, **section):
-    config = tiny_config(arch, steps=2)
+    config = tiny_experiment(arch, steps=2)
     config.data.seq_len, config.baseline.param_match = seq_len, False
     for key, value in section.items():
         config[arch][key] = value

@@ -27,14 +27,14 @@ from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
 from t2mlr_jax.train.train_step import init_state, make_train_step, model_inputs
 from tests.experiments import ROOT
-from tests.train.tiny_task import tiny_model
+from tests.tiny import task_model
 
 flags.FLAGS.mark_as_parsed()  # grain reads absl flags
 
 
 def mixer_grads(gamma_recurrent_init: float) -> tuple[dict, dict, jax.Array, jax.Array]:
     """(params, d sum(w * Phi) / d params, Phi, x) of a fresh gated mixer on random streams."""
-    cfg = tiny_model(recurrence=RecurrenceConfig(gamma_recurrent_init=gamma_recurrent_init)).validate()
+    cfg = task_model(recurrence=RecurrenceConfig(gamma_recurrent_init=gamma_recurrent_init)).validate()
     params = init_from_specs(mixer_specs(cfg), jax.random.PRNGKey(0), "float32")
     kx, kr, kw = jax.random.split(jax.random.PRNGKey(1), 3)
     x, r, w = (jax.random.normal(k, (2, 5, cfg.hidden_size)) for k in (kx, kr, kw))
@@ -70,7 +70,7 @@ def test_at_gamma_zero_only_gamma_rec_gets_a_gradient():
 
 def test_a_non_finite_gamma_init_is_refused():
     with pytest.raises(ValueError, match="gamma_recurrent_init must be finite"):
-        tiny_model(recurrence=RecurrenceConfig(gamma_recurrent_init=math.inf)).validate()
+        task_model(recurrence=RecurrenceConfig(gamma_recurrent_init=math.inf)).validate()
 
 
 def test_help_and_an_unknown_variant(capsys):

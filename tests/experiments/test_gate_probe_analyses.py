@@ -30,7 +30,7 @@ from t2mlr_jax.train.train_step import make_train_step
 from t2mlr_jax.train.trainer import Run
 from tests import tiny
 from tests.data.test_tools import load_tool
-from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
+from tests.train.tiny_task import tiny_batch, tiny_source
 
 flags.FLAGS.mark_as_parsed()  # grain reads absl flags
 
@@ -55,7 +55,7 @@ def one_error_line(capsys) -> str:
 
 def write_log(workdir, lines, arch="t2mlr", l_end=-2):
     """A workdir as main.py leaves it: run_config.json (a 4-layer window 1..l_end) and metrics.jsonl."""
-    config = tiny_config(arch)
+    config = tiny.tiny_experiment(arch)
     config.model.num_layers, config.model.recurrence.l_end = 4, l_end
     write_run_config(workdir, {**run_identity(config), "arch": arch})
     (workdir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -102,7 +102,7 @@ def test_gate_series_are_read_as_logged_in_step_order(tmp_path, capsys):
 def test_the_trainer_logs_every_fig8_quantity(tmp_path):
     """The metric keys of a real T²MLR train step (traced, not compiled), written by the trainer's own
     writers: every quantity of Fig. 8 is found and plotted."""
-    run = Run(tiny_config("t2mlr"), tmp_path / "run", tiny_source(), "t2mlr")
+    run = Run(tiny.tiny_experiment("t2mlr"), tmp_path / "run", tiny_source(), "t2mlr")
     step = make_train_step(run.arch, run.optimizer, run.schedule)
     _, metrics = jax.eval_shape(step, run.abstract_state(), tiny_batch(0, 1, 8, 16))
     write_run_config(run.workdir, run.identity, run.settings)

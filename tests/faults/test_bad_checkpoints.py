@@ -17,9 +17,10 @@ from transformers import LlamaForCausalLM
 from t2mlr_jax.config_utils import smollm2_tokenizer
 from t2mlr_jax.interop import load_hf, load_pretrained, pretrained_config
 from t2mlr_jax.interop.release_config import release_config
-from tests.interop.helpers import tiny_llama_config, tiny_t2mlr_config
+from tests.interop.helpers import tiny_llama_config
 from tests.test_main import ROOT
 from tests.test_main import main as run_main
+from tests.tiny import interop_config
 
 TOOL = os.path.join(ROOT, "tools", "convert_checkpoint.py")
 convert = runpy.run_path(TOOL)["main"]  # in-process: a subprocess would pay the JAX and torch imports again
@@ -128,7 +129,7 @@ class Payload:
     "config, save",
     [
         (lambda: tiny_llama_config().to_dict(), torch.save),  # an HF folder, torch's zip format
-        (lambda: release_config(tiny_t2mlr_config()), lambda obj, path: path.write_bytes(pickle.dumps(obj))),
+        (lambda: release_config(interop_config()), lambda obj, path: path.write_bytes(pickle.dumps(obj))),
     ],
     ids=["hf-zip", "t2mlr-bare-pickle"],
 )

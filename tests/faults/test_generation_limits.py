@@ -18,7 +18,8 @@ from t2mlr_jax.data.s5_retrieval import S5RetrievalConfig, encode_s5_retrieval, 
 from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.data_source import check_generation
 from t2mlr_jax.train.dump_generations import aligned_record
-from tests.train.tiny_task import tiny_config, tiny_source
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import tiny_source
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GSM8K = os.path.join(ROOT, "configs", "gsm8k.py")
@@ -27,7 +28,7 @@ GSM8K_SAMPLE = os.path.join(ROOT, "configs", "samples", "gsm8k_aug.jsonl")
 
 def _eval(generate=True, max_new_tokens=8):
     """The library's eval section (greedy), with these two fields."""
-    section = tiny_config().eval
+    section = tiny_experiment().eval
     section.generate, section.max_new_tokens = generate, max_new_tokens
     return section
 

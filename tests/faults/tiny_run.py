@@ -10,15 +10,17 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train.trainer import Run, restore_state, train
-from tests.train.tiny_task import TinyIterator, tiny_config, tiny_lrt_config, tiny_source
+from tests.tiny import tiny_experiment, tiny_lrt_experiment
+from tests.train.tiny_task import SEQ_LEN, TinyIterator, tiny_source
 
 STEPS = 9
 
 
 def config(**train_fields):
     fields = {"checkpoint_every": 1, "keep_checkpoints": 6, "log_every": 3, **train_fields}
-    return tiny_config("t2mlr", steps=STEPS, **fields)
+    return tiny_experiment("t2mlr", steps=STEPS, **fields)
 
 
 class SignallingIterator(TinyIterator):
@@ -36,7 +38,7 @@ class SignallingIterator(TinyIterator):
 
 
 def signalling_source(at: int, signum: int):
-    return tiny_source()._replace(train_iterator=lambda: SignallingIterator(at, signum, 0, 8, 16))
+    return tiny_source()._replace(train_iterator=lambda: SignallingIterator(at, signum, 0, 8, SEQ_LEN))
 
 
 class PausingIterator(TinyIterator):
@@ -56,19 +58,19 @@ class PausingIterator(TinyIterator):
 
 
 def pausing_source(at: int, paused: Path, go: Path):
-    return tiny_source()._replace(train_iterator=lambda: PausingIterator(at, paused, go, 0, 8, 16))
+    return tiny_source()._replace(train_iterator=lambda: PausingIterator(at, paused, go, 0, 8, SEQ_LEN))
 
 
 def lrt_config():
     """P sampled from {1, 2}: each distinct P compiles its own step, and P = 3, 4 would only be slower."""
-    config = tiny_lrt_config(steps=STEPS, checkpoint_every=2)
+    config = tiny_lrt_experiment(steps=STEPS, checkpoint_every=2)
     config.lrt.passes, config.lrt.pass_probs = (1, 2), (0.5, 0.5)
     return config
 
 
 def run(workdir, cfg=None, source=None, arch="t2mlr") -> Run:
     cfg = cfg or (lrt_config() if arch == "lrt" else config())
-    return Run(cfg, workdir, source or tiny_source(), arch)
+    return Run(resolve(cfg), workdir, source or tiny_source(), arch)
 
 
 def train_tiny(workdir, cfg=None, source=None) -> dict:

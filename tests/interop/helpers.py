@@ -1,9 +1,9 @@
-"""Shared helpers of the interop tests: tiny models on both sides, built independently."""
+"""Shared helpers of the interop tests: tiny transformers models (the T²MLR side: tests/tiny.py), tree
+comparisons, and folders written the way the release writes them."""
 
 import json
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import torch
 from safetensors.torch import save_file
@@ -17,9 +17,6 @@ from transformers import (
     PreTrainedModel,
     Qwen3Config,
 )
-
-from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
-from t2mlr_jax.model.params import init_params
 
 
 def tiny_llama_config(kv_heads: int = 2, tied: bool = True) -> LlamaConfig:
@@ -93,40 +90,6 @@ def transformers_model(config: PretrainedConfig, seed: int = 0) -> PreTrainedMod
             if "norm" in name:
                 p.uniform_(0.5, 1.5)
     return model
-
-
-def tiny_t2mlr_config(kv_heads: int = 2, tied: bool = False, **recurrence) -> ModelConfig:
-    rec = RecurrenceConfig(**{"l_start": 1, "l_end": 2, **recurrence})
-    return ModelConfig(
-        vocab_size=61,
-        hidden_size=32,
-        num_layers=4,
-        num_heads=4,
-        num_kv_heads=kv_heads,
-        head_dim=8,
-        mlp_dim=48,
-        rope_theta=5000.0,
-        tie_embeddings=tied,
-        recurrence=rec,
-    ).validate()
-
-
-def random_params(cfg: ModelConfig, seed: int = 0) -> dict:
-    """Random parameters drawn with numpy (JAX's RNG would compile once per shape): weights ~ N(0, 0.1),
-    norm scales in [0.5, 1.5], and every γ in [0.5, 1] so the fusion is on."""
-    rng = np.random.default_rng(seed)
-
-    def draw(path, leaf):
-        name = jax.tree_util.keystr(path)
-        if "norm" in name or "scale" in name:
-            value = rng.uniform(0.5, 1.5, leaf.shape)
-        elif "gamma" in name:
-            value = rng.uniform(0.5, 1.0, leaf.shape)
-        else:
-            value = rng.normal(0.0, 0.1, leaf.shape)
-        return jnp.asarray(value, leaf.dtype)
-
-    return jax.tree_util.tree_map_with_path(draw, jax.eval_shape(lambda: init_params(cfg, jax.random.key(0))))
 
 
 def trees_identical(a, b) -> bool:

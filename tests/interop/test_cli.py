@@ -7,13 +7,12 @@ from t2mlr_jax.interop import load_params, save_params
 from t2mlr_jax.interop.files import read_state_dict
 from tests.in_process import run_tool
 from tests.interop.helpers import (
-    random_params,
     state_dicts_identical,
     tiny_llama_config,
-    tiny_t2mlr_config,
     transformers_model,
     trees_identical,
 )
+from tests.tiny import interop_config, random_params
 
 TOOL = Path(__file__).parents[2] / "tools" / "convert_checkpoint.py"
 
@@ -55,7 +54,7 @@ def test_hf_round_trip_with_verify(tmp_path, capsys):
 
 
 def test_t2mlr_export_and_import_with_verify(tmp_path, capsys):
-    cfg = tiny_t2mlr_config()
+    cfg = interop_config()
     params = random_params(cfg, 1)
     save_params(tmp_path / "ckpt", cfg, params)
     report = tmp_path / "report.json"

@@ -32,14 +32,13 @@ from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.recurrence import exact_forward, make_layout
 from tests.interop.helpers import (
     ReleaseGatedMixer,
-    random_params,
     save_release_style,
     state_dicts_identical,
     tiny_llama_config,
-    tiny_t2mlr_config,
     transformers_model,
     trees_identical,
 )
+from tests.tiny import interop_config, random_params
 
 TOKENS = np.random.default_rng(0).integers(0, 61, (2, 10))
 
@@ -115,7 +114,7 @@ def test_sharded_safetensors_and_plain_bin_load(tmp_path):
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])
 def test_t2mlr_round_trip_is_bitwise(tmp_path, kv_heads, tied):
-    cfg = tiny_t2mlr_config(kv_heads, tied)
+    cfg = interop_config(kv_heads, tied)
     params = random_params(cfg, kv_heads)
     save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
     cfg_back, params_back = load_t2mlr_torch(tmp_path / "t2mlr")
@@ -159,7 +158,7 @@ def assert_matches_torch_reference(cfg, params, folder):
 
 @pytest.mark.parametrize("variant", T2MLR_VARIANTS)
 def test_t2mlr_logits_match_torch_reference(tmp_path, variant):
-    cfg = tiny_t2mlr_config(**T2MLR_VARIANTS[variant])
+    cfg = interop_config(**T2MLR_VARIANTS[variant])
     params = random_params(cfg, 3)  # every γ != 0
     save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
     assert (
@@ -168,7 +167,7 @@ def test_t2mlr_logits_match_torch_reference(tmp_path, variant):
 
 
 def test_the_torch_reference_needs_no_jax(tmp_path):
-    cfg = tiny_t2mlr_config(mixer="codi", pre_norm=True)
+    cfg = interop_config(mixer="codi", pre_norm=True)
     params = random_params(cfg, 4)
     save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
     np.save(tmp_path / "tokens.npy", TOKENS)
@@ -189,7 +188,7 @@ def test_the_torch_reference_needs_no_jax(tmp_path):
 def test_release_written_folder_imports_and_round_trips(tmp_path):
     """A folder laid out by torch itself the way the release saves it (key names from module nesting)."""
     llama = transformers_model(tiny_llama_config(kv_heads=2, tied=True), seed=5)
-    cfg = tiny_t2mlr_config(tied=True)
+    cfg = interop_config(tied=True)
     settings = {
         **release_from_recurrence(RecurrenceConfig(l_start=1, l_end=-1), 32),
         "batch_forward": True,
@@ -236,7 +235,7 @@ def test_settings_a_release_config_omits_take_the_release_defaults():
 )
 def test_every_release_mixer_round_trips_and_matches_the_torch_reference(tmp_path, mixer):
     # Pre/post norms on where a mixer has them, so their torch counterparts are exercised too.
-    cfg = tiny_t2mlr_config(
+    cfg = interop_config(
         mixer=mixer,
         gamma_per_channel=mixer == "alpha_coupled",
         pre_norm=mixer != "none",
@@ -256,7 +255,7 @@ def test_every_release_mixer_round_trips_and_matches_the_torch_reference(tmp_pat
 
 
 def test_orbax_round_trip_and_dispatch(tmp_path):
-    cfg = tiny_t2mlr_config()
+    cfg = interop_config()
     params = random_params(cfg, 8)
     save_params(tmp_path / "ckpt", cfg, params)
     for loaded in (load_params(tmp_path / "ckpt"), load_pretrained(tmp_path / "ckpt")):
@@ -304,7 +303,7 @@ def test_missing_unexpected_and_misshaped_keys_are_listed_together(tmp_path):
 
 
 def test_t2mlr_missing_mixer_key_is_refused(tmp_path):
-    cfg = tiny_t2mlr_config()
+    cfg = interop_config()
     save_t2mlr_torch(cfg, random_params(cfg, 0), tmp_path / "t2mlr")
     key = "t2mlr_model.model.layers.1.t2mlr_mixing_module.recurrent_projection.weight"
     rewrite(tmp_path / "t2mlr", lambda state: state.pop(key))
@@ -343,11 +342,11 @@ def test_unsupported_settings_are_refused(tmp_path):
     ):
         recurrence_from_release(settings, 32)
     with pytest.raises(ValueError, match="no equivalent in the release"):
-        save_t2mlr_torch(tiny_t2mlr_config(cache_norm="rmsnorm"), {}, tmp_path / "x")
+        save_t2mlr_torch(interop_config(cache_norm="rmsnorm"), {}, tmp_path / "x")
 
 
 def test_params_not_matching_the_config_are_refused(tmp_path):
-    cfg = tiny_t2mlr_config()
+    cfg = interop_config()
     params = random_params(cfg, 0)
     params["norm"] = params["norm"][:-1]
     del params["mixer"]["input_gate_proj"]

@@ -19,8 +19,9 @@ from t2mlr_jax.interop import load_hf, load_params, save_hf, save_params, save_t
 from t2mlr_jax.interop.files import json_floats, new_file_mode
 from t2mlr_jax.interop.tokenizer_files import read_tokenizer
 from tests.data.test_tools import load_tool
-from tests.interop.helpers import random_params, tiny_t2mlr_config, trees_identical
+from tests.interop.helpers import trees_identical
 from tests.interop.test_cli import convert
+from tests.tiny import interop_config, random_params
 
 GGUF = smollm2_tokenizer()
 SENTENCE = "Hello world, 12345 héllo <|im_end|> done."
@@ -41,13 +42,13 @@ def folders(tmp_path_factory, tokenizer):
     """Orbax checkpoints (a T²MLR model with SmolLM2's vocabulary and a float32 norm_eps; a plain one with
     61 tokens) and the T²MLR model's two exports with the GGUF's tokenizer, verified."""
     tmp = tmp_path_factory.mktemp("export")
-    cfg = tiny_t2mlr_config().replace(vocab_size=tokenizer.vocab_size, norm_eps=FLOAT32_EPS)
+    cfg = interop_config().replace(vocab_size=tokenizer.vocab_size, norm_eps=FLOAT32_EPS)
     params = random_params(cfg)
     # Channel 0 of every embedding is large and only EOS reads it from the head: EOS is always the argmax.
     params["embed_tokens"] = params["embed_tokens"].at[:, 0].set(30.0)
     params["lm_head"] = params["lm_head"].at[0, tokenizer.eos_id].set(10.0)
     save_params(tmp / "t2mlr", cfg, params)
-    plain = tiny_t2mlr_config().replace(recurrence=None)
+    plain = interop_config().replace(recurrence=None)
     save_params(tmp / "plain", plain, random_params(plain))
     (tmp / "text.txt").write_text(TEXT)
     common = ("--from", "orbax", tmp / "t2mlr", "--tokenizer", GGUF, "--num-sequences", 2, "--seq-len", 8)
@@ -180,7 +181,7 @@ def trained_tokenizer_export(tmp_path_factory):
     (tmp / "corpus.txt").write_text((TEXT + " " + SENTENCE + "\n") * 20)
     argv = ["--input", tmp / "corpus.txt", "--out", tmp / "tokenizer", "--vocab_size", 300]
     assert load_tool("train_tokenizer").main([str(a) for a in argv]) == 0
-    cfg = tiny_t2mlr_config().replace(vocab_size=300, recurrence=None)
+    cfg = interop_config().replace(vocab_size=300, recurrence=None)
     save_params(tmp / "plain", cfg, random_params(cfg))
     assert (
         convert("--from", "orbax", "--to", "hf", tmp / "plain", tmp / "hf", "--tokenizer", tmp / "tokenizer")

@@ -19,7 +19,7 @@ from t2mlr_jax.parallel.rules import partition_spec
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run
 from tests.model.test_recurrence import ce_loss
-from tests.tiny import exact, jacobi, rel_err, tiny_config, tiny_params, tokens
+from tests.tiny import exact, jacobi, rel_err, tiny_config, tiny_experiment, tiny_params, tokens
 from tests.train import tiny_task
 
 T = 12
@@ -104,7 +104,7 @@ def test_converged_passes_equal_exact_in_fewer_than_d():
 
 
 def test_training_step_logs_the_passes(tmp_path):
-    config = tiny_task.tiny_config("t2mlr")
+    config = tiny_experiment("t2mlr")
     config.model.recurrence.update(d_forward=6, d_backward=2, jacobi_tolerance=1e9)
     run = Run(config, tmp_path, tiny_task.tiny_source(), "t2mlr")
     # Two micro-batches: the logged count is their mean, not their sum.

@@ -8,8 +8,9 @@ from t2mlr_jax.architectures import lrt, lrt_forward
 from t2mlr_jax.model import flops
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.train.init_from import architecture
+from tests.tiny import tiny_experiment
 from tests.train.test_build_data import load_config
-from tests.train.tiny_task import tiny_config, tiny_source
+from tests.train.tiny_task import tiny_source
 
 TOY = ModelConfig(
     vocab_size=50, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, head_dim=16, mlp_dim=64
@@ -33,7 +34,7 @@ def test_moe_counts_the_active_experts_only():
 
 
 def _arch(arch="lrt", seq_len=12, **lrt_settings):
-    config = tiny_config(arch)
+    config = tiny_experiment(arch)
     config.data.seq_len, config.baseline.param_match = seq_len, False
     for key, value in lrt_settings.items():
         config.lrt[key] = value
@@ -87,7 +88,7 @@ def test_a_thought_row_by_hand():
     sampled = _arch(thoughts=(0, 1), passes=(1, 2), pass_probs=(0.25, 0.75))  # K uniform, P as given
     want = sum(0.5 * w * row(k, p) for k in (0, 1) for p, w in ((1, 0.25), (2, 0.75)))
     assert sampled.train_flops(12) == pytest.approx(want, rel=1e-12)
-    config = tiny_config("ponderlm2")
+    config = tiny_experiment("ponderlm2")
     config.data.seq_len, config.baseline.param_match = 12, False
     config.ponderlm2.thoughts, config.ponderlm2.passes, config.ponderlm2.pass_probs = (2,), (3,), (1.0,)
     ponder = architecture(config, "ponderlm2")
@@ -99,14 +100,14 @@ def test_a_thought_row_by_hand():
 def test_a_flop_budget_sets_the_steps_before_anything_compiles(tmp_path):
     from t2mlr_jax.train.trainer import Run
 
-    config = tiny_config("transformer", steps=1000)
+    config = tiny_experiment("transformer", steps=1000)
     config.train.flop_budget = 0.0
     per_step = Run(config, tmp_path / "a", tiny_source(), "transformer").flops_per_step
     config.train.flop_budget = 7.4 * per_step
     run = Run(config, tmp_path / "b", tiny_source(), "transformer")
     assert run.config.train.steps == 7 and config.train.steps == 1000  # the run's own copy
     with pytest.raises(ValueError, match="architecture 't2mlr' has no training FLOP accounting"):
-        bad = tiny_config("t2mlr")
+        bad = tiny_experiment("t2mlr")
         bad.train.flop_budget = 1e9
         Run(bad, tmp_path / "c", tiny_source(), "t2mlr")
     assert not (tmp_path / "c").exists()

@@ -11,7 +11,8 @@ from t2mlr_jax.model.spec import spec_axes, spec_leaves
 from t2mlr_jax.parallel.mesh import make_mesh
 from t2mlr_jax.parallel.placement import param_shardings
 from t2mlr_jax.train.trainer import Run
-from tests.train.tiny_task import tiny_config, tiny_source
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import tiny_source
 
 # A missing fake-device setup fails loudly instead of skipping the sharding tests.
 assert jax.device_count() >= 8, "needs the 8 fake devices of tests/conftest.py"
@@ -20,7 +21,7 @@ BUILT_IN = ("t2mlr", "transformer", "looped", "middle_looped", "pause", "lstm")
 
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_every_large_matrix_of_every_architecture_is_sharded(tmp_path, name):
-    config = tiny_config(name)
+    config = tiny_experiment(name)
     config.mesh.update(data=2, fsdp=2, tensor=2)
     config.looped.update(start=1, end=1)
     run = Run(config, tmp_path, tiny_source(), name)
@@ -41,7 +42,7 @@ def test_every_architecture_is_registered_and_tested_here():
 
 
 def test_a_parameter_without_a_spec_is_an_error():
-    arch = ARCHITECTURES.get("transformer").build(tiny_config("transformer"))
+    arch = ARCHITECTURES.get("transformer").build(tiny_experiment("transformer"))
     shapes = {
         **jax.eval_shape(arch.init, jax.random.PRNGKey(0)),
         "stray": jax.ShapeDtypeStruct((4,), jnp.float32),

@@ -13,7 +13,8 @@ from t2mlr_jax.parallel.multihost import global_batch
 from t2mlr_jax.parallel.placement import batch_sharding
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run
-from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import tiny_batch, tiny_source
 
 # A missing fake-device setup fails loudly instead of skipping the sharding tests.
 assert jax.device_count() >= 8, "needs the 8 fake devices of tests/conftest.py"
@@ -22,7 +23,7 @@ MESHES = [(8, 1, 1), (2, 2, 2), (1, 4, 2)]
 
 
 def make_run(arch, tmp_path, mesh):
-    config = tiny_config(arch, steps=STEPS)
+    config = tiny_experiment(arch, steps=STEPS)
     config.mesh.update(dict(zip(("data", "fsdp", "tensor"), mesh)))
     return Run(config, tmp_path, tiny_source(), arch)
 

@@ -12,9 +12,9 @@ from t2mlr_jax.model.generate import generate
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.model.spec import init_from_specs
-from tests.train.tiny_task import tiny_config, tiny_model
+from tests.tiny import task_model, tiny_experiment
 
-CFG = tiny_model()
+CFG = task_model()
 PARAMS = init_params(CFG, jax.random.PRNGKey(0))
 TOKENS = jax.random.randint(jax.random.PRNGKey(1), (2, 10), 1, CFG.vocab_size)
 
@@ -31,7 +31,7 @@ def test_looped_decoding_with_a_cache_layer_per_executed_block_equals_recompute(
     """The architecture's cached greedy decoding equals decoding by re-running the looped forward, on
     left-padded prompts."""
     loop = dict(start=1, end=1, repeats=3)
-    config = tiny_config("looped")
+    config = tiny_experiment("looped")
     config.looped.update(start=1, end=1, repeats=3)
     config.baseline.param_match = False
     arch = build_architecture(config)
@@ -96,7 +96,7 @@ def test_decoding_by_recompute_equals_kv_cache_generation_on_left_padded_prompts
 
 
 def test_param_matched_baseline_is_the_narrowest_width_at_or_above_t2mlr():
-    config = tiny_config("transformer")
+    config = tiny_experiment("transformer")
     target = build_architecture(config, "t2mlr").num_params()
     matched = build_architecture(config, "transformer")
     assert matched.num_params() >= target

@@ -12,12 +12,13 @@ from t2mlr_jax.parallel.multihost import global_batch
 from t2mlr_jax.parallel.placement import batch_sharding
 from t2mlr_jax.train.train_step import compile_step, model_inputs
 from t2mlr_jax.train.trainer import Run, train
-from tests.train.tiny_task import tiny_config, tiny_source
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import tiny_source
 
 
 def _config(spec, minimum=1, **fields):
     """A tiny T²MLR config; fields of the t2mlr section go there, the rest to train."""
-    config = tiny_config("t2mlr", **{k: v for k, v in fields.items() if k not in ("forward_mode",)})
+    config = tiny_experiment("t2mlr", **{k: v for k, v in fields.items() if k not in ("forward_mode",)})
     config.t2mlr.update(d_forward_values=spec, d_forward_min=minimum)
     config.t2mlr.update({k: v for k, v in fields.items() if k == "forward_mode"})
     return config

@@ -78,9 +78,10 @@ def test_train_and_eval_steps_log_bits_per_byte(tmp_path):
     from t2mlr_jax.train.eval import make_eval_step
     from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
     from t2mlr_jax.train.trainer import Run
-    from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
+    from tests.tiny import tiny_experiment
+    from tests.train.tiny_task import tiny_batch, tiny_source
 
-    run = Run(tiny_config("transformer"), tmp_path, tiny_source(), "transformer")
+    run = Run(tiny_experiment("transformer"), tmp_path, tiny_source(), "transformer")
     batch = tiny_batch(0, 1, 8, 16)
     target_bytes = np.random.default_rng(1).integers(1, 5, size=batch["targets"].shape)
     batch["target_bytes"] = (target_bytes * batch["loss_mask"]).astype(np.int32)

@@ -15,7 +15,8 @@ from t2mlr_jax.interop import save_params
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.train import init_from
 from t2mlr_jax.train.trainer import Run, train
-from tests.train.tiny_task import tiny_config, tiny_source
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import tiny_source
 
 CONFIGS = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs"
@@ -25,7 +26,7 @@ CONFIGS = os.path.join(
 @pytest.fixture
 def checkpoint(tmp_path):
     """A T²MLR checkpoint of the tiny config with a trained-looking mixer (γ_rec = 0.25)."""
-    cfg = backbone_config(tiny_config())
+    cfg = backbone_config(tiny_experiment())
     params = jax.device_get(init_params(cfg, jax.random.PRNGKey(7)))
     params["mixer"]["rezero_gamma_recurrent_gate"] = np.full((1,), 0.25, np.float32)
     save_params(tmp_path / "pretrained", cfg, params)
@@ -33,7 +34,7 @@ def checkpoint(tmp_path):
 
 
 def _config(path, **train_fields):
-    config = tiny_config(**train_fields)
+    config = tiny_experiment(**train_fields)
     config.init_from = str(path)
     config.model.recurrence.d_forward = 3  # D is a training choice, not part of the model
     return config

@@ -12,11 +12,12 @@ from t2mlr_jax.storage import checkpoint as ckpt
 from t2mlr_jax.train.optimizer import muon_depth
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run
-from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import tiny_batch, tiny_source
 
 
 def _run(arch, workdir, scan_layers):
-    config = tiny_config(arch)
+    config = tiny_experiment(arch)
     config.model.scan_layers = scan_layers
     config.model.remat = "dots"  # the unrolled blocks are rematerialised as the scan's body is
     return Run(config, workdir, tiny_source(), arch)
@@ -67,7 +68,7 @@ def test_a_per_layer_checkpoint_reads_stacked_and_the_other_form_is_refused(tmp_
 
 
 def test_the_table_follows_the_form_and_an_lstm_has_no_blocks_to_hold_apart():
-    config = tiny_config("t2mlr")
+    config = tiny_experiment("t2mlr")
     stacked = build_architecture(config).specs
     config.model.scan_layers = False
     apart = build_architecture(config).specs
@@ -75,7 +76,7 @@ def test_the_table_follows_the_form_and_an_lstm_has_no_blocks_to_hold_apart():
     assert facts(layer_layout.stacked(apart)) == facts(stacked)
     assert muon_depth(apart) == muon_depth(stacked) == 3
     assert apart["layers"][0]["mlp"]["up_proj"].axes == stacked["layers"]["mlp"]["up_proj"].axes[1:]
-    lstm = tiny_config("lstm")
+    lstm = tiny_experiment("lstm")
     lstm.model.scan_layers = False
     with pytest.raises(ValueError, match="model.scan_layers=False: architecture 'lstm' has no transformer"):
         build_architecture(lstm, "lstm")

@@ -22,7 +22,7 @@ from t2mlr_jax.train.optimizer import (
     muon_width,
     scale_by_muon,
 )
-from tests.train.tiny_task import tiny_config, tiny_model
+from tests.tiny import task_model, tiny_experiment
 
 L, D, H, E, X, F, V = 2, 8, 2, 4, 3, 12, 16
 init = normal(0.5)
@@ -241,11 +241,11 @@ def test_a_matrix_without_fan_in_is_rejected():
 def test_the_config_defaults_select_muon_for_a_t2mlr_model():
     """`optimizer.name=muon` (and nanochat's recipe) on the default config section and a real T²MLR table
     (mixer parameters are kinds gate / scalar / matrix)."""
-    config = tiny_config()
+    config = tiny_experiment()
     for path, value in MUON_RECIPE.items():
         config.optimizer[path.split(".")[1]] = value
     config.optimizer.batch_tokens = config.train.batch_size * config.data.seq_len
-    specs = param_specs(tiny_model().with_recurrence(l_start=1, l_end=1, pre_norm=True))
+    specs = param_specs(task_model().with_recurrence(l_start=1, l_end=1, pre_norm=True))
     params = spec_shapes(specs, "float32")
     tx = make_optimizer(config.optimizer, specs, 10)
     updates, _ = jax.eval_shape(tx.update, params, jax.eval_shape(tx.init, params), params)
@@ -261,7 +261,7 @@ def test_muon_is_selectable_for_every_architecture(arch):
     parameters' shapes, with the matrices in the muon group and everything else in an AdamW one."""
     from t2mlr_jax.train.init_from import architecture
 
-    config = tiny_config(arch)
+    config = tiny_experiment(arch)
     for path, value in MUON_RECIPE.items():
         config.optimizer[path.split(".")[1]] = value
     specs = architecture(config, arch).specs

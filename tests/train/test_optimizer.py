@@ -15,7 +15,7 @@ from t2mlr_jax.train.optimizer import (
     make_optimizer,
     make_schedule,
 )
-from tests.train.tiny_task import tiny_model
+from tests.tiny import task_model
 
 
 def opt(**changes):
@@ -61,7 +61,7 @@ def test_bad_schedule_name_is_rejected():
 
 
 # The parameter table of a tiny T²MLR model with every kind of parameter (pre-norm adds mixer norms).
-SPECS = param_specs(tiny_model().with_recurrence(l_start=1, l_end=1, pre_norm=True, cache_norm="rmsnorm"))
+SPECS = param_specs(task_model().with_recurrence(l_start=1, l_end=1, pre_norm=True, cache_norm="rmsnorm"))
 PARAMS = init_from_specs(SPECS, jax.random.PRNGKey(0), "float32")
 
 

@@ -15,7 +15,7 @@ import pytest
 from t2mlr_jax.storage.checkpoint import run_identity, write_run_config
 from t2mlr_jax.storage.workdir import LOCK, SESSIONS, SUMMARY
 from t2mlr_jax.train.metrics_log import MetricsLog
-from tests.train.tiny_task import tiny_config
+from tests.tiny import tiny_experiment
 
 ROOT = Path(__file__).parents[2]
 TOOL = ROOT / "tools" / "report.py"
@@ -62,7 +62,7 @@ def logged_lines(gates: bool) -> list[tuple[float, int, str, dict]]:
 
 
 def write_run(workdir: Path, arch: str) -> None:
-    write_run_config(workdir, {**run_identity(tiny_config(arch)), "arch": arch})
+    write_run_config(workdir, {**run_identity(tiny_experiment(arch)), "arch": arch})
     clock = [0.0]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(time, "time", lambda: clock[0])

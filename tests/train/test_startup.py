@@ -9,7 +9,8 @@ import pytest
 
 from t2mlr_jax.train import startup
 from t2mlr_jax.train.trainer import Run, train
-from tests.train.tiny_task import SEQ_LEN, TinyIterator, tiny_config, tiny_source
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import SEQ_LEN, TinyIterator, tiny_source
 
 TRAINER_PHASES = ["state", "trace", "compile", "data", "first_step"]
 
@@ -26,7 +27,7 @@ def test_the_step_is_compiled_before_the_pipeline_starts_fresh_and_resumed(tmp_p
     source = tiny_source()._replace(train_iterator=pipeline)
     for steps in (2, 4):  # the second session resumes from step 2
         events.clear()
-        train(Run(tiny_config(steps=steps), tmp_path, source, "t2mlr"))
+        train(Run(tiny_experiment(steps=steps), tmp_path, source, "t2mlr"))
         assert events == ["state", "trace", "compile", "pipeline", "data", "first_step"]
         record = json.loads((tmp_path / startup.STARTUP).read_text())
         assert [p for p in record["phases"] if p in TRAINER_PHASES] == TRAINER_PHASES
@@ -38,4 +39,4 @@ def test_the_step_is_compiled_before_the_pipeline_starts_fresh_and_resumed(tmp_p
 def test_batches_of_other_shapes_than_compiled_are_one_clear_error(tmp_path):
     source = tiny_source(seq_len=SEQ_LEN * 2)
     with pytest.raises(ValueError, match=r"compiled for .*\(train.batch_size x data.seq_len\)"):
-        train(Run(tiny_config(steps=2), tmp_path, source, "t2mlr"))
+        train(Run(tiny_experiment(steps=2), tmp_path, source, "t2mlr"))

@@ -18,7 +18,8 @@ from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import ParamSpec
 from t2mlr_jax.train.trainer import Run, restore_state, train
-from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import tiny_batch, tiny_source
 
 
 def _toy(config) -> Architecture:
@@ -63,7 +64,7 @@ def _toy(config) -> Architecture:
 @pytest.fixture(scope="module")
 def toy():
     register_architecture("toy", _toy, section="toy", defaults={"scale_init": 0.5})
-    yield lambda steps: tiny_config(
+    yield lambda steps: tiny_experiment(
         "toy", steps=steps, checkpoint_every=2, sections={"toy": {"scale_init": 0.7}}
     )
     ARCHITECTURES.unregister("toy")

@@ -4,11 +4,12 @@ import pytest
 
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run
-from tests.train.tiny_task import tiny_batch, tiny_config, tiny_source
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import tiny_batch, tiny_source
 
 
 def _run(arch, tmp_path, **model):
-    config = tiny_config(arch)
+    config = tiny_experiment(arch)
     for k, v in model.items():
         config.model[k] = v
     return Run(config, tmp_path, tiny_source(), arch)

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from t2mlr_jax.config_utils import experiment
-from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.train.data_source import DataSource
 
 VOCAB = 16
-SEQ_LEN = 16  # the rows of tiny_source, and tiny_config's data.seq_len
+SEQ_LEN = 16  # the rows of tiny_source, and tests.tiny.tiny_experiment's data.seq_len
 
 
 def tiny_batch(seed: int, index: int, batch: int, seq_len: int, modulus: int = 3) -> dict:
@@ -57,53 +55,3 @@ def tiny_source(batch: int = 8, seq_len: int = SEQ_LEN, eval_batches: int = 2) -
         train_iterator=lambda: TinyIterator(0, batch, seq_len),
         eval_batches=lambda: [tiny_batch(1, i, batch, seq_len) for i in range(eval_batches)],
     )
-
-
-def tiny_model(**changes) -> ModelConfig:
-    return ModelConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_layers=3,
-        num_heads=2,
-        num_kv_heads=2,
-        head_dim=16,
-        mlp_dim=64,
-        rope_theta=None,
-        max_seq_len=64,
-    ).replace(**changes)
-
-
-def tiny_config(arch: str = "t2mlr", steps: int = 6, sections: dict | None = None, **train):
-    config = experiment(
-        name="tiny",
-        arch=arch,
-        model=tiny_model(),
-        data={"task": "tiny", "seq_len": SEQ_LEN},
-        optimizer=dict(lr=3e-3, warmup_ratio=0.1),
-        train={
-            "steps": steps,
-            "batch_size": 8,
-            "log_every": 2,
-            "checkpoint_every": 2,
-            "progress": False,
-            **train,
-        },
-        evaluation=dict(batch_size=8),
-        sections=sections or {},
-    )
-    config.model.recurrence.l_start = 1
-    config.model.recurrence.l_end = 1
-    config.model.recurrence.d_forward = 4
-    config.model.recurrence.d_backward = 2
-    return config
-
-
-def tiny_lrt_config(steps: int = 6, **train):
-    """The tiny task on an LRT with every stateful part: MoE routing biases (balanced fast), P sampled per
-    step, Muon."""
-    config = tiny_config("lrt", steps=steps, **train)
-    model = config.model
-    model.mlp, model.moe_experts, model.moe_dim, model.moe_bias_rate = "moe", 4, 32, 0.01
-    model.resid_scalars = True
-    config.optimizer.name = "muon"
-    return config
