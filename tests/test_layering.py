@@ -20,10 +20,10 @@ FLOORS = (
     "config",
     "storage",
     "architectures",
-    "experiment",
     "interop",
     "train",
     "analysis",
+    "experiment",  # the assembly of a config file's experiment: every registered section, the top floor
 )
 # A string naming a module: "t2mlr_jax.a.b", "t2mlr_jax.a.b:f", or the start of f"t2mlr_jax.a.{name}".
 MODULE_STRING = re.compile(r"t2mlr_jax(\.\w+)+[.:\w]*")
