@@ -26,9 +26,9 @@ experiments/lrt_comparison.py trains and tabulates the rows.
 import dataclasses
 from pathlib import Path
 
-from t2mlr_jax.architectures.contract import backbone_config
 from t2mlr_jax.architectures.looped import block_order
 from t2mlr_jax.config.edit import config_module, set_path
+from t2mlr_jax.experiment import resolve
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +134,7 @@ def decode_thoughts(config) -> int:
 def decode_blocks(config) -> int:
     """Backbone blocks a row runs per decoded vocabulary token: every executed block (a loop repeats its
     range) for each of the K + 1 slots."""
-    model = backbone_config(config, recurrent=False)
+    model = resolve(config).model
     blocks = model.num_layers
     if config.arch == "looped":
         blocks = len(block_order(model, **config.looped.to_dict()))
