@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def smollm2_gguf():
     """(ModelConfig, params) of the shipped GGUF, as `load_pretrained` reads it."""
-    from t2mlr_jax.config_utils import smollm2_tokenizer
+    from configs.recipes import smollm2_tokenizer
     from t2mlr_jax.interop import load_pretrained
 
     return load_pretrained(smollm2_tokenizer())
@@ -52,7 +52,7 @@ def smollm2_transformers():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from t2mlr_jax.config_utils import smollm2_tokenizer
+    from configs.recipes import smollm2_tokenizer
 
     gguf = Path(smollm2_tokenizer())
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from t2mlr_jax.config_utils import config_module, set_path, shakespeare_split
+from configs.recipes import shakespeare_split
+from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.parallel.mesh import make_mesh
 from t2mlr_jax.train import build_data, init_from, trainer
 from tests.in_process import run_main

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from absl import flags
 
-from t2mlr_jax.config_utils import config_module, set_path
+from t2mlr_jax.config.edit import config_module, set_path
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train import init_from
 from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.trainer import Run
@@ -52,7 +53,7 @@ def folders(tmp_path_factory):
     checkpointer with a trained-looking state (random weights, γ = 0.25), exported with --drop-recurrence."""
     tmp = tmp_path_factory.mktemp("init_from")
     config = tiny_config()
-    run = Run(config, tmp / "run", build_data_source(config, train=False), "t2mlr")
+    run = Run(resolve(config), tmp / "run", build_data_source(resolve(config), train=False), "t2mlr")
     rng = np.random.default_rng(0)
 
     def draw(path, leaf):
@@ -80,7 +81,7 @@ def test_init_from_reads_a_step_folder_its_workdir_and_its_hf_export(folders, ki
     workdir, step, hf, stored = folders
     config = tiny_config()
     config.init_from = str({"step folder": step, "workdir": workdir, "hf export": hf}[kind])
-    loaded = init_from.architecture(config).pretrained()
+    loaded = init_from.architecture(resolve(config)).pretrained()
     expected = {k: v for k, v in stored.items() if not (kind == "hf export" and k == "mixer")}
     assert jax.tree.structure(loaded) == jax.tree.structure(expected)
     for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(expected)):

@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
+from configs.recipes import smollm2_tokenizer
 from t2mlr_jax.architectures.contract import backbone_config
-from t2mlr_jax.config_utils import config_module, smollm2_tokenizer
+from t2mlr_jax.config.edit import config_module
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop.pretrained import mismatches, pretrained_config
 from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.init_from import require_init_from
@@ -34,10 +36,10 @@ def shipped_model():
 @pytest.mark.parametrize("name", FINETUNING)
 def test_finetuning_needs_a_pretrained_model_and_cpu_brings_the_shipped_one(name, shipped_model):
     with pytest.raises(ValueError, match="init_from is required"):
-        require_init_from(config(name))
+        require_init_from(resolve(config(name)))
     cpu = config(name, "cpu")
     assert cpu.init_from == smollm2_tokenizer() != ""
-    assert mismatches(shipped_model, backbone_config(cpu)) == []  # the preset's model is the GGUF's
+    assert mismatches(shipped_model, backbone_config(resolve(cpu))) == []  # the preset's model is the GGUF's
     # the release's fine-tuning scripts run without the temporal residual (their train_*.sh default), but
     # HotpotQA's release run is its sweep's, which turns it on (tests/test_release_recipes.py)
     assert config(name).model.recurrence.temporal_residual == (name == "hotpotqa")
@@ -110,14 +112,15 @@ def test_location_ablations_are_presets():
 
 
 def test_epochs_count_steps_as_hf_does():
-    assert _steps_for_epochs(config("variable_assignment"), 200_000).train.steps == 200_000 // 256
-    assert _steps_for_epochs(config("prosqa"), 17_886).train.steps == math.ceil(0.6 * (17_886 // 128))
+    assert _steps_for_epochs(resolve(config("variable_assignment")), 200_000).train.steps == 200_000 // 256
+    prosqa = resolve(config("prosqa"))
+    assert _steps_for_epochs(prosqa, 17_886).train.steps == math.ceil(0.6 * (17_886 // 128))
     with pytest.raises(ValueError, match="not counted; give train.steps"):
-        _steps_for_epochs(config("smollm135m_t2mlr"), None)
+        _steps_for_epochs(resolve(config("smollm135m_t2mlr")), None)
     # a file's rows are counted: the GSM8K sample has 24
     gsm = config("gsm8k", "cpu")
     gsm.train.epochs = 1.0
-    assert build_data_source(gsm).train_examples == 24
+    assert build_data_source(resolve(gsm)).train_examples == 24
 
 
 def test_packing_fits_the_data_kind():
@@ -127,4 +130,4 @@ def test_packing_fits_the_data_kind():
     wrong = config("smollm135m_t2mlr", "cpu")
     wrong.data.packing = "none"
     with pytest.raises(ValueError, match=r"data.packing must be one of \('documents', 'concat'\)"):
-        build_data_source(wrong)
+        build_data_source(resolve(wrong))

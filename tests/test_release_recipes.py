@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.architectures.contract import backbone_config
-from t2mlr_jax.config_utils import config_module
+from t2mlr_jax.config.edit import config_module
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop.release_config import recurrence_from_release
 from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
 from t2mlr_jax.model.config import ModelConfig
@@ -120,7 +121,7 @@ def test_release_preset_has_the_recurrence_the_release_builds(release, ours):
     """Its T²MLR settings, as its config.json stores them, read by our importer: the whole
     RecurrenceConfig (window, Jacobi D and B, the gated mixer without learnable gates, the detached and
     rescaled temporal residual, gate inits)."""
-    model = backbone_config(ours)
+    model = backbone_config(resolve(ours))
     assert recurrence_from_release(release["t2mlr_settings"], model.hidden_size) == model.recurrence
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.looped import LoopedDecoder, looped_forward
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import moe
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
@@ -31,7 +32,7 @@ def _config(arch="middle_looped", **model):
     return config
 
 
-ARCH = build_architecture(_config())
+ARCH = build_architecture(resolve(_config()))
 MODEL = ARCH.backbone
 BATCH = model_inputs(jax.tree.map(jnp.asarray, tiny_batch(0, 1, B, T)))
 
@@ -88,6 +89,6 @@ def test_decoding_reads_the_routing_biases_and_equals_the_looped_forward():
 
 def test_architectures_that_do_not_carry_the_state_refuse_a_stateful_mlp():
     with pytest.raises(ValueError, match="keeps routing state"):
-        build_architecture(_config("transformer"))
-    looped = build_architecture(_config("looped", mlp="relu2"))  # stateless: no state, no update
+        build_architecture(resolve(_config("transformer")))
+    looped = build_architecture(resolve(_config("looped", mlp="relu2")))  # stateless: no state, no update
     assert looped.init_model_state() == {} and looped.update_model_state is None

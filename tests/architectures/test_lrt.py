@@ -11,6 +11,7 @@ import pytest
 
 from t2mlr_jax.architectures import lrt, lrt_forward
 from t2mlr_jax.architectures.contract import Outputs
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import ModelConfig
@@ -154,7 +155,7 @@ def _config(**lrt_settings):
 
 
 def test_pass_count_is_drawn_per_step_from_seed_and_step():
-    arch = architecture(_config(), "lrt")
+    arch = architecture(resolve(_config()), "lrt")
     draws = [arch.sample(0, step) for step in range(1, 2001)]
     assert draws == [arch.sample(0, step) for step in range(1, 2001)]
     freq = np.bincount([d.passes for d in draws], minlength=5)[1:] / len(draws)
@@ -162,9 +163,9 @@ def test_pass_count_is_drawn_per_step_from_seed_and_step():
     assert {d.thoughts for d in draws} == {0}
     config = _config(thoughts=(0, 1, 2))
     config.data.seq_len = 12  # whole intervals of 1, 2 and 3 slots
-    thoughts = [architecture(config, "lrt").sample(0, s).thoughts for s in range(900)]
+    thoughts = [architecture(resolve(config), "lrt").sample(0, s).thoughts for s in range(900)]
     np.testing.assert_allclose(np.bincount(thoughts) / 900, (1 / 3,) * 3, atol=0.05)  # K uniform
-    assert architecture(_config(feedback="none"), "lrt").sample is None  # one plain pass
+    assert architecture(resolve(_config(feedback="none")), "lrt").sample is None  # one plain pass
 
 
 @pytest.mark.parametrize(
@@ -180,18 +181,18 @@ def test_pass_count_is_drawn_per_step_from_seed_and_step():
 )
 def test_bad_lrt_settings_are_one_clear_error(change, message):
     with pytest.raises(ValueError, match=message):
-        architecture(_config(**change), "lrt")
+        architecture(resolve(_config(**change)), "lrt")
 
 
 def test_bad_moe_settings_are_one_clear_error():
     config = _config()
     config.model.mlp, config.model.moe_experts, config.model.moe_top_k = "moe", 4, 5
     with pytest.raises(ValueError, match=r"moe_top_k \(5\) must be in \[1, moe_experts=4\]"):
-        architecture(config, "lrt")
+        architecture(resolve(config), "lrt")
     config.arch = "transformer"
     config.model.moe_top_k = 2
     with pytest.raises(ValueError, match="keeps routing state"):
-        architecture(config, "transformer")
+        architecture(resolve(config), "transformer")
 
 
 def test_experts_not_divisible_by_the_expert_axis_fail_before_compiling(tmp_path):
@@ -203,7 +204,7 @@ def test_experts_not_divisible_by_the_expert_axis_fail_before_compiling(tmp_path
     config.model.moe_experts = 6
     config.mesh.data, config.mesh.expert = 2, 4
     with pytest.raises(ValueError, match=r"moe_experts \(6\) is not divisible by .* mesh.expert = 4"):
-        Run(config, tmp_path, tiny_source(), "lrt")
+        Run(resolve(config), tmp_path, tiny_source(), "lrt")
     assert not any(tmp_path.iterdir())  # nothing written
 
 
@@ -213,7 +214,7 @@ def test_the_config_presets_are_the_papers_sizes_and_the_vanilla_baseline():
     sizes = {}
     for preset in ("", "d20", "vanilla", "cpu", "vanilla,cpu"):
         config = load_config("lrt_nanochat", preset)
-        arch = architecture(config, "lrt")
+        arch = architecture(resolve(config), "lrt")
         sizes[preset] = arch.num_params()
         assert config.optimizer.name == "muon" and arch.backbone.mlp == "moe"
     assert abs(sizes["vanilla"] - 0.805e9) < 0.01e9  # the paper's 0.8B 16-layer reference
@@ -221,10 +222,10 @@ def test_the_config_presets_are_the_papers_sizes_and_the_vanilla_baseline():
     assert 1.42e9 < sizes["d20"] < 1.55e9
     config = load_config("lrt_nanochat", "")
     config.lrt.shared_projections = True  # one W^fb pair for every layer: ~0.3%
-    assert 0.002 < architecture(config, "lrt").num_params() / sizes["vanilla"] - 1 < 0.004
+    assert 0.002 < architecture(resolve(config), "lrt").num_params() / sizes["vanilla"] - 1 < 0.004
     recipe = {k: config.optimizer[k] for k in ("lr", "b1", "b2", "weight_decay", "schedule", "decay_ratio")}
     assert recipe == dict(lr=1.0, b1=0.8, b2=0.95, weight_decay=0.2, schedule="linear_decay", decay_ratio=0.5)
     assert sizes["vanilla,cpu"] < sizes["cpu"] < 40e6
     config = load_config("lrt_nanochat", "cpu")
     config.lrt.feedback = "kv"  # --config.lrt.feedback=kv: an ablation without the residual path
-    assert "gamma" not in architecture(config, "lrt").specs["lrt"]
+    assert "gamma" not in architecture(resolve(config), "lrt").specs["lrt"]

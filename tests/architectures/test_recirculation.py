@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.architectures import build_architecture
-from t2mlr_jax.config_utils import config_module
+from t2mlr_jax.config.edit import config_module
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.recirculation import ADAPTIVE
 from t2mlr_jax.model.spec import is_spec
 from t2mlr_jax.train.trainer import Run, restore_state, train
@@ -27,11 +28,11 @@ def _config(arch, steps=2, **changes):
 
 
 def test_adaptive_mlp_trains_over_a_frozen_base(tmp_path):
-    run = Run(_config("recirculation_adaptive"), tmp_path, tiny_source(), "recirculation_adaptive")
+    run = Run(resolve(_config("recirculation_adaptive")), tmp_path, tiny_source(), "recirculation_adaptive")
     start = run.fresh_state().params
     train(run)
     trained, step = restore_state(
-        Run(_config("recirculation_adaptive"), tmp_path, tiny_source(), run.arch.name)
+        Run(resolve(_config("recirculation_adaptive")), tmp_path, tiny_source(), run.arch.name)
     )
     assert step == 2
     base = {k: v for k, v in trained.params.items() if k != ADAPTIVE}
@@ -48,7 +49,7 @@ def test_adaptive_preset_is_the_papers_recipe():
     assert (config.train.steps, config.train.batch_size, config.train.grad_accum) == (100, 32, 1)
     o = config.optimizer
     assert (o.name, o.lr, o.weight_decay, o.schedule, o.warmup_ratio) == ("adamw", 3e-4, 1e-4, "constant", 0)
-    arch = build_architecture(_config("recirculation_adaptive"))
+    arch = build_architecture(resolve(_config("recirculation_adaptive")))
     d = arch.backbone.hidden_size
     mlp = arch.specs[ADAPTIVE]
     assert [mlp[k]["kernel"].shape for k in ("fc1", "fc2", "out")] == [(2 * d, d), (d, d), (d, 2 * d)]
@@ -59,7 +60,7 @@ def test_adaptive_preset_is_the_papers_recipe():
 @pytest.mark.parametrize("stack", ["two", "single"])
 def test_training_free_decodes_as_it_scores(stack):
     """Greedy decoding with the KV cache equals the argmax of teacher-forced scoring (at temperature 1.2)."""
-    arch = build_architecture(_config("recirculation", stack=stack, temperature=1.2))
+    arch = build_architecture(resolve(_config("recirculation", stack=stack, temperature=1.2)))
     params = arch.init(jax.random.PRNGKey(0))
     tokens = jnp.asarray(tiny_batch(0, 1, 2, 12)["tokens"])
     prompt = tokens[:, :4]
@@ -88,4 +89,4 @@ def test_training_free_decodes_as_it_scores(stack):
 )
 def test_bad_settings_fail_when_built(changes, message):
     with pytest.raises(ValueError, match=message):
-        build_architecture(_config("recirculation", **changes))
+        build_architecture(resolve(_config("recirculation", **changes)))

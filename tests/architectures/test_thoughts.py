@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.architectures import lrt, lrt_forward, thought_slots
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.recurrence import Layout, Output, make_layout
@@ -142,7 +143,7 @@ def test_bad_thought_settings_are_one_clear_error(arch, change, message):
         section, field = path.split(".")
         config[section][field] = value
     with pytest.raises(ValueError, match=message):
-        architecture(config, arch)
+        architecture(resolve(config), arch)
 
 
 def test_sampled_thoughts_train_and_evaluate_at_another_k(tmp_path, monkeypatch):
@@ -164,7 +165,7 @@ def test_sampled_thoughts_train_and_evaluate_at_another_k(tmp_path, monkeypatch)
     config = _tt_config()
     config.lrt.passes, config.lrt.pass_probs = (1, 2), (0.5, 0.5)
     config.train.log_every = 1
-    run = trainer.Run(config, tmp_path, tiny_source(seq_len=24), "lrt")
+    run = trainer.Run(resolve(config), tmp_path, tiny_source(seq_len=24), "lrt")
     summary = trainer.train(run)
     assert summary["flops_per_step"] > 0 and summary["train_flops"] == 2 * summary["flops_per_step"]
     assert sorted(built) == sorted({run.arch.sample(config.seed, step) for step in (1, 2)}) and traced
@@ -172,7 +173,7 @@ def test_sampled_thoughts_train_and_evaluate_at_another_k(tmp_path, monkeypatch)
     assert all({"thoughts", "passes"} <= set(r) for r in logged if r.get("split") == "train")
     built.clear(), traced.clear()
     config.eval.thoughts = 3
-    run = trainer.Run(config, tmp_path, tiny_source(seq_len=24), "lrt")
+    run = trainer.Run(resolve(config), tmp_path, tiny_source(seq_len=24), "lrt")
     state, step = trainer.restore_state(run)
     metrics = trainer.run_eval(run, state.params, state.model_state)
     assert step == 2 and np.isfinite(metrics["loss"]) and metrics["loss"] != summary["eval"]["loss"]
@@ -288,7 +289,7 @@ def _built(arch="lrt", seq_len=ROW, **section):
     config.data.seq_len, config.baseline.param_match = seq_len, False
     for key, value in section.items():
         config[arch][key] = value
-    return architecture(config, arch)
+    return architecture(resolve(config), arch)
 
 
 def _apply(arch, batch=BATCH, draw=None):
@@ -393,7 +394,7 @@ def test_the_ponderlm2_builder_fixes_its_settings(stub):
     )
 
     row = load_config("lrt_comparison", "ponder2,cpu")  # Table 1's PonderLM-2 row, resolved
-    built = architecture(row)
+    built = architecture(resolve(row))
     assert row.arch == "ponderlm2" and row.data.seq_len == 3 * row.data.eval_seq_len
     assert {built.sample(row.seed, step) for step in range(1, 100)} == {lrt.Draw(2, 1), lrt.Draw(2, 2)}
 
@@ -411,7 +412,7 @@ def test_the_table3_ablation_rows_build_what_they_name(stub, row, feedback, cros
     cross-token recurrence / without KV feedback / trained at K = 1 only, each evaluated at K = 1 on rows
     of the reference length, trained on rows of twice it."""
     config = load_config("lrt_comparison", f"{row},cpu")
-    model = architecture(config)
+    model = architecture(resolve(config))
     assert config.arch == "lrt" and config.data.seq_len == 2 * config.data.eval_seq_len
     draws = {model.sample(config.seed, step) for step in range(1, 100)}
     assert {d.thoughts for d in draws} == thoughts

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from t2mlr_jax.config_utils import experiment
 from t2mlr_jax.data.batch import validate_batch
 from t2mlr_jax.data.tfds_source import TfdsDocuments
+from t2mlr_jax.experiment import experiment, resolve
 from t2mlr_jax.train.build_data import build_data_source
 from tests.tiny import tiny_config
 
@@ -150,7 +150,7 @@ def rows_come_from(batch: dict, tokenizer, documents: list[str]) -> bool:
 def test_train_and_eval_batches_come_from_the_tfds_splits(tiny_text, config_with, smollm2):
     _, train, test = tiny_text
     config = config_with()
-    data = build_data_source(config)
+    data = build_data_source(resolve(config))
     iterator = data.train_iterator()
     for _ in range(3):
         batch = next(iterator)
@@ -163,7 +163,7 @@ def test_train_and_eval_batches_come_from_the_tfds_splits(tiny_text, config_with
 def test_batches_come_from_the_named_builder_config(tiny_cased, config_with, smollm2):
     data_dir, documents = tiny_cased
     specs = dict(source="tfds:tiny_cased/upper:train", eval_source="tfds:tiny_cased/lower:train")
-    data = build_data_source(config_with(tfds_data_dir=data_dir, **specs))
+    data = build_data_source(resolve(config_with(tfds_data_dir=data_dir, **specs)))
     assert rows_come_from(next(data.train_iterator()), smollm2, [d.upper() for d in documents])
     assert all(rows_come_from(b, smollm2, [d.lower() for d in documents]) for b in data.eval_batches())
 
@@ -184,5 +184,5 @@ def test_batches_come_from_the_named_builder_config(tiny_cased, config_with, smo
 )
 def test_bad_inputs_raise_one_clear_error(config_with, data, message):
     with pytest.raises(ValueError) as error:
-        build_data_source(config_with(**data))
+        build_data_source(resolve(config_with(**data)))
     assert message in str(error.value) and "\n" not in str(error.value)

@@ -19,7 +19,8 @@ from absl import flags
 
 from experiments import gate_opening
 from t2mlr_jax.architectures import build_architecture
-from t2mlr_jax.config_utils import config_module
+from t2mlr_jax.config.edit import config_module
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.fusion import fuse, mixer_specs
 from t2mlr_jax.model.spec import init_from_specs
@@ -133,10 +134,10 @@ def test_from_zero_gamma_rec_stays_closed_and_from_0_1_it_stays_open():
     two starting points that differ only in γ_rec."""
     config = gate_opening.variant_config("gated", 0, "tiny", None)
     steps = 24
-    arch = build_architecture(config)
-    optimizer = make_optimizer(config.optimizer, arch.specs, steps)
-    step = jax.jit(make_train_step(arch, optimizer, make_schedule(config.optimizer, steps)))
-    batches = build_data_source(config).train_iterator()
+    arch = build_architecture(resolve(config))
+    optimizer = make_optimizer(resolve(config).optimizer, arch.specs, steps)
+    step = jax.jit(make_train_step(arch, optimizer, make_schedule(resolve(config).optimizer, steps)))
+    batches = build_data_source(resolve(config)).train_iterator()
     batches = [model_inputs(next(batches)) for _ in range(steps)]
     closed = init_state(arch, optimizer, config.seed)
     mixer = {**closed.params["mixer"], "rezero_gamma_recurrent_gate": jnp.full((1,), 0.1, jnp.float32)}

@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 from absl import flags
 
+from configs.recipes import shakespeare_split
 from experiments import future_token_probe as probe
 from experiments import future_token_probe_fit as fit
 from experiments import gate_trajectories as gates
-from t2mlr_jax.config_utils import shakespeare_split
+from t2mlr_jax.config import to_dict
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop import save_params
 from t2mlr_jax.interop.pretrained import load_pretrained
 from t2mlr_jax.model.backbone import forward, head
@@ -57,7 +59,7 @@ def write_log(workdir, lines, arch="t2mlr", l_end=-2):
     """A workdir as main.py leaves it: run_config.json (a 4-layer window 1..l_end) and metrics.jsonl."""
     config = tiny.tiny_experiment(arch)
     config.model.num_layers, config.model.recurrence.l_end = 4, l_end
-    write_run_config(workdir, {**run_identity(config), "arch": arch})
+    write_run_config(workdir, {**run_identity(to_dict(resolve(config))), "arch": arch})
     (workdir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
@@ -102,7 +104,7 @@ def test_gate_series_are_read_as_logged_in_step_order(tmp_path, capsys):
 def test_the_trainer_logs_every_fig8_quantity(tmp_path):
     """The metric keys of a real T²MLR train step (traced, not compiled), written by the trainer's own
     writers: every quantity of Fig. 8 is found and plotted."""
-    run = Run(tiny.tiny_experiment("t2mlr"), tmp_path / "run", tiny_source(), "t2mlr")
+    run = Run(resolve(tiny.tiny_experiment("t2mlr")), tmp_path / "run", tiny_source(), "t2mlr")
     step = make_train_step(run.arch, run.optimizer, run.schedule)
     _, metrics = jax.eval_shape(step, run.abstract_state(), tiny_batch(0, 1, 8, 16))
     write_run_config(run.workdir, run.identity, run.settings)

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from experiments import analysis_common, gradient_fidelity, jacobi_vs_exact
-from t2mlr_jax.config_utils import config_module, set_path
+from t2mlr_jax.config.edit import config_module, set_path
 from tests.experiments import ROOT
 
 pytestmark = pytest.mark.xdist_group("jacobi_analyses")  # one worker trains the shared rows once

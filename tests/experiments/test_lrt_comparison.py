@@ -9,8 +9,8 @@ import math
 
 import pytest
 
+from configs.recipes import shakespeare_split
 from experiments import lrt_comparison
-from t2mlr_jax.config_utils import shakespeare_split
 from t2mlr_jax.data import tokenizer
 from t2mlr_jax.train import build_data
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from t2mlr_jax.config_utils import smollm2_tokenizer
+from configs.recipes import smollm2_tokenizer
 from t2mlr_jax.interop import load_hf, load_pretrained, pretrained_config
 from t2mlr_jax.interop.release_config import release_config
 from tests.interop.helpers import tiny_llama_config

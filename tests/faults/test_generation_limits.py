@@ -2,6 +2,7 @@
 eval.max_new_tokens past the context, eval.max_new_tokens < 1, eval rows longer than data.eval_seq_len;
 S5's position-aligned generations hold at most eval.max_new_tokens."""
 
+import dataclasses
 import json
 import os
 import random
@@ -11,10 +12,11 @@ import sys
 import numpy as np
 import pytest
 
-from t2mlr_jax.config_utils import config_module
+from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.data.batch import RECURRENT
 from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
 from t2mlr_jax.data.s5_retrieval import S5RetrievalConfig, encode_s5_retrieval, make_s5_retrieval_example
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.data_source import check_generation
 from t2mlr_jax.train.dump_generations import aligned_record
@@ -28,9 +30,9 @@ GSM8K_SAMPLE = os.path.join(ROOT, "configs", "samples", "gsm8k_aug.jsonl")
 
 def _eval(generate=True, max_new_tokens=8):
     """The library's eval section (greedy), with these two fields."""
-    section = tiny_experiment().eval
-    section.generate, section.max_new_tokens = generate, max_new_tokens
-    return section
+    return dataclasses.replace(
+        resolve(tiny_experiment()).eval, generate=generate, max_new_tokens=max_new_tokens
+    )
 
 
 def _prompts(*lengths):
@@ -116,7 +118,7 @@ def test_eval_rows_longer_than_an_eval_row_are_refused_when_the_data_is_built(tm
     with pytest.raises(
         ValueError, match=f"{message}, longer than an eval row \\(\\d+ tokens: data.eval_seq_len"
     ):
-        build_data_source(_config(name, **data), train=False)
+        build_data_source(resolve(_config(name, **data)), train=False)
 
 
 def test_main_refuses_generation_past_the_context_in_one_line_before_compiling(tmp_path):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from t2mlr_jax.config_utils import smollm2_tokenizer
+from configs.recipes import smollm2_tokenizer
 from t2mlr_jax.data.tokenizer import load_tokenizer
 from t2mlr_jax.interop import load_hf, load_params, save_hf, save_params, save_t2mlr_torch
 from t2mlr_jax.interop.files import json_floats, new_file_mode

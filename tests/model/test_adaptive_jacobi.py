@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.params import param_axes
 from t2mlr_jax.model.recurrence import jacobi_forward, make_layout, relative_change
 from t2mlr_jax.parallel.mesh import make_mesh
@@ -106,13 +107,13 @@ def test_converged_passes_equal_exact_in_fewer_than_d():
 def test_training_step_logs_the_passes(tmp_path):
     config = tiny_experiment("t2mlr")
     config.model.recurrence.update(d_forward=6, d_backward=2, jacobi_tolerance=1e9)
-    run = Run(config, tmp_path, tiny_task.tiny_source(), "t2mlr")
+    run = Run(resolve(config), tmp_path, tiny_task.tiny_source(), "t2mlr")
     # Two micro-batches: the logged count is their mean, not their sum.
     step = compile_step(run.arch, run.optimizer, run.schedule, grad_accum=2)
     _, metrics = step(init_state(run.arch, run.optimizer, 0), model_inputs(tiny_task.tiny_batch(0, 1, 8, 16)))
     assert float(metrics["jacobi_passes"]) == 4.0  # 1 + one detached + B = 2
     config.model.recurrence.jacobi_tolerance = None
-    arch = Run(config, tmp_path / "fixed", tiny_task.tiny_source(), "t2mlr").arch
+    arch = Run(resolve(config), tmp_path / "fixed", tiny_task.tiny_source(), "t2mlr").arch
     stats = lambda p, b: arch.apply(p, b, training=True, rng=None, model_state={}).token_stats
     params = jax.eval_shape(arch.init, jax.random.PRNGKey(0))
     batch = model_inputs(tiny_task.tiny_batch(0, 1, 8, 16))

@@ -5,6 +5,7 @@ rows at the paper's sizes (Table 1's parameter ratios)."""
 import pytest
 
 from t2mlr_jax.architectures import lrt, lrt_forward
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import flops
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.train.init_from import architecture
@@ -38,7 +39,7 @@ def _arch(arch="lrt", seq_len=12, **lrt_settings):
     config.data.seq_len, config.baseline.param_match = seq_len, False
     for key, value in lrt_settings.items():
         config.lrt[key] = value
-    return architecture(config, arch)
+    return architecture(resolve(config), arch)
 
 
 def test_each_architecture_accounts_for_what_it_runs():
@@ -91,7 +92,7 @@ def test_a_thought_row_by_hand():
     config = tiny_experiment("ponderlm2")
     config.data.seq_len, config.baseline.param_match = 12, False
     config.ponderlm2.thoughts, config.ponderlm2.passes, config.ponderlm2.pass_probs = (2,), (3,), (1.0,)
-    ponder = architecture(config, "ponderlm2")
+    ponder = architecture(resolve(config), "ponderlm2")
     assert ponder.train_flops(12) == pytest.approx(
         3 * (forward(4, 0) + 3 * forward(12, 0) + head(4)), rel=1e-12
     )
@@ -102,14 +103,14 @@ def test_a_flop_budget_sets_the_steps_before_anything_compiles(tmp_path):
 
     config = tiny_experiment("transformer", steps=1000)
     config.train.flop_budget = 0.0
-    per_step = Run(config, tmp_path / "a", tiny_source(), "transformer").flops_per_step
+    per_step = Run(resolve(config), tmp_path / "a", tiny_source(), "transformer").flops_per_step
     config.train.flop_budget = 7.4 * per_step
-    run = Run(config, tmp_path / "b", tiny_source(), "transformer")
+    run = Run(resolve(config), tmp_path / "b", tiny_source(), "transformer")
     assert run.config.train.steps == 7 and config.train.steps == 1000  # the run's own copy
     with pytest.raises(ValueError, match="architecture 't2mlr' has no training FLOP accounting"):
         bad = tiny_experiment("t2mlr")
         bad.train.flop_budget = 1e9
-        Run(bad, tmp_path / "c", tiny_source(), "t2mlr")
+        Run(resolve(bad), tmp_path / "c", tiny_source(), "t2mlr")
     assert not (tmp_path / "c").exists()
 
 
@@ -117,9 +118,9 @@ def test_the_comparison_rows_have_the_papers_parameter_ratios():
     """Table 1 (16L): total parameters over vanilla 1x, read off the parameter tables (nothing is built)."""
     want = {"vanilla2x": 1.92, "vanilla3x": 2.83, "loop3": 1.00, "lrt1x": 1.04, "lrt2x": 2.00,
             "lrt3x": 2.96, "tt1": 1.04, "ponder1": 1.00}  # fmt: skip
-    base = architecture(load_config("lrt_comparison", "vanilla1x,paper")).num_params()
+    base = architecture(resolve(load_config("lrt_comparison", "vanilla1x,paper"))).num_params()
     for row, ratio in want.items():
         config = load_config("lrt_comparison", f"{row},paper")
-        assert architecture(config).num_params() / base == pytest.approx(ratio, abs=0.006), row
+        assert architecture(resolve(config)).num_params() / base == pytest.approx(ratio, abs=0.006), row
     with pytest.raises(ValueError, match="lrt_comparison takes one row and at most one scale"):
         load_config("lrt_comparison", "tt1,tt2")

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from t2mlr_jax.architectures import ARCHITECTURES
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.spec import spec_axes, spec_leaves
 from t2mlr_jax.parallel.mesh import make_mesh
 from t2mlr_jax.parallel.placement import param_shardings
@@ -24,7 +25,7 @@ def test_every_large_matrix_of_every_architecture_is_sharded(tmp_path, name):
     config = tiny_experiment(name)
     config.mesh.update(data=2, fsdp=2, tensor=2)
     config.looped.update(start=1, end=1)
-    run = Run(config, tmp_path, tiny_source(), name)
+    run = Run(resolve(config), tmp_path, tiny_source(), name)
     flat = jax.tree_util.tree_flatten_with_path(run.state_shardings.params)[0]
     shardings = {tuple(k.key for k in path): sharding for path, sharding in flat}
     large = {
@@ -42,7 +43,7 @@ def test_every_architecture_is_registered_and_tested_here():
 
 
 def test_a_parameter_without_a_spec_is_an_error():
-    arch = ARCHITECTURES.get("transformer").build(tiny_experiment("transformer"))
+    arch = ARCHITECTURES.get("transformer").build(resolve(tiny_experiment("transformer")))
     shapes = {
         **jax.eval_shape(arch.init, jax.random.PRNGKey(0)),
         "stray": jax.ShapeDtypeStruct((4,), jnp.float32),

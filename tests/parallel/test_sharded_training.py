@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.parallel.multihost import global_batch
 from t2mlr_jax.parallel.placement import batch_sharding
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
@@ -25,7 +26,7 @@ MESHES = [(8, 1, 1), (2, 2, 2), (1, 4, 2)]
 def make_run(arch, tmp_path, mesh):
     config = tiny_experiment(arch, steps=STEPS)
     config.mesh.update(dict(zip(("data", "fsdp", "tensor"), mesh)))
-    return Run(config, tmp_path, tiny_source(), arch)
+    return Run(resolve(config), tmp_path, tiny_source(), arch)
 
 
 def batches():

@@ -7,6 +7,7 @@ from t2mlr_jax.architectures.looped import looped_forward
 from t2mlr_jax.architectures.lstm import lstm_forward, lstm_specs
 from t2mlr_jax.architectures.pause import pause_forward, pause_specs
 from t2mlr_jax.architectures.recompute import greedy_by_recompute
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.backbone import forward
 from t2mlr_jax.model.generate import generate
 from t2mlr_jax.model.params import init_params
@@ -34,7 +35,7 @@ def test_looped_decoding_with_a_cache_layer_per_executed_block_equals_recompute(
     config = tiny_experiment("looped")
     config.looped.update(start=1, end=1, repeats=3)
     config.baseline.param_match = False
-    arch = build_architecture(config)
+    arch = build_architecture(resolve(config))
     prompt = TOKENS[:, :6].at[0, :2].set(0)
     mask = (jnp.arange(6)[None] >= jnp.asarray([[2], [0]])).astype(jnp.int32)
     cached = arch.generate(PARAMS, {}, prompt, mask, None, 5, 3, 0)
@@ -97,9 +98,9 @@ def test_decoding_by_recompute_equals_kv_cache_generation_on_left_padded_prompts
 
 def test_param_matched_baseline_is_the_narrowest_width_at_or_above_t2mlr():
     config = tiny_experiment("transformer")
-    target = build_architecture(config, "t2mlr").num_params()
-    matched = build_architecture(config, "transformer")
+    target = build_architecture(resolve(config), "t2mlr").num_params()
+    matched = build_architecture(resolve(config), "transformer")
     assert matched.num_params() >= target
     config.baseline.param_match = False
     config.model.hidden_size = matched.backbone.hidden_size - config.baseline.width_multiple
-    assert build_architecture(config, "transformer").num_params() < target
+    assert build_architecture(resolve(config), "transformer").num_params() < target

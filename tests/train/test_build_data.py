@@ -3,9 +3,10 @@ import os
 import numpy as np
 import pytest
 
-from t2mlr_jax.config_utils import config_module
+from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.data.batch import validate_batch
 from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train.build_data import build_data_source
 
 CONFIGS = os.path.join(
@@ -19,7 +20,7 @@ def load_config(name: str, arg: str):
 
 def test_demo_task_is_parity_inside_s5_with_longer_eval_sequences():
     config = load_config("s5_retrieval_t2mlr", "demo")
-    data = build_data_source(config)
+    data = build_data_source(resolve(config))
     train = next(data.train_iterator())
     validate_batch(train, vocab_size=config.model.vocab_size)
     assert train["tokens"].shape == (config.train.batch_size, config.data.seq_len)
@@ -68,7 +69,7 @@ def test_text_config_batches_carry_target_bytes_for_bits_per_byte(tmp_path):
         "Héllo wörld ✓ 日本, once more unto the breach. " * 20, encoding="utf-8"
     )
     config.data.train_path, config.data.eval_path = str(tmp_path / "train.txt"), str(tmp_path / "eval.txt")
-    data = build_data_source(config)
+    data = build_data_source(resolve(config))
     train, evaluation = next(data.train_iterator()), next(iter(data.eval_batches()))
     for batch in (train, evaluation):
         validate_batch(batch, vocab_size=config.model.vocab_size)
@@ -80,4 +81,4 @@ def test_an_empty_data_path_is_named_in_words(field, named):
     config = load_config("smollm135m_t2mlr", "cpu")
     config.data[field], config.data.hint = "", ""
     with pytest.raises(ValueError, match=rf"^data\.{field} is empty: give the path of the {named}$"):
-        build_data_source(config)
+        build_data_source(resolve(config))

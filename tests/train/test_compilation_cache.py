@@ -5,7 +5,7 @@ a rerun reads every program from it: tests/test_main.py."""
 import jax
 import pytest
 
-from t2mlr_jax.config_utils import config_module
+from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.train.compilation_cache import DEFAULT, USER_CACHE, enable_compilation_cache
 from tests.experiments import ROOT
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.architectures.depth_sampling import depth_values, draw_at
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.parallel.multihost import global_batch
 from t2mlr_jax.parallel.placement import batch_sharding
 from t2mlr_jax.train.train_step import compile_step, model_inputs
@@ -34,7 +35,7 @@ def _config(spec, minimum=1, **fields):
     ],
 )
 def test_depth_specs(spec, minimum, values):
-    assert depth_values(_config(spec, minimum)) == values
+    assert depth_values(resolve(_config(spec, minimum))) == values
 
 
 @pytest.mark.parametrize(
@@ -49,7 +50,7 @@ def test_depth_specs(spec, minimum, values):
 )
 def test_bad_depth_specs_are_one_clear_error(spec, minimum, fields, message):
     with pytest.raises(ValueError, match=message):
-        depth_values(_config(spec, minimum, **fields))
+        depth_values(resolve(_config(spec, minimum, **fields)))
 
 
 def test_depths_depend_on_seed_and_step_only():
@@ -61,7 +62,7 @@ def test_depths_depend_on_seed_and_step_only():
 
 def test_each_step_is_the_fixed_depth_step_it_logs(tmp_path):
     config = _config("1,4", steps=2, log_every=1, checkpoint_every=100, eval_every=0)
-    run = Run(config, tmp_path, tiny_source(), "t2mlr")
+    run = Run(resolve(config), tmp_path, tiny_source(), "t2mlr")
     train(run)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     logged = [(r["step"], int(r["d_forward"]), r["loss"]) for r in rows if "d_forward" in r]

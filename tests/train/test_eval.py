@@ -2,6 +2,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train.eval import evaluate, left_pad
 
 
@@ -81,7 +82,7 @@ def test_train_and_eval_steps_log_bits_per_byte(tmp_path):
     from tests.tiny import tiny_experiment
     from tests.train.tiny_task import tiny_batch, tiny_source
 
-    run = Run(tiny_experiment("transformer"), tmp_path, tiny_source(), "transformer")
+    run = Run(resolve(tiny_experiment("transformer")), tmp_path, tiny_source(), "transformer")
     batch = tiny_batch(0, 1, 8, 16)
     target_bytes = np.random.default_rng(1).integers(1, 5, size=batch["targets"].shape)
     batch["target_bytes"] = (target_bytes * batch["loss_mask"]).astype(np.int32)

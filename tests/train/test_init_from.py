@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.architectures.contract import backbone_config
-from t2mlr_jax.config_utils import config_module
+from t2mlr_jax.config.edit import config_module
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop import save_params
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.train import init_from
@@ -26,7 +27,7 @@ CONFIGS = os.path.join(
 @pytest.fixture
 def checkpoint(tmp_path):
     """A T²MLR checkpoint of the tiny config with a trained-looking mixer (γ_rec = 0.25)."""
-    cfg = backbone_config(tiny_experiment())
+    cfg = backbone_config(resolve(tiny_experiment()))
     params = jax.device_get(init_params(cfg, jax.random.PRNGKey(7)))
     params["mixer"]["rezero_gamma_recurrent_gate"] = np.full((1,), 0.25, np.float32)
     save_params(tmp_path / "pretrained", cfg, params)
@@ -42,7 +43,7 @@ def _config(path, **train_fields):
 
 def test_a_t2mlr_checkpoint_starts_a_run_with_its_mixer(tmp_path, checkpoint):
     path, params = checkpoint
-    run = Run(_config(path), tmp_path / "run", tiny_source(), "t2mlr")
+    run = Run(resolve(_config(path)), tmp_path / "run", tiny_source(), "t2mlr")
     state, _ = run.restore_or_init(run.checkpointer())
     assert jax.tree.all(jax.tree.map(np.array_equal, jax.device_get(state.params), params))
 
@@ -51,18 +52,30 @@ def test_another_recurrence_is_one_clear_error(checkpoint):
     config = _config(checkpoint[0])
     config.model.recurrence.l_start = 0
     with pytest.raises(ValueError, match=r"1 differing fields: recurrence.l_start: 1 \(checkpoint\) vs 0"):
-        init_from.architecture(config)
+        init_from.architecture(resolve(config))
 
 
 def test_a_resumed_run_does_not_read_the_pretrained_weights(tmp_path, checkpoint, monkeypatch):
-    train(Run(_config(checkpoint[0], steps=2, checkpoint_every=2), tmp_path / "run", tiny_source(), "t2mlr"))
+    train(
+        Run(
+            resolve(_config(checkpoint[0], steps=2, checkpoint_every=2)),
+            tmp_path / "run",
+            tiny_source(),
+            "t2mlr",
+        )
+    )
 
     def refuse(*args, **kwargs):
         raise AssertionError("the pretrained weights were read on resume")
 
     monkeypatch.setattr(init_from, "load_pretrained", refuse)
     summary = train(
-        Run(_config(checkpoint[0], steps=3, checkpoint_every=2), tmp_path / "run", tiny_source(), "t2mlr")
+        Run(
+            resolve(_config(checkpoint[0], steps=3, checkpoint_every=2)),
+            tmp_path / "run",
+            tiny_source(),
+            "t2mlr",
+        )
     )
     assert summary["steps"] == 3
 
@@ -73,10 +86,10 @@ def test_a_finetuning_config_refuses_an_empty_init_from_and_takes_random_said_so
     gsm8k = config_module(os.path.join(CONFIGS, "gsm8k.py")).get_config("baseline")
     gsm8k.init_from = ""
     with pytest.raises(ValueError, match="init_from is required .* or --config.init_from=random to train"):
-        init_from.architecture(gsm8k)
+        init_from.architecture(resolve(gsm8k))
     gsm8k.init_from = "random"
     with caplog.at_level(logging.WARNING):
-        arch = init_from.architecture(gsm8k)
+        arch = init_from.architecture(resolve(gsm8k))
     assert arch.pretrained is None
     assert (
         "init_from=random: transformer starts from random weights, not from the pretrained model"
@@ -85,4 +98,4 @@ def test_a_finetuning_config_refuses_an_empty_init_from_and_takes_random_said_so
     pretraining = config_module(os.path.join(CONFIGS, "smollm135m_t2mlr.py")).get_config("baseline")
     for value in ("", "random"):  # random weights either way; nothing to load, so param_match may widen
         pretraining.init_from = value
-        assert init_from.architecture(pretraining).pretrained is None
+        assert init_from.architecture(resolve(pretraining)).pretrained is None

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.architectures import build_architecture
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.spec import is_spec
 from t2mlr_jax.storage import checkpoint as ckpt
@@ -20,7 +21,7 @@ def _run(arch, workdir, scan_layers):
     config = tiny_experiment(arch)
     config.model.scan_layers = scan_layers
     config.model.remat = "dots"  # the unrolled blocks are rematerialised as the scan's body is
-    return Run(config, workdir, tiny_source(), arch)
+    return Run(resolve(config), workdir, tiny_source(), arch)
 
 
 def _two_steps(run):
@@ -69,9 +70,9 @@ def test_a_per_layer_checkpoint_reads_stacked_and_the_other_form_is_refused(tmp_
 
 def test_the_table_follows_the_form_and_an_lstm_has_no_blocks_to_hold_apart():
     config = tiny_experiment("t2mlr")
-    stacked = build_architecture(config).specs
+    stacked = build_architecture(resolve(config)).specs
     config.model.scan_layers = False
-    apart = build_architecture(config).specs
+    apart = build_architecture(resolve(config)).specs
     facts = lambda specs: jax.tree.map(lambda s: (s.shape, s.axes, s.kind, s.in_dims), specs, is_leaf=is_spec)
     assert facts(layer_layout.stacked(apart)) == facts(stacked)
     assert muon_depth(apart) == muon_depth(stacked) == 3
@@ -79,4 +80,4 @@ def test_the_table_follows_the_form_and_an_lstm_has_no_blocks_to_hold_apart():
     lstm = tiny_experiment("lstm")
     lstm.model.scan_layers = False
     with pytest.raises(ValueError, match="model.scan_layers=False: architecture 'lstm' has no transformer"):
-        build_architecture(lstm, "lstm")
+        build_architecture(resolve(lstm), "lstm")

@@ -3,11 +3,12 @@ group LRs, momentum warmup, the linear_decay schedule and the matrices' weight d
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 import pytest
 
+from t2mlr_jax.config.sections import Optimizer
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import KINDS, ParamSpec, init_from_specs, is_spec, normal, spec_shapes
 from t2mlr_jax.train.optimizer import (
@@ -72,7 +73,7 @@ def opt(**changes):
         momentum_warmup_steps=300,
         batch_tokens=0,
     )
-    return ml_collections.ConfigDict({**base, **changes})
+    return Optimizer(**{**base, **changes})
 
 
 def step(tx, grads, params=PARAMS, state=None):
@@ -247,7 +248,7 @@ def test_the_config_defaults_select_muon_for_a_t2mlr_model():
     config.optimizer.batch_tokens = config.train.batch_size * config.data.seq_len
     specs = param_specs(task_model().with_recurrence(l_start=1, l_end=1, pre_norm=True))
     params = spec_shapes(specs, "float32")
-    tx = make_optimizer(config.optimizer, specs, 10)
+    tx = make_optimizer(resolve(config).optimizer, specs, 10)
     updates, _ = jax.eval_shape(tx.update, params, jax.eval_shape(tx.init, params), params)
     assert jax.tree.map(lambda u: u.shape, updates) == jax.tree.map(lambda p: p.shape, params)
     assert muon_labels(specs)["mixer"]["rezero_gamma_recurrent_gate"] == "scalar"
@@ -264,9 +265,9 @@ def test_muon_is_selectable_for_every_architecture(arch):
     config = tiny_experiment(arch)
     for path, value in MUON_RECIPE.items():
         config.optimizer[path.split(".")[1]] = value
-    specs = architecture(config, arch).specs
+    specs = architecture(resolve(config), arch).specs
     params = spec_shapes(specs, "float32")
-    tx = make_optimizer(config.optimizer, specs, 10)
+    tx = make_optimizer(resolve(config).optimizer, specs, 10)
     updates, _ = jax.eval_shape(tx.update, params, jax.eval_shape(tx.init, params), params)
     assert jax.tree.map(lambda u: u.shape, updates) == jax.tree.map(lambda p: p.shape, params)
     labels = jax.tree.leaves(muon_labels(specs))

@@ -1,10 +1,10 @@
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 import pytest
 
+from t2mlr_jax.config.sections import Optimizer
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import ParamSpec, freeze, init_from_specs, normal, ones
 from t2mlr_jax.train.optimizer import (
@@ -34,7 +34,7 @@ def opt(**changes):
         grad_clip=0.0,
         gate_lr_multiplier=1.0,
     )
-    return ml_collections.ConfigDict({**base, **changes})
+    return Optimizer(**{**base, **changes})
 
 
 def test_cosine_with_min_lr_matches_hf_formula():

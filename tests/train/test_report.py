@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from t2mlr_jax.config import to_dict
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.storage.checkpoint import run_identity, write_run_config
 from t2mlr_jax.storage.workdir import LOCK, SESSIONS, SUMMARY
 from t2mlr_jax.train.metrics_log import MetricsLog
@@ -62,7 +64,7 @@ def logged_lines(gates: bool) -> list[tuple[float, int, str, dict]]:
 
 
 def write_run(workdir: Path, arch: str) -> None:
-    write_run_config(workdir, {**run_identity(tiny_experiment(arch)), "arch": arch})
+    write_run_config(workdir, {**run_identity(to_dict(resolve(tiny_experiment(arch)))), "arch": arch})
     clock = [0.0]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(time, "time", lambda: clock[0])

@@ -16,8 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.config_utils import config_module, smollm2_tokenizer
+from configs.recipes import smollm2_tokenizer
+from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.data.tokenizer import load_tokenizer
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train import init_from
@@ -54,7 +56,7 @@ def test_retrofitted_model_is_the_pretrained_one_at_step_0(loaded_once, tmp_path
     """The trainer's own initial state, sharded over the tests' 8 devices (fsdp)."""
     config = cpu_config()
     config.mesh.data, config.mesh.fsdp, config.train.batch_size = 1, 8, 8
-    run = Run(config, tmp_path, build_data_source(config), "t2mlr")
+    run = Run(resolve(config), tmp_path, build_data_source(resolve(config)), "t2mlr")
     sharded = run.restore_or_init(run.checkpointer())[0].params
     shards = {shard.data.size for shard in sharded["embed_tokens"].addressable_shards}
     assert shards == {sharded["embed_tokens"].size // 8}  # placed shard by shard, not replicated
@@ -102,7 +104,7 @@ def _bad(config, case):
 )
 def test_bad_init_from_is_one_clear_error_before_compiling(loaded_once, caplog, case, error, message):
     with jax.log_compiles(), caplog.at_level(logging.DEBUG), pytest.raises(error, match=re.escape(message)):
-        init_from.architecture(_bad(cpu_config(), case))
+        init_from.architecture(resolve(_bad(cpu_config(), case)))
     assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
 
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train import startup
 from t2mlr_jax.train.trainer import Run, train
 from tests.tiny import tiny_experiment
@@ -27,7 +28,7 @@ def test_the_step_is_compiled_before_the_pipeline_starts_fresh_and_resumed(tmp_p
     source = tiny_source()._replace(train_iterator=pipeline)
     for steps in (2, 4):  # the second session resumes from step 2
         events.clear()
-        train(Run(tiny_experiment(steps=steps), tmp_path, source, "t2mlr"))
+        train(Run(resolve(tiny_experiment(steps=steps)), tmp_path, source, "t2mlr"))
         assert events == ["state", "trace", "compile", "pipeline", "data", "first_step"]
         record = json.loads((tmp_path / startup.STARTUP).read_text())
         assert [p for p in record["phases"] if p in TRAINER_PHASES] == TRAINER_PHASES
@@ -39,4 +40,4 @@ def test_the_step_is_compiled_before_the_pipeline_starts_fresh_and_resumed(tmp_p
 def test_batches_of_other_shapes_than_compiled_are_one_clear_error(tmp_path):
     source = tiny_source(seq_len=SEQ_LEN * 2)
     with pytest.raises(ValueError, match=r"compiled for .*\(train.batch_size x data.seq_len\)"):
-        train(Run(tiny_experiment(steps=2), tmp_path, source, "t2mlr"))
+        train(Run(resolve(tiny_experiment(steps=2)), tmp_path, source, "t2mlr"))

@@ -1,8 +1,9 @@
 """The house takes a new variant without edits elsewhere: a toy architecture, defined and registered only
-here (its own config section, an extra parameter with a spec, an aux loss, non-gradient state), trains
-two steps through the trainer, checkpoints, resumes to the uninterrupted run (fp32 round-off), and
-generates with the backbone's KV cache."""
+here (its own typed config section, whose typos and wrong values are one clear error; an extra parameter
+with a spec, an aux loss, non-gradient state), trains two steps through the trainer, checkpoints, resumes
+to the uninterrupted run (fp32 round-off), and generates with the backbone's KV cache."""
 
+import dataclasses
 import json
 
 import jax
@@ -13,6 +14,8 @@ import pytest
 from t2mlr_jax.architectures import ARCHITECTURES, Architecture, build_architecture, register_architecture
 from t2mlr_jax.architectures.contract import Outputs, backbone_config, layout_of
 from t2mlr_jax.architectures.recompute import greedy_by_recompute
+from t2mlr_jax.config import SECTIONS, from_config_dict, to_dict
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.params import param_specs
@@ -61,13 +64,25 @@ def _toy(config) -> Architecture:
     )  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True)
+class ToySettings:
+    """The toy's own config section `toy`, with its defaults and its check."""
+
+    scale_init: float = 0.5
+
+    def __post_init__(self):
+        if self.scale_init <= 0:
+            raise ValueError(f"toy.scale_init must be > 0, got {self.scale_init}")
+
+
 @pytest.fixture(scope="module")
 def toy():
-    register_architecture("toy", _toy, section="toy", defaults={"scale_init": 0.5})
-    yield lambda steps: tiny_experiment(
-        "toy", steps=steps, checkpoint_every=2, sections={"toy": {"scale_init": 0.7}}
+    register_architecture("toy", _toy, settings=ToySettings)
+    yield lambda steps, **toy: tiny_experiment(
+        "toy", steps=steps, checkpoint_every=2, sections={"toy": {"scale_init": 0.7, **toy}}
     )
     ARCHITECTURES.unregister("toy")
+    SECTIONS.unregister("toy")
 
 
 def _tokens_seen(steps: int) -> float:
@@ -75,24 +90,24 @@ def _tokens_seen(steps: int) -> float:
 
 
 def test_a_toy_architecture_trains_checkpoints_resumes_and_generates(tmp_path, toy):
-    train(Run(toy(2), tmp_path / "resumed", tiny_source(), "toy"))
-    state, step = restore_state(Run(toy(2), tmp_path / "resumed", tiny_source(), "toy"))
+    train(Run(resolve(toy(2)), tmp_path / "resumed", tiny_source(), "toy"))
+    state, step = restore_state(Run(resolve(toy(2)), tmp_path / "resumed", tiny_source(), "toy"))
     assert step == 2 and float(state.model_state["tokens_seen"]) == _tokens_seen(2)
     assert float(state.params["embed_scale"][0]) != 0.7  # trained, from its own config section's init
     log = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert any("aux/scale" in r for r in log)
 
-    train(Run(toy(3), tmp_path / "resumed", tiny_source(), "toy"))  # resumes at step 2
-    train(Run(toy(3), tmp_path / "straight", tiny_source(), "toy"))
-    resumed, _ = restore_state(Run(toy(3), tmp_path / "resumed", tiny_source(), "toy"))
-    straight, _ = restore_state(Run(toy(3), tmp_path / "straight", tiny_source(), "toy"))
+    train(Run(resolve(toy(3)), tmp_path / "resumed", tiny_source(), "toy"))  # resumes at step 2
+    train(Run(resolve(toy(3)), tmp_path / "straight", tiny_source(), "toy"))
+    resumed, _ = restore_state(Run(resolve(toy(3)), tmp_path / "resumed", tiny_source(), "toy"))
+    straight, _ = restore_state(Run(resolve(toy(3)), tmp_path / "straight", tiny_source(), "toy"))
     assert float(resumed.model_state["tokens_seen"]) == _tokens_seen(3)
     # Its first two steps ran in the 2-step config's program, which XLA may compile to other round-off
     # (the same-config resume is bitwise: tests/faults/test_kill.py).
     for a, b in zip(jax.tree.leaves(jax.device_get(resumed)), jax.tree.leaves(jax.device_get(straight))):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
 
-    arch = build_architecture(toy(3))
+    arch = build_architecture(resolve(toy(3)))
     prompt = jnp.asarray(tiny_batch(5, 1, 2, 6)["tokens"]).at[:, 0].set(1)
     mask = jnp.ones_like(prompt)
     cached = jax.jit(arch.generate, static_argnums=(5, 6, 7))(
@@ -108,6 +123,21 @@ def test_a_toy_architecture_trains_checkpoints_resumes_and_generates(tmp_path, t
     np.testing.assert_array_equal(cached.tokens, recomputed.tokens)
 
 
+def test_its_settings_are_typed_and_checked_before_anything_is_built(toy):
+    assert resolve(toy(2)).toy == ToySettings(scale_init=0.7)
+    with pytest.raises(
+        KeyError, match=r"toy.scale_int is not a config field \(did you mean 'scale_init'\?\)"
+    ):
+        toy(2, scale_int=0.7)
+    with pytest.raises(TypeError, match=r"'scale_init'.*big"):  # ml_collections, at the edge
+        toy(2, scale_init="big")
+    stored = {**to_dict(resolve(toy(2))), "toy": {"scale_init": "big"}}  # e.g. a run_config.json read back
+    with pytest.raises(ValueError, match=r"toy.scale_init must be float, got 'big'"):
+        from_config_dict(stored)
+    with pytest.raises(ValueError, match=r"toy.scale_init must be > 0, got -1.0"):
+        resolve(toy(2, scale_init=-1.0))
+
+
 def test_an_unknown_architecture_lists_the_registered_ones(toy):
     with pytest.raises(ValueError, match=r"unknown architecture 'toy2'; registered: .*lstm.*t2mlr.*toy"):
-        build_architecture(toy(2), "toy2")
+        build_architecture(resolve(toy(2)), "toy2")

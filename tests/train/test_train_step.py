@@ -2,6 +2,7 @@ import jax
 import numpy as np
 import pytest
 
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run
 from tests.tiny import tiny_experiment
@@ -12,7 +13,7 @@ def _run(arch, tmp_path, **model):
     config = tiny_experiment(arch)
     for k, v in model.items():
         config.model[k] = v
-    return Run(config, tmp_path, tiny_source(), arch)
+    return Run(resolve(config), tmp_path, tiny_source(), arch)
 
 
 def test_grad_accumulation_is_the_same_update_as_one_big_batch(tmp_path):
