@@ -26,7 +26,8 @@ NEG_INF = -1e30  # finite so a fully masked row (padding) averages instead of pr
 
 def _sum_last(x: Float[Array, "*N D"]) -> Float[Array, "*N"]:
     """x summed over its last axis; on a CPU as a product with ones, which XLA:CPU runs 2-6x faster than
-    a reduce of a fused product (the backward reductions of RMSNorm and softmax: 135M step, docs/performance.md)."""
+    a reduce of a fused product (the backward reductions of RMSNorm and softmax at 135M:
+    docs/performance.md)."""
     if jax.default_backend() != "cpu":
         return jnp.sum(x, axis=-1)
     return jnp.matmul(x, jnp.ones(x.shape[-1], x.dtype), precision=jax.lax.Precision.HIGHEST)
