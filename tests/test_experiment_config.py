@@ -1,0 +1,62 @@
+"""The typed experiment (t2mlr_jax.config): one conversion to and from the ConfigDict that config files and
+--config.a.b=v edit, every field checked on the way in, and the plain dict checkpoints store."""
+
+import dataclasses
+
+import pytest
+
+from t2mlr_jax.config import SECTIONS, from_config_dict, to_config_dict, to_dict
+from t2mlr_jax.config.edit import set_path
+from t2mlr_jax.experiment import experiment, resolve
+from tests.tiny import task_model
+
+
+def _config():
+    return experiment(name="unit", model=task_model(), data={"task": "s5_retrieval"})
+
+
+def test_the_config_dict_round_trips_through_the_typed_experiment():
+    typed = resolve(_config())
+    assert from_config_dict(to_config_dict(typed)) == typed
+    assert from_config_dict(to_dict(typed)) == typed  # what run_config.json holds reads back the same
+    assert set(SECTIONS.names()) <= set(to_dict(typed))  # every registered section, built-in or not
+
+
+def test_edits_at_the_edge_reach_the_typed_sections():
+    config = _config()
+    set_path(config, "train.steps", 7)
+    set_path(config, "t2mlr.forward_mode", "exact")
+    config.eval.window = 32  # one value under two names
+    typed = resolve(config)
+    assert (typed.train.steps, typed.t2mlr.forward_mode, typed.data.eval_seq_len) == (7, "exact", 32)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        typed.train.steps = 8  # below main.py nothing edits the experiment; replace() makes a copy
+    assert typed.replace(train={"steps": 8}, t2mlr={"bptt": 2}).train.steps == 8
+    assert typed.replace(t2mlr={"bptt": 2}).t2mlr.bptt == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "error", "message"),
+    [
+        ("train.stesp", 3, KeyError, r"train.stesp is not a config field \(did you mean 'train.steps'"),
+        ("optimizer.schedule", "cosin", ValueError, r"optimizer.schedule must be one of .*got 'cosin'"),
+        ("train.grad_accum", 3, ValueError, r"train.batch_size \(16\) must be divisible by train.grad_accum"),
+        ("data.kind", "txt", ValueError, r"data.kind must be one of \('generated', 'file', 'text'\)"),
+        ("lstm.layers", 0, ValueError, r"lstm.layers must be >= 1, got 0"),
+    ],
+)
+def test_a_bad_field_is_one_clear_error(path, value, error, message):
+    with pytest.raises(error, match=message):
+        config = _config()
+        set_path(config, path, value)
+        resolve(config)
+
+
+def test_a_stored_config_with_a_wrong_type_or_an_unknown_section_is_refused():
+    stored = to_dict(resolve(_config()))
+    with pytest.raises(ValueError, match=r"train.steps must be int, got '10'"):
+        from_config_dict({**stored, "train": {**stored["train"], "steps": "10"}})
+    with pytest.raises(KeyError, match=r"lstn is not a config section \(did you mean 'lstm'"):
+        from_config_dict({**stored, "lstn": {}})
+    with pytest.raises(AttributeError, match=r"no section 'lstn' \(did you mean 'lstm'"):
+        getattr(resolve(_config()), "lstn")  # noqa: B009  (the attribute access is what is tested)
