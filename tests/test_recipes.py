@@ -33,6 +33,7 @@ def shipped_model():
     return pretrained_config(smollm2_tokenizer())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FINETUNING)
 def test_finetuning_needs_a_pretrained_model_and_cpu_brings_the_shipped_one(name, shipped_model):
     with pytest.raises(ValueError, match="init_from is required"):

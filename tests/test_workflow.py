@@ -17,6 +17,8 @@ import pytest
 from tests.train.test_lm_eval import write_local_tasks
 from tests.xla_flags import FAST_COMPILE
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "smollm135m_t2mlr.py") + ":cpu"
 SENTENCE = "The cat sat on the mat."
@@ -59,7 +61,6 @@ def run(*args, cache):
     return out.stdout
 
 
-@pytest.mark.slow
 def test_a_researchers_day(tmp_path):
     text = tmp_path / "sentences.jsonl"
     text.write_text("".join(json.dumps({"text": SENTENCE}) + "\n" for _ in range(64)))

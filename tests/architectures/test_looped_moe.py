@@ -37,6 +37,7 @@ MODEL = ARCH.backbone
 BATCH = model_inputs(jax.tree.map(jnp.asarray, tiny_batch(0, 1, B, T)))
 
 
+@pytest.mark.slow
 def test_a_train_step_moves_the_routing_biases_from_per_weight_layer_loads():
     state = init_state(ARCH, optax.sgd(0.1), seed=0)
     bias = state.model_state["mlp"]["router_bias"]
@@ -56,6 +57,7 @@ def test_a_train_step_moves_the_routing_biases_from_per_weight_layer_loads():
     assert np.isfinite(float(metrics["loss"])) and "moe/imbalance" in metrics
 
 
+@pytest.mark.slow
 def test_decoding_reads_the_routing_biases_and_equals_the_looped_forward():
     params = ARCH.init(jax.random.PRNGKey(0))
     bias = {"router_bias": jax.random.normal(jax.random.PRNGKey(5), (MODEL.num_layers, X))}

@@ -113,6 +113,7 @@ def test_the_loss_averages_pass_0_and_the_p_refinements_or_reads_the_last():
     assert len({round(x, 4) for x in ce}) == 3  # the passes differ: the average is not the last pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared", [False, True], ids=["per_layer", "shared"])
 def test_silent_feedback_is_the_plain_backbone(shared):
     """feedback=none is the backbone; so is feedback=both with gamma = 0, W^fb = 0 and the gates at 1."""
@@ -154,6 +155,7 @@ def _config(**lrt_settings):
     return config
 
 
+@pytest.mark.slow
 def test_pass_count_is_drawn_per_step_from_seed_and_step():
     arch = architecture(resolve(_config()), "lrt")
     draws = [arch.sample(0, step) for step in range(1, 2001)]

@@ -27,6 +27,7 @@ def _config(arch, steps=2, **changes):
     )
 
 
+@pytest.mark.slow
 def test_adaptive_mlp_trains_over_a_frozen_base(tmp_path):
     run = Run(resolve(_config("recirculation_adaptive")), tmp_path, tiny_source(), "recirculation_adaptive")
     start = run.fresh_state().params

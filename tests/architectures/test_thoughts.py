@@ -49,6 +49,7 @@ def _weights(cfg):
     return {**PARAMS, "lrt": {k: PARAMS["lrt"][k] for k in lrt_forward.lrt_specs(cfg).get("lrt", {})}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "cfg,k",
     [(TT, 2), (PONDER, 1), (NO_KV, 1), (NO_CROSS, 1)],
@@ -95,6 +96,7 @@ def test_thought_gates_are_their_own(name):
     )
 
 
+@pytest.mark.slow
 def test_generation_with_thought_slots_follows_the_recurrence():
     prompt, n, k = TOKS[:, :3], 3, 2
     out = generation.generate_with(
@@ -146,6 +148,7 @@ def test_bad_thought_settings_are_one_clear_error(arch, change, message):
         architecture(resolve(config), arch)
 
 
+@pytest.mark.slow
 def test_sampled_thoughts_train_and_evaluate_at_another_k(tmp_path, monkeypatch):
     """A row trained with K in {0, 1, 2} resumes its workdir and evaluates at K = 3 (eval is not part of
     the run's identity; the training step is not rebuilt), every step logging its K and P. Counted: the

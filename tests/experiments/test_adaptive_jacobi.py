@@ -37,6 +37,7 @@ def test_bad_arguments_fail_in_one_line(argv, message, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_tiny_preset_end_to_end(tmp_path):
     out = tmp_path / "out"
     argv = ["--preset=tiny", f"--out={out}", "--d_forward=8", "--max_d=8", "--tolerances=10", "--batches=1"]

@@ -96,6 +96,7 @@ def test_the_cpu_preset_is_the_opening_recipe():
     assert config.optimizer.gate_lr_multiplier == recipe["optimizer.gate_lr_multiplier"]
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_the_results_and_a_rerun_trains_nothing(tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["--preset=tiny", "--variants=gated_gamma01", "--steps=4", f"--out={out}"]
@@ -129,6 +130,7 @@ def test_tiny_run_writes_the_results_and_a_rerun_trains_nothing(tmp_path, capsys
     assert again["variants"]["gated_gamma01"]["runs"][0]["series"] == run["series"]
 
 
+@pytest.mark.slow
 def test_from_zero_gamma_rec_stays_closed_and_from_0_1_it_stays_open():
     """The finding, on the tiny model with the trainer's own step: the same batches, one compiled step,
     two starting points that differ only in γ_rec."""

@@ -78,6 +78,7 @@ def _refuse(*args, **kwargs):
     raise AssertionError("a cell was scored")
 
 
+@pytest.mark.slow
 def test_help_lists_the_flags():
     out = subprocess.run(
         [sys.executable, "-m", "experiments.recirculation", "--help"],
@@ -117,6 +118,7 @@ def test_main_train_mode_hands_recirculation_to_the_sweep(tmp_path, monkeypatch,
     assert framework._training_free(adaptive) is None
 
 
+@pytest.mark.slow
 def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint, monkeypatch):
     config, workdir = _config(checkpoint), tmp_path / "sweep"
     results = sweep.run_sweep(config, workdir)

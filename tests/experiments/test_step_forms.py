@@ -18,6 +18,7 @@ def test_bad_reps_fail_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_tiny_preset_end_to_end(tmp_path):
     step_forms.main(["--preset=tiny", "--reps=1", f"--out={tmp_path}"])
     saved = json.loads((tmp_path / "results.json").read_text())

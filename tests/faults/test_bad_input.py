@@ -15,6 +15,8 @@ from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train.build_data import build_data_source
 from tests.test_main import ROOT, S5, main
 
+pytestmark = pytest.mark.slow
+
 
 def _bad_inputs(tmp_path):
     empty = tmp_path / "empty.jsonl"

@@ -11,7 +11,7 @@ import pytest
 from t2mlr_jax.storage.checkpoint import StateMismatchError, WorkdirMismatchError
 from tests.faults.tiny_run import STEPS, assert_same_state, config, final_state, run, train_tiny
 
-pytestmark = pytest.mark.xdist_group("faults")
+pytestmark = [pytest.mark.xdist_group("faults"), pytest.mark.slow]
 
 
 def _snapshot(workdir):

@@ -18,7 +18,7 @@ from tests.faults.tiny_run import (
     train_tiny,
 )
 
-pytestmark = pytest.mark.xdist_group("faults")
+pytestmark = [pytest.mark.xdist_group("faults"), pytest.mark.slow]
 
 
 def _array_files(step_folder):

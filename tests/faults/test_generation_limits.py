@@ -121,6 +121,7 @@ def test_eval_rows_longer_than_an_eval_row_are_refused_when_the_data_is_built(tm
         build_data_source(resolve(_config(name, **data)), train=False)
 
 
+@pytest.mark.slow
 def test_main_refuses_generation_past_the_context_in_one_line_before_compiling(tmp_path):
     """Every eval row fits a 256-position context (data.eval_seq_len 256), but prompt 2 (201 tokens) + 64
     does not."""

@@ -20,6 +20,8 @@ from t2mlr_jax.storage.workdir_lock import WorkdirLockedError
 from t2mlr_jax.train.trainer import restore_state
 from tests.faults.tiny_run import STEPS, assert_same_state, final_state, records, run, train_tiny
 
+pytestmark = pytest.mark.slow
+
 WORKER = os.path.join(os.path.dirname(__file__), "kill_worker.py")
 
 
@@ -47,7 +49,6 @@ def _wait_for(marker, proc, timeout=300):
         time.sleep(0.1)
 
 
-@pytest.mark.slow  # first: it moves the whole faults group to the front of the queue
 @pytest.mark.xdist_group("faults")
 def test_a_killed_run_resumes_bitwise_with_the_same_log_and_one_writer(tmp_path, straight):
     # A crash right after the async save of step 2 began: resumed from step 2 or 1, inside a logging window.
@@ -76,7 +77,6 @@ def test_a_killed_run_resumes_bitwise_with_the_same_log_and_one_writer(tmp_path,
     assert [e for e, _, _ in sessions] == ["start", "start", "end"]  # the killed one never ended
 
 
-@pytest.mark.slow
 def test_a_killed_lrt_resumes_bitwise(tmp_path):
     # All three runs in subprocesses: the first compiles into the suite's cache, the other two read it.
     out = _worker(tmp_path / "straight", arch="lrt")

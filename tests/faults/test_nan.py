@@ -13,7 +13,7 @@ from t2mlr_jax.train.trainer import NonFiniteError, restore_state
 from tests.faults.tiny_run import config, records, run, train_tiny
 from tests.test_main import S5, TINY, main
 
-pytestmark = pytest.mark.xdist_group("faults")
+pytestmark = [pytest.mark.xdist_group("faults"), pytest.mark.slow]
 
 
 def _diverging(**train):

@@ -166,6 +166,7 @@ def test_t2mlr_logits_match_torch_reference(tmp_path, variant):
     )  # the recurrence is really on
 
 
+@pytest.mark.slow
 def test_the_torch_reference_needs_no_jax(tmp_path):
     cfg = interop_config(mixer="codi", pre_norm=True)
     params = random_params(cfg, 4)

@@ -94,12 +94,14 @@ def transformers_view(folders):
     return view
 
 
+@pytest.mark.slow
 def test_autotokenizer_gives_our_ids_and_chat_format(transformers_view, tokenizer):
     ours = tokenizer.encode(SENTENCE).tolist()
     assert transformers_view["ids"] == {"hf": ours, "release": ours}
     assert transformers_view["chat"] == tokenizer.chat_prompt("Hi")  # the GGUF's chat template
 
 
+@pytest.mark.slow
 def test_generate_stops_at_eos(transformers_view, tokenizer):
     assert tokenizer.eos_id == 2
     assert transformers_view["generation_config"] == [1, 2, 2]  # the GGUF's bos, eos and padding ids

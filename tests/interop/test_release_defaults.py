@@ -90,6 +90,7 @@ def test_the_release_defaults_import_as_b_equals_d(imported):
     assert (at_depth(3).recurrence.d_forward, at_depth(3).recurrence.d_backward) == (3, 3)
 
 
+@pytest.mark.slow
 def test_logits_match_the_release(imported):
     cfg, params = imported
     exact = exact_forward(cfg, params, TOKENS).logits
@@ -99,6 +100,7 @@ def test_logits_match_the_release(imported):
     assert max_diff(backbone.forward(cfg, params, TOKENS), exact) > 0.1  # the recurrence is really on
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [1, 3])
 def test_jacobi_gradients_match_the_release(imported, depth):
     _, params = imported

@@ -68,6 +68,7 @@ def test_no_tolerance_or_zero_is_the_fixed_depth_program():
     assert exact(CFG, params, toks).jacobi_passes is None
 
 
+@pytest.mark.slow
 def test_unreachable_tolerance_runs_all_d_passes():
     params, toks = tiny_params(CFG, gamma=0.8), tokens(2, T)
     (logits, passes), grads = loss_and_grad(adaptive(1e-30), params, toks, 6, 2)
@@ -77,6 +78,7 @@ def test_unreachable_tolerance_runs_all_d_passes():
     assert_same_grads(grads, ref_grads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("b", [0, 2])
 def test_large_tolerance_stops_after_the_first_detached_pass(b):
     """The unfused pass, one detached refinement (it measures the change), the B gradient passes: the
@@ -104,6 +106,7 @@ def test_converged_passes_equal_exact_in_fewer_than_d():
     assert int(out.jacobi_passes) < T
 
 
+@pytest.mark.slow
 def test_training_step_logs_the_passes(tmp_path):
     config = tiny_experiment("t2mlr")
     config.model.recurrence.update(d_forward=6, d_backward=2, jacobi_tolerance=1e9)
@@ -120,6 +123,7 @@ def test_training_step_logs_the_passes(tmp_path):
     assert "jacobi_passes" not in jax.eval_shape(stats, params, batch)
 
 
+@pytest.mark.slow
 def test_sharded_over_the_batch_equals_one_device():
     """The stopping test is a max over the global batch (a reduction across devices, no host sync)."""
     cfg = adaptive(1e-2, temporal_residual=False)

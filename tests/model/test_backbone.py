@@ -122,6 +122,7 @@ def test_shape_annotations_are_checked_at_run_time():
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weighted, offset", [(True, False), (True, True), (False, False)])
 def test_rms_norm_and_softmax_gradients_are_autodiffs(weighted, offset):
     """Their written-out VJPs (reductions as products with ones on a CPU) equal the autodiff of the

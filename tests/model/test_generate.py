@@ -25,6 +25,7 @@ def test_greedy_generation_equals_the_exact_forward_argmax():
     np.testing.assert_array_equal(out.lengths, [N, N])
 
 
+@pytest.mark.slow
 def test_left_padded_batch_equals_rows_alone():
     lengths = [5, 2]
     rows = [tokens(1, n, seed=20 + i) for i, n in enumerate(lengths)]
@@ -39,6 +40,7 @@ def test_left_padded_batch_equals_rows_alone():
             np.testing.assert_array_equal(batch.tokens[i], alone.tokens[0])
 
 
+@pytest.mark.slow
 def test_by_jacobi_is_exact_with_enough_passes_and_differs_with_one():
     prompt = tokens(2, 10)
     mask = jnp.ones_like(prompt)
@@ -48,6 +50,7 @@ def test_by_jacobi_is_exact_with_enough_passes_and_differs_with_one():
     generate(CFG, PARAMS, prompt, mask, max_new_tokens=2, prefill="jacobi", prefill_passes=1)  # k = 1 works
 
 
+@pytest.mark.slow
 def test_unstacked_weights_decode_the_same_without_copying_weights_or_cache():
     """`generate` takes params unstacked once (`unstack_layers`) and then holds no copy of the layer
     stack (a stacked call's temporaries hold one more), with the same tokens for both prefills; each

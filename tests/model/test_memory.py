@@ -1,11 +1,13 @@
 """The stop_gradient Jacobi passes keep no activations alive: training memory grows with B, not with D."""
 
 import jax
+import pytest
 
 from t2mlr_jax.model.recurrence import jacobi_forward
 from tests.tiny import tiny_config, tiny_params, tokens
 
 
+@pytest.mark.slow
 def test_jacobi_training_memory_depends_on_b_not_d():
     cfg = tiny_config()
     params = tiny_params(cfg, gamma=0.8)

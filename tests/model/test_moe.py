@@ -149,6 +149,7 @@ def test_capacity_drops_exactly_the_late_assignments():
     np.testing.assert_array_equal(changed, (~keep).any(-1))
 
 
+@pytest.mark.slow
 def test_routing_picks_distinct_experts_and_the_bias_only_selects():
     cfg = config()
     p, x = layer_params(cfg), inputs().reshape(B * T, D)

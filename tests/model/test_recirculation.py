@@ -94,6 +94,7 @@ def test_serial_two_stack_is_the_naive_token_by_token_reference():
     assert np.abs(np.asarray(exact) - _naive_two_stack(RC, kept_in_window="first")).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_alpha_zero_is_the_unmodified_model_bit_for_bit():
     reference = plain(CFG, PARAMS, TOKENS)
     decoded = exact(CFG, PARAMS, TOKENS).logits  # the plain model token by token with the cache
@@ -127,6 +128,7 @@ def test_decoding_with_the_cache_equals_serial_scoring(prefill):
     np.testing.assert_array_equal(jnp.argmax(logits[:, 4:-1], -1), out.tokens)
 
 
+@pytest.mark.slow
 def test_single_stack_is_t2mlr_with_a_parameter_free_mixer():
     by_token = _single(RC, "exact")
     np.testing.assert_allclose(_single(RC, "jacobi"), by_token, atol=2e-5)

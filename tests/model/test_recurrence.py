@@ -42,6 +42,7 @@ def test_fresh_init_equals_backbone_in_every_mode(l_range):
     assert np.abs(decode_logits(cfg, params, toks) - ref).max() <= 1e-6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("l_range", [(1, 2), (0, -1), (2, 2)])
 def test_jacobi_with_enough_passes_equals_exact_equals_decode(l_range):
     cfg = tiny_config().with_recurrence(l_start=l_range[0], l_end=l_range[1])
@@ -71,6 +72,7 @@ NANOCHAT_PARTS = dict(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("l_range", [(0, -1), (1, 2)])
 def test_t2mlr_on_nanochat_blocks_modes_agree(l_range):
     """x0 and the value embeddings come from the tokens in every block range, also the fused one."""
@@ -105,6 +107,7 @@ def ce_grad(logits_of, params, toks):
     return jax.jit(jax.grad(lambda p: ce_loss(logits_of(p), toks)))(params)
 
 
+@pytest.mark.slow
 def test_jacobi_full_gradient_equals_exact_full_bptt():
     params = tiny_params(CFG, gamma=0.8)
     toks = tokens(2, 8)
@@ -147,6 +150,7 @@ def reference_jacobi(cfg, params, toks, d, b):
     return backbone.head(cfg, params, h)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d,b", [(4, 0), (4, 2), (4, 4), (3, 5), (1, 0), (1, 3)])
 def test_gradient_truncation_matches_the_spec(d, b):
     params = tiny_params(CFG, gamma=0.8)
@@ -157,6 +161,7 @@ def test_gradient_truncation_matches_the_spec(d, b):
         np.testing.assert_allclose(a, r, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_b0_lower_layers_get_gradient_only_through_the_final_pass():
     """With B = 0 every refinement pass is detached: the final pass on stop_gradient(R<D>) is the graph."""
     params = tiny_params(CFG, gamma=0.8)
@@ -195,6 +200,7 @@ def _cache_after(cfg, params, toks, d):
     return m
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bptt", [0, 2])
 def test_exact_truncated_bptt_equals_jacobi_gradient(bptt):
     params = tiny_params(CFG, gamma=0.8)
@@ -218,6 +224,7 @@ def packed_and_alone(cfg, params, forward, lengths=(5, 3, 4)):
     return logits, alone
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["jacobi", "exact", "decode", "backbone"])
 def test_packed_documents_equal_documents_alone(mode):
     forward = {
@@ -231,6 +238,7 @@ def test_packed_documents_equal_documents_alone(mode):
     assert rel_err(logits, alone) <= 1e-5
 
 
+@pytest.mark.slow
 def test_mixed_control_flow_rows_behave_as_if_alone():
     """Rows with prompt (1) / recurrent (2) / padding (0) spans: exact, Jacobi and row-alone agree."""
     params = tiny_params(CFG, gamma=0.8)

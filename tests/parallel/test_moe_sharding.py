@@ -42,6 +42,7 @@ def loss_and_grad(params, x, bias):
     return jax.value_and_grad(loss, has_aux=True)(params, x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mesh_sizes", [dict(data=2, expert=2, tensor=2), dict(fsdp=2, expert=4)])
 def test_expert_parallel_apply_and_grad_equal_one_device(mesh_sizes):
     specs = moe.moe_specs(CFG)

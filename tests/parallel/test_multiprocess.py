@@ -13,6 +13,8 @@ import pytest
 from tests.test_main import ROOT, S5, TINY
 from tests.xla_flags import with_devices
 
+pytestmark = pytest.mark.slow
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -35,7 +37,6 @@ def _launch(args, devices, **env):
     )
 
 
-@pytest.mark.slow
 def test_two_processes_train_as_one_job_and_eval_like_one_process(tmp_path):
     workdir = tmp_path / "run"
     args = [

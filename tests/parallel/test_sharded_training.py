@@ -67,10 +67,9 @@ def train_on_mesh(run):
 
 
 # One worker for the file: the checkpoint test reuses the T²MLR case's training on (2, 2, 2).
-pytestmark = pytest.mark.xdist_group("sharded_training")
+pytestmark = [pytest.mark.xdist_group("sharded_training"), pytest.mark.slow]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["transformer", "t2mlr"])
 def test_training_on_meshes_equals_one_device(arch, tmp_path):
     ref_losses, ref_params = train_on_one_device(make_run(arch, tmp_path / "ref", (8, 1, 1)))

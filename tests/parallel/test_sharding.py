@@ -59,6 +59,7 @@ def one_device_reference():
     return params, toks, jacobi_loss_and_grad(params, toks)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(8, 1, 1), (2, 2, 2), (1, 4, 2)])
 def test_sharded_jacobi_forward_and_grad_equal_one_device(shape):
     params, toks, (ref_loss, ref_grad) = one_device_reference()

@@ -60,6 +60,7 @@ def test_depths_depend_on_seed_and_step_only():
     assert draws != [draw_at([1, 2, 4], 1, step) for step in range(1, 41)]
 
 
+@pytest.mark.slow
 def test_each_step_is_the_fixed_depth_step_it_logs(tmp_path):
     config = _config("1,4", steps=2, log_every=1, checkpoint_every=100, eval_every=0)
     run = Run(resolve(config), tmp_path, tiny_source(), "t2mlr")

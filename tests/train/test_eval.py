@@ -141,6 +141,7 @@ def test_generation_eval_batches_left_padded_prompts_strips_eos_and_bins():
     }
 
 
+@pytest.mark.slow
 def test_generation_eval_samples_with_a_fixed_seed_and_top_k_one_is_greedy():
     """eval.temperature > 0 samples (the release's HotpotQA evaluation: temperature 1, top-k 50) through
     the architecture's cached generate: one seed draws the same tokens on every run, another seed others;

@@ -55,6 +55,7 @@ def test_another_recurrence_is_one_clear_error(checkpoint):
         init_from.architecture(resolve(config))
 
 
+@pytest.mark.slow
 def test_a_resumed_run_does_not_read_the_pretrained_weights(tmp_path, checkpoint, monkeypatch):
     train(
         Run(

@@ -32,6 +32,7 @@ def _two_steps(run):
     return state, float(metrics["loss"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["t2mlr", "lrt", "looped"])
 def test_per_layer_weights_train_exactly_as_the_stack(arch, tmp_path):
     stacked, apart = (_run(arch, tmp_path / str(s), s) for s in (True, False))
@@ -50,6 +51,7 @@ def test_per_layer_weights_train_exactly_as_the_stack(arch, tmp_path):
             np.testing.assert_allclose(got, want, atol=atol)
 
 
+@pytest.mark.slow
 def test_a_per_layer_checkpoint_reads_stacked_and_the_other_form_is_refused(tmp_path):
     run = _run("t2mlr", tmp_path, False)
     state = run.fresh_state()

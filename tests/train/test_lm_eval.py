@@ -136,6 +136,7 @@ def requests(kind: str, *args) -> list[Instance]:
     return [Instance(kind, {}, arg, i) for i, arg in enumerate(args)]
 
 
+@pytest.mark.slow
 @TINY_GROUP
 def test_tiny_t2mlr_scores_each_request_as_the_exact_recurrence_alone(tiny_t2mlr):
     """Five requests, pieces of one text, in two batches of 4 rows (32 and 16 wide): each log-likelihood

@@ -86,6 +86,7 @@ def test_an_unknown_optimizer_lists_the_registered_ones():
         make_optimizer(opt(name="adam"), SPECS, 10)
 
 
+@pytest.mark.slow
 def test_gate_multiplier_scales_exactly_the_mixer_update():
     grads = jax.tree.map(lambda p: jnp.full_like(p, 0.5), PARAMS)
     plain = make_optimizer(opt(warmup_ratio=0.0), SPECS, 10)
@@ -101,6 +102,7 @@ def test_gate_multiplier_scales_exactly_the_mixer_update():
     assert lr_multipliers(SPECS, 3.0)["layers"]["mlp"]["up_proj"] == 1.0
 
 
+@pytest.mark.slow
 def test_clipping_rescales_gradients_to_the_global_norm_first():
     # eps=1 keeps Adam's first step scale-dependent, so clipping shows in the update.
     huge = jax.tree.map(lambda p: jnp.full_like(p, 1e3), PARAMS)

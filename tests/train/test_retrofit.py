@@ -52,6 +52,7 @@ def loaded_once(pretrained, monkeypatch):
     return pretrained
 
 
+@pytest.mark.slow
 def test_retrofitted_model_is_the_pretrained_one_at_step_0(loaded_once, tmp_path):
     """The trainer's own initial state, sharded over the tests' 8 devices (fsdp)."""
     config = cpu_config()
@@ -89,6 +90,7 @@ def _bad(config, case):
     return config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "case, error, message",
     [

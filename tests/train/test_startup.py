@@ -16,6 +16,7 @@ from tests.train.tiny_task import SEQ_LEN, TinyIterator, tiny_source
 TRAINER_PHASES = ["state", "trace", "compile", "data", "first_step"]
 
 
+@pytest.mark.slow
 def test_the_step_is_compiled_before_the_pipeline_starts_fresh_and_resumed(tmp_path, monkeypatch):
     events = []
     mark = startup.mark
@@ -37,6 +38,7 @@ def test_the_step_is_compiled_before_the_pipeline_starts_fresh_and_resumed(tmp_p
         assert record["seconds"] == pytest.approx(sum(record["phases"].values()), abs=1e-2)
 
 
+@pytest.mark.slow
 def test_batches_of_other_shapes_than_compiled_are_one_clear_error(tmp_path):
     source = tiny_source(seq_len=SEQ_LEN * 2)
     with pytest.raises(ValueError, match=r"compiled for .*\(train.batch_size x data.seq_len\)"):

@@ -89,6 +89,7 @@ def _tokens_seen(steps: int) -> float:
     return float(sum(tiny_batch(0, i, 8, 16)["loss_mask"].sum() for i in range(1, steps + 1)))
 
 
+@pytest.mark.slow
 def test_a_toy_architecture_trains_checkpoints_resumes_and_generates(tmp_path, toy):
     train(Run(resolve(toy(2)), tmp_path / "resumed", tiny_source(), "toy"))
     state, step = restore_state(Run(resolve(toy(2)), tmp_path / "resumed", tiny_source(), "toy"))

@@ -16,6 +16,7 @@ def _run(arch, tmp_path, **model):
     return Run(resolve(config), tmp_path, tiny_source(), arch)
 
 
+@pytest.mark.slow
 def test_grad_accumulation_is_the_same_update_as_one_big_batch(tmp_path):
     run = _run("transformer", tmp_path)
     batch = model_inputs(tiny_batch(0, 1, 8, 16))
@@ -30,6 +31,7 @@ def test_grad_accumulation_is_the_same_update_as_one_big_batch(tmp_path):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_t2mlr_step_bf16_compute_fp32_master_weights_gate_stats_and_donation(tmp_path):
     run = _run("t2mlr", tmp_path, dtype="bfloat16")
     state = init_state(run.arch, run.optimizer, 0)
