@@ -32,7 +32,7 @@ lint: $(VENV)/.test
 test: lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
-# The tests not marked slow (setup.cfg): the unit tests, in about 2 minutes on 2 cores.
+# The tests not marked slow (setup.cfg): the unit tests, in under 3 minutes on 2 cores.
 test-fast: lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "not slow"
 
