@@ -11,8 +11,6 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S5 = os.path.join(ROOT, "configs", "s5_retrieval_t2mlr.py")
 TINY = [
@@ -49,6 +47,7 @@ def main(*args, cache=None):
     )
 
 
+@pytest.mark.slow
 def test_help_lists_the_flags():
     out = main("--help")
     assert out.returncode == 0 and "Traceback" not in out.stderr
@@ -56,6 +55,7 @@ def test_help_lists_the_flags():
         assert flag in out.stdout
 
 
+@pytest.mark.slow
 def test_demo_shaped_run_then_eval_generate_and_a_foreign_workdir(tmp_path):
     workdir, cache = tmp_path / "demo", str(tmp_path / "jax_cache")
     out = main(f"--config={S5}:demo", *TINY, f"--workdir={workdir}", cache=cache)

@@ -8,8 +8,6 @@ import pytest
 
 from experiments import bench_lrt
 
-pytestmark = pytest.mark.slow
-
 
 def test_help_lists_the_flags(capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -44,6 +42,7 @@ def test_full_preset_is_the_papers_reference_and_protocol():
     assert bench_lrt.lrt.PAPER_ROW_RATIOS["tt1"] == 2.3
 
 
+@pytest.mark.slow
 def test_test_preset_writes_json_and_markdown_with_the_ratios(tmp_path):
     bench_lrt.main(["--preset=test", f"--out_dir={tmp_path}"])
     result = json.loads((tmp_path / "bench_lrt_test.json").read_text())

@@ -15,8 +15,6 @@ from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train.build_data import build_data_source
 from tests.test_main import ROOT, S5, main
 
-pytestmark = pytest.mark.slow
-
 
 def _bad_inputs(tmp_path):
     empty = tmp_path / "empty.jsonl"
@@ -101,6 +99,7 @@ def _bad_inputs(tmp_path):
         "the headline without data",
     ],
 )
+@pytest.mark.slow
 def test_bad_input_is_one_clear_error_before_compiling(tmp_path, case):
     args, message = _bad_inputs(tmp_path)[case]
     out = main(*args, f"--workdir={tmp_path / 'run'}")
