@@ -52,7 +52,7 @@ def experiment(
         init_from=init_from,
         init_from_required=init_from is None,
         data=Data(kind=dict(data).get("kind", "generated")),  # data.packing's default depends on the kind
-        sections={name: settings() for name, settings in SECTIONS.items()},
+        sections={section: settings() for section, settings in SECTIONS.items()},
     )
     c = to_config_dict(defaults)
     updates = dict(optimizer=optimizer, train=train, eval=evaluation, baseline=baseline, data=data, mesh=mesh)

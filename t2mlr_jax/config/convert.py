@@ -9,6 +9,7 @@ wrong type is one error naming the field, with the nearest names.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Mapping
@@ -85,11 +86,6 @@ def to_dict(experiment: Experiment) -> dict:
     return to_config_dict(experiment).to_dict()
 
 
-def section_dict(settings) -> dict:
-    """One section's fields as a dict."""
-    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
-
-
 # ---------------------------------------------------------------------------------------------
 # ConfigDict -> Experiment, every field checked.
 
@@ -120,6 +116,7 @@ def build(cls: type, values: Mapping, where: str, skip=()):
     return cls(**{k: _checked(cls, k, v, f"{where}.{k}") for k, v in values.items()})
 
 
+@functools.cache
 def _hints(cls: type) -> dict:
     return typing.get_type_hints(cls)
 

@@ -10,12 +10,11 @@ conversion to and from the ml_collections ConfigDict that config files and --con
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.registry import Registry
+from t2mlr_jax.registry import Registry, did_you_mean
 
 # Every section an architecture brings: section name -> its frozen settings dataclass.
 SECTIONS: Registry = Registry("config section")
@@ -265,8 +264,7 @@ class Experiment:
         sections = self.__dict__.get("sections") or {}
         if name in sections:
             return sections[name]
-        close = difflib.get_close_matches(name, [*sections, *CORE], n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(name, [*sections, *CORE])
         raise AttributeError(f"the experiment has no section {name!r}{hint}")
 
     def replace(self, **changes) -> Experiment:

@@ -30,11 +30,6 @@ def warmup_steps(opt: Optimizer, total_steps: int) -> int:
     return int(math.ceil(opt.warmup_ratio * total_steps))
 
 
-def check_optimizer(opt: Optimizer) -> None:
-    """One clear error for an optimizer nobody registered (the section checks its own values)."""
-    OPTIMIZERS.get(opt.name)
-
-
 def make_schedule(opt: Optimizer, total_steps: int) -> optax.Schedule:
     """Linear warmup from 0, then the body (values of HF's LambdaLR schedules at the same step index).
 
@@ -45,7 +40,6 @@ def make_schedule(opt: Optimizer, total_steps: int) -> optax.Schedule:
     linear_decay: constant, then a linear decay to min_lr_ratio * lr over the last
               round(decay_ratio * total) steps (nanochat's warmdown: decay_ratio 0.5, to 0; no warmup there).
     """
-    check_optimizer(opt)
     peak, floor = float(opt.lr), float(opt.min_lr_ratio)
     warm = warmup_steps(opt, total_steps)
     if opt.schedule == "wsd":
@@ -167,7 +161,7 @@ def check_muon(opt: Optimizer) -> None:
     for field in ("momentum_start", "momentum_end", "b1", "b2"):
         if not 0.0 <= float(getattr(opt, field)) < 1.0:
             raise ValueError(f"optimizer.{field} must be in [0, 1) for muon, got {getattr(opt, field)}")
-    for field in ("weight_decay", "batch_tokens"):  # the rates: check_optimizer
+    for field in ("weight_decay", "batch_tokens"):  # the rates: the Optimizer section's own check
         if float(getattr(opt, field)) < 0:
             raise ValueError(f"optimizer.{field} must be >= 0 for muon, got {getattr(opt, field)}")
     if int(opt.momentum_warmup_steps) < 0:

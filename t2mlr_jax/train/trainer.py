@@ -28,7 +28,7 @@ import tqdm
 
 from t2mlr_jax.architectures import ARCHITECTURES, Architecture
 from t2mlr_jax.architectures.contract import pretrained_path
-from t2mlr_jax.config.convert import model_to_dict, section_dict, to_dict
+from t2mlr_jax.config.convert import model_to_dict, to_dict
 from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.cpu_runtime import once_options
 from t2mlr_jax.data.batch import BATCH_DTYPES, OPTIONAL_DTYPES
@@ -44,7 +44,7 @@ from t2mlr_jax.train.data_source import DataSource, check_fits, check_generation
 from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step, sampling_settings
 from t2mlr_jax.train.init_from import architecture
 from t2mlr_jax.train.metrics_log import MetricsLog, json_safe
-from t2mlr_jax.train.optimizer import check_optimizer, make_optimizer, make_schedule
+from t2mlr_jax.train.optimizer import OPTIMIZERS, make_optimizer, make_schedule
 from t2mlr_jax.train.train_step import MODEL_INPUTS, TrainState, compile_step, init_state, model_inputs
 
 
@@ -56,7 +56,7 @@ class Run:
         self.config, self.workdir, self.data = config, Path(workdir), data
         if config.train.epochs:
             self.config = config = _steps_for_epochs(config, data.train_examples)
-        check_optimizer(config.optimizer)
+        OPTIMIZERS.get(config.optimizer.name)  # an unknown optimizer: one error before anything is built
         self.arch: Architecture = architecture(config, arch_name)
         self.flops_per_step = None
         if self.arch.train_flops is not None:
@@ -65,17 +65,17 @@ class Run:
             self.config = config = _steps_for_budget(config, self.flops_per_step, arch_name)
         check_fits(data, vocab_size=config.model.vocab_size, max_seq_len=self.arch.max_seq_len)
         check_generation(data, config.eval, max_seq_len=self.arch.max_seq_len)
+        self.settings = to_dict(config)
         self.identity = {
-            **ckpt.run_identity(to_dict(config)),
+            **ckpt.run_identity(self.settings),
             "arch": arch_name,
-            **_section_identity(config, arch_name),
+            **_section_identity(self.settings, arch_name),
         }
-        self.mesh = make_mesh(**section_dict(config.mesh))
+        self.mesh = make_mesh(**self.settings["mesh"])
         check_batch(config.train.batch_size, self.mesh, config.train.grad_accum)
         if self.arch.backbone is not None and self.arch.backbone.routed_experts:
             check_experts(self.arch.backbone.routed_experts, self.mesh)
         ckpt.check_workdir(self.workdir, self.identity)
-        self.settings = to_dict(config)
         self.changes = ckpt.changed_settings(self.workdir, self.settings)
         abstract_params = jax.eval_shape(lambda: self.arch.init(jax.random.PRNGKey(0)))  # nothing compiled
         self.schedule = make_schedule(config.optimizer, config.train.steps)
@@ -175,12 +175,12 @@ def _steps_for_budget(config: Experiment, flops_per_step, arch_name: str) -> Exp
     return config.replace(train={"steps": max(1, round(config.train.flop_budget / flops_per_step))})
 
 
-def _section_identity(config: Experiment, arch_name: str) -> dict:
-    """The architecture's own config section, when it shapes the saved state."""
+def _section_identity(settings: dict, arch_name: str) -> dict:
+    """The architecture's own config section (of the run's settings), when it shapes the saved state."""
     entry = ARCHITECTURES.get(arch_name)
     if not entry.section or not entry.identity:
         return {}
-    section = section_dict(getattr(config, entry.section))
+    section = settings[entry.section]
     fields = section if entry.identity is True else entry.identity
     return {entry.section: {k: section[k] for k in fields}}
 
