@@ -64,9 +64,8 @@ class RecirculationSettings:
     sweep_stride: int = 1  # every stride-th source and destination block
     sweep_controls: bool = True  # temperature and training-free looping beside the grid
     sweep_control_temperature: float = 1.2
-    sweep_serial_check: int = (
-        2  # best cells also scored serially (passes, perplexity gap, speed-up); 0 = none
-    )
+    # best cells also scored serially (passes, perplexity gap, speed-up); 0 = none
+    sweep_serial_check: int = 2
 
     def __post_init__(self):
         one_of("recirculation.stack", self.stack, STACKS)
