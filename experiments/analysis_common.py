@@ -108,7 +108,8 @@ def check_run(config, workdir: Path) -> None:
     from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.trainer import Run
 
-    Run(resolve(config), workdir, build_data_source(resolve(config)), config.arch)
+    typed = resolve(config)
+    Run(typed, workdir, build_data_source(typed), config.arch)
 
 
 def train_run(config, workdir: Path) -> dict:
@@ -122,7 +123,8 @@ def train_run(config, workdir: Path) -> dict:
 
     if (workdir / SUMMARY).exists():
         return json.loads((workdir / SUMMARY).read_text())
-    run = Run(resolve(config), workdir, build_data_source(resolve(config)), config.arch)
+    typed = resolve(config)
+    run = Run(typed, workdir, build_data_source(typed), config.arch)
     tqdm.write(f"training {config.arch} ({run.num_params:,} params, {config.train.steps} steps) in {workdir}")
     return train(run)
 

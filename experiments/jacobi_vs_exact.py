@@ -111,7 +111,8 @@ def evaluate_as(config, workdir: Path, mode: str) -> dict:
 
     config = config.copy_and_resolve_references()
     config.t2mlr.eval_mode = mode
-    run = Run(resolve(config), workdir, build_data_source(resolve(config), train=False), config.arch)
+    typed = resolve(config)
+    run = Run(typed, workdir, build_data_source(typed, train=False), config.arch)
     state, _ = restore_state(run)
     return run_eval(run, state.params, state.model_state)
 

@@ -53,7 +53,8 @@ def folders(tmp_path_factory):
     checkpointer with a trained-looking state (random weights, γ = 0.25), exported with --drop-recurrence."""
     tmp = tmp_path_factory.mktemp("init_from")
     config = tiny_config()
-    run = Run(resolve(config), tmp / "run", build_data_source(resolve(config), train=False), "t2mlr")
+    typed = resolve(config)
+    run = Run(typed, tmp / "run", build_data_source(typed, train=False), "t2mlr")
     rng = np.random.default_rng(0)
 
     def draw(path, leaf):

@@ -57,7 +57,8 @@ def test_retrofitted_model_is_the_pretrained_one_at_step_0(loaded_once, tmp_path
     """The trainer's own initial state, sharded over the tests' 8 devices (fsdp)."""
     config = cpu_config()
     config.mesh.data, config.mesh.fsdp, config.train.batch_size = 1, 8, 8
-    run = Run(resolve(config), tmp_path, build_data_source(resolve(config)), "t2mlr")
+    typed = resolve(config)
+    run = Run(typed, tmp_path, build_data_source(typed), "t2mlr")
     sharded = run.restore_or_init(run.checkpointer())[0].params
     shards = {shard.data.size for shard in sharded["embed_tokens"].addressable_shards}
     assert shards == {sharded["embed_tokens"].size // 8}  # placed shard by shard, not replicated
