@@ -33,7 +33,7 @@ FIXED_K = {"lrt1x": 0, "fixed_k1": 1}  # Table 2's fixed-K rows: trained at this
 
 
 def load_rows_config():
-    """configs/lrt_comparison.py as a module (the configs folder is not a package)."""
+    """configs/lrt_comparison.py as a module, loaded by path as --config= loads it."""
     return config_module(ROOT / "configs" / "lrt_comparison.py")
 
 

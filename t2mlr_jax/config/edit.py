@@ -15,8 +15,8 @@ from t2mlr_jax.registry import did_you_mean
 
 
 def config_module(path: str | os.PathLike):
-    """A config file (configs/<name>.py) as a module: its get_config and constants. configs/ is not a
-    package; config files, experiments and tests that build on one another load each other by path."""
+    """A config file (configs/<name>.py) as a module: its get_config and constants, loaded by path as
+    --config= names it (a fresh module each time); only the shared recipes are imported as configs.recipes."""
     path = Path(path)
     spec = importlib.util.spec_from_file_location(f"configs.{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
