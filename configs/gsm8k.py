@@ -34,8 +34,7 @@ def get_config(arg=None):
         ),
         optimizer=dict(
             lr=5e-4,
-            b2=0.99,
-            weight_decay=0.01,
+            adamw=dict(b2=0.99, weight_decay=0.01),
             warmup_ratio=0.03,
             min_lr_ratio=0.01,
             gate_lr_multiplier=100.0,

@@ -47,7 +47,7 @@ def get_config(arg=None):
             "published: pass JSONL rows {question, context, steps|cot, answer} as --config.data.train_path / "
             "--config.data.eval_path; or try --config=configs/hotpotqa.py:cpu",
         ),
-        optimizer=dict(lr=1e-4, b2=0.95, weight_decay=0.0, warmup_ratio=0.05, min_lr_ratio=0.02),
+        optimizer=dict(lr=1e-4, warmup_ratio=0.05, min_lr_ratio=0.02, adamw=dict(b2=0.95, weight_decay=0.0)),
         train=dict(
             steps=5000, batch_size=64, grad_accum=16, log_every=20, eval_every=0, checkpoint_every=1000
         ),
@@ -58,7 +58,7 @@ def get_config(arg=None):
             "model.recurrence.l_end": -9,
             "model.recurrence.temporal_residual": False,
             "model.recurrence.temporal_residual_detach": False,
-            "optimizer.weight_decay": 0.01,
+            "optimizer.adamw.weight_decay": 0.01,
             "train.batch_size": 128,
             "train.grad_accum": 32,
         },

@@ -50,7 +50,7 @@ def get_config(arg=None):
         evaluation=dict(batch_size=16, num_examples=1024),
         baseline=dict(param_match=False),
     )
-    for path, value in {**MUON_RECIPE, "optimizer.batch_tokens": BATCH * SEQ_LEN}.items():
+    for path, value in {**MUON_RECIPE, "optimizer.muon.batch_tokens": BATCH * SEQ_LEN}.items():
         set_path(config, path, value)
     shakespeare = shakespeare_split()
     # the SmolLM2 tokenizer's vocabulary
@@ -77,7 +77,7 @@ def get_config(arg=None):
                 "train.log_every": 1,  # BPB of every step in metrics.jsonl
                 "train.eval_every": 0,
                 "train.checkpoint_every": 50,
-                "optimizer.batch_tokens": 0,  # LRs unscaled: x sqrt(1k / 2^19) they barely move
+                "optimizer.muon.batch_tokens": 0,  # LRs unscaled: x sqrt(1k / 2^19) they barely move
                 "eval.batch_size": 32,
                 "eval.num_examples": 128,  # 8k held-out tokens
             },

@@ -20,7 +20,7 @@ def get_config(arg=None):
         d_forward=8,
         d_backward=4,
         data=dict(kind="generated", task="prosqa", seq_len=1024, train_examples=17_886, eval_split="test"),
-        optimizer=dict(lr=5e-4, b2=0.99, weight_decay=0.01, warmup_ratio=0.05, min_lr_ratio=0.01),
+        optimizer=dict(lr=5e-4, warmup_ratio=0.05, min_lr_ratio=0.01, adamw=dict(b2=0.99, weight_decay=0.01)),
         train=dict(
             epochs=0.6,
             steps=0,  # from train.epochs and data.train_examples

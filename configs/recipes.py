@@ -132,7 +132,11 @@ def pretraining(
         # per-document "documents" layout is --config.data.packing=documents).
         data=dict(kind="text", seq_len=seq_len, packing="concat", tokenizer=smollm2_tokenizer(), hint=hint),
         optimizer=dict(
-            lr=6e-4, b2=0.98, weight_decay=0.01, schedule="cosine", warmup_ratio=0.05, min_lr_ratio=1e-3
+            lr=6e-4,
+            schedule="cosine",
+            warmup_ratio=0.05,
+            min_lr_ratio=1e-3,
+            adamw=dict(b2=0.98, weight_decay=0.01),
         ),
         train=dict(
             steps=steps,
@@ -242,7 +246,7 @@ def finetuning(
         arg,
         {
             "release": {},
-            "paper": {"optimizer.b2": 0.999, **dict(paper)},
+            "paper": {"optimizer.adamw.b2": 0.999, **dict(paper)},
             "baseline": {"arch": "transformer"},
             "cpu": {
                 # The GGUF holds SmolLM2-135M-Instruct's weights and its tokenizer.

@@ -78,7 +78,7 @@ def get_config(arg=None):
             "train.log_every": 10,
             "train.checkpoint_every": 50,
             "optimizer.lr": 3e-4,
-            "optimizer.weight_decay": 1e-4,
+            "optimizer.adamw.weight_decay": 1e-4,
             "optimizer.schedule": "constant",
             "optimizer.warmup_ratio": 0.0,
         },

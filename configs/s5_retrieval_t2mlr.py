@@ -98,7 +98,11 @@ def get_config(arg=None):
             kind="generated", task="s5_retrieval", seq_len=1024, eval_split="test", options=dict(value_len=4)
         ),
         optimizer=dict(
-            lr=5e-4, b2=0.95, weight_decay=0.01, schedule="cosine", warmup_ratio=0.05, min_lr_ratio=0.01
+            lr=5e-4,
+            schedule="cosine",
+            warmup_ratio=0.05,
+            min_lr_ratio=0.01,
+            adamw=dict(b2=0.95, weight_decay=0.01),
         ),
         train=dict(
             steps=400_000,

@@ -39,8 +39,7 @@ def get_config(arg=None):
         data=dict(kind="file", format="prompt_response", seq_len=2048, chat=True),
         optimizer=dict(
             lr=1e-5,
-            b2=0.99,
-            weight_decay=0.01,
+            adamw=dict(b2=0.99, weight_decay=0.01),
             warmup_ratio=0.03,
             min_lr_ratio=0.01,
             gate_lr_multiplier=100.0,

@@ -26,7 +26,7 @@ def get_config(arg=None):
             eval_split="test",
             options=dict(depth=5),
         ),
-        optimizer=dict(lr=5e-4, b2=0.99, weight_decay=0.01, warmup_ratio=0.05, min_lr_ratio=0.01),
+        optimizer=dict(lr=5e-4, warmup_ratio=0.05, min_lr_ratio=0.01, adamw=dict(b2=0.99, weight_decay=0.01)),
         train=dict(
             epochs=1.0,
             steps=0,  # from train.epochs and data.train_examples

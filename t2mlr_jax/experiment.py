@@ -9,7 +9,9 @@ Sections (t2mlr_jax.config.sections holds each one's fields, defaults and checks
   model      every ModelConfig field, with `model.recurrence` the RecurrenceConfig fields (used by t2mlr).
   <arch>     each registered architecture's own section (its settings dataclass, registered with it).
   baseline   how baselines are sized: `param_match` widens them to the T²MLR model's parameter count.
-  optimizer  AdamW or Muon, schedule, clipping, gate LR multiplier (t2mlr_jax.train.optimizer).
+  optimizer  a registered optimizer (adamw | muon) and schedule (cosine | wsd | constant | linear_decay),
+             clipping, gate LR multiplier; each one's own settings under it, e.g. optimizer.muon
+             (t2mlr_jax.train.optimizer).
   train      steps (or a FLOP budget), batch, logging / checkpoint cadence.
   data       task name and the task's own settings, or the files / TFDS splits of text.
   eval       loss mode, generation settings, how many examples; `window` is data.eval_seq_len.
@@ -22,8 +24,9 @@ from ml_collections import config_dict
 import t2mlr_jax.architectures  # noqa: F401  (registers the built-in architectures and their sections)
 from t2mlr_jax.config.convert import from_config_dict, to_config_dict
 from t2mlr_jax.config.edit import update_known
-from t2mlr_jax.config.sections import SECTIONS, Data, Experiment
+from t2mlr_jax.config.sections import Data, Experiment
 from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.train.optimizer import OPTIMIZERS, SCHEDULES  # (registers them and their sections)
 
 
 def experiment(
@@ -52,7 +55,6 @@ def experiment(
         init_from=init_from,
         init_from_required=init_from is None,
         data=Data(kind=dict(data).get("kind", "generated")),  # data.packing's default depends on the kind
-        sections={section: settings() for section, settings in SECTIONS.items()},
     )
     c = to_config_dict(defaults)
     updates = dict(optimizer=optimizer, train=train, eval=evaluation, baseline=baseline, data=data, mesh=mesh)
@@ -62,4 +64,7 @@ def experiment(
 
 def resolve(config: config_dict.ConfigDict) -> Experiment:
     """The typed experiment of a config file's ConfigDict (presets and overrides applied), all checked."""
-    return from_config_dict(config)
+    typed = from_config_dict(config)
+    OPTIMIZERS.get(typed.optimizer.name)
+    SCHEDULES.get(typed.optimizer.schedule)
+    return typed

@@ -86,8 +86,8 @@ def test_presets_follow_one_source(name, preset, expected):
     c = config(name, preset)
     actual = dict(
         lr=c.optimizer.lr,
-        b2=c.optimizer.b2,
-        wd=c.optimizer.weight_decay,
+        b2=c.optimizer.adamw.b2,
+        wd=c.optimizer.adamw.weight_decay,
         min_lr=c.optimizer.min_lr_ratio,
         epochs=c.train.epochs,
         steps=c.train.steps,

@@ -8,10 +8,13 @@ shapes: change a size and every test that uses it compiles anew (and its toleran
 - experiments on the tiny task (tests/train/tiny_task.py): `tiny_experiment`, `tiny_lrt_experiment`.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2mlr_jax.config.sections import Optimizer
 from t2mlr_jax.experiment import experiment
 from t2mlr_jax.model import backbone, recurrence
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
@@ -141,3 +144,20 @@ def tiny_lrt_experiment(steps: int = 6, **train):
     model.resid_scalars = True
     config.optimizer.name = "muon"
     return config
+
+
+def optimizer(**fields) -> Optimizer:
+    """An optimizer section from flat fields: one the core section lacks goes to the chosen optimizer's own
+    section when that has it, else to the (schedule's) section that does: optimizer(name="muon", b1=0.8,
+    decay_ratio=1.0) sets optimizer.muon.b1 and optimizer.linear_decay.decay_ratio."""
+    section = Optimizer(name=fields.get("name", "adamw"))
+    core = {f.name for f in dataclasses.fields(Optimizer)}
+    order = sorted(section.sections, key=lambda n: n != section.name)  # the chosen optimizer's first
+    top, inner = {}, {}
+    for key, value in fields.items():
+        if key in core:
+            top[key] = value
+            continue
+        owner = next(n for n in order if key in {f.name for f in dataclasses.fields(section.sections[n])})
+        inner.setdefault(owner, {})[key] = value
+    return section.replace(**top, **inner)

@@ -144,7 +144,7 @@ def load_config(model: ModelConfig, feedback: str, p: LRTPreset) -> ml_collectio
     config.lrt.passes, config.lrt.pass_probs = tuple(p.passes), tuple(p.pass_probs)
     config.data.seq_len = p.train_seq
     config.train.batch_size, config.train.grad_accum = p.train_batch, p.grad_accum
-    config.optimizer.batch_tokens = p.train_batch * p.train_seq
+    config.optimizer.muon.batch_tokens = p.train_batch * p.train_seq
     return config
 
 

@@ -71,7 +71,10 @@ def spec_of(c) -> dict:
     return {
         "model": {k: c.model[k] for k in MODEL_FIELDS},
         "recurrence": {k: r[k] for k in RECURRENCE_FIELDS},
-        "optimizer": {k: c.optimizer[k] for k in ("lr", "b1", "b2", "eps", "weight_decay", "grad_clip")},
+        "optimizer": {
+            **{k: c.optimizer[k] for k in ("lr", "grad_clip")},
+            **{k: c.optimizer.adamw[k] for k in ("b1", "b2", "eps", "weight_decay")},
+        },
     }
 
 

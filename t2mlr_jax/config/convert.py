@@ -17,7 +17,8 @@ from typing import Any
 
 from ml_collections import config_dict
 
-from t2mlr_jax.config.sections import CORE, SECTIONS, Experiment
+from t2mlr_jax.config.sections import CORE, Data, Experiment, Sectioned, sections_under
+from t2mlr_jax.data.tasks import task_spec
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.registry import did_you_mean
 
@@ -48,14 +49,19 @@ def model_from_dict(data: Mapping) -> ModelConfig:
 
 
 def _fields_dict(instance, skip=()) -> config_dict.ConfigDict:
-    """A dataclass as a ConfigDict; Optional fields that are None become typed placeholders so that
-    `--config.x=v` can override them from the command line."""
+    """A dataclass as a ConfigDict, the sections it holds as sub-dicts after its fields; Optional fields
+    that are None become typed placeholders so that `--config.x=v` can override them from the command
+    line."""
     hints = _hints(type(instance))
     out = config_dict.ConfigDict()
     for field in dataclasses.fields(instance):
         if field.name in skip:
             continue
         value = getattr(instance, field.name)
+        if field.name == "sections" and isinstance(instance, Sectioned):
+            for name, settings in sorted(value.items()):
+                out[name] = _fields_dict(settings)
+            continue
         if value is None:
             value = config_dict.placeholder(_plain(hints[field.name])[0])
         elif isinstance(value, Mapping):
@@ -93,27 +99,48 @@ def to_dict(experiment: Experiment) -> dict:
 def from_config_dict(config: config_dict.ConfigDict | Mapping) -> Experiment:
     values = config.to_dict() if isinstance(config, config_dict.ConfigDict) else dict(config)
     known = {f.name for f in dataclasses.fields(Experiment)} - {"sections"}
-    unknown = [k for k in values if k not in known and k not in CORE and k not in SECTIONS]
+    top_sections = sections_under("")
+    unknown = [k for k in values if k not in known and k not in CORE and k not in top_sections]
     if unknown:
         raise KeyError(
-            f"{unknown[0]} is not a config section{did_you_mean(unknown[0], [*known, *SECTIONS.names()])}"
+            f"{unknown[0]} is not a config section{did_you_mean(unknown[0], [*known, *top_sections])}"
         )
     model = dict(values.pop("model"))
     recurrence = build(RecurrenceConfig, model.pop("recurrence", {}), "model.recurrence")
     model = dataclasses.replace(build(ModelConfig, model, "model", skip=NOT_EDITABLE), recurrence=recurrence)
-    sections = {name: build(cls, values.pop(name, {}), name) for name, cls in SECTIONS.items()}
+    sections = {name: build(cls, values.pop(name, {}), name) for name, cls in top_sections.items()}
     core = {name: build(cls, values.pop(name, {}), name) for name, cls in CORE.items()}
+    _check_task_options(core["data"])
     top = {k: _checked(Experiment, k, v, k) for k, v in values.items()}
     return Experiment(model=model.validate(), sections=sections, **core, **top)
 
 
+def _check_task_options(data: Data) -> None:
+    """A generated task's options are the fields of its generator's settings dataclass: checked like a
+    section's (names, types, then the dataclass's own checks), for both splits."""
+    if data.kind != "generated" or not data.task:
+        return
+    spec = task_spec(data.task)
+    for split, options, where in (
+        ("train", data.options, "data.options"),
+        (data.eval_split, {**data.options, **data.eval_options}, "data.eval_options"),
+    ):
+        build(spec.config_cls, {**spec.split_defaults.get(split, {}), **options}, where)
+
+
 def build(cls: type, values: Mapping, where: str, skip=()):
-    """`cls(**values)`, each value checked against the field's type; unknown names are one error."""
-    names = [f.name for f in dataclasses.fields(cls) if f.name not in skip]
+    """`cls(**values)`, each value checked against the field's type, and each registered section under it
+    built likewise from its sub-dict; unknown names are one error."""
+    values = dict(values)
+    inner = sections_under(where) if issubclass(cls, Sectioned) else {}
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in (*skip, "sections")]
     for key in values:
-        if key not in names:
-            raise KeyError(f"{where}.{key} is not a config field{did_you_mean(key, names)}; known: {names}")
-    return cls(**{k: _checked(cls, k, v, f"{where}.{k}") for k, v in values.items()})
+        if key not in names and key not in inner:
+            known = [*names, *inner]
+            raise KeyError(f"{where}.{key} is not a config field{did_you_mean(key, known)}; known: {known}")
+    sections = {name: build(cls_, values.pop(name, {}), f"{where}.{name}") for name, cls_ in inner.items()}
+    kwargs = {k: _checked(cls, k, v, f"{where}.{k}") for k, v in values.items()}
+    return cls(**kwargs, sections=sections) if issubclass(cls, Sectioned) else cls(**kwargs)
 
 
 @functools.cache

@@ -1,8 +1,10 @@
 """The experiment, typed: one frozen dataclass per config section, with its defaults and its checks.
 
-`Experiment` is what everything below main.py receives. Its core sections are defined here; each
-architecture brings its own section's dataclass (`register_section`, called by `register_architecture`),
-reached as `experiment.<section>` like the core ones. Values are checked when an object is built, so a bad
+`Experiment` is what everything below main.py receives. Its core sections are defined here; each registered
+component brings its own settings dataclass (`register_section`): an architecture a top-level section
+(`register_architecture`), an optimizer or a schedule one under `optimizer` (`register_optimizer`,
+`register_schedule`), each reached as an attribute like the core ones (`experiment.t2mlr`,
+`experiment.optimizer.muon`). Values are checked when an object is built, so a bad
 value is one clear error before anything is traced or compiled; `t2mlr_jax.config.convert` is the one
 conversion to and from the ml_collections ConfigDict that config files and --config.a.b=v edit.
 """
@@ -16,14 +18,71 @@ from typing import Any
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.registry import Registry, did_you_mean
 
-# Every section an architecture brings: section name -> its frozen settings dataclass.
+# Every section a registered component brings: its dotted path ("t2mlr", "optimizer.muon") -> its frozen
+# settings dataclass.
 SECTIONS: Registry = Registry("config section")
 
 
-def register_section(name: str, settings: type) -> None:
+def register_section(path: str, settings: type) -> None:
     if not (dataclasses.is_dataclass(settings) and settings.__dataclass_params__.frozen):
-        raise TypeError(f"config section {name!r}: its settings must be a frozen dataclass, got {settings!r}")
-    SECTIONS.register(name, settings)
+        raise TypeError(f"config section {path!r}: its settings must be a frozen dataclass, got {settings!r}")
+    SECTIONS.register(path, settings)
+
+
+def sections_under(parent: str) -> dict[str, type]:
+    """The registered sections directly under `parent` ("" = the top level), by name."""
+    found = {}
+    for path, settings in SECTIONS.items():
+        above, _, name = path.rpartition(".")
+        if above == parent:
+            found[name] = settings
+    return dict(sorted(found.items()))
+
+
+class Sectioned:
+    """A section that also holds the registered sections under it (its `sections` field, by name), each
+    read as an attribute. `PARENT` is its path ("" for the experiment)."""
+
+    PARENT = ""
+
+    @classmethod
+    def default_sections(cls) -> dict:
+        return {name: settings() for name, settings in sections_under(cls.PARENT).items()}
+
+    def __getattr__(self, name: str):
+        sections = self.__dict__.get("sections") or {}
+        if name in sections:
+            return sections[name]
+        known = [*sections, *(f.name for f in dataclasses.fields(self))]
+        where = f"section {self.PARENT!r}" if self.PARENT else "experiment"
+        raise AttributeError(f"the {where} has no field or section {name!r}{did_you_mean(name, known)}")
+
+    def replace(self, **changes):
+        """A copy with fields or sections replaced; a dict for a section updates only the fields it names,
+        at any depth: replace(train={"steps": 3}, optimizer={"muon": {"matrix_lr": 0.01}})."""
+        names = {f.name for f in dataclasses.fields(self)}
+        updates, sections = {}, dict(self.sections)
+        for key, value in changes.items():
+            current = getattr(self, key)
+            if isinstance(value, Mapping) and dataclasses.is_dataclass(current):
+                replace = current.replace if isinstance(current, Sectioned) else None
+                value = replace(**value) if replace else dataclasses.replace(current, **value)
+            if key in names:
+                updates[key] = value
+            else:
+                sections[key] = value
+        return dataclasses.replace(self, **updates, sections=sections)
+
+
+def non_negative_rates(where: str, settings) -> None:
+    """Every learning rate (a field named lr, *_lr or *_lr_multiplier) >= 0 and finite: a negative rate
+    would ascend the loss without a word."""
+    for field in dataclasses.fields(settings):
+        value = getattr(settings, field.name)
+        if (field.name == "lr" or field.name.endswith(("_lr", "_lr_multiplier"))) and not (
+            0 <= float(value) < float("inf")
+        ):
+            raise ValueError(f"{where}.{field.name} must be >= 0 (and finite), got {value}")
 
 
 def one_of(where: str, value, choices) -> None:
@@ -58,46 +117,25 @@ class Baseline:
         at_least("baseline.width_multiple", self.width_multiple, 1)
 
 
-SCHEDULES = ("cosine", "wsd", "constant", "linear_decay")
-
-
 @dataclasses.dataclass(frozen=True)
-class Optimizer:
-    """The optimizer (a name in t2mlr_jax.train.optimizer.OPTIMIZERS), its schedule and clipping."""
+class Optimizer(Sectioned):
+    """The optimizer (`name`, registered in t2mlr_jax.train.optimizer), its LR schedule (`schedule`,
+    likewise) and clipping. What only one optimizer or schedule reads is in its own section under this one
+    (optimizer.adamw.weight_decay, optimizer.muon.matrix_lr, optimizer.wsd.decay_steps)."""
+
+    PARENT = "optimizer"
 
     name: str = "adamw"  # adamw | muon
-    lr: float = 5e-4  # adamw: the peak lr; muon: only normalises the schedule (multiplier = schedule / lr)
-    b1: float = 0.9  # Adam betas (muon: of its Adam groups; nanochat's recipe 0.8, 0.95)
-    b2: float = 0.95
-    eps: float = 1e-8  # adamw only (muon's Adam groups use 1e-10)
-    weight_decay: float = 0.01  # adamw: decoupled, on decaying kinds; muon: matrices only, x (12 / layers)^2
+    lr: float = 5e-4  # the schedule's peak (adamw: its lr; muon: only normalises, multiplier = schedule / lr)
     schedule: str = "cosine"  # cosine | wsd | constant | linear_decay
     warmup_ratio: float = 0.05
     min_lr_ratio: float = 0.01
-    decay_steps: int = 0  # wsd only
-    decay_ratio: float = 0.5  # linear_decay only: the final fraction of steps that decays (nanochat)
     grad_clip: float = 1.0
     gate_lr_multiplier: float = 1.0
-    # muon only (nanochat's MuonAdamW; every lr x sqrt(batch_tokens / 2**19) x schedule / lr):
-    matrix_lr: float = 0.02  # Muon lr of the "matrix" kind
-    embedding_lr: float = 0.3  # Adam lr of the "embedding" kind, x (d_model / 768) ** -0.5
-    head_lr: float = 0.004  # Adam lr of the "head" kind, x (d_model / 768) ** -0.5
-    scalar_lr: float = 0.5  # Adam lr of scalar / gate / norm / bias / skip; residual: x 0.01
-    momentum_start: float = 0.85  # Muon momentum, linear from start to end over the first warmup steps
-    momentum_end: float = 0.95
-    momentum_warmup_steps: int = 300
-    batch_tokens: int = 0  # tokens per step (train.batch_size x data.seq_len); 0 = no batch scaling
+    sections: Mapping[str, Any] = dataclasses.field(default_factory=lambda: Optimizer.default_sections())
 
     def __post_init__(self):
-        one_of("optimizer.schedule", self.schedule, SCHEDULES)
-        for field in dataclasses.fields(self):  # a negative rate would ascend the loss without a word
-            value = getattr(self, field.name)
-            if (field.name == "lr" or field.name.endswith(("_lr", "_lr_multiplier"))) and not (
-                0 <= float(value) < float("inf")
-            ):
-                raise ValueError(f"optimizer.{field.name} must be >= 0 (and finite), got {value}")
-        if not 0.0 <= self.decay_ratio <= 1.0:
-            raise ValueError(f"optimizer.decay_ratio must be in [0, 1], got {self.decay_ratio}")
+        non_negative_rates("optimizer", self)
 
 
 NAN_POLICIES = ("stop", "skip")
@@ -226,7 +264,7 @@ CORE = dict(mesh=Mesh, baseline=Baseline, optimizer=Optimizer, train=Train, data
 
 
 @dataclasses.dataclass(frozen=True)
-class Experiment:
+class Experiment(Sectioned):
     """One experiment: what to train (`arch`, `model`, the architectures' sections), on what (`data`), how
     (`optimizer`, `train`, `mesh`) and how it is measured (`eval`)."""
 
@@ -246,12 +284,12 @@ class Experiment:
     compilation_cache: str = "auto"
     mesh: Mesh = Mesh()
     baseline: Baseline = Baseline()
-    optimizer: Optimizer = Optimizer()
+    optimizer: Optimizer = dataclasses.field(default_factory=Optimizer)  # its sections: registered later
     train: Train = Train()
     data: Data = Data()
     eval: Eval = Eval()
     # The architectures' own sections (SECTIONS), by name: read as experiment.<name>.
-    sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    sections: Mapping[str, Any] = dataclasses.field(default_factory=lambda: Experiment.default_sections())
 
     def __post_init__(self):
         if self.eval.window != self.data.eval_seq_len:
@@ -259,25 +297,3 @@ class Experiment:
                 f"eval.window ({self.eval.window}) and data.eval_seq_len ({self.data.eval_seq_len}) are one "
                 "field under two names: set one"
             )
-
-    def __getattr__(self, name: str):
-        sections = self.__dict__.get("sections") or {}
-        if name in sections:
-            return sections[name]
-        hint = did_you_mean(name, [*sections, *CORE])
-        raise AttributeError(f"the experiment has no section {name!r}{hint}")
-
-    def replace(self, **changes) -> Experiment:
-        """A copy with fields or sections replaced; a dict for a section updates only the fields it names:
-        replace(train={"steps": 3}, t2mlr={"forward_mode": "exact"})."""
-        names = {f.name for f in dataclasses.fields(self)}
-        updates, sections = {}, dict(self.sections)
-        for key, value in changes.items():
-            current = getattr(self, key)
-            if isinstance(value, Mapping) and dataclasses.is_dataclass(current):
-                value = dataclasses.replace(current, **value)
-            if key in names:
-                updates[key] = value
-            else:
-                sections[key] = value
-        return dataclasses.replace(self, **updates, sections=sections)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from t2mlr_jax.data.pathfinding import PathfindingConfig, make_pathfinding_example
 from t2mlr_jax.data.prosqa import ProsQAConfig, make_prosqa_example
 from t2mlr_jax.data.s5_retrieval import SPLIT_DEFAULTS, S5RetrievalConfig, make_s5_retrieval_example
 from t2mlr_jax.data.variable_assignment import VariableAssignmentConfig, make_variable_assignment_example
+from t2mlr_jax.registry import did_you_mean
 
 SPLITS = ("train", "validation", "test")
 
@@ -38,6 +39,26 @@ TASKS: dict[str, TaskSpec] = {
 }
 
 
+def task_spec(task: str) -> TaskSpec:
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASKS)}{did_you_mean(task, TASKS)}")
+    return TASKS[task]
+
+
+def task_config(task: str, split: str, options: Mapping[str, Any], where: str = "option") -> Any:
+    """The task's generator settings for a split (its split defaults, then `options`): an unknown option
+    is one error naming the closest fields."""
+    spec = task_spec(task)
+    names = [f.name for f in dataclasses.fields(spec.config_cls)]
+    for key in options:
+        if key not in names:
+            raise ValueError(
+                f"bad {where} for task {task!r}: {key!r} is not one of its fields{did_you_mean(key, names)}; "
+                f"known: {names}"
+            )
+    return spec.config_cls(**{**spec.split_defaults.get(split, {}), **options})
+
+
 class GeneratedTaskSource:
     """grain RandomAccessDataSource: index -> JSON-serialisable record of a generated task.
 
@@ -45,18 +66,13 @@ class GeneratedTaskSource:
     """
 
     def __init__(self, task: str, split: str, *, seed: int, num_examples: int, **config):
-        if task not in TASKS:
-            raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASKS)}")
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
         if num_examples < 1:
             raise ValueError(f"num_examples must be >= 1, got {num_examples}")
         self.task, self.split, self.seed, self.num_examples = task, split, seed, num_examples
-        self.spec = TASKS[task]
-        try:
-            self.config = self.spec.config_cls(**{**self.spec.split_defaults.get(split, {}), **config})
-        except TypeError as e:  # an unknown option name
-            raise ValueError(f"bad option for task {task!r}: {e}") from None
+        self.spec = task_spec(task)
+        self.config = task_config(task, split, config)
 
     def __len__(self) -> int:
         return self.num_examples

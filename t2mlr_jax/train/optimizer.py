@@ -1,8 +1,10 @@
 """Optimizers, registered by name (`optimizer.name`): `adamw` (AdamW as the T²MLR release trains it) and
 `muon` (nanochat's MuonAdamW: Muon on the matrices, Adam on the rest, groups read off the parameter kinds).
-Also: HF-style LR schedules plus nanochat's `linear_decay`, a weight-decay mask read off the parameter
-table's kinds, a per-group LR multiplier for the fusion ("gate") parameters, global-norm clipping, and
-frozen parameters (`ParamSpec.frozen`) that never move.
+LR schedules, registered by name (`optimizer.schedule`): HF's cosine, warmup-stable-decay and constant,
+and nanochat's `linear_decay`. Each optimizer or schedule with settings of its own registers them as a
+frozen dataclass, its config section under `optimizer` (optimizer.adamw, optimizer.muon, optimizer.wsd).
+Also: a weight-decay mask read off the parameter table's kinds, a per-group LR multiplier for the fusion
+("gate") parameters, global-norm clipping, and frozen parameters (`ParamSpec.frozen`) that never move.
 
 The multiplier scales the final update of the mixer parameters, which is exactly a PyTorch param group
 with lr x m (both the step and the decoupled decay are proportional to the group's lr).
@@ -10,14 +12,16 @@ with lr x m (both the step and the decoupled decay are proportional to the group
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from t2mlr_jax.config.sections import Optimizer
+from t2mlr_jax.config.sections import Optimizer, non_negative_rates, register_section
 from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.spec import ParamSpec, is_spec
 from t2mlr_jax.registry import Registry
@@ -30,37 +34,78 @@ def warmup_steps(opt: Optimizer, total_steps: int) -> int:
     return int(math.ceil(opt.warmup_ratio * total_steps))
 
 
-def make_schedule(opt: Optimizer, total_steps: int) -> optax.Schedule:
-    """Linear warmup from 0, then the body (values of HF's LambdaLR schedules at the same step index).
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """A schedule after its linear warmup: the peak lr until `decay_start(opt, total, warmup)`, then
+    lr x `decay(progress, min_lr_ratio)` as progress runs from 0 to 1 over the remaining steps."""
 
-    cosine:   cosine from lr to min_lr_ratio * lr over the remaining steps (HF cosine_with_min_lr).
-    wsd:      constant, then a cosine decay to min_lr_ratio * lr over the last `decay_steps`
-              (HF warmup_stable_decay, the release's S5 transformer baseline).
-    constant: lr after warmup.
-    linear_decay: constant, then a linear decay to min_lr_ratio * lr over the last
-              round(decay_ratio * total) steps (nanochat's warmdown: decay_ratio 0.5, to 0; no warmup there).
-    """
+    decay_start: Callable[[Optimizer, int, int], int]
+    decay: Callable[[jax.Array, float], jax.Array]
+
+
+SCHEDULES = Registry("schedule")
+
+
+def register_schedule(name: str, schedule: Schedule, settings: type | None = None) -> None:
+    if settings is not None:
+        register_section(f"optimizer.{name}", settings)
+    SCHEDULES.register(name, schedule)
+
+
+def _cosine(progress, floor):
+    return floor + (1.0 - floor) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+
+
+def _after_warmup(opt, total, warm):
+    return warm
+
+
+@dataclasses.dataclass(frozen=True)
+class WSD:
+    decay_steps: int = 0  # the cosine decay's length, at the end of training
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearDecay:
+    decay_ratio: float = 0.5  # the final fraction of steps that decays (nanochat)
+
+    def __post_init__(self):
+        if not 0.0 <= self.decay_ratio <= 1.0:
+            raise ValueError(f"optimizer.linear_decay.decay_ratio must be in [0, 1], got {self.decay_ratio}")
+
+
+# HF cosine_with_min_lr: cosine from lr to min_lr_ratio x lr over the steps after warmup.
+register_schedule("cosine", Schedule(_after_warmup, _cosine))
+# HF warmup_stable_decay (the release's S5 transformer baseline): constant, then the cosine over the last
+# optimizer.wsd.decay_steps.
+register_schedule("wsd", Schedule(lambda opt, total, warm: total - opt.wsd.decay_steps, _cosine), WSD)
+register_schedule("constant", Schedule(_after_warmup, lambda progress, floor: jnp.ones_like(progress)))
+# nanochat's warmdown: constant, then linear to min_lr_ratio x lr over the last round(decay_ratio x total)
+# steps (nanochat: decay_ratio 0.5, to 0, no warmup).
+register_schedule(
+    "linear_decay",
+    Schedule(
+        lambda opt, total, warm: total - round(opt.linear_decay.decay_ratio * total),
+        lambda progress, floor: 1.0 - (1.0 - floor) * progress,
+    ),
+    LinearDecay,
+)
+
+
+def make_schedule(opt: Optimizer, total_steps: int) -> optax.Schedule:
+    """Linear warmup from 0, then the registered schedule `opt.schedule` (the values of HF's LambdaLR
+    schedules at the same step index)."""
+    shape = SCHEDULES.get(opt.schedule)
     peak, floor = float(opt.lr), float(opt.min_lr_ratio)
     warm = warmup_steps(opt, total_steps)
-    if opt.schedule == "wsd":
-        decay_start = total_steps - int(opt.decay_steps)
-    elif opt.schedule == "linear_decay":
-        decay_start = total_steps - round(float(opt.decay_ratio) * total_steps)
-    else:
-        decay_start = warm
+    decay_start = shape.decay_start(opt, total_steps, warm)
     decay_len = max(total_steps - decay_start, 1)
 
     def schedule(step):
         step = jnp.asarray(step, jnp.float32)
         ramp = step / max(warm, 1)
         progress = jnp.clip((step - decay_start) / decay_len, 0.0, 1.0)
-        if opt.schedule == "constant":
-            body = jnp.ones_like(step)
-        elif opt.schedule == "linear_decay":
-            body = 1.0 - (1.0 - floor) * progress
-        else:
-            body = floor + (1.0 - floor) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
-        return peak * jnp.where(step < warm, ramp, body)
+        return peak * jnp.where(step < warm, ramp, shape.decay(progress, floor))
 
     return schedule
 
@@ -111,12 +156,31 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
 OPTIMIZERS = Registry("optimizer")
 
 
-@OPTIMIZERS.register("adamw")
+def register_optimizer(name: str, build: Callable, settings: type | None = None) -> None:
+    """Register `build(optimizer section, specs, schedule) -> optax.GradientTransformation` under `name`;
+    `settings`, a frozen dataclass, becomes its section optimizer.<name>."""
+    if settings is not None:
+        register_section(f"optimizer.{name}", settings)
+    OPTIMIZERS.register(name, build)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdamW:
+    b1: float = 0.9
+    b2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.01  # decoupled, on the kinds that decay
+
+
 def adamw(opt: Optimizer, specs: dict, schedule: optax.Schedule) -> optax.GradientTransformation:
     """AdamW with decoupled decay on the parameters whose kind decays."""
+    a = opt.adamw
     return optax.adamw(
-        schedule, b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay, mask=decay_mask(specs)
+        schedule, b1=a.b1, b2=a.b2, eps=a.eps, weight_decay=a.weight_decay, mask=decay_mask(specs)
     )
+
+
+register_optimizer("adamw", adamw, AdamW)
 
 
 # --- muon: nanochat's MuonAdamW -------------------------------------------------------------------------
@@ -140,36 +204,47 @@ SKIP_BETAS = (0.96, 0.95)  # the x0 lambdas (kind "skip")
 RESIDUAL_LR_SCALE = 0.01  # the resid lambdas (kind "residual"): scalar_lr x 0.01
 NS_STEPS = 5  # Newton-Schulz steps, optax's default quintic coefficients
 
+
+@dataclasses.dataclass(frozen=True)
+class Muon:
+    """nanochat's MuonAdamW: every lr x sqrt(batch_tokens / 2**19) x schedule / optimizer.lr."""
+
+    matrix_lr: float = 0.02  # Muon lr of the "matrix" kind
+    embedding_lr: float = 0.3  # Adam lr of the "embedding" kind, x (d_model / 768) ** -0.5
+    head_lr: float = 0.004  # Adam lr of the "head" kind, x (d_model / 768) ** -0.5
+    scalar_lr: float = 0.5  # Adam lr of scalar / gate / norm / bias / skip; residual: x 0.01
+    b1: float = 0.9  # the Adam groups' betas (nanochat's recipe 0.8, 0.95)
+    b2: float = 0.95
+    weight_decay: float = 0.01  # the matrices' only, x (12 / layers)^2
+    momentum_start: float = 0.85  # Muon momentum, linear from start to end over the first warmup steps
+    momentum_end: float = 0.95
+    momentum_warmup_steps: int = 300
+    batch_tokens: int = 0  # tokens per step (train.batch_size x data.seq_len); 0 = no batch scaling
+
+    def __post_init__(self):
+        non_negative_rates("optimizer.muon", self)
+        for field in ("momentum_start", "momentum_end", "b1", "b2"):
+            if not 0.0 <= float(getattr(self, field)) < 1.0:
+                raise ValueError(f"optimizer.muon.{field} must be in [0, 1), got {getattr(self, field)}")
+        for field in ("weight_decay", "batch_tokens", "momentum_warmup_steps"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"optimizer.muon.{field} must be >= 0, got {getattr(self, field)}")
+
+
 # nanochat's recipe as preset entries (a config's presets: `{"muon": MUON_RECIPE}`) over the defaults.
 # lr = 1: under muon `optimizer.lr` only normalises the schedule, so the logged "lr" is the LR multiplier.
 MUON_RECIPE = {
     "optimizer.name": "muon",
     "optimizer.lr": 1.0,
-    "optimizer.b1": 0.8,
-    "optimizer.b2": 0.95,
-    "optimizer.weight_decay": 0.2,
+    "optimizer.muon.b1": 0.8,
+    "optimizer.muon.b2": 0.95,
+    "optimizer.muon.weight_decay": 0.2,
     "optimizer.schedule": "linear_decay",
     "optimizer.warmup_ratio": 0.0,
     "optimizer.min_lr_ratio": 0.0,
-    "optimizer.decay_ratio": 0.5,
+    "optimizer.linear_decay.decay_ratio": 0.5,
     "optimizer.grad_clip": 0.0,  # nanochat does not clip
 }
-
-
-def check_muon(opt: Optimizer) -> None:
-    """One clear error for a bad muon setting, raised when the optimizer is built (before compilation)."""
-    for field in ("momentum_start", "momentum_end", "b1", "b2"):
-        if not 0.0 <= float(getattr(opt, field)) < 1.0:
-            raise ValueError(f"optimizer.{field} must be in [0, 1) for muon, got {getattr(opt, field)}")
-    for field in ("weight_decay", "batch_tokens"):  # the rates: the Optimizer section's own check
-        if float(getattr(opt, field)) < 0:
-            raise ValueError(f"optimizer.{field} must be >= 0 for muon, got {getattr(opt, field)}")
-    if int(opt.momentum_warmup_steps) < 0:
-        raise ValueError(f"optimizer.momentum_warmup_steps must be >= 0, got {opt.momentum_warmup_steps}")
-    if float(opt.lr) <= 0:
-        raise ValueError(
-            f"optimizer.lr must be > 0 for muon (schedule / lr is the LR multiplier), got {opt.lr}"
-        )
 
 
 def muon_labels(specs: dict) -> Any:
@@ -204,13 +279,13 @@ def muon_depth(specs: dict) -> int:
     return max(_axis_sizes(layer_layout.stacked(specs), ("matrix",), "layers"), default=1)
 
 
-def muon_batch_scale(opt: Optimizer) -> float:
+def muon_batch_scale(m: Muon) -> float:
     """nanochat's batch scaling of every lr: sqrt(batch_tokens / 2**19); 1 when batch_tokens is 0."""
-    tokens = float(opt.batch_tokens)
+    tokens = float(m.batch_tokens)
     return math.sqrt(tokens / REFERENCE_BATCH_TOKENS) if tokens else 1.0
 
 
-def muon_group_lrs(opt: Optimizer, specs: dict) -> dict[str, float]:
+def muon_group_lrs(m: Muon, specs: dict) -> dict[str, float]:
     """The peak lr of every group present in `specs` (before the schedule's multiplier): matrix_lr (muon),
     embedding_lr and head_lr x (d_model / 768) ** -0.5, scalar_lr (scalar, skip), scalar_lr x 0.01
     (residual); all x the batch scale."""
@@ -220,26 +295,26 @@ def muon_group_lrs(opt: Optimizer, specs: dict) -> dict[str, float]:
         raise ValueError("muon: no embedding / head table has an 'embed' axis to read d_model from")
     width_scale = (width / REFERENCE_WIDTH) ** -0.5 if width else 1.0
     lrs = {
-        "muon": float(opt.matrix_lr),
-        "embedding": float(opt.embedding_lr) * width_scale,
-        "head": float(opt.head_lr) * width_scale,
-        "scalar": float(opt.scalar_lr),
-        "residual": float(opt.scalar_lr) * RESIDUAL_LR_SCALE,
-        "skip": float(opt.scalar_lr),
+        "muon": float(m.matrix_lr),
+        "embedding": float(m.embedding_lr) * width_scale,
+        "head": float(m.head_lr) * width_scale,
+        "scalar": float(m.scalar_lr),
+        "residual": float(m.scalar_lr) * RESIDUAL_LR_SCALE,
+        "skip": float(m.scalar_lr),
     }
-    batch = muon_batch_scale(opt)
+    batch = muon_batch_scale(m)
     return {group: lr * batch for group, lr in lrs.items() if group in present}
 
 
-def muon_weight_decay(opt: Optimizer, specs: dict) -> float:
+def muon_weight_decay(m: Muon, specs: dict) -> float:
     """The Muon matrices' decoupled decay (x the lr, so it anneals with the schedule):
     weight_decay x (12 / num_layers) ** 2."""
-    return float(opt.weight_decay) * (REFERENCE_DEPTH / muon_depth(specs)) ** 2
+    return float(m.weight_decay) * (REFERENCE_DEPTH / muon_depth(specs)) ** 2
 
 
-def momentum_schedule(opt: Optimizer) -> optax.Schedule:
+def momentum_schedule(m: Muon) -> optax.Schedule:
     """Muon's momentum: linear from momentum_start to momentum_end over momentum_warmup_steps, then flat."""
-    start, end, steps = float(opt.momentum_start), float(opt.momentum_end), int(opt.momentum_warmup_steps)
+    start, end, steps = float(m.momentum_start), float(m.momentum_end), int(m.momentum_warmup_steps)
     if steps == 0:
         return lambda step: jnp.full((), end, jnp.float32)
     return lambda step: start + (end - start) * jnp.clip(jnp.asarray(step, jnp.float32) / steps, 0.0, 1.0)
@@ -270,7 +345,7 @@ def _shape_scale(path, spec: ParamSpec) -> float:
     return math.sqrt(max(1.0, fan_out / fan_in))
 
 
-def scale_by_muon(opt: Optimizer, specs: dict) -> optax.GradientTransformation:
+def scale_by_muon(m: Muon, specs: dict) -> optax.GradientTransformation:
     """Nesterov momentum (warmed up by `momentum_schedule`), orthogonalised by 5 Newton-Schulz steps over
     each matrix's (fan_in, fan_out) dims (stacked layer / expert axes are batch axes: one orthogonalisation
     per layer / expert), then x sqrt(max(1, fan_out / fan_in)) (nanochat / Keller Jordan's shape scale).
@@ -279,11 +354,10 @@ def scale_by_muon(opt: Optimizer, specs: dict) -> optax.GradientTransformation:
     shape_scale = _on_matrices(specs, _shape_scale)
     orthogonalise = optax.inject_hyperparams(
         optax.contrib.scale_by_muon, static_args=("ns_steps",), hyperparam_dtype=jnp.float32
-    )(ns_steps=NS_STEPS, beta=momentum_schedule(opt), nesterov=True, weight_dimension_numbers=dims)
+    )(ns_steps=NS_STEPS, beta=momentum_schedule(m), nesterov=True, weight_dimension_numbers=dims)
     return optax.chain(orthogonalise, _scale_by_tree(shape_scale))
 
 
-@OPTIMIZERS.register("muon")
 def muon(opt: Optimizer, specs: dict, schedule: optax.Schedule) -> optax.GradientTransformation:
     """nanochat's MuonAdamW. Groups by kind (`MUON_GROUPS`): matrix -> Muon (`scale_by_muon`, decoupled
     decay `muon_weight_decay` x lr); embedding, head, scalar (+ norm, bias, gate), residual, skip -> Adam
@@ -292,24 +366,30 @@ def muon(opt: Optimizer, specs: dict, schedule: optax.Schedule) -> optax.Gradien
 
     Differences from nanochat: optax's Nesterov momentum is bias-corrected, the Newton-Schulz runs in the
     parameters' dtype (nanochat: bf16), and the decay is plain decoupled decay (nanochat's is "cautious")."""
-    check_muon(opt)
+    if float(opt.lr) <= 0:
+        raise ValueError(
+            f"optimizer.lr must be > 0 for muon (schedule / lr is the LR multiplier), got {opt.lr}"
+        )
     unknown = {spec.kind for spec in jax.tree.leaves(specs, is_leaf=is_spec)} - set(MUON_GROUPS)
     if unknown:
         raise ValueError(f"muon has no group for parameter kinds {sorted(unknown)}")
     peak = float(opt.lr)
     transforms = {}
-    for group, lr in muon_group_lrs(opt, specs).items():
+    for group, lr in muon_group_lrs(opt.muon, specs).items():
         group_lr = lambda step, lr=lr: lr * schedule(step) / peak
         if group == "muon":
-            decay = muon_weight_decay(opt, specs)
-            parts = [scale_by_muon(opt, specs)]
+            decay = muon_weight_decay(opt.muon, specs)
+            parts = [scale_by_muon(opt.muon, specs)]
             if decay:
                 parts.append(optax.add_decayed_weights(decay))
             transforms[group] = optax.chain(*parts, optax.scale_by_learning_rate(group_lr))
         else:
-            b1, b2 = SKIP_BETAS if group == "skip" else (float(opt.b1), float(opt.b2))
+            b1, b2 = SKIP_BETAS if group == "skip" else (float(opt.muon.b1), float(opt.muon.b2))
             transforms[group] = optax.adam(group_lr, b1=b1, b2=b2, eps=ADAM_EPS)
     return optax.multi_transform(transforms, muon_labels(specs))
+
+
+register_optimizer("muon", muon, Muon)
 
 
 def make_optimizer(opt: Optimizer, specs: dict, total_steps: int) -> optax.GradientTransformation:

@@ -225,8 +225,9 @@ def test_the_config_presets_are_the_papers_sizes_and_the_vanilla_baseline():
     config = load_config("lrt_nanochat", "")
     config.lrt.shared_projections = True  # one W^fb pair for every layer: ~0.3%
     assert 0.002 < architecture(resolve(config), "lrt").num_params() / sizes["vanilla"] - 1 < 0.004
-    recipe = {k: config.optimizer[k] for k in ("lr", "b1", "b2", "weight_decay", "schedule", "decay_ratio")}
-    assert recipe == dict(lr=1.0, b1=0.8, b2=0.95, weight_decay=0.2, schedule="linear_decay", decay_ratio=0.5)
+    o = config.optimizer
+    recipe = (o.name, o.lr, o.muon.b1, o.muon.b2, o.muon.weight_decay, o.schedule, o.linear_decay.decay_ratio)
+    assert recipe == ("muon", 1.0, 0.8, 0.95, 0.2, "linear_decay", 0.5)
     assert sizes["vanilla,cpu"] < sizes["cpu"] < 40e6
     config = load_config("lrt_nanochat", "cpu")
     config.lrt.feedback = "kv"  # --config.lrt.feedback=kv: an ablation without the residual path

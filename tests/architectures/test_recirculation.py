@@ -49,7 +49,8 @@ def test_adaptive_preset_is_the_papers_recipe():
     assert config.arch == "recirculation_adaptive"
     assert (config.train.steps, config.train.batch_size, config.train.grad_accum) == (100, 32, 1)
     o = config.optimizer
-    assert (o.name, o.lr, o.weight_decay, o.schedule, o.warmup_ratio) == ("adamw", 3e-4, 1e-4, "constant", 0)
+    recipe = (o.name, o.lr, o.adamw.weight_decay, o.schedule, o.warmup_ratio)
+    assert recipe == ("adamw", 3e-4, 1e-4, "constant", 0)
     arch = build_architecture(resolve(_config("recirculation_adaptive")))
     d = arch.backbone.hidden_size
     mlp = arch.specs[ADAPTIVE]

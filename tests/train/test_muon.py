@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from t2mlr_jax.config.sections import Optimizer
+from t2mlr_jax.config.edit import set_path
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import KINDS, ParamSpec, init_from_specs, is_spec, normal, spec_shapes
@@ -23,7 +23,7 @@ from t2mlr_jax.train.optimizer import (
     muon_width,
     scale_by_muon,
 )
-from tests.tiny import task_model, tiny_experiment
+from tests.tiny import optimizer, task_model, tiny_experiment
 
 L, D, H, E, X, F, V = 2, 8, 2, 4, 3, 12, 16
 init = normal(0.5)
@@ -73,7 +73,7 @@ def opt(**changes):
         momentum_warmup_steps=300,
         batch_tokens=0,
     )
-    return Optimizer(**{**base, **changes})
+    return optimizer(**{**base, **changes})
 
 
 def step(tx, grads, params=PARAMS, state=None):
@@ -114,8 +114,8 @@ def first_step():
 
 
 def test_group_lrs_follow_the_config_width_and_batch(first_step):
-    assert muon_group_lrs(opt(batch_tokens=2**17), SPECS) == pytest.approx(GROUP_LRS)
-    assert muon_group_lrs(opt(), SPECS)["embedding"] == pytest.approx(0.3 * (D / 768) ** -0.5)
+    assert muon_group_lrs(opt(batch_tokens=2**17).muon, SPECS) == pytest.approx(GROUP_LRS)
+    assert muon_group_lrs(opt().muon, SPECS)["embedding"] == pytest.approx(0.3 * (D / 768) ** -0.5)
     # The first Adam step is -lr exactly (m_hat / sqrt(v_hat) = 1 whatever the gradient's scale).
     updates, labels = first_step[1], muon_labels(SPECS)
     for u, label in zip(jax.tree.leaves(updates), jax.tree.leaves(labels)):
@@ -157,7 +157,7 @@ def test_each_layer_is_orthogonalised_on_its_own():
     into the matrix gives another answer (the layers' gradients differ in scale by 100x)."""
     specs = {"w": ParamSpec((3, 6, 10), ("layers", "embed", "mlp"), init, "matrix", 1)}
     g = jax.random.normal(jax.random.PRNGKey(1), (3, 6, 10)) * jnp.array([1.0, 10.0, 100.0])[:, None, None]
-    u = np.asarray(step(scale_by_muon(opt(), specs), {"w": g}, {"w": jnp.zeros((3, 6, 10))})[0]["w"])
+    u = np.asarray(step(scale_by_muon(opt().muon, specs), {"w": g}, {"w": jnp.zeros((3, 6, 10))})[0]["w"])
     g = np.asarray(g, np.float64)
     per_layer = np.stack([newton_schulz(g[i]) for i in range(3)]) * np.sqrt(10 / 6)
     np.testing.assert_allclose(u, per_layer, rtol=2e-3, atol=2e-4)
@@ -180,9 +180,9 @@ def test_gate_lr_multiplier_scales_the_mixer_update():
 
 
 def test_momentum_warms_up_linearly_and_the_optimizer_uses_it():
-    beta = momentum_schedule(opt())
+    beta = momentum_schedule(opt().muon)
     assert [float(beta(s)) for s in (0, 150, 300, 1000)] == pytest.approx([0.85, 0.90, 0.95, 0.95])
-    assert float(momentum_schedule(opt(momentum_warmup_steps=0))(0)) == pytest.approx(0.95)
+    assert float(momentum_schedule(opt(momentum_warmup_steps=0).muon)(0)) == pytest.approx(0.95)
     # In the optimizer: the beta of each update (recorded in the state) follows the step.
     specs, params = {"q_proj": SPECS["layers"]["q_proj"]}, {"q_proj": PARAMS["layers"]["q_proj"]}
     tx = make_optimizer(opt(momentum_warmup_steps=2), specs, 10)
@@ -205,7 +205,7 @@ def test_linear_decay_is_flat_then_linear_to_the_floor():
 def test_weight_decay_only_on_matrices_scaled_by_depth_and_lr():
     """Zero gradients: only the decay moves anything, -lr(t) x wd x (12 / L)^2 x p on the matrices."""
     o = opt(weight_decay=0.1, schedule="linear_decay", decay_ratio=1.0)  # multiplier 1 - step / 10
-    assert muon_weight_decay(o, SPECS) == pytest.approx(0.1 * (12 / L) ** 2)
+    assert muon_weight_decay(o.muon, SPECS) == pytest.approx(0.1 * (12 / L) ** 2)
     tx = make_optimizer(o, SPECS, 10)
     zeros = jax.tree.map(jnp.zeros_like, PARAMS)
     u0, state = step(tx, zeros)
@@ -244,8 +244,8 @@ def test_the_config_defaults_select_muon_for_a_t2mlr_model():
     (mixer parameters are kinds gate / scalar / matrix)."""
     config = tiny_experiment()
     for path, value in MUON_RECIPE.items():
-        config.optimizer[path.split(".")[1]] = value
-    config.optimizer.batch_tokens = config.train.batch_size * config.data.seq_len
+        set_path(config, path, value)
+    config.optimizer.muon.batch_tokens = config.train.batch_size * config.data.seq_len
     specs = param_specs(task_model().with_recurrence(l_start=1, l_end=1, pre_norm=True))
     params = spec_shapes(specs, "float32")
     tx = make_optimizer(resolve(config).optimizer, specs, 10)
@@ -264,7 +264,7 @@ def test_muon_is_selectable_for_every_architecture(arch):
 
     config = tiny_experiment(arch)
     for path, value in MUON_RECIPE.items():
-        config.optimizer[path.split(".")[1]] = value
+        set_path(config, path, value)
     specs = architecture(resolve(config), arch).specs
     params = spec_shapes(specs, "float32")
     tx = make_optimizer(resolve(config).optimizer, specs, 10)

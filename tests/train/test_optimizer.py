@@ -1,21 +1,27 @@
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from t2mlr_jax.config.sections import Optimizer
+from t2mlr_jax.config.edit import set_path
+from t2mlr_jax.config.sections import SECTIONS
+from t2mlr_jax.experiment import experiment, resolve
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import ParamSpec, freeze, init_from_specs, normal, ones
 from t2mlr_jax.train.optimizer import (
+    OPTIMIZERS,
     clip_by_global_norm,
     decay_mask,
     frozen_mask,
     lr_multipliers,
     make_optimizer,
     make_schedule,
+    register_optimizer,
 )
-from tests.tiny import task_model
+from tests.tiny import optimizer, task_model
 
 
 def opt(**changes):
@@ -34,7 +40,7 @@ def opt(**changes):
         grad_clip=0.0,
         gate_lr_multiplier=1.0,
     )
-    return Optimizer(**{**base, **changes})
+    return optimizer(**{**base, **changes})
 
 
 def test_cosine_with_min_lr_matches_hf_formula():
@@ -84,6 +90,37 @@ def test_no_decay_on_norms_biases_and_gammas():
 def test_an_unknown_optimizer_lists_the_registered_ones():
     with pytest.raises(ValueError, match="unknown optimizer 'adam'; registered: adamw, muon"):
         make_optimizer(opt(name="adam"), SPECS, 10)
+
+
+@dataclasses.dataclass(frozen=True)
+class Signed:
+    scale: float = 1.0
+
+    def __post_init__(self):
+        if self.scale <= 0:
+            raise ValueError(f"optimizer.signed.scale must be > 0, got {self.scale}")
+
+
+def test_a_new_optimizer_brings_its_own_settings_section():
+    """Registering an optimizer with a settings dataclass is all it takes: its section optimizer.<name> is
+    in every config built after, edited and checked like any other, and read by its builder."""
+    signed = lambda o, specs, schedule: optax.chain(optax.scale_by_sign(), optax.scale(-o.signed.scale))
+    register_optimizer("signed", signed, Signed)
+    try:
+        config = experiment(name="unit", model=task_model(), data={"task": "s5_retrieval"})
+        set_path(config, "optimizer.name", "signed")
+        set_path(config, "optimizer.signed.scale", 0.5)
+        section = resolve(config).optimizer
+        assert section.signed == Signed(0.5)
+        tx = make_optimizer(section, SPECS, 10)
+        updates, _ = tx.update(jax.tree.map(jnp.ones_like, PARAMS), tx.init(PARAMS), PARAMS)
+        assert all(bool((u == -0.5).all()) for u in jax.tree.leaves(updates))
+        set_path(config, "optimizer.signed.scale", -1.0)
+        with pytest.raises(ValueError, match="optimizer.signed.scale must be > 0"):
+            resolve(config)
+    finally:
+        OPTIMIZERS.unregister("signed")
+        SECTIONS.unregister("optimizer.signed")
 
 
 @pytest.mark.slow
