@@ -135,12 +135,14 @@ def load_params(config, checkpoint: str | Path):
     import jax
 
     from t2mlr_jax.experiment import resolve
-    from t2mlr_jax.train.init_from import architecture
+    from t2mlr_jax.train.init_from import architecture, start_weights
 
     config = config.copy_and_resolve_references()
     config.init_from = str(checkpoint)
-    arch = architecture(resolve(config))  # a checkpoint of another model: one clear error, nothing read yet
-    return lambda: {**arch.init(jax.random.PRNGKey(config.seed)), **arch.pretrained()}
+    typed = resolve(config)
+    arch = architecture(typed)
+    weights = start_weights(typed, arch)  # a checkpoint of another model: one clear error, nothing read yet
+    return lambda: {**arch.init(jax.random.PRNGKey(config.seed)), **weights()}
 
 
 def given_or_trained(config, given: str | None, out: Path) -> tuple[Path, Callable | None]:

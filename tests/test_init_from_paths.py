@@ -82,7 +82,8 @@ def test_init_from_reads_a_step_folder_its_workdir_and_its_hf_export(folders, ki
     workdir, step, hf, stored = folders
     config = tiny_config()
     config.init_from = str({"step folder": step, "workdir": workdir, "hf export": hf}[kind])
-    loaded = init_from.architecture(resolve(config)).pretrained()
+    typed = resolve(config)
+    loaded = init_from.start_weights(typed, init_from.architecture(typed))()
     expected = {k: v for k, v in stored.items() if not (kind == "hf export" and k == "mixer")}
     assert jax.tree.structure(loaded) == jax.tree.structure(expected)
     for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(expected)):

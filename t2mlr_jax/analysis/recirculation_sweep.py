@@ -180,8 +180,9 @@ def run_sweep(config: Experiment, workdir: Path) -> dict:
     """The sweep of config.recirculation on config.init_from's model; resumes from workdir/cells.jsonl.
     Every setting is checked before anything is loaded or compiled. Returns what results.json holds."""
     started = time.perf_counter()
-    arch = init_from.architecture(config, "recirculation")  # the section and the checkpoint, checked
-    if arch.pretrained is None:
+    arch = init_from.architecture(config, "recirculation")
+    load = init_from.start_weights(config, arch)  # the checkpoint, checked now
+    if load is None:
         raise ValueError("the recirculation sweep needs a pretrained model: set config.init_from")
     model, sweep = arch.backbone, plan(config, arch.backbone)
     window = check_window(config, arch.max_seq_len)
@@ -191,7 +192,7 @@ def run_sweep(config: Experiment, workdir: Path) -> dict:
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     log = CellLog(workdir / CELLS, fingerprint(config, sweep.scoring))
-    params = functools.cache(lambda: jax.device_put(arch.pretrained()))  # read only when a cell is due
+    params = functools.cache(lambda: jax.device_put(load()))  # read only when a cell is due
 
     baseline = Cell("baseline")
     cells = [baseline, *sweep.grid, *sweep.looping]

@@ -1,7 +1,7 @@
 """Every trainable architecture, registered by name from its own module (see contract.py).
 
 A new variant is one module here (or anywhere imported before the config is built) that calls
-`register_architecture(name, build, section=..., defaults=...)`; nothing else changes.
+`register_architecture(name, build, settings=..., capabilities=...)`; nothing else changes.
 """
 
 from __future__ import annotations
@@ -18,12 +18,20 @@ from t2mlr_jax.architectures import (  # noqa: F401  (registers the built-ins)
 from t2mlr_jax.architectures.contract import (
     ARCHITECTURES,
     Architecture,
+    Capabilities,
     register_architecture,
     with_layers_apart,
 )
 from t2mlr_jax.config.sections import Experiment
 
-__all__ = ["ARCHITECTURES", "Architecture", "arch_names", "build_architecture", "register_architecture"]
+__all__ = [
+    "ARCHITECTURES",
+    "Architecture",
+    "Capabilities",
+    "arch_names",
+    "build_architecture",
+    "register_architecture",
+]
 
 
 def arch_names(config: Experiment) -> list[str]:
@@ -39,12 +47,12 @@ def arch_names(config: Experiment) -> list[str]:
 def build_architecture(config: Experiment, name: str | None = None) -> Architecture:
     """The architecture `name` (default: config.arch, a single name) with freshly drawn weights."""
     name = name or config.arch
-    arch = ARCHITECTURES.get(name).build(config)
-    if not config.model.scan_layers:
-        arch = with_layers_apart(arch)
-    if config.eval.thoughts not in (None, 0) and not arch.thought_slots:
+    entry = ARCHITECTURES.get(name)
+    if config.eval.thoughts not in (None, 0) and not entry.capabilities.thought_slots:
+        thinkers = sorted(n for n, e in ARCHITECTURES.items() if e.capabilities.thought_slots)
         raise ValueError(
             f"eval.thoughts={config.eval.thoughts}: architecture {name!r} has no latent thought slots "
-            "(lrt with lrt.thoughts holding a K > 0, or ponderlm2)"
+            f"(those with them: {', '.join(thinkers)})"
         )
-    return arch
+    arch = entry.build(config)
+    return arch if config.model.scan_layers else with_layers_apart(arch)

@@ -11,9 +11,11 @@ cross-entropy), a cached `generate`, and optional non-gradient state (`model_sta
              max_new_tokens, eos_id, pad_id, sampling=GREEDY, key=None) -> GenerateOutput
     update_model_state(model_state, stats) -> (model_state, metrics)   # after each step, no gradient
 
-`sample(seed, step)` is an optional per-step static choice (T²MLR: the Jacobi depth D; the LRT: its thought
-count K and passes P): the trainer compiles one step per distinct value and passes it to `apply` as
-`sample`. `train_flops(seq_len)` is the expected training FLOPs of a row (FLOP-matched budgets).
+`sample(seed, step)` is an optional per-step static choice, a NamedTuple (T²MLR: the Jacobi depth D; the
+LRT: its thought count K and passes P): the trainer compiles one step per distinct value, passes it to
+`apply` as `sample` and logs its fields. `train_flops(seq_len)` is the expected training FLOPs of a row
+(FLOP-matched budgets). What else an architecture can do is its registration's `Capabilities`; where its
+weights start is the run's (config.init_from: t2mlr_jax.train.init_from), not the model's.
 """
 
 from __future__ import annotations
@@ -174,14 +176,10 @@ class Architecture:
     init_model_state: Callable[[], Any] = _empty_state  # non-gradient state at step 0
     # (model_state, stats summed over micro-batches) -> (model_state, scalar metrics to log)
     update_model_state: Callable[[Any, dict], tuple[Any, dict]] | None = None
-    sample: Callable[[int, int], Hashable] | None = None  # (seed, step) -> the step's static choice
-    sample_name: str = "sample"  # how the trainer logs it (a NamedTuple sample logs its fields)
+    # (seed, step) -> the step's static choice, a NamedTuple whose fields the trainer logs
+    sample: Callable[[int, int], Hashable] | None = None
     backbone: ModelConfig | None = None  # the transformer inside, when there is one (init_from, context)
     max_seq_len: int | None = None  # the longest row it accepts (None: any)
-    # () -> host weights replacing init's top-level entries of the same name (config.init_from); called
-    # only for a fresh start, so a resumed or evaluated run never reads the pretrained file.
-    pretrained: Callable[[], dict] | None = None
-    thought_slots: bool = False  # decodes K latent thought slots per token (eval.thoughts applies)
     # seq_len -> expected training FLOPs (forward + backward) of one row (t2mlr_jax.model.flops); None:
     # no accounting, so no train.flop_budget
     train_flops: Callable[[int], float] | None = None
@@ -196,16 +194,26 @@ class Architecture:
 
 
 def with_layers_apart(arch: Architecture) -> Architecture:
-    """`arch` with its blocks' weights held per layer (model.scan_layers=False): its table, fresh draws and
-    pretrained weights all take that form, so the optimizer, shardings and checkpoints follow unchanged."""
+    """`arch` with its blocks' weights held per layer (model.scan_layers=False): its table, and so its fresh
+    draws, take that form, so the optimizer, shardings and checkpoints follow unchanged."""
     if arch.backbone is None:
         raise ValueError(f"model.scan_layers=False: architecture {arch.name!r} has no transformer blocks")
-    load = arch.pretrained
-    return dataclasses.replace(
-        arch,
-        specs=layer_layout.per_layer(arch.specs),
-        pretrained=load and (lambda: layer_layout.per_layer(load())),
-    )
+    return dataclasses.replace(arch, specs=layer_layout.per_layer(arch.specs))
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What an architecture can do beyond the contract, declared where it registers, so that the trainer,
+    interop and generation read one record instead of naming architectures.
+
+    exportable     its params are exactly a transformer backbone's (with or without T²MLR's mixer), so
+                   interop reads its checkpoints as a model and writes them in PyTorch layouts
+    thought_slots  it decodes K latent thought slots per token, so eval.thoughts applies (its builder
+                   still checks the count against what was trained)
+    """
+
+    exportable: bool = False
+    thought_slots: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,14 +221,13 @@ class ArchitectureEntry:
     """A registered architecture: its builder and the name of its own config section (`section`, shared by
     aliases such as middle_looped, which reads `looped`). `identity`: which of the section's fields shape
     the saved state, so that a workdir trained with other values is refused: True (all), False (none: how
-    T²MLR is trained or decoded may change on resume) or a tuple of field names. `exportable`: a run's
-    parameters are exactly a transformer backbone's (with or without T²MLR's mixer), so interop reads its
-    checkpoints as a model and writes them in PyTorch layouts."""
+    T²MLR is trained or decoded may change on resume) or a tuple of field names. `capabilities`: what else
+    it can do."""
 
     build: Callable[[Experiment], Architecture]
     section: str | None = None
     identity: bool | tuple[str, ...] = True
-    exportable: bool = False
+    capabilities: Capabilities = Capabilities()
 
 
 ARCHITECTURES: Registry = Registry("architecture")
@@ -233,17 +240,17 @@ def register_architecture(
     settings: type | None = None,
     section: str | None = None,
     identity: bool | tuple[str, ...] = True,
-    exportable: bool = False,
+    capabilities: Capabilities = Capabilities(),
 ) -> None:
     """Register `build(experiment) -> Architecture` under `name`. `settings`, a frozen dataclass, becomes
     its config section (`section`, default `name`: experiment.<section> in the builder); an alias names
-    the section of one registered before it instead."""
+    the section of one registered before it instead. `capabilities`: what else it can do."""
     if settings is not None:
         section = section or name
         register_section(section, settings)
     elif section is not None:
         SECTIONS.get(section)  # an alias of a section nobody registered: one error now
-    ARCHITECTURES.register(name, ArchitectureEntry(build, section, identity, exportable))
+    ARCHITECTURES.register(name, ArchitectureEntry(build, section, identity, capabilities))
 
 
 def backbone_config(config: Experiment, *, recurrent: bool = True) -> ModelConfig:

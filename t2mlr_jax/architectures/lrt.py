@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from t2mlr_jax.architectures.contract import (
     Architecture,
+    Capabilities,
     Outputs,
     backbone_config,
     cached_generate,
@@ -203,7 +204,6 @@ def build_lrt(
         sample=(lambda seed, step: draw_at(draws, seed, step, weights)) if len(draws) > 1 else None,
         backbone=model,
         max_seq_len=model.max_seq_len,
-        thought_slots=thought_model,
         train_flops=lambda seq_len: sum(
             w * train_flops(cfg, seq_len, d, s.supervise == "all") for d, w in zip(draws, weights)
         ),
@@ -223,4 +223,5 @@ register_architecture(
     _build,
     settings=LRTSettings,
     identity=("feedback", "shared_projections", "thoughts"),
+    capabilities=Capabilities(thought_slots=True),  # build_lrt refuses eval.thoughts without a trained K > 0
 )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from t2mlr_jax.architectures.contract import Architecture, register_architecture
+from t2mlr_jax.architectures.contract import Architecture, Capabilities, register_architecture
 from t2mlr_jax.architectures.lrt import PASS_PROBS, PASSES, LRTSettings, build_lrt
 from t2mlr_jax.config.sections import Experiment
 
@@ -53,4 +53,10 @@ def _build(config: Experiment) -> Architecture:
     return build_lrt(config, "ponderlm2", fixed, section="ponderlm2", thought_model=True, embed_scale=scale)
 
 
-register_architecture("ponderlm2", _build, settings=PonderLM2Settings, identity=("thoughts", "embed_scale"))
+register_architecture(
+    "ponderlm2",
+    _build,
+    settings=PonderLM2Settings,
+    identity=("thoughts", "embed_scale"),
+    capabilities=Capabilities(thought_slots=True),
+)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
 from t2mlr_jax.architectures.contract import (
     Architecture,
+    Capabilities,
     Outputs,
     backbone_config,
     cached_generate,
@@ -34,6 +36,12 @@ from t2mlr_jax.model.recurrence import forward
 from t2mlr_jax.model.spec import count_specs, matched_width
 
 FORWARD_MODES = ("jacobi", "exact")
+
+
+class Depth(NamedTuple):
+    """A training step's static choice when t2mlr.d_forward_values samples it: the Jacobi depth D."""
+
+    d_forward: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,8 +85,9 @@ def backbone_architecture(name: str, model: ModelConfig, settings: T2MLRSettings
         # Without recurrence every mode is the same function; "jacobi" computes it in one parallel pass.
         mode = "jacobi" if model.recurrence is None else s.forward_mode if training else s.eval_mode
         bptt = (s.bptt or None) if training else None
+        d_forward = None if sample is None else sample.d_forward  # None: the model's D
         out = forward(
-            model, params, batch["tokens"], mode=mode, layout=layout_of(batch), bptt=bptt, d_forward=sample
+            model, params, batch["tokens"], mode=mode, layout=layout_of(batch), bptt=bptt, d_forward=d_forward
         )
         token_stats = {f"gate/{k}": v for k, v in out.gate_stats.items()}
         if adaptive and out.jacobi_passes is not None:
@@ -138,14 +147,14 @@ def _t2mlr(config: Experiment) -> Architecture:
     depths = depth_values(config)
     if depths is None:
         return arch
-    return dataclasses.replace(
-        arch, sample=lambda seed, step: draw_at(depths, seed, step), sample_name="d_forward"
-    )
+    return dataclasses.replace(arch, sample=lambda seed, step: Depth(draw_at(depths, seed, step)))
 
 
 def _transformer(config: Experiment) -> Architecture:
     return backbone_architecture("transformer", baseline_backbone(config, param_specs), None)
 
 
-register_architecture("t2mlr", _t2mlr, settings=T2MLRSettings, identity=False, exportable=True)
-register_architecture("transformer", _transformer, exportable=True)
+register_architecture(
+    "t2mlr", _t2mlr, settings=T2MLRSettings, identity=False, capabilities=Capabilities(exportable=True)
+)
+register_architecture("transformer", _transformer, capabilities=Capabilities(exportable=True))

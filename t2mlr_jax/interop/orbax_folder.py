@@ -130,7 +130,7 @@ def _training_meta(folder: Path) -> dict:
             "for one step (it saves a new checkpoint) and read that one"
         )
     if not _exportable(meta["arch"]) or meta.get("model_config") is None:
-        readable = [name for name, entry in ARCHITECTURES.items() if entry.exportable]
+        readable = [name for name, entry in ARCHITECTURES.items() if entry.capabilities.exportable]
         raise ValueError(
             f"{folder}: a checkpoint of the {meta['arch']!r} architecture, whose parameters are more than a "
             f"transformer backbone; only {' and '.join(sorted(readable))} runs can be read as a model"
@@ -139,8 +139,8 @@ def _training_meta(folder: Path) -> dict:
 
 
 def _exportable(arch: str) -> bool:
-    """Whether runs of `arch` hold exactly a backbone's parameters (its registration says so)."""
-    return arch in ARCHITECTURES and ARCHITECTURES.get(arch).exportable
+    """Whether runs of `arch` hold exactly a backbone's parameters (its registered capabilities say so)."""
+    return arch in ARCHITECTURES and ARCHITECTURES.get(arch).capabilities.exportable
 
 
 def _sub_runs(path: Path) -> list[str]:

@@ -39,10 +39,9 @@ from t2mlr_jax.parallel.placement import batch_sharding, param_shardings, place,
 from t2mlr_jax.storage import checkpoint as ckpt
 from t2mlr_jax.storage.workdir import CHECKPOINTS, SUMMARY, log_session, saved_steps
 from t2mlr_jax.storage.workdir_lock import workdir_lock
-from t2mlr_jax.train import startup
+from t2mlr_jax.train import init_from, startup
 from t2mlr_jax.train.data_source import DataSource, check_fits, check_generation
 from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step, sampling_settings
-from t2mlr_jax.train.init_from import architecture
 from t2mlr_jax.train.metrics_log import MetricsLog, json_safe
 from t2mlr_jax.train.optimizer import OPTIMIZERS, make_optimizer, make_schedule
 from t2mlr_jax.train.train_step import MODEL_INPUTS, TrainState, compile_step, init_state, model_inputs
@@ -57,7 +56,9 @@ class Run:
         if config.train.epochs:
             self.config = config = _steps_for_epochs(config, data.train_examples)
         OPTIMIZERS.get(config.optimizer.name)  # an unknown optimizer: one error before anything is built
-        self.arch: Architecture = architecture(config, arch_name)
+        self.arch: Architecture = init_from.architecture(config, arch_name)
+        # config.init_from's checkpoint, checked now; its weights are read only when a fresh state is made
+        self.start_weights = init_from.start_weights(config, self.arch)
         self.flops_per_step = None
         if self.arch.train_flops is not None:
             self.flops_per_step = config.train.batch_size * self.arch.train_flops(config.data.seq_len)
@@ -131,7 +132,7 @@ class Run:
 
     def fresh_state(self) -> TrainState:
         """A new state, initialised in place (already sharded), from config.init_from's weights if set."""
-        loaded = self.arch.pretrained and place(self.arch.pretrained(), self.state_shardings.params)
+        loaded = self.start_weights and place(self.start_weights(), self.state_shardings.params)
         init = jax.jit(self._init_state, out_shardings=self.state_shardings, donate_argnums=0)
         return init.lower(loaded).compile(once_options(jax.default_backend()))(loaded)
 
@@ -349,12 +350,7 @@ def _train(run: Run, lead: bool) -> dict:
     def step_fn(step: int, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         sample = sample_at(step)
         state, metrics = compiled_step(sample)(state, batch)
-        if sample is None:
-            return state, metrics
-        return state, {
-            **metrics,
-            **(sample._asdict() if hasattr(sample, "_asdict") else {run.arch.sample_name: sample}),
-        }
+        return state, metrics if sample is None else {**metrics, **sample._asdict()}
 
     start_step = int(state.step)
     if start_step < t.steps:
@@ -473,7 +469,7 @@ def restore_state(run: Run) -> tuple[TrainState, int]:
             checkpointer.close()
         if restored is not None:
             return restored.state, restored.step
-    if run.arch.pretrained is None:
+    if run.start_weights is None:
         raise NoCheckpointError(
             f"no loadable checkpoint in {run.workdir / 'checkpoints'} and no config.init_from (see the "
             "warnings above for why each failed)"

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures import lrt, lrt_forward, thought_slots
+from t2mlr_jax.architectures import ARCHITECTURES, lrt, lrt_forward, thought_slots
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
@@ -365,7 +365,8 @@ def test_the_ponderlm2_builder_fixes_its_settings(stub):
     ponderlm2.thoughts, exact evaluation at the largest K; ponderlm2.embed_scale scales the vocabulary
     embeddings by sqrt(2.5 H) in training and decoding alike."""
     model = _built("ponderlm2", thoughts=(2,))
-    assert model.name == "ponderlm2" and model.thought_slots and "lrt" not in model.specs
+    assert model.name == "ponderlm2" and "lrt" not in model.specs
+    assert ARCHITECTURES.get("ponderlm2").capabilities.thought_slots
     shapes = lambda specs: jax.tree.map(lambda spec: spec.shape, specs, is_leaf=lambda x: hasattr(x, "shape"))
     assert shapes(model.specs) == shapes(_built("transformer").specs)  # the plain backbone's, nothing more
     _apply(model, draw=model.sample(0, 1))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.architectures.depth_sampling import depth_values, draw_at
+from t2mlr_jax.architectures.t2mlr import Depth
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.parallel.multihost import global_batch
 from t2mlr_jax.parallel.placement import batch_sharding
@@ -85,7 +86,7 @@ def test_each_step_is_the_fixed_depth_step_it_logs(tmp_path):
                     mesh=run.mesh,
                     state_sharding=run.state_shardings,
                     batch_sharding=batch_sharding(run.mesh),
-                    sample=depth,
+                    sample=Depth(depth),
                 ),
             )
             state, metrics = steps[depth](state, global_batch(model_inputs(next(iterator)), run.mesh))

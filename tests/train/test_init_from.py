@@ -13,6 +13,7 @@ from t2mlr_jax.architectures.contract import backbone_config
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop import save_params
+from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.train import init_from
 from t2mlr_jax.train.trainer import Run, train
@@ -48,11 +49,24 @@ def test_a_t2mlr_checkpoint_starts_a_run_with_its_mixer(tmp_path, checkpoint):
     assert jax.tree.all(jax.tree.map(np.array_equal, jax.device_get(state.params), params))
 
 
+def test_a_run_with_layers_apart_gets_the_checkpoint_per_layer(checkpoint):
+    path, params = checkpoint
+    config = _config(path)
+    config.model.scan_layers = False
+    config = resolve(config)
+    loaded = init_from.start_weights(config, init_from.architecture(config))()
+    expected = layer_layout.per_layer(params)
+    assert jax.tree.structure(loaded) == jax.tree.structure(expected)
+    assert jax.tree.all(jax.tree.map(np.array_equal, loaded, expected))
+
+
 def test_another_recurrence_is_one_clear_error(checkpoint):
     config = _config(checkpoint[0])
     config.model.recurrence.l_start = 0
+    config = resolve(config)
+    arch = init_from.architecture(config)  # builds: the checkpoint is checked with the run's start weights
     with pytest.raises(ValueError, match=r"1 differing fields: recurrence.l_start: 1 \(checkpoint\) vs 0"):
-        init_from.architecture(resolve(config))
+        init_from.start_weights(config, arch)
 
 
 @pytest.mark.slow
@@ -89,9 +103,10 @@ def test_a_finetuning_config_refuses_an_empty_init_from_and_takes_random_said_so
     with pytest.raises(ValueError, match="init_from is required .* or --config.init_from=random to train"):
         init_from.architecture(resolve(gsm8k))
     gsm8k.init_from = "random"
+    typed = resolve(gsm8k)
     with caplog.at_level(logging.WARNING):
-        arch = init_from.architecture(resolve(gsm8k))
-    assert arch.pretrained is None
+        arch = init_from.architecture(typed)
+    assert init_from.start_weights(typed, arch) is None
     assert (
         "init_from=random: transformer starts from random weights, not from the pretrained model"
         in caplog.text
@@ -99,4 +114,5 @@ def test_a_finetuning_config_refuses_an_empty_init_from_and_takes_random_said_so
     pretraining = config_module(os.path.join(CONFIGS, "smollm135m_t2mlr.py")).get_config("baseline")
     for value in ("", "random"):  # random weights either way; nothing to load, so param_match may widen
         pretraining.init_from = value
-        assert init_from.architecture(resolve(pretraining)).pretrained is None
+        typed = resolve(pretraining)
+        assert init_from.start_weights(typed, init_from.architecture(typed)) is None

@@ -107,7 +107,8 @@ def _bad(config, case):
 )
 def test_bad_init_from_is_one_clear_error_before_compiling(loaded_once, caplog, case, error, message):
     with jax.log_compiles(), caplog.at_level(logging.DEBUG), pytest.raises(error, match=re.escape(message)):
-        init_from.architecture(resolve(_bad(cpu_config(), case)))
+        config = resolve(_bad(cpu_config(), case))
+        init_from.start_weights(config, init_from.architecture(config))
     assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
 
 

@@ -1,7 +1,8 @@
 """The house takes a new variant without edits elsewhere: a toy architecture, defined and registered only
 here (its own typed config section, whose typos and wrong values are one clear error; an extra parameter
 with a spec, an aux loss, non-gradient state), trains two steps through the trainer, checkpoints, resumes
-to the uninterrupted run (fp32 round-off), and generates with the backbone's KV cache."""
+to the uninterrupted run (fp32 round-off), and generates with the backbone's KV cache; what else it can do
+(eval.thoughts, being read as a model by interop) is read off the `Capabilities` it registers with."""
 
 import dataclasses
 import json
@@ -11,15 +12,24 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures import ARCHITECTURES, Architecture, build_architecture, register_architecture
+from t2mlr_jax.architectures import (
+    ARCHITECTURES,
+    Architecture,
+    Capabilities,
+    build_architecture,
+    register_architecture,
+)
 from t2mlr_jax.architectures.contract import Outputs, backbone_config, layout_of
 from t2mlr_jax.architectures.recompute import greedy_by_recompute
 from t2mlr_jax.config import SECTIONS, from_config_dict, to_dict
+from t2mlr_jax.config.convert import model_to_dict
 from t2mlr_jax.experiment import resolve
+from t2mlr_jax.interop.orbax_folder import load_config
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import ParamSpec
+from t2mlr_jax.storage import checkpoint as ckpt
 from t2mlr_jax.train.trainer import Run, restore_state, train
 from tests.tiny import tiny_experiment
 from tests.train.tiny_task import tiny_batch, tiny_source
@@ -142,3 +152,42 @@ def test_its_settings_are_typed_and_checked_before_anything_is_built(toy):
 def test_an_unknown_architecture_lists_the_registered_ones(toy):
     with pytest.raises(ValueError, match=r"unknown architecture 'toy2'; registered: .*lstm.*t2mlr.*toy"):
         build_architecture(resolve(toy(2)), "toy2")
+
+
+@pytest.fixture
+def capable_toy(toy):
+    """The toy again, declaring both capabilities where it registers (and nothing else about them)."""
+    capabilities = Capabilities(exportable=True, thought_slots=True)
+    register_architecture("capable_toy", _toy, section="toy", capabilities=capabilities)
+    yield
+    ARCHITECTURES.unregister("capable_toy")
+
+
+def test_eval_thoughts_need_the_thought_slots_capability(toy, capable_toy):
+    config = toy(2)
+    config.eval.thoughts = 1
+    config = resolve(config)
+    build_architecture(config, "capable_toy")
+    with pytest.raises(
+        ValueError,
+        match=r"^eval.thoughts=1: architecture 'toy' has no latent thought slots \(those with them: "
+        r"capable_toy, lrt, ponderlm2\)$",
+    ):
+        build_architecture(config, "toy")
+
+
+def test_interop_reads_the_runs_of_an_exportable_architecture_only(toy, capable_toy, tmp_path, monkeypatch):
+    model = backbone_config(resolve(toy(2)), recurrent=False)
+    step = tmp_path / "checkpoints" / "2"  # a training step folder whose meta record names `arch`
+    for item in ("state", "meta"):
+        (step / item).mkdir(parents=True)
+
+    def meta(arch: str):
+        record = {"arch": arch, "model_config": model_to_dict(model)}
+        monkeypatch.setattr(ckpt, "read_folder_metadata", lambda folder, name: record)
+
+    meta("capable_toy")
+    assert load_config(step) == model
+    meta("toy")
+    with pytest.raises(ValueError, match=r"only capable_toy and t2mlr and transformer runs can be read"):
+        load_config(step)
