@@ -1,0 +1,272 @@
+#!/usr/bin/env python
+"""Makes tests/interop/fixtures/lrt_release_vanilla/: a tiny random model built, saved and run by the Latent
+Recurrent Transformer release's OWN code (OoDBag/Latent_recurrent_transformer, a nanochat fork, imported
+from --release_src, never copied), so that our importer can be checked against it without the checkout.
+
+The model is the release's vanilla (non-recurrent baseline) GPT, use_interleaved=False:
+  GPTConfig(sequence_len=16, vocab_size=100, n_layer=4, n_head=4, n_kv_head=2, n_embd=64,
+            window_pattern="SL", use_value_embeds=True, ve_every_layer=False, use_x0_residual=True,
+            use_resid_lambdas=True, ve_gate_channels=32, use_interleaved=False)
+built as the release builds it (torch.manual_seed(0); GPT(config); model.init_weights(); fp32 on CPU; the
+release pads wte / lm_head / value_embeds to 128 rows). Then every parameter, padded rows included, is
+redrawn at random (same seeded stream) so that nothing is zero or identity: wte N(0, 1); c_q, c_k, c_v,
+attn and mlp c_proj, c_fc, value_embeds, lm_head N(0, 0.2); ve_gate N(0, 0.5); resid_lambdas
+1 + N(0, 0.1); x0_lambdas 0.2 + N(0, 0.1). It is saved with the release's
+nanochat.checkpoint_manager.save_checkpoint into <out>/model/ (model_000000.pt, the state dict;
+meta_000000.json, {"model_config": asdict(config), "step": 0, "release_commit": the checkout's HEAD}).
+<out>/release.npz holds, for tokens = np.random.default_rng(0).integers(0, 100, (2, 12)):
+  tokens        int64 [2, 12]
+  logits        model(tokens), the release's forward (softcap 15, padding sliced off): [2, 12, 100] float32
+  loss          the release's loss model(tokens[:, :-1], targets=tokens[:, 1:])[0] (mean cross-entropy
+                of a forward on the first 11 tokens; both slices made contiguous, as the release's
+                dataloader gives them, since its loss calls targets.view(-1)), a float32 scalar
+  grad:<key>    that loss's gradient for every parameter, by its key in the saved state dict (float32)
+  decode        cached decoding with the release's nanochat.engine.KVCache (batch 2, n_kv_head heads,
+                seq_len 16, head_dim 16, 4 layers, fp32), called as its Engine calls model.forward:
+                one prefill call on tokens 0..3, then tokens 4..11 one per call (teacher forcing); the
+                logits of every call, [2, 4 + 8, 100] float32
+What the release's forward does that an importer must match: rotary cos/sin are rounded to bfloat16 (the
+forward asserts it) and multiply fp32 q / k; QK RMSNorm after rotary; a window "S" is (sequence_len // 2,
+0) = 8 LEFT keys plus the query's own (9 in all), "L" is 16, and the last layer is always "L" (here
+[(8, 0), (16, 0), (8, 0), (16, 0)]); value embeddings and their gates sit on layers 1 and 3 (the last
+layer and every other one below it), the gate 2 * sigmoid of the first 32 channels; logits are sliced
+to the 100 real rows before the softcap. The grads of the padded rows (100..127) of wte / value_embeds /
+lm_head are zero, as are those of the table rows of tokens absent from `tokens`.
+Before it returns, the saved checkpoint is loaded back the way the release's checkpoint_manager.build_model
+loads one (load_checkpoint; GPT on the meta device, to_empty, init_weights for the rotary tables,
+load_state_dict strict, assign) and its logits must equal `logits` exactly.
+
+  PYTHONPATH=/tmp/relpkgs python -m experiments.make_nanochat_fixture --release_src=/tmp/lrt_rel
+
+(run from the repo root; the fixture was made so from the checkout at commit e0d0f6e, torch 2.13 CPU.)
+
+What it takes to run the release here, and nothing more: the release's Python needs torch, numpy,
+filelock and tokenizers, and rustbpe + tiktoken, which are installed only because
+nanochat.checkpoint_manager imports nanochat.tokenizer at module level (no tokenizer is used):
+`pip install --target /tmp/relpkgs rustbpe tiktoken`, then put that folder on PYTHONPATH (or pass a
+--release_python that has them). --release_src is put at the front of sys.path by this script. Flash
+Attention 3 is not installed: the release's own nanochat/flash_attention.py falls back to PyTorch SDPA
+when CUDA is absent, and that SDPA path (with its sliding-window masks) is what made these outputs. The
+script re-runs itself under --release_python and imports nothing of ours there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CONFIG = dict(
+    sequence_len=16,
+    vocab_size=100,
+    n_layer=4,
+    n_head=4,
+    n_kv_head=2,
+    n_embd=64,
+    window_pattern="SL",
+    use_value_embeds=True,
+    ve_every_layer=False,
+    use_x0_residual=True,
+    use_resid_lambdas=True,
+    ve_gate_channels=32,
+    use_interleaved=False,
+)
+TOKENS = (2, 12)  # rows x tokens
+PREFILL = 4  # decode: tokens 0..3 in one cached call, then one token per call
+SEED = 0
+RELEASE_ENTRY = "nanochat/gpt.py"  # what marks a checkout of the release
+
+
+def check_release(src: str, python: str) -> None:
+    """A checkout of the release and an executable Python to run it, else one ValueError line."""
+    if not Path(src).is_dir():
+        raise ValueError(f"--release_src {src}: no such directory")
+    if not (Path(src) / RELEASE_ENTRY).is_file():
+        raise ValueError(
+            f"--release_src {src} is not a checkout of OoDBag/Latent_recurrent_transformer "
+            f"(no {RELEASE_ENTRY})"
+        )
+    if not os.access(python, os.X_OK) or Path(python).is_dir():
+        raise ValueError(f"--release_python {python} is not an executable")
+
+
+def import_release(src: str):
+    """The release's modules (gpt, checkpoint_manager, engine), imported from the checkout at `src`."""
+    sys.path.insert(0, str(Path(src).resolve()))
+    try:
+        from nanochat import checkpoint_manager, engine, gpt
+    except ModuleNotFoundError as e:
+        if e.name in ("rustbpe", "tiktoken"):
+            raise SystemExit(
+                f"the release's nanochat.tokenizer imports {e.name}: `pip install --target /tmp/relpkgs "
+                "rustbpe tiktoken` and run with PYTHONPATH=/tmp/relpkgs"
+            ) from e
+        raise
+    return gpt, checkpoint_manager, engine
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__spec__.name}",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--release_src", required=True, help="a checkout of OoDBag/Latent_recurrent_transformer"
+    )
+    parser.add_argument(
+        "--release_python",
+        default=sys.executable,
+        help="a Python with torch, filelock, tokenizers, rustbpe and tiktoken to run the release "
+        "(default: this one; PYTHONPATH is passed on)",
+    )
+    parser.add_argument(
+        "--out",
+        default=str(ROOT / "tests/interop/fixtures/lrt_release_vanilla"),
+        help="the fixture folder (default tests/interop/fixtures/lrt_release_vanilla)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        check_release(args.release_src, args.release_python)
+    except ValueError as e:
+        parser.error(str(e))
+    return args
+
+
+def redraw(model) -> None:
+    """Every parameter drawn anew from the global (seeded) stream, padded rows included (see above)."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name == "transformer.wte.weight":
+                p.copy_(torch.randn_like(p))
+            elif name == "resid_lambdas":
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+            elif name == "x0_lambdas":
+                p.copy_(0.2 + 0.1 * torch.randn_like(p))
+            elif name.endswith("attn.ve_gate.weight"):
+                p.copy_(0.5 * torch.randn_like(p))
+            elif name == "lm_head.weight" or name.startswith(("transformer.h.", "value_embeds.")):
+                p.copy_(0.2 * torch.randn_like(p))
+            else:
+                raise AssertionError(f"no draw for parameter {name}")
+            assert (p != 0).all(), name
+
+
+def build(gpt):
+    """The release's vanilla GPT at CONFIG, built as it builds one, then redrawn."""
+    import torch
+
+    torch.manual_seed(SEED)
+    config = gpt.GPTConfig(**CONFIG)
+    model = gpt.GPT(config)
+    model.init_weights()
+    redraw(model)
+    return model, config
+
+
+def logits_of(model, tokens):
+    import torch
+
+    with torch.no_grad():
+        return model(tokens)
+
+
+def decode(model, config, engine, tokens):
+    """Logits of the release's cached decoding: a prefill of PREFILL tokens, then one token per call."""
+    import torch
+
+    cache = engine.KVCache(
+        batch_size=tokens.size(0),
+        num_heads=config.n_kv_head,
+        seq_len=config.sequence_len,
+        head_dim=config.n_embd // config.n_head,
+        num_layers=config.n_layer,
+        device=tokens.device,
+        dtype=torch.float32,
+    )
+    with torch.inference_mode():  # as Engine.generate
+        out = [model.forward(tokens[:, :PREFILL], kv_cache=cache)]
+        for t in range(PREFILL, tokens.size(1)):
+            out.append(model.forward(tokens[:, t : t + 1], kv_cache=cache))
+    assert cache.get_pos() == tokens.size(1)
+    return torch.cat(out, dim=1)
+
+
+def release_outputs(model, config, engine, tokens) -> dict:
+    """The arrays of release.npz (see above) for `tokens`."""
+    arrays = {"tokens": tokens.numpy(), "logits": logits_of(model, tokens).numpy()}
+    model.zero_grad(set_to_none=True)
+    # contiguous, as the release's dataloader gives them: its loss reads targets.view(-1)
+    loss = model(tokens[:, :-1].contiguous(), targets=tokens[:, 1:].contiguous())[0]
+    loss.backward()
+    arrays["loss"] = loss.detach().numpy()
+    arrays |= {f"grad:{name}": p.grad.numpy() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    arrays["decode"] = decode(model, config, engine, tokens).numpy()
+    return arrays
+
+
+def reload(gpt, checkpoint_manager, checkpoint_dir: Path):
+    """The saved model loaded back as the release's build_model loads one, less its tokenizer."""
+    import torch
+
+    model_data, _, meta = checkpoint_manager.load_checkpoint(str(checkpoint_dir), 0, torch.device("cpu"))
+    with torch.device("meta"):
+        model = gpt.GPT(gpt.GPTConfig(**meta["model_config"]))
+    model.to_empty(device="cpu")
+    model.init_weights()  # the rotary tables (non-persistent buffers)
+    model.load_state_dict(model_data, strict=True, assign=True)
+    return model.eval()
+
+
+def make(out: Path, src: str) -> None:
+    import numpy as np
+    import torch
+
+    gpt, checkpoint_manager, engine = import_release(src)
+    commit = subprocess.run(
+        ["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    model, config = build(gpt)
+    checkpoint_manager.save_checkpoint(
+        str(out / "model"),
+        step=0,
+        model_data=model.state_dict(),
+        optimizer_data=None,
+        meta_data={"model_config": dataclasses.asdict(config), "step": 0, "release_commit": commit},
+    )
+    tokens = torch.from_numpy(np.random.default_rng(SEED).integers(0, CONFIG["vocab_size"], TOKENS))
+    arrays = release_outputs(model, config, engine, tokens)
+    np.savez_compressed(out / "release.npz", **arrays)
+
+    reloaded = reload(gpt, checkpoint_manager, out / "model")
+    assert torch.equal(logits_of(reloaded, tokens), torch.from_numpy(arrays["logits"])), "reload differs"
+    for key, value in model.state_dict().items():
+        print(f"  {key:40s} {tuple(value.shape)} {value.dtype}")
+    print(f"  window sizes {model.window_sizes}; rotary tables {model.cos.dtype} {tuple(model.cos.shape)}")
+    gap = np.abs(arrays["decode"] - arrays["logits"]).max()
+    print(
+        f"wrote {out}/model and {out}/release.npz (release {commit[:7]}, loss {arrays['loss']:.6f}, "
+        f"{len(model.state_dict())} tensors, max |decode - logits| {gap:.2e}; reload's logits equal)"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if Path(sys.executable).absolute() != Path(args.release_python).absolute():
+        os.execv(args.release_python, [args.release_python, "-m", __spec__.name, *argv])
+    logging.disable(logging.INFO)  # the release logs every save at INFO
+    make(Path(args.out), args.release_src)
+
+
+if __name__ == "__main__":
+    main()
