@@ -1,4 +1,5 @@
-"""Checkpoint interop: HF Llama folders, GGUF, the authors' PyTorch T²MLR layout, and our orbax checkpoints.
+"""Checkpoint interop: HF Llama folders, GGUF, the authors' PyTorch T²MLR layout, nanochat checkpoints
+(karpathy/nanochat, the LRT release) and our orbax checkpoints.
 
     # a .gguf file, or an HF / t2mlr-torch / orbax folder
     cfg, params = load_pretrained("SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -20,6 +21,8 @@ _EXPORTS = {
     "save_hf": "hf",
     "load_t2mlr_torch": "t2mlr_torch",
     "save_t2mlr_torch": "t2mlr_torch",
+    "load_nanochat": "nanochat",
+    "save_nanochat": "nanochat",
     "load_gguf": "gguf",
     "open_gguf": "gguf",
     "gguf_metadata": "gguf",

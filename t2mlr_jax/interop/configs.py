@@ -69,7 +69,7 @@ HF_MODELS = {
 BLOCK_FIELDS = ("norm_weights", "embed_norm", "qk_norm", "window_pattern", "sliding_window",
                 "last_layer_full", "attn_softcap", "logit_softcap", "mlp", "resid_scalars", "value_embeds",
                 "norm_offset", "embed_scale", "sandwich_norms", "query_pre_attn_scalar",
-                "rope_local_theta")  # fmt: skip
+                "rope_local_theta", "rope_table_dtype")  # fmt: skip
 
 
 def refuse(problems: list[str], what: str) -> None:

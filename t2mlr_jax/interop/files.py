@@ -147,7 +147,7 @@ def _check_safetensors(path: Path) -> None:
         raise ValueError(f"{path}: {problem}: header says {needed} bytes of tensor data, file has {found}")
 
 
-def _torch_state(path: Path, *, mmap: bool = False) -> Mapping:
+def torch_state(path: Path, *, mmap: bool = False) -> Mapping:
     """A .bin file's {name: tensor} dict, unpickled with weights_only=True so that a pickle holding anything
     else is refused, never run. With `mmap`, the tensors' data is not read."""
     import pickle
@@ -176,7 +176,7 @@ def _torch_state(path: Path, *, mmap: bool = False) -> Mapping:
 def _read_weights(path: Path) -> dict[str, np.ndarray]:
     if path.suffix == ".safetensors":
         return _read_safetensors(path)
-    return {key: torch_to_numpy(value) for key, value in _torch_state(path).items()}
+    return {key: torch_to_numpy(value) for key, value in torch_state(path).items()}
 
 
 def _weight_map(index: Path) -> dict[str, str]:
@@ -212,7 +212,7 @@ def check_weight_files(folder: Path | str) -> None:
         if path.suffix == ".safetensors":
             _check_safetensors(path)
         else:  # torch can map only the zip format; older .bin files are read whole
-            _torch_state(path, mmap=zipfile.is_zipfile(path))
+            torch_state(path, mmap=zipfile.is_zipfile(path))
 
 
 def read_state_dict(folder: Path | str) -> dict[str, np.ndarray]:

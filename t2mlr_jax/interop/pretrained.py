@@ -11,9 +11,15 @@ import jax
 import jax.numpy as jnp
 
 from t2mlr_jax.interop.configs import BLOCK_FIELDS, model_config_from_hf
-from t2mlr_jax.interop.files import check_weight_files, one_line, read_json
+from t2mlr_jax.interop.files import check_weight_files, one_line, read_json, torch_state
 from t2mlr_jax.interop.gguf import gguf_model_config, load_gguf, open_gguf
 from t2mlr_jax.interop.hf import load_hf
+from t2mlr_jax.interop.nanochat import (
+    checkpoint_files,
+    is_nanochat_checkpoint,
+    load_nanochat,
+    nanochat_config,
+)
 from t2mlr_jax.interop.orbax_folder import is_orbax_checkpoint, load_config, load_params, stored_tokenizer
 from t2mlr_jax.interop.release_config import model_config_from_release
 from t2mlr_jax.interop.t2mlr_torch import is_t2mlr_folder, load_t2mlr_torch
@@ -39,7 +45,7 @@ IDENTITY_AT_INIT = tuple(name for name, mixer in MIXERS.items() if mixer.rezero)
 
 
 def checkpoint_format(path: Path | str) -> str:
-    """'gguf', 'orbax', 't2mlr-torch' or 'hf', recognised by the contents at `path`."""
+    """'gguf', 'orbax', 't2mlr-torch', 'nanochat' or 'hf', recognised by the contents at `path`."""
     path = Path(path)
     if path.is_file() and path.suffix == ".gguf":
         return "gguf"
@@ -47,17 +53,23 @@ def checkpoint_format(path: Path | str) -> str:
         return "orbax"
     if is_t2mlr_folder(path):
         return "t2mlr-torch"
+    if is_nanochat_checkpoint(path):
+        return "nanochat"
     if (path / "config.json").exists():
         return "hf"
-    raise ValueError(f"{path}: not a .gguf file, an orbax checkpoint, or a folder with a config.json")
+    raise ValueError(
+        f"{path}: not a .gguf file, an orbax checkpoint, a nanochat checkpoint (model_<step>.pt with its "
+        "meta_<step>.json) or a folder with a config.json"
+    )
 
 
 def load_pretrained(
     path_or_gguf: Path | str, *, param_dtype: str = "float32", progress: bool = False
 ) -> tuple[ModelConfig, dict]:
-    """(ModelConfig, params) from a .gguf file, an HF Llama folder, the authors' T²MLR folder or our orbax
-    checkpoint, recognised by their contents. `param_dtype` applies to the PyTorch and GGUF formats."""
-    load = {"gguf": load_gguf, "t2mlr-torch": load_t2mlr_torch, "hf": load_hf}.get(
+    """(ModelConfig, params) from a .gguf file, an HF Llama folder, the authors' T²MLR folder, a nanochat
+    checkpoint folder (karpathy/nanochat, the LRT release) or our orbax checkpoint, recognised by their
+    contents. `param_dtype` applies to the PyTorch and GGUF formats."""
+    load = {"gguf": load_gguf, "t2mlr-torch": load_t2mlr_torch, "nanochat": load_nanochat, "hf": load_hf}.get(
         checkpoint_format(path_or_gguf)
     )
     return (
@@ -77,6 +89,11 @@ def pretrained_config(path_or_gguf: Path | str, *, param_dtype: str = "float32")
         reader = open_gguf(path_or_gguf)
         with _naming(path_or_gguf):
             return gguf_model_config(reader, param_dtype=param_dtype)
+    if fmt == "nanochat":
+        model_file, meta = checkpoint_files(path_or_gguf)
+        torch_state(model_file, mmap=True)  # a file that would fail to load is refused now
+        with _naming(meta):
+            return nanochat_config(path_or_gguf, param_dtype=param_dtype)
     check_weight_files(path_or_gguf)
     config_file = Path(path_or_gguf) / "config.json"
     config = read_json(config_file)

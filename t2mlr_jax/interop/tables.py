@@ -117,17 +117,17 @@ def t2mlr_layout(cfg: ModelConfig) -> StateDictLayout:
     return _select("t2mlr-torch", cfg, rules, prefix="t2mlr_model.", wrapped_block=l_start)
 
 
-def _torch_shape(shape: tuple[int, ...], in_dims: int) -> tuple[int, ...]:
+def torch_shape(shape: tuple[int, ...], in_dims: int) -> tuple[int, ...]:
     return (math.prod(shape[in_dims:]), math.prod(shape[:in_dims])) if in_dims else shape
 
 
-def _to_torch(array: np.ndarray, in_dims: int) -> np.ndarray:
+def to_torch(array: np.ndarray, in_dims: int) -> np.ndarray:
     if not in_dims:
         return array
-    return np.ascontiguousarray(array.reshape(_torch_shape(array.shape, in_dims)[::-1]).T)
+    return np.ascontiguousarray(array.reshape(torch_shape(array.shape, in_dims)[::-1]).T)
 
 
-def _from_torch(weight: np.ndarray, shape: tuple[int, ...], in_dims: int) -> np.ndarray:
+def from_torch(weight: np.ndarray, shape: tuple[int, ...], in_dims: int) -> np.ndarray:
     return (weight.T if in_dims else weight).reshape(shape)
 
 
@@ -173,7 +173,7 @@ def to_state_dict(layout: StateDictLayout, params: dict, *, progress: bool = Fal
         list(_entries(layout)), desc=f"export {layout.name}", disable=not progress
     ):
         array = np.asarray(_lookup(params, rule.path))
-        state[key] = _to_torch(array if block is None else array[block], in_dims)
+        state[key] = to_torch(array if block is None else array[block], in_dims)
     return state
 
 
@@ -195,9 +195,9 @@ def from_state_dict(
             )
     problems += [f"unexpected key {k}" for k in sorted(extra)]
     problems += [
-        f"{key}: shape {tuple(state[key].shape)}, expected {_torch_shape(shape, in_dims)}"
+        f"{key}: shape {tuple(state[key].shape)}, expected {torch_shape(shape, in_dims)}"
         for key, _, _, shape, in_dims in entries
-        if key in state and tuple(state[key].shape) != _torch_shape(shape, in_dims)
+        if key in state and tuple(state[key].shape) != torch_shape(shape, in_dims)
     ]
     if problems:
         raise ValueError(
@@ -206,7 +206,7 @@ def from_state_dict(
         )
     arrays: dict[tuple[str, ...], list] = {rule.path: [] for rule in layout.rules}
     for key, rule, _, shape, in_dims in tqdm(entries, desc=f"import {layout.name}", disable=not progress):
-        arrays[rule.path].append(_from_torch(np.asarray(state[key]), shape, in_dims))
+        arrays[rule.path].append(from_torch(np.asarray(state[key]), shape, in_dims))
 
     def leaf(path, spec):
         path = tuple(k.key for k in path)

@@ -203,7 +203,7 @@ def _qk(cfg: ModelConfig, x, weight, positions, theta):
     theta = cfg.rope_theta if theta is None else theta
     if cfg.qk_norm == "before_rope":
         x = rms_norm(x, weight, cfg.norm_eps, cfg.norm_offset)
-    x = rope(x, positions, theta)
+    x = rope(x, positions, theta, cfg.rope_table_dtype)
     if cfg.qk_norm == "after_rope":
         x = rms_norm(x, weight, cfg.norm_eps, cfg.norm_offset)
     return x

@@ -108,6 +108,9 @@ class ModelConfig:
     head_dim: int
     mlp_dim: int
     rope_theta: float | None = 10_000.0  # None = no positional encoding (NoPE)
+    # The dtype the RoPE cos / sin tables are rounded to before they rotate: nanochat keeps them in bfloat16
+    # whatever the compute dtype (its release's numbers need it); float32 elsewhere.
+    rope_table_dtype: str = "float32"
     norm_eps: float = 1e-5
     tie_embeddings: bool = True
     init_std: float = 0.02
@@ -208,7 +211,7 @@ class ModelConfig:
                 f"rope_theta must be > 0 with an even head_dim, got {self.rope_theta}, "
                 f"head_dim {self.head_dim}"
             )
-        for name in ("dtype", "param_dtype"):
+        for name in ("dtype", "param_dtype", "rope_table_dtype"):
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"{name} must be one of {DTYPES}, got {getattr(self, name)!r}")
         if self.remat not in REMAT_POLICIES:
@@ -399,16 +402,21 @@ def s5_tiny(**changes) -> ModelConfig:
     ).replace(**changes)
 
 
+# torch.nn.functional.rms_norm's eps when none is given, float32's machine epsilon: nanochat's every norm.
+TORCH_RMS_NORM_EPS = 2.0**-23
+
+
 def nanochat(
     depth: int, *, seq_len: int = 2048, width: int | None = None, head_dim: int = 128, **changes
 ) -> ModelConfig:
     """nanochat's backbone at a depth as the LRT paper trains it: width 64 * depth in heads of 128 (as
     many kv heads), relu² MoE (8 routed experts of width 4d/3, top-2, one shared expert: the active MLP
-    width is nanochat's dense 4d), QK-norm after RoPE, weightless norms (also on the embedding), untied
-    head, logit softcap 15, per-layer resid / x0 scalars, value embeddings on alternating layers, windows
-    "SSSL" with S = half the context, nanochat's init. 16 layers: 0.80B parameters, 20 layers: 1.42B (the
-    paper reports 0.8B / 1.3B) with nanochat's 32,768-token vocabulary. `width` / `head_dim` shrink it
-    (CPU presets); the MLP widths follow the width."""
+    width is nanochat's dense 4d), QK-norm after RoPE (its tables in bfloat16, as nanochat keeps them),
+    weightless norms (also on the embedding) at torch's default eps, untied head, logit softcap 15,
+    per-layer resid / x0 scalars, value embeddings on alternating layers, windows "SSSL" with S = half
+    the context, nanochat's init. 16 layers: 0.80B parameters, 20 layers: 1.42B (the paper reports 0.8B /
+    1.3B) with nanochat's 32,768-token vocabulary. `width` / `head_dim` shrink it (CPU presets); the MLP
+    widths follow the width."""
     width = width or -(-64 * depth // head_dim) * head_dim
     return ModelConfig(
         vocab_size=32768,
@@ -419,7 +427,8 @@ def nanochat(
         head_dim=head_dim,
         mlp_dim=4 * width,
         rope_theta=10_000.0,
-        norm_eps=1e-6,
+        rope_table_dtype="bfloat16",
+        norm_eps=TORCH_RMS_NORM_EPS,
         tie_embeddings=False,
         max_seq_len=seq_len,
         dtype="bfloat16",

@@ -92,17 +92,21 @@ softmax.defvjp(_softmax_fwd, _softmax_bwd)
 
 
 def rope(
-    x: Float[Array, "B T N E"], positions: Int[Array, "B T"], theta: float | Float[Array, ""] | None
+    x: Float[Array, "B T N E"],
+    positions: Int[Array, "B T"],
+    theta: float | Float[Array, ""] | None,
+    table_dtype: str = "float32",
 ) -> Float[Array, "B T N E"]:
     """Rotary embedding in HF's rotate-half layout: pairs are (i, i + E/2). theta=None is NoPE; theta may
-    be a traced scalar (a per-layer base scanned with the blocks)."""
+    be a traced scalar (a per-layer base scanned with the blocks). The cos / sin tables are rounded to
+    `table_dtype` (nanochat's are bfloat16), the rotation computed in float32."""
     if theta is None:
         return x
     half = x.shape[-1] // 2
     inv_freq = 1.0 / (theta ** (jnp.arange(half, dtype=jnp.float32) / half))
     angles = positions.astype(jnp.float32)[..., None] * inv_freq  # B T E/2
-    cos = jnp.cos(angles)[:, :, None, :]
-    sin = jnp.sin(angles)[:, :, None, :]
+    table = lambda a: a.astype(table_dtype).astype(jnp.float32)[:, :, None, :]
+    cos, sin = table(jnp.cos(angles)), table(jnp.sin(angles))
     x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     return out.astype(x.dtype)

@@ -1,0 +1,278 @@
+"""nanochat's checkpoint format (karpathy/nanochat's checkpoint_manager, and the LRT release's fork of it)
+<-> our (ModelConfig, params).
+
+A checkpoint folder holds model_<step>.pt (the GPT's state dict, torch.save) and meta_<step>.json (its
+GPTConfig under "model_config", with whatever else the trainer recorded); the largest step is read. The
+GPT it describes is our `nanochat()` backbone with a dense relu² MLP:
+
+  transformer.wte.weight              embed_tokens   [V', D] (V' = V padded to a multiple of 64)
+  transformer.h.{i}.attn.c_q/c_k/c_v  q_proj, k_proj, v_proj (Linear weights, [out, in])
+  transformer.h.{i}.attn.c_proj       o_proj
+  transformer.h.{i}.attn.ve_gate      ve_gate, on the layers with value embeddings only (zeros elsewhere)
+  transformer.h.{i}.mlp.c_fc / c_proj up_proj, down_proj
+  value_embeds.{i}.weight             value_embeds[j] for the j-th layer with value embeddings [V', K*E]
+  lm_head.weight                      lm_head        [V', D]
+  resid_lambdas, x0_lambdas           the per-layer scalars
+
+nanochat rotates pairs (i, i + E/2) the other way round from HF's rotate-half (y1 = x1 cos + x2 sin). So
+that our RoPE computes its attention exactly, the second half of every query / key head is negated on the
+way in and out: QK-norm and q·k do not see the sign, and the rotation becomes HF's. The padding rows of
+the vocabulary tables are never read (ids < V, logits sliced to V); an export writes them as zeros.
+
+Not importable yet: the LRT release's interleaved feedback (`use_interleaved`), value embeddings on every
+layer (`ve_every_layer`), and one of the resid / x0 scalars without the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t2mlr_jax.interop.configs import refuse
+from t2mlr_jax.interop.files import (
+    check_export_target,
+    numpy_to_torch,
+    read_json,
+    torch_state,
+    torch_to_numpy,
+)
+from t2mlr_jax.interop.tables import check_params, from_torch, to_torch, torch_shape
+from t2mlr_jax.model.config import ModelConfig, nanochat
+from t2mlr_jax.model.params import param_specs
+from t2mlr_jax.model.spec import is_spec, spec_leaves
+
+MODEL_FILE = re.compile(r"model_(\d+)\.pt")
+PAD_VOCAB_TO = 64  # nanochat's GPT pads its vocabulary tables to a multiple of this
+ROTATED = ("q_proj", "k_proj")  # their heads' second halves change sign (module docstring)
+LAYER_KEYS = {  # ours under params["layers"] -> nanochat's key under transformer.h.{i}.
+    ("self_attn", "q_proj"): "attn.c_q.weight",
+    ("self_attn", "k_proj"): "attn.c_k.weight",
+    ("self_attn", "v_proj"): "attn.c_v.weight",
+    ("self_attn", "o_proj"): "attn.c_proj.weight",
+    ("mlp", "up_proj"): "mlp.c_fc.weight",
+    ("mlp", "down_proj"): "mlp.c_proj.weight",
+}
+VE_GATE = "attn.ve_gate.weight"
+
+
+def checkpoint_files(path: Path | str) -> tuple[Path, Path] | None:
+    """(model_<step>.pt, meta_<step>.json) of the folder's largest step, None if it holds no such pair."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    steps = sorted(int(m.group(1)) for p in path.iterdir() if (m := MODEL_FILE.fullmatch(p.name)))
+    for step in reversed(steps):
+        meta = path / f"meta_{step:06d}.json"
+        if meta.exists():
+            return path / f"model_{step:06d}.pt", meta
+    return None
+
+
+def is_nanochat_checkpoint(path: Path | str) -> bool:
+    return checkpoint_files(path) is not None
+
+
+def padded_vocab(vocab_size: int) -> int:
+    return -(-vocab_size // PAD_VOCAB_TO) * PAD_VOCAB_TO
+
+
+def model_config_from_nanochat(gpt: dict, *, param_dtype: str = "float32") -> ModelConfig:
+    """Our ModelConfig of a nanochat GPTConfig (as its meta.json records it); what we cannot compute exactly
+    is one error listing every such setting."""
+    gpt = {"window_pattern": "L", **gpt}  # checkpoint_manager's default for checkpoints from before windows
+    problems = []
+    if gpt.get("use_interleaved"):
+        problems.append("use_interleaved=True (the LRT release's interleaved feedback) is not importable yet")
+    if gpt.get("use_value_embeds", True) and gpt.get("ve_every_layer"):
+        problems.append("ve_every_layer=True: our value embeddings are on alternating layers only")
+    if gpt.get("use_resid_lambdas", True) != gpt.get("use_x0_residual", True):
+        problems.append("use_resid_lambdas and use_x0_residual differ: ours has both scalars or neither")
+    if gpt["n_embd"] % gpt["n_head"]:
+        problems.append(f"n_embd {gpt['n_embd']} is not a multiple of n_head {gpt['n_head']}")
+    refuse(problems, "this nanochat checkpoint")
+    width, seq_len = gpt["n_embd"], gpt["sequence_len"]
+    return nanochat(
+        gpt["n_layer"],
+        seq_len=seq_len,
+        width=width,
+        head_dim=width // gpt["n_head"],
+        vocab_size=gpt["vocab_size"],
+        num_kv_heads=gpt["n_kv_head"],
+        mlp="relu2",
+        mlp_dim=4 * width,
+        window_pattern=gpt["window_pattern"].upper(),
+        resid_scalars=gpt.get("use_resid_lambdas", True),
+        value_embeds=gpt.get("use_value_embeds", True),
+        gate_channels=gpt.get("ve_gate_channels", 32) or width,
+        dtype="float32",
+        param_dtype=param_dtype,
+    ).validate()
+
+
+def nanochat_gpt_config(cfg: ModelConfig) -> dict:
+    """The GPTConfig fields of our model, refused (every problem listed) unless nanochat's GPT computes it."""
+    gpt = {
+        "sequence_len": cfg.max_seq_len,
+        "vocab_size": cfg.vocab_size,
+        "n_layer": cfg.num_layers,
+        "n_head": cfg.num_heads,
+        "n_kv_head": cfg.num_kv_heads,
+        "n_embd": cfg.hidden_size,
+        "window_pattern": cfg.window_pattern,
+        "use_value_embeds": cfg.value_embeds,
+        "ve_every_layer": False,
+        "use_x0_residual": cfg.resid_scalars,
+        "use_resid_lambdas": cfg.resid_scalars,
+        "ve_gate_channels": cfg.gate_channels,
+        "use_interleaved": False,
+    }
+    expected = model_config_from_nanochat(gpt, param_dtype=cfg.param_dtype)
+    differ = [
+        f"{f.name}: {getattr(cfg, f.name)!r} (nanochat's: {getattr(expected, f.name)!r})"
+        for f in dataclasses.fields(ModelConfig)
+        if f.name not in ("dtype", "remat", "scan_layers", "attention_impl", "init_scheme", "init_std")
+        and getattr(cfg, f.name) != getattr(expected, f.name)
+    ]
+    refuse(differ, "a nanochat export (its GPT computes only its own backbone)")
+    return gpt
+
+
+def _rotated(array: np.ndarray) -> np.ndarray:
+    """Negate the second half of every head (the last axis): its own inverse (module docstring)."""
+    half = array.shape[-1] // 2
+    return np.concatenate([array[..., :half], -array[..., half:]], axis=-1)
+
+
+def _entries(cfg: ModelConfig):
+    """(nanochat key, our path, block or None, our shape for that key, Linear fan-in dims) of every tensor
+    of nanochat's state dict for this model but the padded vocabulary tables."""
+    specs = spec_leaves(param_specs(cfg))
+    for i in range(cfg.num_layers):
+        for path, key in LAYER_KEYS.items():
+            spec = specs[("layers", *path)]
+            yield f"transformer.h.{i}.{key}", ("layers", *path), i, spec.shape[1:], spec.in_dims
+    if cfg.value_embeds:
+        gate = specs[("layers", "self_attn", "ve_gate")]
+        for i in cfg.value_embed_layers:
+            yield f"transformer.h.{i}.{VE_GATE}", ("layers", "self_attn", "ve_gate"), i, gate.shape[1:], 1
+    if cfg.resid_scalars:
+        for name in ("resid_lambdas", "x0_lambdas"):
+            yield name, (name,), None, specs[(name,)].shape, 0
+
+
+def _vocab_tables(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """nanochat's padded vocabulary tables (keys and shapes): the embedding, the head and the value
+    embeddings, each [V', ...]."""
+    padded, kv = padded_vocab(cfg.vocab_size), cfg.num_kv_heads * cfg.head_dim
+    tables = {
+        "transformer.wte.weight": (padded, cfg.hidden_size),
+        "lm_head.weight": (padded, cfg.hidden_size),
+    }
+    return tables | {f"value_embeds.{i}.weight": (padded, kv) for i in cfg.value_embed_layers}
+
+
+def from_nanochat_state(cfg: ModelConfig, state: dict[str, np.ndarray]) -> dict:
+    """Our params of a nanochat GPT state dict (strict: every missing, unexpected or misshapen key is listed
+    in one error)."""
+    state = {key.removeprefix("_orig_mod."): value for key, value in state.items()}  # torch.compile's prefix
+    entries = list(_entries(cfg))
+    expected = _vocab_tables(cfg) | {
+        key: torch_shape(shape, in_dims) for key, _, _, shape, in_dims in entries
+    }
+    problems = [f"missing key {k}" for k in expected if k not in state]
+    problems += [f"unexpected key {k}" for k in sorted(set(state) - set(expected))]
+    problems += [
+        f"{k}: shape {tuple(state[k].shape)}, expected {shape}"
+        for k, shape in expected.items()
+        if k in state and tuple(state[k].shape) != shape
+    ]
+    refuse(problems, "this nanochat state dict")
+    v = cfg.vocab_size
+    params = jax.tree.map(lambda spec: np.zeros(spec.shape, np.float32), param_specs(cfg), is_leaf=is_spec)
+    for key, path, block, shape, in_dims in entries:
+        array = from_torch(np.asarray(state[key]), shape, in_dims)
+        array = _rotated(array) if path[-1] in ROTATED else array
+        target = _at(params, path[:-1])
+        if block is None:
+            target[path[-1]] = array
+        else:
+            target[path[-1]][block] = array
+    params["embed_tokens"] = state["transformer.wte.weight"][:v]
+    params["lm_head"] = state["lm_head.weight"][:v].T
+    for j, i in enumerate(cfg.value_embed_layers):
+        params["value_embeds"][j] = state[f"value_embeds.{i}.weight"][:v].reshape(
+            params["value_embeds"].shape[1:]
+        )
+    return jax.tree.map(lambda a: jnp.asarray(np.asarray(a).astype(cfg.param_dtype)), params)
+
+
+def to_nanochat_state(cfg: ModelConfig, params: dict) -> dict[str, np.ndarray]:
+    """nanochat's GPT state dict of our params (the vocabulary tables padded with zero rows)."""
+    check_params(cfg, params)
+    params = jax.tree.map(np.asarray, params)
+    padded = padded_vocab(cfg.vocab_size)
+    pad = lambda a: np.concatenate([a, np.zeros((padded - a.shape[0], *a.shape[1:]), a.dtype)])
+    state = {
+        "transformer.wte.weight": pad(params["embed_tokens"]),
+        "lm_head.weight": pad(params["lm_head"].T),
+    }
+    for key, path, block, _, in_dims in _entries(cfg):
+        array = _at(params, path) if block is None else _at(params, path)[block]
+        state[key] = to_torch(_rotated(array) if path[-1] in ROTATED else array, in_dims)
+    for j, i in enumerate(cfg.value_embed_layers):
+        state[f"value_embeds.{i}.weight"] = pad(params["value_embeds"][j].reshape(cfg.vocab_size, -1))
+    return state
+
+
+def _at(tree: dict, path: tuple[str, ...]):
+    for name in path:
+        tree = tree[name]
+    return tree
+
+
+def nanochat_config(path: Path | str, *, param_dtype: str = "float32") -> ModelConfig:
+    """The ModelConfig of the checkpoint folder's largest step, read without the weights."""
+    _, meta = checkpoint_files(path) or _no_checkpoint(path)
+    return model_config_from_nanochat(read_json(meta)["model_config"], param_dtype=param_dtype)
+
+
+def load_nanochat(
+    path: Path | str, *, param_dtype: str = "float32", progress: bool = False
+) -> tuple[ModelConfig, dict]:
+    model_file, _ = checkpoint_files(path) or _no_checkpoint(path)
+    cfg = nanochat_config(path, param_dtype=param_dtype)
+    state = {key: torch_to_numpy(value).astype(np.float32) for key, value in torch_state(model_file).items()}
+    return cfg, from_nanochat_state(cfg, state)
+
+
+def save_nanochat(
+    cfg: ModelConfig, params: dict, path: Path | str, *, step: int = 0, overwrite: bool = False, **meta
+) -> None:
+    """model_<step>.pt and meta_<step>.json as nanochat's checkpoint_manager writes them (its build_model
+    loads the folder); `meta` adds fields beside "model_config". Checked before anything is written."""
+    import torch
+
+    check_export_target(path, overwrite=overwrite)
+    gpt = nanochat_gpt_config(cfg)
+    state = {
+        key: numpy_to_torch(np.ascontiguousarray(value))
+        for key, value in to_nanochat_state(cfg, params).items()
+    }
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path / f"model_{step:06d}.pt")
+    (path / f"meta_{step:06d}.json").write_text(
+        json.dumps({"model_config": gpt, "step": step, **meta}, indent=2)
+    )
+
+
+def _no_checkpoint(path: Path | str):
+    raise ValueError(
+        f"{path}: not a nanochat checkpoint folder (no model_<step>.pt with its meta_<step>.json)"
+    )

@@ -1,0 +1,148 @@
+"""The LRT release's vanilla GPT (a nanochat fork, OoDBag/Latent_recurrent_transformer), number for number: a
+tiny random model its own code built, saved in its checkpoint format and ran
+(tests/interop/fixtures/lrt_release_vanilla/, made by experiments/make_nanochat_fixture.py) imports as our
+`nanochat()` backbone with its logits, loss, every gradient and its cached decode; the two settings it
+needs that our other models do not (nanochat's RoPE orientation and its bfloat16 rotary tables) are each
+shown to matter; a perturbed weight fails the check; and an export writes the release's format back."""
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from t2mlr_jax.interop import load_pretrained, save_nanochat
+from t2mlr_jax.interop.files import read_json, torch_state, torch_to_numpy
+from t2mlr_jax.interop.nanochat import (
+    from_nanochat_state,
+    model_config_from_nanochat,
+    nanochat_gpt_config,
+    padded_vocab,
+    to_nanochat_state,
+)
+from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
+from t2mlr_jax.model import backbone
+
+FIXTURE = Path(__file__).parent / "fixtures/lrt_release_vanilla"
+RELEASE = dict(np.load(FIXTURE / "release.npz"))
+META = read_json(FIXTURE / "model/meta_000000.json")
+STATE = {k: torch_to_numpy(v) for k, v in torch_state(FIXTURE / "model/model_000000.pt").items()}
+TOKENS = jnp.asarray(RELEASE["tokens"])
+PREFILL = 4  # the fixture's cached decode: 4 tokens at once, then one at a time
+
+
+def max_diff(a, b) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+
+
+@pytest.fixture(scope="module")
+def imported():
+    return load_pretrained(FIXTURE / "model")
+
+
+@jax.jit
+def loss_and_grads(params):
+    """The release's training loss on the fixture: mean next-token cross-entropy of its first 11 tokens."""
+    cfg = model_config_from_nanochat(META["model_config"])
+
+    def loss(params):
+        logits = backbone.forward(cfg, params, TOKENS[:, :-1])
+        return optax.softmax_cross_entropy_with_integer_labels(logits, TOKENS[:, 1:]).mean()
+
+    return jax.value_and_grad(loss)(params)
+
+
+def cached_logits(cfg, params, tokens):
+    """Logits of a KV-cached decode: PREFILL tokens in one call, then one token per call (teacher forced)."""
+    cache = backbone.init_cache(cfg, tokens.shape[0], tokens.shape[1])
+    logits = []
+    for start, end in [(0, PREFILL), *((t, t + 1) for t in range(PREFILL, tokens.shape[1]))]:
+        step = tokens[:, start:end]
+        out = backbone.run_blocks(
+            cfg,
+            params,
+            backbone.embed(cfg, params, step),
+            0,
+            cfg.num_layers,
+            positions=jnp.broadcast_to(jnp.arange(start, end), step.shape),
+            segment_ids=jnp.ones_like(step),
+            cache=cache,
+            tokens=step,
+        )
+        cache = backbone.advance(out.cache, end - start)
+        logits.append(backbone.head(cfg, params, out.h))
+    return jnp.concatenate(logits, axis=1)
+
+
+def test_the_release_checkpoint_reads_as_our_nanochat_backbone():
+    assert checkpoint_format(FIXTURE / "model") == "nanochat"
+    cfg = pretrained_config(FIXTURE / "model")  # what init_from checks, without the weights
+    gpt = META["model_config"]
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads) == (4, 64, 4, 2)
+    assert (cfg.mlp, cfg.mlp_dim, cfg.sliding_window, cfg.value_embed_layers) == ("relu2", 256, 8, (1, 3))
+    assert (cfg.rope_table_dtype, cfg.logit_softcap, cfg.norm_eps) == ("bfloat16", 15.0, 2.0**-23)
+    assert nanochat_gpt_config(cfg) == {k: v for k, v in gpt.items() if k in nanochat_gpt_config(cfg)}
+    with pytest.raises(ValueError, match="use_interleaved=True .* not importable yet"):
+        model_config_from_nanochat({**gpt, "use_interleaved": True})
+
+
+def test_logits_match_the_release(imported):
+    cfg, params = imported
+    assert max_diff(backbone.forward(cfg, params, TOKENS), RELEASE["logits"]) <= 1e-5
+
+
+def test_loss_and_every_gradient_match_the_release(imported):
+    _, params = imported
+    loss, grads = loss_and_grads(params)
+    assert abs(float(loss) - float(RELEASE["loss"])) <= 1e-5
+    ours = to_nanochat_state(imported[0], grads)  # the same map as the weights': the RoPE sign is linear
+    theirs = {key.split(":", 1)[1]: value for key, value in RELEASE.items() if key.startswith("grad:")}
+    assert sorted(ours) == sorted(theirs) == sorted(STATE)
+    for key, value in theirs.items():
+        assert max_diff(ours[key], value) <= 1e-4 * max(np.abs(value).max(), 1e-6), key
+
+
+@pytest.mark.slow
+def test_cached_decode_matches_the_releases(imported):
+    cfg, params = imported
+    assert max_diff(cached_logits(cfg, params, TOKENS), RELEASE["decode"]) <= 1e-5
+
+
+@pytest.mark.parametrize("change", ["perturbed weight", "rope unrotated", "float32 rope tables"])
+def test_each_part_of_the_mapping_is_what_matches(imported, change):
+    """The check can fail: a weight moved by 1e-2, the RoPE sign convention ignored, or float32 rotary
+    tables each move the logits far past the tolerance."""
+    cfg, params = imported
+    if change == "perturbed weight":
+        state = dict(STATE)
+        state["transformer.h.2.attn.c_k.weight"] = state["transformer.h.2.attn.c_k.weight"] + 1e-2
+        params = from_nanochat_state(cfg, state)
+    elif change == "rope unrotated":
+        attn = params["layers"]["self_attn"]
+        half = cfg.head_dim // 2
+        flip = lambda w: w.at[..., half:].multiply(-1)
+        params = {
+            **params,
+            "layers": {**params["layers"], "self_attn": {**attn, "q_proj": flip(attn["q_proj"])}},
+        }
+    else:
+        cfg = cfg.replace(rope_table_dtype="float32")
+    assert max_diff(backbone.forward(cfg, params, TOKENS), RELEASE["logits"]) > 1e-4
+
+
+def test_an_export_writes_the_releases_checkpoint_back(imported, tmp_path):
+    cfg, params = imported
+    save_nanochat(cfg, params, tmp_path / "back")
+    written = {k: torch_to_numpy(v) for k, v in torch_state(tmp_path / "back/model_000000.pt").items()}
+    assert sorted(written) == sorted(STATE)
+    v = cfg.vocab_size
+    for key, value in STATE.items():
+        if value.shape[0] == padded_vocab(v) and value.ndim == 2:  # a vocabulary table: real rows bitwise
+            assert np.array_equal(written[key][:v], value[:v]) and not written[key][v:].any(), key
+        else:
+            assert np.array_equal(written[key], value), key
+    meta = read_json(tmp_path / "back/meta_000000.json")["model_config"]
+    assert meta == {k: META["model_config"][k] for k in meta}
+    assert model_config_from_nanochat(meta) == cfg
