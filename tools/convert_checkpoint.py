@@ -1,9 +1,11 @@
 """Convert checkpoints between PyTorch formats and our orbax checkpoints.
 
 Directions:
-  hf | gguf | t2mlr-torch  ->  orbax     import (HF Llama folder, llama.cpp GGUF, the authors' T²MLR folder)
-  orbax  ->  hf | t2mlr-torch            export (HF: plain models, or a T²MLR backbone with
-                                         --drop-recurrence)
+  hf | gguf | t2mlr-torch | nanochat  ->  orbax     import (HF Llama folder, llama.cpp GGUF, the authors'
+                                                    T²MLR folder, a nanochat checkpoint folder: karpathy/
+                                                    nanochat or the LRT release's model_<step>.pt + meta)
+  orbax  ->  hf | t2mlr-torch | nanochat            export (HF: plain models, or a T²MLR backbone with
+                                                    --drop-recurrence; nanochat: its GPT's backbone only)
 
   python tools/convert_checkpoint.py --from gguf --to orbax \
       SmolLM2-135M-Instruct.Q4_1.gguf ckpt/smollm2 --verify
@@ -35,8 +37,8 @@ import json
 import sys
 from pathlib import Path
 
-IMPORTS = ("hf", "gguf", "t2mlr-torch")
-EXPORTS = ("hf", "t2mlr-torch")
+IMPORTS = ("hf", "gguf", "t2mlr-torch", "nanochat")
+EXPORTS = ("hf", "t2mlr-torch", "nanochat")
 
 
 def parse_args(argv):
@@ -106,7 +108,9 @@ def check_paths(args) -> None:
         raise ValueError(
             f"{args.source} is not a --from {args.source_format} checkpoint: it looks like --from {found}"
         )
-    pretrained_config(args.source)
+    cfg = pretrained_config(args.source)
+    if args.verify and args.seq_len > cfg.max_seq_len:
+        raise ValueError(f"--seq-len {args.seq_len} is longer than the model's context ({cfg.max_seq_len})")
     check_target = check_orbax_target if args.target_format == "orbax" else check_export_target
     check_target(args.target, overwrite=args.overwrite)
     if args.verify_text and not args.verify_text.is_file():
@@ -150,9 +154,9 @@ def verify_text_tokens(args, tokenizer):
 
 
 def check_exportable(args, cfg) -> None:
-    if args.target_format == "hf" and cfg.recurrence is not None and not args.drop_recurrence:
+    if args.target_format in ("hf", "nanochat") and cfg.recurrence is not None and not args.drop_recurrence:
         raise ValueError(
-            f"{args.source} is a T²MLR model and HF Llama cannot hold its recurrence: pass "
+            f"{args.source} is a T²MLR model and --to {args.target_format} cannot hold its recurrence: pass "
             "--drop-recurrence to export the backbone alone, or use --to t2mlr-torch"
         )
     if args.target_format == "t2mlr-torch" and cfg.recurrence is None:
@@ -167,15 +171,19 @@ def convert(args, tokenizer) -> tuple:
     from t2mlr_jax.interop import (
         load_gguf,
         load_hf,
+        load_nanochat,
         load_params,
         load_t2mlr_torch,
         save_hf,
+        save_nanochat,
         save_params,
         save_t2mlr_torch,
     )
 
     if args.target_format == "orbax":
-        load = {"hf": load_hf, "gguf": load_gguf, "t2mlr-torch": load_t2mlr_torch}[args.source_format]
+        load = {"hf": load_hf, "gguf": load_gguf, "t2mlr-torch": load_t2mlr_torch, "nanochat": load_nanochat}[
+            args.source_format
+        ]
         cfg, params = load(args.source, param_dtype=args.param_dtype, progress=True)
         recorded = None if tokenizer is None else str(Path(tokenizer.source).absolute())
         save_params(args.target, cfg, params, tokenizer=recorded, overwrite=args.overwrite)
@@ -192,6 +200,9 @@ def convert(args, tokenizer) -> tuple:
             progress=True,
             overwrite=args.overwrite,
         )
+    elif args.target_format == "nanochat":  # its tokenizer lives in nanochat's base dir, not the checkpoint
+        cfg, params = exported(args, cfg, params)
+        save_nanochat(cfg, params, args.target, overwrite=args.overwrite)
     else:
         save_t2mlr_torch(
             cfg, params, args.target, tokenizer=tokenizer, progress=True, overwrite=args.overwrite
@@ -200,8 +211,8 @@ def convert(args, tokenizer) -> tuple:
 
 
 def exported(args, cfg, params) -> tuple:
-    """The model the target holds: for --to hf, a T²MLR model's backbone."""
-    if args.target_format == "hf" and cfg.recurrence is not None:
+    """The model the target holds: for --to hf or nanochat, a T²MLR model's backbone."""
+    if args.target_format in ("hf", "nanochat") and cfg.recurrence is not None:
         return cfg.replace(recurrence=None), {k: v for k, v in params.items() if k != "mixer"}
     return cfg, params
 
@@ -254,7 +265,9 @@ def run(args) -> int:
     cfg, params = convert(args, tokenizer)
     print(f"wrote {args.target_format} checkpoint to {args.target}")
     exporting = args.target_format != "orbax"
-    if exporting and tokenizer is None:
+    if (
+        exporting and tokenizer is None and args.target_format != "nanochat"
+    ):  # nanochat's is not in its checkpoints
         print(
             f"warning: {args.target} has no tokenizer files ({args.source} records no tokenizer); "
             "convert again with --tokenizer PATH (a .gguf, tokenizer.json or its folder) to add them",

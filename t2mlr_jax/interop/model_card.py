@@ -11,7 +11,11 @@ import numpy as np
 from t2mlr_jax.interop.verify import report_sections
 from t2mlr_jax.model.config import ModelConfig
 
-LAYOUT_NAMES = {"hf": "HF Llama format", "t2mlr-torch": "the authors' PyTorch T²MLR layout"}
+LAYOUT_NAMES = {
+    "hf": "HF Llama format",
+    "t2mlr-torch": "the authors' PyTorch T²MLR layout",
+    "nanochat": "nanochat's checkpoint format (model_<step>.pt + meta_<step>.json)",
+}
 MODES = {"exact": "exact recurrence", "plain": "plain forward"}
 
 
@@ -33,7 +37,7 @@ def write_model_card(
     sections = [
         _summary(folder, cfg, layout, source, source_format, tokenizer),
         _architecture(cfg, num_params),
-        _recurrence(cfg, dropped=layout == "hf") if cfg.recurrence else "",
+        _recurrence(cfg, dropped=layout in ("hf", "nanochat")) if cfg.recurrence else "",
         _loading(folder, layout, tokenizer),
         _verification(report),
     ]
@@ -45,6 +49,10 @@ def _summary(
 ) -> str:
     if layout == "t2mlr-torch":
         what = "A T²MLR model (a Llama backbone with temporal latent recurrence)"
+    elif layout == "nanochat":
+        what = "A nanochat GPT" + (
+            " (the backbone of a T²MLR model, its recurrence dropped)" if cfg.recurrence else ""
+        )
     elif cfg.recurrence:
         what = "The transformer backbone of a T²MLR model (its recurrence dropped)"
     else:
@@ -116,6 +124,19 @@ def _loading(folder: Path, layout: str, tokenizer: str | None) -> str:
             f'model = T2MLRReference.from_pretrained("{folder}")',
             'logits = model(tokenizer("The capital of France is", return_tensors="pt").input_ids)',
         ]
+    elif layout == "nanochat":
+        intro = (
+            "With nanochat's own code (karpathy/nanochat or the LRT release: `checkpoint_manager.build_model`"
+            ", its tokenizer from nanochat's base dir), or t2mlr-jax's PyTorch reference:"
+        )
+        lines = [
+            "import torch",
+            "from t2mlr_jax.interop.nanochat_torch import NanochatReference",
+            "",
+            f'model = NanochatReference.from_checkpoint("{folder}")',
+            "logits = model(torch.tensor([[1, 2, 3]]))",
+        ]
+        tokenizer = "nanochat's"  # not part of its checkpoints: nothing missing
     else:
         intro = "With transformers (generation stops at the tokenizer's EOS):"
         lines = [

@@ -1,4 +1,4 @@
-"""Run a converted model on both sides (ours in JAX, the PyTorch one in transformers or the torch
+"""Run a converted model on both sides (ours in JAX, the PyTorch one in transformers or a torch
 reference) on the same token sequences and report the largest logit difference."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from jaxtyping import Float, Int
 from t2mlr_jax.model import backbone, recurrence
 from t2mlr_jax.model.config import ModelConfig
 
-TORCH_FORMATS = ("hf", "gguf", "t2mlr-torch")
+TORCH_FORMATS = ("hf", "gguf", "t2mlr-torch", "nanochat")
 
 
 def sample_tokens(vocab_size: int, num_sequences: int, seq_len: int, seed: int = 0) -> Int[np.ndarray, "B T"]:
@@ -28,8 +28,8 @@ def jax_logits(cfg: ModelConfig, params: dict, tokens: Int[np.ndarray, "B T"]) -
 
 
 def torch_model(fmt: str, path: Path | str) -> Callable[[Int[np.ndarray, "B T"]], Float[np.ndarray, "B T V"]]:
-    """The PyTorch side as tokens -> logits: transformers for HF folders and GGUF files, the reference for
-    T²MLR; loaded once for every token set compared."""
+    """The PyTorch side as tokens -> logits: transformers for HF folders and GGUF files, the references for
+    T²MLR and nanochat; loaded once for every token set compared."""
     import torch
 
     path = Path(path)
@@ -37,6 +37,10 @@ def torch_model(fmt: str, path: Path | str) -> Callable[[Int[np.ndarray, "B T"]]
         from t2mlr_jax.interop.torch_reference import T2MLRReference
 
         model = T2MLRReference.from_pretrained(path)
+    elif fmt == "nanochat":
+        from t2mlr_jax.interop.nanochat_torch import NanochatReference
+
+        model = NanochatReference.from_checkpoint(path)
     elif fmt in ("hf", "gguf"):
         from transformers import AutoModelForCausalLM
 
@@ -75,6 +79,11 @@ def compare(
     order alone moves them by ~5e-4."""
     if tokens.max() >= cfg.vocab_size:
         raise ValueError(f"token id {tokens.max()} is outside the model's vocabulary ({cfg.vocab_size})")
+    if tokens.shape[1] > cfg.max_seq_len:
+        raise ValueError(
+            f"sequences of {tokens.shape[1]} tokens are longer than the model's context ({cfg.max_seq_len}): "
+            "lower --seq-len"
+        )
     reference = torch_side(tokens)
     diff = float(np.abs(jax_logits(cfg, params, tokens) - reference).max())
     relative = diff / max(float(np.abs(reference).max()), 1e-30)

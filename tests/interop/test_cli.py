@@ -3,8 +3,10 @@
 import json
 from pathlib import Path
 
+import torch
+
 from t2mlr_jax.interop import load_params, save_params
-from t2mlr_jax.interop.files import read_state_dict
+from t2mlr_jax.interop.files import read_state_dict, torch_state
 from tests.in_process import run_tool
 from tests.interop.helpers import (
     state_dicts_identical,
@@ -25,8 +27,8 @@ def test_help_lists_every_direction(capsys):
     assert convert("--help") == 0
     text = capsys.readouterr().out
     for name in (
-        "hf | gguf | t2mlr-torch  ->  orbax",
-        "orbax  ->  hf | t2mlr-torch",
+        "hf | gguf | t2mlr-torch | nanochat  ->  orbax",
+        "orbax  ->  hf | t2mlr-torch | nanochat",
         "--verify",
         "--drop-recurrence",
     ):
@@ -95,3 +97,42 @@ def test_t2mlr_export_and_import_with_verify(tmp_path, capsys):
         )
         == 0
     )
+
+
+def test_nanochat_round_trip_with_verify(tmp_path):
+    """The LRT release's checkpoint (tests/interop/fixtures/lrt_release_vanilla) to orbax and back, each way
+    verified against the PyTorch reference; the export is the release's file, padding rows zeroed."""
+    release = Path(__file__).parent / "fixtures/lrt_release_vanilla/model"
+    assert (
+        convert(
+            "--from", "nanochat", "--to", "orbax", release, tmp_path / "ckpt", "--verify", "--seq-len", 12
+        )
+        == 0
+    )
+    assert (
+        convert(
+            "--from",
+            "orbax",
+            "--to",
+            "nanochat",
+            tmp_path / "ckpt",
+            tmp_path / "back",
+            "--verify",
+            "--seq-len",
+            12,
+        )
+        == 0
+    )
+    too_long = ("--from", "orbax", "--to", "nanochat", tmp_path / "ckpt", tmp_path / "long", "--verify")
+    assert convert(*too_long) == 2  # 32 tokens > the model's 16: refused before anything is written
+    assert not (tmp_path / "long").exists()
+    for report in ("ckpt.verify.json", "back.verify.json"):
+        report = json.loads((tmp_path / report).read_text())
+        assert (
+            report["passed"] and report["max_abs_logit_diff"] <= 1e-5 and report["torch_format"] == "nanochat"
+        )
+    theirs, ours = (torch_state(folder / "model_000000.pt") for folder in (release, tmp_path / "back"))
+    assert sorted(theirs) == sorted(ours)
+    for key, value in theirs.items():
+        rows = 100 if value.shape[0] == 128 else value.shape[0]  # the vocabulary tables' real rows
+        assert torch.equal(ours[key][:rows], value[:rows]) and not ours[key][rows:].any(), key
