@@ -26,6 +26,7 @@ from t2mlr_jax.architectures.contract import (
 )
 from t2mlr_jax.architectures.t2mlr import stateless
 from t2mlr_jax.config.sections import Experiment, one_of
+from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.generate import T2MLRDecoder
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.recirculation import (
@@ -89,12 +90,25 @@ def settings(config: Experiment, num_layers: int, *, adaptive: bool = False) -> 
     return rc
 
 
+def decoding(config: Experiment, model: ModelConfig, rc: Recirculation):
+    """(params, model_state) -> (the pathway's cached decoder, what it reads): the one-stack pathway is
+    T²MLR's decoder over the rewired model, the two-stack one its own."""
+    s = config.recirculation
+
+    def decoder(params, model_state):
+        if s.stack == "single":
+            return T2MLRDecoder(single_stack_model(model, rc)), {**params, "mixer": {}}
+        prefill = dict(prefill_passes=s.parallel_max_passes, prefill_tol=s.parallel_tol)
+        return TwoStackDecoder(model, rc, s.evaluation, **prefill), params
+
+    return decoder
+
+
 def _build(config: Experiment, *, adaptive: bool) -> Architecture:
     model = stateless(backbone_config(config, recurrent=False))
     rc = settings(config, model.num_layers, adaptive=adaptive)
     s = config.recirculation
     parallel = dict(tol=s.parallel_tol, max_passes=s.parallel_max_passes)
-    single = single_stack_model(model, rc)
 
     def logits(params, batch, training):
         tokens, layout = batch["tokens"], layout_of(batch)
@@ -109,12 +123,6 @@ def _build(config: Experiment, *, adaptive: bool) -> Architecture:
     def apply(params, batch, *, training, rng, model_state, sample=None):
         return Outputs(logits(params, batch, training) / s.temperature)
 
-    def decoding(params, model_state):
-        if s.stack == "single":
-            return T2MLRDecoder(single), {**params, "mixer": {}}
-        prefill = dict(prefill_passes=s.parallel_max_passes, prefill_tol=s.parallel_tol)
-        return TwoStackDecoder(model, rc, s.evaluation, **prefill), params
-
     specs = param_specs(model)
     if adaptive:
         width = s.adaptive_hidden or model.hidden_size
@@ -125,7 +133,7 @@ def _build(config: Experiment, *, adaptive: bool) -> Architecture:
         specs,
         model.param_dtype,
         apply,
-        cached_generate(decoding),
+        cached_generate(decoding(config, model, rc)),
         backbone=model,
         max_seq_len=model.max_seq_len,
     )

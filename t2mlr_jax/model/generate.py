@@ -252,6 +252,28 @@ def _generate(
     return with_lengths(tokens, eos_id)
 
 
+@partial(jax.jit, static_argnums=(0, 3))
+def teacher_forced(
+    decoder: Decoder, params: Any, tokens: Int[Array, "B T"], prompt_len: int
+) -> Float[Array, "B T V"]:
+    """The logits a decoder gives `tokens` when they are fed to it as generation feeds its own choices:
+    the first `prompt_len` as the prompt (prefill), then one per cached step. Equal to the model's
+    sequential (exact) forward up to fp32 round-off: what decode tests compare, logits to logits."""
+    b, t = tokens.shape
+    params = unstack_layers(decoder.model, params)
+    positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    ones = jnp.ones((b, t), jnp.int32)
+    recurrent = jnp.full((b, t), RECURRENT, jnp.int32)
+    layout = lambda a, z: Layout(positions[:, a:z], ones[:, a:z], recurrent[:, a:z])
+    out = decoder.prefill(params, tokens[:, :prompt_len], layout(0, prompt_len), decoder.init_cache(b, t))
+    logits, state, cache = [out.logits], out.recurrent_state, out.cache
+    for i in range(prompt_len, t):
+        out = decoder.step(params, tokens[:, i : i + 1], state, cache, layout(i, i + 1))
+        logits.append(out.logits)
+        state, cache = out.recurrent_state, out.cache
+    return jnp.concatenate(logits, axis=1)
+
+
 def with_lengths(tokens: Int[Array, "B N"], eos_id: int | None) -> GenerateOutput:
     """Generated tokens with each row's length: up to and including its first EOS, else all N."""
     n = tokens.shape[1]

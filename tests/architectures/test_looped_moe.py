@@ -11,6 +11,7 @@ from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.looped import LoopedDecoder, looped_forward
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import moe
+from t2mlr_jax.model.generate import teacher_forced
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from tests.tiny import tiny_experiment
@@ -75,6 +76,11 @@ def test_decoding_reads_the_routing_biases_and_equals_the_looped_forward():
     np.testing.assert_allclose(out.logits, want, atol=1e-5, rtol=1e-5)
     unbiased = forward(params, tokens, layout, jax.tree.map(jnp.zeros_like, bias))
     assert np.abs(unbiased - want).max() > 1e-3
+    # Cached steps after a 3-token prefill, fed the same tokens, give the same logits.
+    decoded = teacher_forced(decoder, (params, bias), tokens, 3)
+    np.testing.assert_allclose(
+        decoded, forward(params, tokens, make_layout(tokens), bias), atol=1e-5, rtol=1e-5
+    )
 
     # Greedy generation on left-padded prompts: each token is the argmax of the looped forward (with the
     # biases) on the prompt and the tokens before it.

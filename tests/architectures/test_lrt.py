@@ -86,9 +86,13 @@ def test_exact_recurrence_equals_enough_refinement_passes():
 
 
 def test_decoding_step_by_step_equals_the_exact_recurrence():
-    """Generation's prefill + cached steps reproduce the teacher-forced recurrence's greedy choices."""
-    prompt, n = TOKS[:, :3], 4
+    """Prefill + cached steps give the exact recurrence's logits (fp32 round-off), and generation's loop
+    over them makes its greedy choices."""
     decoder = lrt_forward.LRTDecoder(CFG)
+    decoded = generation.teacher_forced(decoder, (PARAMS, {"mlp": STATE}), TOKS, 3)
+    want = exact(CFG, PARAMS, TOKS, make_layout(TOKS), STATE).logits  # generation: one document per row
+    np.testing.assert_allclose(decoded, want, atol=1e-5, rtol=1e-5)
+    prompt, n = TOKS[:, :3], 4
     out = generation.generate_with(
         decoder, (PARAMS, {"mlp": STATE}), prompt, jnp.ones_like(prompt), max_new_tokens=n
     )

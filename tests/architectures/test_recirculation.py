@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.architectures import build_architecture
+from t2mlr_jax.architectures.recirculation import decoding, settings
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
+from t2mlr_jax.model.generate import teacher_forced
 from t2mlr_jax.model.recirculation import ADAPTIVE
 from t2mlr_jax.model.spec import is_spec
 from t2mlr_jax.train.trainer import Run, restore_state, train
@@ -61,22 +63,31 @@ def test_adaptive_preset_is_the_papers_recipe():
 
 @pytest.mark.parametrize("stack", ["two", "single"])
 def test_training_free_decodes_as_it_scores(stack):
-    """Greedy decoding with the KV cache equals the argmax of teacher-forced scoring (at temperature 1.2)."""
-    arch = build_architecture(resolve(_config("recirculation", stack=stack, temperature=1.2)))
+    """The cached decoder, fed the scored tokens, gives the scoring's logits (fp32 round-off), and greedy
+    decoding equals the argmax of teacher-forced scoring (at temperature 1.2)."""
+    config = resolve(_config("recirculation", stack=stack, temperature=1.2))
+    arch = build_architecture(config)
     params = arch.init(jax.random.PRNGKey(0))
     tokens = jnp.asarray(tiny_batch(0, 1, 2, 12)["tokens"])
+    decoder, inputs = decoding(config, arch.backbone, settings(config, arch.backbone.num_layers))(params, {})
+    decoded = teacher_forced(decoder, inputs, tokens, 4) / 1.2
+    np.testing.assert_allclose(decoded, score(arch, params, tokens), atol=1e-5, rtol=1e-5)
     prompt = tokens[:, :4]
     out = arch.generate(params, {}, prompt, jnp.ones_like(prompt), None, 3, None, 0)
-    full = jnp.concatenate([prompt, out.tokens], axis=1)
-    ones = jnp.ones_like(full)
-    full_batch = {
-        "tokens": full,
+    scored = score(arch, params, jnp.concatenate([prompt, out.tokens], axis=1))
+    np.testing.assert_array_equal(jnp.argmax(scored[:, 3:-1], -1), out.tokens)
+
+
+def score(arch, params, tokens):
+    """The architecture's teacher-forced logits of one document per row, all recurrent."""
+    ones = jnp.ones_like(tokens)
+    batch = {
+        "tokens": tokens,
         "positions": jnp.cumsum(ones, 1) - 1,
         "segment_ids": ones,
         "control_flow": 2 * ones,
     }
-    scored = arch.apply(params, full_batch, training=False, rng=None, model_state={}).logits
-    np.testing.assert_array_equal(jnp.argmax(scored[:, 3:-1], -1), out.tokens)
+    return arch.apply(params, batch, training=False, rng=None, model_state={}).logits
 
 
 @pytest.mark.parametrize(

@@ -62,6 +62,11 @@ def test_cached_decoding_equals_enough_parallel_refinement_passes(cfg, k):
     assert len(passes) == N * (k + 1)  # one logits per refinement pass: the initialisation pass has none
     np.testing.assert_allclose(passes[-1], want, atol=1e-5, rtol=1e-5)
     assert np.abs(passes[0] - want).max() > 1e-3  # one refinement is not yet the recurrence
+    # Cached decoding, fed the same tokens (a 2-token prompt, then one per step; one document per row, as
+    # generation runs), gives the exact recurrence's logits.
+    decoded = generation.teacher_forced(lrt_forward.LRTDecoder(cfg, k), (params, {"mlp": STATE}), TOKS4, 2)
+    want = exact_k(cfg, params, TOKS4, make_layout(TOKS4), k).logits
+    np.testing.assert_allclose(decoded, want, atol=1e-5, rtol=1e-5)
 
 
 def test_thought_count_zero_is_the_plain_lrt():
