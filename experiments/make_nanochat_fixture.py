@@ -2,6 +2,7 @@
 """Makes tests/interop/fixtures/lrt_release_vanilla/: a tiny random model built, saved and run by the Latent
 Recurrent Transformer release's OWN code (OoDBag/Latent_recurrent_transformer, a nanochat fork, imported
 from --release_src, never copied), so that our importer can be checked against it without the checkout.
+It is also the release-side driver of tools/release_parity.py (--size d12, --logits_of; see the end).
 
 The model is the release's vanilla (non-recurrent baseline) GPT, use_interleaved=False:
   GPTConfig(sequence_len=16, vocab_size=100, n_layer=4, n_head=4, n_kv_head=2, n_embd=64,
@@ -40,6 +41,19 @@ load_state_dict strict, assign) and its logits must equal `logits` exactly.
 
 (run from the repo root; the fixture was made so from the checkout at commit e0d0f6e, torch 2.13 CPU.)
 
+--size d12 makes the same outputs for the release's default model, GPTConfig() with every field its default
+(n_layer 12, n_embd 768, n_head 6, n_kv_head 6, vocab_size 32768, sequence_len 2048, window_pattern "SSSL":
+windows 1024 / 2048, value embeddings on layers 1, 3, ..., 11), about 286M parameters: tokens
+np.random.default_rng(0).integers(0, 32768, (1, 64)), a prefill of 8 tokens then 56 one at a time, the
+KVCache sized to sequence_len as the tiny one's is. Its redraw is the tiny one's with the 0.2 of every
+Linear weight (c_q, c_k, c_v, c_proj, c_fc) and of lm_head scaled by sqrt(64 / n_embd), so that their
+outputs keep the tiny model's scale instead of saturating the softcap. Its release.npz is written with
+np.savez (uncompressed: the gradients alone are about 1.1 GB). --out is required with --size d12.
+
+--logits_of DIR --tokens_from NPZ loads the checkpoint folder DIR (model_000000.pt + meta_000000.json, e.g. an
+export of ours) the way the release's build_model loads one (as the reload check below) and writes
+<out>/export_logits.npz: `logits`, the release's forward on NPZ's `tokens`.
+
 What it takes to run the release here, and nothing more: the release's Python needs torch, numpy,
 filelock and tokenizers, and rustbpe + tiktoken, which are installed only because
 nanochat.checkpoint_manager imports nanochat.tokenizer at module level (no tokenizer is used):
@@ -59,6 +73,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,17 +95,43 @@ CONFIG = dict(
 TOKENS = (2, 12)  # rows x tokens
 PREFILL = 4  # decode: tokens 0..3 in one cached call, then one token per call
 SEED = 0
-RELEASE_ENTRY = "nanochat/gpt.py"  # what marks a checkout of the release
+RELEASE_FILES = ("nanochat/gpt.py", "nanochat/checkpoint_manager.py", "nanochat/engine.py")
+RELEASE_MARK = "use_interleaved"  # a GPTConfig field of the LRT release's gpt.py, not of karpathy/nanochat's
+
+
+class Size(NamedTuple):
+    """A model the driver makes: GPTConfig fields (the rest at the release's defaults), the tokens' shape
+    (rows x tokens), the decode's prefill, the scale of the redrawn Linear weights, and whether release.npz
+    is compressed."""
+
+    config: dict
+    tokens: tuple[int, int]
+    prefill: int
+    linear_scale: float
+    compressed: bool
+
+
+RELEASE_DEFAULT_WIDTH = 768  # GPTConfig().n_embd
+SIZES = {
+    "tiny": Size(CONFIG, TOKENS, PREFILL, 1.0, True),
+    "d12": Size({}, (1, 64), 8, (CONFIG["n_embd"] / RELEASE_DEFAULT_WIDTH) ** 0.5, False),
+}
 
 
 def check_release(src: str, python: str) -> None:
     """A checkout of the release and an executable Python to run it, else one ValueError line."""
     if not Path(src).is_dir():
         raise ValueError(f"--release_src {src}: no such directory")
-    if not (Path(src) / RELEASE_ENTRY).is_file():
+    missing = [name for name in RELEASE_FILES if not (Path(src) / name).is_file()]
+    if missing:
         raise ValueError(
             f"--release_src {src} is not a checkout of OoDBag/Latent_recurrent_transformer "
-            f"(no {RELEASE_ENTRY})"
+            f"(no {', '.join(missing)})"
+        )
+    if RELEASE_MARK not in (Path(src) / RELEASE_FILES[0]).read_text(encoding="utf-8", errors="replace"):
+        raise ValueError(
+            f"--release_src {src} is not a checkout of OoDBag/Latent_recurrent_transformer "
+            f"({RELEASE_FILES[0]} has no {RELEASE_MARK}: karpathy/nanochat, or another fork?)"
         )
     if not os.access(python, os.X_OK) or Path(python).is_dir():
         raise ValueError(f"--release_python {python} is not an executable")
@@ -126,23 +167,38 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="a Python with torch, filelock, tokenizers, rustbpe and tiktoken to run the release "
         "(default: this one; PYTHONPATH is passed on)",
     )
+    parser.add_argument("--size", default="tiny", choices=sorted(SIZES), help="the model (default tiny)")
     parser.add_argument(
         "--out",
-        default=str(ROOT / "tests/interop/fixtures/lrt_release_vanilla"),
-        help="the fixture folder (default tests/interop/fixtures/lrt_release_vanilla)",
+        help="the folder to write (default, --size tiny only: tests/interop/fixtures/lrt_release_vanilla)",
     )
+    parser.add_argument(
+        "--logits_of",
+        metavar="DIR",
+        help="instead: the release's logits of the checkpoint folder DIR, into <out>/export_logits.npz",
+    )
+    parser.add_argument("--tokens_from", metavar="NPZ", help="with --logits_of: a .npz whose `tokens` to run")
     args = parser.parse_args(argv)
     try:
         check_release(args.release_src, args.release_python)
     except ValueError as e:
         parser.error(str(e))
+    if (args.logits_of is None) != (args.tokens_from is None):
+        parser.error("--logits_of and --tokens_from go together")
+    if args.out is None and (args.size != "tiny" or args.logits_of):
+        parser.error("--out is required with --size d12 and with --logits_of")
+    args.out = args.out or str(ROOT / "tests/interop/fixtures/lrt_release_vanilla")
     return args
 
 
-def redraw(model) -> None:
-    """Every parameter drawn anew from the global (seeded) stream, padded rows included (see above)."""
+def redraw(model, linear_scale: float = 1.0) -> None:
+    """Every parameter drawn anew from the global (seeded) stream, padded rows included (see above); the
+    Linear weights' and lm_head's 0.2 times `linear_scale`. A draw of exactly 0 (torch's float32 normal
+    gives one about once in 2^24 values: none in the tiny model, a few in d12's tables) is set to 1e-3, so
+    that nothing is zero."""
     import torch
 
+    linear_std = 0.2 * linear_scale
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name == "transformer.wte.weight":
@@ -153,22 +209,25 @@ def redraw(model) -> None:
                 p.copy_(0.2 + 0.1 * torch.randn_like(p))
             elif name.endswith("attn.ve_gate.weight"):
                 p.copy_(0.5 * torch.randn_like(p))
-            elif name == "lm_head.weight" or name.startswith(("transformer.h.", "value_embeds.")):
+            elif name == "lm_head.weight" or name.startswith("transformer.h."):
+                p.copy_(linear_std * torch.randn_like(p))
+            elif name.startswith("value_embeds."):
                 p.copy_(0.2 * torch.randn_like(p))
             else:
                 raise AssertionError(f"no draw for parameter {name}")
-            assert (p != 0).all(), name
+            p.masked_fill_(p == 0, 1e-3)
 
 
-def build(gpt):
-    """The release's vanilla GPT at CONFIG, built as it builds one, then redrawn."""
+def build(gpt, size: Size = SIZES["tiny"]):
+    """The release's vanilla GPT at `size`, built as it builds one, then redrawn."""
     import torch
 
     torch.manual_seed(SEED)
-    config = gpt.GPTConfig(**CONFIG)
+    config = gpt.GPTConfig(**size.config)
+    assert not config.use_interleaved, "the vanilla GPT"
     model = gpt.GPT(config)
     model.init_weights()
-    redraw(model)
+    redraw(model, size.linear_scale)
     return model, config
 
 
@@ -179,8 +238,8 @@ def logits_of(model, tokens):
         return model(tokens)
 
 
-def decode(model, config, engine, tokens):
-    """Logits of the release's cached decoding: a prefill of PREFILL tokens, then one token per call."""
+def decode(model, config, engine, tokens, prefill: int = PREFILL):
+    """Logits of the release's cached decoding: a prefill of `prefill` tokens, then one token per call."""
     import torch
 
     cache = engine.KVCache(
@@ -193,14 +252,14 @@ def decode(model, config, engine, tokens):
         dtype=torch.float32,
     )
     with torch.inference_mode():  # as Engine.generate
-        out = [model.forward(tokens[:, :PREFILL], kv_cache=cache)]
-        for t in range(PREFILL, tokens.size(1)):
+        out = [model.forward(tokens[:, :prefill], kv_cache=cache)]
+        for t in range(prefill, tokens.size(1)):
             out.append(model.forward(tokens[:, t : t + 1], kv_cache=cache))
     assert cache.get_pos() == tokens.size(1)
     return torch.cat(out, dim=1)
 
 
-def release_outputs(model, config, engine, tokens) -> dict:
+def release_outputs(model, config, engine, tokens, prefill: int = PREFILL) -> dict:
     """The arrays of release.npz (see above) for `tokens`."""
     arrays = {"tokens": tokens.numpy(), "logits": logits_of(model, tokens).numpy()}
     model.zero_grad(set_to_none=True)
@@ -210,7 +269,7 @@ def release_outputs(model, config, engine, tokens) -> dict:
     arrays["loss"] = loss.detach().numpy()
     arrays |= {f"grad:{name}": p.grad.numpy() for name, p in model.named_parameters()}
     model.zero_grad(set_to_none=True)
-    arrays["decode"] = decode(model, config, engine, tokens).numpy()
+    arrays["decode"] = decode(model, config, engine, tokens, prefill).numpy()
     return arrays
 
 
@@ -227,15 +286,19 @@ def reload(gpt, checkpoint_manager, checkpoint_dir: Path):
     return model.eval()
 
 
-def make(out: Path, src: str) -> None:
+def release_commit(src: str) -> str:
+    return subprocess.run(
+        ["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def make(out: Path, src: str, size: Size = SIZES["tiny"]) -> None:
     import numpy as np
     import torch
 
     gpt, checkpoint_manager, engine = import_release(src)
-    commit = subprocess.run(
-        ["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    model, config = build(gpt)
+    commit = release_commit(src)
+    model, config = build(gpt, size)
     checkpoint_manager.save_checkpoint(
         str(out / "model"),
         step=0,
@@ -243,9 +306,9 @@ def make(out: Path, src: str) -> None:
         optimizer_data=None,
         meta_data={"model_config": dataclasses.asdict(config), "step": 0, "release_commit": commit},
     )
-    tokens = torch.from_numpy(np.random.default_rng(SEED).integers(0, CONFIG["vocab_size"], TOKENS))
-    arrays = release_outputs(model, config, engine, tokens)
-    np.savez_compressed(out / "release.npz", **arrays)
+    tokens = torch.from_numpy(np.random.default_rng(SEED).integers(0, config.vocab_size, size.tokens))
+    arrays = release_outputs(model, config, engine, tokens, size.prefill)
+    (np.savez_compressed if size.compressed else np.savez)(out / "release.npz", **arrays)
 
     reloaded = reload(gpt, checkpoint_manager, out / "model")
     assert torch.equal(logits_of(reloaded, tokens), torch.from_numpy(arrays["logits"])), "reload differs"
@@ -259,13 +322,31 @@ def make(out: Path, src: str) -> None:
     )
 
 
+def export_logits(out: Path, src: str, checkpoint_dir: Path, tokens_from: Path) -> None:
+    """<out>/export_logits.npz: the release's logits of the checkpoint at `checkpoint_dir` (loaded as its
+    build_model loads one) on the `tokens` of the .npz `tokens_from`."""
+    import numpy as np
+    import torch
+
+    gpt, checkpoint_manager, _ = import_release(src)
+    with np.load(tokens_from) as npz:
+        tokens = torch.from_numpy(npz["tokens"])
+    logits = logits_of(reload(gpt, checkpoint_manager, checkpoint_dir), tokens).numpy()
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez(out / "export_logits.npz", logits=logits, release_commit=np.array(release_commit(src)))
+    print(f"wrote {out}/export_logits.npz: the release's logits {logits.shape} of {checkpoint_dir}")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if Path(sys.executable).absolute() != Path(args.release_python).absolute():
         os.execv(args.release_python, [args.release_python, "-m", __spec__.name, *argv])
     logging.disable(logging.INFO)  # the release logs every save at INFO
-    make(Path(args.out), args.release_src)
+    if args.logits_of:
+        export_logits(Path(args.out), args.release_src, Path(args.logits_of), Path(args.tokens_from))
+    else:
+        make(Path(args.out), args.release_src, SIZES[args.size])
 
 
 if __name__ == "__main__":

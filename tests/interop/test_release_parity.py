@@ -1,0 +1,131 @@
+"""tools/release_parity.py without the release: --help, bad input refused (one error line, exit 2,
+nothing written), and its comparison on the committed LRT-release fixture (made by the release's own
+code): every figure passes, and a perturbed release logit or gradient fails."""
+
+import runpy
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from t2mlr_jax.interop import load_pretrained, save_nanochat
+from t2mlr_jax.interop.files import torch_state, torch_to_numpy
+from t2mlr_jax.interop.parity import TOLERANCES, compare, compare_states, our_outputs
+from tests.in_process import run_tool
+
+TOOL = Path(__file__).parents[2] / "tools" / "release_parity.py"
+FIXTURE = Path(__file__).parent / "fixtures/lrt_release_vanilla"
+PREFILL = 4  # the fixture's cached decode
+
+
+@pytest.fixture(scope="module")
+def fixture_outputs():
+    """(release.npz, our outputs on its tokens, cfg, params) of the committed fixture."""
+    release = dict(np.load(FIXTURE / "release.npz"))
+    cfg, params = load_pretrained(FIXTURE / "model")
+    return release, our_outputs(cfg, params, release["tokens"], PREFILL), cfg, params
+
+
+def fake_checkout(path: Path, *, lrt: bool = True) -> Path:
+    """The files by which the tool recognises a checkout (nothing that runs)."""
+    (path / "nanochat").mkdir(parents=True)
+    (path / "nanochat/gpt.py").write_text("use_interleaved = False\n" if lrt else "n_layer = 12\n")
+    for name in ("checkpoint_manager.py", "engine.py"):
+        (path / "nanochat" / name).write_text("")
+    return path
+
+
+def test_help(capsys):
+    assert run_tool(TOOL, "--help") == 0
+    text = capsys.readouterr().out
+    for name in ("--release_src", "--release_python", "--sizes", "d12", "lrt", "parity.json", "1e-4"):
+        assert name in text
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("no checkout", "no such directory"),
+        ("not the release", "is not a checkout of OoDBag/Latent_recurrent_transformer"),
+        ("karpathy's nanochat", "has no use_interleaved"),
+        ("python not executable", "is not an executable"),
+        ("python cannot run it", "cannot run the release"),
+        ("unknown size", "unknown size d99"),
+        ("unknown release", "--release t2mlr: unknown"),
+    ],
+)
+def test_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys, case, message):
+    src, python, extra = tmp_path / "lrt", sys.executable, []
+    if case == "not the release":
+        src.mkdir()
+    elif case == "karpathy's nanochat":
+        fake_checkout(src, lrt=False)
+    elif case != "no checkout":
+        fake_checkout(src)
+    if case == "python not executable":
+        python = str(tmp_path / "python")
+        Path(python).write_text("")
+    elif case == "python cannot run it":
+        python = "/bin/false"
+    elif case == "unknown size":
+        extra = ["--sizes", "tiny,d99"]
+    elif case == "unknown release":
+        extra = ["--release", "t2mlr"]
+    out = tmp_path / "out"
+    argv = ["--release_src", src, "--release_python", python, "--out", out, *extra]
+    assert run_tool(TOOL, *argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert not out.exists()
+
+
+def test_a_non_empty_out_is_refused(tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out/notes.txt").write_text("mine")
+    argv = ["--release_src", fake_checkout(tmp_path / "lrt"), "--out", tmp_path / "out"]
+    assert run_tool(TOOL, *argv) == 2
+    assert "is not empty: pass --overwrite" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["notes.txt"]
+
+
+def test_the_fixture_passes_every_check(fixture_outputs):
+    release, ours, _, _ = fixture_outputs
+    figures = compare(ours, release)
+    assert figures["passed"], figures
+    assert figures["logits"]["max_abs_diff"] <= TOLERANCES["logits"]
+    assert 0 < figures["gradients"]["max_relative_diff"] <= TOLERANCES["gradients"]
+    assert figures["gradients"]["keys"] == 32 and not figures["gradients"]["zero_keys"]
+    assert figures["decode"]["passed"] and figures["loss"]["passed"]
+
+
+@pytest.mark.parametrize("part", ["logits", "grad:transformer.h.2.mlp.c_fc.weight"])
+def test_a_perturbed_release_output_fails(fixture_outputs, part):
+    release, ours, _, _ = fixture_outputs
+    perturbed = {**release, part: release[part] + 1e-3 * np.abs(release[part]).max()}
+    figures = compare(ours, perturbed)
+    section = "logits" if part == "logits" else "gradients"
+    assert not figures[section]["passed"] and not figures["passed"]
+    others = {"logits", "loss", "gradients", "decode"} - {section}
+    assert all(figures[name]["passed"] for name in others)
+    if section == "gradients":
+        assert figures["gradients"]["worst_key"] == part.removeprefix("grad:")
+
+
+def test_the_table_shows_a_failure(fixture_outputs, tmp_path):
+    """The table row of a size: its figures, the export's round trip, and FAIL where a check fails."""
+    release, ours, cfg, params = fixture_outputs
+    tool = runpy.run_path(str(TOOL))
+    save_nanochat(cfg, params, tmp_path / "export")
+    read = lambda path: {k: torch_to_numpy(v) for k, v in torch_state(path).items()}
+    state = compare_states(
+        cfg.vocab_size, read(FIXTURE / "model/model_000000.pt"), read(tmp_path / "export/model_000000.pt")
+    )
+    assert state["bitwise"] and state["padded_rows_zero"] and state["padded_rows"] == 28
+    figures = compare(ours, {**release, "logits": release["logits"] + 1e-3})
+    trip = {"state": state, "logits_bitwise_equal": True, "passed": True}
+    size = {"label": "tiny", "params": 204_928, "round_trip": trip, **figures}
+    table = tool["markdown"]({"release": "lrt", "sizes": {"tiny": size}})
+    row = table.strip().splitlines()[-1]
+    assert row.startswith("| lrt | tiny | 204.9K | 1.0") and "(FAIL)" in row and row.endswith("| NO |")
+    assert "state yes, padded rows 28 x 4 tables 0 in ours; release logits on export yes" in row

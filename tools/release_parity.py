@@ -1,0 +1,389 @@
+#!/usr/bin/env python
+"""Parity of our import / export with a published release, run against the release's OWN code.
+
+  PYTHONPATH=/tmp/relpkgs python tools/release_parity.py --release lrt --release_src /tmp/lrt_rel \
+      [--release_python PY] [--sizes tiny,d12] [--out parity/]
+
+For each size, the release's model is built IN THE RELEASE'S CODE, in a process of its own run by
+--release_python (the environment, PYTHONPATH included, is passed on), with a random init, saved in its
+checkpoint format and run there; then here:
+  1. release  the release's driver (lrt: experiments/make_nanochat_fixture.py --size SIZE) writes
+              OUT/SIZE/release/: model/ (the release's checkpoint) and release.npz (its tokens, logits,
+              loss, every parameter's gradient and its cached decode; log in OUT/SIZE/release.log)
+  2. ours     that checkpoint is imported through ours (load_pretrained) and our logits, loss, gradients
+              (mapped to the release's keys) and cached decode compared with the release's, fp32
+  3. export   ours is written back in the release's format (OUT/SIZE/export/) and its state dict compared
+              with the release's, bitwise on every real row (the vocabulary tables' padded rows, never
+              read, are zeros in ours where the release keeps what it drew)
+  4. reload   the release's own loader and forward run on that export (the driver's --logits_of:
+              OUT/SIZE/export_logits.npz); its logits compared with the release's on its own checkpoint
+Sizes (lrt): tiny, the fixture's model (4 layers, width 64, vocab 100; tokens 2 x 12, prefill 4), and
+d12, the release's default GPTConfig (12 layers, width 768, 6 heads, vocab 32768, context 2048, windows
+"SSSL"; about 286M parameters; tokens 1 x 64, prefill 8; a few GB of memory and disk, a few minutes).
+
+Pass / fail, per size: max |Δ logits| <= 1e-5; |Δ loss| <= 1e-5; the gradients: max over parameters of
+max |Δ| / max |release's gradient| <= 1e-4 (a parameter whose release gradient is all zero: max |Δ| <=
+1e-10, reported apart); max |Δ| of the cached decode <= 1e-5; the export's state dict equal and the
+release's logits on it bitwise equal to those on its own checkpoint.
+
+Writes OUT/parity.json (every figure, the release's commit, torch / jax versions, sizes, the command) and
+OUT/parity.md (one table row per size), and prints the table. OUT must be new or empty, unless
+--overwrite (which replaces OUT/SIZE/, parity.json and parity.md, nothing else). Exit status 0 when every
+size passes, 1 when a check fails or the release fails to run, and 2 on bad input (one error line, before
+anything is written): a missing checkout, one that is not the release, a --release_python that is not an
+executable or cannot import the release, an unknown release or size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = "python tools/release_parity.py"
+
+
+@dataclass(frozen=True)
+class Release:
+    """A release we check: its driver (a module of experiments/, run with -m from the repo root by the
+    release's Python; it imports nothing of ours) and what it offers. The driver provides
+    check_release(src, python) (ValueError when `src` is not a checkout of the release), SIZES (name ->
+    a Size with its decode's `prefill`), `--size NAME --out DIR` (DIR/model/ and DIR/release.npz) and
+    `--logits_of CKPT --tokens_from NPZ --out DIR` (DIR/export_logits.npz)."""
+
+    repo: str
+    driver: str
+    sizes: dict[str, str]  # size -> its label in the table
+    probe: str  # Python run by --release_python with the checkout first on sys.path: imports what it needs
+    checks: tuple[str, ...] = field(default=("logits", "loss", "gradients", "decode", "round_trip"))
+
+
+RELEASES = {
+    "lrt": Release(
+        repo="OoDBag/Latent_recurrent_transformer",
+        driver="experiments.make_nanochat_fixture",
+        sizes={"tiny": "tiny", "d12": "release default (d12)"},
+        probe="from nanochat import checkpoint_manager, engine, gpt",
+    ),
+}
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--release", default="lrt", help=f"one of {', '.join(RELEASES)} (default lrt)")
+    parser.add_argument("--release_src", required=True, help="a checkout of the release")
+    parser.add_argument(
+        "--release_python",
+        default=sys.executable,
+        help="a Python with torch (and, for lrt, numpy, filelock, tokenizers, rustbpe, tiktoken) to run "
+        "the release (default: this one)",
+    )
+    parser.add_argument("--sizes", default="tiny,d12", help="comma-separated (default tiny,d12)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("parity"), help="the folder to write (default parity/)"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an earlier run's OUT/SIZE/, parity.json and .md"
+    )
+    return parser.parse_args(argv)
+
+
+def driver_of(release: Release):
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # experiments/ is run from the repo root, not installed
+    return importlib.import_module(release.driver)
+
+
+def check_inputs(args) -> tuple[Release, list[str], dict]:
+    """The release, the sizes and the release side's versions; a ValueError (one line) for bad input,
+    before anything is written."""
+    if args.release not in RELEASES:
+        raise ValueError(f"--release {args.release}: unknown (known: {', '.join(RELEASES)})")
+    release = RELEASES[args.release]
+    sizes = [size.strip() for size in args.sizes.split(",") if size.strip()]
+    unknown = [size for size in sizes if size not in release.sizes]
+    if unknown or not sizes:
+        raise ValueError(
+            f"--sizes {args.sizes}: unknown size {', '.join(unknown) or '(none given)'} "
+            f"(--release {args.release} has {', '.join(release.sizes)})"
+        )
+    driver_of(release).check_release(args.release_src, args.release_python)
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {args.out} is not a folder")
+    if args.out.is_dir() and any(args.out.iterdir()) and not args.overwrite:
+        raise ValueError(
+            f"--out {args.out} is not empty: pass --overwrite to replace an earlier run's results"
+        )
+    return release, list(dict.fromkeys(sizes)), probe_release(release, args)
+
+
+def probe_release(release: Release, args) -> dict:
+    """The release's Python imports torch and the release from the checkout: its versions and commit."""
+    code = (
+        "import json, platform, sys; sys.path.insert(0, sys.argv[1]); import numpy, torch; "
+        f"{release.probe}; "
+        "print(json.dumps({'torch': torch.__version__, 'numpy': numpy.__version__, "
+        "'python': platform.python_version()}))"
+    )
+    src = str(Path(args.release_src).resolve())
+    done = subprocess.run([args.release_python, "-c", code, src], capture_output=True, text=True)
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValueError(f"--release_python {args.release_python} cannot run the release from {src}: {last}")
+    versions = json.loads(done.stdout.strip().splitlines()[-1])
+    commit = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if commit.returncode:
+        raise ValueError(f"--release_src {src} is not a git checkout (its commit is recorded)")
+    return versions | {"commit": commit.stdout.strip()}
+
+
+def run_driver(release: Release, args, log: Path, *driver_args) -> None:
+    """The release's driver under --release_python, its output to `log`; a RuntimeError if it fails."""
+    command = [
+        args.release_python,
+        "-m",
+        release.driver,
+        "--release_src",
+        str(Path(args.release_src).resolve()),
+        "--release_python",
+        args.release_python,
+        *map(str, driver_args),
+    ]
+    with open(log, "a") as out:
+        out.write(f"$ {shlex.join(command)}\n")
+        out.flush()
+        done = subprocess.run(command, cwd=ROOT, env=os.environ, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode:
+        tail = " | ".join(log.read_text().strip().splitlines()[-3:])
+        raise RuntimeError(f"the release's driver failed (exit {done.returncode}; {log}): {tail}")
+
+
+class Stages:
+    """One progress line per stage, with its wall time."""
+
+    def __init__(self, size: str):
+        self.size, self.seconds = size, {}
+
+    def run(self, name: str, what: str, fn, *fn_args):
+        print(f"[{self.size}] {name}: {what} ...", end=" ", flush=True)
+        start = time.perf_counter()
+        try:
+            result = fn(*fn_args)
+        except BaseException:
+            print("failed", flush=True)
+            raise
+        self.seconds[name] = round(time.perf_counter() - start, 1)
+        print(f"{self.seconds[name]:.1f} s", flush=True)
+        return result
+
+
+def our_side(folder: Path, prefill: int) -> tuple:
+    """Step 2: the release's checkpoint imported through ours; (cfg, params, compare's figures)."""
+    import numpy as np
+
+    from t2mlr_jax.interop import load_pretrained
+    from t2mlr_jax.interop.parity import compare, our_outputs
+
+    cfg, params = load_pretrained(folder / "release" / "model")
+    with np.load(folder / "release" / "release.npz") as theirs:
+        figures = compare(our_outputs(cfg, params, theirs["tokens"], prefill), theirs)
+    return cfg, params, figures
+
+
+def export_side(folder: Path, cfg, params) -> tuple[dict, int]:
+    """Step 3: ours written back in the release's format; (compare_states' figures, the release's
+    parameter count, padded rows included)."""
+    from t2mlr_jax.interop import save_nanochat
+    from t2mlr_jax.interop.files import torch_state, torch_to_numpy
+    from t2mlr_jax.interop.parity import compare_states
+
+    save_nanochat(cfg, params, folder / "export")
+
+    def read(path):
+        return {k: torch_to_numpy(v) for k, v in torch_state(path, mmap=True).items()}
+
+    theirs = read(folder / "release" / "model" / "model_000000.pt")
+    state = compare_states(cfg.vocab_size, theirs, read(folder / "export" / "model_000000.pt"))
+    return state, sum(value.size for value in theirs.values())
+
+
+def reload_figures(folder: Path, state: dict) -> dict:
+    """Step 4's figures: the release's logits on our export against those on its own checkpoint."""
+    import numpy as np
+
+    with np.load(folder / "release" / "release.npz") as theirs, np.load(folder / "export_logits.npz") as back:
+        own, exported = theirs["logits"], back["logits"]
+    same_shape = own.shape == exported.shape
+    trip = {
+        "state": state,
+        "logits_bitwise_equal": bool(same_shape and np.array_equal(own, exported)),
+        "logits_max_abs_diff": float(np.abs(own.astype(np.float64) - exported).max()) if same_shape else None,
+    }
+    trip["passed"] = state["bitwise"] and state["padded_rows_zero"] and trip["logits_bitwise_equal"]
+    return trip
+
+
+def check_size(release: Release, args, size: str) -> dict:
+    """Every figure of one size (module docstring, steps 1-4)."""
+    import numpy as np
+
+    from t2mlr_jax.interop.files import read_json
+
+    folder = args.out / size
+    if folder.exists():  # --overwrite: an earlier run's
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    stages = Stages(size)
+    log, npz = folder / "release.log", folder / "release" / "release.npz"
+    built = "the release builds, saves and runs its model"
+    stages.run("release", built, run_driver, release, args, log, "--size", size, "--out", folder / "release")
+    prefill = driver_of(release).SIZES[size].prefill
+    ours = "import it; our logits, loss, gradients and cached decode"
+    cfg, params, figures = stages.run("ours", ours, our_side, folder, prefill)
+    exported = "write ours back in the release's format"
+    state, num_params = stages.run("export", exported, export_side, folder, cfg, params)
+    del params
+    reloaded = "the release loads our export and runs it"
+    driver_args = ("--logits_of", folder / "export", "--tokens_from", npz, "--out", folder)
+    stages.run("reload", reloaded, run_driver, release, args, log, *driver_args)
+    figures["round_trip"] = reload_figures(folder, state)
+    figures["passed"] = figures["passed"] and figures["round_trip"]["passed"]
+    with np.load(npz) as theirs:
+        tokens = list(theirs["tokens"].shape)
+    return {
+        "label": release.sizes[size],
+        "model_config": read_json(folder / "release" / "model" / "meta_000000.json")["model_config"],
+        "params": int(num_params),
+        "tokens": tokens,
+        "prefill": prefill,
+        **figures,
+        "seconds": stages.seconds,
+    }
+
+
+def count(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}K"
+
+
+def round_trip_cell(trip: dict) -> str:
+    state = trip["state"]
+    rows = (
+        f", padded rows {state['padded_rows']} x {len(state['padded_tables'])} tables 0 in ours"
+        if state["padded_tables"]
+        else ""
+    )
+    return (
+        f"state {'yes' if state['bitwise'] else 'NO'}{rows}; "
+        f"release logits on export {'yes' if trip['logits_bitwise_equal'] else 'NO'}"
+    )
+
+
+def markdown(report: dict) -> str:
+    ok = lambda section: "" if section["passed"] else " (FAIL)"
+    lines = [
+        "| release | size | params | max\\|Δlogits\\| | max rel Δgrad | decode max\\|Δ\\| "
+        "| round trip bitwise | pass |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for size in report["sizes"].values():
+        lines.append(
+            f"| {report['release']} | {size['label']} | {count(size['params'])} "
+            f"| {size['logits']['max_abs_diff']:.2e} (rel {size['logits']['relative']:.1e})"
+            f"{ok(size['logits'])} "
+            f"| {size['gradients']['max_relative_diff']:.2e}{ok(size['gradients'])} "
+            f"| {size['decode']['max_abs_diff']:.2e}{ok(size['decode'])} "
+            f"| {round_trip_cell(size['round_trip'])} | {'yes' if size['passed'] else 'NO'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def notes(report: dict) -> str:
+    lines = [
+        f"\nRelease {report['release_repo']} at {report['release_commit'][:7]}; "
+        f"torch {report['versions']['torch']} (release side), jax {report['versions']['jax']}; "
+        "fp32 on the CPU. Thresholds: logits <= "
+        f"{report['tolerances']['logits']:g} (absolute), gradients <= {report['tolerances']['gradients']:g} "
+        "relative to each parameter's max |release grad|.",
+    ]
+    for name, size in report["sizes"].items():
+        zero = size["gradients"]["zero_keys"]
+        lines.append(
+            f"- {name}: |Δ loss| {size['loss']['abs_diff']:.2e}; the release's own cached decode vs its "
+            f"forward: max |Δ| {size['decode']['release_decode_vs_forward']:.2e}; "
+            f"worst gradient {size['gradients']['worst_key']}"
+            + (f"; {len(zero)} all-zero release gradients, max |Δ| {max(zero.values()):.2e}" if zero else "")
+            + "; wall time "
+            + ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in size["seconds"].items())
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run(args, release: Release, sizes: list[str], versions: dict) -> int:
+    import jax
+    import numpy as np
+
+    from t2mlr_jax.interop.parity import TOLERANCES
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in ("parity.json", "parity.md"):
+        (args.out / name).unlink(missing_ok=True)
+    start = time.perf_counter()
+    report = {
+        "release": args.release,
+        "release_repo": release.repo,
+        "release_commit": versions["commit"],
+        "release_src": str(Path(args.release_src).resolve()),
+        "command": f"{COMMAND} {shlex.join(sys.argv[1:])}",
+        "versions": {
+            "torch": versions["torch"],
+            "release_numpy": versions["numpy"],
+            "release_python": versions["python"],
+            "jax": jax.__version__,
+            "numpy": np.__version__,
+        },
+        "dtype": "float32",
+        "checks": list(release.checks),
+        "tolerances": TOLERANCES,
+        "sizes": {},
+    }
+    for size in sizes:
+        report["sizes"][size] = check_size(release, args, size)
+    report["passed"] = all(size["passed"] for size in report["sizes"].values())
+    report["seconds"] = round(time.perf_counter() - start, 1)
+    (args.out / "parity.json").write_text(json.dumps(report, indent=2) + "\n")
+    table = markdown(report)
+    (args.out / "parity.md").write_text(table + notes(report))
+    print("\n" + table, end="")
+    print(f"wrote {args.out}/parity.json and {args.out}/parity.md ({report['seconds']:.0f} s)")
+    return 0 if report["passed"] else 1
+
+
+def main(argv=None) -> int:
+    from t2mlr_jax.interop.files import one_line
+
+    args = parse_args(argv)
+    try:
+        checked = check_inputs(args)
+    except ValueError as e:  # bad input: nothing written
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    try:
+        return run(args, *checked)
+    except (RuntimeError, ValueError, OSError) as e:  # the release failed to run, or ours refused its model
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
