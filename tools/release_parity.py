@@ -21,10 +21,12 @@ Sizes (lrt): tiny, the fixture's model (4 layers, width 64, vocab 100; tokens 2 
 d12, the release's default GPTConfig (12 layers, width 768, 6 heads, vocab 32768, context 2048, windows
 "SSSL"; about 286M parameters; tokens 1 x 64, prefill 8; a few GB of memory and disk, a few minutes).
 
-Pass / fail, per size: max |Δ logits| <= 1e-5; |Δ loss| <= 1e-5; the gradients: max over parameters of
-max |Δ| / max |release's gradient| <= 1e-4 (a parameter whose release gradient is all zero: max |Δ| <=
-1e-10, reported apart); max |Δ| of the cached decode <= 1e-5; the export's state dict equal and the
-release's logits on it bitwise equal to those on its own checkpoint.
+Pass / fail, per size (t2mlr_jax.interop.parity.TOLERANCES): max |Δ logits| <= 1e-5 x max |logit|;
+|Δ loss| <= 1e-5; the gradients: max over parameters of max |Δ| / max |release's gradient| <= 1e-4 (a
+parameter whose release gradient is all zero: max |Δ| <= 1e-10, reported apart); max |Δ| of the cached
+decode <= 1e-5 x max |logit|; the export's state dict equal and the release's logits on it bitwise equal
+to those on its own checkpoint. Logits are held relative to their scale because fp32 summation order
+alone moves d12's by ~1e-5 (the release's own cached decode and forward differ by 1.4e-5).
 
 Writes OUT/parity.json (every figure, the release's commit, torch / jax versions, sizes, the command) and
 OUT/parity.md (one table row per size), and prints the table. OUT must be new or empty, unless
@@ -302,7 +304,8 @@ def markdown(report: dict) -> str:
             f"| {size['logits']['max_abs_diff']:.2e} (rel {size['logits']['relative']:.1e})"
             f"{ok(size['logits'])} "
             f"| {size['gradients']['max_relative_diff']:.2e}{ok(size['gradients'])} "
-            f"| {size['decode']['max_abs_diff']:.2e}{ok(size['decode'])} "
+            f"| {size['decode']['max_abs_diff']:.2e} (rel {size['decode']['relative']:.1e})"
+            f"{ok(size['decode'])} "
             f"| {round_trip_cell(size['round_trip'])} | {'yes' if size['passed'] else 'NO'} |"
         )
     return "\n".join(lines) + "\n"
@@ -313,7 +316,8 @@ def notes(report: dict) -> str:
         f"\nRelease {report['release_repo']} at {report['release_commit'][:7]}; "
         f"torch {report['versions']['torch']} (release side), jax {report['versions']['jax']}; "
         "fp32 on the CPU. Thresholds: logits <= "
-        f"{report['tolerances']['logits']:g} (absolute), gradients <= {report['tolerances']['gradients']:g} "
+        f"{report['tolerances']['logits']:g} x max |logit|, "
+        f"gradients <= {report['tolerances']['gradients']:g} "
         "relative to each parameter's max |release grad|.",
     ]
     for name, size in report["sizes"].items():

@@ -24,14 +24,18 @@ import optax
 from t2mlr_jax.interop.nanochat import padded_vocab, to_nanochat_state
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
 
 GRAD = "grad:"  # the prefix of a gradient's key
+# Logits are compared relative to the largest |logit|, as tools/convert_checkpoint.py --verify does: fp32
+# summation order alone moves a 12-layer, 768-wide model's logits by ~1e-5 (the release's own cached
+# decode and forward differ by 1.4e-5 there, and a float64 run of it is 1.2e-5 from either side).
 TOLERANCES = {
-    "logits": 1e-5,  # max |Δ logits|, absolute
+    "logits": 1e-5,  # max |Δ logits| / max |logit|
     "loss": 1e-5,  # |Δ loss|
     "gradients": 1e-4,  # max over keys of max |Δ| / max |release grad|
     "zero_gradients": 1e-10,  # max |Δ| of a key whose release gradient is all zero
-    "decode": 1e-5,  # max |Δ| of the cached decode's logits, absolute
+    "decode": 1e-5,  # max |Δ| of the cached decode's logits / max |logit|
 }
 VOCAB_TABLES = ("transformer.wte.weight", "lm_head.weight", "value_embeds.")  # nanochat's padded tables
 
@@ -48,35 +52,6 @@ def loss_and_grads(cfg: ModelConfig, params: dict, tokens: jax.Array) -> tuple[j
     return jax.value_and_grad(loss)(params)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _cached_step(cfg: ModelConfig, params: dict, cache: backbone.KVCache, step: jax.Array, start: jax.Array):
-    positions = start + jnp.broadcast_to(jnp.arange(step.shape[1]), step.shape)
-    out = backbone.run_blocks(
-        cfg,
-        params,
-        backbone.embed(cfg, params, step),
-        0,
-        cfg.num_layers,
-        positions=positions,
-        segment_ids=jnp.ones_like(step),
-        cache=cache,
-        tokens=step,
-    )
-    return backbone.advance(out.cache, step.shape[1]), backbone.head(cfg, params, out.h)
-
-
-def cached_logits(cfg: ModelConfig, params: dict, tokens: jax.Array, prefill: int) -> jax.Array:
-    """Logits of a KV-cached decode: `prefill` tokens in one call, then one token per call (teacher
-    forced), as the release's Engine calls its model."""
-    tokens = jnp.asarray(tokens)
-    cache = backbone.init_cache(cfg, tokens.shape[0], tokens.shape[1])
-    logits = []
-    for start, end in [(0, prefill), *((t, t + 1) for t in range(prefill, tokens.shape[1]))]:
-        cache, out = _cached_step(cfg, params, cache, tokens[:, start:end], jnp.int32(start))
-        logits.append(out)
-    return jnp.concatenate(logits, axis=1)
-
-
 def our_outputs(cfg: ModelConfig, params: dict, tokens, prefill: int) -> dict[str, np.ndarray]:
     """Our logits, loss, gradients (by the release's keys) and cached decode on `tokens`, in the layout
     of the release's (module docstring)."""
@@ -86,7 +61,7 @@ def our_outputs(cfg: ModelConfig, params: dict, tokens, prefill: int) -> dict[st
     out["loss"] = np.asarray(loss)
     out |= {GRAD + key: value for key, value in to_nanochat_state(cfg, grads).items()}
     del grads
-    out["decode"] = np.asarray(cached_logits(cfg, params, tokens, prefill))
+    out["decode"] = np.asarray(teacher_forced(T2MLRDecoder(cfg), params, tokens, prefill))
     return out
 
 
@@ -117,9 +92,9 @@ def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) ->
         "logits": {
             "max_abs_diff": logits,
             "max_abs_logit": scale,
-            "relative": logits / scale if scale else float("inf"),
+            "relative": logits / scale,
             "tolerance": TOLERANCES["logits"],
-            "passed": logits <= TOLERANCES["logits"],
+            "passed": logits <= TOLERANCES["logits"] * scale,
         },
         "loss": {
             "ours": float(ours["loss"]),
@@ -140,10 +115,11 @@ def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) ->
         },
         "decode": {
             "max_abs_diff": decode,
+            "relative": decode / scale,
             # the release against itself, for scale: its cached decode vs its forward, both fp32
             "release_decode_vs_forward": max_abs_diff(theirs["decode"], theirs["logits"]),
             "tolerance": TOLERANCES["decode"],
-            "passed": decode <= TOLERANCES["decode"],
+            "passed": decode <= TOLERANCES["decode"] * scale,
         },
     }
     grads = figures["gradients"]

@@ -266,12 +266,16 @@ def teacher_forced(
     recurrent = jnp.full((b, t), RECURRENT, jnp.int32)
     layout = lambda a, z: Layout(positions[:, a:z], ones[:, a:z], recurrent[:, a:z])
     out = decoder.prefill(params, tokens[:, :prompt_len], layout(0, prompt_len), decoder.init_cache(b, t))
-    logits, state, cache = [out.logits], out.recurrent_state, out.cache
-    for i in range(prompt_len, t):
-        out = decoder.step(params, tokens[:, i : i + 1], state, cache, layout(i, i + 1))
-        logits.append(out.logits)
-        state, cache = out.recurrent_state, out.cache
-    return jnp.concatenate(logits, axis=1)
+
+    def step(carry, i):  # a scan, not an unrolled loop: one step compiled, whatever the length
+        state, cache = carry
+        token = jax.lax.dynamic_slice_in_dim(tokens, i, 1, axis=1)
+        step_layout = Layout(jnp.full((b, 1), i, jnp.int32), ones[:, :1], recurrent[:, :1])
+        out = decoder.step(params, token, state, cache, step_layout)
+        return (out.recurrent_state, out.cache), out.logits[:, 0]
+
+    _, stepped = jax.lax.scan(step, (out.recurrent_state, out.cache), jnp.arange(prompt_len, t))
+    return jnp.concatenate([out.logits, jnp.swapaxes(stepped, 0, 1)], axis=1)
 
 
 def with_lengths(tokens: Int[Array, "B N"], eos_id: int | None) -> GenerateOutput:
