@@ -109,12 +109,14 @@ class Size(NamedTuple):
     prefill: int
     linear_scale: float
     compressed: bool
+    interleaved: bool = False  # the recurrent GPT: release.npz holds its true sequential logits only
 
 
 RELEASE_DEFAULT_WIDTH = 768  # GPTConfig().n_embd
 SIZES = {
     "tiny": Size(CONFIG, TOKENS, PREFILL, 1.0, True),
     "d12": Size({}, (1, 64), 8, (CONFIG["n_embd"] / RELEASE_DEFAULT_WIDTH) ** 0.5, False),
+    "tiny_interleaved": Size({**CONFIG, "use_interleaved": True}, TOKENS, PREFILL, 1.0, True, True),
 }
 
 
@@ -186,7 +188,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if (args.logits_of is None) != (args.tokens_from is None):
         parser.error("--logits_of and --tokens_from go together")
     if args.out is None and (args.size != "tiny" or args.logits_of):
-        parser.error("--out is required with --size d12 and with --logits_of")
+        parser.error("--out is required with a --size other than tiny and with --logits_of")
     args.out = args.out or str(ROOT / "tests/interop/fixtures/lrt_release_vanilla")
     return args
 
@@ -207,11 +209,15 @@ def redraw(model, linear_scale: float = 1.0) -> None:
                 p.copy_(1 + 0.1 * torch.randn_like(p))
             elif name == "x0_lambdas":
                 p.copy_(0.2 + 0.1 * torch.randn_like(p))
-            elif name.endswith("attn.ve_gate.weight"):
+            elif name.endswith(("attn.ve_gate.weight", "attn.triple_gate.weight")):
                 p.copy_(0.5 * torch.randn_like(p))
+            elif name == "interleaved_lambdas":
+                p.copy_(0.2 + 0.1 * torch.randn_like(p))
+            elif name.startswith(("interleaved_projections.", "interleaved_key_projections.")):
+                p.copy_(linear_std * torch.randn_like(p))
             elif name == "lm_head.weight" or name.startswith("transformer.h."):
                 p.copy_(linear_std * torch.randn_like(p))
-            elif name.startswith("value_embeds."):
+            elif name.startswith(("value_embeds.", "interleaved_init_value_embeds.")):
                 p.copy_(0.2 * torch.randn_like(p))
             else:
                 raise AssertionError(f"no draw for parameter {name}")
@@ -219,12 +225,11 @@ def redraw(model, linear_scale: float = 1.0) -> None:
 
 
 def build(gpt, size: Size = SIZES["tiny"]):
-    """The release's vanilla GPT at `size`, built as it builds one, then redrawn."""
+    """The release's GPT at `size` (vanilla, or interleaved), built as it builds one, then redrawn."""
     import torch
 
     torch.manual_seed(SEED)
     config = gpt.GPTConfig(**size.config)
-    assert not config.use_interleaved, "the vanilla GPT"
     model = gpt.GPT(config)
     model.init_weights()
     redraw(model, size.linear_scale)
@@ -256,6 +261,30 @@ def decode(model, config, engine, tokens, prefill: int = PREFILL):
         for t in range(prefill, tokens.size(1)):
             out.append(model.forward(tokens[:, t : t + 1], kv_cache=cache))
     assert cache.get_pos() == tokens.size(1)
+    return torch.cat(out, dim=1)
+
+
+def sequential(model, config, engine, tokens):
+    """The interleaved model's true sequential logits, as the release's loss_eval.evaluate_bpb_sequential
+    runs it: one token per call with the KV cache, fed the previous token's h_final (zeros at the first)."""
+    import torch
+
+    cache = engine.KVCache(
+        batch_size=tokens.size(0),
+        num_heads=config.n_kv_head,
+        seq_len=tokens.size(1),
+        head_dim=config.n_embd // config.n_head,
+        num_layers=config.n_layer,
+        device=tokens.device,
+        dtype=torch.float32,
+    )
+    h_prev, out = torch.zeros(tokens.size(0), 1, config.n_embd), []
+    with torch.no_grad():
+        for t in range(tokens.size(1)):
+            logits, h_prev = model(
+                tokens[:, t : t + 1], kv_cache=cache, h_final_prev=h_prev, return_hidden=True
+            )
+            out.append(logits)
     return torch.cat(out, dim=1)
 
 
@@ -307,6 +336,13 @@ def make(out: Path, src: str, size: Size = SIZES["tiny"]) -> None:
         meta_data={"model_config": dataclasses.asdict(config), "step": 0, "release_commit": commit},
     )
     tokens = torch.from_numpy(np.random.default_rng(SEED).integers(0, config.vocab_size, size.tokens))
+    if size.interleaved:
+        arrays = {"tokens": tokens.numpy(), "sequential": sequential(model, config, engine, tokens).numpy()}
+        np.savez_compressed(out / "release.npz", **arrays)
+        again = sequential(reload(gpt, checkpoint_manager, out / "model"), config, engine, tokens)
+        assert torch.equal(again, torch.from_numpy(arrays["sequential"])), "reload differs"
+        print(f"wrote {out}/model and {out}/release.npz (release {commit[:7]}, interleaved; reload equal)")
+        return
     arrays = release_outputs(model, config, engine, tokens, size.prefill)
     (np.savez_compressed if size.compressed else np.savez)(out / "release.npz", **arrays)
 

@@ -68,7 +68,7 @@ HF_MODELS = {
 # The backbone's configurable parts (norms, QK-norm, windows, softcaps, MLP): Llama is their defaults.
 BLOCK_FIELDS = ("norm_weights", "embed_norm", "qk_norm", "window_pattern", "sliding_window",
                 "last_layer_full", "attn_softcap", "logit_softcap", "mlp", "resid_scalars", "value_embeds",
-                "norm_offset", "embed_scale", "sandwich_norms", "query_pre_attn_scalar",
+                "ve_every_layer", "norm_offset", "embed_scale", "sandwich_norms", "query_pre_attn_scalar",
                 "rope_local_theta", "rope_table_dtype")  # fmt: skip
 
 

@@ -19,8 +19,11 @@ that our RoPE computes its attention exactly, the second half of every query / k
 way in and out: QK-norm and q·k do not see the sign, and the rotation becomes HF's. The padding rows of
 the vocabulary tables are never read (ids < V, logits sliced to V); an export writes them as zeros.
 
-Not importable yet: the LRT release's interleaved feedback (`use_interleaved`), value embeddings on every
-layer (`ve_every_layer`), and one of the resid / x0 scalars without the other.
+The LRT release's interleaved (recurrent) GPT is our LRT with per-layer feedback on both paths (its
+sequential inference is our exact recurrence): interleaved_projections / interleaved_key_projections are
+params["lrt"]["v_fb" / "k_fb"], interleaved_lambdas its gamma, the init value embeddings our value
+embeddings on every layer, and each triple gate [3K, C] splits into our (local, feedback) gate and the
+value embeddings' gate. Not importable: one of the resid / x0 scalars without the other.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2mlr_jax.architectures.lrt_forward import LRTConfig, lrt_specs
 from t2mlr_jax.interop.configs import refuse
 from t2mlr_jax.interop.files import (
     check_export_target,
@@ -49,7 +53,7 @@ from t2mlr_jax.model.spec import is_spec, spec_leaves
 
 MODEL_FILE = re.compile(r"model_(\d+)\.pt")
 PAD_VOCAB_TO = 64  # nanochat's GPT pads its vocabulary tables to a multiple of this
-ROTATED = ("q_proj", "k_proj")  # their heads' second halves change sign (module docstring)
+ROTATED = ("q_proj", "k_proj", "k_fb")  # their heads' second halves change sign (module docstring)
 LAYER_KEYS = {  # ours under params["layers"] -> nanochat's key under transformer.h.{i}.
     ("self_attn", "q_proj"): "attn.c_q.weight",
     ("self_attn", "k_proj"): "attn.c_k.weight",
@@ -59,6 +63,13 @@ LAYER_KEYS = {  # ours under params["layers"] -> nanochat's key under transforme
     ("mlp", "down_proj"): "mlp.c_proj.weight",
 }
 VE_GATE = "attn.ve_gate.weight"
+# The LRT release's interleaved (recurrent) GPT: its feedback is our LRT's (t2mlr_jax.architectures.lrt).
+FEEDBACK_KEYS = {
+    ("lrt", "v_fb"): "interleaved_projections.{i}.W_v.weight",
+    ("lrt", "k_fb"): "interleaved_key_projections.{i}.W_v.weight",
+}
+TRIPLE_GATE = "transformer.h.{i}.attn.triple_gate.weight"
+INIT_VALUE_EMBEDS = "interleaved_init_value_embeds.{i}.weight"
 
 
 def checkpoint_files(path: Path | str) -> tuple[Path, Path] | None:
@@ -87,10 +98,6 @@ def model_config_from_nanochat(gpt: dict, *, param_dtype: str = "float32") -> Mo
     is one error listing every such setting."""
     gpt = {"window_pattern": "L", **gpt}  # checkpoint_manager's default for checkpoints from before windows
     problems = []
-    if gpt.get("use_interleaved"):
-        problems.append("use_interleaved=True (the LRT release's interleaved feedback) is not importable yet")
-    if gpt.get("use_value_embeds", True) and gpt.get("ve_every_layer"):
-        problems.append("ve_every_layer=True: our value embeddings are on alternating layers only")
     if gpt.get("use_resid_lambdas", True) != gpt.get("use_x0_residual", True):
         problems.append("use_resid_lambdas and use_x0_residual differ: ours has both scalars or neither")
     if gpt["n_embd"] % gpt["n_head"]:
@@ -108,15 +115,18 @@ def model_config_from_nanochat(gpt: dict, *, param_dtype: str = "float32") -> Mo
         mlp_dim=4 * width,
         window_pattern=gpt["window_pattern"].upper(),
         resid_scalars=gpt.get("use_resid_lambdas", True),
-        value_embeds=gpt.get("use_value_embeds", True),
+        # an interleaved model's token-indexed init value embeddings are ours on every layer
+        value_embeds=bool(gpt.get("use_interleaved")) or gpt.get("use_value_embeds", True),
+        ve_every_layer=bool(gpt.get("use_interleaved") or gpt.get("ve_every_layer")),
         gate_channels=gpt.get("ve_gate_channels", 32) or width,
         dtype="float32",
         param_dtype=param_dtype,
     ).validate()
 
 
-def nanochat_gpt_config(cfg: ModelConfig) -> dict:
-    """The GPTConfig fields of our model, refused (every problem listed) unless nanochat's GPT computes it."""
+def nanochat_gpt_config(cfg: ModelConfig, *, interleaved: bool = False) -> dict:
+    """The GPTConfig fields of our model (with `interleaved`, the LRT release's recurrent GPT), refused
+    (every problem listed) unless nanochat's GPT computes it."""
     gpt = {
         "sequence_len": cfg.max_seq_len,
         "vocab_size": cfg.vocab_size,
@@ -125,12 +135,12 @@ def nanochat_gpt_config(cfg: ModelConfig) -> dict:
         "n_kv_head": cfg.num_kv_heads,
         "n_embd": cfg.hidden_size,
         "window_pattern": cfg.window_pattern,
-        "use_value_embeds": cfg.value_embeds,
-        "ve_every_layer": False,
+        "use_value_embeds": cfg.value_embeds,  # (ignored by an interleaved model: its init ones replace them)
+        "ve_every_layer": cfg.ve_every_layer and not interleaved,
         "use_x0_residual": cfg.resid_scalars,
         "use_resid_lambdas": cfg.resid_scalars,
         "ve_gate_channels": cfg.gate_channels,
-        "use_interleaved": False,
+        "use_interleaved": interleaved,
     }
     expected = model_config_from_nanochat(gpt, param_dtype=cfg.param_dtype)
     differ = [
@@ -149,42 +159,54 @@ def _rotated(array: np.ndarray) -> np.ndarray:
     return np.concatenate([array[..., :half], -array[..., half:]], axis=-1)
 
 
-def _entries(cfg: ModelConfig):
+def _entries(cfg: ModelConfig, interleaved: bool):
     """(nanochat key, our path, block or None, our shape for that key, Linear fan-in dims) of every tensor
-    of nanochat's state dict for this model but the padded vocabulary tables."""
-    specs = spec_leaves(param_specs(cfg))
+    of nanochat's state dict for this model but the padded vocabulary tables and the triple gates."""
+    specs = spec_leaves(lrt_specs(LRTConfig(cfg)) if interleaved else param_specs(cfg))
     for i in range(cfg.num_layers):
         for path, key in LAYER_KEYS.items():
             spec = specs[("layers", *path)]
             yield f"transformer.h.{i}.{key}", ("layers", *path), i, spec.shape[1:], spec.in_dims
-    if cfg.value_embeds:
+        if interleaved:
+            for path, key in FEEDBACK_KEYS.items():
+                yield key.format(i=i), path, i, specs[path].shape[1:], 1
+    if cfg.value_embeds and not interleaved:
         gate = specs[("layers", "self_attn", "ve_gate")]
         for i in cfg.value_embed_layers:
             yield f"transformer.h.{i}.{VE_GATE}", ("layers", "self_attn", "ve_gate"), i, gate.shape[1:], 1
     if cfg.resid_scalars:
         for name in ("resid_lambdas", "x0_lambdas"):
             yield name, (name,), None, specs[(name,)].shape, 0
+    if interleaved:
+        yield "interleaved_lambdas", ("lrt", "gamma"), None, specs[("lrt", "gamma")].shape, 0
 
 
-def _vocab_tables(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+def _vocab_tables(cfg: ModelConfig, interleaved: bool) -> dict[str, tuple[int, ...]]:
     """nanochat's padded vocabulary tables (keys and shapes): the embedding, the head and the value
-    embeddings, each [V', ...]."""
+    embeddings (an interleaved model's init value embeddings), each [V', ...]."""
     padded, kv = padded_vocab(cfg.vocab_size), cfg.num_kv_heads * cfg.head_dim
     tables = {
         "transformer.wte.weight": (padded, cfg.hidden_size),
         "lm_head.weight": (padded, cfg.hidden_size),
     }
-    return tables | {f"value_embeds.{i}.weight": (padded, kv) for i in cfg.value_embed_layers}
+    value_embeds = INIT_VALUE_EMBEDS if interleaved else "value_embeds.{i}.weight"
+    return tables | {value_embeds.format(i=i): (padded, kv) for i in cfg.value_embed_layers}
 
 
-def from_nanochat_state(cfg: ModelConfig, state: dict[str, np.ndarray]) -> dict:
-    """Our params of a nanochat GPT state dict (strict: every missing, unexpected or misshapen key is listed
-    in one error)."""
+def _triple_gates(cfg: ModelConfig, interleaved: bool) -> dict[str, tuple[int, int]]:
+    """An interleaved model's triple gates [3K, C] (local, feedback, value embedding), by key."""
+    shape = (3 * cfg.num_kv_heads, cfg.gate_channels)
+    return {TRIPLE_GATE.format(i=i): shape for i in range(cfg.num_layers)} if interleaved else {}
+
+
+def from_nanochat_state(cfg: ModelConfig, state: dict[str, np.ndarray], *, interleaved: bool = False) -> dict:
+    """Our params of a nanochat GPT state dict (with `interleaved`, the LRT release's recurrent GPT: our
+    LRT's, params["lrt"] included); strict: every missing, unexpected or misshapen key is listed in one
+    error."""
     state = {key.removeprefix("_orig_mod."): value for key, value in state.items()}  # torch.compile's prefix
-    entries = list(_entries(cfg))
-    expected = _vocab_tables(cfg) | {
-        key: torch_shape(shape, in_dims) for key, _, _, shape, in_dims in entries
-    }
+    entries = list(_entries(cfg, interleaved))
+    expected = _vocab_tables(cfg, interleaved) | _triple_gates(cfg, interleaved)
+    expected |= {key: torch_shape(shape, in_dims) for key, _, _, shape, in_dims in entries}
     problems = [f"missing key {k}" for k in expected if k not in state]
     problems += [f"unexpected key {k}" for k in sorted(set(state) - set(expected))]
     problems += [
@@ -194,7 +216,8 @@ def from_nanochat_state(cfg: ModelConfig, state: dict[str, np.ndarray]) -> dict:
     ]
     refuse(problems, "this nanochat state dict")
     v = cfg.vocab_size
-    params = jax.tree.map(lambda spec: np.zeros(spec.shape, np.float32), param_specs(cfg), is_leaf=is_spec)
+    specs = lrt_specs(LRTConfig(cfg)) if interleaved else param_specs(cfg)
+    params = jax.tree.map(lambda spec: np.zeros(spec.shape, np.float32), specs, is_leaf=is_spec)
     for key, path, block, shape, in_dims in entries:
         array = from_torch(np.asarray(state[key]), shape, in_dims)
         array = _rotated(array) if path[-1] in ROTATED else array
@@ -205,16 +228,21 @@ def from_nanochat_state(cfg: ModelConfig, state: dict[str, np.ndarray]) -> dict:
             target[path[-1]][block] = array
     params["embed_tokens"] = state["transformer.wte.weight"][:v]
     params["lm_head"] = state["lm_head.weight"][:v].T
-    for j, i in enumerate(cfg.value_embed_layers):
-        params["value_embeds"][j] = state[f"value_embeds.{i}.weight"][:v].reshape(
-            params["value_embeds"].shape[1:]
-        )
+    value_embeds = list(_vocab_tables(cfg, interleaved))[2:]
+    for j, key in enumerate(value_embeds):
+        params["value_embeds"][j] = state[key][:v].reshape(params["value_embeds"].shape[1:])
+    for i, key in enumerate(_triple_gates(cfg, interleaved)):  # [3K, C] -> ours (local, feedback) | value
+        gate = np.asarray(state[key]).T
+        params["lrt"]["gate"][i] = gate[:, : 2 * cfg.num_kv_heads]
+        params["layers"]["self_attn"]["ve_gate"][i] = gate[:, 2 * cfg.num_kv_heads :]
     return jax.tree.map(lambda a: jnp.asarray(np.asarray(a).astype(cfg.param_dtype)), params)
 
 
 def to_nanochat_state(cfg: ModelConfig, params: dict) -> dict[str, np.ndarray]:
-    """nanochat's GPT state dict of our params (the vocabulary tables padded with zero rows)."""
-    check_params(cfg, params)
+    """nanochat's GPT state dict of our params (the vocabulary tables padded with zero rows); params with
+    an "lrt" entry (our LRT with per-layer feedback, both paths) are the LRT release's recurrent GPT."""
+    interleaved = "lrt" in params
+    check_params(cfg, {k: v for k, v in params.items() if k != "lrt"})
     params = jax.tree.map(np.asarray, params)
     padded = padded_vocab(cfg.vocab_size)
     pad = lambda a: np.concatenate([a, np.zeros((padded - a.shape[0], *a.shape[1:]), a.dtype)])
@@ -222,11 +250,14 @@ def to_nanochat_state(cfg: ModelConfig, params: dict) -> dict[str, np.ndarray]:
         "transformer.wte.weight": pad(params["embed_tokens"]),
         "lm_head.weight": pad(params["lm_head"].T),
     }
-    for key, path, block, _, in_dims in _entries(cfg):
+    for key, path, block, _, in_dims in _entries(cfg, interleaved):
         array = _at(params, path) if block is None else _at(params, path)[block]
         state[key] = to_torch(_rotated(array) if path[-1] in ROTATED else array, in_dims)
-    for j, i in enumerate(cfg.value_embed_layers):
-        state[f"value_embeds.{i}.weight"] = pad(params["value_embeds"][j].reshape(cfg.vocab_size, -1))
+    for j, key in enumerate(list(_vocab_tables(cfg, interleaved))[2:]):
+        state[key] = pad(params["value_embeds"][j].reshape(cfg.vocab_size, -1))
+    for i, key in enumerate(_triple_gates(cfg, interleaved)):
+        gate = np.concatenate([params["lrt"]["gate"][i], params["layers"]["self_attn"]["ve_gate"][i]], axis=1)
+        state[key] = np.ascontiguousarray(gate.T)
     return state
 
 
@@ -245,10 +276,13 @@ def nanochat_config(path: Path | str, *, param_dtype: str = "float32") -> ModelC
 def load_nanochat(
     path: Path | str, *, param_dtype: str = "float32", progress: bool = False
 ) -> tuple[ModelConfig, dict]:
-    model_file, _ = checkpoint_files(path) or _no_checkpoint(path)
+    """(our backbone's ModelConfig, params) of the folder's largest step; an interleaved model's params
+    carry our LRT's feedback as params["lrt"] (its architecture: lrt with per-layer feedback, both paths)."""
+    model_file, meta = checkpoint_files(path) or _no_checkpoint(path)
     cfg = nanochat_config(path, param_dtype=param_dtype)
+    interleaved = bool(read_json(meta)["model_config"].get("use_interleaved"))
     state = {key: torch_to_numpy(value).astype(np.float32) for key, value in torch_state(model_file).items()}
-    return cfg, from_nanochat_state(cfg, state)
+    return cfg, from_nanochat_state(cfg, state, interleaved=interleaved)
 
 
 def save_nanochat(
@@ -259,7 +293,7 @@ def save_nanochat(
     import torch
 
     check_export_target(path, overwrite=overwrite)
-    gpt = nanochat_gpt_config(cfg)
+    gpt = nanochat_gpt_config(cfg, interleaved="lrt" in params)
     state = {
         key: numpy_to_torch(np.ascontiguousarray(value))
         for key, value in to_nanochat_state(cfg, params).items()

@@ -37,7 +37,8 @@ TOLERANCES = {
     "zero_gradients": 1e-10,  # max |Δ| of a key whose release gradient is all zero
     "decode": 1e-5,  # max |Δ| of the cached decode's logits / max |logit|
 }
-VOCAB_TABLES = ("transformer.wte.weight", "lm_head.weight", "value_embeds.")  # nanochat's padded tables
+# nanochat's padded tables: embedding, head, value embeddings (the interleaved model's init ones)
+VOCAB_TABLES = ("transformer.wte.weight", "lm_head.weight", "value_embeds.", "interleaved_init_value_embeds.")
 
 
 @functools.partial(jax.jit, static_argnums=0)

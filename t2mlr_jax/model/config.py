@@ -155,6 +155,7 @@ class ModelConfig:
     # nanochat's value embeddings: on alternating layers (the last included) v += g * VE[token], the gate
     # per kv head g = 2 sigmoid(W x[..., :gate_channels]) with W zero-initialised (g starts at 1).
     value_embeds: bool = False
+    ve_every_layer: bool = False  # value embeddings on every layer (the LRT release's interleaved models)
     gate_channels: int = 32  # input channels of the per-kv-head gates (value embeddings, LRT feedback)
     # Mixture of experts (mlp="moe", t2mlr_jax.model.moe): `moe_experts` routed experts of width moe_dim
     # (None = mlp_dim), each token to its top `moe_top_k` by a sigmoid router, plus `moe_shared` experts
@@ -289,7 +290,7 @@ class ModelConfig:
             raise ValueError(f"mlp must be one of {sorted(MLP_NAMES)}, got {self.mlp!r}")
         if self.init_scheme not in INIT_SCHEMES:
             raise ValueError(f"init_scheme must be one of {INIT_SCHEMES}, got {self.init_scheme!r}")
-        for name in ("resid_scalars", "value_embeds", "last_layer_full"):
+        for name in ("resid_scalars", "value_embeds", "ve_every_layer", "last_layer_full"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.gate_channels < 1 or self.value_embeds and self.gate_channels > self.hidden_size:
@@ -329,10 +330,12 @@ class ModelConfig:
 
     @property
     def value_embed_layers(self) -> tuple[int, ...]:
-        """The layers with value embeddings: alternating, the last one included (nanochat's rule)."""
+        """The layers with value embeddings: alternating, the last one included (nanochat's rule), or every
+        layer (ve_every_layer)."""
         if not self.value_embeds:
             return ()
-        return tuple(i for i in range(self.num_layers) if i % 2 == (self.num_layers - 1) % 2)
+        every = 1 if self.ve_every_layer else 2
+        return tuple(i for i in range(self.num_layers) if (self.num_layers - 1 - i) % every == 0)
 
 
 def check_depths(d_forward: int, d_backward: int) -> None:

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2mlr_jax.architectures import lrt_forward
 from t2mlr_jax.interop import load_pretrained, save_nanochat
 from t2mlr_jax.interop.files import read_json, torch_state, torch_to_numpy
 from t2mlr_jax.interop.nanochat import (
@@ -24,6 +25,7 @@ from t2mlr_jax.interop.parity import compare_states, loss_and_grads
 from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
+from t2mlr_jax.model.recurrence import make_layout
 
 FIXTURE = Path(__file__).parent / "fixtures/lrt_release_vanilla"
 RELEASE = dict(np.load(FIXTURE / "release.npz"))
@@ -50,8 +52,8 @@ def test_the_release_checkpoint_reads_as_our_nanochat_backbone():
     assert (cfg.mlp, cfg.mlp_dim, cfg.sliding_window, cfg.value_embed_layers) == ("relu2", 256, 8, (1, 3))
     assert (cfg.rope_table_dtype, cfg.logit_softcap, cfg.norm_eps) == ("bfloat16", 15.0, 2.0**-23)
     assert nanochat_gpt_config(cfg) == {k: v for k, v in gpt.items() if k in nanochat_gpt_config(cfg)}
-    with pytest.raises(ValueError, match="use_interleaved=True .* not importable yet"):
-        model_config_from_nanochat({**gpt, "use_interleaved": True})
+    with pytest.raises(ValueError, match="use_resid_lambdas and use_x0_residual differ"):
+        model_config_from_nanochat({**gpt, "use_x0_residual": False})
 
 
 def test_logits_match_the_release(imported):
@@ -114,3 +116,50 @@ def test_an_export_writes_the_releases_checkpoint_back(imported, tmp_path):
     meta = read_json(tmp_path / "back/meta_000000.json")["model_config"]
     assert meta == {k: META["model_config"][k] for k in meta}
     assert model_config_from_nanochat(meta) == cfg
+
+
+# The release's interleaved (recurrent) GPT: its true sequential inference (loss_eval's
+# evaluate_bpb_sequential) is our LRT's exact recurrence (tests/interop/fixtures/lrt_release_interleaved/).
+INTERLEAVED = Path(__file__).parent / "fixtures/lrt_release_interleaved"
+SEQUENTIAL = dict(np.load(INTERLEAVED / "release.npz"))
+
+
+@pytest.fixture(scope="module")
+def interleaved():
+    cfg, params = load_pretrained(INTERLEAVED / "model")
+    return lrt_forward.LRTConfig(cfg), params
+
+
+def test_the_interleaved_model_is_our_lrt_and_its_sequential_logits_match(interleaved):
+    lrt, params = interleaved
+    assert lrt.model.value_embed_layers == (0, 1, 2, 3) and sorted(params["lrt"]) == [
+        "gamma",
+        "gate",
+        "k_fb",
+        "v_fb",
+    ]
+    tokens = jnp.asarray(SEQUENTIAL["tokens"])
+    exact = lrt_forward.exact_forward(lrt, params, tokens, make_layout(tokens)).logits
+    assert max_diff(exact, SEQUENTIAL["sequential"]) <= 1e-5
+    decoded = teacher_forced(lrt_forward.LRTDecoder(lrt), (params, {}), tokens, PREFILL)
+    assert max_diff(decoded, SEQUENTIAL["sequential"]) <= 1e-5
+    # the triple gate's split matters: swapping its local and feedback halves moves the logits
+    gate = params["lrt"]["gate"]
+    k = lrt.model.num_kv_heads
+    swapped = {
+        **params,
+        "lrt": {**params["lrt"], "gate": jnp.concatenate([gate[..., k:], gate[..., :k]], -1)},
+    }
+    assert max_diff(lrt_forward.exact_forward(lrt, swapped, tokens, make_layout(tokens)).logits, exact) > 1e-3
+
+
+def test_the_interleaved_model_exports_back_bitwise(interleaved, tmp_path):
+    lrt, params = interleaved
+    save_nanochat(lrt.model, params, tmp_path / "back")
+    written = {k: torch_to_numpy(v) for k, v in torch_state(tmp_path / "back/model_000000.pt").items()}
+    theirs = {k: torch_to_numpy(v) for k, v in torch_state(INTERLEAVED / "model/model_000000.pt").items()}
+    figures = compare_states(lrt.model.vocab_size, theirs, written)
+    assert figures["bitwise"] and figures["padded_rows_zero"], figures
+    meta = read_json(tmp_path / "back/meta_000000.json")["model_config"]
+    release = read_json(INTERLEAVED / "model/meta_000000.json")["model_config"]
+    assert meta["use_interleaved"] and meta == {k: release[k] for k in meta}
