@@ -109,6 +109,15 @@ def check_paths(args) -> None:
             f"{args.source} is not a --from {args.source_format} checkpoint: it looks like --from {found}"
         )
     cfg = pretrained_config(args.source)
+    if found == "nanochat":
+        from t2mlr_jax.interop.nanochat import is_interleaved
+
+        if is_interleaved(args.source):
+            raise ValueError(
+                f"{args.source} is the LRT release's interleaved (recurrent) GPT, our LRT, which an orbax "
+                "model checkpoint cannot hold: train or evaluate it with arch=lrt and "
+                "--config.init_from (model.ve_every_layer=True)"
+            )
     if args.verify and args.seq_len > cfg.max_seq_len:
         raise ValueError(f"--seq-len {args.seq_len} is longer than the model's context ({cfg.max_seq_len})")
     check_target = check_orbax_target if args.target_format == "orbax" else check_export_target

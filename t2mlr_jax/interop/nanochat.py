@@ -267,6 +267,12 @@ def _at(tree: dict, path: tuple[str, ...]):
     return tree
 
 
+def is_interleaved(path: Path | str) -> bool:
+    """Whether the checkpoint folder holds the LRT release's interleaved (recurrent) GPT."""
+    _, meta = checkpoint_files(path) or _no_checkpoint(path)
+    return bool(read_json(meta)["model_config"].get("use_interleaved"))
+
+
 def nanochat_config(path: Path | str, *, param_dtype: str = "float32") -> ModelConfig:
     """The ModelConfig of the checkpoint folder's largest step, read without the weights."""
     _, meta = checkpoint_files(path) or _no_checkpoint(path)
@@ -278,9 +284,9 @@ def load_nanochat(
 ) -> tuple[ModelConfig, dict]:
     """(our backbone's ModelConfig, params) of the folder's largest step; an interleaved model's params
     carry our LRT's feedback as params["lrt"] (its architecture: lrt with per-layer feedback, both paths)."""
-    model_file, meta = checkpoint_files(path) or _no_checkpoint(path)
+    model_file, _ = checkpoint_files(path) or _no_checkpoint(path)
     cfg = nanochat_config(path, param_dtype=param_dtype)
-    interleaved = bool(read_json(meta)["model_config"].get("use_interleaved"))
+    interleaved = is_interleaved(path)
     state = {key: torch_to_numpy(value).astype(np.float32) for key, value in torch_state(model_file).items()}
     return cfg, from_nanochat_state(cfg, state, interleaved=interleaved)
 

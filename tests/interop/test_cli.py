@@ -136,3 +136,9 @@ def test_nanochat_round_trip_with_verify(tmp_path):
     for key, value in theirs.items():
         rows = 100 if value.shape[0] == 128 else value.shape[0]  # the vocabulary tables' real rows
         assert torch.equal(ours[key][:rows], value[:rows]) and not ours[key][rows:].any(), key
+
+
+def test_an_interleaved_lrt_checkpoint_is_refused_before_anything_is_written(tmp_path, capsys):
+    release = Path(__file__).parent / "fixtures/lrt_release_interleaved/model"
+    assert convert("--from", "nanochat", "--to", "orbax", release, tmp_path / "ckpt") == 2
+    assert "interleaved (recurrent) GPT" in capsys.readouterr().err and not (tmp_path / "ckpt").exists()

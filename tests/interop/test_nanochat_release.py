@@ -7,11 +7,13 @@ shown to matter; a perturbed weight fails the check; and an export writes the re
 
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from t2mlr_jax.architectures import lrt_forward
+from t2mlr_jax.experiment import experiment, resolve
 from t2mlr_jax.interop import load_pretrained, save_nanochat
 from t2mlr_jax.interop.files import read_json, torch_state, torch_to_numpy
 from t2mlr_jax.interop.nanochat import (
@@ -26,6 +28,7 @@ from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
 from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.train import init_from
 
 FIXTURE = Path(__file__).parent / "fixtures/lrt_release_vanilla"
 RELEASE = dict(np.load(FIXTURE / "release.npz"))
@@ -163,3 +166,30 @@ def test_the_interleaved_model_exports_back_bitwise(interleaved, tmp_path):
     meta = read_json(tmp_path / "back/meta_000000.json")["model_config"]
     release = read_json(INTERLEAVED / "model/meta_000000.json")["model_config"]
     assert meta["use_interleaved"] and meta == {k: release[k] for k in meta}
+
+
+def test_arch_lrt_starts_from_the_releases_interleaved_checkpoint():
+    """What a researcher moving from the release runs: arch=lrt with config.init_from its checkpoint (the
+    model config read from it), evaluated by the architecture's own apply: the release's sequential logits."""
+    model = pretrained_config(INTERLEAVED / "model")
+    config = experiment(
+        name="from_release",
+        model=model,
+        arch="lrt",
+        data={"task": "s5_retrieval"},
+        init_from=str(INTERLEAVED / "model"),
+    )
+    typed = resolve(config)
+    arch = init_from.architecture(typed)
+    loaded = jax.tree.map(jnp.asarray, init_from.start_weights(typed, arch)())  # host arrays, placed
+    params = {**arch.init(jax.random.PRNGKey(0)), **loaded}
+    tokens = jnp.asarray(SEQUENTIAL["tokens"])
+    ones = jnp.ones_like(tokens)
+    batch = {
+        "tokens": tokens,
+        "positions": jnp.cumsum(ones, 1) - 1,
+        "segment_ids": ones,
+        "control_flow": 2 * ones,
+    }
+    logits = arch.apply(params, batch, training=False, rng=None, model_state=arch.init_model_state()).logits
+    assert max_diff(logits, SEQUENTIAL["sequential"]) <= 1e-5
