@@ -161,3 +161,16 @@ def optimizer(**fields) -> Optimizer:
         owner = next(n for n in order if key in {f.name for f in dataclasses.fields(section.sections[n])})
         inner.setdefault(owner, {})[key] = value
     return section.replace(**top, **inner)
+
+
+def score(arch, params, tokens, model_state=None):
+    """An architecture's teacher-forced (eval) logits of one document per row, every token recurrent."""
+    ones = jnp.ones_like(tokens)
+    batch = {
+        "tokens": tokens,
+        "positions": jnp.cumsum(ones, 1) - 1,
+        "segment_ids": ones,
+        "control_flow": 2 * ones,
+    }
+    state = arch.init_model_state() if model_state is None else model_state
+    return arch.apply(params, batch, training=False, rng=None, model_state=state).logits

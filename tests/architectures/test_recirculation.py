@@ -17,7 +17,7 @@ from t2mlr_jax.model.recirculation import ADAPTIVE
 from t2mlr_jax.model.spec import is_spec
 from t2mlr_jax.train.trainer import Run, restore_state, train
 from tests.experiments import ROOT
-from tests.tiny import tiny_experiment
+from tests.tiny import score, tiny_experiment
 from tests.train.tiny_task import tiny_batch, tiny_source
 
 PATHWAY = {"source": 2, "destination": 0, "alpha": 0.3, "parallel_max_passes": 3}
@@ -76,18 +76,6 @@ def test_training_free_decodes_as_it_scores(stack):
     out = arch.generate(params, {}, prompt, jnp.ones_like(prompt), None, 3, None, 0)
     scored = score(arch, params, jnp.concatenate([prompt, out.tokens], axis=1))
     np.testing.assert_array_equal(jnp.argmax(scored[:, 3:-1], -1), out.tokens)
-
-
-def score(arch, params, tokens):
-    """The architecture's teacher-forced logits of one document per row, all recurrent."""
-    ones = jnp.ones_like(tokens)
-    batch = {
-        "tokens": tokens,
-        "positions": jnp.cumsum(ones, 1) - 1,
-        "segment_ids": ones,
-        "control_flow": 2 * ones,
-    }
-    return arch.apply(params, batch, training=False, rng=None, model_state={}).logits
 
 
 @pytest.mark.parametrize(

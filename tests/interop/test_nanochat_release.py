@@ -29,6 +29,7 @@ from t2mlr_jax.model import backbone
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train import init_from
+from tests.tiny import score
 
 FIXTURE = Path(__file__).parent / "fixtures/lrt_release_vanilla"
 RELEASE = dict(np.load(FIXTURE / "release.npz"))
@@ -183,13 +184,5 @@ def test_arch_lrt_starts_from_the_releases_interleaved_checkpoint():
     arch = init_from.architecture(typed)
     loaded = jax.tree.map(jnp.asarray, init_from.start_weights(typed, arch)())  # host arrays, placed
     params = {**arch.init(jax.random.PRNGKey(0)), **loaded}
-    tokens = jnp.asarray(SEQUENTIAL["tokens"])
-    ones = jnp.ones_like(tokens)
-    batch = {
-        "tokens": tokens,
-        "positions": jnp.cumsum(ones, 1) - 1,
-        "segment_ids": ones,
-        "control_flow": 2 * ones,
-    }
-    logits = arch.apply(params, batch, training=False, rng=None, model_state=arch.init_model_state()).logits
+    logits = score(arch, params, jnp.asarray(SEQUENTIAL["tokens"]))
     assert max_diff(logits, SEQUENTIAL["sequential"]) <= 1e-5
