@@ -91,7 +91,7 @@ def test_converter_refuses_what_is_not_a_checkpoint_in_one_line(tmp_path, capsys
     text = tmp_path / "notes.txt"
     text.write_text("not a checkpoint\n")
     for source_format, source, message in (
-        ("hf", text, "not a .gguf file, an orbax checkpoint, or a folder with a config.json"),
+        ("hf", text, "not a .gguf file, an orbax checkpoint, a nanochat checkpoint"),
         ("gguf", garbage_gguf(tmp_path), "not a readable GGUF file"),
     ):
         assert convert(["--from", source_format, "--to", "orbax", str(source), str(tmp_path / "out")]) == 2
