@@ -3,6 +3,10 @@
 Recurrent Transformer release's OWN code (OoDBag/Latent_recurrent_transformer, a nanochat fork, imported
 from --release_src, never copied), so that our importer can be checked against it without the checkout.
 It is also the release-side driver of tools/release_parity.py (--size d12, --logits_of; see the end).
+--size tiny_interleaved / d12_interleaved build the release's recurrent GPT (use_interleaved=True; the
+same draws, its own parameters too): release.npz then holds `tokens` and `logits`, its true sequential
+inference (loss_eval.evaluate_bpb_sequential's loop: a token per call, fed the previous h_final);
+tests/interop/fixtures/lrt_release_interleaved/ is tiny_interleaved.
 
 The model is the release's vanilla (non-recurrent baseline) GPT, use_interleaved=False:
   GPTConfig(sequence_len=16, vocab_size=100, n_layer=4, n_head=4, n_kv_head=2, n_embd=64,
@@ -117,6 +121,9 @@ SIZES = {
     "tiny": Size(CONFIG, TOKENS, PREFILL, 1.0, True),
     "d12": Size({}, (1, 64), 8, (CONFIG["n_embd"] / RELEASE_DEFAULT_WIDTH) ** 0.5, False),
     "tiny_interleaved": Size({**CONFIG, "use_interleaved": True}, TOKENS, PREFILL, 1.0, True, True),
+    "d12_interleaved": Size(
+        {"use_interleaved": True}, (1, 64), 8, (CONFIG["n_embd"] / RELEASE_DEFAULT_WIDTH) ** 0.5, False, True
+    ),
 }
 
 
@@ -336,11 +343,11 @@ def make(out: Path, src: str, size: Size = SIZES["tiny"]) -> None:
         meta_data={"model_config": dataclasses.asdict(config), "step": 0, "release_commit": commit},
     )
     tokens = torch.from_numpy(np.random.default_rng(SEED).integers(0, config.vocab_size, size.tokens))
-    if size.interleaved:
-        arrays = {"tokens": tokens.numpy(), "sequential": sequential(model, config, engine, tokens).numpy()}
-        np.savez_compressed(out / "release.npz", **arrays)
+    if size.interleaved:  # its inference: the sequential loop, which is also its cached decode
+        arrays = {"tokens": tokens.numpy(), "logits": sequential(model, config, engine, tokens).numpy()}
+        (np.savez_compressed if size.compressed else np.savez)(out / "release.npz", **arrays)
         again = sequential(reload(gpt, checkpoint_manager, out / "model"), config, engine, tokens)
-        assert torch.equal(again, torch.from_numpy(arrays["sequential"])), "reload differs"
+        assert torch.equal(again, torch.from_numpy(arrays["logits"])), "reload differs"
         print(f"wrote {out}/model and {out}/release.npz (release {commit[:7]}, interleaved; reload equal)")
         return
     arrays = release_outputs(model, config, engine, tokens, size.prefill)
@@ -364,10 +371,14 @@ def export_logits(out: Path, src: str, checkpoint_dir: Path, tokens_from: Path) 
     import numpy as np
     import torch
 
-    gpt, checkpoint_manager, _ = import_release(src)
+    gpt, checkpoint_manager, engine = import_release(src)
     with np.load(tokens_from) as npz:
         tokens = torch.from_numpy(npz["tokens"])
-    logits = logits_of(reload(gpt, checkpoint_manager, checkpoint_dir), tokens).numpy()
+    model = reload(gpt, checkpoint_manager, checkpoint_dir)
+    if model.config.use_interleaved:
+        logits = sequential(model, model.config, engine, tokens).numpy()
+    else:
+        logits = logits_of(model, tokens).numpy()
     out.mkdir(parents=True, exist_ok=True)
     np.savez(out / "export_logits.npz", logits=logits, release_commit=np.array(release_commit(src)))
     print(f"wrote {out}/export_logits.npz: the release's logits {logits.shape} of {checkpoint_dir}")

@@ -19,7 +19,11 @@ checkpoint format and run there; then here:
               OUT/SIZE/export_logits.npz); its logits compared with the release's on its own checkpoint
 Sizes (lrt): tiny, the fixture's model (4 layers, width 64, vocab 100; tokens 2 x 12, prefill 4), and
 d12, the release's default GPTConfig (12 layers, width 768, 6 heads, vocab 32768, context 2048, windows
-"SSSL"; about 286M parameters; tokens 1 x 64, prefill 8; a few GB of memory and disk, a few minutes).
+"SSSL"; about 286M parameters; tokens 1 x 64, prefill 8; a few GB of memory and disk, a few minutes);
+each also as the release's recurrent GPT (tiny_interleaved, d12_interleaved: use_interleaved=True, our
+LRT), whose inference is its sequential loop (a token per call fed the previous h_final): that is both the
+logits and the decode compared, with our exact recurrence and our cached decode (it trains its own way:
+no loss or gradients).
 
 Pass / fail, per size (t2mlr_jax.interop.parity.TOLERANCES): max |Δ logits| <= 1e-5 x max |logit|;
 |Δ loss| <= 1e-5; the gradients: max over parameters of max |Δ| / max |release's gradient| <= 1e-4 (a
@@ -73,7 +77,12 @@ RELEASES = {
     "lrt": Release(
         repo="OoDBag/Latent_recurrent_transformer",
         driver="experiments.make_nanochat_fixture",
-        sizes={"tiny": "tiny", "d12": "release default (d12)"},
+        sizes={
+            "tiny": "tiny",
+            "d12": "release default (d12)",
+            "tiny_interleaved": "tiny, recurrent (interleaved)",
+            "d12_interleaved": "d12, recurrent (interleaved)",
+        },
         probe="from nanochat import checkpoint_manager, engine, gpt",
     ),
 }
@@ -91,7 +100,11 @@ def parse_args(argv):
         help="a Python with torch (and, for lrt, numpy, filelock, tokenizers, rustbpe, tiktoken) to run "
         "the release (default: this one)",
     )
-    parser.add_argument("--sizes", default="tiny,d12", help="comma-separated (default tiny,d12)")
+    parser.add_argument(
+        "--sizes",
+        default="tiny,d12,tiny_interleaved,d12_interleaved",
+        help="comma-separated (default all four: tiny,d12,tiny_interleaved,d12_interleaved)",
+    )
     parser.add_argument(
         "--out", type=Path, default=Path("parity"), help="the folder to write (default parity/)"
     )
@@ -291,6 +304,14 @@ def round_trip_cell(trip: dict) -> str:
     )
 
 
+def grad_cell(size: dict) -> str:
+    """The gradients' cell: "—" for a recurrent model, whose training the release does its own way."""
+    if "gradients" not in size:
+        return "— (sequential inference only)"
+    grads = size["gradients"]
+    return f"{grads['max_relative_diff']:.2e}" + ("" if grads["passed"] else " (FAIL)")
+
+
 def markdown(report: dict) -> str:
     ok = lambda section: "" if section["passed"] else " (FAIL)"
     lines = [
@@ -303,7 +324,7 @@ def markdown(report: dict) -> str:
             f"| {report['release']} | {size['label']} | {count(size['params'])} "
             f"| {size['logits']['max_abs_diff']:.2e} (rel {size['logits']['relative']:.1e})"
             f"{ok(size['logits'])} "
-            f"| {size['gradients']['max_relative_diff']:.2e}{ok(size['gradients'])} "
+            f"| {grad_cell(size)} "
             f"| {size['decode']['max_abs_diff']:.2e} (rel {size['decode']['relative']:.1e})"
             f"{ok(size['decode'])} "
             f"| {round_trip_cell(size['round_trip'])} | {'yes' if size['passed'] else 'NO'} |"
@@ -321,6 +342,13 @@ def notes(report: dict) -> str:
         "relative to each parameter's max |release grad|.",
     ]
     for name, size in report["sizes"].items():
+        if "gradients" not in size:  # a recurrent model: its sequential logits are its decode
+            lines.append(
+                f"- {name}: the release's sequential inference against our exact recurrence (logits) and "
+                "our cached decode; wall time "
+                + ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in size["seconds"].items())
+            )
+            continue
         zero = size["gradients"]["zero_keys"]
         lines.append(
             f"- {name}: |Δ loss| {size['loss']['abs_diff']:.2e}; the release's own cached decode vs its "

@@ -21,10 +21,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from t2mlr_jax.architectures.lrt_forward import LRTConfig, LRTDecoder
+from t2mlr_jax.architectures.lrt_forward import exact_forward as lrt_exact
 from t2mlr_jax.interop.nanochat import padded_vocab, to_nanochat_state
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
+from t2mlr_jax.model.recurrence import make_layout
 
 GRAD = "grad:"  # the prefix of a gradient's key
 # Logits are compared relative to the largest |logit|, as tools/convert_checkpoint.py --verify does: fp32
@@ -55,8 +58,14 @@ def loss_and_grads(cfg: ModelConfig, params: dict, tokens: jax.Array) -> tuple[j
 
 def our_outputs(cfg: ModelConfig, params: dict, tokens, prefill: int) -> dict[str, np.ndarray]:
     """Our logits, loss, gradients (by the release's keys) and cached decode on `tokens`, in the layout
-    of the release's (module docstring)."""
+    of the release's (module docstring). The interleaved GPT (params with "lrt": our LRT): its exact
+    recurrence's logits and its cached decode, which the release's sequential inference is."""
     tokens = jnp.asarray(tokens)
+    if "lrt" in params:
+        lrt = LRTConfig(cfg)
+        exact = lrt_exact(lrt, params, tokens, make_layout(tokens)).logits
+        decode = teacher_forced(LRTDecoder(lrt), (params, {}), tokens, prefill)
+        return {"logits": np.asarray(exact), "decode": np.asarray(decode)}
     out = {"logits": np.asarray(backbone.forward(cfg, params, tokens))}
     loss, grads = loss_and_grads(cfg, params, tokens)
     out["loss"] = np.asarray(loss)
@@ -72,11 +81,39 @@ def max_abs_diff(a, b) -> float:
 
 def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
     """The figures of ours against the release's (both in the module docstring's layout; `theirs` may be
-    an open np.load, read a key at a time) and whether each is within TOLERANCES."""
+    an open np.load, read a key at a time) and whether each is within TOLERANCES. A recurrent release
+    model has only its sequential logits, which are also its decode: no loss or gradient figures."""
     logits = max_abs_diff(ours["logits"], theirs["logits"])
     scale = float(np.abs(theirs["logits"]).max())
+    their_decode = theirs["decode"] if "decode" in theirs else theirs["logits"]
+    decode = max_abs_diff(ours["decode"], their_decode)
+    checked = ("logits", "loss", "gradients", "decode") if "loss" in theirs else ("logits", "decode")
+    figures = {
+        "logits": {
+            "max_abs_diff": logits,
+            "max_abs_logit": scale,
+            "relative": logits / scale,
+            "tolerance": TOLERANCES["logits"],
+            "passed": logits <= TOLERANCES["logits"] * scale,
+        },
+        "decode": {
+            "max_abs_diff": decode,
+            "relative": decode / scale,
+            # the release against itself, for scale: its cached decode vs its forward, both fp32
+            "release_decode_vs_forward": max_abs_diff(their_decode, theirs["logits"]),
+            "tolerance": TOLERANCES["decode"],
+            "passed": decode <= TOLERANCES["decode"] * scale,
+        },
+    }
+    if "loss" in theirs:
+        figures |= _loss_and_gradients(ours, theirs)
+    figures["passed"] = all(figures[name]["passed"] for name in checked)
+    return figures
+
+
+def _loss_and_gradients(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
+    """compare's loss and gradient figures (a model the release trains by gradient)."""
     loss = abs(float(ours["loss"]) - float(theirs["loss"]))
-    decode = max_abs_diff(ours["decode"], theirs["decode"])
     our_keys = {k.removeprefix(GRAD) for k in ours if k.startswith(GRAD)}
     their_keys = {k.removeprefix(GRAD) for k in theirs if k.startswith(GRAD)}
     relative, zero = {}, {}
@@ -89,14 +126,23 @@ def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) ->
         else:
             relative[key] = diff / top
     worst = max(relative, key=relative.get, default=None)
-    figures = {
-        "logits": {
-            "max_abs_diff": logits,
-            "max_abs_logit": scale,
-            "relative": logits / scale,
-            "tolerance": TOLERANCES["logits"],
-            "passed": logits <= TOLERANCES["logits"] * scale,
-        },
+    grads = {
+        "keys": len(our_keys | their_keys),
+        "missing": sorted(their_keys - our_keys),  # in the release's, not in ours
+        "unexpected": sorted(our_keys - their_keys),
+        "max_relative_diff": relative[worst] if worst else 0.0,
+        "worst_key": worst,
+        "tolerance": TOLERANCES["gradients"],
+        "zero_keys": zero,  # key -> max |Δ| where the release's gradient is all zero
+        "zero_tolerance": TOLERANCES["zero_gradients"],
+    }
+    grads["passed"] = (
+        not grads["missing"]
+        and not grads["unexpected"]
+        and grads["max_relative_diff"] <= TOLERANCES["gradients"]
+        and all(diff <= TOLERANCES["zero_gradients"] for diff in zero.values())
+    )
+    return {
         "loss": {
             "ours": float(ours["loss"]),
             "release": float(theirs["loss"]),
@@ -104,34 +150,8 @@ def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) ->
             "tolerance": TOLERANCES["loss"],
             "passed": loss <= TOLERANCES["loss"],
         },
-        "gradients": {
-            "keys": len(our_keys | their_keys),
-            "missing": sorted(their_keys - our_keys),  # in the release's, not in ours
-            "unexpected": sorted(our_keys - their_keys),
-            "max_relative_diff": relative[worst] if worst else 0.0,
-            "worst_key": worst,
-            "tolerance": TOLERANCES["gradients"],
-            "zero_keys": zero,  # key -> max |Δ| where the release's gradient is all zero
-            "zero_tolerance": TOLERANCES["zero_gradients"],
-        },
-        "decode": {
-            "max_abs_diff": decode,
-            "relative": decode / scale,
-            # the release against itself, for scale: its cached decode vs its forward, both fp32
-            "release_decode_vs_forward": max_abs_diff(theirs["decode"], theirs["logits"]),
-            "tolerance": TOLERANCES["decode"],
-            "passed": decode <= TOLERANCES["decode"] * scale,
-        },
+        "gradients": grads,
     }
-    grads = figures["gradients"]
-    grads["passed"] = (
-        not grads["missing"]
-        and not grads["unexpected"]
-        and grads["max_relative_diff"] <= TOLERANCES["gradients"]
-        and all(diff <= TOLERANCES["zero_gradients"] for diff in zero.values())
-    )
-    figures["passed"] = all(figures[name]["passed"] for name in ("logits", "loss", "gradients", "decode"))
-    return figures
 
 
 def is_vocab_table(key: str) -> bool:
