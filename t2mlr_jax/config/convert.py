@@ -126,14 +126,14 @@ def _check_task_options(data: Data) -> None:
         ("train", data.options, "data.options"),
         (data.eval_split, {**data.options, **data.eval_options}, "data.eval_options"),
     ):
-        build(spec.config_cls, {**spec.split_defaults.get(split, {}), **options}, where)
+        build(spec.config_cls, spec.fields(split, options), where)
 
 
 def build(cls: type, values: Mapping, where: str, skip=()):
     """`cls(**values)`, each value checked against the field's type, and each registered section under it
     built likewise from its sub-dict; unknown names are one error."""
     values = dict(values)
-    inner = sections_under(where) if issubclass(cls, Sectioned) else {}
+    inner = sections_under(cls.PARENT) if issubclass(cls, Sectioned) else {}
     names = [f.name for f in dataclasses.fields(cls) if f.name not in (*skip, "sections")]
     for key in values:
         if key not in names and key not in inner:

@@ -65,8 +65,8 @@ class Sectioned:
         for key, value in changes.items():
             current = getattr(self, key)
             if isinstance(value, Mapping) and dataclasses.is_dataclass(current):
-                replace = current.replace if isinstance(current, Sectioned) else None
-                value = replace(**value) if replace else dataclasses.replace(current, **value)
+                sectioned = isinstance(current, Sectioned)
+                value = current.replace(**value) if sectioned else dataclasses.replace(current, **value)
             if key in names:
                 updates[key] = value
             else:

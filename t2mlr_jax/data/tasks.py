@@ -28,6 +28,10 @@ class TaskSpec:
     format: str  # how records become examples: "s5_retrieval" or "prompt_response"
     split_defaults: dict[str, dict] = dataclasses.field(default_factory=dict)  # per-split config fields
 
+    def fields(self, split: str, options: Mapping[str, Any]) -> dict:
+        """The generator's settings for a split: its split defaults, then `options`."""
+        return {**self.split_defaults.get(split, {}), **options}
+
 
 TASKS: dict[str, TaskSpec] = {
     "s5_retrieval": TaskSpec(make_s5_retrieval_example, S5RetrievalConfig, "s5_retrieval", SPLIT_DEFAULTS),
@@ -45,18 +49,17 @@ def task_spec(task: str) -> TaskSpec:
     return TASKS[task]
 
 
-def task_config(task: str, split: str, options: Mapping[str, Any], where: str = "option") -> Any:
-    """The task's generator settings for a split (its split defaults, then `options`): an unknown option
-    is one error naming the closest fields."""
-    spec = task_spec(task)
+def task_config(spec: TaskSpec, task: str, split: str, options: Mapping[str, Any]) -> Any:
+    """The task's generator settings for a split (TaskSpec.fields): an unknown option is one error naming
+    the closest fields."""
     names = [f.name for f in dataclasses.fields(spec.config_cls)]
     for key in options:
         if key not in names:
             raise ValueError(
-                f"bad {where} for task {task!r}: {key!r} is not one of its fields{did_you_mean(key, names)}; "
+                f"bad option for task {task!r}: {key!r} is not one of its fields{did_you_mean(key, names)}; "
                 f"known: {names}"
             )
-    return spec.config_cls(**{**spec.split_defaults.get(split, {}), **options})
+    return spec.config_cls(**spec.fields(split, options))
 
 
 class GeneratedTaskSource:
@@ -72,7 +75,7 @@ class GeneratedTaskSource:
             raise ValueError(f"num_examples must be >= 1, got {num_examples}")
         self.task, self.split, self.seed, self.num_examples = task, split, seed, num_examples
         self.spec = task_spec(task)
-        self.config = task_config(task, split, config)
+        self.config = task_config(self.spec, task, split, config)
 
     def __len__(self) -> int:
         return self.num_examples

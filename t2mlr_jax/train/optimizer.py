@@ -46,10 +46,15 @@ class Schedule:
 SCHEDULES = Registry("schedule")
 
 
-def register_schedule(name: str, schedule: Schedule, settings: type | None = None) -> None:
+def _register(registry: Registry, name: str, entry, settings: type | None) -> None:
+    """`entry` under `name`; `settings`, a frozen dataclass, becomes its section optimizer.<name>."""
     if settings is not None:
         register_section(f"optimizer.{name}", settings)
-    SCHEDULES.register(name, schedule)
+    registry.register(name, entry)
+
+
+def register_schedule(name: str, schedule: Schedule, settings: type | None = None) -> None:
+    _register(SCHEDULES, name, schedule, settings)
 
 
 def _cosine(progress, floor):
@@ -159,9 +164,7 @@ OPTIMIZERS = Registry("optimizer")
 def register_optimizer(name: str, build: Callable, settings: type | None = None) -> None:
     """Register `build(optimizer section, specs, schedule) -> optax.GradientTransformation` under `name`;
     `settings`, a frozen dataclass, becomes its section optimizer.<name>."""
-    if settings is not None:
-        register_section(f"optimizer.{name}", settings)
-    OPTIMIZERS.register(name, build)
+    _register(OPTIMIZERS, name, build, settings)
 
 
 @dataclasses.dataclass(frozen=True)
