@@ -79,6 +79,8 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from experiments.release_python import run_under
+
 ROOT = Path(__file__).resolve().parents[1]
 
 CONFIG = dict(
@@ -387,8 +389,7 @@ def export_logits(out: Path, src: str, checkpoint_dir: Path, tokens_from: Path) 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if Path(sys.executable).absolute() != Path(args.release_python).absolute():
-        os.execv(args.release_python, [args.release_python, "-m", __spec__.name, *argv])
+    run_under(args.release_python, __spec__.name, argv)
     logging.disable(logging.INFO)  # the release logs every save at INFO
     if args.logits_of:
         export_logits(Path(args.out), args.release_src, Path(args.logits_of), Path(args.tokens_from))

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from experiments.benchmarks.vs_release_torch import (  # stdlib only: runs under
     check_transformers,
     import_release,
 )
+from experiments.release_python import run_under
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,8 +153,7 @@ def make(out: Path, release) -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if Path(sys.executable).absolute() != Path(args.release_python).absolute():
-        os.execv(args.release_python, [args.release_python, "-m", __spec__.name, *argv])
+    run_under(args.release_python, __spec__.name, argv)
     check_transformers()
     logging.disable(logging.WARNING)  # the release logs every model build at INFO
     make(Path(args.out), release_classes(args.release_src))

@@ -53,6 +53,7 @@ from experiments.benchmarks.vs_release_torch import (  # stdlib only: runs under
 from experiments.benchmarks.vs_release_torch import (
     import_release as import_shimmed,
 )
+from experiments.release_python import run_under
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY = "src/train_minimal.py"  # the release's training entry point, which the script launches
@@ -271,8 +272,7 @@ def make(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if Path(sys.executable).absolute() != Path(args.release_python).absolute():
-        os.execv(args.release_python, [args.release_python, "-m", __spec__.name, *argv])
+    run_under(args.release_python, __spec__.name, argv)
     fixture = make(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(fixture, indent=1, sort_keys=True) + "\n")

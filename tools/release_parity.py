@@ -51,7 +51,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +70,6 @@ class Release:
     driver: str
     sizes: dict[str, str]  # size -> its label in the table
     probe: str  # Python run by --release_python with the checkout first on sys.path: imports what it needs
-    checks: tuple[str, ...] = field(default=("logits", "loss", "gradients", "decode", "round_trip"))
 
 
 RELEASES = {
@@ -385,7 +384,6 @@ def run(args, release: Release, sizes: list[str], versions: dict) -> int:
             "numpy": np.__version__,
         },
         "dtype": "float32",
-        "checks": list(release.checks),
         "tolerances": TOLERANCES,
         "sizes": {},
     }

@@ -181,16 +181,22 @@ def _entries(cfg: ModelConfig, interleaved: bool):
         yield "interleaved_lambdas", ("lrt", "gamma"), None, specs[("lrt", "gamma")].shape, 0
 
 
+def _value_embed_keys(cfg: ModelConfig, interleaved: bool) -> list[str]:
+    """The value embeddings' keys, in the order of params["value_embeds"] (an interleaved model's: its init
+    value embeddings)."""
+    key = INIT_VALUE_EMBEDS if interleaved else "value_embeds.{i}.weight"
+    return [key.format(i=i) for i in cfg.value_embed_layers]
+
+
 def _vocab_tables(cfg: ModelConfig, interleaved: bool) -> dict[str, tuple[int, ...]]:
     """nanochat's padded vocabulary tables (keys and shapes): the embedding, the head and the value
-    embeddings (an interleaved model's init value embeddings), each [V', ...]."""
+    embeddings, each [V', ...]."""
     padded, kv = padded_vocab(cfg.vocab_size), cfg.num_kv_heads * cfg.head_dim
     tables = {
         "transformer.wte.weight": (padded, cfg.hidden_size),
         "lm_head.weight": (padded, cfg.hidden_size),
     }
-    value_embeds = INIT_VALUE_EMBEDS if interleaved else "value_embeds.{i}.weight"
-    return tables | {value_embeds.format(i=i): (padded, kv) for i in cfg.value_embed_layers}
+    return tables | {key: (padded, kv) for key in _value_embed_keys(cfg, interleaved)}
 
 
 def _triple_gates(cfg: ModelConfig, interleaved: bool) -> dict[str, tuple[int, int]]:
@@ -228,8 +234,7 @@ def from_nanochat_state(cfg: ModelConfig, state: dict[str, np.ndarray], *, inter
             target[path[-1]][block] = array
     params["embed_tokens"] = state["transformer.wte.weight"][:v]
     params["lm_head"] = state["lm_head.weight"][:v].T
-    value_embeds = list(_vocab_tables(cfg, interleaved))[2:]
-    for j, key in enumerate(value_embeds):
+    for j, key in enumerate(_value_embed_keys(cfg, interleaved)):
         params["value_embeds"][j] = state[key][:v].reshape(params["value_embeds"].shape[1:])
     for i, key in enumerate(_triple_gates(cfg, interleaved)):  # [3K, C] -> ours (local, feedback) | value
         gate = np.asarray(state[key]).T
@@ -253,7 +258,7 @@ def to_nanochat_state(cfg: ModelConfig, params: dict) -> dict[str, np.ndarray]:
     for key, path, block, _, in_dims in _entries(cfg, interleaved):
         array = _at(params, path) if block is None else _at(params, path)[block]
         state[key] = to_torch(_rotated(array) if path[-1] in ROTATED else array, in_dims)
-    for j, key in enumerate(list(_vocab_tables(cfg, interleaved))[2:]):
+    for j, key in enumerate(_value_embed_keys(cfg, interleaved)):
         state[key] = pad(params["value_embeds"][j].reshape(cfg.vocab_size, -1))
     for i, key in enumerate(_triple_gates(cfg, interleaved)):
         gate = np.concatenate([params["lrt"]["gate"][i], params["layers"]["self_attn"]["ve_gate"][i]], axis=1)
@@ -267,16 +272,20 @@ def _at(tree: dict, path: tuple[str, ...]):
     return tree
 
 
+def gpt_config(path: Path | str) -> dict:
+    """The GPTConfig fields the checkpoint folder's largest step records."""
+    _, meta = checkpoint_files(path) or _no_checkpoint(path)
+    return read_json(meta)["model_config"]
+
+
 def is_interleaved(path: Path | str) -> bool:
     """Whether the checkpoint folder holds the LRT release's interleaved (recurrent) GPT."""
-    _, meta = checkpoint_files(path) or _no_checkpoint(path)
-    return bool(read_json(meta)["model_config"].get("use_interleaved"))
+    return bool(gpt_config(path).get("use_interleaved"))
 
 
 def nanochat_config(path: Path | str, *, param_dtype: str = "float32") -> ModelConfig:
     """The ModelConfig of the checkpoint folder's largest step, read without the weights."""
-    _, meta = checkpoint_files(path) or _no_checkpoint(path)
-    return model_config_from_nanochat(read_json(meta)["model_config"], param_dtype=param_dtype)
+    return model_config_from_nanochat(gpt_config(path), param_dtype=param_dtype)
 
 
 def load_nanochat(
@@ -285,8 +294,9 @@ def load_nanochat(
     """(our backbone's ModelConfig, params) of the folder's largest step; an interleaved model's params
     carry our LRT's feedback as params["lrt"] (its architecture: lrt with per-layer feedback, both paths)."""
     model_file, _ = checkpoint_files(path) or _no_checkpoint(path)
-    cfg = nanochat_config(path, param_dtype=param_dtype)
-    interleaved = is_interleaved(path)
+    gpt = gpt_config(path)
+    cfg = model_config_from_nanochat(gpt, param_dtype=param_dtype)
+    interleaved = bool(gpt.get("use_interleaved"))
     state = {key: torch_to_numpy(value).astype(np.float32) for key, value in torch_state(model_file).items()}
     return cfg, from_nanochat_state(cfg, state, interleaved=interleaved)
 
