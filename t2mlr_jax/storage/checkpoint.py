@@ -23,6 +23,7 @@ and the other fields that changed since the last session are reported (`changed_
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import json
 import logging
@@ -35,7 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from t2mlr_jax.config.sections import Baseline, Data
 from t2mlr_jax.model import layer_layout
+from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.parallel.multihost import to_host
 from t2mlr_jax.storage.workdir import CORRUPT, RUN_CONFIG, saved_steps
 
@@ -63,6 +66,42 @@ def run_identity(settings: dict) -> dict:
     return _as_stored({k: d[k] for k in IDENTITY_SECTIONS})
 
 
+# Identity sections whose dataclasses gain fields over time: a workdir written before a field existed was
+# trained with the field's default (that is what the field's default means), so it still resumes.
+GROWING_SECTIONS = {"model": ModelConfig, "baseline": Baseline, "data": Data}
+
+
+def _defaults(cls: type) -> dict:
+    return _as_stored(
+        {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    )
+
+
+def _with_new_fields(stored: dict, identity: dict) -> dict:
+    """A stored identity with the fields this identity has and its sections lacked, at their defaults."""
+
+    def filled(section: dict, current: dict, cls: type) -> dict:
+        defaults = _defaults(cls)
+        return {**{k: defaults[k] for k in current if k not in section and k in defaults}, **section}
+
+    out = dict(stored)
+    for name, cls in GROWING_SECTIONS.items():
+        if isinstance(out.get(name), dict) and isinstance(identity.get(name), dict):
+            out[name] = filled(out[name], identity[name], cls)
+    model, current = out.get("model"), identity.get("model")
+    if (
+        isinstance(model, dict)
+        and isinstance(model.get("recurrence"), dict)
+        and current
+        and current.get("recurrence")
+    ):
+        out["model"] = {
+            **model,
+            "recurrence": filled(model["recurrence"], current["recurrence"], RecurrenceConfig),
+        }
+    return out
+
+
 def check_workdir(workdir: Path, identity: dict) -> None:
     """Raise WorkdirMismatchError naming the differing fields if workdir belongs to another run."""
     path = Path(workdir) / RUN_CONFIG
@@ -70,7 +109,8 @@ def check_workdir(workdir: Path, identity: dict) -> None:
         return
     stored = json.loads(path.read_text())
     stored.pop(SETTINGS, None)
-    diffs = sorted(_diff(stored, _as_stored(identity)))
+    identity = _as_stored(identity)
+    diffs = sorted(_diff(_with_new_fields(stored, identity), identity))
     if diffs:
         shown = "; ".join(f"{k}: {a!r} (workdir) vs {b!r} (this config)" for k, a, b in diffs[:5])
         raise WorkdirMismatchError(
