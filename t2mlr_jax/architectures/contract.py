@@ -126,14 +126,17 @@ def layout_of(batch: dict) -> Layout:
 
 def row_stats(logits: Float[Array, "B T V"], batch: dict) -> dict:
     """Per-row sums over supervised positions: next-token loss, token count, correct argmax predictions,
-    and UTF-8 bytes of the targets ("bytes") when the batch carries `target_bytes`."""
+    and, when the batch carries `target_bytes`, the targets' UTF-8 bytes ("bytes") and the loss of the
+    targets that have bytes ("byte_loss_sum": nanochat's bits-per-byte numerator, eval.bpb_masking)."""
     mask = batch["loss_mask"].astype(jnp.float32)
     logits = logits.astype(jnp.float32)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
     correct = (jnp.argmax(logits, axis=-1) == batch["targets"]).astype(jnp.float32)
     stats = {"loss_sum": (nll * mask).sum(-1), "tokens": mask.sum(-1), "correct": (correct * mask).sum(-1)}
     if "target_bytes" in batch:
-        stats["bytes"] = (batch["target_bytes"].astype(jnp.float32) * mask).sum(-1)
+        target_bytes = batch["target_bytes"].astype(jnp.float32) * mask
+        stats["bytes"] = target_bytes.sum(-1)
+        stats["byte_loss_sum"] = jnp.where(target_bytes > 0, nll, 0.0).sum(-1)
     return stats
 
 

@@ -230,6 +230,9 @@ class Data:
         at_least("data.seq_len", self.seq_len, 1)
 
 
+BPB_MASKINGS = ("loss_mask", "nanochat")
+
+
 @dataclasses.dataclass(frozen=True)
 class Eval:
     batch_size: int = 64
@@ -245,6 +248,12 @@ class Eval:
     top_k: int = 0
     top_p: float = 1.0
     score: str = "loss_mask"  # positions scored for accuracy / exact match: loss_mask | recurrent (S5)
+    # The targets whose loss counts in bits per byte's numerator (its denominator, their UTF-8 bytes, is
+    # the same either way): "loss_mask", every supervised target, a zero-byte one (a special token such as
+    # <|bos|>) included: ours so far, the default so that earlier figures stay comparable; "nanochat",
+    # only targets of at least one byte, as nanochat's (and the LRT release's) evaluate_bpb, which a later
+    # protocol will make the default. Evaluation's bpb only: the training log's bpb stays loss_mask's.
+    bpb_masking: str = "loss_mask"
     # latent thought slots per vocabulary token when evaluating / generating (architectures with thought
     # slots: lrt, ponderlm2); None = the largest trained count
     thoughts: int | None = None
@@ -257,6 +266,9 @@ class Eval:
     lm_eval_fewshot: int = 0
     lm_eval_include_path: str = ""
     lm_eval_prefix_token_id: int | None = None
+
+    def __post_init__(self):
+        one_of("eval.bpb_masking", self.bpb_masking, BPB_MASKINGS)
 
 
 # The core sections, by name (their order is the config's).

@@ -19,6 +19,7 @@ import numpy as np
 
 from t2mlr_jax.architectures import Architecture
 from t2mlr_jax.architectures.contract import row_stats
+from t2mlr_jax.config.sections import BPB_MASKINGS, one_of
 from t2mlr_jax.data.batch import RECURRENT
 from t2mlr_jax.data.metrics import LengthBinnedAccuracy, sequence_exact_match
 from t2mlr_jax.model.generate import GREEDY, Sampling, check_sampling
@@ -57,11 +58,15 @@ def evaluate(
     model_state: Any,
     batches: Iterable[dict],
     score: str = "loss_mask",
+    bpb_masking: str = "loss_mask",
 ) -> dict:
     """Over `batches`: loss and perplexity (all supervised tokens), bits per byte ("bpb": the summed loss
-    in bits over the targets' UTF-8 bytes) when batches carry `target_bytes`, token accuracy and sequence
-    exact match (on `score` positions), and both per length bin when batches carry `length`."""
-    loss_sum = tokens = correct = scored = exact = examples = target_bytes = 0.0
+    in bits over the targets' UTF-8 bytes, the loss of zero-byte targets left out when `bpb_masking` is
+    "nanochat": eval.bpb_masking) when batches carry `target_bytes`, token accuracy and sequence exact
+    match (on `score` positions), and both per length bin when batches carry `length`."""
+    one_of("eval.bpb_masking", bpb_masking, BPB_MASKINGS)
+    bpb_key = "byte_loss_sum" if bpb_masking == "nanochat" else "loss_sum"
+    loss_sum = tokens = correct = scored = exact = examples = target_bytes = bpb_nats = 0.0
     bins = LengthBinnedAccuracy()
     for batch in batches:
         rows = to_host(eval_step(params, model_state, model_inputs(batch)))
@@ -69,7 +74,9 @@ def evaluate(
         right = (rows["predictions"] == batch["targets"]) & mask
         loss_sum += float(rows["loss_sum"].sum())
         tokens += float(rows["tokens"].sum())
-        target_bytes += float(rows["bytes"].sum()) if "bytes" in rows else 0.0
+        if "bytes" in rows:
+            target_bytes += float(rows["bytes"].sum())
+            bpb_nats += float(rows[bpb_key].sum())
         correct += float(right.sum())
         scored += float(mask.sum())
         exact += float(sequence_exact_match(rows["predictions"], batch["targets"], mask).sum())
@@ -82,7 +89,7 @@ def evaluate(
     return {
         "loss": loss,
         "perplexity": float(np.exp(min(loss, 50.0))),
-        **({"bpb": float(loss_sum / (np.log(2.0) * target_bytes))} if target_bytes else {}),
+        **({"bpb": float(bpb_nats / (np.log(2.0) * target_bytes))} if target_bytes else {}),
         "token_accuracy": correct / scored,
         "exact_match": exact / examples,
         "examples": int(examples),

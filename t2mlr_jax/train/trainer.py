@@ -268,7 +268,7 @@ def run_eval(run: Run, params: dict, model_state: Any, eval_step=None) -> dict:
     """Teacher-forced metrics, plus generation exact match when eval.generate is on."""
     cfg = run.config.eval
     step = eval_step or make_eval_step(run.arch)
-    metrics = evaluate(step, params, model_state, run.data.eval_batches(), cfg.score)
+    metrics = evaluate(step, params, model_state, run.data.eval_batches(), cfg.score, cfg.bpb_masking)
     if cfg.generate:
         if run.data.generation_examples is None:
             raise ValueError(

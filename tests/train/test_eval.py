@@ -1,3 +1,4 @@
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -69,6 +70,35 @@ def test_the_default_loss_and_row_stats_count_bits_per_target_byte():
     assert float(nll_bits) == pytest.approx(float(rows["loss_sum"].sum()) / np.log(2), rel=1e-6)  # no aux
     del batch["target_bytes"]
     assert "bytes" not in row_stats(logits, batch) and "bpb" not in next_token_loss(Outputs(logits), batch)
+
+
+def test_nanochat_bpb_masking_leaves_zero_byte_targets_out_of_the_numerator():
+    """One hand-made row, bits worked out by hand: target 0 uniform over 4 (2 bits, 3 bytes), target 1 a
+    special token (p = 3/(3+1+1+1) = 1/2: 1 bit, 0 bytes), target 2 uniform (2 bits, 1 byte), target 3
+    unsupervised. loss_mask: (2 + 1 + 2) / 4 bytes = 1.25 bpb; nanochat: (2 + 2) / 4 = 1.0."""
+    from t2mlr_jax.architectures.contract import row_stats
+    from tests.tiny import tiny_experiment
+
+    logits = jnp.zeros((1, 4, 4), jnp.float32).at[0, 1, 0].set(np.log(3.0))
+    batch = {
+        **jax.tree.map(lambda a: a[:1], _batch()),
+        "targets": np.zeros((1, 4), np.int32),
+        "loss_mask": np.asarray([[1, 1, 1, 0]], np.float32),
+        "target_bytes": np.asarray([[3, 0, 1, 0]], np.int32),
+    }
+    step = lambda params, model_state, batch: {
+        **row_stats(logits, batch),
+        "predictions": np.zeros((1, 4), np.int32),
+    }
+    bpb = lambda masking: evaluate(step, {}, {}, [batch], bpb_masking=masking)["bpb"]
+    assert bpb("loss_mask") == pytest.approx(1.25, rel=1e-6)
+    assert bpb("nanochat") == pytest.approx(1.0, rel=1e-6)
+    with pytest.raises(ValueError, match="eval.bpb_masking"):
+        bpb("special")
+    config = tiny_experiment("transformer")
+    config.eval.bpb_masking = "special"
+    with pytest.raises(ValueError, match="eval.bpb_masking"):
+        resolve(config)
 
 
 def test_train_and_eval_steps_log_bits_per_byte(tmp_path):
