@@ -1,0 +1,200 @@
+"""Every architecture against an independent reference (tests/reference.py: a naive float64 loop over
+slots that shares no code with the model): its exact and its training (parallel) forward give the
+reference's logits to 1e-5 of the largest logit (fp32). Each reference fails on a deliberate mistake, so
+that an error shared by our parallel and exact paths (which share one block function) cannot pass.
+
+Backbones: the Llama-style tiny_config (weighted norms, RoPE, GQA, SwiGLU, tied head) and test_lrt's
+nanochat-style NANO (weightless norms, embedding norm, QK-norm after RoPE, a sliding window, logit softcap,
+dropless MoE with routing biases, resid / x0 scalars, value embeddings, untied head)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2mlr_jax.architectures import looped, lrt_forward, pause
+from t2mlr_jax.model import backbone, recirculation, recurrence
+from t2mlr_jax.model.config import RecurrenceConfig
+from t2mlr_jax.model.params import param_specs
+from t2mlr_jax.model.recirculation_mix import Recirculation
+from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.model.spec import init_from_specs
+from tests import reference
+from tests.architectures.test_lrt import NANO, STATE
+from tests.tiny import rel_err, tiny_config
+
+TOLERANCE = 1e-5  # relative to the largest |logit| (t2mlr_jax.interop.parity's logits tolerance)
+WRONG = 1e-3  # a deliberate mistake moves the logits by more than this
+B, T = 2, 6
+LLAMA = tiny_config(recurrence=None)
+TOKS = jax.random.randint(jax.random.PRNGKey(3), (B, T), 1, 48)
+# Row 1 holds two documents (every recurrence resets at the second one's start) and a prompt span
+# (control flow 1: T²MLR fuses nothing there).
+LAYOUT = make_layout(
+    TOKS,
+    positions=jnp.asarray([list(range(T)), [0, 1, 2, 0, 1, 2]]),
+    segment_ids=jnp.asarray([[1] * T, [1, 1, 1, 2, 2, 2]]),
+    control_flow=jnp.asarray([[2] * T, [1, 2, 2, 1, 2, 2]]),
+)
+
+
+def draw(specs, seed=0):
+    """Random weights over a parameter table: N(0, 0.2) matrices (no zero-initialised path), norm scales,
+    gammas and resid / x0 scalars in [0.5, 1.5]."""
+    rng = np.random.default_rng(seed)
+
+    def leaf(path, x):
+        name = jax.tree_util.keystr(path)
+        scalar = any(s in name for s in ("norm", "gamma", "lambdas"))
+        value = rng.uniform(0.5, 1.5, x.shape) if scalar else rng.normal(0.0, 0.2, x.shape)
+        return jnp.asarray(value, x.dtype)
+
+    return jax.tree_util.tree_map_with_path(
+        leaf, jax.eval_shape(lambda: init_from_specs(specs, jax.random.key(0), "float32"))
+    )
+
+
+def check(ours, reference_logits):
+    err = rel_err(ours, reference_logits)
+    assert err <= TOLERANCE, f"ours differs from the reference by {err:.2e} of the largest logit"
+
+
+def differs(ours, reference_logits):
+    err = rel_err(ours, reference_logits)
+    assert err > WRONG, f"the deliberately wrong reference still matches ours ({err:.2e})"
+
+
+# --- transformer -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg", [LLAMA, NANO], ids=["llama", "nanochat"])
+def test_transformer(cfg):
+    params = draw(param_specs(cfg))
+    state = STATE if cfg.mlp == "moe" else None
+    ours = jax.jit(backbone.forward, static_argnums=0)(
+        cfg, params, TOKS, positions=LAYOUT.positions, segment_ids=LAYOUT.segment_ids, mlp_state=state
+    )
+    check(ours, reference.transformer(cfg, params, TOKS, LAYOUT, mlp_state=state))
+    differs(
+        ours, reference.transformer(cfg, params, TOKS, LAYOUT, mlp_state=state, bugs={"rope_interleaved"})
+    )
+
+
+# --- T²MLR (gated mixer over a window of layers) -----------------------------------------------------
+
+T2MLR = tiny_config(RecurrenceConfig(l_start=1, l_end=2))
+
+
+def test_t2mlr_exact_and_jacobi():
+    params = draw(param_specs(T2MLR))
+    want = reference.t2mlr(T2MLR, params, TOKS, LAYOUT)
+    check(
+        jax.jit(recurrence.exact_forward, static_argnums=0)(T2MLR, params, TOKS, layout=LAYOUT).logits, want
+    )
+    jacobi = jax.jit(recurrence.jacobi_forward, static_argnums=0, static_argnames=("d_forward", "d_backward"))
+    ours = jacobi(T2MLR, params, TOKS, layout=LAYOUT, d_forward=T, d_backward=1).logits  # D >= T: exact
+    check(ours, want)
+    differs(ours, reference.t2mlr(T2MLR, params, TOKS, LAYOUT, bugs={"no_temporal_residual"}))
+
+
+# --- looped, pause ------------------------------------------------------------------------------------
+
+
+def test_looped():
+    params = draw(param_specs(LLAMA))
+    loop = dict(start=1, end=2, repeats=3)
+    ours = jax.jit(looped.looped_forward, static_argnums=0, static_argnames=tuple(loop))(
+        LLAMA, params, TOKS, LAYOUT, **loop
+    ).logits
+    check(ours, reference.looped(LLAMA, params, TOKS, LAYOUT, **loop))
+    differs(ours, reference.looped(LLAMA, params, TOKS, LAYOUT, **loop, bugs={"looped_shared_keys"}))
+
+
+def test_pause():
+    params = draw(pause.pause_specs(LLAMA))
+    ours = jax.jit(pause.pause_forward, static_argnums=0, static_argnames="num_pause")(
+        LLAMA, params, TOKS, LAYOUT, num_pause=2
+    )
+    check(ours, reference.pause(LLAMA, params, TOKS, LAYOUT, num_pause=2))
+    differs(ours, reference.pause(LLAMA, params, TOKS, LAYOUT, num_pause=2, bugs={"pause_next_position"}))
+
+
+# --- the LRT family -----------------------------------------------------------------------------------
+
+LRT = lrt_forward.LRTConfig(NANO)
+TT1 = lrt_forward.LRTConfig(NANO, thought_slots=True)
+PONDER = lrt_forward.LRTConfig(NANO, feedback="none", thought_slots=True, cross_token=False, embed_scale=2.0)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _lrt_exact(cfg, params, tokens, layout, thoughts):
+    return lrt_forward.exact_forward(cfg, params, tokens, layout, mlp_state=STATE, thoughts=thoughts).logits
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4, 5))
+def _lrt_parallel(cfg, params, tokens, layout, passes, thoughts):
+    return lrt_forward.refine(cfg, params, tokens, layout, passes, STATE, thoughts).logits[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "cfg,thoughts,bug",
+    [
+        (LRT, 0, "feedback_after_rope"),
+        (TT1, 1, "thought_vocabulary_gates"),
+        (PONDER, 1, "thought_input_unnormed"),
+    ],
+    ids=["lrt", "lrt_tt1", "ponderlm2"],
+)
+def test_lrt_family(cfg, thoughts, bug):
+    """Exact and parallel; thought models on the first 4 tokens (the second document still starts there):
+    N(K + 1) refinement passes make the parallel forward the recurrence."""
+    n = 4 if thoughts else T
+    tokens, layout = TOKS[:, :n], jax.tree.map(lambda a: a[:, :n], LAYOUT)
+    params = draw(lrt_forward.lrt_specs(cfg))
+    run = lambda bugs=(): reference.lrt(
+        cfg, params, tokens, layout, thoughts=thoughts, mlp_state=STATE, bugs=bugs
+    )
+    want = run()
+    check(_lrt_exact(cfg, params, tokens, layout, thoughts), want)
+    ours = _lrt_parallel(cfg, params, tokens, layout, n * (thoughts + 1), thoughts)
+    check(ours, want)
+    differs(ours, run({bug}))
+
+
+# --- recirculation's decoders -------------------------------------------------------------------------
+
+RC = Recirculation(source=2, destination=0, alpha=0.3)
+RC1 = Recirculation(source=2, destination=1, alpha=0.3)
+
+
+def test_recirculation_two_stack():
+    params = draw(param_specs(LLAMA))
+    want = reference.two_stack(LLAMA, params, TOKS, LAYOUT, source=2, destination=0, alpha=0.3)
+    serial = jax.jit(recirculation.two_stack_serial, static_argnums=(0, 2))
+    check(serial(LLAMA, params, RC, TOKS, layout=LAYOUT)[0], want)
+    parallel = jax.jit(
+        recirculation.two_stack_parallel, static_argnums=(0, 2), static_argnames=("tol", "max_passes")
+    )
+    ours = parallel(LLAMA, params, RC, TOKS, layout=LAYOUT, tol=0.0, max_passes=T + 1).logits
+    check(ours, want)
+    wrong = reference.two_stack(
+        LLAMA, params, TOKS, LAYOUT, source=2, destination=0, alpha=0.3, bugs={"first_pass_keys"}
+    )
+    differs(ours, wrong)
+
+
+def test_recirculation_single_stack():
+    params = draw(param_specs(LLAMA))
+    cfg = recirculation.single_stack_model(LLAMA, RC1)
+    layout = recirculation.single_stack_layout(LAYOUT)
+    ours = jax.jit(recurrence.exact_forward, static_argnums=0)(
+        cfg, {**params, "mixer": {}}, TOKS, layout=layout
+    ).logits
+    check(ours, reference.single_stack(LLAMA, params, TOKS, LAYOUT, source=2, destination=1, alpha=0.3))
+    wrong = reference.single_stack(
+        LLAMA, params, TOKS, LAYOUT, source=2, destination=1, alpha=0.3, bugs={"mix_one_block_early"}
+    )
+    differs(ours, wrong)
