@@ -84,19 +84,22 @@ def test_transformer(cfg):
 
 # --- T²MLR (gated mixer over a window of layers) -----------------------------------------------------
 
-T2MLR = tiny_config(RecurrenceConfig(l_start=1, l_end=2))
+T2MLR = [
+    tiny_config(RecurrenceConfig(l_start=1, l_end=2)),
+    NANO.with_recurrence(l_start=1, l_end=1),  # a one-block window; routing biases zero (no state)
+]
 
 
-def test_t2mlr_exact_and_jacobi():
-    params = draw(param_specs(T2MLR))
-    want = reference.t2mlr(T2MLR, params, TOKS, LAYOUT)
-    check(
-        jax.jit(recurrence.exact_forward, static_argnums=0)(T2MLR, params, TOKS, layout=LAYOUT).logits, want
-    )
+@pytest.mark.slow
+@pytest.mark.parametrize("cfg", T2MLR, ids=["llama", "nanochat"])
+def test_t2mlr_exact_and_jacobi(cfg):
+    params = draw(param_specs(cfg))
+    want = reference.t2mlr(cfg, params, TOKS, LAYOUT)
+    check(jax.jit(recurrence.exact_forward, static_argnums=0)(cfg, params, TOKS, layout=LAYOUT).logits, want)
     jacobi = jax.jit(recurrence.jacobi_forward, static_argnums=0, static_argnames=("d_forward", "d_backward"))
-    ours = jacobi(T2MLR, params, TOKS, layout=LAYOUT, d_forward=T, d_backward=1).logits  # D >= T: exact
+    ours = jacobi(cfg, params, TOKS, layout=LAYOUT, d_forward=T, d_backward=1).logits  # D >= T: exact
     check(ours, want)
-    differs(ours, reference.t2mlr(T2MLR, params, TOKS, LAYOUT, bugs={"no_temporal_residual"}))
+    differs(ours, reference.t2mlr(cfg, params, TOKS, LAYOUT, bugs={"no_temporal_residual"}))
 
 
 # --- looped, pause ------------------------------------------------------------------------------------
@@ -125,6 +128,7 @@ def test_pause():
 
 LRT = lrt_forward.LRTConfig(NANO)
 TT1 = lrt_forward.LRTConfig(NANO, thought_slots=True)
+SHARED_KV = lrt_forward.LRTConfig(NANO, feedback="kv", shared_projections=True)
 PONDER = lrt_forward.LRTConfig(NANO, feedback="none", thought_slots=True, cross_token=False, embed_scale=2.0)
 
 
@@ -143,10 +147,11 @@ def _lrt_parallel(cfg, params, tokens, layout, passes, thoughts):
     "cfg,thoughts,bug",
     [
         (LRT, 0, "feedback_after_rope"),
+        (SHARED_KV, 0, "feedback_after_rope"),
         (TT1, 1, "thought_vocabulary_gates"),
         (PONDER, 1, "thought_input_unnormed"),
     ],
-    ids=["lrt", "lrt_tt1", "ponderlm2"],
+    ids=["lrt", "lrt_kv_shared", "lrt_tt1", "ponderlm2"],
 )
 def test_lrt_family(cfg, thoughts, bug):
     """Exact and parallel; thought models on the first 4 tokens (the second document still starts there):
