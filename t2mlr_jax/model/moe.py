@@ -8,12 +8,23 @@ moe_shared * expert_dim (exactly the sum of that many relu² experts: relu² act
 
 Dispatch is by sorting, never by running every expert on every token: the N = B*T tokens' N*k
 assignments are stably sorted by expert, each gets its rank within its expert, and the first
-C = ceil(capacity_factor * N * k / X) of each expert (earlier tokens first; C = N, dropless, when the
-capacity factor is None) are gathered into an [X, C, D] buffer that the experts run on with one einsum
-over their stacked weights. Assignments beyond C are dropped (they add nothing; the shared expert still
-applies). The buffer is constrained to ("experts", None, "act_embed"), so on a mesh with expert > 1 each
-device runs only its experts (expert parallelism). Capacity is counted over the whole call, so which
-tokens drop depends on the batch (pass moe_capacity_factor=None for batch-independent outputs).
+C = ceil(capacity_factor * N * k / X) of each expert (tokens first in the call's row-major [B, T] order
+first, so row 0's before row 1's; C = N, dropless, when the capacity factor is None) are gathered into an
+[X, C, D] buffer that the experts run on with one einsum over their stacked weights. Assignments beyond C
+are dropped (they add nothing; the shared expert still applies). The buffer is constrained to ("experts",
+None, "act_embed"), so on a mesh with expert > 1 each device runs only its experts (expert parallelism).
+Capacity is counted over the whole call, so which tokens drop depends on the batch (pass
+moe_capacity_factor=None for batch-independent outputs).
+
+Where dropping differs between paths that are otherwise equal: C is per call, over the N tokens routed
+together. A parallel pass (training: the LRT's refinement passes, T²MLR's Jacobi passes, any parallel
+teacher-forced forward) routes a call's B*T tokens together; the token-by-token paths (the exact
+recurrences, cached decoding) route the B tokens of one step. With a capacity factor set they drop
+different assignments (one row, B = 1, never: C >= 1 and a token picks an expert at most once), so "P >=
+T - 1 refinements == the exact recurrence" and "Jacobi with D >= T == exact" hold only dropless; that is
+why the LRT and the looped models evaluate and decode with moe_capacity_factor=None. Where the same tokens
+are routed together (a re-run of a batch, per-layer weights against the stack, sharded against one device,
+decoding against the exact recurrence) the same assignments drop (tests/architectures/test_moe_capacity.py).
 
 Balancing is auxiliary-loss-free (DeepSeek-V3): after each optimizer step the bias moves by
 moe_bias_rate * sign(mean load - load) per layer, from the per-expert loads the step reported.
