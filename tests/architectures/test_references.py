@@ -16,7 +16,9 @@ import pytest
 
 from t2mlr_jax.architectures import looped, lrt_forward, pause
 from t2mlr_jax.model import backbone, recirculation, recurrence
+from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import RecurrenceConfig
+from t2mlr_jax.model.generate import T2MLRDecoder
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.recirculation_mix import Recirculation
 from t2mlr_jax.model.recurrence import make_layout
@@ -175,6 +177,7 @@ RC = Recirculation(source=2, destination=0, alpha=0.3)
 RC1 = Recirculation(source=2, destination=1, alpha=0.3)
 
 
+@pytest.mark.slow
 def test_recirculation_two_stack():
     params = draw(param_specs(LLAMA))
     want = reference.two_stack(LLAMA, params, TOKS, LAYOUT, source=2, destination=0, alpha=0.3)
@@ -189,8 +192,15 @@ def test_recirculation_two_stack():
         LLAMA, params, TOKS, LAYOUT, source=2, destination=0, alpha=0.3, bugs={"first_pass_keys"}
     )
     differs(ours, wrong)
+    # Its decoder: a 2-token prompt, then a cached step per token (one document per row, as generation).
+    decoded = generation.teacher_forced(recirculation.TwoStackDecoder(LLAMA, RC), params, TOKS, 2)
+    check(
+        decoded,
+        reference.two_stack(LLAMA, params, TOKS, make_layout(TOKS), source=2, destination=0, alpha=0.3),
+    )
 
 
+@pytest.mark.slow
 def test_recirculation_single_stack():
     params = draw(param_specs(LLAMA))
     cfg = recirculation.single_stack_model(LLAMA, RC1)
@@ -203,3 +213,8 @@ def test_recirculation_single_stack():
         LLAMA, params, TOKS, LAYOUT, source=2, destination=1, alpha=0.3, bugs={"mix_one_block_early"}
     )
     differs(ours, wrong)
+    decoded = generation.teacher_forced(T2MLRDecoder(cfg), {**params, "mixer": {}}, TOKS, 2)
+    check(
+        decoded,
+        reference.single_stack(LLAMA, params, TOKS, make_layout(TOKS), source=2, destination=1, alpha=0.3),
+    )
