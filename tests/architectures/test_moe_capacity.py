@@ -139,13 +139,20 @@ def _token_by_token(cfg, params, tokens):
 def test_a_parallel_pass_and_token_by_token_routing_drop_differently():
     """Capacity per call: ceil(f N k / X) slots per expert for the N tokens routed together. A parallel
     pass (training) routes B*T tokens at once, the exact recurrence and decoding B per step: the dropped
-    counts differ and so do the logits. Dropless, the two agree."""
+    counts differ and so do the logits; one row token by token drops nothing. Dropless, the two agree."""
+    plain, by_token = jax.jit(_plain, static_argnums=0), jax.jit(_token_by_token, static_argnums=0)
     counts = {}
-    for name, cfg in (("capped", CAPPED.model), ("dropless", DROPLESS.model)):
-        parallel, parallel_drops = jax.jit(_plain, static_argnums=0)(cfg, PARAMS, TOKS)
-        serial, serial_drops = jax.jit(_token_by_token, static_argnums=0)(cfg, PARAMS, TOKS)
+    for name, cfg, tokens in (
+        ("capped", CAPPED.model, TOKS),
+        ("one row", CAPPED.model, TOKS[:1]),
+        ("dropless", DROPLESS.model, TOKS),
+    ):
+        (parallel, parallel_drops), (serial, serial_drops) = (
+            plain(cfg, PARAMS, tokens),
+            by_token(cfg, PARAMS, tokens),
+        )
         counts[name] = (float(parallel_drops), float(serial_drops), rel_err(serial, parallel))
     parallel_drops, serial_drops, gap = counts["capped"]
-    assert parallel_drops > 0 and serial_drops > 0 and parallel_drops != serial_drops
-    assert gap > 1e-3
+    assert parallel_drops > 0 and serial_drops > 0 and parallel_drops != serial_drops and gap > 1e-3
+    assert counts["one row"][0] > 0 and counts["one row"][1] == 0.0
     assert counts["dropless"][:2] == (0.0, 0.0) and counts["dropless"][2] <= 1e-5
