@@ -297,6 +297,33 @@ def sequential(model, config, engine, tokens):
     return torch.cat(out, dim=1)
 
 
+def interleaved_training(model, tokens) -> dict:
+    """The recurrent GPT's training step as the release takes it (forward_interleaved_train: a full pass,
+    then config.interleaved_num_passes interleaved passes) on tokens[:, :-1] against tokens[:, 1:]: each
+    pass's logits (lm_head's outputs, recorded by a hook as the release computes them, then sliced to the
+    vocabulary and softcapped as its forward does), its per-pass losses, the loss and every gradient."""
+    import torch
+
+    heads = []
+    hook = model.lm_head.register_forward_hook(lambda module, args, out: heads.append(out.detach()))
+    model.zero_grad(set_to_none=True)
+    try:
+        out = model.forward_interleaved_train(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+    finally:
+        hook.remove()
+    out["loss"].backward()
+    softcap, vocab = 15, model.config.vocab_size  # gpt.py's forward / forward_interleaved
+    arrays = {
+        f"train_logits:{i}": (softcap * torch.tanh(head[..., :vocab].float() / softcap)).numpy()
+        for i, head in enumerate(heads)
+    }
+    arrays["pass_losses"] = torch.stack(out["per_pass_losses"]).detach().numpy()
+    arrays["loss"] = out["loss"].detach().numpy()
+    arrays |= {f"grad:{name}": p.grad.numpy() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    return arrays
+
+
 def release_outputs(model, config, engine, tokens, prefill: int = PREFILL) -> dict:
     """The arrays of release.npz (see above) for `tokens`."""
     arrays = {"tokens": tokens.numpy(), "logits": logits_of(model, tokens).numpy()}
@@ -347,10 +374,14 @@ def make(out: Path, src: str, size: Size = SIZES["tiny"]) -> None:
     tokens = torch.from_numpy(np.random.default_rng(SEED).integers(0, config.vocab_size, size.tokens))
     if size.interleaved:  # its inference: the sequential loop, which is also its cached decode
         arrays = {"tokens": tokens.numpy(), "logits": sequential(model, config, engine, tokens).numpy()}
+        arrays |= interleaved_training(model, tokens)
         (np.savez_compressed if size.compressed else np.savez)(out / "release.npz", **arrays)
         again = sequential(reload(gpt, checkpoint_manager, out / "model"), config, engine, tokens)
         assert torch.equal(again, torch.from_numpy(arrays["logits"])), "reload differs"
-        print(f"wrote {out}/model and {out}/release.npz (release {commit[:7]}, interleaved; reload equal)")
+        print(
+            f"wrote {out}/model and {out}/release.npz (release {commit[:7]}, interleaved, training loss "
+            f"{arrays['loss']:.6f} over {config.interleaved_num_passes} interleaved passes; reload equal)"
+        )
         return
     arrays = release_outputs(model, config, engine, tokens, size.prefill)
     (np.savez_compressed if size.compressed else np.savez)(out / "release.npz", **arrays)

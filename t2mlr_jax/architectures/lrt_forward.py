@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from t2mlr_jax.architectures.thought_slots import LATENT, expand, last_slots, shift
@@ -137,8 +138,9 @@ def vocab_inputs(cfg: LRTConfig, params: dict, tokens: Int[Array, "B T"]) -> Flo
     return x if cfg.embed_scale == 1.0 else (x * cfg.embed_scale).astype(x.dtype)
 
 
-def _run(cfg: LRTConfig, params, h, tokens, layout: Layout, m, thought, mlp_state, cache=None):
-    """One backbone pass over slots (h their input, also x0) with memory m: (final-normed states, out)."""
+def _run(cfg: LRTConfig, params, h, tokens, layout: Layout, m, thought, mlp_state, cache=None, slots=None):
+    """One backbone pass over slots (h their input, also x0) with memory m: (final-normed states, out);
+    with a cache, at its next slots or at `slots`."""
     model = cfg.model
     out = run_blocks(
         model,
@@ -153,6 +155,7 @@ def _run(cfg: LRTConfig, params, h, tokens, layout: Layout, m, thought, mlp_stat
         tokens=tokens,
         x0=h,
         mlp_state=mlp_state,
+        cache_slots=slots,
     )
     return final_norm(model, params, out.h), out
 
@@ -197,6 +200,39 @@ def refine(
         stats = jax.tree.map(jnp.add, stats, out.stats)
         logits.append(unembed(model, params, last_slots(states, thoughts)))
     return Passes(tuple(logits), stats)
+
+
+def interleaved(
+    cfg: LRTConfig,
+    params: dict,
+    tokens: Int[Array, "B T"],
+    layout: Layout,
+    passes: int,
+    mlp_state=None,
+) -> Passes:
+    """The LRT release's parallel interleaved training (nanochat/gpt.py's forward_interleaved_train in
+    OoDBag/Latent_recurrent_transformer): pass 0 runs every slot with zero memory and fills a KV buffer;
+    then interleaved pass i = 0..N-1 (N = `passes`, static) reruns only the slots t % N == i, with the
+    memory m = the running final states shifted one token, its queries attending to the buffer in which
+    its fresh keys / values have replaced the earlier ones (kept there for the passes after it), and its
+    final states merged into the running ones. Gradients flow through the buffer and the memory.
+    Returns the logits of pass 0, then the interleaved passes' merged (slot t's from pass t % N)."""
+    model = cfg.model
+    b, t = tokens.shape
+    x = vocab_inputs(cfg, params, tokens)
+    buffer = init_cache(model, b, t)
+    states, out = _run(cfg, params, x, tokens, layout, jnp.zeros_like(x), None, mlp_state, buffer)
+    first, stats, starts = unembed(model, params, states), out.stats, layout.positions == 0
+    for i in range(passes):
+        slots = np.arange(i, t, passes)  # static: each pass compiles to its own fixed shapes
+        m = shift(states, starts)[:, slots]
+        at = Layout(*(a[:, slots] for a in layout))
+        fresh, out = _run(
+            cfg, params, x[:, slots], tokens[:, slots], at, m, None, mlp_state, out.cache, slots
+        )
+        states = states.at[:, slots].set(fresh)
+        stats = jax.tree.map(jnp.add, stats, out.stats)
+    return Passes((first, unembed(model, params, states)), stats)
 
 
 def decode_step(

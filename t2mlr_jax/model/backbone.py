@@ -227,8 +227,8 @@ def _project(x: Float[Array, "B T D"], w: Float[Array, "D N E"]) -> Float[Array,
 def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
     """One pre-norm block; returns h, the cache's keys/values after this step and the MLP's stats.
 
-    `kv` is (every layer's cached k slots, v slots, this layer's row, write index) when decoding with a
-    cache, else None (and None comes back).
+    `kv` is (every layer's cached k slots, v slots, this layer's row, write index or slots) with a cache,
+    else None (and None comes back).
     """
     if layer.resid is not None:
         h = (layer.resid[0] * h + layer.resid[1] * step.x0).astype(h.dtype)
@@ -252,9 +252,16 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
     k = _qk(cfg, k, a.get("k_norm"), step.positions, layer.rope_theta)
     keys, values = k, v
     if kv is not None:  # write this step's slots first, then read the layer: the update stays in place
-        k_all, v_all, row, index = kv
-        at = (row, 0, index, 0, 0)
-        k_all, v_all = (jax.lax.dynamic_update_slice(c, new[None], at) for c, new in ((k_all, k), (v_all, v)))
+        k_all, v_all, row, where = kv
+        if where.ndim:  # scattered slots [T] (shared by the batch)
+            k_all, v_all = (
+                c.at[row : row + 1, :, where].set(new[None]) for c, new in ((k_all, k), (v_all, v))
+            )
+        else:
+            at = (row, 0, where, 0, 0)
+            k_all, v_all = (
+                jax.lax.dynamic_update_slice(c, new[None], at) for c, new in ((k_all, k), (v_all, v))
+            )
         keys, values, kv = k_all[row], v_all[row], (k_all, v_all)
     mask = step.mask if layer.window is None else step.mask & (step.distance <= layer.window)
     attn = attend(q, keys, values, mask, cfg.attn_softcap, cfg.query_pre_attn_scalar, cfg.attention_impl)
@@ -331,6 +338,7 @@ def run_blocks(
     mlp_state: Any = None,
     cache_row: int | None = None,
     mask: Bool[Array, "B T T"] | None = None,
+    cache_slots: Int[Array, " T"] | None = None,
 ) -> BlocksOut:
     """Run blocks [start, end) on h. With a cache, this step's keys/values go to slots cache.index + [0, T).
 
@@ -345,6 +353,8 @@ def run_blocks(
     `mask` (no cache): who attends to whom among this call's slots, replacing causal-within-a-document
     (recirculation's parallel two-stack runs two passes of every token side by side); sliding windows
     then count positions, not slots.
+    `cache_slots` (with a cache): the slots this call's tokens take, shared by the batch, in place of
+    cache.index + [0, T) (the LRT's interleaved training rewrites every N-th slot of a full pass's keys).
     """
     if end <= start:
         return BlocksOut(h, cache, {})
@@ -360,6 +370,8 @@ def run_blocks(
     b, t = positions.shape
     windowed = per_layer.window is not None
     if cache is None:
+        if cache_slots is not None:
+            raise ValueError("run_blocks: cache_slots are slots of a cache (cache=...)")
         slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
         if mask is None:
             mask = attention_mask(segment_ids, segment_ids, slots, slots)
@@ -378,10 +390,16 @@ def run_blocks(
     else:
         if mask is not None:
             raise ValueError("run_blocks: a custom mask is for a call without a cache")
-        key_segments = jax.lax.dynamic_update_slice_in_dim(
-            cache.segment_ids, segment_ids, cache.index, axis=1
-        )
-        q_slots = cache.index + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        if cache_slots is None:
+            where = cache.index
+            key_segments = jax.lax.dynamic_update_slice_in_dim(
+                cache.segment_ids, segment_ids, cache.index, axis=1
+            )
+            q_slots = cache.index + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        else:
+            where = jnp.asarray(cache_slots, jnp.int32)
+            key_segments = cache.segment_ids.at[:, where].set(segment_ids)
+            q_slots = jnp.broadcast_to(where, (b, t))
         k_slots = jnp.broadcast_to(jnp.arange(key_segments.shape[1], dtype=jnp.int32), key_segments.shape)
         mask = attention_mask(segment_ids, key_segments, q_slots, k_slots)
         distance = q_slots[:, :, None] - k_slots[:, None, :] if windowed else None
@@ -403,7 +421,7 @@ def run_blocks(
         if kv is None:
             h, _, layer_stats = block(h, p, layer)
         else:
-            h, kv, layer_stats = _block(cfg, p, h, step, layer, (*kv, first_row + i, cache.index))
+            h, kv, layer_stats = _block(cfg, p, h, step, layer, (*kv, first_row + i, where))
         stats.append(layer_stats)
     stats = jax.tree.map(lambda *a: jnp.stack(a), *stats)
     return BlocksOut(h, None if kv is None else cache._replace(k=kv[0], v=kv[1]), stats)
