@@ -21,7 +21,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from t2mlr_jax.architectures.thought_slots import LATENT, expand, last_slots, shift
@@ -224,7 +223,7 @@ def interleaved(
     states, out = _run(cfg, params, x, tokens, layout, jnp.zeros_like(x), None, mlp_state, buffer)
     first, stats, starts = unembed(model, params, states), out.stats, layout.positions == 0
     for i in range(passes):
-        slots = np.arange(i, t, passes)  # static: each pass compiles to its own fixed shapes
+        slots = jnp.arange(i, t, passes)  # static: each pass compiles to its own fixed shapes
         m = shift(states, starts)[:, slots]
         at = Layout(*(a[:, slots] for a in layout))
         fresh, out = _run(
