@@ -24,7 +24,8 @@ each also as the release's recurrent GPT (tiny_interleaved, d12_interleaved: use
 LRT), whose inference is its sequential loop (a token per call fed the previous h_final): that is both the
 logits and the decode compared, with our exact recurrence and our cached decode; and whose training step
 is its parallel interleaved training (a full pass, then interleaved_num_passes passes over every N-th
-position): each pass's logits, the loss and every gradient compared with our lrt.training="interleaved".
+position): each pass's logits, the loss and every gradient compared with our lrt.training="interleaved",
+and with its KV refresh (interleaved_kv_refresh) each pass's logits and the loss.
 
 Pass / fail, per size (t2mlr_jax.interop.parity.TOLERANCES): max |Δ logits| <= 1e-5 x max |logit|;
 |Δ loss| <= 1e-5; the gradients: max over parameters of max |Δ| / max |release's gradient| <= 1e-4 (a
@@ -349,7 +350,9 @@ def notes(report: dict) -> str:
             what = (
                 "the release's sequential inference against our exact recurrence (logits) and our cached "
                 f"decode; its interleaved training step ({train['passes']} passes) against our "
-                f"lrt.training=interleaved: passes' logits max rel Δ {train['max_relative']:.1e}"
+                f"lrt.training=interleaved: passes' logits max rel Δ {train['max_relative']:.1e}; "
+                f"with the KV refresh: logits max rel Δ {size['kv_refresh']['max_relative']:.1e}, "
+                f"|Δ loss| {size['kv_refresh']['loss_abs_diff']:.2e}"
             )
         else:
             what = (

@@ -21,7 +21,9 @@ vocabulary slots (thought slots keep theirs; without thought slots it is refused
 `lrt.training="interleaved"` trains as the LRT release does instead (OoDBag/Latent_recurrent_transformer's
 parallel interleaved training, lrt_forward.interleaved): pass 0, then `lrt.interleaved_num_passes` = N
 passes, pass i rerunning only the positions t % N == i against the earlier passes' keys / values with the
-freshest memory; the loss is the mean of the 1 + N passes' mean cross-entropies (no thought slots).
+freshest memory (`lrt.interleaved_kv_refresh`: the keys / values of the positions not rerun yet are
+re-projected from it before each pass); the loss is the mean of the 1 + N passes' mean cross-entropies
+(no thought slots).
 Multi-refinement stays the default: it is the seed paper's, whose results we reproduce.
 PonderLM-2 (ponderlm2.py) is thought slots with no feedback.
 """
@@ -88,6 +90,7 @@ class LRTSettings:
     eval_passes: int = 4  # parallel eval only
     training: str = "refinement"  # multi-refinement (the seed paper's) | interleaved (the LRT release's)
     interleaved_num_passes: int = 2  # interleaved training: N passes after the full one (the release's name)
+    interleaved_kv_refresh: bool = False  # ... with the release's cheap KV refresh before each pass
 
 
 def multi_pass_loss(supervise: str):
@@ -170,11 +173,19 @@ def check_settings(s: LRTSettings, model: ModelConfig, section: str = "lrt") -> 
         raise ValueError(f"{section}.training must be one of {TRAINING}, got {s.training!r}")
     if s.interleaved_num_passes < 1:
         raise ValueError(f"{section}.interleaved_num_passes must be >= 1, got {s.interleaved_num_passes}")
+    if s.interleaved_kv_refresh and s.training != "interleaved":
+        raise ValueError(
+            f"{section}.interleaved_kv_refresh=True is a setting of {section}.training='interleaved'"
+        )
     if s.training == "interleaved":
         refused = {
             "thoughts": (tuple(s.thoughts) != (0,), "it has no thought slots"),
             "feedback": (s.feedback == "none", "it trains the feedback"),
             "supervise": (s.supervise != "all", "it averages every pass, as the release does"),
+            "interleaved_kv_refresh": (
+                s.interleaved_kv_refresh and s.feedback not in ("both", "kv"),
+                f"it re-projects the keys / values' feedback, which feedback={s.feedback!r} has not",
+            ),
         }
         for name, (bad, why) in refused.items():
             if bad:
@@ -252,7 +263,15 @@ def build_lrt(
             t = batch["tokens"].shape[1]
             batch = vocabulary_prefix(batch, interval_tokens(t, draw.thoughts, "a training row"))
             if interleaved_training:
-                out = interleaved(cfg, params, batch["tokens"], layout_of(batch), draw.passes, state)
+                out = interleaved(
+                    cfg,
+                    params,
+                    batch["tokens"],
+                    layout_of(batch),
+                    draw.passes,
+                    state,
+                    s.interleaved_kv_refresh,
+                )
             else:
                 out = refine(
                     cfg, params, batch["tokens"], layout_of(batch), draw.passes, state, draw.thoughts

@@ -11,6 +11,7 @@ its training step (forward_interleaved_train on tokens[:, :-1] against tokens[:,
   train_logits:<p>  pass p's logits: p = 0 the full pass [B, T-1, V], p = i + 1 interleaved pass i
                     (positions t % N == i)
   loss, grad:<key>  its loss (the mean of the passes' mean cross-entropies) and gradients
+  refresh_logits:<p>, refresh_loss  the same step with its KV refresh (interleaved_kv_refresh=True)
 `our_outputs` computes ours in the same layout (the gradients mapped to the release's keys, and padded,
 by `to_nanochat_state`); `compare` gives the figures and the pass / fail of each against TOLERANCES;
 `compare_states` checks an export's state dict against the release's, bitwise.
@@ -38,6 +39,7 @@ from t2mlr_jax.model.recurrence import make_layout
 
 GRAD = "grad:"  # the prefix of a gradient's key
 TRAIN_LOGITS = "train_logits:"  # the prefix of a training pass's logits (the recurrent GPT's)
+REFRESH = "refresh_"  # the prefix of its training step's outputs with the KV refresh
 # Logits are compared relative to the largest |logit|, as tools/convert_checkpoint.py --verify does: fp32
 # summation order alone moves a 12-layer, 768-wide model's logits by ~1e-5 (the release's own cached
 # decode and forward differ by 1.4e-5 there, and a float64 run of it is 1.2e-5 from either side).
@@ -65,10 +67,9 @@ def loss_and_grads(cfg: ModelConfig, params: dict, tokens: jax.Array) -> tuple[j
     return jax.value_and_grad(loss)(params)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3))
-def interleaved_training(cfg: LRTConfig, params: dict, tokens: jax.Array, passes: int) -> tuple:
+def interleaved_step(cfg: LRTConfig, params: dict, tokens: jax.Array, passes: int, kv_refresh: bool) -> tuple:
     """Our LRT's lrt.training="interleaved" step as the release takes one (tokens[:, :-1] against
-    tokens[:, 1:], N = `passes`): (loss, its gradient, each pass's logits)."""
+    tokens[:, 1:], N = `passes`, the KV refresh or not): (loss, each pass's logits)."""
     inputs = tokens[:, :-1]
     layout = make_layout(inputs)
     batch = {
@@ -77,14 +78,16 @@ def interleaved_training(cfg: LRTConfig, params: dict, tokens: jax.Array, passes
         "loss_mask": jnp.ones_like(inputs),
         **layout._asdict(),
     }
+    first, merged = interleaved(cfg, params, inputs, layout, passes, kv_refresh=kv_refresh).logits
+    total, count = interleaved_loss(passes)(Outputs(merged, pass_logits=(first,)), batch)["loss"]
+    return total / count, (first, *(merged[:, i::passes] for i in range(passes)))
 
-    def loss(params):
-        first, merged = interleaved(cfg, params, inputs, layout, passes).logits
-        total, count = interleaved_loss(passes)(Outputs(merged, pass_logits=(first,)), batch)["loss"]
-        return total / count, (first, *(merged[:, i::passes] for i in range(passes)))
 
-    (value, logits), grads = jax.value_and_grad(loss, has_aux=True)(params)
-    return value, grads, logits
+# ((loss, each pass's logits), the loss's gradient), and the same without the gradient
+interleaved_training = jax.jit(
+    jax.value_and_grad(interleaved_step, argnums=1, has_aux=True), static_argnums=(0, 3, 4)
+)
+interleaved_forward = jax.jit(interleaved_step, static_argnums=(0, 3, 4))
 
 
 def our_outputs(
@@ -101,8 +104,11 @@ def our_outputs(
         out = {"logits": np.asarray(lrt_exact(lrt, params, tokens, make_layout(tokens)).logits)}
         decoder = LRTDecoder(lrt), (params, {})
         if interleaved_passes is not None:
-            loss, grads, logits = interleaved_training(lrt, params, tokens, interleaved_passes)
+            (loss, logits), grads = interleaved_training(lrt, params, tokens, interleaved_passes, False)
             out |= {f"{TRAIN_LOGITS}{p}": np.asarray(pass_logits) for p, pass_logits in enumerate(logits)}
+            refresh_loss, logits = interleaved_forward(lrt, params, tokens, interleaved_passes, True)
+            out |= {f"{REFRESH}logits:{p}": np.asarray(pass_logits) for p, pass_logits in enumerate(logits)}
+            out[REFRESH + "loss"] = np.asarray(refresh_loss)
     else:
         out = {"logits": np.asarray(backbone.forward(cfg, params, tokens))}
         decoder = T2MLRDecoder(cfg), params
@@ -128,10 +134,13 @@ def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) ->
     scale = float(np.abs(theirs["logits"]).max())
     their_decode = theirs["decode"] if "decode" in theirs else theirs["logits"]
     decode = max_abs_diff(ours["decode"], their_decode)
-    training = TRAIN_LOGITS + "0" in theirs
-    checked = (
-        ("logits", "decode") + ("loss", "gradients") * ("loss" in theirs) + ("training_logits",) * training
-    )
+    optional = {
+        "loss": "loss" in theirs,
+        "gradients": "loss" in theirs,
+        "training_logits": TRAIN_LOGITS + "0" in theirs,
+        "kv_refresh": REFRESH + "loss" in theirs,
+    }
+    checked = ("logits", "decode", *(name for name, present in optional.items() if present))
     figures = {
         "logits": {
             "max_abs_diff": logits,
@@ -151,15 +160,18 @@ def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) ->
     }
     if "loss" in theirs:
         figures |= _loss_and_gradients(ours, theirs)
-    if training:
-        figures["training_logits"] = _training_logits(ours, theirs)
+    if optional["training_logits"]:
+        figures["training_logits"] = _pass_logits(ours, theirs, TRAIN_LOGITS)
+    if optional["kv_refresh"]:
+        figures["kv_refresh"] = _kv_refresh(ours, theirs)
     figures["passed"] = all(figures[name]["passed"] for name in checked)
     return figures
 
 
-def _training_logits(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
-    """compare's figure of a training step's passes: the worst pass's max |Δ logits| / max |logit|."""
-    keys = sorted((k for k in theirs if k.startswith(TRAIN_LOGITS)), key=lambda k: int(k.split(":")[1]))
+def _pass_logits(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], prefix: str) -> dict:
+    """compare's figure of a training step's passes (keys prefix<pass>): the worst pass's max |Δ logits|
+    / max |logit|."""
+    keys = sorted((k for k in theirs if k.startswith(prefix)), key=lambda k: int(k.rsplit(":", 1)[1]))
     relative = [
         max_abs_diff(ours[key], theirs[key]) / float(np.abs(theirs[key]).max()) if key in ours else np.inf
         for key in keys
@@ -171,6 +183,16 @@ def _training_logits(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.nda
         "tolerance": TOLERANCES["training_logits"],
         "passed": max(relative) <= TOLERANCES["training_logits"],
     }
+
+
+def _kv_refresh(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
+    """compare's figure of the training step with the KV refresh: its passes' logits and its loss."""
+    figures = _pass_logits(ours, theirs, REFRESH + "logits:")
+    key = REFRESH + "loss"
+    loss = abs(float(ours[key]) - float(theirs[key])) if key in ours else np.inf
+    figures |= {"loss_abs_diff": loss, "loss_tolerance": TOLERANCES["loss"]}
+    figures["passed"] = figures["passed"] and loss <= TOLERANCES["loss"]
+    return figures
 
 
 def _loss_and_gradients(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:

@@ -26,7 +26,7 @@ from t2mlr_jax.interop.nanochat import (
     padded_vocab,
     to_nanochat_state,
 )
-from t2mlr_jax.interop.parity import compare_states, interleaved_training, loss_and_grads
+from t2mlr_jax.interop.parity import compare_states, interleaved_forward, interleaved_training, loss_and_grads
 from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
@@ -196,10 +196,16 @@ def test_arch_lrt_starts_from_the_releases_interleaved_checkpoint():
 def test_interleaved_training_matches_the_releases_training_step(interleaved):
     """Our lrt.training="interleaved" against the release's forward_interleaved_train (a full pass, then
     its interleaved_num_passes passes) on the fixture's tokens: every pass's logits, the loss (and each
-    pass's mean cross-entropy within it) and every gradient, by the release's keys."""
+    pass's mean cross-entropy within it) and every gradient, by the release's keys; with the KV refresh
+    (lrt.interleaved_kv_refresh, the release's interleaved_kv_refresh) every pass's logits and the loss."""
     lrt, params = interleaved
     tokens = jnp.asarray(SEQUENTIAL["tokens"])
-    loss, grads, logits = interleaved_training(lrt, params, tokens, PASSES)
+    refresh_loss, refresh_logits = interleaved_forward(lrt, params, tokens, PASSES, True)
+    for p, ours in enumerate(refresh_logits):
+        theirs = SEQUENTIAL[f"refresh_logits:{p}"]
+        assert max_diff(ours, theirs) <= 1e-5 * np.abs(theirs).max(), p
+    assert abs(float(refresh_loss) - float(SEQUENTIAL["refresh_loss"])) <= 1e-5
+    (loss, logits), grads = interleaved_training(lrt, params, tokens, PASSES, False)
     assert len(logits) == len(SEQUENTIAL["pass_losses"]) == 1 + PASSES == 3
     targets = [tokens[:, 1:]] + [tokens[:, 1 + i :: PASSES] for i in range(PASSES)]
     for p, (ours, target) in enumerate(zip(logits, targets, strict=True)):
@@ -222,7 +228,7 @@ def test_a_perturbed_feedback_weight_fails_the_training_check(interleaved):
     state = {k: torch_to_numpy(v) for k, v in torch_state(INTERLEAVED / "model/model_000000.pt").items()}
     key = "interleaved_key_projections.1.W_v.weight"
     params = from_nanochat_state(lrt.model, {**state, key: state[key] + 1e-2}, interleaved=True)
-    _, grads, logits = interleaved_training(lrt, params, jnp.asarray(SEQUENTIAL["tokens"]), PASSES)
+    (_, logits), grads = interleaved_training(lrt, params, jnp.asarray(SEQUENTIAL["tokens"]), PASSES, False)
     assert max_diff(logits[0], SEQUENTIAL["train_logits:0"]) <= 1e-5 * np.abs(logits[0]).max()
     assert max_diff(logits[1], SEQUENTIAL["train_logits:1"]) > 1e-3
     moved = to_nanochat_state(lrt.model, grads)["transformer.h.0.attn.c_q.weight"]
