@@ -290,15 +290,14 @@ def build_lrt(
     weights = [w / len(thoughts) for _ in thoughts for w in probs]
     # interleaved training's N passes together rerun each position once: one refinement's FLOPs
     flops_draws = [Draw(0, 1)] if interleaved_training else draws
+    loss = interleaved_loss(passes[0]) if interleaved_training else multi_pass_loss(s.supervise)
     return Architecture(
         name,
         lrt_specs(cfg),
         model.param_dtype,
         apply,
         cached_generate(lambda params, model_state: (LRTDecoder(eval_cfg, eval_k), (params, model_state))),
-        loss=interleaved_loss(s.interleaved_num_passes)
-        if interleaved_training
-        else multi_pass_loss(s.supervise),
+        loss=loss,
         sample=(lambda seed, step: draw_at(draws, seed, step, weights)) if len(draws) > 1 else None,
         backbone=model,
         max_seq_len=model.max_seq_len,

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.architectures.contract import Outputs
 from t2mlr_jax.architectures.lrt import interleaved_loss
@@ -67,7 +68,9 @@ def loss_and_grads(cfg: ModelConfig, params: dict, tokens: jax.Array) -> tuple[j
     return jax.value_and_grad(loss)(params)
 
 
-def interleaved_step(cfg: LRTConfig, params: dict, tokens: jax.Array, passes: int, kv_refresh: bool) -> tuple:
+def interleaved_step(
+    cfg: LRTConfig, params: dict, tokens: Int[Array, "B T"], passes: int, kv_refresh: bool
+) -> tuple[Float[Array, ""], tuple]:
     """Our LRT's lrt.training="interleaved" step as the release takes one (tokens[:, :-1] against
     tokens[:, 1:], N = `passes`, the KV refresh or not): (loss, each pass's logits)."""
     inputs = tokens[:, :-1]
