@@ -5,8 +5,18 @@ from --release_src, never copied), so that our importer can be checked against i
 It is also the release-side driver of tools/release_parity.py (--size d12, --logits_of; see the end).
 --size tiny_interleaved / d12_interleaved build the release's recurrent GPT (use_interleaved=True; the
 same draws, its own parameters too): release.npz then holds `tokens` and `logits`, its true sequential
-inference (loss_eval.evaluate_bpb_sequential's loop: a token per call, fed the previous h_final);
-tests/interop/fixtures/lrt_release_interleaved/ is tiny_interleaved.
+inference (loss_eval.evaluate_bpb_sequential's loop: a token per call, fed the previous h_final), and its
+training step, forward_interleaved_train (a full pass, then interleaved_num_passes = 2 passes over the
+positions t % 2 == 0, then 1), on tokens[:, :-1] against tokens[:, 1:]:
+  train_logits:<p>  pass p's logits (p = 0 the full pass [B, T-1, V], p = 1, 2 the interleaved ones at
+                    their positions), lm_head's outputs as a forward hook records them, sliced to the
+                    vocabulary and softcapped (15) as the release's forward does
+  pass_losses, loss its per-pass losses and their mean, the loss it trains on (float32)
+  grad:<key>        that loss's gradient for every parameter
+  refresh_logits:<p>, refresh_pass_losses, refresh_loss  the same step with interleaved_kv_refresh=True
+                    (its cheap re-projection of the not-yet-rerun positions' keys / values between
+                    passes; no gradients, to keep the fixture small)
+tests/interop/fixtures/lrt_release_interleaved/ is tiny_interleaved (830 KB, most of it the gradients).
 
 The model is the release's vanilla (non-recurrent baseline) GPT, use_interleaved=False:
   GPTConfig(sequence_len=16, vocab_size=100, n_layer=4, n_head=4, n_kv_head=2, n_embd=64,
@@ -297,6 +307,47 @@ def sequential(model, config, engine, tokens):
     return torch.cat(out, dim=1)
 
 
+def training_step(model, tokens, kv_refresh: bool) -> tuple[dict, object]:
+    """The recurrent GPT's training step as the release takes it (forward_interleaved_train: a full pass,
+    then config.interleaved_num_passes interleaved passes; config.interleaved_kv_refresh = `kv_refresh`)
+    on tokens[:, :-1] against tokens[:, 1:]: ({"logits:<pass>": each pass's logits, "pass_losses": its
+    per-pass losses, "loss": the loss}, the loss tensor). The logits are lm_head's outputs, recorded by a
+    hook as the release computes them, then sliced to the vocabulary and softcapped as its forward does."""
+    import torch
+
+    heads, refresh = [], model.config.interleaved_kv_refresh
+    hook = model.lm_head.register_forward_hook(lambda module, args, out: heads.append(out.detach()))
+    model.config.interleaved_kv_refresh = kv_refresh
+    try:
+        out = model.forward_interleaved_train(tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+    finally:
+        hook.remove()
+        model.config.interleaved_kv_refresh = refresh
+    softcap, vocab = 15, model.config.vocab_size  # gpt.py's forward / forward_interleaved
+    arrays = {
+        f"logits:{i}": (softcap * torch.tanh(head[..., :vocab].float() / softcap)).numpy()
+        for i, head in enumerate(heads)
+    }
+    arrays["pass_losses"] = torch.stack(out["per_pass_losses"]).detach().numpy()
+    arrays["loss"] = out["loss"].detach().numpy()
+    return arrays, out["loss"]
+
+
+def interleaved_training(model, tokens) -> dict:
+    """release.npz's arrays of the recurrent GPT's training step (`training_step`): without the KV refresh
+    (the release's default) "train_logits:<pass>", "pass_losses", "loss" and "grad:<key>" for every
+    parameter; with it (interleaved_kv_refresh=True) "refresh_logits:<pass>", "refresh_pass_losses" and
+    "refresh_loss"."""
+    model.zero_grad(set_to_none=True)
+    plain, loss = training_step(model, tokens, kv_refresh=False)
+    loss.backward()
+    arrays = {("train_" if key.startswith("logits:") else "") + key: value for key, value in plain.items()}
+    arrays |= {f"grad:{name}": p.grad.numpy() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    refreshed, _ = training_step(model, tokens, kv_refresh=True)
+    return arrays | {f"refresh_{key}": value for key, value in refreshed.items()}
+
+
 def release_outputs(model, config, engine, tokens, prefill: int = PREFILL) -> dict:
     """The arrays of release.npz (see above) for `tokens`."""
     arrays = {"tokens": tokens.numpy(), "logits": logits_of(model, tokens).numpy()}
@@ -347,10 +398,14 @@ def make(out: Path, src: str, size: Size = SIZES["tiny"]) -> None:
     tokens = torch.from_numpy(np.random.default_rng(SEED).integers(0, config.vocab_size, size.tokens))
     if size.interleaved:  # its inference: the sequential loop, which is also its cached decode
         arrays = {"tokens": tokens.numpy(), "logits": sequential(model, config, engine, tokens).numpy()}
+        arrays |= interleaved_training(model, tokens)
         (np.savez_compressed if size.compressed else np.savez)(out / "release.npz", **arrays)
         again = sequential(reload(gpt, checkpoint_manager, out / "model"), config, engine, tokens)
         assert torch.equal(again, torch.from_numpy(arrays["logits"])), "reload differs"
-        print(f"wrote {out}/model and {out}/release.npz (release {commit[:7]}, interleaved; reload equal)")
+        print(
+            f"wrote {out}/model and {out}/release.npz (release {commit[:7]}, interleaved, training loss "
+            f"{arrays['loss']:.6f} over {config.interleaved_num_passes} interleaved passes; reload equal)"
+        )
         return
     arrays = release_outputs(model, config, engine, tokens, size.prefill)
     (np.savez_compressed if size.compressed else np.savez)(out / "release.npz", **arrays)

@@ -22,8 +22,10 @@ d12, the release's default GPTConfig (12 layers, width 768, 6 heads, vocab 32768
 "SSSL"; about 286M parameters; tokens 1 x 64, prefill 8; a few GB of memory and disk, a few minutes);
 each also as the release's recurrent GPT (tiny_interleaved, d12_interleaved: use_interleaved=True, our
 LRT), whose inference is its sequential loop (a token per call fed the previous h_final): that is both the
-logits and the decode compared, with our exact recurrence and our cached decode (it trains its own way:
-no loss or gradients).
+logits and the decode compared, with our exact recurrence and our cached decode; and whose training step
+is its parallel interleaved training (a full pass, then interleaved_num_passes passes over every N-th
+position): each pass's logits, the loss and every gradient compared with our lrt.training="interleaved",
+and with its KV refresh (interleaved_kv_refresh) each pass's logits and the loss.
 
 Pass / fail, per size (t2mlr_jax.interop.parity.TOLERANCES): max |Δ logits| <= 1e-5 x max |logit|;
 |Δ loss| <= 1e-5; the gradients: max over parameters of max |Δ| / max |release's gradient| <= 1e-4 (a
@@ -207,11 +209,14 @@ def our_side(folder: Path, prefill: int) -> tuple:
     import numpy as np
 
     from t2mlr_jax.interop import load_pretrained
+    from t2mlr_jax.interop.nanochat import gpt_config
     from t2mlr_jax.interop.parity import compare, our_outputs
 
-    cfg, params = load_pretrained(folder / "release" / "model")
+    model = folder / "release" / "model"
+    cfg, params = load_pretrained(model)
+    passes = gpt_config(model)["interleaved_num_passes"] if "lrt" in params else None
     with np.load(folder / "release" / "release.npz") as theirs:
-        figures = compare(our_outputs(cfg, params, theirs["tokens"], prefill), theirs)
+        figures = compare(our_outputs(cfg, params, theirs["tokens"], prefill, passes), theirs)
     return cfg, params, figures
 
 
@@ -304,9 +309,7 @@ def round_trip_cell(trip: dict) -> str:
 
 
 def grad_cell(size: dict) -> str:
-    """The gradients' cell: "—" for a recurrent model, whose training the release does its own way."""
-    if "gradients" not in size:
-        return "— (sequential inference only)"
+    """The gradients' cell (a recurrent model's: of its interleaved training step)."""
     grads = size["gradients"]
     return f"{grads['max_relative_diff']:.2e}" + ("" if grads["passed"] else " (FAIL)")
 
@@ -341,17 +344,23 @@ def notes(report: dict) -> str:
         "relative to each parameter's max |release grad|.",
     ]
     for name, size in report["sizes"].items():
-        if "gradients" not in size:  # a recurrent model: its sequential logits are its decode
-            lines.append(
-                f"- {name}: the release's sequential inference against our exact recurrence (logits) and "
-                "our cached decode; wall time "
-                + ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in size["seconds"].items())
-            )
-            continue
         zero = size["gradients"]["zero_keys"]
+        if "training_logits" in size:  # a recurrent model: its sequential logits are its decode
+            train = size["training_logits"]
+            what = (
+                "the release's sequential inference against our exact recurrence (logits) and our cached "
+                f"decode; its interleaved training step ({train['passes']} passes) against our "
+                f"lrt.training=interleaved: passes' logits max rel Δ {train['max_relative']:.1e}; "
+                f"with the KV refresh: logits max rel Δ {size['kv_refresh']['max_relative']:.1e}, "
+                f"|Δ loss| {size['kv_refresh']['loss_abs_diff']:.2e}"
+            )
+        else:
+            what = (
+                "the release's own cached decode vs its forward: max |Δ| "
+                f"{size['decode']['release_decode_vs_forward']:.2e}"
+            )
         lines.append(
-            f"- {name}: |Δ loss| {size['loss']['abs_diff']:.2e}; the release's own cached decode vs its "
-            f"forward: max |Δ| {size['decode']['release_decode_vs_forward']:.2e}; "
+            f"- {name}: |Δ loss| {size['loss']['abs_diff']:.2e}; {what}; "
             f"worst gradient {size['gradients']['worst_key']}"
             + (f"; {len(zero)} all-zero release gradients, max |Δ| {max(zero.values()):.2e}" if zero else "")
             + "; wall time "

@@ -18,6 +18,13 @@ token at K = eval.thoughts (default: the largest trained K); `lrt.eval_mode="par
 refinement passes instead. `lrt.feedback` ablates: both | residual | kv | none (none is the plain
 backbone: the vanilla NanoChat baseline, one pass); `lrt.cross_token=False` cuts the memory of the
 vocabulary slots (thought slots keep theirs; without thought slots it is refused: no memory would be left).
+`lrt.training="interleaved"` trains as the LRT release does instead (OoDBag/Latent_recurrent_transformer's
+parallel interleaved training, lrt_forward.interleaved): pass 0, then `lrt.interleaved_num_passes` = N
+passes, pass i rerunning only the positions t % N == i against the earlier passes' keys / values with the
+freshest memory (`lrt.interleaved_kv_refresh`: the keys / values of the positions not rerun yet are
+re-projected from it before each pass); the loss is the mean of the 1 + N passes' mean cross-entropies
+(no thought slots).
+Multi-refinement stays the default: it is the seed paper's, whose results we reproduce.
 PonderLM-2 (ponderlm2.py) is thought slots with no feedback.
 """
 
@@ -26,6 +33,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import NamedTuple
+
+import jax.numpy as jnp
 
 from t2mlr_jax.architectures.contract import (
     Architecture,
@@ -40,8 +49,20 @@ from t2mlr_jax.architectures.contract import (
     row_stats,
 )
 from t2mlr_jax.architectures.depth_sampling import draw_at
-from t2mlr_jax.architectures.lrt_forward import LRTConfig, LRTDecoder, exact_forward, lrt_specs, refine
-from t2mlr_jax.architectures.thought_slots import check_thoughts, interval_tokens, vocabulary_prefix
+from t2mlr_jax.architectures.lrt_forward import (
+    LRTConfig,
+    LRTDecoder,
+    exact_forward,
+    interleaved,
+    lrt_specs,
+    refine,
+)
+from t2mlr_jax.architectures.thought_slots import (
+    batch_positions,
+    check_thoughts,
+    interval_tokens,
+    vocabulary_prefix,
+)
 from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.model import flops
 from t2mlr_jax.model.config import ModelConfig
@@ -49,6 +70,7 @@ from t2mlr_jax.model.config import ModelConfig
 FEEDBACK_MODES = ("both", "residual", "kv", "none")
 SUPERVISE = ("all", "last")
 EVAL_MODES = ("exact", "parallel")
+TRAINING = ("refinement", "interleaved")
 PASSES, PASS_PROBS = (1, 2, 3, 4), (0.4, 0.3, 0.2, 0.1)  # the paper's P distribution, E[P] = 2
 
 
@@ -66,6 +88,9 @@ class LRTSettings:
     supervise: str = "all"  # loss averaged over the supervised passes (pass 0 unless thought slots) | last
     eval_mode: str = "exact"  # teacher-forced eval: exact sequential recurrence | parallel refinement
     eval_passes: int = 4  # parallel eval only
+    training: str = "refinement"  # multi-refinement (the seed paper's) | interleaved (the LRT release's)
+    interleaved_num_passes: int = 2  # interleaved training: N passes after the full one (the release's name)
+    interleaved_kv_refresh: bool = False  # ... with the release's cheap KV refresh before each pass
 
 
 def multi_pass_loss(supervise: str):
@@ -81,6 +106,31 @@ def multi_pass_loss(supervise: str):
         if supervise == "all" and outputs.pass_logits:
             earlier = sum(row_stats(logits, batch)["loss_sum"].sum() for logits in outputs.pass_logits)
             sums["loss"] = ((last + earlier) / (1 + len(outputs.pass_logits)), tokens)
+        return sums
+
+    return loss
+
+
+def interleaved_loss(passes: int):
+    """The loss of interleaved training as the release computes it: the mean over its 1 + N passes of
+    each pass's mean cross-entropy (pass 0's over every position, interleaved pass i's over the positions
+    t % N == i of the merged logits); every other metric read at the merged logits, which are also
+    "loss_last_pass"."""
+
+    def loss(outputs: Outputs, batch: dict) -> dict:
+        sums = next_token_loss(outputs, batch)
+        sums["loss_last_pass"] = sums["loss"]
+
+        def mean(logits, batch):
+            rows = row_stats(logits, batch)
+            return rows["loss_sum"].sum() / jnp.maximum(rows["tokens"].sum(), 1.0)
+
+        means = [mean(outputs.pass_logits[0], batch)] + [
+            mean(outputs.logits[:, i::passes], batch_positions(batch, slice(i, None, passes)))
+            for i in range(passes)
+        ]
+        tokens = sums["loss"][1]
+        sums["loss"] = (tokens * sum(means) / len(means), tokens)
         return sums
 
     return loss
@@ -119,6 +169,29 @@ def check_settings(s: LRTSettings, model: ModelConfig, section: str = "lrt") -> 
         raise ValueError(f"{section}.supervise must be one of {SUPERVISE}, got {s.supervise!r}")
     if s.eval_mode not in EVAL_MODES:
         raise ValueError(f"{section}.eval_mode must be one of {EVAL_MODES}, got {s.eval_mode!r}")
+    if s.training not in TRAINING:
+        raise ValueError(f"{section}.training must be one of {TRAINING}, got {s.training!r}")
+    if s.interleaved_num_passes < 1:
+        raise ValueError(f"{section}.interleaved_num_passes must be >= 1, got {s.interleaved_num_passes}")
+    if s.interleaved_kv_refresh and s.training != "interleaved":
+        raise ValueError(
+            f"{section}.interleaved_kv_refresh=True is a setting of {section}.training='interleaved'"
+        )
+    if s.training == "interleaved":
+        refused = {
+            "thoughts": (tuple(s.thoughts) != (0,), "it has no thought slots"),
+            "feedback": (s.feedback == "none", "it trains the feedback"),
+            "supervise": (s.supervise != "all", "it averages every pass, as the release does"),
+            "interleaved_kv_refresh": (
+                s.interleaved_kv_refresh and s.feedback not in ("both", "kv"),
+                f"it re-projects the keys / values' feedback, which feedback={s.feedback!r} has not",
+            ),
+        }
+        for name, (bad, why) in refused.items():
+            if bad:
+                raise ValueError(
+                    f"{section}.{name}={getattr(s, name)!r} with {section}.training='interleaved': {why}"
+                )
     passes, probs = tuple(s.passes), tuple(s.pass_probs)
     if not passes or any(not isinstance(p, int) or p < 1 for p in passes) or len(set(passes)) != len(passes):
         raise ValueError(f"{section}.passes must be distinct pass counts >= 1, got {passes}")
@@ -174,6 +247,14 @@ def build_lrt(
     plain = cfg.feedback == "none" and not thought_model  # every pass would be the same plain forward
     if plain:
         passes, probs = (0,), (1.0,)
+    interleaved_training = s.training == "interleaved"
+    if interleaved_training:
+        if s.interleaved_num_passes > config.data.seq_len:
+            raise ValueError(
+                f"{section}.interleaved_num_passes={s.interleaved_num_passes} exceeds data.seq_len "
+                f"({config.data.seq_len}): an interleaved pass would have no position"
+            )
+        passes, probs = (s.interleaved_num_passes,), (1.0,)
 
     def apply(params, batch, *, training, rng, model_state, sample=None):
         state = model_state.get("mlp")
@@ -181,7 +262,20 @@ def build_lrt(
             draw = sample or Draw(thoughts[0], passes[0])
             t = batch["tokens"].shape[1]
             batch = vocabulary_prefix(batch, interval_tokens(t, draw.thoughts, "a training row"))
-            out = refine(cfg, params, batch["tokens"], layout_of(batch), draw.passes, state, draw.thoughts)
+            if interleaved_training:
+                out = interleaved(
+                    cfg,
+                    params,
+                    batch["tokens"],
+                    layout_of(batch),
+                    draw.passes,
+                    state,
+                    s.interleaved_kv_refresh,
+                )
+            else:
+                out = refine(
+                    cfg, params, batch["tokens"], layout_of(batch), draw.passes, state, draw.thoughts
+                )
             return Outputs(out.logits[-1], pass_logits=out.logits[:-1], stats={"mlp": out.stats})
         if s.eval_mode == "parallel":
             n = 0 if plain else s.eval_passes
@@ -194,18 +288,21 @@ def build_lrt(
 
     draws = [Draw(k, p) for k in thoughts for p in passes]
     weights = [w / len(thoughts) for _ in thoughts for w in probs]
+    # interleaved training's N passes together rerun each position once: one refinement's FLOPs
+    flops_draws = [Draw(0, 1)] if interleaved_training else draws
+    loss = interleaved_loss(passes[0]) if interleaved_training else multi_pass_loss(s.supervise)
     return Architecture(
         name,
         lrt_specs(cfg),
         model.param_dtype,
         apply,
         cached_generate(lambda params, model_state: (LRTDecoder(eval_cfg, eval_k), (params, model_state))),
-        loss=multi_pass_loss(s.supervise),
+        loss=loss,
         sample=(lambda seed, step: draw_at(draws, seed, step, weights)) if len(draws) > 1 else None,
         backbone=model,
         max_seq_len=model.max_seq_len,
         train_flops=lambda seq_len: sum(
-            w * train_flops(cfg, seq_len, d, s.supervise == "all") for d, w in zip(draws, weights)
+            w * train_flops(cfg, seq_len, d, s.supervise == "all") for d, w in zip(flops_draws, weights)
         ),
         **mlp_state_hooks(model),
     )

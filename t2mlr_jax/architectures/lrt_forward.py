@@ -28,6 +28,7 @@ from t2mlr_jax.model.backbone import (
     Feedback,
     KVCache,
     advance,
+    cache_keys,
     embed,
     final_norm,
     init_cache,
@@ -103,20 +104,34 @@ def _residual(p, inputs, h):
     return h + gamma.astype(h.dtype) * inputs["m"]
 
 
+def _gates(p, inputs, x):
+    """(g_loc, g_fb), each [B, T, K, 1]."""
+    return jnp.split(_own(p, inputs, "gate", lambda w: kv_head_gate(x, w))[..., None], 2, axis=2)
+
+
 def _kv(p, inputs, x, k, v):
-    gates = _own(p, inputs, "gate", lambda w: kv_head_gate(x, w))[..., None]  # [B, T, 2K, 1]
-    g_loc, g_fb = jnp.split(gates, 2, axis=2)
+    g_loc, g_fb = _gates(p, inputs, x)
     m = inputs["m"]
     k_fb = jnp.einsum("btd,dke->btke", m, inputs.get("k_fb", p.get("k_fb")).astype(m.dtype))
     v_fb = jnp.einsum("btd,dke->btke", m, inputs.get("v_fb", p.get("v_fb")).astype(m.dtype))
     return g_loc * k + g_fb * k_fb, g_loc * v + g_fb * v_fb
 
 
+def _capture(p, inputs, x, k, v):
+    """What the KV refresh keeps of a block: its feedback gate and its keys before RoPE / QK-norm."""
+    return {"g_fb": _gates(p, inputs, x)[1], "k": k}
+
+
 def feedback(
-    cfg: LRTConfig, params: dict, m: Float[Array, "B T D"], thought: Bool[Array, "B T"] | None = None
+    cfg: LRTConfig,
+    params: dict,
+    m: Float[Array, "B T D"],
+    thought: Bool[Array, "B T"] | None = None,
+    capture: bool = False,
 ) -> Feedback | None:
     """The memory m hooked into every block: stacked params ride the layer scan, shared ones the inputs;
-    `thought` marks the slots that use the thought gates (thought models only)."""
+    `thought` marks the slots that use the thought gates (thought models only); `capture`: each block's
+    feedback gate and keys come back (`_capture`)."""
     if cfg.feedback == "none":
         return None
     lrt = params["lrt"]
@@ -129,6 +144,7 @@ def feedback(
         inputs,
         _residual if cfg.residual else None,
         _kv if cfg.kv else None,
+        _capture if capture else None,
     )
 
 
@@ -137,8 +153,21 @@ def vocab_inputs(cfg: LRTConfig, params: dict, tokens: Int[Array, "B T"]) -> Flo
     return x if cfg.embed_scale == 1.0 else (x * cfg.embed_scale).astype(x.dtype)
 
 
-def _run(cfg: LRTConfig, params, h, tokens, layout: Layout, m, thought, mlp_state, cache=None):
-    """One backbone pass over slots (h their input, also x0) with memory m: (final-normed states, out)."""
+def _run(
+    cfg: LRTConfig,
+    params,
+    h,
+    tokens,
+    layout: Layout,
+    m,
+    thought,
+    mlp_state,
+    cache=None,
+    slots=None,
+    capture=False,
+):
+    """One backbone pass over slots (h their input, also x0) with memory m: (final-normed states, out);
+    with a cache, at its next slots or at `slots`."""
     model = cfg.model
     out = run_blocks(
         model,
@@ -149,10 +178,11 @@ def _run(cfg: LRTConfig, params, h, tokens, layout: Layout, m, thought, mlp_stat
         positions=layout.positions,
         segment_ids=layout.segment_ids,
         cache=cache,
-        feedback=feedback(cfg, params, m, thought),
+        feedback=feedback(cfg, params, m, thought, capture),
         tokens=tokens,
         x0=h,
         mlp_state=mlp_state,
+        cache_slots=slots,
     )
     return final_norm(model, params, out.h), out
 
@@ -197,6 +227,58 @@ def refine(
         stats = jax.tree.map(jnp.add, stats, out.stats)
         logits.append(unembed(model, params, last_slots(states, thoughts)))
     return Passes(tuple(logits), stats)
+
+
+def interleaved(
+    cfg: LRTConfig,
+    params: dict,
+    tokens: Int[Array, "B T"],
+    layout: Layout,
+    passes: int,
+    mlp_state=None,
+    kv_refresh: bool = False,
+) -> Passes:
+    """The LRT release's parallel interleaved training (nanochat/gpt.py's forward_interleaved_train in
+    OoDBag/Latent_recurrent_transformer): pass 0 runs every slot with zero memory and fills a KV buffer;
+    then interleaved pass i = 0..N-1 (N = `passes`, static) reruns only the slots t % N == i, with the
+    memory m = the running final states shifted one token, its queries attending to the buffer in which
+    its fresh keys / values have replaced the earlier ones (kept there for the passes after it), and its
+    final states merged into the running ones. Gradients flow through the buffer and the memory.
+    `kv_refresh` (the release's interleaved_kv_refresh): after pass 0 and each interleaved pass but the
+    last, the slots no interleaved pass has rerun yet get `_refresh`ed keys and values.
+    Returns the logits of pass 0, then the interleaved passes' merged (slot t's from pass t % N)."""
+    model = cfg.model
+    b, t = tokens.shape
+    x = vocab_inputs(cfg, params, tokens)
+    buffer = init_cache(model, b, t)
+    m = jnp.zeros_like(x)
+    states, out = _run(cfg, params, x, tokens, layout, m, None, mlp_state, buffer, capture=kv_refresh)
+    first, stats, starts = unembed(model, params, states), out.stats, layout.positions == 0
+    pass_0, buffer = out, out.cache
+    for i in range(passes):
+        if kv_refresh:  # before pass i: the slots of passes i.. are stale
+            stale = jnp.arange(t) % passes >= i
+            buffer = _refresh(cfg, params, buffer, pass_0, shift(states, starts), stale, layout.positions)
+        slots = jnp.arange(i, t, passes)  # static: each pass compiles to its own fixed shapes
+        m = shift(states, starts)[:, slots]
+        at = Layout(*(a[:, slots] for a in layout))
+        fresh, out = _run(cfg, params, x[:, slots], tokens[:, slots], at, m, None, mlp_state, buffer, slots)
+        states, buffer = states.at[:, slots].set(fresh), out.cache
+        stats = jax.tree.map(jnp.add, stats, out.stats)
+    return Passes((first, unembed(model, params, states)), stats)
+
+
+def _refresh(cfg: LRTConfig, params: dict, buffer: KVCache, pass_0, m, stale, positions) -> KVCache:
+    """The release's cheap KV refresh: at the `stale` slots, pass 0's keys and values with their feedback
+    terms recomputed from the memory m, all else of pass 0 kept (its own memory was zero):
+    v = v_0 + g_fb W_v^fb m, k = RoPE / QK-norm of (k_0 + g_fb W_k^fb m), with pass 0's gate g_fb and
+    keys k_0 before RoPE (pass_0.captured)."""
+    lrt, g_fb = params["lrt"], pass_0.captured["g_fb"]  # [L, B, T, K, 1]
+    project = lambda w: jnp.einsum("btd,...dke->...btke", m, w.astype(m.dtype))  # per layer or shared
+    k = cache_keys(cfg.model, params, pass_0.captured["k"] + g_fb * project(lrt["k_fb"]), positions)
+    v = pass_0.cache.v + g_fb * project(lrt["v_fb"])
+    keep = stale[:, None, None]
+    return buffer._replace(k=jnp.where(keep, k, buffer.k), v=jnp.where(keep, v, buffer.v))
 
 
 def decode_step(

@@ -54,14 +54,19 @@ def last_slots(states: Float[Array, "B S D"], k: int) -> Float[Array, "B T D"]:
     return states[:, k :: k + 1]
 
 
-def vocabulary_prefix(batch: dict, num_tokens: int) -> dict:
-    """The batch cut to its first `num_tokens` positions (every [B, T] entry): the rows at a thought
-    count K hold T / (K + 1) vocabulary tokens, so that the expanded length stays T."""
+def batch_positions(batch: dict, positions: slice) -> dict:
+    """Every [B, T] entry of the batch at `positions` (the rest as it is)."""
     t = batch["tokens"].shape[1]
     return {
-        name: a[:, :num_tokens] if getattr(a, "ndim", 0) >= 2 and a.shape[1] == t else a
+        name: a[:, positions] if getattr(a, "ndim", 0) >= 2 and a.shape[1] == t else a
         for name, a in batch.items()
     }
+
+
+def vocabulary_prefix(batch: dict, num_tokens: int) -> dict:
+    """The batch cut to its first `num_tokens` positions: the rows at a thought count K hold T / (K + 1)
+    vocabulary tokens, so that the expanded length stays T."""
+    return batch_positions(batch, slice(num_tokens))
 
 
 def interval_tokens(seq_len: int, k: int, where: str) -> int:

@@ -6,6 +6,12 @@ The release's side is a dict in the layout experiments/make_nanochat_fixture.py 
   loss         mean next-token cross-entropy of a forward on tokens[:, :-1] against tokens[:, 1:]
   grad:<key>   that loss's gradient for every tensor of its state dict, by key
   decode       its KV-cached decode: a prefill, then one token per call (teacher forced) [B, T, V]
+The release's recurrent (interleaved) GPT: `logits` are its sequential inference (also its decode), and
+its training step (forward_interleaved_train on tokens[:, :-1] against tokens[:, 1:]) gives
+  train_logits:<p>  pass p's logits: p = 0 the full pass [B, T-1, V], p = i + 1 interleaved pass i
+                    (positions t % N == i)
+  loss, grad:<key>  its loss (the mean of the passes' mean cross-entropies) and gradients
+  refresh_logits:<p>, refresh_loss  the same step with its KV refresh (interleaved_kv_refresh=True)
 `our_outputs` computes ours in the same layout (the gradients mapped to the release's keys, and padded,
 by `to_nanochat_state`); `compare` gives the figures and the pass / fail of each against TOLERANCES;
 `compare_states` checks an export's state dict against the release's, bitwise.
@@ -20,8 +26,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jaxtyping import Array, Float, Int
 
-from t2mlr_jax.architectures.lrt_forward import LRTConfig, LRTDecoder
+from t2mlr_jax.architectures.contract import Outputs
+from t2mlr_jax.architectures.lrt import interleaved_loss
+from t2mlr_jax.architectures.lrt_forward import LRTConfig, LRTDecoder, interleaved
 from t2mlr_jax.architectures.lrt_forward import exact_forward as lrt_exact
 from t2mlr_jax.interop.nanochat import padded_vocab, to_nanochat_state
 from t2mlr_jax.model import backbone
@@ -30,11 +39,14 @@ from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
 from t2mlr_jax.model.recurrence import make_layout
 
 GRAD = "grad:"  # the prefix of a gradient's key
+TRAIN_LOGITS = "train_logits:"  # the prefix of a training pass's logits (the recurrent GPT's)
+REFRESH = "refresh_"  # the prefix of its training step's outputs with the KV refresh
 # Logits are compared relative to the largest |logit|, as tools/convert_checkpoint.py --verify does: fp32
 # summation order alone moves a 12-layer, 768-wide model's logits by ~1e-5 (the release's own cached
 # decode and forward differ by 1.4e-5 there, and a float64 run of it is 1.2e-5 from either side).
 TOLERANCES = {
     "logits": 1e-5,  # max |Δ logits| / max |logit|
+    "training_logits": 1e-5,  # max over a training step's passes of max |Δ logits| / max |logit|
     "loss": 1e-5,  # |Δ loss|
     "gradients": 1e-4,  # max over keys of max |Δ| / max |release grad|
     "zero_gradients": 1e-10,  # max |Δ| of a key whose release gradient is all zero
@@ -56,22 +68,59 @@ def loss_and_grads(cfg: ModelConfig, params: dict, tokens: jax.Array) -> tuple[j
     return jax.value_and_grad(loss)(params)
 
 
-def our_outputs(cfg: ModelConfig, params: dict, tokens, prefill: int) -> dict[str, np.ndarray]:
+def interleaved_step(
+    cfg: LRTConfig, params: dict, tokens: Int[Array, "B T"], passes: int, kv_refresh: bool
+) -> tuple[Float[Array, ""], tuple]:
+    """Our LRT's lrt.training="interleaved" step as the release takes one (tokens[:, :-1] against
+    tokens[:, 1:], N = `passes`, the KV refresh or not): (loss, each pass's logits)."""
+    inputs = tokens[:, :-1]
+    layout = make_layout(inputs)
+    batch = {
+        "tokens": inputs,
+        "targets": tokens[:, 1:],
+        "loss_mask": jnp.ones_like(inputs),
+        **layout._asdict(),
+    }
+    first, merged = interleaved(cfg, params, inputs, layout, passes, kv_refresh=kv_refresh).logits
+    total, count = interleaved_loss(passes)(Outputs(merged, pass_logits=(first,)), batch)["loss"]
+    return total / count, (first, *(merged[:, i::passes] for i in range(passes)))
+
+
+# ((loss, each pass's logits), the loss's gradient), and the same without the gradient
+interleaved_training = jax.jit(
+    jax.value_and_grad(interleaved_step, argnums=1, has_aux=True), static_argnums=(0, 3, 4)
+)
+interleaved_forward = jax.jit(interleaved_step, static_argnums=(0, 3, 4))
+
+
+def our_outputs(
+    cfg: ModelConfig, params: dict, tokens, prefill: int, interleaved_passes: int | None = None
+) -> dict[str, np.ndarray]:
     """Our logits, loss, gradients (by the release's keys) and cached decode on `tokens`, in the layout
     of the release's (module docstring). The interleaved GPT (params with "lrt": our LRT): its exact
-    recurrence's logits and its cached decode, which the release's sequential inference is."""
+    recurrence's logits and its cached decode, which the release's sequential inference is, and with
+    `interleaved_passes` (the release's interleaved_num_passes) its training step's."""
     tokens = jnp.asarray(tokens)
+    loss = grads = None
     if "lrt" in params:
         lrt = LRTConfig(cfg)
-        exact = lrt_exact(lrt, params, tokens, make_layout(tokens)).logits
-        decode = teacher_forced(LRTDecoder(lrt), (params, {}), tokens, prefill)
-        return {"logits": np.asarray(exact), "decode": np.asarray(decode)}
-    out = {"logits": np.asarray(backbone.forward(cfg, params, tokens))}
-    loss, grads = loss_and_grads(cfg, params, tokens)
-    out["loss"] = np.asarray(loss)
-    out |= {GRAD + key: value for key, value in to_nanochat_state(cfg, grads).items()}
-    del grads
-    out["decode"] = np.asarray(teacher_forced(T2MLRDecoder(cfg), params, tokens, prefill))
+        out = {"logits": np.asarray(lrt_exact(lrt, params, tokens, make_layout(tokens)).logits)}
+        decoder = LRTDecoder(lrt), (params, {})
+        if interleaved_passes is not None:
+            (loss, logits), grads = interleaved_training(lrt, params, tokens, interleaved_passes, False)
+            out |= {f"{TRAIN_LOGITS}{p}": np.asarray(pass_logits) for p, pass_logits in enumerate(logits)}
+            refresh_loss, logits = interleaved_forward(lrt, params, tokens, interleaved_passes, True)
+            out |= {f"{REFRESH}logits:{p}": np.asarray(pass_logits) for p, pass_logits in enumerate(logits)}
+            out[REFRESH + "loss"] = np.asarray(refresh_loss)
+    else:
+        out = {"logits": np.asarray(backbone.forward(cfg, params, tokens))}
+        decoder = T2MLRDecoder(cfg), params
+        loss, grads = loss_and_grads(cfg, params, tokens)
+    if grads is not None:
+        out["loss"] = np.asarray(loss)
+        out |= {GRAD + key: value for key, value in to_nanochat_state(cfg, grads).items()}
+        del grads
+    out["decode"] = np.asarray(teacher_forced(*decoder, tokens, prefill))
     return out
 
 
@@ -82,12 +131,19 @@ def max_abs_diff(a, b) -> float:
 def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
     """The figures of ours against the release's (both in the module docstring's layout; `theirs` may be
     an open np.load, read a key at a time) and whether each is within TOLERANCES. A recurrent release
-    model has only its sequential logits, which are also its decode: no loss or gradient figures."""
+    model's sequential logits are also its decode; its training step, where given, adds the figures of
+    the passes' logits, the loss and the gradients."""
     logits = max_abs_diff(ours["logits"], theirs["logits"])
     scale = float(np.abs(theirs["logits"]).max())
     their_decode = theirs["decode"] if "decode" in theirs else theirs["logits"]
     decode = max_abs_diff(ours["decode"], their_decode)
-    checked = ("logits", "loss", "gradients", "decode") if "loss" in theirs else ("logits", "decode")
+    optional = {
+        "loss": "loss" in theirs,
+        "gradients": "loss" in theirs,
+        "training_logits": TRAIN_LOGITS + "0" in theirs,
+        "kv_refresh": REFRESH + "loss" in theirs,
+    }
+    checked = ("logits", "decode", *(name for name, present in optional.items() if present))
     figures = {
         "logits": {
             "max_abs_diff": logits,
@@ -107,7 +163,38 @@ def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) ->
     }
     if "loss" in theirs:
         figures |= _loss_and_gradients(ours, theirs)
+    if optional["training_logits"]:
+        figures["training_logits"] = _pass_logits(ours, theirs, TRAIN_LOGITS)
+    if optional["kv_refresh"]:
+        figures["kv_refresh"] = _kv_refresh(ours, theirs)
     figures["passed"] = all(figures[name]["passed"] for name in checked)
+    return figures
+
+
+def _pass_logits(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], prefix: str) -> dict:
+    """compare's figure of a training step's passes (keys prefix<pass>): the worst pass's max |Δ logits|
+    / max |logit|."""
+    keys = sorted((k for k in theirs if k.startswith(prefix)), key=lambda k: int(k.rsplit(":", 1)[1]))
+    relative = [
+        max_abs_diff(ours[key], theirs[key]) / float(np.abs(theirs[key]).max()) if key in ours else np.inf
+        for key in keys
+    ]
+    return {
+        "passes": len(keys),
+        "relative": relative,  # per pass: 0 the full one, then the interleaved ones
+        "max_relative": max(relative),
+        "tolerance": TOLERANCES["training_logits"],
+        "passed": max(relative) <= TOLERANCES["training_logits"],
+    }
+
+
+def _kv_refresh(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
+    """compare's figure of the training step with the KV refresh: its passes' logits and its loss."""
+    figures = _pass_logits(ours, theirs, REFRESH + "logits:")
+    key = REFRESH + "loss"
+    loss = abs(float(ours[key]) - float(theirs[key])) if key in ours else np.inf
+    figures |= {"loss_abs_diff": loss, "loss_tolerance": TOLERANCES["loss"]}
+    figures["passed"] = figures["passed"] and loss <= TOLERANCES["loss"]
     return figures
 
 

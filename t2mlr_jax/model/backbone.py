@@ -70,6 +70,8 @@ class Feedback(NamedTuple):
     residual_fn(p, inputs, h) -> h: the stream entering the block (cast back to h's dtype).
     kv_fn(p, inputs, x, k, v) -> (k, v): x [B, T, D] is the block's normed input, k, v [B, T, K, E]
       straight from k_proj / v_proj, before QK-norm and RoPE; the result is what the cache stores.
+    capture_fn(p, inputs, x, k, v) -> a pytree of the block's values the caller wants back (k, v as kv_fn
+      returns them), stacked on the layer axis in `BlocksOut.captured`.
     Either fn may be None. Build it inside the jitted function (it holds callables).
     """
 
@@ -77,6 +79,7 @@ class Feedback(NamedTuple):
     inputs: Any = None
     residual_fn: Callable | None = None
     kv_fn: Callable | None = None
+    capture_fn: Callable | None = None
 
 
 def advance(cache: KVCache, num_tokens: int) -> KVCache:
@@ -196,6 +199,7 @@ class BlocksOut(NamedTuple):
     h: Float[Array, "B T D"]
     cache: KVCache | None
     stats: dict  # the MLP's per-layer stats stacked on a leading [end - start] axis ({} for most MLPs)
+    captured: Any = None  # the feedback's capture_fn's values, stacked the same way (None without one)
 
 
 def _qk(cfg: ModelConfig, x, weight, positions, theta):
@@ -207,6 +211,27 @@ def _qk(cfg: ModelConfig, x, weight, positions, theta):
     if cfg.qk_norm == "after_rope":
         x = rms_norm(x, weight, cfg.norm_eps, cfg.norm_offset)
     return x
+
+
+def cache_keys(
+    cfg: ModelConfig, params: dict, k: Float[Array, "L B T K E"], positions: Int[Array, "B T"]
+) -> Float[Array, "L B T K E"]:
+    """Every layer's keys as its cache holds them (QK-norm and RoPE as the block applies them) from its
+    keys before those (as a Feedback's kv_fn returns them); stacked layer params."""
+    norms = params["layers"]["self_attn"].get("k_norm")
+    thetas = cfg.layer_rope_thetas
+    return jnp.stack(
+        [
+            _qk(
+                cfg,
+                k[i],
+                None if norms is None else norms[i].astype(cfg.dtype),
+                positions,
+                None if thetas is None else thetas[i],
+            )
+            for i in range(cfg.num_layers)
+        ]
+    )
 
 
 def kv_head_gate(x: Float[Array, "B T D"], weight: Float[Array, "C N"]) -> Float[Array, "B T N"]:
@@ -225,10 +250,11 @@ def _project(x: Float[Array, "B T D"], w: Float[Array, "D N E"]) -> Float[Array,
 
 
 def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
-    """One pre-norm block; returns h, the cache's keys/values after this step and the MLP's stats.
+    """One pre-norm block; returns h, the cache's keys/values after this step, the MLP's stats and what
+    the feedback's capture_fn captured (None without one).
 
-    `kv` is (every layer's cached k slots, v slots, this layer's row, write index) when decoding with a
-    cache, else None (and None comes back).
+    `kv` is (every layer's cached k slots, v slots, this layer's row, write index or slots) with a cache,
+    else None (and None comes back).
     """
     if layer.resid is not None:
         h = (layer.resid[0] * h + layer.resid[1] * step.x0).astype(h.dtype)
@@ -247,14 +273,24 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
     if fb is not None and fb.kv_fn is not None:
         k_fb, v_fb = fb.kv_fn(layer.feedback, fb.inputs, x, k, v)
         k, v = k_fb.astype(k.dtype), v_fb.astype(v.dtype)
+    captured = (
+        None if fb is None or fb.capture_fn is None else fb.capture_fn(layer.feedback, fb.inputs, x, k, v)
+    )
     if layer.value_embed is not None:
         v = v + (kv_head_gate(x, a["ve_gate"])[..., None] * layer.value_embed).astype(v.dtype)
     k = _qk(cfg, k, a.get("k_norm"), step.positions, layer.rope_theta)
     keys, values = k, v
     if kv is not None:  # write this step's slots first, then read the layer: the update stays in place
-        k_all, v_all, row, index = kv
-        at = (row, 0, index, 0, 0)
-        k_all, v_all = (jax.lax.dynamic_update_slice(c, new[None], at) for c, new in ((k_all, k), (v_all, v)))
+        k_all, v_all, row, where = kv
+        if where.ndim:  # scattered slots [T] (shared by the batch)
+            k_all, v_all = (
+                c.at[row : row + 1, :, where].set(new[None]) for c, new in ((k_all, k), (v_all, v))
+            )
+        else:
+            at = (row, 0, where, 0, 0)
+            k_all, v_all = (
+                jax.lax.dynamic_update_slice(c, new[None], at) for c, new in ((k_all, k), (v_all, v))
+            )
         keys, values, kv = k_all[row], v_all[row], (k_all, v_all)
     mask = step.mask if layer.window is None else step.mask & (step.distance <= layer.window)
     attn = attend(q, keys, values, mask, cfg.attn_softcap, cfg.query_pre_attn_scalar, cfg.attention_impl)
@@ -267,7 +303,7 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
     else:
         h = h + y
         y, stats = MLPS[cfg.mlp].apply(cfg, p["mlp"], norm(h, "post_attention_layernorm"), layer.mlp_state)
-    return constrain(h + y.astype(h.dtype), RESIDUAL_AXES), kv, stats
+    return constrain(h + y.astype(h.dtype), RESIDUAL_AXES), kv, stats, captured
 
 
 def _remat(cfg: ModelConfig, fn):
@@ -331,6 +367,7 @@ def run_blocks(
     mlp_state: Any = None,
     cache_row: int | None = None,
     mask: Bool[Array, "B T T"] | None = None,
+    cache_slots: Int[Array, " T"] | None = None,
 ) -> BlocksOut:
     """Run blocks [start, end) on h. With a cache, this step's keys/values go to slots cache.index + [0, T).
 
@@ -345,6 +382,8 @@ def run_blocks(
     `mask` (no cache): who attends to whom among this call's slots, replacing causal-within-a-document
     (recirculation's parallel two-stack runs two passes of every token side by side); sliding windows
     then count positions, not slots.
+    `cache_slots` (with a cache): the slots this call's tokens take, shared by the batch, in place of
+    cache.index + [0, T) (the LRT's interleaved training rewrites every N-th slot of a full pass's keys).
     """
     if end <= start:
         return BlocksOut(h, cache, {})
@@ -360,6 +399,8 @@ def run_blocks(
     b, t = positions.shape
     windowed = per_layer.window is not None
     if cache is None:
+        if cache_slots is not None:
+            raise ValueError("run_blocks: cache_slots are slots of a cache (cache=...)")
         slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
         if mask is None:
             mask = attention_mask(segment_ids, segment_ids, slots, slots)
@@ -370,18 +411,24 @@ def run_blocks(
         if not isinstance(layers, list):
 
             def body(h, xs):
-                h, _, stats = _block(cfg, xs[0], h, step, xs[1], None)
-                return h, stats
+                h, _, stats, captured = _block(cfg, xs[0], h, step, xs[1], None)
+                return h, (stats, captured)
 
-            h, stats = jax.lax.scan(_remat(cfg, body), h, (layers, per_layer))
-            return BlocksOut(h, None, stats)
+            h, (stats, captured) = jax.lax.scan(_remat(cfg, body), h, (layers, per_layer))
+            return BlocksOut(h, None, stats, captured)
     else:
         if mask is not None:
             raise ValueError("run_blocks: a custom mask is for a call without a cache")
-        key_segments = jax.lax.dynamic_update_slice_in_dim(
-            cache.segment_ids, segment_ids, cache.index, axis=1
-        )
-        q_slots = cache.index + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        if cache_slots is None:
+            where = cache.index
+            key_segments = jax.lax.dynamic_update_slice_in_dim(
+                cache.segment_ids, segment_ids, cache.index, axis=1
+            )
+            q_slots = cache.index + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        else:
+            where = jnp.asarray(cache_slots, jnp.int32)
+            key_segments = cache.segment_ids.at[:, where].set(segment_ids)
+            q_slots = jnp.broadcast_to(where, (b, t))
         k_slots = jnp.broadcast_to(jnp.arange(key_segments.shape[1], dtype=jnp.int32), key_segments.shape)
         mask = attention_mask(segment_ids, key_segments, q_slots, k_slots)
         distance = q_slots[:, :, None] - k_slots[:, None, :] if windowed else None
@@ -397,16 +444,16 @@ def run_blocks(
     kv = None if cache is None else (cache.k, cache.v)
     # No cache: a forward over per-layer weights, each block rematerialised as the scan's body is.
     block = _remat(cfg, lambda h, p, layer: _block(cfg, p, h, step, layer, None))
-    stats = []
+    outs = []
     for i, p in enumerate(layers):
         layer = jax.tree.map(lambda a: a[i], per_layer)
         if kv is None:
-            h, _, layer_stats = block(h, p, layer)
+            h, _, *out = block(h, p, layer)
         else:
-            h, kv, layer_stats = _block(cfg, p, h, step, layer, (*kv, first_row + i, cache.index))
-        stats.append(layer_stats)
-    stats = jax.tree.map(lambda *a: jnp.stack(a), *stats)
-    return BlocksOut(h, None if kv is None else cache._replace(k=kv[0], v=kv[1]), stats)
+            h, kv, *out = _block(cfg, p, h, step, layer, (*kv, first_row + i, where))
+        outs.append(out)
+    stats, captured = jax.tree.map(lambda *a: jnp.stack(a), *outs)
+    return BlocksOut(h, None if kv is None else cache._replace(k=kv[0], v=kv[1]), stats, captured)
 
 
 def forward(

@@ -3,13 +3,16 @@ tiny random model its own code built, saved in its checkpoint format and ran
 (tests/interop/fixtures/lrt_release_vanilla/, made by experiments/make_nanochat_fixture.py) imports as our
 `nanochat()` backbone with its logits, loss, every gradient and its cached decode; the two settings it
 needs that our other models do not (nanochat's RoPE orientation and its bfloat16 rotary tables) are each
-shown to matter; a perturbed weight fails the check; and an export writes the release's format back."""
+shown to matter; a perturbed weight fails the check; and an export writes the release's format back.
+Its recurrent (interleaved) GPT (tests/interop/fixtures/lrt_release_interleaved/) is our LRT: its
+sequential inference our exact recurrence, its parallel interleaved training our lrt.training=interleaved."""
 
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from t2mlr_jax.architectures import lrt_forward
@@ -23,7 +26,7 @@ from t2mlr_jax.interop.nanochat import (
     padded_vocab,
     to_nanochat_state,
 )
-from t2mlr_jax.interop.parity import compare_states, loss_and_grads
+from t2mlr_jax.interop.parity import compare_states, interleaved_forward, interleaved_training, loss_and_grads
 from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
@@ -126,6 +129,7 @@ def test_an_export_writes_the_releases_checkpoint_back(imported, tmp_path):
 # evaluate_bpb_sequential) is our LRT's exact recurrence (tests/interop/fixtures/lrt_release_interleaved/).
 INTERLEAVED = Path(__file__).parent / "fixtures/lrt_release_interleaved"
 SEQUENTIAL = dict(np.load(INTERLEAVED / "release.npz"))
+PASSES = read_json(INTERLEAVED / "model/meta_000000.json")["model_config"]["interleaved_num_passes"]
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +190,46 @@ def test_arch_lrt_starts_from_the_releases_interleaved_checkpoint():
     params = {**arch.init(jax.random.PRNGKey(0)), **loaded}
     logits = score(arch, params, jnp.asarray(SEQUENTIAL["tokens"]))
     assert max_diff(logits, SEQUENTIAL["logits"]) <= 1e-5
+
+
+@pytest.mark.slow
+def test_interleaved_training_matches_the_releases_training_step(interleaved):
+    """Our lrt.training="interleaved" against the release's forward_interleaved_train (a full pass, then
+    its interleaved_num_passes passes) on the fixture's tokens: every pass's logits, the loss (and each
+    pass's mean cross-entropy within it) and every gradient, by the release's keys; with the KV refresh
+    (lrt.interleaved_kv_refresh, the release's interleaved_kv_refresh) every pass's logits and the loss."""
+    lrt, params = interleaved
+    tokens = jnp.asarray(SEQUENTIAL["tokens"])
+    refresh_loss, refresh_logits = interleaved_forward(lrt, params, tokens, PASSES, True)
+    for p, ours in enumerate(refresh_logits):
+        theirs = SEQUENTIAL[f"refresh_logits:{p}"]
+        assert max_diff(ours, theirs) <= 1e-5 * np.abs(theirs).max(), p
+    assert abs(float(refresh_loss) - float(SEQUENTIAL["refresh_loss"])) <= 1e-5
+    (loss, logits), grads = interleaved_training(lrt, params, tokens, PASSES, False)
+    assert len(logits) == len(SEQUENTIAL["pass_losses"]) == 1 + PASSES == 3
+    targets = [tokens[:, 1:]] + [tokens[:, 1 + i :: PASSES] for i in range(PASSES)]
+    for p, (ours, target) in enumerate(zip(logits, targets, strict=True)):
+        theirs = SEQUENTIAL[f"train_logits:{p}"]
+        assert max_diff(ours, theirs) <= 1e-5 * np.abs(theirs).max(), p
+        ce = optax.softmax_cross_entropy_with_integer_labels(ours, target).mean()
+        assert abs(float(ce) - SEQUENTIAL["pass_losses"][p]) <= 1e-5, p
+    assert abs(float(loss) - float(SEQUENTIAL["loss"])) <= 1e-5
+    ours = to_nanochat_state(lrt.model, grads)
+    theirs = {key.split(":", 1)[1]: value for key, value in SEQUENTIAL.items() if key.startswith("grad:")}
+    assert sorted(ours) == sorted(theirs)
+    for key, value in theirs.items():
+        assert max_diff(ours[key], value) <= 1e-4 * max(np.abs(value).max(), 1e-6), key
+
+
+def test_a_perturbed_feedback_weight_fails_the_training_check(interleaved):
+    """The check can fail: one feedback key projection moved by 1e-2 moves the interleaved passes' logits
+    (pass 0's feedback is zero: it stays) and the gradients far past the tolerance."""
+    lrt, params = interleaved
+    state = {k: torch_to_numpy(v) for k, v in torch_state(INTERLEAVED / "model/model_000000.pt").items()}
+    key = "interleaved_key_projections.1.W_v.weight"
+    params = from_nanochat_state(lrt.model, {**state, key: state[key] + 1e-2}, interleaved=True)
+    (_, logits), grads = interleaved_training(lrt, params, jnp.asarray(SEQUENTIAL["tokens"]), PASSES, False)
+    assert max_diff(logits[0], SEQUENTIAL["train_logits:0"]) <= 1e-5 * np.abs(logits[0]).max()
+    assert max_diff(logits[1], SEQUENTIAL["train_logits:1"]) > 1e-3
+    moved = to_nanochat_state(lrt.model, grads)["transformer.h.0.attn.c_q.weight"]
+    assert max_diff(moved, SEQUENTIAL["grad:transformer.h.0.attn.c_q.weight"]) > 1e-4 * np.abs(moved).max()

@@ -379,7 +379,7 @@ GEMMA_LIKE = BASE.replace(
 def _cached_step(cfg, params, fb_params, cache, toks, positions, m):
     h = backbone.embed(cfg, params, toks)
     fb = _lrt_feedback(fb_params, {"m": m, "x0": h})
-    h, cache, _ = backbone.run_blocks(
+    out = backbone.run_blocks(
         cfg,
         params,
         h,
@@ -391,7 +391,7 @@ def _cached_step(cfg, params, fb_params, cache, toks, positions, m):
         feedback=fb,
         tokens=toks,
     )
-    return backbone.head(cfg, params, h), backbone.advance(cache, toks.shape[1])
+    return backbone.head(cfg, params, out.h), backbone.advance(out.cache, toks.shape[1])
 
 
 cached_step = jax.jit(_cached_step, static_argnums=0)
