@@ -1,20 +1,26 @@
-"""Number-for-number parity of an imported nanochat model (karpathy/nanochat, the LRT release) with the
-release's own outputs, shared by tests/interop/test_nanochat_release.py and tools/release_parity.py.
+"""Number-for-number parity of an imported release model (nanochat: karpathy/nanochat, the LRT release; the
+authors' T²MLR release) with the release's own outputs, shared by tests/interop/test_nanochat_release.py,
+tests/interop/test_release_parity.py and tools/release_parity.py.
 
-The release's side is a dict in the layout experiments/make_nanochat_fixture.py writes to release.npz:
-  logits       its forward on `tokens` [B, T, V]
-  loss         mean next-token cross-entropy of a forward on tokens[:, :-1] against tokens[:, 1:]
-  grad:<key>   that loss's gradient for every tensor of its state dict, by key
-  decode       its KV-cached decode: a prefill, then one token per call (teacher forced) [B, T, V]
+The release's side is a dict in the layout its driver (experiments/make_nanochat_fixture.py,
+experiments/make_release_fixture.py --size) writes to release.npz:
+  logits        its inference forward on `tokens` [B, T, V] (T²MLR: its exact sequential recurrence)
+  train_logits  T²MLR only: its training forward on `tokens` (the Jacobi iteration at the saved D)
+  loss          mean next-token cross-entropy of its training forward on tokens[:, :-1] against tokens[:, 1:]
+  grad:<key>    that loss's gradient for every tensor of its state dict, by key
+  decode        its KV-cached decode: a prefill, then one token per call (teacher forced) [B, T, V]
 `our_outputs` computes ours in the same layout (the gradients mapped to the release's keys, and padded,
-by `to_nanochat_state`); `compare` gives the figures and the pass / fail of each against TOLERANCES;
-`compare_states` checks an export's state dict against the release's, bitwise.
+by the format's own state-dict writer); `compare` gives the figures and the pass / fail of each against
+TOLERANCES; `compare_states` checks an export's state dict against the release's, bitwise;
+`release_state`, `release_model_config` and `save_release` read and write a release's checkpoint folder
+whichever of the two formats it is.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -23,11 +29,14 @@ import optax
 
 from t2mlr_jax.architectures.lrt_forward import LRTConfig, LRTDecoder
 from t2mlr_jax.architectures.lrt_forward import exact_forward as lrt_exact
-from t2mlr_jax.interop.nanochat import padded_vocab, to_nanochat_state
+from t2mlr_jax.interop.files import read_json, read_state_dict, torch_state, torch_to_numpy
+from t2mlr_jax.interop.nanochat import checkpoint_files, padded_vocab, save_nanochat, to_nanochat_state
+from t2mlr_jax.interop.t2mlr_torch import save_t2mlr_torch
+from t2mlr_jax.interop.tables import t2mlr_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
-from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layout
 
 GRAD = "grad:"  # the prefix of a gradient's key
 # Logits are compared relative to the largest |logit|, as tools/convert_checkpoint.py --verify does: fp32
@@ -44,32 +53,54 @@ TOLERANCES = {
 VOCAB_TABLES = ("transformer.wte.weight", "lm_head.weight", "value_embeds.", "interleaved_init_value_embeds.")
 
 
+def train_logits(cfg: ModelConfig, params: dict, tokens: jax.Array) -> jax.Array:
+    """The forward a release trains by: T²MLR's Jacobi iteration (its D and B), else the plain forward."""
+    if cfg.recurrence is not None:
+        return jacobi_forward(cfg, params, tokens).logits
+    return backbone.forward(cfg, params, tokens)
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def loss_and_grads(cfg: ModelConfig, params: dict, tokens: jax.Array) -> tuple[jax.Array, dict]:
-    """The release's training loss (mean next-token cross-entropy of a forward on tokens[:, :-1]) and its
-    gradient with respect to every parameter."""
+    """The release's training loss (mean next-token cross-entropy of its training forward on
+    tokens[:, :-1]) and its gradient with respect to every parameter."""
 
     def loss(params):
-        logits = backbone.forward(cfg, params, tokens[:, :-1])
+        logits = train_logits(cfg, params, tokens[:, :-1])
         return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
 
     return jax.value_and_grad(loss)(params)
 
 
+def release_keys(cfg: ModelConfig, params: dict) -> dict[str, np.ndarray]:
+    """`params` (or their gradients) by the release's state-dict keys: T²MLR's or nanochat's."""
+    if cfg.recurrence is not None:
+        return to_state_dict(t2mlr_layout(cfg), params)
+    return to_nanochat_state(cfg, params)
+
+
 def our_outputs(cfg: ModelConfig, params: dict, tokens, prefill: int) -> dict[str, np.ndarray]:
     """Our logits, loss, gradients (by the release's keys) and cached decode on `tokens`, in the layout
     of the release's (module docstring). The interleaved GPT (params with "lrt": our LRT): its exact
-    recurrence's logits and its cached decode, which the release's sequential inference is."""
+    recurrence's logits and its cached decode, which the release's sequential inference is. A T²MLR
+    model: its exact recurrence's logits, its Jacobi ones (train_logits), loss and gradients through
+    the Jacobi forward, and its cached decode."""
     tokens = jnp.asarray(tokens)
     if "lrt" in params:
         lrt = LRTConfig(cfg)
         exact = lrt_exact(lrt, params, tokens, make_layout(tokens)).logits
         decode = teacher_forced(LRTDecoder(lrt), (params, {}), tokens, prefill)
         return {"logits": np.asarray(exact), "decode": np.asarray(decode)}
-    out = {"logits": np.asarray(backbone.forward(cfg, params, tokens))}
+    if cfg.recurrence is not None:
+        out = {
+            "logits": np.asarray(exact_forward(cfg, params, tokens).logits),
+            "train_logits": np.asarray(train_logits(cfg, params, tokens)),
+        }
+    else:
+        out = {"logits": np.asarray(backbone.forward(cfg, params, tokens))}
     loss, grads = loss_and_grads(cfg, params, tokens)
     out["loss"] = np.asarray(loss)
-    out |= {GRAD + key: value for key, value in to_nanochat_state(cfg, grads).items()}
+    out |= {GRAD + key: value for key, value in release_keys(cfg, grads).items()}
     del grads
     out["decode"] = np.asarray(teacher_forced(T2MLRDecoder(cfg), params, tokens, prefill))
     return out
@@ -79,35 +110,42 @@ def max_abs_diff(a, b) -> float:
     return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
 
 
+def _logits_figures(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], key: str) -> dict:
+    """max |Δ| of `key`'s logits, held relative to the largest |logit| of the release's."""
+    diff = max_abs_diff(ours[key], theirs[key])
+    scale = float(np.abs(theirs[key]).max())
+    return {
+        "max_abs_diff": diff,
+        "max_abs_logit": scale,
+        "relative": diff / scale,
+        "tolerance": TOLERANCES["logits"],
+        "passed": diff <= TOLERANCES["logits"] * scale,
+    }
+
+
 def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
     """The figures of ours against the release's (both in the module docstring's layout; `theirs` may be
     an open np.load, read a key at a time) and whether each is within TOLERANCES. A recurrent release
-    model has only its sequential logits, which are also its decode: no loss or gradient figures."""
-    logits = max_abs_diff(ours["logits"], theirs["logits"])
-    scale = float(np.abs(theirs["logits"]).max())
+    model has only its sequential logits, which are also its decode: no loss or gradient figures. A
+    release whose training forward is not its inference (T²MLR's Jacobi) adds train_logits, held as the
+    logits are."""
+    figures = {"logits": _logits_figures(ours, theirs, "logits")}
+    scale = figures["logits"]["max_abs_logit"]
     their_decode = theirs["decode"] if "decode" in theirs else theirs["logits"]
     decode = max_abs_diff(ours["decode"], their_decode)
-    checked = ("logits", "loss", "gradients", "decode") if "loss" in theirs else ("logits", "decode")
-    figures = {
-        "logits": {
-            "max_abs_diff": logits,
-            "max_abs_logit": scale,
-            "relative": logits / scale,
-            "tolerance": TOLERANCES["logits"],
-            "passed": logits <= TOLERANCES["logits"] * scale,
-        },
-        "decode": {
-            "max_abs_diff": decode,
-            "relative": decode / scale,
-            # the release against itself, for scale: its cached decode vs its forward, both fp32
-            "release_decode_vs_forward": max_abs_diff(their_decode, theirs["logits"]),
-            "tolerance": TOLERANCES["decode"],
-            "passed": decode <= TOLERANCES["decode"] * scale,
-        },
+    figures["decode"] = {
+        "max_abs_diff": decode,
+        "relative": decode / scale,
+        # the release against itself, for scale: its cached decode vs its forward, both fp32
+        "release_decode_vs_forward": max_abs_diff(their_decode, theirs["logits"]),
+        "tolerance": TOLERANCES["decode"],
+        "passed": decode <= TOLERANCES["decode"] * scale,
     }
+    if "train_logits" in theirs:
+        figures["train_logits"] = _logits_figures(ours, theirs, "train_logits")
     if "loss" in theirs:
         figures |= _loss_and_gradients(ours, theirs)
-    figures["passed"] = all(figures[name]["passed"] for name in checked)
+    figures["passed"] = all(section["passed"] for section in figures.values())
     return figures
 
 
@@ -183,3 +221,25 @@ def compare_states(vocab_size: int, theirs: Mapping[str, np.ndarray], ours: Mapp
     }
     figures["bitwise"] = not (figures["missing"] or figures["unexpected"] or differing)
     return figures
+
+
+def release_state(folder: Path | str) -> dict[str, np.ndarray]:
+    """The state dict of a release's checkpoint folder: nanochat's model_<step>.pt (memory-mapped), else
+    the weights of an HF-style folder (the T²MLR release's save_pretrained)."""
+    files = checkpoint_files(folder)
+    if files is None:
+        return read_state_dict(folder)
+    return {key: torch_to_numpy(value) for key, value in torch_state(files[0], mmap=True).items()}
+
+
+def release_model_config(folder: Path | str) -> dict:
+    """The model's config as the release's checkpoint folder records it: nanochat's GPTConfig (in its
+    meta_<step>.json), else config.json."""
+    files = checkpoint_files(folder)
+    return read_json(files[1])["model_config"] if files else read_json(Path(folder) / "config.json")
+
+
+def save_release(cfg: ModelConfig, params: dict, path: Path | str) -> None:
+    """Ours written in its release's format: a T²MLR model as the authors' release saves one, else as
+    nanochat."""
+    (save_t2mlr_torch if cfg.recurrence is not None else save_nanochat)(cfg, params, path)
