@@ -36,7 +36,7 @@ Sizes: tiny, the fixture's model and settings (tokens 2 x 12, prefill 4), and sm
 smallest: SmolLM2-135M's shapes (30 layers, width 576, 9 / 3 heads, vocab 49152, tied embeddings, rope
 theta 1e5) at the window (13,18) (code l_start 12, l_end 17), the gated mixer with W_rec, temporal residual
 on, Jacobi D = 16, B = 4, as configs/smollm135m_t2mlr.py:w13_18 and experiments/vs_release.py build it
-(tokens 1 x 64, prefill 16; about 135M parameters; its weights N(0, 0.2 x sqrt(32 / 576)) so that the
+(tokens 1 x 64, prefill 16; about 136M parameters; its weights N(0, 0.2 x sqrt(32 / 576)) so that the
 30 layers keep the tiny model's scale). The saved model is loaded back with the release's
 T2MLRWrapper.from_pretrained_with_t2mlr (as its eval loads one) and its logits must equal `logits`.
 `--logits_of DIR --tokens_from NPZ --out OUT` loads DIR so (e.g. an export of ours) and writes

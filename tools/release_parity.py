@@ -32,11 +32,12 @@ tiny, tests/interop/fixtures/release_default's model (a Llama of 4 layers, width
 l_start 1, l_end 2, gated mixer, the release's default D = 1, B = 10^7; tokens 2 x 12, prefill 4), and
 smollm135m, the paper's smallest: SmolLM2-135M's shapes at the window (13,18) (code l_start 12, l_end 17),
 gated mixer with W_rec, temporal residual, Jacobi D = 16, B = 4 (configs/smollm135m_t2mlr.py:w13_18; about
-135M parameters; tokens 1 x 64, prefill 16; a few GB of memory, a few minutes). Every position is
-recurrent. The logits are its eval() forward (exact sequential recurrence) against our exact_forward; its
-train() forward (the Jacobi iteration) against our jacobi_forward (train_logits, held as the logits are),
-whose loss and gradients are compared; the decode is its generate()'s path (an exact prefill that returns
-the KV cache, then a token per call with its carried recurrent state) against our cached decode.
+136M parameters; tokens 1 x 64, prefill 16; about 4 GB of memory, some 15 minutes on 2 busy cores). Every
+position is recurrent. The logits are its eval() forward (exact sequential recurrence) against our
+exact_forward; its train() forward (the Jacobi iteration) against our jacobi_forward (train_logits, held
+as the logits are), whose loss and gradients are compared; the decode is its generate()'s path (an exact
+prefill that returns the KV cache, then a token per call with its carried recurrent state) against our
+cached decode.
 
 Pass / fail, per size (t2mlr_jax.interop.parity.TOLERANCES): max |Δ logits| <= 1e-5 x max |logit| (each
 forward's own);
