@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -62,7 +61,7 @@ from experiments.benchmarks.vs_release_torch import (  # stdlib only: runs under
     check_transformers,
     import_release,
 )
-from experiments.release_python import run_under
+from experiments.release_python import release_commit, run_under
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -317,12 +316,6 @@ def parity_outputs(model, tokens, prefill: int) -> dict:
     model.zero_grad(set_to_none=True)
     arrays["decode"] = decode(model, tokens, prefill).numpy()
     return arrays
-
-
-def release_commit(src: str) -> str:
-    return subprocess.run(
-        ["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
 
 
 def load(release, folder: Path):
