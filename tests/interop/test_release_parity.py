@@ -72,7 +72,7 @@ def test_help(capsys):
         ("python not executable", "is not an executable"),
         ("python cannot run it", "cannot run the release"),
         ("unknown size", "unknown size d99"),
-        ("unknown release", "--release ponderlm: unknown"),
+        ("unknown release", "--release nosuch: unknown"),
     ],
 )
 def test_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys, case, message):
@@ -91,7 +91,7 @@ def test_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys, case,
     elif case == "unknown size":
         extra = ["--sizes", "tiny,d99"]
     elif case == "unknown release":
-        extra = ["--release", "ponderlm"]
+        extra = ["--release", "nosuch"]
     refused(capsys, tmp_path / "out", message, "--release_src", src, "--release_python", python, *extra)
 
 
