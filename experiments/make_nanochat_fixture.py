@@ -84,12 +84,11 @@ import argparse
 import dataclasses
 import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from experiments.release_python import run_under
+from experiments.release_python import release_commit, run_under
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -373,12 +372,6 @@ def reload(gpt, checkpoint_manager, checkpoint_dir: Path):
     model.init_weights()  # the rotary tables (non-persistent buffers)
     model.load_state_dict(model_data, strict=True, assign=True)
     return model.eval()
-
-
-def release_commit(src: str) -> str:
-    return subprocess.run(
-        ["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
 
 
 def make(out: Path, src: str, size: Size = SIZES["tiny"]) -> None:

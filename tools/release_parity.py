@@ -3,11 +3,14 @@
 
   PYTHONPATH=/tmp/relpkgs python tools/release_parity.py --release lrt --release_src /tmp/lrt_rel \
       [--release_python PY] [--sizes tiny,d12] [--out parity/]
+  python tools/release_parity.py --release t2mlr --release_src /tmp/t2mlr_rel \
+      --release_python /tmp/t2venv/bin/python --out parity_t2/
 
 For each size, the release's model is built IN THE RELEASE'S CODE, in a process of its own run by
 --release_python (the environment, PYTHONPATH included, is passed on), with a random init, saved in its
 checkpoint format and run there; then here:
-  1. release  the release's driver (lrt: experiments/make_nanochat_fixture.py --size SIZE) writes
+  1. release  the release's driver (lrt: experiments/make_nanochat_fixture.py, t2mlr:
+              experiments/make_release_fixture.py; --size SIZE) writes
               OUT/SIZE/release/: model/ (the release's checkpoint) and release.npz (its tokens, logits,
               loss, every parameter's gradient and its cached decode; log in OUT/SIZE/release.log)
   2. ours     that checkpoint is imported through ours (load_pretrained) and our logits, loss, gradients
@@ -26,13 +29,27 @@ logits and the decode compared, with our exact recurrence and our cached decode;
 is its parallel interleaved training (a full pass, then interleaved_num_passes passes over every N-th
 position): each pass's logits, the loss and every gradient compared with our lrt.training="interleaved",
 and with its KV refresh (interleaved_kv_refresh) each pass's logits and the loss.
+Sizes (t2mlr, the authors' T²MLR release princeton-pli/T2MLR; its Python needs transformers 4.56/4.57):
+tiny, tests/interop/fixtures/release_default's model (a Llama of 4 layers, width 32, vocab 64; window
+l_start 1, l_end 2, gated mixer, the release's default D = 1, B = 10^7; tokens 2 x 12, prefill 4), and
+smollm135m, the paper's smallest: SmolLM2-135M's shapes at the window (13,18) (code l_start 12, l_end 17),
+gated mixer with W_rec, temporal residual, Jacobi D = 16, B = 4 (configs/smollm135m_t2mlr.py:w13_18; about
+136M parameters; tokens 1 x 64, prefill 16; about 4 GB of memory, some 15 minutes on 2 busy cores). Every
+position is recurrent. The logits are its eval() forward (exact sequential recurrence) against our
+exact_forward; its train() forward (the Jacobi iteration) against our jacobi_forward (train_logits:0,
+held as the logits are), whose loss and gradients are compared; the decode is its generate()'s path (an exact
+prefill that returns the KV cache, then a token per call with its carried recurrent state) against our
+cached decode.
 
-Pass / fail, per size (t2mlr_jax.interop.parity.TOLERANCES): max |Δ logits| <= 1e-5 x max |logit|;
+Pass / fail, per size (t2mlr_jax.interop.parity.TOLERANCES): max |Δ logits| <= 1e-5 x max |logit| (each
+forward's own);
 |Δ loss| <= 1e-5; the gradients: max over parameters of max |Δ| / max |release's gradient| <= 1e-4 (a
 parameter whose release gradient is all zero: max |Δ| <= 1e-10, reported apart); max |Δ| of the cached
 decode <= 1e-5 x max |logit|; the export's state dict equal and the release's logits on it bitwise equal
 to those on its own checkpoint. Logits are held relative to their scale because fp32 summation order
-alone moves d12's by ~1e-5 (the release's own cached decode and forward differ by 1.4e-5).
+alone moves d12's by ~1e-5 (the release's own cached decode and forward differ by 1.4e-5); at t2mlr's
+smollm135m, a float64 run of the release's exact recurrence is 2.7e-6 x max |logit| from its fp32 run and
+7.8e-6 from ours (its plain backbone: 5.4e-6 and 6.7e-6), our 8.4e-6 from it within that round-off.
 
 Writes OUT/parity.json (every figure, the release's commit, torch / jax versions, sizes, the command) and
 OUT/parity.md (one table row per size), and prints the table. OUT must be new or empty, unless
@@ -71,7 +88,8 @@ class Release:
     repo: str
     driver: str
     sizes: dict[str, str]  # size -> its label in the table
-    probe: str  # Python run by --release_python with the checkout first on sys.path: imports what it needs
+    probe: str  # Python run by --release_python from the repo root, the checkout first on sys.path (its path
+    # sys.argv[1]): imports what it needs
 
 
 RELEASES = {
@@ -86,6 +104,14 @@ RELEASES = {
         },
         probe="from nanochat import checkpoint_manager, engine, gpt",
     ),
+    "t2mlr": Release(
+        repo="princeton-pli/T2MLR",
+        driver="experiments.make_release_fixture",
+        sizes={"tiny": "tiny", "smollm135m": "SmolLM2-135M, (13,18), D 16, B 4"},
+        # it imports with the driver's shims only, on transformers 4.56/4.57 only
+        probe="from experiments.make_release_fixture import check_transformers, release_classes; "
+        "check_transformers(); release_classes(sys.argv[1])",
+    ),
 }
 
 
@@ -98,13 +124,14 @@ def parse_args(argv):
     parser.add_argument(
         "--release_python",
         default=sys.executable,
-        help="a Python with torch (and, for lrt, numpy, filelock, tokenizers, rustbpe, tiktoken) to run "
-        "the release (default: this one)",
+        help="a Python with torch and numpy (and, for lrt, filelock, tokenizers, rustbpe, tiktoken; for "
+        "t2mlr, transformers 4.56/4.57) to run the release (default: this one)",
     )
     parser.add_argument(
         "--sizes",
-        default="tiny,d12,tiny_interleaved,d12_interleaved",
-        help="comma-separated (default all four: tiny,d12,tiny_interleaved,d12_interleaved)",
+        help="comma-separated (default the release's all: "
+        + "; ".join(f"{name}: {','.join(release.sizes)}" for name, release in RELEASES.items())
+        + ")",
     )
     parser.add_argument(
         "--out", type=Path, default=Path("parity"), help="the folder to write (default parity/)"
@@ -127,6 +154,7 @@ def check_inputs(args) -> tuple[Release, list[str], dict]:
     if args.release not in RELEASES:
         raise ValueError(f"--release {args.release}: unknown (known: {', '.join(RELEASES)})")
     release = RELEASES[args.release]
+    args.sizes = args.sizes or ",".join(release.sizes)
     sizes = [size.strip() for size in args.sizes.split(",") if size.strip()]
     unknown = [size for size in sizes if size not in release.sizes]
     if unknown or not sizes:
@@ -153,7 +181,7 @@ def probe_release(release: Release, args) -> dict:
         "'python': platform.python_version()}))"
     )
     src = str(Path(args.release_src).resolve())
-    done = subprocess.run([args.release_python, "-c", code, src], capture_output=True, text=True)
+    done = subprocess.run([args.release_python, "-c", code, src], capture_output=True, text=True, cwd=ROOT)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ValueError(f"--release_python {args.release_python} cannot run the release from {src}: {last}")
@@ -223,17 +251,11 @@ def our_side(folder: Path, prefill: int) -> tuple:
 def export_side(folder: Path, cfg, params) -> tuple[dict, int]:
     """Step 3: ours written back in the release's format; (compare_states' figures, the release's
     parameter count, padded rows included)."""
-    from t2mlr_jax.interop import save_nanochat
-    from t2mlr_jax.interop.files import torch_state, torch_to_numpy
-    from t2mlr_jax.interop.parity import compare_states
+    from t2mlr_jax.interop.parity import compare_states, release_state, save_release
 
-    save_nanochat(cfg, params, folder / "export")
-
-    def read(path):
-        return {k: torch_to_numpy(v) for k, v in torch_state(path, mmap=True).items()}
-
-    theirs = read(folder / "release" / "model" / "model_000000.pt")
-    state = compare_states(cfg.vocab_size, theirs, read(folder / "export" / "model_000000.pt"))
+    save_release(cfg, params, folder / "export")
+    theirs = release_state(folder / "release" / "model")
+    state = compare_states(cfg.vocab_size, theirs, release_state(folder / "export"))
     return state, sum(value.size for value in theirs.values())
 
 
@@ -257,7 +279,7 @@ def check_size(release: Release, args, size: str) -> dict:
     """Every figure of one size (module docstring, steps 1-4)."""
     import numpy as np
 
-    from t2mlr_jax.interop.files import read_json
+    from t2mlr_jax.interop.parity import release_model_config
 
     folder = args.out / size
     if folder.exists():  # --overwrite: an earlier run's
@@ -282,7 +304,7 @@ def check_size(release: Release, args, size: str) -> dict:
         tokens = list(theirs["tokens"].shape)
     return {
         "label": release.sizes[size],
-        "model_config": read_json(folder / "release" / "model" / "meta_000000.json")["model_config"],
+        "model_config": release_model_config(folder / "release" / "model"),
         "params": int(num_params),
         "tokens": tokens,
         "prefill": prefill,
@@ -309,13 +331,27 @@ def round_trip_cell(trip: dict) -> str:
 
 
 def grad_cell(size: dict) -> str:
-    """The gradients' cell (a recurrent model's: of its interleaved training step)."""
-    grads = size["gradients"]
+    """The gradients' cell (a recurrent model's: of its interleaved training step); — without them."""
+    grads = size.get("gradients")
+    if grads is None:
+        return "—"
     return f"{grads['max_relative_diff']:.2e}" + ("" if grads["passed"] else " (FAIL)")
 
 
+def figure_cell(section: dict) -> str:
+    """max |Δ| and its ratio to max |logit|, FAIL when out of tolerance."""
+    return f"{section['max_abs_diff']:.2e} (rel {section['relative']:.1e})" + (
+        "" if section["passed"] else " (FAIL)"
+    )
+
+
+def logits_cell(size: dict) -> str:
+    """The logits' cell: the inference forward's, and the training forward's where it is another one."""
+    train = size.get("train_logits")
+    return figure_cell(size["logits"]) + (f"; train {figure_cell(train)}" if train else "")
+
+
 def markdown(report: dict) -> str:
-    ok = lambda section: "" if section["passed"] else " (FAIL)"
     lines = [
         "| release | size | params | max\\|Δlogits\\| | max rel Δgrad | decode max\\|Δ\\| "
         "| round trip bitwise | pass |",
@@ -324,11 +360,9 @@ def markdown(report: dict) -> str:
     for size in report["sizes"].values():
         lines.append(
             f"| {report['release']} | {size['label']} | {count(size['params'])} "
-            f"| {size['logits']['max_abs_diff']:.2e} (rel {size['logits']['relative']:.1e})"
-            f"{ok(size['logits'])} "
+            f"| {logits_cell(size)} "
             f"| {grad_cell(size)} "
-            f"| {size['decode']['max_abs_diff']:.2e} (rel {size['decode']['relative']:.1e})"
-            f"{ok(size['decode'])} "
+            f"| {figure_cell(size['decode'])} "
             f"| {round_trip_cell(size['round_trip'])} | {'yes' if size['passed'] else 'NO'} |"
         )
     return "\n".join(lines) + "\n"
@@ -345,13 +379,13 @@ def notes(report: dict) -> str:
     ]
     for name, size in report["sizes"].items():
         zero = size["gradients"]["zero_keys"]
-        if "training_logits" in size:  # a recurrent model: its sequential logits are its decode
-            train = size["training_logits"]
+        if "kv_refresh" in size:  # the recurrent GPT: its sequential logits are its decode
+            train = size["train_logits"]
             what = (
                 "the release's sequential inference against our exact recurrence (logits) and our cached "
                 f"decode; its interleaved training step ({train['passes']} passes) against our "
-                f"lrt.training=interleaved: passes' logits max rel Δ {train['max_relative']:.1e}; "
-                f"with the KV refresh: logits max rel Δ {size['kv_refresh']['max_relative']:.1e}, "
+                f"lrt.training=interleaved: passes' logits max rel Δ {train['relative']:.1e}; "
+                f"with the KV refresh: logits max rel Δ {size['kv_refresh']['relative']:.1e}, "
                 f"|Δ loss| {size['kv_refresh']['loss_abs_diff']:.2e}"
             )
         else:

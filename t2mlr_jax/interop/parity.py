@@ -1,26 +1,32 @@
-"""Number-for-number parity of an imported nanochat model (karpathy/nanochat, the LRT release) with the
-release's own outputs, shared by tests/interop/test_nanochat_release.py and tools/release_parity.py.
+"""Number-for-number parity of an imported release model (nanochat: karpathy/nanochat, the LRT release; the
+authors' T²MLR release) with the release's own outputs, shared by tests/interop/test_nanochat_release.py,
+tests/interop/test_release_parity.py and tools/release_parity.py.
 
-The release's side is a dict in the layout experiments/make_nanochat_fixture.py writes to release.npz:
-  logits       its forward on `tokens` [B, T, V]
-  loss         mean next-token cross-entropy of a forward on tokens[:, :-1] against tokens[:, 1:]
-  grad:<key>   that loss's gradient for every tensor of its state dict, by key
-  decode       its KV-cached decode: a prefill, then one token per call (teacher forced) [B, T, V]
-The release's recurrent (interleaved) GPT: `logits` are its sequential inference (also its decode), and
-its training step (forward_interleaved_train on tokens[:, :-1] against tokens[:, 1:]) gives
-  train_logits:<p>  pass p's logits: p = 0 the full pass [B, T-1, V], p = i + 1 interleaved pass i
-                    (positions t % N == i)
-  loss, grad:<key>  its loss (the mean of the passes' mean cross-entropies) and gradients
-  refresh_logits:<p>, refresh_loss  the same step with its KV refresh (interleaved_kv_refresh=True)
+The release's side is a dict in the layout its driver (experiments/make_nanochat_fixture.py,
+experiments/make_release_fixture.py --size) writes to release.npz:
+  logits            its inference forward on `tokens` [B, T, V] (T²MLR: its exact sequential recurrence;
+                    the LRT's recurrent GPT: its sequential inference, also its decode)
+  train_logits:<p>  where its training forward is not its inference, pass p's logits: T²MLR's Jacobi
+                    iteration at the saved D on `tokens` (p = 0 only); the recurrent GPT's interleaved
+                    training step on tokens[:, :-1] (p = 0 the full pass, p = i + 1 interleaved pass i,
+                    positions t % N == i)
+  loss              mean next-token cross-entropy of its training forward on tokens[:, :-1] against
+                    tokens[:, 1:] (the recurrent GPT's: the mean of its passes' mean cross-entropies)
+  grad:<key>        that loss's gradient for every tensor of its state dict, by key
+  decode            its KV-cached decode: a prefill, then one token per call (teacher forced) [B, T, V]
+  refresh_logits:<p>, refresh_loss  the recurrent GPT's training step with its KV refresh
 `our_outputs` computes ours in the same layout (the gradients mapped to the release's keys, and padded,
-by `to_nanochat_state`); `compare` gives the figures and the pass / fail of each against TOLERANCES;
-`compare_states` checks an export's state dict against the release's, bitwise.
+by the format's own state-dict writer); `compare` gives the figures and the pass / fail of each against
+TOLERANCES; `compare_states` checks an export's state dict against the release's, bitwise;
+`release_state`, `release_model_config` and `save_release` read and write a release's checkpoint folder
+whichever of the two formats it is.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -32,11 +38,14 @@ from t2mlr_jax.architectures.contract import Outputs
 from t2mlr_jax.architectures.lrt import interleaved_loss
 from t2mlr_jax.architectures.lrt_forward import LRTConfig, LRTDecoder, interleaved
 from t2mlr_jax.architectures.lrt_forward import exact_forward as lrt_exact
-from t2mlr_jax.interop.nanochat import padded_vocab, to_nanochat_state
+from t2mlr_jax.interop.files import read_json, read_state_dict, torch_state, torch_to_numpy
+from t2mlr_jax.interop.nanochat import checkpoint_files, padded_vocab, save_nanochat, to_nanochat_state
+from t2mlr_jax.interop.t2mlr_torch import save_t2mlr_torch
+from t2mlr_jax.interop.tables import t2mlr_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
-from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layout
 
 GRAD = "grad:"  # the prefix of a gradient's key
 TRAIN_LOGITS = "train_logits:"  # the prefix of a training pass's logits (the recurrent GPT's)
@@ -46,7 +55,6 @@ REFRESH = "refresh_"  # the prefix of its training step's outputs with the KV re
 # decode and forward differ by 1.4e-5 there, and a float64 run of it is 1.2e-5 from either side).
 TOLERANCES = {
     "logits": 1e-5,  # max |Δ logits| / max |logit|
-    "training_logits": 1e-5,  # max over a training step's passes of max |Δ logits| / max |logit|
     "loss": 1e-5,  # |Δ loss|
     "gradients": 1e-4,  # max over keys of max |Δ| / max |release grad|
     "zero_gradients": 1e-10,  # max |Δ| of a key whose release gradient is all zero
@@ -56,13 +64,20 @@ TOLERANCES = {
 VOCAB_TABLES = ("transformer.wte.weight", "lm_head.weight", "value_embeds.", "interleaved_init_value_embeds.")
 
 
+def train_logits(cfg: ModelConfig, params: dict, tokens: jax.Array) -> jax.Array:
+    """The forward a release trains by: T²MLR's Jacobi iteration (its D and B), else the plain forward."""
+    if cfg.recurrence is not None:
+        return jacobi_forward(cfg, params, tokens).logits
+    return backbone.forward(cfg, params, tokens)
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def loss_and_grads(cfg: ModelConfig, params: dict, tokens: jax.Array) -> tuple[jax.Array, dict]:
-    """The release's training loss (mean next-token cross-entropy of a forward on tokens[:, :-1]) and its
-    gradient with respect to every parameter."""
+    """The release's training loss (mean next-token cross-entropy of its training forward on
+    tokens[:, :-1]) and its gradient with respect to every parameter."""
 
     def loss(params):
-        logits = backbone.forward(cfg, params, tokens[:, :-1])
+        logits = train_logits(cfg, params, tokens[:, :-1])
         return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
 
     return jax.value_and_grad(loss)(params)
@@ -93,13 +108,22 @@ interleaved_training = jax.jit(
 interleaved_forward = jax.jit(interleaved_step, static_argnums=(0, 3, 4))
 
 
+def release_keys(cfg: ModelConfig, params: dict) -> dict[str, np.ndarray]:
+    """`params` (or their gradients) by the release's state-dict keys: T²MLR's or nanochat's."""
+    if cfg.recurrence is not None:
+        return to_state_dict(t2mlr_layout(cfg), params)
+    return to_nanochat_state(cfg, params)
+
+
 def our_outputs(
     cfg: ModelConfig, params: dict, tokens, prefill: int, interleaved_passes: int | None = None
 ) -> dict[str, np.ndarray]:
     """Our logits, loss, gradients (by the release's keys) and cached decode on `tokens`, in the layout
     of the release's (module docstring). The interleaved GPT (params with "lrt": our LRT): its exact
     recurrence's logits and its cached decode, which the release's sequential inference is, and with
-    `interleaved_passes` (the release's interleaved_num_passes) its training step's."""
+    `interleaved_passes` (the release's interleaved_num_passes) its training step's. A T²MLR model: its
+    exact recurrence's logits, its Jacobi ones (train_logits:0), loss and gradients through the Jacobi
+    forward, and its cached decode."""
     tokens = jnp.asarray(tokens)
     loss = grads = None
     if "lrt" in params:
@@ -113,12 +137,18 @@ def our_outputs(
             out |= {f"{REFRESH}logits:{p}": np.asarray(pass_logits) for p, pass_logits in enumerate(logits)}
             out[REFRESH + "loss"] = np.asarray(refresh_loss)
     else:
-        out = {"logits": np.asarray(backbone.forward(cfg, params, tokens))}
+        if cfg.recurrence is not None:
+            out = {
+                "logits": np.asarray(exact_forward(cfg, params, tokens).logits),
+                TRAIN_LOGITS + "0": np.asarray(train_logits(cfg, params, tokens)),
+            }
+        else:
+            out = {"logits": np.asarray(backbone.forward(cfg, params, tokens))}
         decoder = T2MLRDecoder(cfg), params
         loss, grads = loss_and_grads(cfg, params, tokens)
     if grads is not None:
         out["loss"] = np.asarray(loss)
-        out |= {GRAD + key: value for key, value in to_nanochat_state(cfg, grads).items()}
+        out |= {GRAD + key: value for key, value in release_keys(cfg, grads).items()}
         del grads
     out["decode"] = np.asarray(teacher_forced(*decoder, tokens, prefill))
     return out
@@ -128,63 +158,59 @@ def max_abs_diff(a, b) -> float:
     return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
 
 
+def _logits_figures(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], key: str) -> dict:
+    """max |Δ| of `key`'s logits, held relative to the largest |logit| of the release's."""
+    diff = max_abs_diff(ours[key], theirs[key])
+    scale = float(np.abs(theirs[key]).max())
+    return {
+        "max_abs_diff": diff,
+        "max_abs_logit": scale,
+        "relative": diff / scale,
+        "tolerance": TOLERANCES["logits"],
+        "passed": diff <= TOLERANCES["logits"] * scale,
+    }
+
+
 def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
     """The figures of ours against the release's (both in the module docstring's layout; `theirs` may be
     an open np.load, read a key at a time) and whether each is within TOLERANCES. A recurrent release
-    model's sequential logits are also its decode; its training step, where given, adds the figures of
-    the passes' logits, the loss and the gradients."""
-    logits = max_abs_diff(ours["logits"], theirs["logits"])
-    scale = float(np.abs(theirs["logits"]).max())
+    model's sequential logits are also its decode; its training step (train_logits:<p>, loss, gradients,
+    the KV refresh's), where given, adds those figures."""
+    figures = {"logits": _logits_figures(ours, theirs, "logits")}
+    scale = figures["logits"]["max_abs_logit"]
     their_decode = theirs["decode"] if "decode" in theirs else theirs["logits"]
     decode = max_abs_diff(ours["decode"], their_decode)
-    optional = {
-        "loss": "loss" in theirs,
-        "gradients": "loss" in theirs,
-        "training_logits": TRAIN_LOGITS + "0" in theirs,
-        "kv_refresh": REFRESH + "loss" in theirs,
+    figures["decode"] = {
+        "max_abs_diff": decode,
+        "relative": decode / scale,
+        # the release against itself, for scale: its cached decode vs its forward, both fp32
+        "release_decode_vs_forward": max_abs_diff(their_decode, theirs["logits"]),
+        "tolerance": TOLERANCES["decode"],
+        "passed": decode <= TOLERANCES["decode"] * scale,
     }
-    checked = ("logits", "decode", *(name for name, present in optional.items() if present))
-    figures = {
-        "logits": {
-            "max_abs_diff": logits,
-            "max_abs_logit": scale,
-            "relative": logits / scale,
-            "tolerance": TOLERANCES["logits"],
-            "passed": logits <= TOLERANCES["logits"] * scale,
-        },
-        "decode": {
-            "max_abs_diff": decode,
-            "relative": decode / scale,
-            # the release against itself, for scale: its cached decode vs its forward, both fp32
-            "release_decode_vs_forward": max_abs_diff(their_decode, theirs["logits"]),
-            "tolerance": TOLERANCES["decode"],
-            "passed": decode <= TOLERANCES["decode"] * scale,
-        },
-    }
+    if TRAIN_LOGITS + "0" in theirs:
+        figures["train_logits"] = _pass_logits(ours, theirs, TRAIN_LOGITS)
     if "loss" in theirs:
         figures |= _loss_and_gradients(ours, theirs)
-    if optional["training_logits"]:
-        figures["training_logits"] = _pass_logits(ours, theirs, TRAIN_LOGITS)
-    if optional["kv_refresh"]:
+    if REFRESH + "loss" in theirs:
         figures["kv_refresh"] = _kv_refresh(ours, theirs)
-    figures["passed"] = all(figures[name]["passed"] for name in checked)
+    figures["passed"] = all(section["passed"] for section in figures.values())
     return figures
 
 
 def _pass_logits(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], prefix: str) -> dict:
-    """compare's figure of a training step's passes (keys prefix<pass>): the worst pass's max |Δ logits|
-    / max |logit|."""
+    """compare's figure of a training step's passes (keys prefix<pass>), each held as the logits are: the
+    worst pass's max |Δ logits| and its ratio to that pass's max |logit|."""
     keys = sorted((k for k in theirs if k.startswith(prefix)), key=lambda k: int(k.rsplit(":", 1)[1]))
-    relative = [
-        max_abs_diff(ours[key], theirs[key]) / float(np.abs(theirs[key]).max()) if key in ours else np.inf
-        for key in keys
-    ]
+    diffs = [max_abs_diff(ours[key], theirs[key]) if key in ours else np.inf for key in keys]
+    relative = [diff / float(np.abs(theirs[key]).max()) for diff, key in zip(diffs, keys, strict=True)]
     return {
         "passes": len(keys),
-        "relative": relative,  # per pass: 0 the full one, then the interleaved ones
-        "max_relative": max(relative),
-        "tolerance": TOLERANCES["training_logits"],
-        "passed": max(relative) <= TOLERANCES["training_logits"],
+        "per_pass": relative,  # max |Δ| / max |logit| (the LRT's: 0 the full pass, then the interleaved)
+        "max_abs_diff": max(diffs),
+        "relative": max(relative),
+        "tolerance": TOLERANCES["logits"],
+        "passed": max(relative) <= TOLERANCES["logits"],
     }
 
 
@@ -270,3 +296,25 @@ def compare_states(vocab_size: int, theirs: Mapping[str, np.ndarray], ours: Mapp
     }
     figures["bitwise"] = not (figures["missing"] or figures["unexpected"] or differing)
     return figures
+
+
+def release_state(folder: Path | str) -> dict[str, np.ndarray]:
+    """The state dict of a release's checkpoint folder: nanochat's model_<step>.pt (memory-mapped), else
+    the weights of an HF-style folder (the T²MLR release's save_pretrained)."""
+    files = checkpoint_files(folder)
+    if files is None:
+        return read_state_dict(folder)
+    return {key: torch_to_numpy(value) for key, value in torch_state(files[0], mmap=True).items()}
+
+
+def release_model_config(folder: Path | str) -> dict:
+    """The model's config as the release's checkpoint folder records it: nanochat's GPTConfig (in its
+    meta_<step>.json), else config.json."""
+    files = checkpoint_files(folder)
+    return read_json(files[1])["model_config"] if files else read_json(Path(folder) / "config.json")
+
+
+def save_release(cfg: ModelConfig, params: dict, path: Path | str) -> None:
+    """Ours written in its release's format: a T²MLR model as the authors' release saves one, else as
+    nanochat."""
+    (save_t2mlr_torch if cfg.recurrence is not None else save_nanochat)(cfg, params, path)

@@ -1,6 +1,9 @@
-"""tools/release_parity.py without the release: --help, bad input refused (one error line, exit 2,
+"""tools/release_parity.py without the releases: --help, bad input refused (one error line, exit 2,
 nothing written), and its comparison on the committed LRT-release fixture (made by the release's own
-code): every figure passes, and a perturbed release logit or gradient fails."""
+code): every figure passes, and a perturbed release logit or gradient fails. For the T²MLR release
+(--release t2mlr), on its committed fixture (tests/interop/fixtures/release_default, made by its own
+code): a perturbed training-forward logit fails and shows in the table, and the export of the imported
+model is its state dict bitwise, which one perturbed weight breaks."""
 
 import runpy
 import sys
@@ -11,11 +14,20 @@ import pytest
 
 from t2mlr_jax.interop import load_pretrained, save_nanochat
 from t2mlr_jax.interop.files import torch_state, torch_to_numpy
-from t2mlr_jax.interop.parity import TOLERANCES, compare, compare_states, our_outputs
+from t2mlr_jax.interop.parity import (
+    TOLERANCES,
+    compare,
+    compare_states,
+    our_outputs,
+    release_model_config,
+    release_state,
+    save_release,
+)
 from tests.in_process import run_tool
 
 TOOL = Path(__file__).parents[2] / "tools" / "release_parity.py"
 FIXTURE = Path(__file__).parent / "fixtures/lrt_release_vanilla"
+T2MLR_FIXTURE = Path(__file__).parent / "fixtures/release_default"
 PREFILL = 4  # the fixture's cached decode
 
 
@@ -36,10 +48,18 @@ def fake_checkout(path: Path, *, lrt: bool = True) -> Path:
     return path
 
 
+def fake_t2mlr_checkout(path: Path) -> Path:
+    """The file by which the T²MLR release's driver recognises a checkout (nothing that runs)."""
+    (path / "src/t2mlr_wrapper").mkdir(parents=True)
+    (path / "src/t2mlr_wrapper/t2mlr_wrapper.py").write_text("")
+    return path
+
+
 def test_help(capsys):
     assert run_tool(TOOL, "--help") == 0
     text = capsys.readouterr().out
-    for name in ("--release_src", "--release_python", "--sizes", "d12", "lrt", "parity.json", "1e-4"):
+    names = ("--release_src", "--release_python", "--sizes", "d12", "lrt", "parity.json", "1e-4")
+    for name in (*names, "t2mlr", "smollm135m", "princeton-pli/T2MLR", "transformers 4.56/4.57"):
         assert name in text
 
 
@@ -52,7 +72,7 @@ def test_help(capsys):
         ("python not executable", "is not an executable"),
         ("python cannot run it", "cannot run the release"),
         ("unknown size", "unknown size d99"),
-        ("unknown release", "--release t2mlr: unknown"),
+        ("unknown release", "--release nosuch: unknown"),
     ],
 )
 def test_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys, case, message):
@@ -71,13 +91,34 @@ def test_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys, case,
     elif case == "unknown size":
         extra = ["--sizes", "tiny,d99"]
     elif case == "unknown release":
-        extra = ["--release", "t2mlr"]
-    out = tmp_path / "out"
-    argv = ["--release_src", src, "--release_python", python, "--out", out, *extra]
-    assert run_tool(TOOL, *argv) == 2
+        extra = ["--release", "nosuch"]
+    refused(capsys, tmp_path / "out", message, "--release_src", src, "--release_python", python, *extra)
+
+
+def refused(capsys, out: Path, message: str, *argv) -> None:
+    """The tool, writing to `out`, exits 2 with one error line holding `message`, and writes nothing."""
+    assert run_tool(TOOL, *argv, "--out", out) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("not the release", "is not a checkout of princeton-pli/T2MLR"),
+        ("python cannot run it", "cannot run the release"),
+        ("unknown size", "unknown size d12 (--release t2mlr has tiny, smollm135m)"),
+    ],
+)
+def test_t2mlr_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys, case, message):
+    # the LRT release is not the T²MLR one
+    src = (
+        fake_checkout(tmp_path / "lrt") if case == "not the release" else fake_t2mlr_checkout(tmp_path / "t2")
+    )
+    sizes = "tiny,d12" if case == "unknown size" else "tiny"
+    argv = ["--release", "t2mlr", "--release_src", src, "--release_python", "/bin/false", "--sizes", sizes]
+    refused(capsys, tmp_path / "out", message, *argv)
 
 
 def test_a_non_empty_out_is_refused(tmp_path, capsys):
@@ -129,3 +170,59 @@ def test_the_table_shows_a_failure(fixture_outputs, tmp_path):
     row = table.strip().splitlines()[-1]
     assert row.startswith("| lrt | tiny | 204.9K | 1.0") and "(FAIL)" in row and row.endswith("| NO |")
     assert "state yes, padded rows 28 x 4 tables 0 in ours; release logits on export yes" in row
+
+
+@pytest.mark.slow
+def test_t2mlr_python_on_other_transformers_is_refused(tmp_path, capsys):
+    """This Python's transformers (5.x) is not one the release runs on: refused by the probe."""
+    argv = ["--release", "t2mlr", "--release_src", fake_t2mlr_checkout(tmp_path / "t2mlr")]
+    refused(capsys, tmp_path / "out", "the release needs transformers 4.56/4.57", *argv)
+
+
+@pytest.fixture(scope="module")
+def t2mlr_release():
+    """The T²MLR fixture's release outputs in parity.py's layout: its exact (eval) logits, also its
+    decode (its decode loop reproduces them bitwise), and its Jacobi (train) logits at the saved D."""
+    saved = np.load(T2MLR_FIXTURE / "release.npz")
+    return {"tokens": saved["tokens"], "logits": saved["exact"], "train_logits:0": saved["jacobi_d1"]}
+
+
+def t2mlr_size(release: dict, ours: dict, state: dict) -> dict:
+    """A table size of ours against the release's (their decode: their exact logits)."""
+    figures = compare({**ours, "decode": ours["logits"]}, {**release, "decode": release["logits"]})
+    trip = {"state": state, "logits_bitwise_equal": True, "passed": state["bitwise"]}
+    figures["passed"] = figures["passed"] and trip["passed"]
+    return {"label": "tiny", "params": 39_296, "round_trip": trip, **figures}
+
+
+def test_t2mlr_export_round_trip_and_a_perturbed_weight(tmp_path):
+    cfg, params = load_pretrained(T2MLR_FIXTURE / "model")
+    assert release_model_config(T2MLR_FIXTURE / "model")["model_type"] == "t2mlr"
+    save_release(cfg, params, tmp_path / "export")  # the authors' layout, as the model is T²MLR
+    theirs = release_state(T2MLR_FIXTURE / "model")
+    state = compare_states(cfg.vocab_size, theirs, release_state(tmp_path / "export"))
+    assert state["bitwise"] and state["keys"] == 45 and not state["padded_tables"], state
+    key = "t2mlr_model.model.layers.1.t2mlr_mixing_module.recurrent_gate_proj.weight"
+    perturbed = {**theirs, key: theirs[key] + 1e-6}
+    state = compare_states(cfg.vocab_size, perturbed, release_state(tmp_path / "export"))
+    assert not state["bitwise"] and state["differing"] == [key]
+
+
+def test_t2mlr_table_shows_a_training_forward_failure(t2mlr_release):
+    """The T²MLR row: the logits cell holds the training forward's (Jacobi) figures too, and a perturbed
+    one fails the size."""
+    tool = runpy.run_path(str(TOOL))
+    state = {"bitwise": True, "padded_tables": [], "padded_rows": 0, "padded_rows_zero": True}
+    size = t2mlr_size(t2mlr_release, t2mlr_release, state)
+    assert size["passed"] and size["train_logits"]["max_abs_diff"] == 0
+    row = tool["markdown"]({"release": "t2mlr", "sizes": {"tiny": size}}).strip().splitlines()[-1]
+    assert (
+        row.startswith("| t2mlr | tiny | 39.3K | 0.00e+00 (rel 0.0e+00); train 0.00e+00")
+        and "FAIL" not in row
+    )
+    train = t2mlr_release["train_logits:0"]
+    ours = {**t2mlr_release, "train_logits:0": train + 1e-3 * np.abs(train).max()}
+    size = t2mlr_size(t2mlr_release, ours, state)
+    assert not size["train_logits"]["passed"] and size["logits"]["passed"] and not size["passed"]
+    row = tool["markdown"]({"release": "t2mlr", "sizes": {"tiny": size}}).strip().splitlines()[-1]
+    assert "; train 4.06e-03 (rel 1.0e-03) (FAIL) |" in row and row.endswith("| NO |")
