@@ -59,6 +59,12 @@ def backbone_specs(cfg: ModelConfig) -> dict:
     if cfg.resid_scalars:
         specs["resid_lambdas"] = ParamSpec((n_layers,), ("layers",), constant(1.0), "residual")
         specs["x0_lambdas"] = ParamSpec((n_layers,), ("layers",), constant(0.1), "skip")
+    # karpathy/nanochat's smear and backout scalars share one no-decay group (kind "gate") as in nanochat
+    if cfg.smear_channels is not None:  # λ_smear starts at 0: the smear starts closed
+        specs["smear_gate"] = ParamSpec((cfg.smear_channels, 1), ("embed", None), zeros, "gate", 1)
+        specs["smear_lambda"] = ParamSpec((1,), (None,), zeros, "gate")
+    if cfg.backout:
+        specs["backout_lambda"] = ParamSpec((1,), (None,), constant(0.2), "gate")
     if cfg.value_embeds:  # initialised like v_proj (nanochat)
         specs["value_embeds"] = ParamSpec(
             (len(cfg.value_embed_layers), v, k, e),
