@@ -7,7 +7,8 @@
 For each size, the release's model is built IN THE RELEASE'S CODE, in a process of its own run by
 --release_python (the environment, PYTHONPATH included, is passed on), with a random init, saved in its
 checkpoint format and run there; then here:
-  1. release  the release's driver (lrt: experiments/make_nanochat_fixture.py --size SIZE) writes
+  1. release  the release's driver (lrt: experiments/make_nanochat_fixture.py, nanochat:
+              experiments/make_karpathy_nanochat_fixture.py; --size SIZE) writes
               OUT/SIZE/release/: model/ (the release's checkpoint) and release.npz (its tokens, logits,
               loss, every parameter's gradient and its cached decode; log in OUT/SIZE/release.log)
   2. ours     that checkpoint is imported through ours (load_pretrained) and our logits, loss, gradients
@@ -23,7 +24,9 @@ d12, the release's default GPTConfig (12 layers, width 768, 6 heads, vocab 32768
 each also as the release's recurrent GPT (tiny_interleaved, d12_interleaved: use_interleaved=True, our
 LRT), whose inference is its sequential loop (a token per call fed the previous h_final): that is both the
 logits and the decode compared, with our exact recurrence and our cached decode (it trains its own way:
-no loss or gradients).
+no loss or gradients). Sizes (nanochat: karpathy/nanochat's own GPT, --release_src a checkout of it at
+92d63d4 or near): tiny (3 layers, width 32, vocab 100, context 512; tokens 1 x 136, past its 128-key
+window; prefill 4) and d12, its default GPTConfig (as lrt's d12, windows 768 / 2048; tokens 1 x 64).
 
 Pass / fail, per size (t2mlr_jax.interop.parity.TOLERANCES): max |Δ logits| <= 1e-5 x max |logit|;
 |Δ loss| <= 1e-5; the gradients: max over parameters of max |Δ| / max |release's gradient| <= 1e-4 (a
@@ -84,6 +87,12 @@ RELEASES = {
         },
         probe="from nanochat import checkpoint_manager, engine, gpt",
     ),
+    "nanochat": Release(
+        repo="karpathy/nanochat",
+        driver="experiments.make_karpathy_nanochat_fixture",
+        sizes={"tiny": "tiny", "d12": "release default (d12)"},
+        probe="from nanochat import checkpoint_manager, engine, gpt",
+    ),
 }
 
 
@@ -101,8 +110,8 @@ def parse_args(argv):
     )
     parser.add_argument(
         "--sizes",
-        default="tiny,d12,tiny_interleaved,d12_interleaved",
-        help="comma-separated (default all four: tiny,d12,tiny_interleaved,d12_interleaved)",
+        help="comma-separated (default: every size of the release; lrt: tiny,d12,tiny_interleaved,"
+        "d12_interleaved; nanochat: tiny,d12)",
     )
     parser.add_argument(
         "--out", type=Path, default=Path("parity"), help="the folder to write (default parity/)"
@@ -125,11 +134,12 @@ def check_inputs(args) -> tuple[Release, list[str], dict]:
     if args.release not in RELEASES:
         raise ValueError(f"--release {args.release}: unknown (known: {', '.join(RELEASES)})")
     release = RELEASES[args.release]
-    sizes = [size.strip() for size in args.sizes.split(",") if size.strip()]
+    given = ",".join(release.sizes) if args.sizes is None else args.sizes
+    sizes = [size.strip() for size in given.split(",") if size.strip()]
     unknown = [size for size in sizes if size not in release.sizes]
     if unknown or not sizes:
         raise ValueError(
-            f"--sizes {args.sizes}: unknown size {', '.join(unknown) or '(none given)'} "
+            f"--sizes {given}: unknown size {', '.join(unknown) or '(none given)'} "
             f"(--release {args.release} has {', '.join(release.sizes)})"
         )
     driver_of(release).check_release(args.release_src, args.release_python)
