@@ -144,7 +144,7 @@ def check_checkout(src: str, python: str, repo: str, mark: str, foreign: str) ->
         raise ValueError(f"--release_src {src} is not a checkout of {repo} (no {', '.join(missing)})")
     gpt = (Path(src) / RELEASE_FILES[0]).read_text(encoding="utf-8", errors="replace")
     if mark not in gpt or foreign in gpt:
-        found = f"has {foreign}" if foreign in gpt else f"has no {mark}"
+        found = f"has no {mark}" if mark not in gpt else f"has {foreign}"
         raise ValueError(
             f"--release_src {src} is not a checkout of {repo} ({RELEASE_FILES[0]} {found}: another nanochat?)"
         )
