@@ -90,7 +90,10 @@ WINDOW_KINDS = ("S", "L")
 MLP_NAMES: set[str] = {"swiglu", "relu2", "geglu"}
 # normal: every weight N(0, init_std) (HF Llama). nanochat: embeddings N(0, 1), input projections
 # U(±sqrt(3/d)), output projections (o_proj, MLP down) zero, lm_head N(0, 0.001), gates zero.
-INIT_SCHEMES = ("normal", "nanochat")
+# nanochat_karpathy: karpathy/nanochat's init_weights (92d63d4): nanochat's, but embeddings N(0, 0.8), the
+# relu² MLP's up projection at 0.4 times the bound, value-embedding and smear gates U(0, 0.02), λ_resid
+# from 1.15 down to 1.05 and λ_x0 from 0.2 down to 0.05 linearly over the layers.
+INIT_SCHEMES = ("normal", "nanochat", "nanochat_karpathy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -470,6 +473,7 @@ def nanochat(
             "ve_gate_scale": 3.0,
             "smear_channels": 24,
             "backout": True,
+            "init_scheme": "nanochat_karpathy",
             **changes,
         }
     return ModelConfig(

@@ -152,7 +152,19 @@ def test_bad_options_are_one_line_errors(changes, message):
         nanochat(2, variant="head")
 
 
-def test_the_karpathy_preset_is_an_init_able_model():
-    cfg = nanochat(4, seq_len=256, width=32, head_dim=16, vocab_size=64, variant="karpathy", mlp="relu2")
+def test_the_karpathy_preset_initialises_as_its_init_weights():
+    """karpathy/nanochat's init_weights: λ_resid 1.15 -> 1.05 and λ_x0 0.2 -> 0.05 over the layers, λ_smear
+    0, λ_backout 0.2, gates U(0, 0.02), embeddings N(0, 0.8), the MLP's up projection at 0.4 the bound."""
+    cfg = nanochat(4, seq_len=256, width=64, head_dim=16, vocab_size=64, variant="karpathy", mlp="relu2")
     params = init_params(cfg, jax.random.PRNGKey(0))
-    assert float(params["backout_lambda"][0]) == pytest.approx(0.2) and float(params["smear_lambda"][0]) == 0
+    np.testing.assert_allclose(
+        params["resid_lambdas"], [1.15, 1.15 - 0.1 / 3, 1.15 - 0.2 / 3, 1.05], rtol=1e-6
+    )
+    np.testing.assert_allclose(params["x0_lambdas"], [0.2, 0.15, 0.1, 0.05], rtol=1e-6)
+    assert float(params["smear_lambda"][0]) == 0 and float(params["backout_lambda"][0]) == pytest.approx(0.2)
+    for gate in (params["smear_gate"], params["layers"]["self_attn"]["ve_gate"]):
+        assert 0 <= float(gate.min()) and float(gate.max()) <= 0.02
+    bound = 3**0.5 * 64**-0.5
+    assert float(jnp.abs(params["layers"]["mlp"]["up_proj"]).max()) <= 0.4 * bound
+    assert float(jnp.abs(params["layers"]["self_attn"]["q_proj"]).max()) > 0.9 * bound
+    assert float(params["embed_tokens"].std()) == pytest.approx(0.8, rel=0.05)
