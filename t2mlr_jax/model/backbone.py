@@ -155,7 +155,8 @@ def embed(
     cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], cache: KVCache | None = None
 ) -> Float[Array, "B T D"]:
     """The stream entering block 0. With smear, each token's previous one is the row's token before it,
-    or for the first, the cache's last token when decoding with a `cache` (none at a row's start)."""
+    or for the first, the cache's last vocabulary token (thought slots skipped) when decoding with a
+    `cache` (none at a row's start)."""
     h = _token_embedding(cfg, params, tokens)
     if cfg.smear_channels is not None:
         h = _smear(cfg, params, h, cache)
@@ -167,8 +168,12 @@ def _smear(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"], cache: KVCa
     if cache is None:
         first = jnp.zeros_like(h[:, :1])
     else:
-        last = jax.lax.dynamic_index_in_dim(cache.tokens, jnp.maximum(cache.index - 1, 0), axis=1)
-        last = jnp.where(cache.index > 0, last, LATENT)
+        slots = jnp.arange(cache.tokens.shape[1])
+        written = (slots < cache.index) & (cache.tokens >= 0)
+        last = jnp.take_along_axis(
+            cache.tokens, jnp.argmax(jnp.where(written, slots, -1), axis=1)[:, None], 1
+        )
+        last = jnp.where(written.any(axis=1, keepdims=True), last, LATENT)
         first = _token_embedding(cfg, params, jnp.maximum(last, 0)) * (last >= 0)[..., None].astype(h.dtype)
     previous = jnp.concatenate([first, h[:, :-1]], axis=1)
     w = params["smear_gate"].astype(cfg.dtype)

@@ -440,6 +440,22 @@ def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
 # nanochat's parts: per-layer resid / x0 scalars, value embeddings on alternating layers, its init.
 
 
+def test_smear_reads_the_caches_last_vocabulary_token():
+    """Decoding, a token's smear mixes in the last vocabulary token the cache holds (a thought slot, LATENT,
+    is skipped), as the row's token before it in a parallel pass; nothing at an empty cache."""
+    cfg = KARPATHY.validate()
+    params = jax.tree.map(lambda x: x + 0.2, tiny_params(cfg, seed=1))
+    parallel = backbone.embed(cfg, params, TOKS[:, :2])
+    cache = backbone.init_cache(cfg, B, 4)
+    cache = cache._replace(tokens=cache.tokens.at[:, 0].set(TOKS[:, 0]), index=jnp.int32(2))  # slot 1: LATENT
+    np.testing.assert_allclose(backbone.embed(cfg, params, TOKS[:, 1:2], cache), parallel[:, 1:], atol=1e-6)
+    fresh = backbone.init_cache(cfg, B, 4)
+    np.testing.assert_array_equal(
+        backbone.embed(cfg, params, TOKS[:, 1:2], fresh), backbone.embed(cfg, params, TOKS[:, 1:2])
+    )
+    assert differs(parallel[:, 1:], backbone.embed(cfg, params, TOKS[:, 1:2]))
+
+
 def test_nanochat_init_scheme():
     specs = spec_leaves(param_specs(NANOCHAT.validate()))
     params = tiny_params(NANOCHAT.validate())
