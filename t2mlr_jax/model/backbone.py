@@ -9,8 +9,8 @@ baselines) is a composition of these three (`head` = `unembed(final_norm(h))`).
 The block is assembled from config-chosen parts (QK-norm and its order, per-layer sliding windows,
 attention / output logit softcaps, the MLP from the `layers.MLPS` registry with its optional
 non-gradient state and per-layer stats, norms with or without weights, nanochat's resid / x0 scalars and
-value embeddings); per-layer choices (window sizes, value embeddings, scalars) are scanned arrays, so
-the stack still compiles once.
+value embeddings, karpathy/nanochat's smear in `embed` and backout in `run_blocks`); per-layer choices
+(window sizes, value embeddings, scalars) are scanned arrays, so the stack still compiles once.
 Variants that feed state back into the blocks (LRT memory, thought tokens) pass a `Feedback`, one
 hook point rather than a branch per variant.
 """

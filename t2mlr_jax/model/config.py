@@ -100,7 +100,9 @@ INIT_SCHEMES = ("normal", "nanochat", "nanochat_karpathy")
 class ModelConfig:
     """A decoder assembled from parts; the defaults are exactly Llama / SmolLM2, whose parameter names
     (HF Llama's) make conversion a table. NanoChat-style: norm_weights=False, embed_norm=True,
-    qk_norm="after_rope", window_pattern="SSSL", mlp="relu2", tie_embeddings=False, logit_softcap=15.
+    qk_norm="after_rope", window_pattern="SSSL", mlp="relu2", tie_embeddings=False, logit_softcap=15
+    (karpathy/nanochat's own GPT adds smear_channels, backout, ve_gate_scale: the `nanochat` preset's
+    variant="karpathy").
     """
 
     vocab_size: int
