@@ -76,10 +76,13 @@ LRT_FIELDS = (
     "use_x0_residual",
     "use_resid_lambdas",
     "ve_gate_channels",
+    "use_interleaved",
 )
-LRT_FIELDS += ("use_interleaved",)
-KARPATHY_SCALARS = {("smear_gate",): "smear_gate.weight", ("smear_lambda",): "smear_lambda"}
-KARPATHY_SCALARS |= {("backout_lambda",): "backout_lambda"}
+KARPATHY_SCALARS = {  # ours -> karpathy/nanochat's key: smear's gate and scalar, backout's scalar
+    ("smear_gate",): "smear_gate.weight",
+    ("smear_lambda",): "smear_lambda",
+    ("backout_lambda",): "backout_lambda",
+}
 # The LRT release's interleaved (recurrent) GPT: its feedback is our LRT's (t2mlr_jax.architectures.lrt).
 FEEDBACK_KEYS = {
     ("lrt", "v_fb"): "interleaved_projections.{i}.W_v.weight",

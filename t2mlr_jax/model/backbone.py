@@ -286,9 +286,8 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
         k_fb, v_fb = fb.kv_fn(layer.feedback, fb.inputs, x, k, v)
         k, v = k_fb.astype(k.dtype), v_fb.astype(v.dtype)
     if layer.value_embed is not None:
-        v = v + (kv_head_gate(x, a["ve_gate"], cfg.ve_gate_scale)[..., None] * layer.value_embed).astype(
-            v.dtype
-        )
+        gate = kv_head_gate(x, a["ve_gate"], cfg.ve_gate_scale)[..., None]
+        v = v + (gate * layer.value_embed).astype(v.dtype)
     k = _qk(cfg, k, a.get("k_norm"), step.positions, layer.rope_theta)
     keys, values = k, v
     if kv is not None:  # write this step's slots first, then read the layer: the update stays in place
