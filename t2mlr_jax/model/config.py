@@ -462,7 +462,8 @@ def nanochat(
     widths follow the width. variant="karpathy" is karpathy/nanochat's own GPT as of 92d63d4 instead of
     the LRT release's fork: RoPE base 100,000, "S" = a quarter of the context rounded up to 128, queries
     and keys times 1.2 after their norm (attention logits scaled 1.44 / sqrt(head_dim)), value-embedding
-    gates 3 sigmoid of 12 channels, smear over 24 channels and backout (the MLP stays as chosen)."""
+    gates 3 sigmoid of 12 channels, smear over 24 channels, backout, its dense relu² MLP (width 4d) and
+    its init_weights (init_scheme "nanochat_karpathy")."""
     if variant not in NANOCHAT_VARIANTS:
         raise ValueError(f"nanochat variant must be one of {NANOCHAT_VARIANTS}, got {variant!r}")
     width = width or -(-64 * depth // head_dim) * head_dim
@@ -476,6 +477,7 @@ def nanochat(
             "smear_channels": 24,
             "backout": True,
             "init_scheme": "nanochat_karpathy",
+            "mlp": "relu2",
             **changes,
         }
     return ModelConfig(

@@ -155,7 +155,8 @@ def test_bad_options_are_one_line_errors(changes, message):
 def test_the_karpathy_preset_initialises_as_its_init_weights():
     """karpathy/nanochat's init_weights: λ_resid 1.15 -> 1.05 and λ_x0 0.2 -> 0.05 over the layers, λ_smear
     0, λ_backout 0.2, gates U(0, 0.02), embeddings N(0, 0.8), the MLP's up projection at 0.4 the bound."""
-    cfg = nanochat(4, seq_len=256, width=64, head_dim=16, vocab_size=64, variant="karpathy", mlp="relu2")
+    cfg = nanochat(4, seq_len=256, width=64, head_dim=16, vocab_size=64, variant="karpathy")
+    assert (cfg.mlp, cfg.mlp_dim) == ("relu2", 256)
     params = init_params(cfg, jax.random.PRNGKey(0))
     np.testing.assert_allclose(
         params["resid_lambdas"], [1.15, 1.15 - 0.1 / 3, 1.15 - 0.2 / 3, 1.05], rtol=1e-6
