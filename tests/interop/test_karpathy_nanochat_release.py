@@ -169,3 +169,26 @@ def test_the_karpathy_preset_initialises_as_its_init_weights():
     assert float(jnp.abs(params["layers"]["mlp"]["up_proj"]).max()) <= 0.4 * bound
     assert float(jnp.abs(params["layers"]["self_attn"]["q_proj"]).max()) > 0.9 * bound
     assert float(params["embed_tokens"].std()) == pytest.approx(0.8, rel=0.05)
+
+
+def test_the_driver_refuses_the_lrt_fork(tmp_path, capsys):
+    """experiments/make_karpathy_nanochat_fixture.py: --help, and the LRT fork's checkout refused in one
+    line before anything runs."""
+    from experiments import make_karpathy_nanochat_fixture as driver
+
+    with pytest.raises(SystemExit) as done:
+        driver.main(["--help"])
+    assert done.value.code == 0 and "smear" in capsys.readouterr().out
+    (tmp_path / "nanochat").mkdir()
+    for name in ("gpt.py", "checkpoint_manager.py", "engine.py"):
+        (tmp_path / "nanochat" / name).write_text(
+            "use_interleaved = smear_gate = 0\n" if name == "gpt.py" else ""
+        )
+    with pytest.raises(SystemExit) as done:
+        driver.main(["--release_src", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (
+        done.value.code == 2
+        and "is not a checkout of karpathy/nanochat" in err
+        and "has use_interleaved" in err
+    )
