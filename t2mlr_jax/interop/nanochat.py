@@ -278,6 +278,11 @@ def from_nanochat_state(cfg: ModelConfig, state: dict[str, np.ndarray], *, inter
     entries = list(_entries(cfg, interleaved))
     expected = _vocab_tables(cfg, interleaved) | _triple_gates(cfg, interleaved)
     expected |= {key: torch_shape(shape, in_dims) for key, _, _, shape, in_dims in entries}
+    if cfg.smear_channels is not None and not set(KARPATHY_SCALARS.values()) & set(state):
+        refuse(
+            ["no smear / backout weights: karpathy/nanochat's GPT from before them (only 92d63d4's imports)"],
+            "this nanochat state dict",
+        )
     problems = [f"missing key {k}" for k in expected if k not in state]
     problems += [f"unexpected key {k}" for k in sorted(set(state) - set(expected))]
     problems += [

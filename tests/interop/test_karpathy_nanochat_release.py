@@ -110,6 +110,15 @@ def test_each_convention_is_what_matches(imported, change):
     assert max_diff(backbone.forward(cfg, params, TOKENS), RELEASE["logits"]) > 1e-4
 
 
+def test_an_older_karpathy_checkpoint_is_refused_by_name(imported):
+    cfg, _ = imported
+    older = {
+        k: v for k, v in STATE.items() if k not in ("smear_gate.weight", "smear_lambda", "backout_lambda")
+    }
+    with pytest.raises(ValueError, match="karpathy/nanochat's GPT from before them"):
+        from_nanochat_state(cfg, older)
+
+
 def test_an_export_writes_the_releases_checkpoint_back(imported, tmp_path):
     cfg, params = imported
     save_nanochat(cfg, params, tmp_path / "back")
