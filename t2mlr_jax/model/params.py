@@ -64,7 +64,9 @@ def backbone_specs(cfg: ModelConfig) -> dict:
     # karpathy/nanochat's smear and backout scalars share one no-decay group (kind "gate") as in nanochat
     if cfg.smear_channels is not None:  # λ_smear starts at 0: the smear starts closed
         gate = weight_init(cfg, "token_gate")
-        specs["smear_gate"] = ParamSpec((cfg.smear_channels, 1), ("embed", None), gate, "gate", 1)
+        specs["smear_gate"] = ParamSpec(
+            (cfg.smear_channels, 1), (None, None), gate, "gate", 1
+        )  # tiny: replicated
         specs["smear_lambda"] = ParamSpec((1,), (None,), zeros, "gate")
     if cfg.backout:
         specs["backout_lambda"] = ParamSpec((1,), (None,), constant(0.2), "gate")
