@@ -140,18 +140,22 @@ SIZES = {
 
 def check_release(src: str, python: str) -> None:
     """A checkout of the release and an executable Python to run it, else one ValueError line."""
+    check_checkout(src, python, "OoDBag/Latent_recurrent_transformer", RELEASE_MARK, "smear_gate")
+
+
+def check_checkout(src: str, python: str, repo: str, mark: str, foreign: str) -> None:
+    """`src` a checkout of `repo` (its gpt.py names `mark`, not the other nanochat's `foreign`) and
+    `python` an executable, else one ValueError line."""
     if not Path(src).is_dir():
         raise ValueError(f"--release_src {src}: no such directory")
     missing = [name for name in RELEASE_FILES if not (Path(src) / name).is_file()]
     if missing:
+        raise ValueError(f"--release_src {src} is not a checkout of {repo} (no {', '.join(missing)})")
+    gpt = (Path(src) / RELEASE_FILES[0]).read_text(encoding="utf-8", errors="replace")
+    if mark not in gpt or foreign in gpt:
+        found = f"has no {mark}" if mark not in gpt else f"has {foreign}"
         raise ValueError(
-            f"--release_src {src} is not a checkout of OoDBag/Latent_recurrent_transformer "
-            f"(no {', '.join(missing)})"
-        )
-    if RELEASE_MARK not in (Path(src) / RELEASE_FILES[0]).read_text(encoding="utf-8", errors="replace"):
-        raise ValueError(
-            f"--release_src {src} is not a checkout of OoDBag/Latent_recurrent_transformer "
-            f"({RELEASE_FILES[0]} has no {RELEASE_MARK}: karpathy/nanochat, or another fork?)"
+            f"--release_src {src} is not a checkout of {repo} ({RELEASE_FILES[0]} {found}: another nanochat?)"
         )
     if not os.access(python, os.X_OK) or Path(python).is_dir():
         raise ValueError(f"--release_python {python} is not an executable")
@@ -172,25 +176,32 @@ def import_release(src: str):
     return gpt, checkpoint_manager, engine
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def parse_args(
+    argv: list[str],
+    *,
+    prog: str = __spec__.name,
+    description: str = __doc__,
+    repo: str = "OoDBag/Latent_recurrent_transformer",
+    check=check_release,
+    sizes: dict = SIZES,
+    default_out: Path = ROOT / "tests/interop/fixtures/lrt_release_vanilla",
+) -> argparse.Namespace:
+    """The CLI of a nanochat driver: this one's, or (the keywords) karpathy/nanochat's."""
     parser = argparse.ArgumentParser(
-        prog=f"python -m {__spec__.name}",
-        description=__doc__,
+        prog=f"python -m {prog}",
+        description=description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--release_src", required=True, help="a checkout of OoDBag/Latent_recurrent_transformer"
-    )
+    parser.add_argument("--release_src", required=True, help=f"a checkout of {repo}")
     parser.add_argument(
         "--release_python",
         default=sys.executable,
         help="a Python with torch, filelock, tokenizers, rustbpe and tiktoken to run the release "
         "(default: this one; PYTHONPATH is passed on)",
     )
-    parser.add_argument("--size", default="tiny", choices=sorted(SIZES), help="the model (default tiny)")
+    parser.add_argument("--size", default="tiny", choices=sorted(sizes), help="the model (default tiny)")
     parser.add_argument(
-        "--out",
-        help="the folder to write (default, --size tiny only: tests/interop/fixtures/lrt_release_vanilla)",
+        "--out", help=f"the folder to write (default, --size tiny only: {default_out.relative_to(ROOT)})"
     )
     parser.add_argument(
         "--logits_of",
@@ -200,14 +211,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tokens_from", metavar="NPZ", help="with --logits_of: a .npz whose `tokens` to run")
     args = parser.parse_args(argv)
     try:
-        check_release(args.release_src, args.release_python)
+        check(args.release_src, args.release_python)
     except ValueError as e:
         parser.error(str(e))
     if (args.logits_of is None) != (args.tokens_from is None):
         parser.error("--logits_of and --tokens_from go together")
     if args.out is None and (args.size != "tiny" or args.logits_of):
         parser.error("--out is required with a --size other than tiny and with --logits_of")
-    args.out = args.out or str(ROOT / "tests/interop/fixtures/lrt_release_vanilla")
+    args.out = args.out or str(default_out)
     return args
 
 
@@ -229,8 +240,12 @@ def redraw(model, linear_scale: float = 1.0) -> None:
                 p.copy_(0.2 + 0.1 * torch.randn_like(p))
             elif name.endswith(("attn.ve_gate.weight", "attn.triple_gate.weight")):
                 p.copy_(0.5 * torch.randn_like(p))
-            elif name == "interleaved_lambdas":
+            elif name in ("interleaved_lambdas", "backout_lambda"):  # backout: karpathy/nanochat's
                 p.copy_(0.2 + 0.1 * torch.randn_like(p))
+            elif name == "smear_gate.weight":
+                p.copy_(0.5 * torch.randn_like(p))
+            elif name == "smear_lambda":
+                p.copy_(0.5 + 0.1 * torch.randn_like(p))
             elif name.startswith(("interleaved_projections.", "interleaved_key_projections.")):
                 p.copy_(linear_std * torch.randn_like(p))
             elif name == "lm_head.weight" or name.startswith("transformer.h."):
@@ -352,7 +367,8 @@ def release_outputs(model, config, engine, tokens, prefill: int = PREFILL) -> di
     arrays = {"tokens": tokens.numpy(), "logits": logits_of(model, tokens).numpy()}
     model.zero_grad(set_to_none=True)
     # contiguous, as the release's dataloader gives them: its loss reads targets.view(-1)
-    loss = model(tokens[:, :-1].contiguous(), targets=tokens[:, 1:].contiguous())[0]
+    loss = model(tokens[:, :-1].contiguous(), targets=tokens[:, 1:].contiguous())
+    loss = loss[0] if isinstance(loss, tuple) else loss  # the LRT fork's (loss, ...), nanochat's loss
     loss.backward()
     arrays["loss"] = loss.detach().numpy()
     arrays |= {f"grad:{name}": p.grad.numpy() for name, p in model.named_parameters()}
@@ -425,7 +441,7 @@ def export_logits(out: Path, src: str, checkpoint_dir: Path, tokens_from: Path) 
     with np.load(tokens_from) as npz:
         tokens = torch.from_numpy(npz["tokens"])
     model = reload(gpt, checkpoint_manager, checkpoint_dir)
-    if model.config.use_interleaved:
+    if getattr(model.config, "use_interleaved", False):  # karpathy/nanochat's GPTConfig has no such field
         logits = sequential(model, model.config, engine, tokens).numpy()
     else:
         logits = logits_of(model, tokens).numpy()

@@ -9,8 +9,9 @@
 For each size, the release's model is built IN THE RELEASE'S CODE, in a process of its own run by
 --release_python (the environment, PYTHONPATH included, is passed on), with a random init, saved in its
 checkpoint format and run there; then here:
-  1. release  the release's driver (lrt: experiments/make_nanochat_fixture.py, t2mlr:
-              experiments/make_release_fixture.py; --size SIZE) writes
+  1. release  the release's driver (lrt: experiments/make_nanochat_fixture.py, nanochat:
+              experiments/make_karpathy_nanochat_fixture.py, t2mlr: experiments/make_release_fixture.py;
+              --size SIZE) writes
               OUT/SIZE/release/: model/ (the release's checkpoint) and release.npz (its tokens, logits,
               loss, every parameter's gradient and its cached decode; log in OUT/SIZE/release.log)
   2. ours     that checkpoint is imported through ours (load_pretrained) and our logits, loss, gradients
@@ -40,6 +41,9 @@ exact_forward; its train() forward (the Jacobi iteration) against our jacobi_for
 held as the logits are), whose loss and gradients are compared; the decode is its generate()'s path (an exact
 prefill that returns the KV cache, then a token per call with its carried recurrent state) against our
 cached decode.
+Sizes (nanochat: karpathy/nanochat's own GPT, --release_src a checkout of it at
+92d63d4 or near): tiny (3 layers, width 32, vocab 100, context 512; tokens 1 x 136, past its 128-key
+window; prefill 4) and d12, its default GPTConfig (as lrt's d12, windows 768 / 2048; tokens 1 x 64).
 
 Pass / fail, per size (t2mlr_jax.interop.parity.TOLERANCES): max |Δ logits| <= 1e-5 x max |logit| (each
 forward's own);
@@ -102,6 +106,12 @@ RELEASES = {
             "tiny_interleaved": "tiny, recurrent (interleaved)",
             "d12_interleaved": "d12, recurrent (interleaved)",
         },
+        probe="from nanochat import checkpoint_manager, engine, gpt",
+    ),
+    "nanochat": Release(
+        repo="karpathy/nanochat",
+        driver="experiments.make_karpathy_nanochat_fixture",
+        sizes={"tiny": "tiny", "d12": "release default (d12)"},
         probe="from nanochat import checkpoint_manager, engine, gpt",
     ),
     "t2mlr": Release(

@@ -110,7 +110,7 @@ class LoopedDecoder:
         cfg = self.model
         start, end = loop_range(cfg, self.start, self.end)
         ranges = [(0, start), *[(start, end + 1)] * self.repeats, (end + 1, cfg.num_layers)]
-        h, row = embed(cfg, params, tokens), 0
+        h, row = embed(cfg, params, tokens, cache), 0
         for first, last in ranges:
             out = run_blocks(cfg, params, h, first, last, positions=layout.positions,
                              segment_ids=layout.segment_ids, cache=cache, tokens=tokens,

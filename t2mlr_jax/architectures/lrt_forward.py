@@ -148,8 +148,10 @@ def feedback(
     )
 
 
-def vocab_inputs(cfg: LRTConfig, params: dict, tokens: Int[Array, "B T"]) -> Float[Array, "B T D"]:
-    x = embed(cfg.model, params, tokens)
+def vocab_inputs(
+    cfg: LRTConfig, params: dict, tokens: Int[Array, "B T"], cache: KVCache | None = None
+) -> Float[Array, "B T D"]:
+    x = embed(cfg.model, params, tokens, cache)
     return x if cfg.embed_scale == 1.0 else (x * cfg.embed_scale).astype(x.dtype)
 
 
@@ -303,7 +305,9 @@ def decode_step(
         hn, out = _run(cfg, params, h, slot_tokens, layout, m, thought, mlp_state, cache)
         return hn, advance(out.cache, 1)
 
-    hn, cache = slot(vocab_inputs(cfg, params, tokens), tokens, m, jnp.zeros(tokens.shape, bool), cache)
+    hn, cache = slot(
+        vocab_inputs(cfg, params, tokens, cache), tokens, m, jnp.zeros(tokens.shape, bool), cache
+    )
     latent, thought = jnp.full_like(tokens, LATENT), jnp.ones(tokens.shape, bool)
     hn, cache = jax.lax.fori_loop(
         0, thoughts, lambda _, carry: slot(carry[0], latent, carry[0], thought, carry[1]), (hn, cache)

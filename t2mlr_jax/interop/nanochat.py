@@ -1,6 +1,12 @@
 """nanochat's checkpoint format (karpathy/nanochat's checkpoint_manager, and the LRT release's fork of it)
 <-> our (ModelConfig, params).
 
+Two GPTs share the format, told apart by the GPTConfig its meta.json records: the LRT release's fork
+(its config has the fork's use_* / ve_gate_channels fields) and karpathy/nanochat's own as of 92d63d4
+(only the seven base fields), our `nanochat(variant="karpathy")`: smear (smear_gate [1, 24],
+smear_lambda [1]) and backout (backout_lambda [1]) besides the keys below, value-embedding gates over
+12 channels, RoPE base 100,000 with float32 tables (its COMPUTE_DTYPE on a CPU: exact parity is fp32's).
+
 A checkpoint folder holds model_<step>.pt (the GPT's state dict, torch.save) and meta_<step>.json (its
 GPTConfig under "model_config", with whatever else the trainer recorded); the largest step is read. The
 GPT it describes is our `nanochat()` backbone with a dense relu² MLP:
@@ -63,6 +69,20 @@ LAYER_KEYS = {  # ours under params["layers"] -> nanochat's key under transforme
     ("mlp", "down_proj"): "mlp.c_proj.weight",
 }
 VE_GATE = "attn.ve_gate.weight"
+# The LRT fork's GPTConfig fields: a config with none of them is karpathy/nanochat's (module docstring).
+LRT_FIELDS = (
+    "use_value_embeds",
+    "ve_every_layer",
+    "use_x0_residual",
+    "use_resid_lambdas",
+    "ve_gate_channels",
+    "use_interleaved",
+)
+KARPATHY_SCALARS = {  # ours -> karpathy/nanochat's key: smear's gate and scalar, backout's scalar
+    ("smear_gate",): "smear_gate.weight",
+    ("smear_lambda",): "smear_lambda",
+    ("backout_lambda",): "backout_lambda",
+}
 # The LRT release's interleaved (recurrent) GPT: its feedback is our LRT's (t2mlr_jax.architectures.lrt).
 FEEDBACK_KEYS = {
     ("lrt", "v_fb"): "interleaved_projections.{i}.W_v.weight",
@@ -93,10 +113,17 @@ def padded_vocab(vocab_size: int) -> int:
     return -(-vocab_size // PAD_VOCAB_TO) * PAD_VOCAB_TO
 
 
+def is_karpathy(gpt: dict) -> bool:
+    """Whether a GPTConfig (as meta.json records it) is karpathy/nanochat's own GPT, not the LRT fork's."""
+    return not any(field in gpt for field in LRT_FIELDS)
+
+
 def model_config_from_nanochat(gpt: dict, *, param_dtype: str = "float32") -> ModelConfig:
     """Our ModelConfig of a nanochat GPTConfig (as its meta.json records it); what we cannot compute exactly
     is one error listing every such setting."""
     gpt = {"window_pattern": "L", **gpt}  # checkpoint_manager's default for checkpoints from before windows
+    if is_karpathy(gpt):
+        return _karpathy_config(gpt, param_dtype)
     problems = []
     if gpt.get("use_resid_lambdas", True) != gpt.get("use_x0_residual", True):
         problems.append("use_resid_lambdas and use_x0_residual differ: ours has both scalars or neither")
@@ -124,6 +151,33 @@ def model_config_from_nanochat(gpt: dict, *, param_dtype: str = "float32") -> Mo
     ).validate()
 
 
+def _karpathy_config(gpt: dict, param_dtype: str) -> ModelConfig:
+    """karpathy/nanochat's GPT (92d63d4): its every convention is the preset's variant="karpathy"."""
+    if gpt["n_embd"] % gpt["n_head"]:
+        refuse(
+            [f"n_embd {gpt['n_embd']} is not a multiple of n_head {gpt['n_head']}"],
+            "this nanochat checkpoint",
+        )
+    width, seq_len, pattern = gpt["n_embd"], gpt["sequence_len"], gpt["window_pattern"].upper()
+    changes = {} if "S" in pattern else {"sliding_window": None}
+    return nanochat(
+        gpt["n_layer"],
+        seq_len=seq_len,
+        width=width,
+        head_dim=width // gpt["n_head"],
+        variant="karpathy",
+        vocab_size=gpt["vocab_size"],
+        num_kv_heads=gpt["n_kv_head"],
+        mlp="relu2",
+        mlp_dim=4 * width,
+        window_pattern=pattern,
+        rope_table_dtype="float32",
+        dtype="float32",
+        param_dtype=param_dtype,
+        **changes,
+    ).validate()
+
+
 def nanochat_gpt_config(cfg: ModelConfig, *, interleaved: bool = False) -> dict:
     """The GPTConfig fields of our model (with `interleaved`, the LRT release's recurrent GPT), refused
     (every problem listed) unless nanochat's GPT computes it."""
@@ -135,13 +189,9 @@ def nanochat_gpt_config(cfg: ModelConfig, *, interleaved: bool = False) -> dict:
         "n_kv_head": cfg.num_kv_heads,
         "n_embd": cfg.hidden_size,
         "window_pattern": cfg.window_pattern,
-        "use_value_embeds": cfg.value_embeds,  # (ignored by an interleaved model: its init ones replace them)
-        "ve_every_layer": cfg.ve_every_layer and not interleaved,
-        "use_x0_residual": cfg.resid_scalars,
-        "use_resid_lambdas": cfg.resid_scalars,
-        "ve_gate_channels": cfg.gate_channels,
-        "use_interleaved": interleaved,
     }
+    if cfg.smear_channels is None:  # karpathy/nanochat's GPT has smear, the LRT fork's has not
+        gpt |= _lrt_fields(cfg, interleaved)
     expected = model_config_from_nanochat(gpt, param_dtype=cfg.param_dtype)
     differ = [
         f"{f.name}: {getattr(cfg, f.name)!r} (nanochat's: {getattr(expected, f.name)!r})"
@@ -151,6 +201,18 @@ def nanochat_gpt_config(cfg: ModelConfig, *, interleaved: bool = False) -> dict:
     ]
     refuse(differ, "a nanochat export (its GPT computes only its own backbone)")
     return gpt
+
+
+def _lrt_fields(cfg: ModelConfig, interleaved: bool) -> dict:
+    """The LRT fork's own GPTConfig fields of our model."""
+    return {
+        "use_value_embeds": cfg.value_embeds,  # (ignored by an interleaved model: its init ones replace them)
+        "ve_every_layer": cfg.ve_every_layer and not interleaved,
+        "use_x0_residual": cfg.resid_scalars,
+        "use_resid_lambdas": cfg.resid_scalars,
+        "ve_gate_channels": cfg.gate_channels,
+        "use_interleaved": interleaved,
+    }
 
 
 def _rotated(array: np.ndarray) -> np.ndarray:
@@ -177,6 +239,9 @@ def _entries(cfg: ModelConfig, interleaved: bool):
     if cfg.resid_scalars:
         for name in ("resid_lambdas", "x0_lambdas"):
             yield name, (name,), None, specs[(name,)].shape, 0
+    for path, key in KARPATHY_SCALARS.items():
+        if path in specs:
+            yield key, path, None, specs[path].shape, specs[path].in_dims
     if interleaved:
         yield "interleaved_lambdas", ("lrt", "gamma"), None, specs[("lrt", "gamma")].shape, 0
 
@@ -213,6 +278,11 @@ def from_nanochat_state(cfg: ModelConfig, state: dict[str, np.ndarray], *, inter
     entries = list(_entries(cfg, interleaved))
     expected = _vocab_tables(cfg, interleaved) | _triple_gates(cfg, interleaved)
     expected |= {key: torch_shape(shape, in_dims) for key, _, _, shape, in_dims in entries}
+    if cfg.smear_channels is not None and not set(KARPATHY_SCALARS.values()) & set(state):
+        refuse(
+            ["no smear / backout weights: karpathy/nanochat's GPT from before them (only 92d63d4's imports)"],
+            "this nanochat state dict",
+        )
     problems = [f"missing key {k}" for k in expected if k not in state]
     problems += [f"unexpected key {k}" for k in sorted(set(state) - set(expected))]
     problems += [

@@ -9,8 +9,8 @@ baselines) is a composition of these three (`head` = `unembed(final_norm(h))`).
 The block is assembled from config-chosen parts (QK-norm and its order, per-layer sliding windows,
 attention / output logit softcaps, the MLP from the `layers.MLPS` registry with its optional
 non-gradient state and per-layer stats, norms with or without weights, nanochat's resid / x0 scalars and
-value embeddings); per-layer choices (window sizes, value embeddings, scalars) are scanned arrays, so
-the stack still compiles once.
+value embeddings, karpathy/nanochat's smear in `embed` and backout in `run_blocks`); per-layer choices
+(window sizes, value embeddings, scalars) are scanned arrays, so the stack still compiles once.
 Variants that feed state back into the blocks (LRT memory, thought tokens) pass a `Feedback`, one
 hook point rather than a branch per variant.
 """
@@ -41,13 +41,15 @@ class KVCache(NamedTuple):
     """Keys/values of every layer for S slots; `index` is the next slot to write (shared by the batch).
 
     `segment_ids` marks which slots hold which document (0 = empty or padding), so left-padded rows and
-    packed documents mask themselves exactly as in a parallel forward.
+    packed documents mask themselves exactly as in a parallel forward; `tokens` the token of each slot
+    (LATENT where none), which smear reads back for the token after it.
     """
 
     k: Float[Array, "L B S K E"]
     v: Float[Array, "L B S K E"]
     segment_ids: Int[Array, "B S"]
     index: Int[Array, ""]
+    tokens: Int[Array, "B S"]
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int) -> KVCache:
@@ -58,6 +60,7 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int) -> KVCache:
         jnp.zeros(shape, dtype),
         jnp.zeros((batch, max_len), jnp.int32),
         jnp.zeros((), jnp.int32),
+        jnp.full((batch, max_len), LATENT, jnp.int32),
     )
 
 
@@ -142,13 +145,45 @@ def _norm_weight(params: dict, name: str, dtype: str):
     return params[name].astype(dtype) if name in params else None
 
 
-def embed(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"]) -> Float[Array, "B T D"]:
+def _token_embedding(cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"]) -> Float[Array, "B T D"]:
     h = jnp.take(params["embed_tokens"], tokens, axis=0).astype(cfg.dtype)
     if cfg.embed_scale:  # HF Gemma: sqrt(hidden_size) cast to the embedding's dtype
         h = h * jnp.asarray(cfg.hidden_size**0.5, h.dtype)
     if cfg.embed_norm:
         h = rms_norm(h, _norm_weight(params, "embed_norm", cfg.dtype), cfg.norm_eps, cfg.norm_offset)
+    return h
+
+
+def embed(
+    cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], cache: KVCache | None = None
+) -> Float[Array, "B T D"]:
+    """The stream entering block 0. With smear, each token's previous one is the row's token before it,
+    or for the first, the cache's last vocabulary token (thought slots skipped) when decoding with a
+    `cache` (none at a row's start)."""
+    h = _token_embedding(cfg, params, tokens)
+    if cfg.smear_channels is not None:
+        h = _smear(cfg, params, h, cache)
     return constrain(h, RESIDUAL_AXES)
+
+
+def _smear(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"], cache: KVCache | None):
+    """karpathy/nanochat's smear: h_t + λ σ(W h_t[:C]) h_(t-1), on the token embeddings."""
+    if cache is None:
+        first = jnp.zeros_like(h[:, :1])
+    else:
+        slots = jnp.arange(cache.tokens.shape[1])
+        written = (slots < cache.index) & (cache.tokens >= 0)
+        last = jnp.take_along_axis(
+            cache.tokens, jnp.argmax(jnp.where(written, slots, -1), axis=1)[:, None], 1
+        )
+        last = jnp.where(written.any(axis=1, keepdims=True), last, LATENT)
+        first = _token_embedding(cfg, params, jnp.maximum(last, 0)) * (last >= 0)[..., None].astype(h.dtype)
+    previous = jnp.concatenate([first, h[:, :-1]], axis=1)
+    w = params["smear_gate"].astype(cfg.dtype)
+    gate = params["smear_lambda"].astype(cfg.dtype) * jax.nn.sigmoid(
+        jnp.einsum("btc,co->bto", h[..., : w.shape[0]], w)
+    )
+    return h + gate * previous
 
 
 def final_norm(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"]) -> Float[Array, "B T D"]:
@@ -234,10 +269,13 @@ def cache_keys(
     )
 
 
-def kv_head_gate(x: Float[Array, "B T D"], weight: Float[Array, "C N"]) -> Float[Array, "B T N"]:
-    """nanochat's per-kv-head gate 2 sigmoid(W x[..., :C]): 1 at a zero-initialised W, in (0, 2)."""
+def kv_head_gate(
+    x: Float[Array, "B T D"], weight: Float[Array, "C N"], scale: float = 2.0
+) -> Float[Array, "B T N"]:
+    """nanochat's per-kv-head gate `scale` sigmoid(W x[..., :C]), in (0, scale): the LRT release's scale 2
+    (1 at a zero-initialised W), karpathy/nanochat's value embeddings' 3."""
     c = weight.shape[0]
-    return 2.0 * jax.nn.sigmoid(
+    return scale * jax.nn.sigmoid(
         jnp.einsum("btc,cn->btn", x[..., :c], weight, preferred_element_type=jnp.float32)
     )
 
@@ -277,7 +315,8 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
         None if fb is None or fb.capture_fn is None else fb.capture_fn(layer.feedback, fb.inputs, x, k, v)
     )
     if layer.value_embed is not None:
-        v = v + (kv_head_gate(x, a["ve_gate"])[..., None] * layer.value_embed).astype(v.dtype)
+        gate = kv_head_gate(x, a["ve_gate"], cfg.ve_gate_scale)[..., None]
+        v = v + (gate * layer.value_embed).astype(v.dtype)
     k = _qk(cfg, k, a.get("k_norm"), step.positions, layer.rope_theta)
     keys, values = k, v
     if kv is not None:  # write this step's slots first, then read the layer: the update stays in place
@@ -384,6 +423,8 @@ def run_blocks(
     then count positions, not slots.
     `cache_slots` (with a cache): the slots this call's tokens take, shared by the batch, in place of
     cache.index + [0, T) (the LRT's interleaved training rewrites every N-th slot of a full pass's keys).
+    With backout, a range ending at the last block subtracts the output of block `cfg.backout_layer`, so
+    it must start at or before that block.
     """
     if end <= start:
         return BlocksOut(h, cache, {})
@@ -392,8 +433,60 @@ def run_blocks(
             raise ValueError(
                 f"run_blocks: resid_scalars needs the tokens for a range starting at block {start}"
             )
-        x0 = h if tokens is None else embed(cfg, params, tokens)
+        x0 = h if tokens is None else embed(cfg, params, tokens, cache)
     x0 = x0 if cfg.resid_scalars else None
+    blocks = lambda h, a, z, cache, row: _run_range(
+        cfg,
+        params,
+        h,
+        a,
+        z,
+        positions,
+        segment_ids,
+        cache,
+        feedback,
+        tokens,
+        x0,
+        mlp_state,
+        row,
+        mask,
+        cache_slots,
+    )
+    if not (cfg.backout and end == cfg.num_layers):
+        return blocks(h, start, end, cache, cache_row)
+    cut = cfg.backout_layer + 1
+    if start >= cut or cache_row not in (None, start):
+        raise ValueError(
+            f"run_blocks: backout subtracts block {cfg.backout_layer}'s output: blocks [{start}, {end}) "
+            "must start at or before it, each block once (no cache_row)"
+        )
+    lower = blocks(h, start, cut, cache, None)
+    upper = blocks(lower.h, cut, end, lower.cache, None)
+    h = upper.h - params["backout_lambda"].astype(cfg.dtype) * lower.h
+    stacked = lambda a, b: jax.tree.map(lambda *x: jnp.concatenate(x), a, b)
+    return BlocksOut(
+        h, upper.cache, stacked(lower.stats, upper.stats), stacked(lower.captured, upper.captured)
+    )
+
+
+def _run_range(
+    cfg,
+    params,
+    h,
+    start,
+    end,
+    positions,
+    segment_ids,
+    cache,
+    feedback,
+    tokens,
+    x0,
+    mlp_state,
+    cache_row,
+    mask,
+    cache_slots,
+) -> BlocksOut:
+    """`run_blocks` on blocks [start, end) once x0 is known, backout aside."""
     layers = _block_params(cfg, params["layers"], start, end)
     per_layer = _layer_slices(cfg, params, start, end, feedback, tokens, mlp_state)
     b, t = positions.shape
@@ -419,21 +512,24 @@ def run_blocks(
     else:
         if mask is not None:
             raise ValueError("run_blocks: a custom mask is for a call without a cache")
+        slot_tokens = jnp.full((b, t), LATENT, jnp.int32) if tokens is None else tokens.astype(jnp.int32)
         if cache_slots is None:
             where = cache.index
             key_segments = jax.lax.dynamic_update_slice_in_dim(
                 cache.segment_ids, segment_ids, cache.index, axis=1
             )
+            written = jax.lax.dynamic_update_slice_in_dim(cache.tokens, slot_tokens, cache.index, axis=1)
             q_slots = cache.index + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
         else:
             where = jnp.asarray(cache_slots, jnp.int32)
             key_segments = cache.segment_ids.at[:, where].set(segment_ids)
+            written = cache.tokens.at[:, where].set(slot_tokens)
             q_slots = jnp.broadcast_to(where, (b, t))
         k_slots = jnp.broadcast_to(jnp.arange(key_segments.shape[1], dtype=jnp.int32), key_segments.shape)
         mask = attention_mask(segment_ids, key_segments, q_slots, k_slots)
         distance = q_slots[:, :, None] - k_slots[:, None, :] if windowed else None
         step = _Step(positions, mask, distance, feedback, x0)
-        cache = cache._replace(segment_ids=key_segments)
+        cache = cache._replace(segment_ids=key_segments, tokens=written)
         if not isinstance(layers, list):
             layers = [jax.tree.map(lambda a: a[i], layers) for i in range(end - start)]
 

@@ -90,14 +90,19 @@ WINDOW_KINDS = ("S", "L")
 MLP_NAMES: set[str] = {"swiglu", "relu2", "geglu"}
 # normal: every weight N(0, init_std) (HF Llama). nanochat: embeddings N(0, 1), input projections
 # U(±sqrt(3/d)), output projections (o_proj, MLP down) zero, lm_head N(0, 0.001), gates zero.
-INIT_SCHEMES = ("normal", "nanochat")
+# nanochat_karpathy: karpathy/nanochat's init_weights (92d63d4): nanochat's, but embeddings N(0, 0.8), the
+# relu² MLP's up projection at 0.4 times the bound, value-embedding and smear gates U(0, 0.02), λ_resid
+# from 1.15 down to 1.05 and λ_x0 from 0.2 down to 0.05 linearly over the layers.
+INIT_SCHEMES = ("normal", "nanochat", "nanochat_karpathy")
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """A decoder assembled from parts; the defaults are exactly Llama / SmolLM2, whose parameter names
     (HF Llama's) make conversion a table. NanoChat-style: norm_weights=False, embed_norm=True,
-    qk_norm="after_rope", window_pattern="SSSL", mlp="relu2", tie_embeddings=False, logit_softcap=15.
+    qk_norm="after_rope", window_pattern="SSSL", mlp="relu2", tie_embeddings=False, logit_softcap=15
+    (karpathy/nanochat's own GPT adds smear_channels, backout, ve_gate_scale: the `nanochat` preset's
+    variant="karpathy").
     """
 
     vocab_size: int
@@ -157,6 +162,13 @@ class ModelConfig:
     value_embeds: bool = False
     ve_every_layer: bool = False  # value embeddings on every layer (the LRT release's interleaved models)
     gate_channels: int = 32  # input channels of the per-kv-head gates (value embeddings, LRT feedback)
+    ve_gate_scale: float = 2.0  # the value embeddings' gate is ve_gate_scale * sigmoid (karpathy/nanochat: 3)
+    # karpathy/nanochat's smear: the (normed) embedding of token t gets λ_smear σ(W e_t[:smear_channels])
+    # times token t-1's added (none at a row's first token); None: off.
+    smear_channels: int | None = None
+    # karpathy/nanochat's backout: the stream after block num_layers // 2, times a learned λ_backout, is
+    # subtracted from the last block's output before the final norm.
+    backout: bool = False
     # Mixture of experts (mlp="moe", t2mlr_jax.model.moe): `moe_experts` routed experts of width moe_dim
     # (None = mlp_dim), each token to its top `moe_top_k` by a sigmoid router, plus `moe_shared` experts
     # every token uses. Expert capacity is capacity_factor * tokens * top_k / experts (None: no token is
@@ -290,13 +302,22 @@ class ModelConfig:
             raise ValueError(f"mlp must be one of {sorted(MLP_NAMES)}, got {self.mlp!r}")
         if self.init_scheme not in INIT_SCHEMES:
             raise ValueError(f"init_scheme must be one of {INIT_SCHEMES}, got {self.init_scheme!r}")
-        for name in ("resid_scalars", "value_embeds", "ve_every_layer", "last_layer_full"):
+        for name in ("resid_scalars", "value_embeds", "ve_every_layer", "last_layer_full", "backout"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.gate_channels < 1 or self.value_embeds and self.gate_channels > self.hidden_size:
             raise ValueError(
                 f"gate_channels must be in [1, hidden_size={self.hidden_size}], got {self.gate_channels}"
             )
+        if not self.ve_gate_scale > 0:
+            raise ValueError(f"ve_gate_scale must be > 0, got {self.ve_gate_scale!r}")
+        smear = self.smear_channels
+        if smear is not None and (isinstance(smear, bool) or not 1 <= smear <= self.hidden_size):
+            raise ValueError(
+                f"smear_channels must be None or in [1, hidden_size={self.hidden_size}], got {smear!r}"
+            )
+        if self.backout and self.num_layers < 2:
+            raise ValueError("backout needs num_layers >= 2: it subtracts block num_layers // 2's output")
         if self.mlp == "moe":
             self._validate_moe()
 
@@ -327,6 +348,11 @@ class ModelConfig:
     @property
     def expert_dim(self) -> int:
         return self.mlp_dim if self.moe_dim is None else self.moe_dim
+
+    @property
+    def backout_layer(self) -> int | None:
+        """The block whose output backout subtracts (num_layers // 2, nanochat's), None without backout."""
+        return self.num_layers // 2 if self.backout else None
 
     @property
     def value_embed_layers(self) -> tuple[int, ...]:
@@ -409,8 +435,22 @@ def s5_tiny(**changes) -> ModelConfig:
 TORCH_RMS_NORM_EPS = 2.0**-23
 
 
+NANOCHAT_VARIANTS = ("lrt", "karpathy")
+
+
+def nanochat_short_window(seq_len: int) -> int:
+    """karpathy/nanochat's "S" window: a quarter of the context rounded up to FA3's 128-key tile."""
+    return -(-seq_len // 4 // 128) * 128
+
+
 def nanochat(
-    depth: int, *, seq_len: int = 2048, width: int | None = None, head_dim: int = 128, **changes
+    depth: int,
+    *,
+    seq_len: int = 2048,
+    width: int | None = None,
+    head_dim: int = 128,
+    variant: str = "lrt",
+    **changes,
 ) -> ModelConfig:
     """nanochat's backbone at a depth as the LRT paper trains it: width 64 * depth in heads of 128 (as
     many kv heads), relu² MoE (8 routed experts of width 4d/3, top-2, one shared expert: the active MLP
@@ -419,8 +459,27 @@ def nanochat(
     per-layer resid / x0 scalars, value embeddings on alternating layers, windows "SSSL" with S = half
     the context, nanochat's init. 16 layers: 0.80B parameters, 20 layers: 1.42B (the paper reports 0.8B /
     1.3B) with nanochat's 32,768-token vocabulary. `width` / `head_dim` shrink it (CPU presets); the MLP
-    widths follow the width."""
+    widths follow the width. variant="karpathy" is karpathy/nanochat's own GPT as of 92d63d4 instead of
+    the LRT release's fork: RoPE base 100,000, "S" = a quarter of the context rounded up to 128, queries
+    and keys times 1.2 after their norm (attention logits scaled 1.44 / sqrt(head_dim)), value-embedding
+    gates 3 sigmoid of 12 channels, smear over 24 channels, backout, its dense relu² MLP (width 4d) and
+    its init_weights (init_scheme "nanochat_karpathy")."""
+    if variant not in NANOCHAT_VARIANTS:
+        raise ValueError(f"nanochat variant must be one of {NANOCHAT_VARIANTS}, got {variant!r}")
     width = width or -(-64 * depth // head_dim) * head_dim
+    if variant == "karpathy":
+        changes = {
+            "rope_theta": 100_000.0,
+            "sliding_window": nanochat_short_window(seq_len),
+            "query_pre_attn_scalar": head_dim / 1.2**4,
+            "gate_channels": 12,
+            "ve_gate_scale": 3.0,
+            "smear_channels": 24,
+            "backout": True,
+            "init_scheme": "nanochat_karpathy",
+            "mlp": "relu2",
+            **changes,
+        }
     return ModelConfig(
         vocab_size=32768,
         hidden_size=width,

@@ -250,22 +250,28 @@ def relu2(
 # ---------------------------------------------------------------------------------------------
 # Initialisation by role, per `ModelConfig.init_scheme`; every table (backbone, MLPs, variants) asks here.
 
-ROLES = ("in", "out", "embedding", "head", "gate")
+ROLES = ("in", "mlp_in", "out", "embedding", "head", "gate", "token_gate")
 
 
 def weight_init(cfg: ModelConfig, role: str):
-    """The initializer of a weight by its role: an input projection ("in"), an output projection into the
-    residual stream ("out"), the embedding table, the LM head, or a zero-started gate projection."""
+    """The initializer of a weight by its role: an input projection ("in"; "mlp_in": the relu² MLP's), an
+    output projection into the residual stream ("out"), the embedding table, the LM head, a zero-started
+    gate projection ("gate"), or nanochat's gates on token embeddings ("token_gate": value embeddings',
+    smear's)."""
     if role not in ROLES:
         raise ValueError(f"weight role must be one of {ROLES}, got {role!r}")
-    if role == "gate":
+    karpathy = cfg.init_scheme == "nanochat_karpathy"
+    if role == "token_gate" and karpathy:
+        return lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, 0.0, 0.02)
+    if role in ("gate", "token_gate"):
         return zeros
     if cfg.init_scheme == "normal":
         return normal(cfg.init_std)
     return {
         "in": uniform(cfg.hidden_size**-0.5),
+        "mlp_in": uniform((0.4 if karpathy else 1.0) * cfg.hidden_size**-0.5),
         "out": zeros,
-        "embedding": normal(1.0),
+        "embedding": normal(0.8 if karpathy else 1.0),
         "head": normal(0.001),
     }[role]
 
@@ -328,7 +334,7 @@ def _swiglu_specs(cfg: ModelConfig) -> dict:
 def _relu2_specs(cfg: ModelConfig) -> dict:
     d, f = cfg.hidden_size, cfg.mlp_dim
     return {
-        "up_proj": layer_matrix(cfg, (d, f), ("embed", "mlp")),
+        "up_proj": layer_matrix(cfg, (d, f), ("embed", "mlp"), role="mlp_in"),
         "down_proj": layer_matrix(cfg, (f, d), ("mlp", "embed"), role="out"),
     }
 

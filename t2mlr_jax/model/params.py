@@ -9,6 +9,7 @@ Weights are stored [in, out] (JAX convention); interop transposes to PyTorch's [
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 from t2mlr_jax.model import moe  # noqa: F401  (registers mlp="moe")
 from t2mlr_jax.model.config import ModelConfig
@@ -38,7 +39,7 @@ def backbone_specs(cfg: ModelConfig) -> dict:
         attn["q_norm"] = norm((n_layers, e), ("layers", "head_dim"))
         attn["k_norm"] = norm((n_layers, e), ("layers", "head_dim"))
     if cfg.value_embeds:  # every layer has a gate; those without a value embedding leave it unused
-        attn["ve_gate"] = layer_matrix(cfg, (cfg.gate_channels, k), ("embed", "kv_heads"), role="gate")
+        attn["ve_gate"] = layer_matrix(cfg, (cfg.gate_channels, k), ("embed", "kv_heads"), role="token_gate")
     specs = {
         "embed_tokens": ParamSpec((v, d), ("vocab", "embed"), weight_init(cfg, "embedding"), "embedding"),
         "layers": {
@@ -57,8 +58,18 @@ def backbone_specs(cfg: ModelConfig) -> dict:
     if not cfg.tie_embeddings:
         specs["lm_head"] = ParamSpec((d, v), ("embed", "vocab"), weight_init(cfg, "head"), "head", 1)
     if cfg.resid_scalars:
-        specs["resid_lambdas"] = ParamSpec((n_layers,), ("layers",), constant(1.0), "residual")
-        specs["x0_lambdas"] = ParamSpec((n_layers,), ("layers",), constant(0.1), "skip")
+        resid, x0 = _resid_inits(cfg)
+        specs["resid_lambdas"] = ParamSpec((n_layers,), ("layers",), resid, "residual")
+        specs["x0_lambdas"] = ParamSpec((n_layers,), ("layers",), x0, "skip")
+    # karpathy/nanochat's smear and backout scalars share one no-decay group (kind "gate") as in nanochat
+    if cfg.smear_channels is not None:  # λ_smear starts at 0: the smear starts closed
+        gate = weight_init(cfg, "token_gate")
+        specs["smear_gate"] = ParamSpec(
+            (cfg.smear_channels, 1), (None, None), gate, "gate", 1
+        )  # tiny: replicated
+        specs["smear_lambda"] = ParamSpec((1,), (None,), zeros, "gate")
+    if cfg.backout:
+        specs["backout_lambda"] = ParamSpec((1,), (None,), constant(0.2), "gate")
     if cfg.value_embeds:  # initialised like v_proj (nanochat)
         specs["value_embeds"] = ParamSpec(
             (len(cfg.value_embed_layers), v, k, e),
@@ -67,6 +78,15 @@ def backbone_specs(cfg: ModelConfig) -> dict:
             "embedding",
         )
     return _drop_none(specs)
+
+
+def _resid_inits(cfg: ModelConfig):
+    """λ_resid's and λ_x0's initializers: 1 and 0.1, or karpathy/nanochat's lines over the layers."""
+    if cfg.init_scheme != "nanochat_karpathy":
+        return constant(1.0), constant(0.1)
+    depth = jnp.arange(cfg.num_layers, dtype=jnp.float32) / max(cfg.num_layers - 1, 1)
+    line = lambda start, drop: lambda key, shape, dtype: (start - drop * depth).astype(dtype)
+    return line(1.15, 0.10), line(0.20, 0.15)
 
 
 def _drop_none(tree: dict) -> dict:

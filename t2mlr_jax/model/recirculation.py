@@ -56,7 +56,7 @@ def two_stack_step(
     """Both passes of the next T tokens with the KV cache (T = 1 for exact serial semantics). The second
     pass overwrites the first pass's keys/values in blocks d+1..s."""
     h, cache = layout_blocks(
-        cfg, params, embed(cfg, params, tokens), 0, rc.destination + 1, layout, tokens, cache
+        cfg, params, embed(cfg, params, tokens, cache), 0, rc.destination + 1, layout, tokens, cache
     )
     z_src, cache = layout_blocks(cfg, params, h, rc.destination + 1, rc.source + 1, layout, tokens, cache)
     h = rc(h, z_src, layout.positions, params.get(ADAPTIVE))
@@ -123,7 +123,7 @@ def two_stack_parallel(
     layout = layout or make_layout(tokens)
     t = tokens.shape[1]
     lower, cache = layout_blocks(
-        cfg, params, embed(cfg, params, tokens), 0, rc.destination + 1, layout, tokens, cache
+        cfg, params, embed(cfg, params, tokens, cache), 0, rc.destination + 1, layout, tokens, cache
     )
     both = Layout(*(jnp.concatenate([a, a], axis=1) for a in layout))
     both_tokens = jnp.concatenate([tokens, tokens], axis=1)

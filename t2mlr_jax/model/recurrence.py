@@ -183,7 +183,7 @@ def jacobi_forward(
     """
     layout = layout or make_layout(tokens)
     rec = cfg.recurrence
-    h = embed(cfg, params, tokens)
+    h = embed(cfg, params, tokens, cache)
     if rec is None:
         return _plain_pass(cfg, params, h, layout, cache, tokens, jnp.zeros(h.shape[::2], h.dtype))
     d_forward = rec.d_forward if d_forward is None else d_forward
@@ -235,7 +235,7 @@ def decode_step(
 
     `recurrent_state` is the previous token's cache; it is reset to zero at a document start.
     """
-    h = embed(cfg, params, tokens)
+    h = embed(cfg, params, tokens, cache)
     if cfg.recurrence is None:
         return _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state)
     r = jnp.where((layout.positions == 0)[..., None], 0.0, recurrent_state[:, None].astype(h.dtype))

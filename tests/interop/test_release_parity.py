@@ -42,7 +42,7 @@ def fixture_outputs():
 def fake_checkout(path: Path, *, lrt: bool = True) -> Path:
     """The files by which the tool recognises a checkout (nothing that runs)."""
     (path / "nanochat").mkdir(parents=True)
-    (path / "nanochat/gpt.py").write_text("use_interleaved = False\n" if lrt else "n_layer = 12\n")
+    (path / "nanochat/gpt.py").write_text("use_interleaved = False\n" if lrt else "smear_gate = None\n")
     for name in ("checkpoint_manager.py", "engine.py"):
         (path / "nanochat" / name).write_text("")
     return path
@@ -69,6 +69,11 @@ def test_help(capsys):
         ("no checkout", "no such directory"),
         ("not the release", "is not a checkout of OoDBag/Latent_recurrent_transformer"),
         ("karpathy's nanochat", "has no use_interleaved"),
+        (
+            "the LRT fork as nanochat",
+            "not a checkout of karpathy/nanochat (nanochat/gpt.py has no smear_gate",
+        ),
+        ("a size nanochat lacks", "unknown size tiny_interleaved (--release nanochat has tiny, d12)"),
         ("python not executable", "is not an executable"),
         ("python cannot run it", "cannot run the release"),
         ("unknown size", "unknown size d99"),
@@ -79,7 +84,7 @@ def test_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys, case,
     src, python, extra = tmp_path / "lrt", sys.executable, []
     if case == "not the release":
         src.mkdir()
-    elif case == "karpathy's nanochat":
+    elif case in ("karpathy's nanochat", "a size nanochat lacks"):
         fake_checkout(src, lrt=False)
     elif case != "no checkout":
         fake_checkout(src)
@@ -92,6 +97,10 @@ def test_bad_input_is_one_error_line_and_nothing_written(tmp_path, capsys, case,
         extra = ["--sizes", "tiny,d99"]
     elif case == "unknown release":
         extra = ["--release", "nosuch"]
+    elif case == "the LRT fork as nanochat":
+        extra = ["--release", "nanochat"]
+    elif case == "a size nanochat lacks":
+        extra = ["--release", "nanochat", "--sizes", "tiny_interleaved"]
     refused(capsys, tmp_path / "out", message, "--release_src", src, "--release_python", python, *extra)
 
 

@@ -361,6 +361,10 @@ NANOCHAT = BASE.replace(
     gate_channels=8,
     init_scheme="nanochat",
 )
+# karpathy/nanochat's own GPT adds smear (the cache keeps the last token for it) and backout.
+KARPATHY = NANOCHAT.replace(
+    smear_channels=8, backout=True, ve_gate_scale=3.0, init_scheme="nanochat_karpathy"
+)
 QWEN_LIKE = BASE.replace(qk_norm="before_rope", window_pattern="S", sliding_window=3, attn_softcap=2.0)
 GEMMA_LIKE = BASE.replace(
     norm_offset=True,
@@ -377,7 +381,7 @@ GEMMA_LIKE = BASE.replace(
 
 
 def _cached_step(cfg, params, fb_params, cache, toks, positions, m):
-    h = backbone.embed(cfg, params, toks)
+    h = backbone.embed(cfg, params, toks, cache)
     fb = _lrt_feedback(fb_params, {"m": m, "x0": h})
     out = backbone.run_blocks(
         cfg,
@@ -403,13 +407,13 @@ GEMMA_LAST_SLIDING = GEMMA_LIKE.replace(window_pattern="SSL", last_layer_full=Fa
 
 @pytest.mark.parametrize(
     "cfg",
-    [NANOCHAT, QWEN_LIKE, GEMMA_LIKE, GEMMA_LAST_SLIDING],
-    ids=["nanochat", "qwen_like", "gemma_like", "gemma_last_sliding"],
+    [NANOCHAT, KARPATHY, QWEN_LIKE, GEMMA_LIKE, GEMMA_LAST_SLIDING],
+    ids=["nanochat", "karpathy_nanochat", "qwen_like", "gemma_like", "gemma_last_sliding"],
 )
 def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
     cfg = cfg.validate()
     params = tiny_params(cfg, seed=1)
-    if cfg.init_scheme == "nanochat" or cfg.norm_offset:  # zero-initialised weights would hide paths
+    if cfg.init_scheme != "normal" or cfg.norm_offset:  # zero-initialised weights would hide paths
         params = jax.tree.map(lambda x: x + 0.2 * jax.random.normal(jax.random.PRNGKey(8), x.shape), params)
     if "q_norm" in params["layers"]["self_attn"]:
         for name in ("q_norm", "k_norm"):
@@ -434,6 +438,22 @@ def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
 
 # ---------------------------------------------------------------------------------------------
 # nanochat's parts: per-layer resid / x0 scalars, value embeddings on alternating layers, its init.
+
+
+def test_smear_reads_the_caches_last_vocabulary_token():
+    """Decoding, a token's smear mixes in the last vocabulary token the cache holds (a thought slot, LATENT,
+    is skipped), as the row's token before it in a parallel pass; nothing at an empty cache."""
+    cfg = KARPATHY.validate()
+    params = jax.tree.map(lambda x: x + 0.2, tiny_params(cfg, seed=1))
+    parallel = backbone.embed(cfg, params, TOKS[:, :2])
+    cache = backbone.init_cache(cfg, B, 4)
+    cache = cache._replace(tokens=cache.tokens.at[:, 0].set(TOKS[:, 0]), index=jnp.int32(2))  # slot 1: LATENT
+    np.testing.assert_allclose(backbone.embed(cfg, params, TOKS[:, 1:2], cache), parallel[:, 1:], atol=1e-6)
+    fresh = backbone.init_cache(cfg, B, 4)
+    np.testing.assert_array_equal(
+        backbone.embed(cfg, params, TOKS[:, 1:2], fresh), backbone.embed(cfg, params, TOKS[:, 1:2])
+    )
+    assert differs(parallel[:, 1:], backbone.embed(cfg, params, TOKS[:, 1:2]))
 
 
 def test_nanochat_init_scheme():
