@@ -1,0 +1,119 @@
+"""PonderLM-2's release format (LUMIA-Group/PonderLM-2, a LLaMA-Factory fork) <-> our arch "ponderlm2" on a
+Llama backbone.
+
+The release saves its model with transformers' save_pretrained: an HF Llama folder (safetensors, keys as
+transformers' LlamaForCausalLM) whose config.json also holds the fields its loader.load_model sets from the
+training flags (hparams/model_args.py):
+  recurrent_model           its pondering forward (modeling_llama.py); False is the plain Llama baseline
+  num_latent_thoughts       K, thought slots per token
+  scale_embeds              token embeddings x sqrt(2.5 H) (interpolation=False; with interpolation, sqrt(H))
+  interpolation             thoughts fed a softmax-weighted mix of embeddings instead of the hidden state
+  interpolation_use_topk    (with interpolation) that mix over the top-k logits only
+  num_jacobi_iterations     R, the Jacobi refinements of its evaluation (and of training unless random)
+  random_jacobi_iterations  training draws R uniformly from {2, 3} per step
+Its weights are our Llama backbone's exactly (interop/hf.py reads them); its fields are our `ponderlm2`
+section (`ponderlm2_settings`): thoughts=(K,), embed_scale, init="growing" (its K growing passes),
+passes = R + 1 (its refinements and its final pass; (3, 4) at equal odds when random) and eval_passes =
+num_jacobi_iterations + 1 (its evaluation forward). Not importable: interpolation=True (the PonderLM-2
+paper's main recipe uses the hidden state, as its scripts do) and recurrent_model=False (a plain Llama:
+load it as an HF folder). The release's nn.Embedding(padding_idx=pad_token_id) zeroes that row's
+gradient; ours does not (no text the model trains on holds the padding id).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from t2mlr_jax.interop.configs import refuse
+from t2mlr_jax.interop.files import read_json, write_json
+from t2mlr_jax.interop.hf import load_hf, save_hf
+from t2mlr_jax.model.config import ModelConfig
+
+RANDOM_JACOBI = (2, 3)  # the refinement counts its random_jacobi_iterations draws (torch.randint(2, 4))
+MARK = "num_latent_thoughts"  # a config.json field of the release's, not of transformers'
+FIELDS = (  # the fields its loader adds to config.json (module docstring)
+    "recurrent_model",
+    MARK,
+    "scale_embeds",
+    "interpolation",
+    "interpolation_use_topk",
+    "num_jacobi_iterations",
+    "random_jacobi_iterations",
+)
+
+
+def is_ponderlm2_release(path: Path | str) -> bool:
+    """Whether `path` is a folder the release saved (its config.json carries the pondering fields)."""
+    config = Path(path) / "config.json"
+    return config.is_file() and MARK in read_json(config)
+
+
+def ponderlm2_settings(config: dict) -> dict:
+    """Our `ponderlm2` section that computes the release's model of this config.json, number for number;
+    one error listing every field it cannot."""
+    problems = []
+    if not config.get("recurrent_model"):
+        problems.append("recurrent_model=false (a plain Llama: load the folder as an HF checkpoint)")
+    if config.get("interpolation", True):  # the release's default
+        problems.append("interpolation=true (softmax-weighted embeddings fed back; only the hidden state)")
+    k = config.get(MARK, 0)
+    if not isinstance(k, int) or k < 1:
+        problems.append(f"num_latent_thoughts={k!r} (only K >= 1 thought slots)")
+    r = config.get("num_jacobi_iterations", 3)
+    if not isinstance(r, int) or r < 0:
+        problems.append(f"num_jacobi_iterations={r!r} (only R >= 0)")
+    refuse(problems, "this PonderLM-2 release config")
+    passes = tuple(n + 1 for n in RANDOM_JACOBI) if config.get("random_jacobi_iterations") else (r + 1,)
+    return {
+        "thoughts": (k,),
+        "embed_scale": bool(config.get("scale_embeds")),
+        "init": "growing",
+        "passes": passes,
+        "pass_probs": tuple(1 / len(passes) for _ in passes),
+        "eval_passes": r + 1,
+    }
+
+
+def release_fields(settings: dict) -> dict:
+    """The release's config.json fields of our `ponderlm2` section; one error for what it cannot hold."""
+    passes = tuple(settings["passes"])
+    problems = []
+    if len(settings["thoughts"]) != 1:
+        problems.append(f"thoughts={tuple(settings['thoughts'])} (the release trains one K)")
+    if settings.get("init") != "growing":
+        problems.append(f"init={settings.get('init')!r} (the release initialises by growing passes)")
+    random = passes == tuple(n + 1 for n in RANDOM_JACOBI) and len(set(settings["pass_probs"])) == 1
+    if not random and len(passes) != 1:
+        problems.append(f"passes={passes} (the release trains at one R + 1, or at (3, 4) evenly)")
+    if settings.get("eval_passes", 0) < 1:
+        problems.append("eval_passes=0 (the release evaluates by its parallel forward: eval_passes >= 1)")
+    refuse(problems, "a PonderLM-2 release export")
+    return {
+        "recurrent_model": True,
+        MARK: settings["thoughts"][0],
+        "scale_embeds": bool(settings["embed_scale"]),
+        "interpolation": False,
+        "interpolation_use_topk": False,
+        "num_jacobi_iterations": settings["eval_passes"] - 1,
+        "random_jacobi_iterations": random,
+    }
+
+
+def load_ponderlm2_release(
+    path: Path | str, *, param_dtype: str = "float32", progress: bool = False
+) -> tuple[ModelConfig, dict, dict]:
+    """(our Llama backbone's ModelConfig, params, the `ponderlm2` section) of a folder the release saved."""
+    settings = ponderlm2_settings(read_json(Path(path) / "config.json"))
+    cfg, params = load_hf(path, param_dtype=param_dtype, progress=progress)
+    return cfg, params, settings
+
+
+def save_ponderlm2_release(
+    cfg: ModelConfig, params: dict, settings: dict, path: Path | str, *, overwrite: bool = False
+) -> None:
+    """The folder the release's save_pretrained writes (its from_pretrained loads it): our HF export plus
+    the pondering fields of `settings` (a `ponderlm2` section) in config.json. Checked before writing."""
+    fields = release_fields(settings)
+    save_hf(cfg, params, path, overwrite=overwrite)
+    config = Path(path) / "config.json"
+    write_json(config, {**read_json(config), **fields})
