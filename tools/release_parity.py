@@ -17,6 +17,13 @@ checkpoint format and run there; then here:
               read, are zeros in ours where the release keeps what it drew)
   4. reload   the release's own loader and forward run on that export (the driver's --logits_of:
               OUT/SIZE/export_logits.npz); its logits compared with the release's on its own checkpoint
+  (ponderlm2: experiments/make_ponderlm2_fixture.py; its folder is save_pretrained's HF Llama with the
+  release's pondering fields, imported as our arch ponderlm2 with the release's settings
+  (t2mlr_jax/interop/ponderlm2_release.py); its release.npz adds eval_logits, its evaluation forward,
+  compared with ours as "eval"; its decode is the logits from the prefill's last token on; no padded rows)
+Sizes (ponderlm2): tiny, the fixture's model (2 layers, width 32, vocab 64, K = 2; tokens 2 x 8, prefill
+2), and 410m, llama_config/410m at K = 1 as scripts/train_ponderlm2_llama_410m.sh (~405M parameters;
+tokens 1 x 16, prefill 2; several GB of memory, minutes).
 Sizes (lrt): tiny, the fixture's model (4 layers, width 64, vocab 100; tokens 2 x 12, prefill 4), and
 d12, the release's default GPTConfig (12 layers, width 768, 6 heads, vocab 32768, context 2048, windows
 "SSSL"; about 286M parameters; tokens 1 x 64, prefill 8; a few GB of memory and disk, a few minutes);
@@ -70,6 +77,10 @@ class Release:
     driver: str
     sizes: dict[str, str]  # size -> its label in the table
     probe: str  # Python run by --release_python with the checkout first on sys.path: imports what it needs
+    # Our side (a module of t2mlr_jax.interop): our_side(folder, prefill) -> (cfg, imported, figures),
+    # export_side(folder, cfg, imported) -> (state figures, the release's parameter count) and
+    # release_config(folder) -> the model config its checkpoint records.
+    interop: str
 
 
 RELEASES = {
@@ -83,6 +94,18 @@ RELEASES = {
             "d12_interleaved": "d12, recurrent (interleaved)",
         },
         probe="from nanochat import checkpoint_manager, engine, gpt",
+        interop="t2mlr_jax.interop.parity",
+    ),
+    "ponderlm2": Release(
+        repo="LUMIA-Group/PonderLM-2",
+        driver="experiments.make_ponderlm2_fixture",
+        sizes={"tiny": "tiny (K = 2)", "410m": "llama_config/410m (K = 1)"},
+        probe=(  # its modeling file, as the driver loads it (transformers <= 4.46.1, its pin)
+            "import importlib.util as u; s = u.spec_from_file_location('m', sys.argv[1] + "
+            "'/src/llamafactory/model/modeling/modeling_llama.py'); "
+            "s.loader.exec_module(u.module_from_spec(s))"
+        ),
+        interop="t2mlr_jax.interop.ponderlm2_parity",
     ),
 }
 
@@ -101,8 +124,8 @@ def parse_args(argv):
     )
     parser.add_argument(
         "--sizes",
-        default="tiny,d12,tiny_interleaved,d12_interleaved",
-        help="comma-separated (default all four: tiny,d12,tiny_interleaved,d12_interleaved)",
+        help="comma-separated (default all of the release's: lrt tiny,d12,tiny_interleaved,d12_interleaved; "
+        "ponderlm2 tiny,410m)",
     )
     parser.add_argument(
         "--out", type=Path, default=Path("parity"), help="the folder to write (default parity/)"
@@ -125,6 +148,7 @@ def check_inputs(args) -> tuple[Release, list[str], dict]:
     if args.release not in RELEASES:
         raise ValueError(f"--release {args.release}: unknown (known: {', '.join(RELEASES)})")
     release = RELEASES[args.release]
+    args.sizes = args.sizes or ",".join(release.sizes)
     sizes = [size.strip() for size in args.sizes.split(",") if size.strip()]
     unknown = [size for size in sizes if size not in release.sizes]
     if unknown or not sizes:
@@ -202,36 +226,6 @@ class Stages:
         return result
 
 
-def our_side(folder: Path, prefill: int) -> tuple:
-    """Step 2: the release's checkpoint imported through ours; (cfg, params, compare's figures)."""
-    import numpy as np
-
-    from t2mlr_jax.interop import load_pretrained
-    from t2mlr_jax.interop.parity import compare, our_outputs
-
-    cfg, params = load_pretrained(folder / "release" / "model")
-    with np.load(folder / "release" / "release.npz") as theirs:
-        figures = compare(our_outputs(cfg, params, theirs["tokens"], prefill), theirs)
-    return cfg, params, figures
-
-
-def export_side(folder: Path, cfg, params) -> tuple[dict, int]:
-    """Step 3: ours written back in the release's format; (compare_states' figures, the release's
-    parameter count, padded rows included)."""
-    from t2mlr_jax.interop import save_nanochat
-    from t2mlr_jax.interop.files import torch_state, torch_to_numpy
-    from t2mlr_jax.interop.parity import compare_states
-
-    save_nanochat(cfg, params, folder / "export")
-
-    def read(path):
-        return {k: torch_to_numpy(v) for k, v in torch_state(path, mmap=True).items()}
-
-    theirs = read(folder / "release" / "model" / "model_000000.pt")
-    state = compare_states(cfg.vocab_size, theirs, read(folder / "export" / "model_000000.pt"))
-    return state, sum(value.size for value in theirs.values())
-
-
 def reload_figures(folder: Path, state: dict) -> dict:
     """Step 4's figures: the release's logits on our export against those on its own checkpoint."""
     import numpy as np
@@ -252,8 +246,6 @@ def check_size(release: Release, args, size: str) -> dict:
     """Every figure of one size (module docstring, steps 1-4)."""
     import numpy as np
 
-    from t2mlr_jax.interop.files import read_json
-
     folder = args.out / size
     if folder.exists():  # --overwrite: an earlier run's
         shutil.rmtree(folder)
@@ -263,10 +255,11 @@ def check_size(release: Release, args, size: str) -> dict:
     built = "the release builds, saves and runs its model"
     stages.run("release", built, run_driver, release, args, log, "--size", size, "--out", folder / "release")
     prefill = driver_of(release).SIZES[size].prefill
+    interop = importlib.import_module(release.interop)
     ours = "import it; our logits, loss, gradients and cached decode"
-    cfg, params, figures = stages.run("ours", ours, our_side, folder, prefill)
+    cfg, params, figures = stages.run("ours", ours, interop.our_side, folder, prefill)
     exported = "write ours back in the release's format"
-    state, num_params = stages.run("export", exported, export_side, folder, cfg, params)
+    state, num_params = stages.run("export", exported, interop.export_side, folder, cfg, params)
     del params
     reloaded = "the release loads our export and runs it"
     driver_args = ("--logits_of", folder / "export", "--tokens_from", npz, "--out", folder)
@@ -277,7 +270,7 @@ def check_size(release: Release, args, size: str) -> dict:
         tokens = list(theirs["tokens"].shape)
     return {
         "label": release.sizes[size],
-        "model_config": read_json(folder / "release" / "model" / "meta_000000.json")["model_config"],
+        "model_config": interop.release_config(folder),
         "params": int(num_params),
         "tokens": tokens,
         "prefill": prefill,

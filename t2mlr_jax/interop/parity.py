@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +24,9 @@ import optax
 
 from t2mlr_jax.architectures.lrt_forward import LRTConfig, LRTDecoder
 from t2mlr_jax.architectures.lrt_forward import exact_forward as lrt_exact
-from t2mlr_jax.interop.nanochat import padded_vocab, to_nanochat_state
+from t2mlr_jax.interop.files import read_json, torch_state, torch_to_numpy
+from t2mlr_jax.interop.nanochat import padded_vocab, save_nanochat, to_nanochat_state
+from t2mlr_jax.interop.pretrained import load_pretrained
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
@@ -183,3 +186,32 @@ def compare_states(vocab_size: int, theirs: Mapping[str, np.ndarray], ours: Mapp
     }
     figures["bitwise"] = not (figures["missing"] or figures["unexpected"] or differing)
     return figures
+
+
+# tools/release_parity.py's hooks for the LRT release (its Release.interop): steps 2 and 3 on a size's folder.
+
+
+def release_config(folder: Path) -> dict:
+    """The GPTConfig the release's checkpoint records."""
+    return read_json(folder / "release" / "model" / "meta_000000.json")["model_config"]
+
+
+def our_side(folder: Path, prefill: int) -> tuple:
+    """Step 2: the release's checkpoint imported through ours; (cfg, params, compare's figures)."""
+    cfg, params = load_pretrained(folder / "release" / "model")
+    with np.load(folder / "release" / "release.npz") as theirs:
+        figures = compare(our_outputs(cfg, params, theirs["tokens"], prefill), theirs)
+    return cfg, params, figures
+
+
+def export_side(folder: Path, cfg: ModelConfig, params: dict) -> tuple[dict, int]:
+    """Step 3: ours written back in the release's format; (compare_states' figures, the release's
+    parameter count, padded rows included)."""
+    save_nanochat(cfg, params, folder / "export")
+
+    def read(path):
+        return {k: torch_to_numpy(v) for k, v in torch_state(path, mmap=True).items()}
+
+    theirs = read(folder / "release" / "model" / "model_000000.pt")
+    state = compare_states(cfg.vocab_size, theirs, read(folder / "export" / "model_000000.pt"))
+    return state, sum(value.size for value in theirs.values())
