@@ -73,16 +73,21 @@ def our_outputs(cfg: ModelConfig, params: dict, settings: dict, tokens, jacobi: 
         total, count = arch.loss(out, train)["loss"]
         return total / count, out.logits
 
-    (value, logits), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    (value, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     out = {"logits": np.asarray(logits), "loss": np.asarray(value)}
     out |= {GRAD + key: v for key, v in to_state_dict(hf_layout(cfg), grads).items()}
     del grads
-    evaluate = lambda a: (
-        a.apply(params, _batch(tokens, t), training=False, rng=None, model_state=state).logits
-    )
-    out["eval_logits"] = np.asarray(evaluate(arch))
-    exact = ponderlm2(cfg, {**settings, "eval_passes": 0}, t * (k + 1))
-    out["decode"] = np.asarray(evaluate(exact))[:, prefill - 1 :]
+    batch = _batch(tokens, t)
+
+    def evaluate(arch):
+        return np.asarray(
+            jax.jit(lambda p: arch.apply(p, batch, training=False, rng=None, model_state=state).logits)(
+                params
+            )
+        )
+
+    out["eval_logits"] = evaluate(arch)
+    out["decode"] = evaluate(ponderlm2(cfg, {**settings, "eval_passes": 0}, t * (k + 1)))[:, prefill - 1 :]
     return out
 
 
