@@ -77,18 +77,20 @@ def our_outputs(cfg: ModelConfig, params: dict, settings: dict, tokens, jacobi: 
     out = {"logits": np.asarray(logits), "loss": np.asarray(value)}
     out |= {GRAD + key: v for key, v in to_state_dict(hf_layout(cfg), grads).items()}
     del grads
-    batch = _batch(tokens, t)
-
-    def evaluate(arch):
-        return np.asarray(
-            jax.jit(lambda p: arch.apply(p, batch, training=False, rng=None, model_state=state).logits)(
-                params
-            )
-        )
-
-    out["eval_logits"] = evaluate(arch)
-    out["decode"] = evaluate(ponderlm2(cfg, {**settings, "eval_passes": 0}, t * (k + 1)))[:, prefill - 1 :]
+    out["eval_logits"] = evaluation_logits(cfg, params, settings, tokens)
+    out["decode"] = evaluation_logits(cfg, params, {**settings, "eval_passes": 0}, tokens)[:, prefill - 1 :]
     return out
+
+
+def evaluation_logits(cfg: ModelConfig, params: dict, settings: dict, tokens) -> np.ndarray:
+    """Arch ponderlm2's evaluation logits (section `settings`) of one document per row of `tokens`."""
+    tokens = jnp.asarray(tokens)
+    t = tokens.shape[1]
+    arch = ponderlm2(cfg, settings, t * (max(settings["thoughts"]) + 1))
+    batch, state = _batch(tokens, t), arch.init_model_state()
+    return np.asarray(
+        jax.jit(lambda p: arch.apply(p, batch, training=False, rng=None, model_state=state).logits)(params)
+    )
 
 
 def _figure(ours, theirs, scale: float, tolerance: float) -> dict:

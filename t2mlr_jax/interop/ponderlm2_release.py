@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from t2mlr_jax.interop.configs import refuse
+from t2mlr_jax.interop.configs import model_config_from_hf, refuse
 from t2mlr_jax.interop.files import read_json, write_json
 from t2mlr_jax.interop.hf import load_hf, save_hf
 from t2mlr_jax.model.config import ModelConfig
@@ -40,6 +40,15 @@ FIELDS = (  # the fields its loader adds to config.json (module docstring)
     "num_jacobi_iterations",
     "random_jacobi_iterations",
 )
+
+
+SCRIPTS = {  # what scripts/train_ponderlm2_*.sh pass (K: --num_latent_thoughts, 1 there)
+    "recurrent_model": True,
+    "scale_embeds": True,
+    "interpolation": False,
+    "num_jacobi_iterations": 3,
+    "random_jacobi_iterations": True,
+}
 
 
 def is_ponderlm2_release(path: Path | str) -> bool:
@@ -74,6 +83,11 @@ def ponderlm2_settings(config: dict) -> dict:
     }
 
 
+def scripts_settings(thoughts: int) -> dict:
+    """The `ponderlm2` section of the release's training scripts (scripts/train_ponderlm2_*.sh) at K."""
+    return ponderlm2_settings({**SCRIPTS, MARK: thoughts})
+
+
 def release_fields(settings: dict) -> dict:
     """The release's config.json fields of our `ponderlm2` section; one error for what it cannot hold."""
     passes = tuple(settings["passes"])
@@ -99,6 +113,12 @@ def release_fields(settings: dict) -> dict:
     }
 
 
+def ponderlm2_model_config(config: dict, *, param_dtype: str = "float32") -> ModelConfig:
+    """The backbone's ModelConfig of the release's config.json, its pondering fields checked too."""
+    ponderlm2_settings(config)
+    return model_config_from_hf(config, param_dtype=param_dtype)
+
+
 def load_ponderlm2_release(
     path: Path | str, *, param_dtype: str = "float32", progress: bool = False
 ) -> tuple[ModelConfig, dict, dict]:
@@ -109,11 +129,19 @@ def load_ponderlm2_release(
 
 
 def save_ponderlm2_release(
-    cfg: ModelConfig, params: dict, settings: dict, path: Path | str, *, overwrite: bool = False
+    cfg: ModelConfig,
+    params: dict,
+    settings: dict,
+    path: Path | str,
+    *,
+    tokenizer=None,
+    progress: bool = False,
+    overwrite: bool = False,
 ) -> None:
-    """The folder the release's save_pretrained writes (its from_pretrained loads it): our HF export plus
-    the pondering fields of `settings` (a `ponderlm2` section) in config.json. Checked before writing."""
+    """The folder the release's save_pretrained writes (its from_pretrained loads it): our HF export (with
+    `tokenizer` as save_hf's) plus the pondering fields of `settings` (a `ponderlm2` section) in
+    config.json. Checked before writing."""
     fields = release_fields(settings)
-    save_hf(cfg, params, path, overwrite=overwrite)
+    save_hf(cfg, params, path, tokenizer=tokenizer, progress=progress, overwrite=overwrite)
     config = Path(path) / "config.json"
     write_json(config, {**read_json(config), **fields})

@@ -23,8 +23,11 @@ from t2mlr_jax.interop.ponderlm2_release import (
     ponderlm2_settings,
     save_ponderlm2_release,
 )
-from t2mlr_jax.interop.pretrained import checkpoint_format
+from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
 from t2mlr_jax.train import init_from
+from tests.in_process import run_tool
+
+TOOL = Path(__file__).parents[2] / "tools" / "convert_checkpoint.py"
 
 FIXTURE = Path(__file__).parent / "fixtures/ponderlm2_release"
 RELEASE = dict(np.load(FIXTURE / "release.npz"))
@@ -50,7 +53,8 @@ def imported():
 
 
 def test_the_release_folder_reads_as_our_ponderlm2_settings(imported):
-    assert checkpoint_format(FIXTURE / "model") == "hf" and is_ponderlm2_release(FIXTURE / "model")
+    assert checkpoint_format(FIXTURE / "model") == "ponderlm2" and is_ponderlm2_release(FIXTURE / "model")
+    assert pretrained_config(FIXTURE / "model") == imported[0]  # what init_from checks, without the weights
     cfg, _, settings = imported
     assert (cfg.num_layers, cfg.hidden_size, cfg.num_kv_heads, cfg.norm_eps) == (2, 32, 2, 0.1)
     assert settings == RELEASE_SETTINGS
@@ -143,3 +147,44 @@ def test_arch_ponderlm2_starts_from_the_release_folder():
         params
     )
     assert max_diff(logits, RELEASE["eval_logits"]) <= 1e-5 * np.abs(RELEASE["logits"]).max()
+
+
+@pytest.mark.slow
+def test_convert_checkpoint_round_trips_the_release_folder_with_verify(tmp_path, capsys):
+    """--from ponderlm2 --to orbax prints the settings of the release's model; --to ponderlm2 writes its
+    folder back (at --thoughts 2, the scripts' recipe otherwise): the weights bitwise, its fields equal;
+    --verify holds arch ponderlm2's evaluation against the PyTorch reference of the release's, both ways."""
+    orbax, back = tmp_path / "orbax", tmp_path / "back"
+    assert (
+        run_tool(
+            TOOL, "--from", "ponderlm2", "--to", "orbax", FIXTURE / "model", orbax, "--verify", "--seq-len", 8
+        )
+        == 0
+    )
+    assert '"init": "growing"' in capsys.readouterr().out
+    assert (
+        run_tool(
+            TOOL,
+            "--from",
+            "orbax",
+            "--to",
+            "ponderlm2",
+            orbax,
+            back,
+            "--thoughts",
+            2,
+            "--verify",
+            "--seq-len",
+            8,
+        )
+        == 0
+    )
+    for report in (tmp_path / "orbax.verify.json", tmp_path / "back.verify.json"):
+        figures = read_json(report)
+        assert figures["mode"] == "ponderlm2" and figures["max_rel_logit_diff"] < 1e-5, figures
+    theirs, written = read_state_dict(FIXTURE / "model"), read_state_dict(back)
+    assert all(np.array_equal(written[k], theirs[k]) for k in theirs) and sorted(written) == sorted(theirs)
+    assert {f: read_json(back / "config.json")[f] for f in FIELDS} == {f: CONFIG[f] for f in FIELDS}
+    assert (
+        run_tool(TOOL, "--from", "orbax", "--to", "ponderlm2", orbax, tmp_path / "k0", "--thoughts", 0) == 2
+    )
