@@ -11,13 +11,12 @@ import pytest
 
 from t2mlr_jax.architectures import lrt, thought_slots
 from t2mlr_jax.model import flops
+from t2mlr_jax.model.recurrence import make_layout
 from tests.architectures.test_thoughts import (
-    LAYOUT4,
     PARAMS,
     PONDER,
     ROW,
     TOKS4,
-    N,
     _apply,
     _built,
     _Stub,
@@ -44,17 +43,17 @@ def test_widen_repeats_each_intervals_last_state():
 
 @pytest.mark.slow
 def test_growing_is_ours_at_one_thought_and_refines_to_the_recurrence_at_two():
+    tokens = TOKS4[:, :2]  # 2 tokens x 3 slots: 6 passes are the recurrence
+    layout = make_layout(tokens)
     np.testing.assert_array_equal(
-        refine_k(GROWING, PARAMS, TOKS4, LAYOUT4, 3, 1).logits[-1],
-        refine_k(PONDER, PARAMS, TOKS4, LAYOUT4, 3, 1).logits[-1],
+        refine_k(GROWING, PARAMS, tokens, layout, 1, 1).logits[-1],
+        refine_k(PONDER, PARAMS, tokens, layout, 1, 1).logits[-1],
     )
-    grown = refine_k(GROWING, PARAMS, TOKS4, LAYOUT4, 2, 2).logits
-    assert len(grown) == 2  # the growing pass, like pass 0, is not supervised
-    assert np.abs(grown[-1] - refine_k(PONDER, PARAMS, TOKS4, LAYOUT4, 2, 2).logits[-1]).max() > 1e-3
-    want = exact_k(PONDER, PARAMS, TOKS4, LAYOUT4, 2).logits
-    np.testing.assert_allclose(
-        refine_k(GROWING, PARAMS, TOKS4, LAYOUT4, 3 * N, 2).logits[-1], want, atol=1e-5
-    )
+    grown = refine_k(GROWING, PARAMS, tokens, layout, 1, 2).logits
+    assert len(grown) == 1  # the growing pass, like pass 0, is not supervised
+    assert np.abs(grown[-1] - refine_k(PONDER, PARAMS, tokens, layout, 1, 2).logits[-1]).max() > 1e-3
+    want = exact_k(PONDER, PARAMS, tokens, layout, 2).logits
+    np.testing.assert_allclose(refine_k(GROWING, PARAMS, tokens, layout, 6, 2).logits[-1], want, atol=1e-5)
 
 
 def test_the_builder_wires_the_release_options(stub):
