@@ -109,12 +109,12 @@ def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) ->
         },
     }
     if "loss" in theirs:
-        figures |= _loss_and_gradients(ours, theirs)
+        figures |= loss_and_gradient_figures(ours, theirs)
     figures["passed"] = all(figures[name]["passed"] for name in checked)
     return figures
 
 
-def _loss_and_gradients(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
+def loss_and_gradient_figures(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
     """compare's loss and gradient figures (a model the release trains by gradient)."""
     loss = abs(float(ours["loss"]) - float(theirs["loss"]))
     our_keys = {k.removeprefix(GRAD) for k in ours if k.startswith(GRAD)}

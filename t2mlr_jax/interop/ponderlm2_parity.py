@@ -24,7 +24,7 @@ from t2mlr_jax.architectures import Architecture, build_architecture
 from t2mlr_jax.architectures.lrt import Draw
 from t2mlr_jax.experiment import experiment, resolve
 from t2mlr_jax.interop.files import read_json, read_state_dict
-from t2mlr_jax.interop.parity import GRAD, TOLERANCES, _loss_and_gradients, max_abs_diff
+from t2mlr_jax.interop.parity import GRAD, TOLERANCES, loss_and_gradient_figures, max_abs_diff
 from t2mlr_jax.interop.ponderlm2_release import FIELDS, load_ponderlm2_release, save_ponderlm2_release
 from t2mlr_jax.interop.tables import hf_layout, to_state_dict
 from t2mlr_jax.model.config import ModelConfig
@@ -42,7 +42,7 @@ def ponderlm2(cfg: ModelConfig, settings: dict, seq_len: int) -> Architecture:
     return build_architecture(resolve(config))
 
 
-def _batch(tokens: jax.Array, length: int) -> dict:
+def batch_of(tokens: jax.Array, length: int) -> dict:
     """One document per row, `length` wide (a training row at K holds length / (K + 1) tokens; the rest
     is padding), next-token targets supervised up to the last token, as transformers' shifted loss."""
     t = tokens.shape[1]
@@ -64,7 +64,7 @@ def our_outputs(cfg: ModelConfig, params: dict, settings: dict, tokens, jacobi: 
     b, t = tokens.shape
     k = settings["thoughts"][0]
     arch = ponderlm2(cfg, settings, t * (k + 1))
-    train, state = _batch(tokens, t * (k + 1)), arch.init_model_state()
+    train, state = batch_of(tokens, t * (k + 1)), arch.init_model_state()
 
     def loss(params):
         out = arch.apply(
@@ -87,7 +87,7 @@ def evaluation_logits(cfg: ModelConfig, params: dict, settings: dict, tokens) ->
     tokens = jnp.asarray(tokens)
     t = tokens.shape[1]
     arch = ponderlm2(cfg, settings, t * (max(settings["thoughts"]) + 1))
-    batch, state = _batch(tokens, t), arch.init_model_state()
+    batch, state = batch_of(tokens, t), arch.init_model_state()
     return np.asarray(
         jax.jit(lambda p: arch.apply(p, batch, training=False, rng=None, model_state=state).logits)(params)
     )
@@ -120,7 +120,7 @@ def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) ->
                 theirs["decode"], theirs["eval_logits"][:, -theirs["decode"].shape[1] :]
             ),
         },
-        **_loss_and_gradients(ours, theirs),
+        **loss_and_gradient_figures(ours, theirs),
     }
     figures["passed"] = all(
         figures[name]["passed"] for name in ("logits", "eval", "decode", "loss", "gradients")

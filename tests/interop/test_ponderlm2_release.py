@@ -15,7 +15,7 @@ import pytest
 from t2mlr_jax.architectures.lrt import Draw
 from t2mlr_jax.experiment import experiment, resolve
 from t2mlr_jax.interop.files import read_json, read_state_dict
-from t2mlr_jax.interop.ponderlm2_parity import _batch, compare, our_outputs, ponderlm2
+from t2mlr_jax.interop.ponderlm2_parity import batch_of, compare, our_outputs, ponderlm2
 from t2mlr_jax.interop.ponderlm2_release import (
     FIELDS,
     is_ponderlm2_release,
@@ -105,7 +105,7 @@ def test_each_part_of_the_mapping_is_what_matches(imported, change):
     b, t = tokens.shape
     arch = ponderlm2(cfg, settings, 3 * t)
     draw = Draw(2, int(RELEASE["jacobi"]) + 1)
-    batch, state = _batch(tokens, 3 * t), arch.init_model_state()
+    batch, state = batch_of(tokens, 3 * t), arch.init_model_state()
     train = jax.jit(lambda p: arch.apply(p, batch, training=True, rng=None, model_state=state, sample=draw))
     assert max_diff(train(params).logits, RELEASE["logits"]) > 1e-4
 
@@ -147,7 +147,7 @@ def test_arch_ponderlm2_starts_from_the_release_folder():
         init_from.architecture(resolve(config))
     loaded = jax.tree.map(jnp.asarray, init_from.start_weights(typed, arch)())
     params = {**arch.init(jax.random.PRNGKey(0)), **loaded}
-    batch, state = _batch(jnp.asarray(RELEASE["tokens"]), t), arch.init_model_state()
+    batch, state = batch_of(jnp.asarray(RELEASE["tokens"]), t), arch.init_model_state()
     logits = jax.jit(lambda p: arch.apply(p, batch, training=False, rng=None, model_state=state).logits)(
         params
     )
