@@ -22,6 +22,11 @@ Sizes:
   410m   llama_config/410m/config.json (24 layers, width 1024, 16 heads, vocab 50304; ~405M parameters),
          K = 1 as scripts/train_ponderlm2_llama_410m.sh, the smallest model a PonderLM-2 script trains;
          tokens 1 x 16, prefill 2.
+  tiny_loop  the tiny config with the release's loop baseline (--patch_method loop: its
+         modeling_llama_loop.py runs the whole stack K + 1 times on embeddings x sqrt(2.5 H), whatever
+         scale_embeds says), K = 3 as scripts/train_loop_llama_410m.sh, the same flags on its config;
+         tests/interop/fixtures/ponderlm2_release_loop/. Its config.json is the same as PonderLM-2's (the
+         release does not record --patch_method), so release.npz records `method`.
 Built as the release builds one (torch.manual_seed(0); LlamaForCausalLM(config), its _init_weights),
 then every parameter redrawn from the same stream so that nothing is zero or identity: embed_tokens
 N(0, 0.1); every Linear weight and lm_head N(0, 0.1 sqrt(64 / H)); the RMSNorm weights 1 + N(0, 0.1).
@@ -38,10 +43,13 @@ configs' bos / pad: nn.Embedding(padding_idx=1) zeroes row 1's gradient, which n
   loss          its loss with labels=tokens (transformers' shifted mean cross-entropy)
   grad:<key>    that loss's gradient for every parameter, by its safetensors key
   eval_logits   the evaluation forward (model.eval(): R = num_jacobi_iterations = 3) [B, T, V]
+  method        "ponderlm2" or "loop" (the modeling file that made it)
   decode        its cached generation, as GenerationMixin calls it: a prefill of `prefill` tokens through
                 an empty DynamicCache (its parallel prefill path; the last position's logits), then one
                 token per call (teacher forced; position_ids and cache_position of the token, K + 1 cached
-                forwards each) [B, T - prefill + 1, V]
+                forwards each) [B, T - prefill + 1, V]. The loop baseline's generation keeps no KV cache:
+                each step runs the whole prefix (the last position's logits, from the prefill's on)
+(The loop baseline draws no R: its training and evaluation forwards are the one forward.)
 Before it returns, the saved folder is loaded back with the release class's from_pretrained and its
 training-forward logits must equal `logits` exactly.
 
@@ -72,6 +80,8 @@ from experiments.release_python import run_under
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 0
 MODELING = "src/llamafactory/model/modeling/modeling_llama.py"
+# The file each --patch_method swaps in (llama_patch.py): PonderLM-2 ("ours") and the loop baseline.
+METHODS = {"ponderlm2": MODELING, "loop": "src/llamafactory/model/modeling/modeling_llama_loop.py"}
 RELEASE_FILES = (MODELING, "src/llamafactory/model/llama_patch.py", "llama_config/410m/config.json")
 RELEASE_MARK = "num_latent_thoughts"  # read by its modeling_llama.py, not by transformers' own
 TINY = dict(
@@ -101,18 +111,21 @@ PONDER = dict(
 
 class Size(NamedTuple):
     """A model the driver makes: LlamaConfig fields (or a release config folder), its thought count K,
-    the tokens' shape (rows x tokens), the decode's prefill, and whether release.npz is compressed."""
+    the tokens' shape (rows x tokens), the decode's prefill, whether release.npz is compressed, and the
+    release's method (a METHODS key)."""
 
     config: dict | str
     thoughts: int
     tokens: tuple[int, int]
     prefill: int
     compressed: bool
+    method: str = "ponderlm2"
 
 
 SIZES = {
     "tiny": Size(TINY, 2, (2, 8), 2, True),
     "410m": Size("llama_config/410m", 1, (1, 16), 2, False),
+    "tiny_loop": Size(TINY, 3, (2, 8), 2, True, "loop"),  # K = 3 as scripts/train_loop_llama_410m.sh
 }
 
 
@@ -131,10 +144,10 @@ def check_release(src: str, python: str) -> None:
         raise ValueError(f"--release_python {python} is not an executable")
 
 
-def import_release(src: str):
-    """The release's modeling_llama module, loaded from its file (its package's __init__ pulls in the
-    whole of LLaMA-Factory, which the model does not need)."""
-    spec = importlib.util.spec_from_file_location("ponderlm2_modeling_llama", Path(src) / MODELING)
+def import_release(src: str, method: str = "ponderlm2"):
+    """The release's modeling module of `method`, loaded from its file (its package's __init__ pulls in
+    the whole of LLaMA-Factory, which the model does not need)."""
+    spec = importlib.util.spec_from_file_location(f"{method}_modeling_llama", Path(src) / METHODS[method])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -255,7 +268,18 @@ def decode(model, tokens, prefill: int):
     return torch.cat(logits, dim=1)
 
 
-def release_outputs(model, tokens, prefill: int) -> dict:
+def recomputed_decode(model, tokens, prefill: int):
+    """The loop baseline's generation: its recurrent forward keeps no KV cache, so every step runs the
+    whole prefix; the logits of its last position from the prefill's on."""
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        steps = [model(input_ids=tokens[:, :t]).logits[:, -1:] for t in range(prefill, tokens.size(1) + 1)]
+    return torch.cat(steps, dim=1)
+
+
+def release_outputs(model, tokens, prefill: int, method: str = "ponderlm2") -> dict:
     """The arrays of release.npz (module docstring) for `tokens`."""
     import numpy as np
     import torch
@@ -271,7 +295,10 @@ def release_outputs(model, tokens, prefill: int) -> dict:
     model.eval()
     with torch.no_grad():
         arrays["eval_logits"] = model(input_ids=tokens).logits.numpy()
-    arrays["decode"] = decode(model, tokens, prefill).numpy()
+    arrays["decode"] = (decode if method == "ponderlm2" else recomputed_decode)(
+        model, tokens, prefill
+    ).numpy()
+    arrays["method"] = np.array(method)
     return arrays
 
 
@@ -294,14 +321,14 @@ def make(out: Path, src: str, size: Size) -> None:
     import numpy as np
     import torch
 
-    modeling = import_release(src)
+    modeling = import_release(src, size.method)
     commit = release_commit(src)
     model = build(modeling, src, size)
     model.save_pretrained(out / "model", safe_serialization=True)
     (out / "model" / "release_commit.txt").write_text(commit + "\n")
     v = model.config.vocab_size
     tokens = torch.from_numpy(np.random.default_rng(SEED).integers(2, v, size.tokens))
-    arrays = release_outputs(model, tokens, size.prefill)
+    arrays = release_outputs(model, tokens, size.prefill, size.method)
     (np.savez_compressed if size.compressed else np.savez)(out / "release.npz", **arrays)
     with torch.no_grad():
         again = training_forward(reload(modeling, out / "model"), tokens).logits
@@ -321,9 +348,9 @@ def export_logits(out: Path, src: str, folder: Path, tokens_from: Path) -> None:
     import numpy as np
     import torch
 
-    modeling = import_release(src)
     with np.load(tokens_from) as npz:
         tokens = torch.from_numpy(npz["tokens"])
+        modeling = import_release(src, str(npz["method"]))
     with torch.no_grad():
         logits = training_forward(reload(modeling, folder), tokens).logits.numpy()
     out.mkdir(parents=True, exist_ok=True)

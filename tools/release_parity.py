@@ -99,7 +99,11 @@ RELEASES = {
     "ponderlm2": Release(
         repo="LUMIA-Group/PonderLM-2",
         driver="experiments.make_ponderlm2_fixture",
-        sizes={"tiny": "tiny (K = 2)", "410m": "llama_config/410m (K = 1)"},
+        sizes={
+            "tiny": "tiny (K = 2)",
+            "410m": "llama_config/410m (K = 1)",
+            "tiny_loop": "tiny, its loop baseline (K = 3: 4 x the stack)",
+        },
         probe=(  # its modeling file, as the driver loads it (transformers <= 4.46.1, its pin)
             "import importlib.util as u; s = u.spec_from_file_location('m', sys.argv[1] + "
             "'/src/llamafactory/model/modeling/modeling_llama.py'); "
@@ -125,7 +129,7 @@ def parse_args(argv):
     parser.add_argument(
         "--sizes",
         help="comma-separated (default all of the release's: lrt tiny,d12,tiny_interleaved,d12_interleaved; "
-        "ponderlm2 tiny,410m)",
+        "ponderlm2 tiny,410m,tiny_loop)",
     )
     parser.add_argument(
         "--out", type=Path, default=Path("parity"), help="the folder to write (default parity/)"

@@ -13,6 +13,7 @@ step over the KV cache) and ponderlm2's default evaluation.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t2mlr_jax.architectures import Architecture, build_architecture
+from t2mlr_jax.architectures.looped import LoopedDecoder
 from t2mlr_jax.architectures.lrt import Draw
 from t2mlr_jax.experiment import experiment, resolve
 from t2mlr_jax.interop.files import read_json, read_state_dict
@@ -28,16 +30,19 @@ from t2mlr_jax.interop.parity import GRAD, TOLERANCES, loss_and_gradient_figures
 from t2mlr_jax.interop.ponderlm2_release import FIELDS, load_ponderlm2_release, save_ponderlm2_release
 from t2mlr_jax.interop.tables import hf_layout, to_state_dict
 from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.generate import teacher_forced
 
 
-def ponderlm2(cfg: ModelConfig, settings: dict, seq_len: int) -> Architecture:
-    """Our arch "ponderlm2" on this backbone with `settings` (its section), for rows of `seq_len` slots."""
+def ponderlm2(cfg: ModelConfig, settings: dict, seq_len: int, arch: str = "ponderlm2") -> Architecture:
+    """Our arch "ponderlm2" (or `arch`, e.g. "looped") on this backbone with `settings` (its section), for
+    rows of `seq_len` slots."""
     config = experiment(
         name="ponderlm2_release",
         model=cfg,
-        arch="ponderlm2",
+        arch=arch,
         data={"task": "s5_retrieval", "seq_len": seq_len, "eval_seq_len": seq_len},
-        sections={"ponderlm2": settings},
+        sections={arch: settings},
+        baseline={"param_match": False},  # the release's width, not widened to a T²MLR model's count
     )
     return build_architecture(resolve(config))
 
@@ -58,27 +63,47 @@ def batch_of(tokens: jax.Array, length: int) -> dict:
     }
 
 
-def our_outputs(cfg: ModelConfig, params: dict, settings: dict, tokens, jacobi: int, prefill: int) -> dict:
-    """Ours in release.npz's layout (module docstring)."""
-    tokens = jnp.asarray(tokens)
-    b, t = tokens.shape
-    k = settings["thoughts"][0]
-    arch = ponderlm2(cfg, settings, t * (k + 1))
-    train, state = batch_of(tokens, t * (k + 1)), arch.init_model_state()
+def _trained(cfg: ModelConfig, params: dict, arch: Architecture, batch: dict, sample=None) -> dict:
+    """The training apply's logits, its loss and every gradient (by the release's keys)."""
+    state = arch.init_model_state()
 
     def loss(params):
-        out = arch.apply(
-            params, train, training=True, rng=None, model_state=state, sample=Draw(k, jacobi + 1)
-        )
-        total, count = arch.loss(out, train)["loss"]
+        out = arch.apply(params, batch, training=True, rng=None, model_state=state, sample=sample)
+        total, count = arch.loss(out, batch)["loss"]
         return total / count, out.logits
 
     (value, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     out = {"logits": np.asarray(logits), "loss": np.asarray(value)}
-    out |= {GRAD + key: v for key, v in to_state_dict(hf_layout(cfg), grads).items()}
-    del grads
+    return out | {GRAD + key: v for key, v in to_state_dict(hf_layout(cfg), grads).items()}
+
+
+def our_outputs(cfg: ModelConfig, params: dict, settings: dict, tokens, jacobi: int, prefill: int) -> dict:
+    """Ours in release.npz's layout (module docstring)."""
+    tokens = jnp.asarray(tokens)
+    t, k = tokens.shape[1], settings["thoughts"][0]
+    arch = ponderlm2(cfg, settings, t * (k + 1))
+    out = _trained(cfg, params, arch, batch_of(tokens, t * (k + 1)), Draw(k, jacobi + 1))
     out["eval_logits"] = evaluation_logits(cfg, params, settings, tokens)
     out["decode"] = evaluation_logits(cfg, params, {**settings, "eval_passes": 0}, tokens)[:, prefill - 1 :]
+    return out
+
+
+def loop_outputs(cfg: ModelConfig, params: dict, settings: dict, tokens, prefill: int) -> dict:
+    """The loop baseline's (arch looped, section `settings`) in release.npz's layout: its training and
+    evaluation applies are the one forward; the decode is our LoopedDecoder's, through the KV cache."""
+    tokens = jnp.asarray(tokens)
+    t = tokens.shape[1]
+    arch = ponderlm2(cfg, settings, t, arch="looped")
+    batch = batch_of(tokens, t)
+    out = _trained(cfg, params, arch, batch)
+    state = arch.init_model_state()
+    out["eval_logits"] = np.asarray(
+        jax.jit(lambda p: arch.apply(p, batch, training=False, rng=None, model_state=state).logits)(params)
+    )
+    scale = math.sqrt(2.5 * cfg.hidden_size)  # looped.embed_scale's
+    loop = {name: settings[name] for name in ("start", "end", "repeats")}
+    decoder = LoopedDecoder(cfg, **loop, embed_scale=scale)
+    out["decode"] = np.asarray(teacher_forced(decoder, (params, None), tokens, prefill))[:, prefill - 1 :]
     return out
 
 
@@ -136,19 +161,24 @@ def release_config(folder: Path) -> dict:
 
 
 def our_side(folder: Path, prefill: int) -> tuple:
-    """The release's folder imported through ours; (cfg, (params, settings), compare's figures)."""
-    cfg, params, settings = load_ponderlm2_release(folder / "release" / "model")
+    """The release's folder imported through ours as the method its release.npz names (the folder does
+    not record it); (cfg, (params, settings, method), compare's figures)."""
     with np.load(folder / "release" / "release.npz") as theirs:
-        ours = our_outputs(cfg, params, settings, theirs["tokens"], int(theirs["jacobi"]), prefill)
+        method = str(theirs["method"])
+        cfg, params, settings = load_ponderlm2_release(folder / "release" / "model", method=method)
+        if method == "loop":
+            ours = loop_outputs(cfg, params, settings, theirs["tokens"], prefill)
+        else:
+            ours = our_outputs(cfg, params, settings, theirs["tokens"], int(theirs["jacobi"]), prefill)
         figures = compare(ours, theirs)
-    return cfg, (params, settings), figures
+    return cfg, (params, settings, method), figures
 
 
 def export_side(folder: Path, cfg: ModelConfig, imported) -> tuple[dict, int]:
     """Ours written back in the release's format; (its state dict against the release's, bitwise; the
     release's parameter count)."""
-    params, settings = imported
-    save_ponderlm2_release(cfg, params, settings, folder / "export")
+    params, settings, method = imported
+    save_ponderlm2_release(cfg, params, settings, folder / "export", method=method)
     theirs, back = (read_state_dict(folder / where) for where in ("release/model", "export"))
     export, release = read_json(folder / "export" / "config.json"), release_config(folder)
     state = {
@@ -164,5 +194,4 @@ def export_side(folder: Path, cfg: ModelConfig, imported) -> tuple[dict, int]:
     state["bitwise"] = not (
         state["missing"] or state["unexpected"] or state["differing"] or state["fields_differing"]
     )
-    state["bitwise"] = not (state["missing"] or state["unexpected"] or state["differing"])
     return state, sum(v.size for v in theirs.values())

@@ -113,6 +113,33 @@ def release_fields(settings: dict) -> dict:
     }
 
 
+def looped_settings(config: dict) -> dict:
+    """Our `looped` section of the release's loop baseline (--patch_method loop, modeling_llama_loop.py):
+    the whole stack run K + 1 times on embeddings x sqrt(2.5 H), whatever scale_embeds says."""
+    k = config.get(MARK, 0)
+    problems = [] if config.get("recurrent_model") else ["recurrent_model=false (a plain Llama)"]
+    if not isinstance(k, int) or k < 0:
+        problems.append(f"num_latent_thoughts={k!r} (only K >= 0 extra passes)")
+    refuse(problems, "this loop baseline config")
+    return {"start": 0, "end": -1, "repeats": k + 1, "embed_scale": True}
+
+
+def loop_fields(settings: dict) -> dict:
+    """The loop baseline's config.json fields of our `looped` section (its scripts' flags besides K)."""
+    problems = (
+        [] if settings["embed_scale"] else ["embed_scale=False (the loop baseline scales its embeddings)"]
+    )
+    if (settings["start"], settings["end"]) != (0, -1):
+        problems.append(f"loop range [{settings['start']}, {settings['end']}] (it loops the whole stack)")
+    refuse(problems, "a loop baseline export")
+    return {**SCRIPTS, "interpolation_use_topk": False, MARK: settings["repeats"] - 1}
+
+
+# What each --patch_method's model is here: (its section's settings of config.json, config.json's fields
+# of its section). The folder does not record the method (its config.json is the same): name it.
+METHODS = {"ponderlm2": (ponderlm2_settings, release_fields), "loop": (looped_settings, loop_fields)}
+
+
 def ponderlm2_model_config(config: dict, *, param_dtype: str = "float32") -> ModelConfig:
     """The backbone's ModelConfig of the release's config.json, its pondering fields checked too."""
     ponderlm2_settings(config)
@@ -120,10 +147,11 @@ def ponderlm2_model_config(config: dict, *, param_dtype: str = "float32") -> Mod
 
 
 def load_ponderlm2_release(
-    path: Path | str, *, param_dtype: str = "float32", progress: bool = False
+    path: Path | str, *, method: str = "ponderlm2", param_dtype: str = "float32", progress: bool = False
 ) -> tuple[ModelConfig, dict, dict]:
-    """(our Llama backbone's ModelConfig, params, the `ponderlm2` section) of a folder the release saved."""
-    settings = ponderlm2_settings(read_json(Path(path) / "config.json"))
+    """(our Llama backbone's ModelConfig, params, the section of its arch) of a folder the release saved
+    with --patch_method `method`: PonderLM-2 (arch ponderlm2) or the loop baseline (arch looped)."""
+    settings = METHODS[method][0](read_json(Path(path) / "config.json"))
     cfg, params = load_hf(path, param_dtype=param_dtype, progress=progress)
     return cfg, params, settings
 
@@ -134,14 +162,15 @@ def save_ponderlm2_release(
     settings: dict,
     path: Path | str,
     *,
+    method: str = "ponderlm2",
     tokenizer=None,
     progress: bool = False,
     overwrite: bool = False,
 ) -> None:
     """The folder the release's save_pretrained writes (its from_pretrained loads it): our HF export (with
-    `tokenizer` as save_hf's) plus the pondering fields of `settings` (a `ponderlm2` section) in
-    config.json. Checked before writing."""
-    fields = release_fields(settings)
+    `tokenizer` as save_hf's) plus the pondering fields of `settings` (the `ponderlm2` section, or the
+    `looped` one of the loop baseline: `method`) in config.json. Checked before writing."""
+    fields = METHODS[method][1](settings)
     save_hf(cfg, params, path, tokenizer=tokenizer, progress=progress, overwrite=overwrite)
     config = Path(path) / "config.json"
     write_json(config, {**read_json(config), **fields})
