@@ -81,7 +81,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SEED = 0
 MODELING = "src/llamafactory/model/modeling/modeling_llama.py"
 # The file each --patch_method swaps in (llama_patch.py): PonderLM-2 ("ours") and the loop baseline.
-METHODS = {"ponderlm2": MODELING, "loop": "src/llamafactory/model/modeling/modeling_llama_loop.py"}
+METHODS = {
+    "ponderlm2": MODELING,
+    "loop": "src/llamafactory/model/modeling/modeling_llama_loop.py",
+    "pause": "src/llamafactory/model/modeling/modeling_llama_pause.py",
+}
 RELEASE_FILES = (MODELING, "src/llamafactory/model/llama_patch.py", "llama_config/410m/config.json")
 RELEASE_MARK = "num_latent_thoughts"  # read by its modeling_llama.py, not by transformers' own
 TINY = dict(
@@ -126,6 +130,8 @@ SIZES = {
     "tiny": Size(TINY, 2, (2, 8), 2, True),
     "410m": Size("llama_config/410m", 1, (1, 16), 2, False),
     "tiny_loop": Size(TINY, 3, (2, 8), 2, True, "loop"),  # K = 3 as scripts/train_loop_llama_410m.sh
+    # K = 3 as scripts/train_pause_llama_1_4b.sh; its pause id (50288 by default) in the tiny vocabulary
+    "tiny_pause": Size({**TINY, "pause_token_id": 63}, 3, (2, 8), 2, True, "pause"),
 }
 
 
@@ -327,7 +333,8 @@ def make(out: Path, src: str, size: Size) -> None:
     model.save_pretrained(out / "model", safe_serialization=True)
     (out / "model" / "release_commit.txt").write_text(commit + "\n")
     v = model.config.vocab_size
-    tokens = torch.from_numpy(np.random.default_rng(SEED).integers(2, v, size.tokens))
+    high = getattr(model.config, "pause_token_id", v)  # the pause baseline's id is no text token
+    tokens = torch.from_numpy(np.random.default_rng(SEED).integers(2, high, size.tokens))
     arrays = release_outputs(model, tokens, size.prefill, size.method)
     (np.savez_compressed if size.compressed else np.savez)(out / "release.npz", **arrays)
     with torch.no_grad():

@@ -103,6 +103,7 @@ RELEASES = {
             "tiny": "tiny (K = 2)",
             "410m": "llama_config/410m (K = 1)",
             "tiny_loop": "tiny, its loop baseline (K = 3: 4 x the stack)",
+            "tiny_pause": "tiny, its pause baseline (K = 3 pauses)",
         },
         probe=(  # its modeling file, as the driver loads it (transformers <= 4.46.1, its pin)
             "import importlib.util as u; s = u.spec_from_file_location('m', sys.argv[1] + "
@@ -129,7 +130,7 @@ def parse_args(argv):
     parser.add_argument(
         "--sizes",
         help="comma-separated (default all of the release's: lrt tiny,d12,tiny_interleaved,d12_interleaved; "
-        "ponderlm2 tiny,410m,tiny_loop)",
+        "ponderlm2 tiny,410m,tiny_loop,tiny_pause)",
     )
     parser.add_argument(
         "--out", type=Path, default=Path("parity"), help="the folder to write (default parity/)"

@@ -24,10 +24,16 @@ import numpy as np
 from t2mlr_jax.architectures import Architecture, build_architecture
 from t2mlr_jax.architectures.looped import LoopedDecoder
 from t2mlr_jax.architectures.lrt import Draw
+from t2mlr_jax.architectures.pause import PAUSE_PARAM
 from t2mlr_jax.experiment import experiment, resolve
 from t2mlr_jax.interop.files import read_json, read_state_dict
 from t2mlr_jax.interop.parity import GRAD, TOLERANCES, loss_and_gradient_figures, max_abs_diff
-from t2mlr_jax.interop.ponderlm2_release import FIELDS, load_ponderlm2_release, save_ponderlm2_release
+from t2mlr_jax.interop.ponderlm2_release import (
+    FIELDS,
+    PAUSE_ID,
+    load_ponderlm2_release,
+    save_ponderlm2_release,
+)
 from t2mlr_jax.interop.tables import hf_layout, to_state_dict
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.generate import teacher_forced
@@ -63,8 +69,11 @@ def batch_of(tokens: jax.Array, length: int) -> dict:
     }
 
 
-def _trained(cfg: ModelConfig, params: dict, arch: Architecture, batch: dict, sample=None) -> dict:
-    """The training apply's logits, its loss and every gradient (by the release's keys)."""
+def _trained(
+    cfg: ModelConfig, params: dict, arch: Architecture, batch: dict, sample=None, pause_id: int | None = None
+) -> dict:
+    """The training apply's logits, its loss and every gradient (by the release's keys; the pause
+    baseline's pause embedding is its embedding row `pause_id`, no text token's)."""
     state = arch.init_model_state()
 
     def loss(params):
@@ -73,6 +82,9 @@ def _trained(cfg: ModelConfig, params: dict, arch: Architecture, batch: dict, sa
         return total / count, out.logits
 
     (value, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+    if pause_id is not None:
+        pause = grads.pop(PAUSE_PARAM)
+        grads["embed_tokens"] = grads["embed_tokens"].at[pause_id].add(pause)
     out = {"logits": np.asarray(logits), "loss": np.asarray(value)}
     return out | {GRAD + key: v for key, v in to_state_dict(hf_layout(cfg), grads).items()}
 
@@ -116,6 +128,24 @@ def evaluation_logits(cfg: ModelConfig, params: dict, settings: dict, tokens) ->
     return np.asarray(
         jax.jit(lambda p: arch.apply(p, batch, training=False, rng=None, model_state=state).logits)(params)
     )
+
+
+def pause_outputs(
+    cfg: ModelConfig, params: dict, settings: dict, tokens, prefill: int, pause_id: int
+) -> dict:
+    """The pause baseline's (arch pause, section `settings`) in release.npz's layout: one forward for
+    training and evaluation; its decode recomputes the prefix (as ours does), so it is that forward's."""
+    tokens = jnp.asarray(tokens)
+    t = tokens.shape[1]
+    arch = ponderlm2(cfg, settings, t, arch="pause")
+    batch = batch_of(tokens, t)
+    out = _trained(cfg, params, arch, batch, pause_id=pause_id)
+    state = arch.init_model_state()
+    out["eval_logits"] = np.asarray(
+        jax.jit(lambda p: arch.apply(p, batch, training=False, rng=None, model_state=state).logits)(params)
+    )
+    out["decode"] = out["eval_logits"][:, prefill - 1 :]
+    return out
 
 
 def _figure(ours, theirs, scale: float, tolerance: float) -> dict:
@@ -168,6 +198,9 @@ def our_side(folder: Path, prefill: int) -> tuple:
         cfg, params, settings = load_ponderlm2_release(folder / "release" / "model", method=method)
         if method == "loop":
             ours = loop_outputs(cfg, params, settings, theirs["tokens"], prefill)
+        elif method == "pause":
+            pause_id = release_config(folder).get("pause_token_id", PAUSE_ID)
+            ours = pause_outputs(cfg, params, settings, theirs["tokens"], prefill, pause_id)
         else:
             ours = our_outputs(cfg, params, settings, theirs["tokens"], int(theirs["jacobi"]), prefill)
         figures = compare(ours, theirs)
@@ -178,7 +211,8 @@ def export_side(folder: Path, cfg: ModelConfig, imported) -> tuple[dict, int]:
     """Ours written back in the release's format; (its state dict against the release's, bitwise; the
     release's parameter count)."""
     params, settings, method = imported
-    save_ponderlm2_release(cfg, params, settings, folder / "export", method=method)
+    pause_id = release_config(folder).get("pause_token_id", PAUSE_ID)
+    save_ponderlm2_release(cfg, params, settings, folder / "export", method=method, pause_token_id=pause_id)
     theirs, back = (read_state_dict(folder / where) for where in ("release/model", "export"))
     export, release = read_json(folder / "export" / "config.json"), release_config(folder)
     state = {

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from t2mlr_jax.interop.configs import model_config_from_hf, refuse
 from t2mlr_jax.interop.files import read_json, write_json
 from t2mlr_jax.interop.hf import load_hf, save_hf
@@ -135,9 +137,36 @@ def loop_fields(settings: dict) -> dict:
     return {**SCRIPTS, "interpolation_use_topk": False, MARK: settings["repeats"] - 1}
 
 
+PAUSE_ID = 50288  # the pause baseline's token id unless its config.json sets pause_token_id
+
+
+def pause_settings(config: dict) -> dict:
+    """Our `pause` section of the release's pause baseline (--patch_method pause, modeling_llama_pause.py):
+    K pause slots after each token, each the embedding row `pause_token_id`, at the token's position id,
+    every slot's embedding x sqrt(H) (whatever scale_embeds says), logits read at the last pause."""
+    k = config.get(MARK, 0)
+    problems = [] if isinstance(k, int) and k >= 1 else [f"num_latent_thoughts={k!r} (only K >= 1 pauses)"]
+    if not 0 <= config.get("pause_token_id", PAUSE_ID) < config["vocab_size"]:
+        problems.append(f"pause_token_id {config.get('pause_token_id', PAUSE_ID)} outside the vocabulary")
+    refuse(problems, "this pause baseline config")
+    return {"tokens": k, "embed_scale": True}
+
+
+def pause_fields(settings: dict) -> dict:
+    """The pause baseline's config.json fields of our `pause` section (its scripts' flags besides K)."""
+    refuse(
+        [] if settings["embed_scale"] else ["embed_scale=False (it scales its embeddings)"], "a pause export"
+    )
+    return {**SCRIPTS, "interpolation_use_topk": False, MARK: settings["tokens"]}
+
+
 # What each --patch_method's model is here: (its section's settings of config.json, config.json's fields
 # of its section). The folder does not record the method (its config.json is the same): name it.
-METHODS = {"ponderlm2": (ponderlm2_settings, release_fields), "loop": (looped_settings, loop_fields)}
+METHODS = {
+    "ponderlm2": (ponderlm2_settings, release_fields),
+    "loop": (looped_settings, loop_fields),
+    "pause": (pause_settings, pause_fields),
+}
 
 
 def ponderlm2_model_config(config: dict, *, param_dtype: str = "float32") -> ModelConfig:
@@ -151,8 +180,13 @@ def load_ponderlm2_release(
 ) -> tuple[ModelConfig, dict, dict]:
     """(our Llama backbone's ModelConfig, params, the section of its arch) of a folder the release saved
     with --patch_method `method`: PonderLM-2 (arch ponderlm2) or the loop baseline (arch looped)."""
-    settings = METHODS[method][0](read_json(Path(path) / "config.json"))
+    config = read_json(Path(path) / "config.json")
+    settings = METHODS[method][0](config)
     cfg, params = load_hf(path, param_dtype=param_dtype, progress=progress)
+    if method == "pause":  # its pause slots embed the row pause_token_id: our pause embedding
+        from t2mlr_jax.architectures.pause import PAUSE_PARAM  # (architectures import this module)
+
+        params = {**params, PAUSE_PARAM: params["embed_tokens"][config.get("pause_token_id", PAUSE_ID)]}
     return cfg, params, settings
 
 
@@ -163,14 +197,23 @@ def save_ponderlm2_release(
     path: Path | str,
     *,
     method: str = "ponderlm2",
+    pause_token_id: int = PAUSE_ID,
     tokenizer=None,
     progress: bool = False,
     overwrite: bool = False,
 ) -> None:
     """The folder the release's save_pretrained writes (its from_pretrained loads it): our HF export (with
     `tokenizer` as save_hf's) plus the pondering fields of `settings` (the `ponderlm2` section, or the
-    `looped` one of the loop baseline: `method`) in config.json. Checked before writing."""
+    `looped` one of the loop baseline, the `pause` one of the pause baseline, its pause embedding written
+    to row `pause_token_id`: `method`) in config.json. Checked before writing."""
     fields = METHODS[method][1](settings)
+    if method == "pause":  # our pause embedding is its row pause_token_id (the release ties the two)
+        from t2mlr_jax.architectures.pause import PAUSE_PARAM
+
+        fields["pause_token_id"] = pause_token_id
+        embedding = np.array(params["embed_tokens"])
+        embedding[pause_token_id] = np.asarray(params[PAUSE_PARAM])
+        params = {**{k: v for k, v in params.items() if k != PAUSE_PARAM}, "embed_tokens": embedding}
     save_hf(cfg, params, path, tokenizer=tokenizer, progress=progress, overwrite=overwrite)
     config = Path(path) / "config.json"
     write_json(config, {**read_json(config), **fields})
