@@ -27,6 +27,8 @@ Sizes:
          scale_embeds says), K = 3 as scripts/train_loop_llama_410m.sh, the same flags on its config;
          tests/interop/fixtures/ponderlm2_release_loop/. Its config.json is the same as PonderLM-2's (the
          release does not record --patch_method), so release.npz records `method`.
+  410m_loop  llama_config/410m with the loop baseline at K = 3, as scripts/train_loop_llama_410m.sh;
+         tokens 1 x 16, prefill 2. (The pause baseline's only script trains 1.4b: tiny_pause only.)
 Built as the release builds one (torch.manual_seed(0); LlamaForCausalLM(config), its _init_weights),
 then every parameter redrawn from the same stream so that nothing is zero or identity: embed_tokens
 N(0, 0.1); every Linear weight and lm_head N(0, 0.1 sqrt(64 / H)); the RMSNorm weights 1 + N(0, 0.1).
@@ -130,6 +132,7 @@ SIZES = {
     "tiny": Size(TINY, 2, (2, 8), 2, True),
     "410m": Size("llama_config/410m", 1, (1, 16), 2, False),
     "tiny_loop": Size(TINY, 3, (2, 8), 2, True, "loop"),  # K = 3 as scripts/train_loop_llama_410m.sh
+    "410m_loop": Size("llama_config/410m", 3, (1, 16), 2, False, "loop"),  # that script's model
     # K = 3 as scripts/train_pause_llama_1_4b.sh; its pause id (50288 by default) in the tiny vocabulary
     "tiny_pause": Size({**TINY, "pause_token_id": 63}, 3, (2, 8), 2, True, "pause"),
 }

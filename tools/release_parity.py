@@ -23,7 +23,9 @@ checkpoint format and run there; then here:
   compared with ours as "eval"; its decode is the logits from the prefill's last token on; no padded rows)
 Sizes (ponderlm2): tiny, the fixture's model (2 layers, width 32, vocab 64, K = 2; tokens 2 x 8, prefill
 2), and 410m, llama_config/410m at K = 1 as scripts/train_ponderlm2_llama_410m.sh (~405M parameters;
-tokens 1 x 16, prefill 2; several GB of memory, minutes).
+tokens 1 x 16, prefill 2; several GB of memory, minutes); its baselines, imported as our looped and pause:
+tiny_loop, 410m_loop (K = 3 as scripts/train_loop_llama_410m.sh) and tiny_pause (K = 3; its only script
+trains 1.4b).
 Sizes (lrt): tiny, the fixture's model (4 layers, width 64, vocab 100; tokens 2 x 12, prefill 4), and
 d12, the release's default GPTConfig (12 layers, width 768, 6 heads, vocab 32768, context 2048, windows
 "SSSL"; about 286M parameters; tokens 1 x 64, prefill 8; a few GB of memory and disk, a few minutes);
@@ -104,6 +106,7 @@ RELEASES = {
             "410m": "llama_config/410m (K = 1)",
             "tiny_loop": "tiny, its loop baseline (K = 3: 4 x the stack)",
             "tiny_pause": "tiny, its pause baseline (K = 3 pauses)",
+            "410m_loop": "llama_config/410m, its loop baseline (K = 3)",
         },
         probe=(  # its modeling file, as the driver loads it (transformers <= 4.46.1, its pin)
             "import importlib.util as u; s = u.spec_from_file_location('m', sys.argv[1] + "
@@ -130,7 +133,7 @@ def parse_args(argv):
     parser.add_argument(
         "--sizes",
         help="comma-separated (default all of the release's: lrt tiny,d12,tiny_interleaved,d12_interleaved; "
-        "ponderlm2 tiny,410m,tiny_loop,tiny_pause)",
+        "ponderlm2 tiny,410m,tiny_loop,tiny_pause,410m_loop)",
     )
     parser.add_argument(
         "--out", type=Path, default=Path("parity"), help="the folder to write (default parity/)"
