@@ -6,6 +6,13 @@ Directions:
                                                     nanochat or the LRT release's model_<step>.pt + meta)
   orbax  ->  hf | t2mlr-torch | nanochat            export (HF: plain models, or a T²MLR backbone with
                                                     --drop-recurrence; nanochat: its GPT's backbone only)
+  ponderlm2  <->  orbax                             PonderLM-2's release (LUMIA-Group/PonderLM-2): its
+                                                    save_pretrained folder, an HF Llama with its pondering
+                                                    fields; the orbax side holds the backbone, the import
+                                                    prints the arch=ponderlm2 settings that compute the
+                                                    release's model; an export writes its scripts' recipe
+                                                    at --thoughts K; --verify runs arch ponderlm2's
+                                                    evaluation against a PyTorch reference of the release's
 
   python tools/convert_checkpoint.py --from gguf --to orbax \
       SmolLM2-135M-Instruct.Q4_1.gguf ckpt/smollm2 --verify
@@ -37,8 +44,8 @@ import json
 import sys
 from pathlib import Path
 
-IMPORTS = ("hf", "gguf", "t2mlr-torch", "nanochat")
-EXPORTS = ("hf", "t2mlr-torch", "nanochat")
+IMPORTS = ("hf", "gguf", "t2mlr-torch", "nanochat", "ponderlm2")
+EXPORTS = ("hf", "t2mlr-torch", "nanochat", "ponderlm2")
 
 
 def parse_args(argv):
@@ -73,6 +80,13 @@ def parse_args(argv):
         help="a .gguf, tokenizer.json or folder holding one: what an export carries and --verify-text "
         "tokenizes with (default: the tokenizer the source records)",
     )
+    parser.add_argument(
+        "--thoughts",
+        type=int,
+        default=1,
+        help="orbax -> ponderlm2: the thought count K its config.json records (default 1: the release's "
+        "scripts)",
+    )
     parser.add_argument("--verify", action="store_true", help="compare logits of both sides after converting")
     parser.add_argument(
         "--verify-text", type=Path, metavar="FILE", help="also compare logits on this text (implies --verify)"
@@ -90,6 +104,8 @@ def parse_args(argv):
             f"orbax ({'|'.join(IMPORTS)} -> orbax, or orbax -> {'|'.join(EXPORTS)})"
         )
     args.verify = args.verify or args.verify_text is not None
+    if args.thoughts < 1:
+        parser.error(f"--thoughts {args.thoughts}: a PonderLM-2 model has K >= 1 thought slots")
     return args
 
 
@@ -163,6 +179,8 @@ def verify_text_tokens(args, tokenizer):
 
 
 def check_exportable(args, cfg) -> None:
+    if args.target_format == "ponderlm2" and cfg.recurrence is not None:
+        raise ValueError(f"{args.source} is a T²MLR model: a PonderLM-2 release model has no recurrence")
     if args.target_format in ("hf", "nanochat") and cfg.recurrence is not None and not args.drop_recurrence:
         raise ValueError(
             f"{args.source} is a T²MLR model and --to {args.target_format} cannot hold its recurrence: pass "
@@ -188,12 +206,26 @@ def convert(args, tokenizer) -> tuple:
         save_params,
         save_t2mlr_torch,
     )
+    from t2mlr_jax.interop.files import read_json
+    from t2mlr_jax.interop.ponderlm2_release import (
+        ponderlm2_settings,
+        save_ponderlm2_release,
+        scripts_settings,
+    )
+    from t2mlr_jax.interop.pretrained import load_ponderlm2_backbone
 
     if args.target_format == "orbax":
-        load = {"hf": load_hf, "gguf": load_gguf, "t2mlr-torch": load_t2mlr_torch, "nanochat": load_nanochat}[
-            args.source_format
-        ]
+        load = {
+            "hf": load_hf,
+            "gguf": load_gguf,
+            "t2mlr-torch": load_t2mlr_torch,
+            "nanochat": load_nanochat,
+            "ponderlm2": load_ponderlm2_backbone,
+        }[args.source_format]
         cfg, params = load(args.source, param_dtype=args.param_dtype, progress=True)
+        if args.source_format == "ponderlm2":
+            settings = ponderlm2_settings(read_json(args.source / "config.json"))
+            print(f"the release's model is arch=ponderlm2 with the section ponderlm2={json.dumps(settings)}")
         recorded = None if tokenizer is None else str(Path(tokenizer.source).absolute())
         save_params(args.target, cfg, params, tokenizer=recorded, overwrite=args.overwrite)
         return load_params(args.target)  # verify what was written, not what is in memory
@@ -208,6 +240,11 @@ def convert(args, tokenizer) -> tuple:
             tokenizer=tokenizer,
             progress=True,
             overwrite=args.overwrite,
+        )
+    elif args.target_format == "ponderlm2":
+        settings = scripts_settings(args.thoughts)
+        save_ponderlm2_release(
+            cfg, params, settings, args.target, tokenizer=tokenizer, progress=True, overwrite=args.overwrite
         )
     elif args.target_format == "nanochat":  # its tokenizer lives in nanochat's base dir, not the checkpoint
         cfg, params = exported(args, cfg, params)

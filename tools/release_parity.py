@@ -21,6 +21,15 @@ checkpoint format and run there; then here:
               read, are zeros in ours where the release keeps what it drew)
   4. reload   the release's own loader and forward run on that export (the driver's --logits_of:
               OUT/SIZE/export_logits.npz); its logits compared with the release's on its own checkpoint
+  (ponderlm2: experiments/make_ponderlm2_fixture.py; its folder is save_pretrained's HF Llama with the
+  release's pondering fields, imported as our arch ponderlm2 with the release's settings
+  (t2mlr_jax/interop/ponderlm2_release.py); its release.npz adds eval_logits, its evaluation forward,
+  compared with ours as "eval"; its decode is the logits from the prefill's last token on; no padded rows)
+Sizes (ponderlm2): tiny, the fixture's model (2 layers, width 32, vocab 64, K = 2; tokens 2 x 8, prefill
+2), and 410m, llama_config/410m at K = 1 as scripts/train_ponderlm2_llama_410m.sh (~405M parameters;
+tokens 1 x 16, prefill 2; several GB of memory, minutes); its baselines, imported as our looped and pause:
+tiny_loop, 410m_loop (K = 3 as scripts/train_loop_llama_410m.sh) and tiny_pause (K = 3; its only script
+trains 1.4b).
 Sizes (lrt): tiny, the fixture's model (4 layers, width 64, vocab 100; tokens 2 x 12, prefill 4), and
 d12, the release's default GPTConfig (12 layers, width 768, 6 heads, vocab 32768, context 2048, windows
 "SSSL"; about 286M parameters; tokens 1 x 64, prefill 8; a few GB of memory and disk, a few minutes);
@@ -94,6 +103,10 @@ class Release:
     sizes: dict[str, str]  # size -> its label in the table
     probe: str  # Python run by --release_python from the repo root, the checkout first on sys.path (its path
     # sys.argv[1]): imports what it needs
+    # Our side (a module of t2mlr_jax.interop): our_side(folder, prefill) -> (cfg, imported, figures),
+    # export_side(folder, cfg, imported) -> (state figures, the release's parameter count) and
+    # release_config(folder) -> the model config its checkpoint records.
+    interop: str
 
 
 RELEASES = {
@@ -107,12 +120,31 @@ RELEASES = {
             "d12_interleaved": "d12, recurrent (interleaved)",
         },
         probe="from nanochat import checkpoint_manager, engine, gpt",
+        interop="t2mlr_jax.interop.parity",
+    ),
+    "ponderlm2": Release(
+        repo="LUMIA-Group/PonderLM-2",
+        driver="experiments.make_ponderlm2_fixture",
+        sizes={
+            "tiny": "tiny (K = 2)",
+            "410m": "llama_config/410m (K = 1)",
+            "tiny_loop": "tiny, its loop baseline (K = 3: 4 x the stack)",
+            "tiny_pause": "tiny, its pause baseline (K = 3 pauses)",
+            "410m_loop": "llama_config/410m, its loop baseline (K = 3)",
+        },
+        probe=(  # its modeling file, as the driver loads it (transformers <= 4.46.1, its pin)
+            "import importlib.util as u; s = u.spec_from_file_location('m', sys.argv[1] + "
+            "'/src/llamafactory/model/modeling/modeling_llama.py'); "
+            "s.loader.exec_module(u.module_from_spec(s))"
+        ),
+        interop="t2mlr_jax.interop.ponderlm2_parity",
     ),
     "nanochat": Release(
         repo="karpathy/nanochat",
         driver="experiments.make_karpathy_nanochat_fixture",
         sizes={"tiny": "tiny", "d12": "release default (d12)"},
         probe="from nanochat import checkpoint_manager, engine, gpt",
+        interop="t2mlr_jax.interop.parity",
     ),
     "t2mlr": Release(
         repo="princeton-pli/T2MLR",
@@ -121,6 +153,7 @@ RELEASES = {
         # it imports with the driver's shims only, on transformers 4.56/4.57 only
         probe="from experiments.make_release_fixture import check_transformers, release_classes; "
         "check_transformers(); release_classes(sys.argv[1])",
+        interop="t2mlr_jax.interop.parity",
     ),
 }
 
@@ -242,33 +275,6 @@ class Stages:
         return result
 
 
-def our_side(folder: Path, prefill: int) -> tuple:
-    """Step 2: the release's checkpoint imported through ours; (cfg, params, compare's figures)."""
-    import numpy as np
-
-    from t2mlr_jax.interop import load_pretrained
-    from t2mlr_jax.interop.nanochat import gpt_config
-    from t2mlr_jax.interop.parity import compare, our_outputs
-
-    model = folder / "release" / "model"
-    cfg, params = load_pretrained(model)
-    passes = gpt_config(model)["interleaved_num_passes"] if "lrt" in params else None
-    with np.load(folder / "release" / "release.npz") as theirs:
-        figures = compare(our_outputs(cfg, params, theirs["tokens"], prefill, passes), theirs)
-    return cfg, params, figures
-
-
-def export_side(folder: Path, cfg, params) -> tuple[dict, int]:
-    """Step 3: ours written back in the release's format; (compare_states' figures, the release's
-    parameter count, padded rows included)."""
-    from t2mlr_jax.interop.parity import compare_states, release_state, save_release
-
-    save_release(cfg, params, folder / "export")
-    theirs = release_state(folder / "release" / "model")
-    state = compare_states(cfg.vocab_size, theirs, release_state(folder / "export"))
-    return state, sum(value.size for value in theirs.values())
-
-
 def reload_figures(folder: Path, state: dict) -> dict:
     """Step 4's figures: the release's logits on our export against those on its own checkpoint."""
     import numpy as np
@@ -289,8 +295,6 @@ def check_size(release: Release, args, size: str) -> dict:
     """Every figure of one size (module docstring, steps 1-4)."""
     import numpy as np
 
-    from t2mlr_jax.interop.parity import release_model_config
-
     folder = args.out / size
     if folder.exists():  # --overwrite: an earlier run's
         shutil.rmtree(folder)
@@ -300,10 +304,11 @@ def check_size(release: Release, args, size: str) -> dict:
     built = "the release builds, saves and runs its model"
     stages.run("release", built, run_driver, release, args, log, "--size", size, "--out", folder / "release")
     prefill = driver_of(release).SIZES[size].prefill
+    interop = importlib.import_module(release.interop)
     ours = "import it; our logits, loss, gradients and cached decode"
-    cfg, params, figures = stages.run("ours", ours, our_side, folder, prefill)
+    cfg, params, figures = stages.run("ours", ours, interop.our_side, folder, prefill)
     exported = "write ours back in the release's format"
-    state, num_params = stages.run("export", exported, export_side, folder, cfg, params)
+    state, num_params = stages.run("export", exported, interop.export_side, folder, cfg, params)
     del params
     reloaded = "the release loads our export and runs it"
     driver_args = ("--logits_of", folder / "export", "--tokens_from", npz, "--out", folder)
@@ -314,7 +319,7 @@ def check_size(release: Release, args, size: str) -> dict:
         tokens = list(theirs["tokens"].shape)
     return {
         "label": release.sizes[size],
-        "model_config": release_model_config(folder / "release" / "model"),
+        "model_config": interop.release_config(folder),
         "params": int(num_params),
         "tokens": tokens,
         "prefill": prefill,

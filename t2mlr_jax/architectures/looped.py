@@ -14,6 +14,7 @@ Evaluation and decoding never drop tokens (moe_capacity_factor=None), as in the 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -32,7 +33,7 @@ from t2mlr_jax.architectures.contract import (
 from t2mlr_jax.architectures.t2mlr import baseline_backbone
 from t2mlr_jax.config.sections import Experiment, at_least
 from t2mlr_jax.model import flops
-from t2mlr_jax.model.backbone import advance, embed, head, init_cache, run_blocks
+from t2mlr_jax.model.backbone import KVCache, advance, embed, head, init_cache, run_blocks
 from t2mlr_jax.model.config import ModelConfig, resolve_range
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.recurrence import Layout, Output
@@ -61,12 +62,13 @@ def looped_forward(
     end: int,
     repeats: int,
     mlp_state: Any = None,
+    embed_scale: float = 1.0,
 ) -> LoopedOut:
     """The looped model's logits and the MLP's per-layer stats (its state is stacked on the L weight
     layers)."""
     start, end = loop_range(cfg, start, end)
     kw = dict(positions=layout.positions, segment_ids=layout.segment_ids, tokens=tokens, mlp_state=mlp_state)
-    before = run_blocks(cfg, params, embed(cfg, params, tokens), 0, start, **kw)
+    before = run_blocks(cfg, params, scaled_embed(cfg, params, tokens, embed_scale), 0, start, **kw)
 
     def repeat(h, _):
         out = run_blocks(cfg, params, h, start, end + 1, **kw)
@@ -76,6 +78,14 @@ def looped_forward(
     after = run_blocks(cfg, params, h, end + 1, cfg.num_layers, **kw)
     loop_stats = jax.tree.map(lambda a: a.sum(0), loop_stats)
     return LoopedOut(head(cfg, params, after.h), stack_layer_stats(before.stats, loop_stats, after.stats))
+
+
+def scaled_embed(
+    cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], scale: float, cache: KVCache | None = None
+) -> Float[Array, "B T D"]:
+    """The token embeddings x `scale` (`looped.embed_scale`); `cache` as backbone.embed's (the smear)."""
+    x = embed(cfg, params, tokens, cache)
+    return x if scale == 1.0 else (x * scale).astype(x.dtype)
 
 
 def block_order(cfg: ModelConfig, *, start: int, end: int, repeats: int) -> list[int]:
@@ -96,6 +106,7 @@ class LoopedDecoder:
     start: int
     end: int
     repeats: int
+    embed_scale: float = 1.0
 
     def init_cache(self, batch, num_tokens):
         order = block_order(self.model, start=self.start, end=self.end, repeats=self.repeats)
@@ -110,7 +121,7 @@ class LoopedDecoder:
         cfg = self.model
         start, end = loop_range(cfg, self.start, self.end)
         ranges = [(0, start), *[(start, end + 1)] * self.repeats, (end + 1, cfg.num_layers)]
-        h, row = embed(cfg, params, tokens, cache), 0
+        h, row = scaled_embed(cfg, params, tokens, self.embed_scale, cache), 0
         for first, last in ranges:
             out = run_blocks(cfg, params, h, first, last, positions=layout.positions,
                              segment_ids=layout.segment_ids, cache=cache, tokens=tokens,
@@ -123,6 +134,7 @@ def _builder(name: str):
     def build(config: Experiment) -> Architecture:
         loop = dict(start=config.looped.start, end=config.looped.end, repeats=config.looped.repeats)
         model = baseline_backbone(config, param_specs, carries_mlp_state=True)
+        loop["embed_scale"] = math.sqrt(2.5 * model.hidden_size) if config.looped.embed_scale else 1.0
         loop_range(model, loop["start"], loop["end"])  # reject a bad range before anything is traced
         # Evaluation and decoding never drop a token (MoE): outputs must not depend on the batch's routing.
         eval_model = model.replace(moe_capacity_factor=None)
@@ -150,7 +162,9 @@ def _builder(name: str):
             backbone=model,
             max_seq_len=model.max_seq_len,
             train_flops=lambda seq_len: flops.one_pass_train_flops(
-                model, seq_len, layers=block_order(model, **loop)
+                model,
+                seq_len,
+                layers=block_order(model, start=loop["start"], end=loop["end"], repeats=loop["repeats"]),
             ),
             **mlp_state_hooks(model),
         )
@@ -165,6 +179,7 @@ class LoopedSettings:
     start: int = 0
     end: int = -1
     repeats: int = 2
+    embed_scale: bool = False  # token embeddings x sqrt(2.5 H): PonderLM-2's release's loop baseline
 
     def __post_init__(self):
         at_least("looped.repeats", self.repeats, 1)

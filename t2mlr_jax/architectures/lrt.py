@@ -158,6 +158,10 @@ def train_flops(cfg: LRTConfig, seq_len: int, draw: Draw, supervise_all: bool) -
     forward = flops.pass_flops(model, n, extra_params=fb) + draw.passes * flops.pass_flops(
         model, n * (draw.thoughts + 1), extra_params=fb_refine
     )
+    if cfg.growing:  # PonderLM-2's release: unsupervised passes over 1, ..., K - 1 thoughts first
+        forward += sum(
+            flops.pass_flops(model, n * (k + 1), extra_params=fb_refine) for k in range(1, draw.thoughts)
+        )
     return flops.train(forward + flops.head_flops(model, heads))
 
 
@@ -221,6 +225,7 @@ def build_lrt(
     section: str,
     thought_model: bool,
     embed_scale: float = 1.0,
+    growing: bool = False,
 ) -> Architecture:
     """The LRT family from settings `s` (the lrt section, or PonderLM-2's fixed ones)."""
     model = backbone_config(config, recurrent=False)
@@ -241,7 +246,9 @@ def build_lrt(
             f"({section}.thoughts={thoughts}): give {section}.thoughts a K > 0 (the ablation of Table 3), "
             f"or set {section}.feedback=none for the plain backbone"
         )
-    cfg = LRTConfig(model, s.feedback, s.shared_projections, thought_model, s.cross_token, embed_scale)
+    cfg = LRTConfig(
+        model, s.feedback, s.shared_projections, thought_model, s.cross_token, embed_scale, growing
+    )
     # Evaluation and decoding never drop a token (MoE): outputs must not depend on the batch's routing.
     eval_cfg = dataclasses.replace(cfg, model=model.replace(moe_capacity_factor=None))
     plain = cfg.feedback == "none" and not thought_model  # every pass would be the same plain forward

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from t2mlr_jax.architectures.thought_slots import LATENT, expand, last_slots, shift
+from t2mlr_jax.architectures.thought_slots import LATENT, expand, last_slots, shift, widen
 from t2mlr_jax.model.backbone import (
     Feedback,
     KVCache,
@@ -53,6 +53,7 @@ class LRTConfig:
     thought_slots: bool = False  # trained with thought slots: own thought gates, pass 0 unsupervised
     cross_token: bool = True
     embed_scale: float = 1.0  # vocabulary embeddings x this (PonderLM-2's option)
+    growing: bool = False  # thought slots filled by K growing passes (PonderLM-2's release; `refine`)
 
     @property
     def residual(self) -> bool:
@@ -210,24 +211,26 @@ def refine(
     pass 0 as the unsupervised initialisation, puts each token's state on its K thought slots too, and
     refines the N(K+1) slots: a vocabulary slot's input is its embedding, a
     thought slot's the shifted state; the memory is the shifted state (zero at vocabulary slots without
-    cross-token feedback). Logits are read at each interval's last slot.
+    cross-token feedback). Logits are read at each interval's last slot. `cfg.growing` (PonderLM-2's
+    release): unsupervised passes over 1, ..., K - 1 thoughts come first, each filling one more thought
+    slot (thought j of the next pass takes slot j - 1's state), so that thought j starts from j passes.
     """
     model = cfg.model
     x = vocab_inputs(cfg, params, tokens)
     states, out = _run(cfg, params, x, tokens, layout, jnp.zeros_like(x), None, mlp_state)
     stats = out.stats
     logits = [] if cfg.thought_slots else [unembed(model, params, states)]
-    slots = expand(tokens, layout, thoughts)
-    inputs = jnp.repeat(x, thoughts + 1, axis=1)
-    states = jnp.repeat(states, thoughts + 1, axis=1)
-    thought = slots.thought[..., None]
-    for _ in range(refinements):
-        previous = shift(states, slots.starts)
+    growing = list(range(1, thoughts)) if cfg.growing else []
+    for k in growing + [thoughts] * refinements:
+        slots = expand(tokens, layout, k)
+        thought = slots.thought[..., None]
+        previous = shift(widen(states, tokens.shape[1], k), slots.starts)
         m = previous if cfg.cross_token else jnp.where(thought, previous, 0.0).astype(previous.dtype)
-        h = jnp.where(thought, previous, inputs)
+        h = jnp.where(thought, previous, jnp.repeat(x, k + 1, axis=1))
         states, out = _run(cfg, params, h, slots.tokens, slots.layout, m, slots.thought, mlp_state)
         stats = jax.tree.map(jnp.add, stats, out.stats)
-        logits.append(unembed(model, params, last_slots(states, thoughts)))
+        if k == thoughts:
+            logits.append(unembed(model, params, last_slots(states, thoughts)))
     return Passes(tuple(logits), stats)
 
 

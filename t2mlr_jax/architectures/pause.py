@@ -4,6 +4,7 @@ prediction for a token is read at its last pause (Goyal et al., the paper's "pau
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
@@ -28,13 +29,20 @@ def pause_specs(cfg: ModelConfig) -> dict:
 
 
 def pause_forward(
-    cfg: ModelConfig, params: dict, tokens: Int[Array, "B T"], layout: Layout, *, num_pause: int
+    cfg: ModelConfig,
+    params: dict,
+    tokens: Int[Array, "B T"],
+    layout: Layout,
+    *,
+    num_pause: int,
+    embed_scale: float = 1.0,
 ) -> Float[Array, "B T V"]:
     b, t = tokens.shape
     group = 1 + num_pause
     h = embed(cfg, params, tokens)[:, :, None]
     pauses = jnp.broadcast_to(params[PAUSE_PARAM].astype(h.dtype), (b, t, num_pause, h.shape[-1]))
     h = jnp.concatenate([h, pauses], axis=2).reshape(b, t * group, -1)
+    h = h if embed_scale == 1.0 else (h * embed_scale).astype(h.dtype)
     expand = lambda a: jnp.repeat(a, group, axis=1)
     h = run_blocks(
         cfg,
@@ -50,8 +58,9 @@ def pause_forward(
 
 def _build(config: Experiment) -> Architecture:
     model, num_pause = baseline_backbone(config, pause_specs), config.pause.tokens
+    scale = math.sqrt(model.hidden_size) if config.pause.embed_scale else 1.0
     logits_fn = lambda params, tokens, layout: pause_forward(
-        model, params, tokens, layout, num_pause=num_pause
+        model, params, tokens, layout, num_pause=num_pause, embed_scale=scale
     )
 
     return recompute_architecture(
@@ -65,6 +74,7 @@ class PauseSettings:
     """Pause tokens after each token (config section `pause`)."""
 
     tokens: int = 2
+    embed_scale: bool = False  # every slot's embedding x sqrt(H): PonderLM-2's release's pause baseline
 
     def __post_init__(self):
         at_least("pause.tokens", self.tokens, 1)

@@ -9,22 +9,36 @@ the LRT's), the loss read at the last pass only. Decoding: K + 1 forwards per to
 It is the LRT's thought-slot machinery with the feedback switched off (lrt.py: feedback="none",
 cross_token=False, supervise="last"), so the two differ exactly where the papers say they do.
 `ponderlm2.embed_scale`: token embeddings x sqrt(2.5 H) (H = hidden size), the release's `scale_embeds`.
-Read against the public release (LUMIA-Group/PonderLM-2): its training runs K growing initialisation
-passes (thought j from a pass over the first j stages), then 2-3 Jacobi refinements
-(`random_jacobi_iterations`) and a final pass that the loss reads; here one vocabulary-only pass fills
-every thought slot and P supervised-at-the-last refinement passes follow, so `ponderlm2.passes=(3, 4)`
-with equal probabilities is the release's count for K = 1 (its refinements plus its final pass), and the
-default is the depth-versus-time paper's P distribution (E[P] = 2, as the LRT rows).
+
+Read against the public release (LUMIA-Group/PonderLM-2, its modeling_llama.py): its training runs K growing
+initialisation passes (a vocabulary-only pass, then passes over 1, ..., K - 1 thoughts, each filling one
+more thought slot), then R Jacobi refinements (R uniform in {2, 3}: `random_jacobi_iterations`) and a final
+pass that the loss reads; its evaluation is that forward at R = `num_jacobi_iterations` (3). Ours by
+default (`ponderlm2.init="vocabulary"`) fills every thought slot from the one vocabulary-only pass, then P
+refinement passes supervised at the last, P from the depth-versus-time paper's distribution (E[P] = 2, as
+the LRT rows), and evaluates by the exact sequential recurrence: PonderLM-2 as that paper runs it, on the
+LRT's thought-slot machinery, differing from the LRT only where the papers say. The release's behaviour,
+number for number (t2mlr_jax/interop/ponderlm2_release.py reads it off a release checkpoint):
+  ponderlm2.init="growing", embed_scale=True, passes=(3, 4), pass_probs=(0.5, 0.5), eval_passes=4
+(P counts the refinements plus the final pass). At K = 1 the two initialisations are the same.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
-from t2mlr_jax.architectures.contract import Architecture, Capabilities, register_architecture
+from t2mlr_jax.architectures.contract import (
+    Architecture,
+    Capabilities,
+    pretrained_path,
+    register_architecture,
+)
 from t2mlr_jax.architectures.lrt import PASS_PROBS, PASSES, LRTSettings, build_lrt
 from t2mlr_jax.config.sections import Experiment
+from t2mlr_jax.interop.files import read_json
+from t2mlr_jax.interop.ponderlm2_release import is_ponderlm2_release, ponderlm2_settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,10 +49,20 @@ class PonderLM2Settings:
     passes: tuple[int, ...] = PASSES  # refinement pass counts P ...
     pass_probs: tuple[float, ...] = PASS_PROBS  # ... and their probabilities (as the LRT's)
     embed_scale: bool = False  # token embeddings x sqrt(2.5 H)
+    init: str = "vocabulary"  # thought slots filled by: the vocabulary-only pass | growing (the release's)
+    eval_passes: int = 0  # 0: the exact sequential recurrence; n: the release's parallel evaluation, n passes
+
+
+INITS = ("vocabulary", "growing")
 
 
 def _build(config: Experiment) -> Architecture:
     s = config.ponderlm2
+    if s.init not in INITS:
+        raise ValueError(f"ponderlm2.init must be one of {INITS}, got {s.init!r}")
+    if s.eval_passes < 0:
+        raise ValueError(f"ponderlm2.eval_passes must be >= 0 (0: the exact recurrence), got {s.eval_passes}")
+    _check_release_start(config)
     fixed = LRTSettings(
         feedback="none",
         thoughts=s.thoughts,
@@ -46,11 +70,33 @@ def _build(config: Experiment) -> Architecture:
         passes=s.passes,
         pass_probs=s.pass_probs,
         supervise="last",
-        eval_mode="exact",
-        eval_passes=1,
+        eval_mode="parallel" if s.eval_passes else "exact",
+        eval_passes=s.eval_passes or 1,
     )
     scale = math.sqrt(2.5 * config.model.hidden_size) if s.embed_scale else 1.0
-    return build_lrt(config, "ponderlm2", fixed, section="ponderlm2", thought_model=True, embed_scale=scale)
+    return build_lrt(
+        config,
+        "ponderlm2",
+        fixed,
+        section="ponderlm2",
+        thought_model=True,
+        embed_scale=scale,
+        growing=s.init == "growing",
+    )
+
+
+def _check_release_start(config: Experiment) -> None:
+    """A start from PonderLM-2's release folder (config.init_from) keeps its embedding scale: its weights
+    compute something else without it (the rest of its recipe may change: ponderlm2_release.py)."""
+    path = pretrained_path(config)
+    if not path or not is_ponderlm2_release(path):
+        return
+    release = ponderlm2_settings(read_json(Path(path) / "config.json"))
+    if release["embed_scale"] != config.ponderlm2.embed_scale:
+        raise ValueError(
+            f"init_from {path} is PonderLM-2's release model with scale_embeds={release['embed_scale']}: set "
+            f"ponderlm2.embed_scale={release['embed_scale']} (its whole recipe: ponderlm2={release})"
+        )
 
 
 register_architecture(

@@ -49,6 +49,15 @@ def shift(states: Float[Array, "B S D"], starts: Bool[Array, "B S"]) -> Float[Ar
     return jnp.where(starts[..., None], 0.0, previous).astype(states.dtype)
 
 
+def widen(states: Float[Array, "B S D"], n: int, k: int) -> Float[Array, "B X D"]:
+    """The states of N intervals of any one length on N intervals of K + 1 slots: each interval's last
+    state repeated into the slots it lacks (`shift` then gives thought j slot j - 1's state)."""
+    b, s, d = states.shape
+    intervals = states.reshape(b, n, s // n, d)
+    extra = jnp.repeat(intervals[:, :, -1:], k + 1 - s // n, axis=2)
+    return jnp.concatenate([intervals, extra], axis=2).reshape(b, n * (k + 1), d)
+
+
 def last_slots(states: Float[Array, "B S D"], k: int) -> Float[Array, "B T D"]:
     """Each vocabulary token's interval's last slot: the state that predicts the next token."""
     return states[:, k :: k + 1]

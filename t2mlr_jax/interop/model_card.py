@@ -15,8 +15,13 @@ LAYOUT_NAMES = {
     "hf": "HF Llama format",
     "t2mlr-torch": "the authors' PyTorch T²MLR layout",
     "nanochat": "nanochat's checkpoint format (model_<step>.pt + meta_<step>.json)",
+    "ponderlm2": "PonderLM-2's release format (an HF Llama folder with its pondering fields in config.json)",
 }
-MODES = {"exact": "exact recurrence", "plain": "plain forward"}
+MODES = {
+    "exact": "exact recurrence",
+    "plain": "plain forward",
+    "ponderlm2": "arch ponderlm2, the release's evaluation forward",
+}
 
 
 def write_model_card(
@@ -53,6 +58,8 @@ def _summary(
         what = "A nanochat GPT" + (
             " (the backbone of a T²MLR model, its recurrence dropped)" if cfg.recurrence else ""
         )
+    elif layout == "ponderlm2":
+        what = "A PonderLM-2 model (LUMIA-Group/PonderLM-2: a Llama with latent thought slots)"
     elif cfg.recurrence:
         what = "The transformer backbone of a T²MLR model (its recurrence dropped)"
     else:
@@ -137,6 +144,19 @@ def _loading(folder: Path, layout: str, tokenizer: str | None) -> str:
             "logits = model(torch.tensor([[1, 2, 3]]))",
         ]
         tokenizer = "nanochat's"  # not part of its checkpoints: nothing missing
+    elif layout == "ponderlm2":
+        intro = (
+            "With the release's code (github.com/LUMIA-Group/PonderLM-2: its llama_patch swaps its "
+            "LlamaForCausalLM into transformers <= 4.46.1), or t2mlr-jax's PyTorch reference of its "
+            "evaluation forward:"
+        )
+        lines = [
+            "import torch",
+            "from t2mlr_jax.interop.ponderlm2_torch import PonderLM2Reference",
+            "",
+            f'model = PonderLM2Reference.from_pretrained("{folder}")',
+            "logits = model(torch.tensor([[2, 3, 4]]))",
+        ]
     else:
         intro = "With transformers (generation stops at the tokenizer's EOS):"
         lines = [

@@ -39,7 +39,14 @@ from t2mlr_jax.architectures.lrt import interleaved_loss
 from t2mlr_jax.architectures.lrt_forward import LRTConfig, LRTDecoder, interleaved
 from t2mlr_jax.architectures.lrt_forward import exact_forward as lrt_exact
 from t2mlr_jax.interop.files import read_json, read_state_dict, torch_state, torch_to_numpy
-from t2mlr_jax.interop.nanochat import checkpoint_files, padded_vocab, save_nanochat, to_nanochat_state
+from t2mlr_jax.interop.nanochat import (
+    checkpoint_files,
+    gpt_config,
+    padded_vocab,
+    save_nanochat,
+    to_nanochat_state,
+)
+from t2mlr_jax.interop.pretrained import load_pretrained
 from t2mlr_jax.interop.t2mlr_torch import save_t2mlr_torch
 from t2mlr_jax.interop.tables import t2mlr_layout, to_state_dict
 from t2mlr_jax.model import backbone
@@ -191,7 +198,7 @@ def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) ->
     if TRAIN_LOGITS + "0" in theirs:
         figures["train_logits"] = _pass_logits(ours, theirs, TRAIN_LOGITS)
     if "loss" in theirs:
-        figures |= _loss_and_gradients(ours, theirs)
+        figures |= loss_and_gradient_figures(ours, theirs)
     if REFRESH + "loss" in theirs:
         figures["kv_refresh"] = _kv_refresh(ours, theirs)
     figures["passed"] = all(section["passed"] for section in figures.values())
@@ -224,7 +231,7 @@ def _kv_refresh(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]
     return figures
 
 
-def _loss_and_gradients(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
+def loss_and_gradient_figures(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
     """compare's loss and gradient figures (a model the release trains by gradient)."""
     loss = abs(float(ours["loss"]) - float(theirs["loss"]))
     our_keys = {k.removeprefix(GRAD) for k in ours if k.startswith(GRAD)}
@@ -318,3 +325,31 @@ def save_release(cfg: ModelConfig, params: dict, path: Path | str) -> None:
     """Ours written in its release's format: a T²MLR model as the authors' release saves one, else as
     nanochat."""
     (save_t2mlr_torch if cfg.recurrence is not None else save_nanochat)(cfg, params, path)
+
+
+# tools/release_parity.py's hooks (a Release's interop) for the releases saved in nanochat's or the T²MLR
+# release's format: steps 2 and 3 on a size's folder.
+
+
+def release_config(folder: Path) -> dict:
+    """The model config the release's checkpoint records."""
+    return release_model_config(folder / "release" / "model")
+
+
+def our_side(folder: Path, prefill: int) -> tuple:
+    """Step 2: the release's checkpoint imported through ours; (cfg, params, compare's figures)."""
+    model = folder / "release" / "model"
+    cfg, params = load_pretrained(model)
+    passes = gpt_config(model)["interleaved_num_passes"] if "lrt" in params else None
+    with np.load(folder / "release" / "release.npz") as theirs:
+        figures = compare(our_outputs(cfg, params, theirs["tokens"], prefill, passes), theirs)
+    return cfg, params, figures
+
+
+def export_side(folder: Path, cfg: ModelConfig, params: dict) -> tuple[dict, int]:
+    """Step 3: ours written back in the release's format; (compare_states' figures, the release's
+    parameter count, padded rows included)."""
+    save_release(cfg, params, folder / "export")
+    theirs = release_state(folder / "release" / "model")
+    state = compare_states(cfg.vocab_size, theirs, release_state(folder / "export"))
+    return state, sum(value.size for value in theirs.values())

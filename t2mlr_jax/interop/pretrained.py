@@ -21,6 +21,11 @@ from t2mlr_jax.interop.nanochat import (
     nanochat_config,
 )
 from t2mlr_jax.interop.orbax_folder import is_orbax_checkpoint, load_config, load_params, stored_tokenizer
+from t2mlr_jax.interop.ponderlm2_release import (
+    is_ponderlm2_release,
+    load_ponderlm2_release,
+    ponderlm2_model_config,
+)
 from t2mlr_jax.interop.release_config import model_config_from_release
 from t2mlr_jax.interop.t2mlr_torch import is_t2mlr_folder, load_t2mlr_torch
 from t2mlr_jax.model.config import SHAPE_FIELDS, ModelConfig, RecurrenceConfig
@@ -45,7 +50,8 @@ IDENTITY_AT_INIT = tuple(name for name, mixer in MIXERS.items() if mixer.rezero)
 
 
 def checkpoint_format(path: Path | str) -> str:
-    """'gguf', 'orbax', 't2mlr-torch', 'nanochat' or 'hf', recognised by the contents at `path`."""
+    """'gguf', 'orbax', 't2mlr-torch', 'nanochat', 'ponderlm2' (PonderLM-2's release: an HF Llama folder
+    with its pondering fields) or 'hf', recognised by the contents at `path`."""
     path = Path(path)
     if path.is_file() and path.suffix == ".gguf":
         return "gguf"
@@ -55,6 +61,8 @@ def checkpoint_format(path: Path | str) -> str:
         return "t2mlr-torch"
     if is_nanochat_checkpoint(path):
         return "nanochat"
+    if is_ponderlm2_release(path):
+        return "ponderlm2"
     if (path / "config.json").exists():
         return "hf"
     raise ValueError(
@@ -69,9 +77,13 @@ def load_pretrained(
     """(ModelConfig, params) from a .gguf file, an HF Llama folder, the authors' T²MLR folder, a nanochat
     checkpoint folder (karpathy/nanochat, the LRT release) or our orbax checkpoint, recognised by their
     contents. `param_dtype` applies to the PyTorch and GGUF formats."""
-    load = {"gguf": load_gguf, "t2mlr-torch": load_t2mlr_torch, "nanochat": load_nanochat, "hf": load_hf}.get(
-        checkpoint_format(path_or_gguf)
-    )
+    load = {
+        "gguf": load_gguf,
+        "t2mlr-torch": load_t2mlr_torch,
+        "nanochat": load_nanochat,
+        "ponderlm2": load_ponderlm2_backbone,
+        "hf": load_hf,
+    }.get(checkpoint_format(path_or_gguf))
     return (
         load(path_or_gguf, param_dtype=param_dtype, progress=progress) if load else load_params(path_or_gguf)
     )
@@ -97,9 +109,17 @@ def pretrained_config(path_or_gguf: Path | str, *, param_dtype: str = "float32")
     check_weight_files(path_or_gguf)
     config_file = Path(path_or_gguf) / "config.json"
     config = read_json(config_file)
-    from_json = model_config_from_release if fmt == "t2mlr-torch" else model_config_from_hf
+    from_json = {"t2mlr-torch": model_config_from_release, "ponderlm2": ponderlm2_model_config}.get(
+        fmt, model_config_from_hf
+    )
     with _naming(config_file):
         return from_json(config, param_dtype=param_dtype)
+
+
+def load_ponderlm2_backbone(path: Path | str, **kwargs) -> tuple[ModelConfig, dict]:
+    """PonderLM-2's release folder as (its Llama backbone, params); its settings: load_ponderlm2_release."""
+    cfg, params, _ = load_ponderlm2_release(path, **kwargs)
+    return cfg, params
 
 
 @contextlib.contextmanager

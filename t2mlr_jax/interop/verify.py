@@ -10,18 +10,26 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Float, Int
 
+from t2mlr_jax.interop.files import read_json
 from t2mlr_jax.model import backbone, recurrence
 from t2mlr_jax.model.config import ModelConfig
 
-TORCH_FORMATS = ("hf", "gguf", "t2mlr-torch", "nanochat")
+TORCH_FORMATS = ("hf", "gguf", "t2mlr-torch", "nanochat", "ponderlm2")
 
 
 def sample_tokens(vocab_size: int, num_sequences: int, seq_len: int, seed: int = 0) -> Int[np.ndarray, "B T"]:
     return np.random.default_rng(seed).integers(0, vocab_size, (num_sequences, seq_len), dtype=np.int32)
 
 
-def jax_logits(cfg: ModelConfig, params: dict, tokens: Int[np.ndarray, "B T"]) -> Float[np.ndarray, "B T V"]:
-    """Our logits: exact recurrence for a T²MLR model, the plain forward otherwise."""
+def jax_logits(
+    cfg: ModelConfig, params: dict, tokens: Int[np.ndarray, "B T"], ponderlm2: dict | None = None
+) -> Float[np.ndarray, "B T V"]:
+    """Our logits: exact recurrence for a T²MLR model, arch ponderlm2's evaluation with the section
+    `ponderlm2` when given, the plain forward otherwise."""
+    if ponderlm2 is not None:
+        from t2mlr_jax.interop.ponderlm2_parity import evaluation_logits
+
+        return evaluation_logits(cfg, params, ponderlm2, tokens)
     if cfg.recurrence is None:
         return np.asarray(backbone.forward(cfg, params, jnp.asarray(tokens)))
     return np.asarray(recurrence.exact_forward(cfg, params, jnp.asarray(tokens)).logits)
@@ -41,6 +49,10 @@ def torch_model(fmt: str, path: Path | str) -> Callable[[Int[np.ndarray, "B T"]]
         from t2mlr_jax.interop.nanochat_torch import NanochatReference
 
         model = NanochatReference.from_checkpoint(path)
+    elif fmt == "ponderlm2":
+        from t2mlr_jax.interop.ponderlm2_torch import PonderLM2Reference
+
+        model = PonderLM2Reference.from_pretrained(path)
     elif fmt in ("hf", "gguf"):
         from transformers import AutoModelForCausalLM
 
@@ -72,7 +84,12 @@ def text_windows(ids: Int[np.ndarray, " n"], num_sequences: int, seq_len: int) -
 
 
 def compare(
-    cfg: ModelConfig, params: dict, torch_side: Callable, tokens: Int[np.ndarray, "B T"], tolerance: float
+    cfg: ModelConfig,
+    params: dict,
+    torch_side: Callable,
+    tokens: Int[np.ndarray, "B T"],
+    tolerance: float,
+    ponderlm2: dict | None = None,
 ) -> dict:
     """The largest |logit difference| on `tokens`; it passes when that difference, relative to the largest
     |logit|, is within `tolerance`: random tokens drive real models to logits of ~30, where fp32 summation
@@ -85,7 +102,7 @@ def compare(
             "lower --seq-len"
         )
     reference = torch_side(tokens)
-    diff = float(np.abs(jax_logits(cfg, params, tokens) - reference).max())
+    diff = float(np.abs(jax_logits(cfg, params, tokens, ponderlm2) - reference).max())
     relative = diff / max(float(np.abs(reference).max()), 1e-30)
     return {
         "num_sequences": tokens.shape[0],
@@ -113,17 +130,28 @@ def verify(
     tokens, and under "text" on `text_tokens` (real text, e.g. `text_windows`) when given. The top-level
     "passed" is the random tokens'; `report_sections` lists both."""
     torch_side = torch_model(fmt, path)
+    ponderlm2 = None
+    if fmt == "ponderlm2":  # its evaluation forward, with the settings its folder records
+        from t2mlr_jax.interop.ponderlm2_release import ponderlm2_settings
+
+        ponderlm2 = ponderlm2_settings(read_json(Path(path) / "config.json"))
+    mode = "ponderlm2" if ponderlm2 else "exact" if cfg.recurrence else "plain"
     report = {
         "torch_format": fmt,
         "torch_path": str(path),
-        "mode": "exact" if cfg.recurrence else "plain",
+        "mode": mode,
         "seed": seed,
         **compare(
-            cfg, params, torch_side, sample_tokens(cfg.vocab_size, num_sequences, seq_len, seed), tolerance
+            cfg,
+            params,
+            torch_side,
+            sample_tokens(cfg.vocab_size, num_sequences, seq_len, seed),
+            tolerance,
+            ponderlm2,
         ),
     }
     if text_tokens is not None:
-        report["text"] = compare(cfg, params, torch_side, text_tokens, tolerance)
+        report["text"] = compare(cfg, params, torch_side, text_tokens, tolerance, ponderlm2)
     return report
 
 
