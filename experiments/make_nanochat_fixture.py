@@ -88,7 +88,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from experiments.release_python import release_commit, run_under
+from experiments.release_python import parse_driver_args, release_commit, run_under
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -200,26 +200,7 @@ def parse_args(
         "(default: this one; PYTHONPATH is passed on)",
     )
     parser.add_argument("--size", default="tiny", choices=sorted(sizes), help="the model (default tiny)")
-    parser.add_argument(
-        "--out", help=f"the folder to write (default, --size tiny only: {default_out.relative_to(ROOT)})"
-    )
-    parser.add_argument(
-        "--logits_of",
-        metavar="DIR",
-        help="instead: the release's logits of the checkpoint folder DIR, into <out>/export_logits.npz",
-    )
-    parser.add_argument("--tokens_from", metavar="NPZ", help="with --logits_of: a .npz whose `tokens` to run")
-    args = parser.parse_args(argv)
-    try:
-        check(args.release_src, args.release_python)
-    except ValueError as e:
-        parser.error(str(e))
-    if (args.logits_of is None) != (args.tokens_from is None):
-        parser.error("--logits_of and --tokens_from go together")
-    if args.out is None and (args.size != "tiny" or args.logits_of):
-        parser.error("--out is required with a --size other than tiny and with --logits_of")
-    args.out = args.out or str(default_out)
-    return args
+    return parse_driver_args(parser, argv, check, default_out, "tiny")
 
 
 def redraw(model, linear_scale: float = 1.0) -> None:

@@ -77,7 +77,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from experiments.release_python import run_under
+from experiments.release_python import parse_driver_args, run_under
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 0
@@ -175,27 +175,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="a Python with torch, transformers<=4.46.1 and safetensors (default: this one)",
     )
     parser.add_argument("--size", default="tiny", choices=sorted(SIZES), help="the model (default tiny)")
-    parser.add_argument(
-        "--out",
-        help="the folder to write (default, --size tiny only: tests/interop/fixtures/ponderlm2_release)",
+    return parse_driver_args(
+        parser, argv, check_release, ROOT / "tests/interop/fixtures/ponderlm2_release", "tiny"
     )
-    parser.add_argument(
-        "--logits_of",
-        metavar="DIR",
-        help="instead: the release's logits of the model folder DIR, into <out>/export_logits.npz",
-    )
-    parser.add_argument("--tokens_from", metavar="NPZ", help="with --logits_of: a .npz whose `tokens` to run")
-    args = parser.parse_args(argv)
-    try:
-        check_release(args.release_src, args.release_python)
-    except ValueError as e:
-        parser.error(str(e))
-    if (args.logits_of is None) != (args.tokens_from is None):
-        parser.error("--logits_of and --tokens_from go together")
-    if args.out is None and (args.size != "tiny" or args.logits_of):
-        parser.error("--out is required with a --size other than tiny and with --logits_of")
-    args.out = args.out or str(ROOT / "tests/interop/fixtures/ponderlm2_release")
-    return args
 
 
 def redraw(model) -> None:

@@ -61,7 +61,7 @@ from experiments.benchmarks.vs_release_torch import (  # stdlib only: runs under
     check_transformers,
     import_release,
 )
-from experiments.release_python import release_commit, run_under
+from experiments.release_python import parse_driver_args, release_commit, run_under
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,27 +161,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=sorted(SIZES),
         help="instead of the fixture: this model's outputs for tools/release_parity.py (needs --out)",
     )
-    parser.add_argument(
-        "--out",
-        help="the folder to write (default, the fixture only: tests/interop/fixtures/release_default)",
+    return parse_driver_args(
+        parser, argv, check_release, ROOT / "tests/interop/fixtures/release_default", None
     )
-    parser.add_argument(
-        "--logits_of",
-        metavar="DIR",
-        help="instead: the release's logits of the model folder DIR, into <out>/export_logits.npz",
-    )
-    parser.add_argument("--tokens_from", metavar="NPZ", help="with --logits_of: a .npz whose `tokens` to run")
-    args = parser.parse_args(argv)
-    try:
-        check_release(args.release_src, args.release_python)
-    except ValueError as e:
-        parser.error(str(e))
-    if (args.logits_of is None) != (args.tokens_from is None):
-        parser.error("--logits_of and --tokens_from go together")
-    if args.out is None and (args.size or args.logits_of):
-        parser.error("--out is required with --size and with --logits_of")
-    args.out = args.out or str(ROOT / "tests/interop/fixtures/release_default")
-    return args
 
 
 def build(release, size: Size = SIZES["tiny"]):

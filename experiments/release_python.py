@@ -20,3 +20,30 @@ def release_commit(src: str) -> str:
     return subprocess.run(
         ["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
+
+
+def parse_driver_args(parser, argv, check, fixture: Path, fixture_size: str | None):
+    """The options every release driver shares (tools/release_parity.py's contract): --out (default the
+    committed fixture, when `--size` is `fixture_size`), --logits_of DIR with --tokens_from NPZ; parsed,
+    with the checkout checked by `check(src, python)` (ValueError -> one usage error)."""
+    parser.add_argument(
+        "--out",
+        help=f"the folder to write (default, the fixture's size only: {fixture.name}'s fixture folder)",
+    )
+    parser.add_argument(
+        "--logits_of",
+        metavar="DIR",
+        help="instead: the release's logits of the checkpoint folder DIR, into <out>/export_logits.npz",
+    )
+    parser.add_argument("--tokens_from", metavar="NPZ", help="with --logits_of: a .npz whose `tokens` to run")
+    args = parser.parse_args(argv)
+    try:
+        check(args.release_src, args.release_python)
+    except ValueError as e:
+        parser.error(str(e))
+    if (args.logits_of is None) != (args.tokens_from is None):
+        parser.error("--logits_of and --tokens_from go together")
+    if args.out is None and (args.size != fixture_size or args.logits_of):
+        parser.error("--out is required with a --size other than the fixture's and with --logits_of")
+    args.out = args.out or str(fixture)
+    return args
