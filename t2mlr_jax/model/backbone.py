@@ -17,6 +17,7 @@ hook point rather than a branch per variant.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -435,33 +436,29 @@ def run_blocks(
             )
         x0 = h if tokens is None else embed(cfg, params, tokens, cache)
     x0 = x0 if cfg.resid_scalars else None
-    blocks = lambda h, a, z, cache, row: _run_range(
+    blocks = functools.partial(
+        _run_range,
         cfg,
         params,
-        h,
-        a,
-        z,
-        positions,
-        segment_ids,
-        cache,
-        feedback,
-        tokens,
-        x0,
-        mlp_state,
-        row,
-        mask,
-        cache_slots,
+        positions=positions,
+        segment_ids=segment_ids,
+        feedback=feedback,
+        tokens=tokens,
+        x0=x0,
+        mlp_state=mlp_state,
+        mask=mask,
+        cache_slots=cache_slots,
     )
     if not (cfg.backout and end == cfg.num_layers):
-        return blocks(h, start, end, cache, cache_row)
+        return blocks(h, start, end, cache=cache, cache_row=cache_row)
     cut = cfg.backout_layer + 1
     if start >= cut or cache_row not in (None, start):
         raise ValueError(
             f"run_blocks: backout subtracts block {cfg.backout_layer}'s output: blocks [{start}, {end}) "
             "must start at or before it, each block once (no cache_row)"
         )
-    lower = blocks(h, start, cut, cache, None)
-    upper = blocks(lower.h, cut, end, lower.cache, None)
+    lower = blocks(h, start, cut, cache=cache, cache_row=None)
+    upper = blocks(lower.h, cut, end, cache=lower.cache, cache_row=None)
     h = upper.h - params["backout_lambda"].astype(cfg.dtype) * lower.h
     stacked = lambda a, b: jax.tree.map(lambda *x: jnp.concatenate(x), a, b)
     return BlocksOut(
@@ -475,6 +472,7 @@ def _run_range(
     h,
     start,
     end,
+    *,
     positions,
     segment_ids,
     cache,
