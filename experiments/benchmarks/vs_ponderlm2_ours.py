@@ -1,7 +1,8 @@
 """Our side of `experiments/vs_release.py --release ponderlm2`, in a process of its own: the release's
 llama_config/125m scaled down to LLAMA (4 layers x 256, 4 heads of 64, MLP 688 = 2064 x 256 / 768, its
 50,304-token vocabulary, rms eps 0.1, untied) on CONFIG's Llama recipe (AdamW, clipped; fp32, blocks'
-weights held per layer) with the release's optimizer settings, as
+weights held per layer, no rematerialisation, as the release's script trains) with the release's optimizer
+settings, as
   ponder  arch "ponderlm2", K = 1 thought, embeddings x sqrt(2.5 H) (the release's scale_embeds), P =
           jacobi_iterations + 1 refinement passes after the vocabulary-only pass 0, the loss at the last:
           the release's count (its initialisation pass, its Jacobi passes and its final pass); decode:
@@ -70,6 +71,7 @@ def details(spec: dict) -> dict[str, str]:
 def models_of(spec: dict) -> dict:
     c = vs_release_ours.config()
     c.model.update(spec["model"])
+    c.model.remat = "none"  # the release's script: --disable_gradient_checkpointing true (CONFIG: "dots")
     c.model.recurrence.l_start = c.model.recurrence.l_end = 0  # CONFIG's T²MLR window, read by neither arch
     c.optimizer.update({k: spec["optimizer"][k] for k in ("lr", "grad_clip")})
     c.optimizer.adamw.update({k: spec["optimizer"][k] for k in ("b1", "b2", "eps", "weight_decay")})
