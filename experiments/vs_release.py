@@ -74,10 +74,10 @@ QUICK_TOKENS = 16  # --quick: new tokens per decode
 
 @dataclasses.dataclass(frozen=True)
 class Pair:
-    """One release's two drivers (each run with -m from ROOT) and how its page reads. The release's driver
-    (stdlib at import) has check_release(src, python) and HOW_TO; ours has CONFIG, TITLE, MODELS (program
-    prefix -> label, in table order), TRAIN, DECODE, model_spec() (what both drivers build from),
-    setting(spec) (one line) and details(spec) (program -> what its row adds to its name)."""
+    """One release's two drivers (each run with -m from ROOT) and how its page reads. The release's
+    driver (stdlib at import) has REPO, HOW_TO and check_release(src, python); ours has CONFIG, TITLE,
+    MODELS (program prefix -> label, in table order), TRAIN, DECODE, model_spec() (what both drivers build
+    from), setting(spec) (one line) and details(spec) (program -> what its row adds to its name)."""
 
     release: ModuleType
     ours: ModuleType

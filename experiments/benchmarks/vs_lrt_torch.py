@@ -26,10 +26,11 @@ import sys
 import time
 from pathlib import Path
 
+from experiments import make_nanochat_fixture
 from experiments.benchmarks.side_by_side import pin_threads, result, run, timed_calls
-from experiments.make_nanochat_fixture import check_release  # noqa: F401  (vs_release.py's check)
 
 REPO = "OoDBag/Latent_recurrent_transformer"
+check_release = make_nanochat_fixture.check_release  # vs_release.py's check of the checkout and Python
 HOW_TO = """\
 vs_release.py --release lrt times the LRT authors' PyTorch release against this framework; it needs their
 code and, on the release's side, torch, numpy, filelock and rustbpe + tiktoken (which its
