@@ -1,19 +1,29 @@
 #!/usr/bin/env python
-"""This framework against the authors' PyTorch release (princeton-pli/T2MLR), side by side on one config:
-SmolLM2-135M shapes, random init, fp32, T²MLR at the paper's window (13,18) (code l_start 12, l_end 17),
-gated mixer, Jacobi D = 16, B = 4, temporal residual on (configs/smollm135m_t2mlr.py:w13_18), on the CPU.
-Rows: the T²MLR train step (forward + backward + clipped AdamW step) on one row of 256 tokens, the same for
-the plain backbone (no recurrence, not widened), greedy decode of 64 new tokens (tok/s, prefill included)
-after a 16-token prompt (recurrent, exact prefill) for both, and each whole run's peak RSS.
+"""This framework against an authors' PyTorch release, side by side on the CPU, random init, fp32.
+--release picks the release and its pair of drivers (experiments/benchmarks/, each side's docstring says
+exactly what it runs):
+  t2mlr      princeton-pli/T2MLR (default): SmolLM2-135M shapes, T²MLR at the paper's window (13,18) (code
+             l_start 12, l_end 17), gated mixer, Jacobi D = 16, B = 4, temporal residual on
+             (configs/smollm135m_t2mlr.py:w13_18), and the plain backbone (no recurrence, not widened);
+             vs_release_torch.py (torch, transformers 4.57) / vs_release_ours.py
+  lrt        OoDBag/Latent_recurrent_transformer: its recurrent GPT (use_interleaved, its parallel
+             interleaved training, its sequential recurrence per decoded token) against our "lrt" arch
+             (multi-refinement, the same number of passes), and its vanilla GPT against our transformer,
+             on a small nanochat backbone (vs_lrt_ours.GPT); vs_lrt_torch.py / vs_lrt_ours.py
+  ponderlm2  LUMIA-Group/PonderLM-2: its PonderLM-2 Llama (K = 1 thought, 3 Jacobi iterations; K + 1
+             forwards per decoded token) against our "ponderlm2" arch, and stock transformers Llama against
+             our transformer, at llama_config/125m scaled down (vs_ponderlm2_ours.LLAMA);
+             vs_ponderlm2_torch.py (transformers <= 4.46.1) / vs_ponderlm2_ours.py
+Rows: each model's train step (forward + backward + optimizer step) on one row of 256 tokens, its greedy
+decode of 64 new tokens (tok/s, prefill included) after a 16-token prompt, and each whole run's peak RSS.
 
 Each side runs in a process of its own, `--rounds` times, interleaved (release, ours, release, ours, ...):
-  release  experiments/benchmarks/vs_release_torch.py run by --release_python (torch, transformers 4.57):
-           the release's T2MLRWrapper built as its src/train.py does, its train() forward (Jacobi), a
-           torch fused AdamW step, HF generate(); T²MLR off is the release's own baseline wrapper
-  ours     experiments/benchmarks/vs_release_ours.py: the trainer's compiled step
-           (t2mlr_jax.train.train_step) and the architecture's cached generate, the blocks' weights held
-           per layer (model.scan_layers=False, as the release's modules hold them), compiled ahead of
-           time (compile time reported apart), JAX on the CPU, no persistent compilation cache
+  release  the release's driver, run by --release_python: the release's own modules imported from
+           --release_src, run eagerly (what each compiles: its page's note)
+  ours     our driver: the trainer's compiled step (t2mlr_jax.train.train_step) and the architecture's
+           cached generate, the blocks' weights held per layer (model.scan_layers=False, as the release's
+           modules hold them), compiled ahead of time (compile time reported apart), JAX on the CPU, no
+           persistent compilation cache
 Both run on the same --threads CPUs (torch.set_num_threads and the process's CPU affinity, by which XLA
 sizes its thread pools), time --repeats calls per row after one warm-up call, and report their peak RSS
 (getrusage). Per round, each row's ratio is taken between the two runs of that round; the table shows
@@ -21,16 +31,20 @@ medians over rounds.
 
   python -m experiments.vs_release --release_src=../T2MLR --release_python=../release_venv/bin/python
   python -m experiments.vs_release --release_src=../T2MLR --release_python=... --rounds=2 --quick
+  PYTHONPATH=../relpkgs python -m experiments.vs_release --release lrt --release_src=../lrt_release
+  python -m experiments.vs_release --release ponderlm2 --release_src=../PonderLM-2 \
+      --release_python=../pl2_venv/bin/python
 
 Without --release_src it prints how to get the release and exits 2. Writes, in --out (default
-runs/vs_release):
-  results.json  meta (command, versions, spec), the summary rows and every run's raw timings
+runs/vs_release, runs/vs_release_RELEASE for the others):
+  results.json  meta (command, release, versions, spec), the summary rows and every run's raw timings
   results.md    the table and our compile times; also printed
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -38,48 +52,70 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 from tqdm import tqdm
 
 from experiments.analysis_common import OneLineParser, fail
-from experiments.benchmarks import vs_release_ours, vs_release_torch
+from experiments.benchmarks import (
+    vs_lrt_ours,
+    vs_lrt_torch,
+    vs_ponderlm2_ours,
+    vs_ponderlm2_torch,
+    vs_release_ours,
+    vs_release_torch,
+)
 from experiments.benchmarks.report import environment, markdown_table, size, times
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python -m experiments.vs_release"
-DRIVERS = {"release": vs_release_torch.__name__, "ours": vs_release_ours.__name__}  # run with -m from ROOT
-TRAIN = {"batch": 1, "seq_len": 256}
-DECODE = {"batch": 1, "prompt_len": 16}
 QUICK_TOKENS = 16  # --quick: new tokens per decode
-HOW_TO = """\
-vs_release.py times the authors' PyTorch release against this framework; it needs their code:
-  git clone https://github.com/princeton-pli/T2MLR ../T2MLR
-  python3 -m venv ../release_venv
-  ../release_venv/bin/pip install torch==2.13.0 'transformers==4.57.*' accelerate
-  python -m experiments.vs_release --release_src=../T2MLR --release_python=../release_venv/bin/python
-The release does not import as shipped; its driver (experiments/benchmarks/vs_release_torch.py) applies two
-import shims in its own process, via sys.modules:
-ROOT = Path(__file__).resolve().parents[1]
-  sys.modules["IPython"] = a stub module with embed()
-  sys.modules["components.t2mlr_utils"] = components.rcot_utils"""
-NAMES = {  # program -> row name
-    "t2mlr_train": "T²MLR train step",
-    "plain_train": "plain train step",
-    "t2mlr_decode": "T²MLR greedy decode",
-    "plain_decode": "plain greedy decode",
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """One release's two drivers (each run with -m from ROOT) and how its page reads. The release's
+    driver (stdlib at import) has REPO, HOW_TO and check_release(src, python); ours has CONFIG, TITLE,
+    MODELS (program prefix -> label, in table order), TRAIN, DECODE, model_spec() (what both drivers build
+    from), setting(spec) (one line) and details(spec) (program -> what its row adds to its name)."""
+
+    release: ModuleType
+    ours: ModuleType
+    compile_note: str  # the heading of our compile times: what the release compiles
+
+    @property
+    def programs(self) -> tuple[str, ...]:
+        return tuple(f"{m}_{kind}" for kind in ("train", "decode") for m in self.ours.MODELS)
+
+    def name(self, program: str) -> str:
+        model, kind = program.rsplit("_", 1)
+        return f"{self.ours.MODELS[model]} {'train step' if kind == 'train' else 'greedy decode'}"
+
+
+RELEASES = {
+    "t2mlr": Pair(vs_release_torch, vs_release_ours, "the release runs eagerly"),
+    "lrt": Pair(vs_lrt_torch, vs_lrt_ours, "the release runs eagerly but for its Muon / AdamW steps"),
+    "ponderlm2": Pair(vs_ponderlm2_torch, vs_ponderlm2_ours, "the release runs eagerly"),
 }
-PROGRAMS = tuple(NAMES)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(
         prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--release_src", help="a checkout of princeton-pli/T2MLR (required; see above)")
+    parser.add_argument(
+        "--release",
+        default="t2mlr",
+        choices=list(RELEASES),
+        help="which release: t2mlr (princeton-pli/T2MLR), lrt (OoDBag/Latent_recurrent_transformer) or "
+        "ponderlm2 (LUMIA-Group/PonderLM-2); default t2mlr",
+    )
+    parser.add_argument("--release_src", help="a checkout of the release (required; see above)")
     parser.add_argument(
         "--release_python",
         default=sys.executable,
-        help="a Python with torch and transformers 4.57 to run the release (default: this one)",
+        help="a Python that runs the release: torch, and for t2mlr transformers 4.57, for ponderlm2 "
+        "transformers <= 4.46.1 (default: this one)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="runs of each side, interleaved (default 3)")
     parser.add_argument("--repeats", type=int, help="timed calls per row and run (default 2; --quick 1)")
@@ -89,8 +125,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer decode tokens and one timed call per row")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of each side (default 2)")
     parser.add_argument("--seed", type=int, default=0, help="weights and token draws, both sides (default 0)")
-    parser.add_argument("--out", default="runs/vs_release", help="output directory (default runs/vs_release)")
+    parser.add_argument(
+        "--out", help="output directory (default runs/vs_release; runs/vs_release_RELEASE but for t2mlr)"
+    )
     args = parser.parse_args(argv)
+    args.out = args.out or "runs/vs_release" + ("" if args.release == "t2mlr" else f"_{args.release}")
     args.repeats = args.repeats or (1 if args.quick else 2)
     args.new_tokens = args.new_tokens or (QUICK_TOKENS if args.quick else 64)
     return args
@@ -98,7 +137,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def check(args: argparse.Namespace) -> None:
     """The release checkout, its Python and the counts, before anything runs."""
-    vs_release_torch.check_release(args.release_src, args.release_python)
+    RELEASES[args.release].release.check_release(args.release_src, args.release_python)
     for flag in ("rounds", "repeats", "new_tokens", "threads"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag} must be >= 1, got {getattr(args, flag)}")
@@ -106,10 +145,11 @@ def check(args: argparse.Namespace) -> None:
 
 def make_spec(args: argparse.Namespace) -> dict:
     """What both drivers read: our config's shapes and settings, the workload, threads and seed."""
+    ours = RELEASES[args.release].ours
     return {
-        **vs_release_ours.spec_of(vs_release_ours.config()),
-        "train": TRAIN,
-        "decode": {**DECODE, "new_tokens": args.new_tokens},
+        **ours.model_spec(),
+        "train": ours.TRAIN,
+        "decode": {**ours.DECODE, "new_tokens": args.new_tokens},
         "repeats": args.repeats,
         "threads": args.threads,
         "seed": args.seed,
@@ -117,7 +157,7 @@ def make_spec(args: argparse.Namespace) -> dict:
     }
 
 
-def run_side(side: str, python: str, spec: dict) -> dict:
+def run_side(pair: Pair, side: str, python: str, spec: dict) -> dict:
     """One run of a side's driver in its own process: its JSON line."""
     env = {
         **os.environ,
@@ -126,9 +166,8 @@ def run_side(side: str, python: str, spec: dict) -> dict:
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    done = subprocess.run(
-        [python, "-m", DRIVERS[side], json.dumps(spec)], capture_output=True, text=True, env=env, cwd=ROOT
-    )
+    command = [python, "-m", getattr(pair, side).__name__, json.dumps(spec)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RuntimeError(f"the {side} run failed (exit status {done.returncode}): {last}")
@@ -138,7 +177,7 @@ def run_side(side: str, python: str, spec: dict) -> dict:
 # ---------------------------------------------------------------------------------------------- report
 
 
-def summarize(runs: list[dict]) -> dict:
+def summarize(pair: Pair, runs: list[dict]) -> dict:
     """Per program: each side's median over rounds of its per-run median seconds, and the median over rounds
     of release / ours seconds (> 1: ours faster); per side the peak RSS, and ours / release RSS; our
     compile seconds and each side's whole-run wall seconds."""
@@ -151,7 +190,7 @@ def summarize(runs: list[dict]) -> dict:
         return med(run["programs"][program]["seconds"])
 
     rows = {}
-    for program in PROGRAMS:
+    for program in pair.programs:
         ratios = [seconds(rel, program) / seconds(ours, program) for rel, ours in pairs]
         rows[program] = {
             "release_s": med(seconds(rel, program) for rel, _ in pairs),
@@ -173,23 +212,11 @@ def summarize(runs: list[dict]) -> dict:
     return rows
 
 
-def render(meta: dict, summary: dict) -> str:
+def render(pair: Pair, meta: dict, summary: dict) -> str:
     spec = meta["spec"]
-    t, d, r, m = spec["train"], spec["decode"], spec["recurrence"], spec["model"]
-    n = d["new_tokens"]
-    setting = (
-        f"{m['num_layers']} layers x {m['hidden_size']}, code l_start {r['l_start']}, l_end {r['l_end']}, "
-        f"gated mixer, Jacobi D {r['d_forward']}, B {r['d_backward']}, "
-        f"temporal residual {'on' if r['temporal_residual'] else 'off'}"
-    )
-    details = {
-        "t2mlr_train": f" (fwd + bwd + AdamW, {t['batch']} × {t['seq_len']} tokens)",
-        "plain_train": " (same backbone, no recurrence)",
-        "t2mlr_decode": f", batch {d['batch']}, {d['prompt_len']}-token prompt + {n} new (tok/s)",
-        "plain_decode": " (tok/s)",
-    }
+    details = pair.ours.details(spec)
     rows = []
-    for program in PROGRAMS:
+    for program in pair.programs:
         row = summary[program]
         if program.endswith("train"):
             cells = [f"{row['release_s']:.2f} s", f"{row['ours_s']:.2f} s"]
@@ -199,7 +226,7 @@ def render(meta: dict, summary: dict) -> str:
         ratio = times(row["speed_ratio"], 2) + (
             f" ({spread[0]:.2f}–{spread[-1]:.2f})" if len(spread) > 1 else ""
         )
-        rows.append([NAMES[program] + details[program], *cells, ratio])
+        rows.append([pair.name(program) + details[program], *cells, ratio])
     rss = summary["peak_rss"]
     rows.append(
         [
@@ -210,34 +237,38 @@ def render(meta: dict, summary: dict) -> str:
         ]
     )
     wall, versions = summary["wall"], meta["versions"]
-    params = {p: summary[p]["params"] for p in ("t2mlr_train", "plain_train")}
+    counts = {label: summary[f"{m}_train"]["params"] for m, label in pair.ours.MODELS.items()}
+    params = "; ".join(f"{label} {n['release']:,} / {n['ours']:,}" for label, n in counts.items())
+    release_versions = ", ".join(
+        f"{package} {versions['release'][package]}"
+        for package in ("torch", "transformers")
+        if package in versions["release"]
+    )
     notes = [
         "speed: release time / ours time, the median over rounds of each round's ratio, in brackets the "
         "lowest and highest round (> 1: ours faster); "
         "RSS: ours / release (< 1: ours smaller). Times are medians of each run's timed calls, after a "
         "warm-up call; decode tok/s counts new tokens over the whole generate() call, prefill included.",
-        f"parameters, release / ours: T²MLR {params['t2mlr_train']['release']:,} / "
-        f"{params['t2mlr_train']['ours']:,}; plain {params['plain_train']['release']:,} / "
-        f"{params['plain_train']['ours']:,}",
+        f"parameters, release / ours: {params}",
         f"whole run (imports, builds, compiles, warm-ups, timed calls): release {wall['release_s']:.0f} s, "
         f"ours {wall['ours_s']:.0f} s",
         f"{meta['threads']} thread(s) per side; {meta['rounds']} rounds x {meta['repeats']} timed call(s); "
-        f"release {meta['release_src']} ({meta['release_commit']}), torch {versions['release']['torch']}, "
-        f"transformers {versions['release']['transformers']}; ours jax {versions['ours']['jax']} on "
-        f"{versions['ours']['device']}",
+        f"release {meta['release_src']} ({meta['release_commit']}), {release_versions}; "
+        f"ours jax {versions['ours']['jax']} on {versions['ours']['device']}",
     ]
-    compile_rows = [[NAMES[p], f"{summary[p]['compile_s']:.1f}"] for p in PROGRAMS]
+    compile_rows = [[pair.name(p), f"{summary[p]['compile_s']:.1f}"] for p in pair.programs]
     return "\n".join(
         [
-            "# T²MLR: this framework vs the authors' release",
+            f"# {pair.ours.TITLE}",
             "",
-            f"`{meta['command']}`: {meta['preset']} ({setting}), random init, fp32, on the CPU.",
+            f"`{meta['command']}`: {meta['preset']} ({pair.ours.setting(spec)}), random init, fp32, "
+            "on the CPU.",
             "",
             markdown_table(["", "release", "ours", "ours/release speed"], rows),
             "",
             *(f"- {note}" for note in notes),
             "",
-            "## Our compile times (the release runs eagerly)",
+            f"## Our compile times ({pair.compile_note})",
             "",
             markdown_table(["program", "compile s"], compile_rows),
             "",
@@ -247,10 +278,11 @@ def render(meta: dict, summary: dict) -> str:
 
 def write_results(out: Path, meta: dict, runs: list[dict]) -> str:
     """results.json and results.md in `out`; the markdown."""
-    summary = summarize(runs)
+    pair = RELEASES[meta["release"]]
+    summary = summarize(pair, runs)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1))
-    markdown = render(meta, summary)
+    markdown = render(pair, meta, summary)
     (out / "results.md").write_text(markdown)
     return markdown
 
@@ -269,9 +301,10 @@ def release_commit(src: str) -> str:
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    pair = RELEASES[args.release]
     if args.release_src is None:
-        print(HOW_TO)
-        fail("--release_src is required: a checkout of princeton-pli/T2MLR (how to get one: above)")
+        print(pair.release.HOW_TO)
+        fail(f"--release_src is required: a checkout of {pair.release.REPO} (how to get one: above)")
     started = time.time()
     try:
         check(args)
@@ -284,12 +317,13 @@ def main(argv: list[str] | None = None) -> dict:
             for i in range(args.rounds):
                 for side, python in (("release", args.release_python), ("ours", sys.executable)):
                     bar.set_description(f"round {i + 1}/{args.rounds}: {side}")
-                    runs.append({"round": i, **run_side(side, python, spec)})
+                    runs.append({"round": i, **run_side(pair, side, python, spec)})
                     bar.update()
     except RuntimeError as e:
         fail(e)
     meta = {
-        **environment(vs_release_ours.CONFIG, COMMAND, argv),
+        **environment(pair.ours.CONFIG, COMMAND, argv),
+        "release": args.release,
         "spec": spec,
         "rounds": args.rounds,
         "repeats": args.repeats,

@@ -11,19 +11,20 @@ gets the same shapes and settings.
 
 from __future__ import annotations
 
-import json
-import os
-import resource
-import sys
 import time
 from pathlib import Path
 
+from experiments.benchmarks.side_by_side import pin_threads, result, run, timed_calls
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = "configs/smollm135m_t2mlr.py:w13_18"  # the paper's (13,18): code l_start 12, l_end 17; D 16, B 4
+TITLE = "T²MLR: this framework vs the authors' release"
 ARCHS = {"t2mlr": "t2mlr", "plain": "transformer"}  # row prefix -> architecture
+MODELS = {"t2mlr": "T²MLR", "plain": "plain"}  # row prefix -> label
+TRAIN = {"batch": 1, "seq_len": 256}
+DECODE = {"batch": 1, "prompt_len": 16}
 MODEL_FIELDS = (
     "vocab_size",
     "hidden_size",
@@ -78,11 +79,37 @@ def spec_of(c) -> dict:
     }
 
 
-def tokens(spec: dict):
-    """The rows both sides train on and prompt with (the same numpy draw as the release's driver)."""
+def model_spec() -> dict:
+    return spec_of(config())
+
+
+def setting(spec: dict) -> str:
+    m, r = spec["model"], spec["recurrence"]
+    return (
+        f"{m['num_layers']} layers x {m['hidden_size']}, code l_start {r['l_start']}, l_end {r['l_end']}, "
+        f"gated mixer, Jacobi D {r['d_forward']}, B {r['d_backward']}, "
+        f"temporal residual {'on' if r['temporal_residual'] else 'off'}"
+    )
+
+
+def details(spec: dict) -> dict[str, str]:
+    t, d = spec["train"], spec["decode"]
+    new = d["new_tokens"]
+    return {
+        "t2mlr_train": f" (fwd + bwd + AdamW, {t['batch']} × {t['seq_len']} tokens)",
+        "plain_train": " (same backbone, no recurrence)",
+        "t2mlr_decode": f", batch {d['batch']}, {d['prompt_len']}-token prompt + {new} new (tok/s)",
+        "plain_decode": " (tok/s)",
+    }
+
+
+def tokens(spec: dict, slots: int = 1):
+    """The rows both sides train on and prompt with (the same numpy draw as the release's driver); with
+    `slots` per token (a thought model's K + 1), rows of slots x seq_len, whose first seq_len tokens are
+    what it trains on (thought_slots.vocabulary_prefix): the release's row, when the batch is one row."""
     import numpy as np
 
-    shape = (max(spec["train"]["batch"], spec["decode"]["batch"]), spec["train"]["seq_len"] + 1)
+    shape = (max(spec["train"]["batch"], spec["decode"]["batch"]), slots * spec["train"]["seq_len"] + 1)
     return np.random.default_rng(spec["seed"]).integers(1, spec["model"]["vocab_size"], shape)
 
 
@@ -91,19 +118,6 @@ def compiled(jitted, *args) -> tuple:
     start = time.perf_counter()
     fn = jitted.lower(*args).compile()
     return fn, time.perf_counter() - start
-
-
-def timed_calls(fn, repeats: int) -> tuple[list[float], object]:
-    """(seconds of `repeats` calls after one warm-up call, the warm-up call's result)."""
-    import jax
-
-    first = jax.block_until_ready(fn())
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        seconds.append(time.perf_counter() - start)
-    return seconds, first
 
 
 def train_step_of(c, arch_name: str, ids, seed: int) -> tuple:
@@ -136,15 +150,15 @@ def train_step_of(c, arch_name: str, ids, seed: int) -> tuple:
     return arch, state, jax.tree.map(jnp.asarray, batch), step
 
 
-def measure(c, arch_name: str, spec: dict) -> dict:
-    """One architecture's train step (`train_step_of`) and greedy generate() (exact prefill of a recurrent
-    prompt, then cached single-token steps)."""
+def measure(c, arch_name: str, spec: dict, slots: int = 1) -> dict:
+    """One architecture's train step (`train_step_of`) on rows of `slots` x seq_len slots (`tokens`) and
+    greedy generate() (exact prefill of a recurrent prompt, then cached single-token steps)."""
     import jax
     import jax.numpy as jnp
 
     from t2mlr_jax.model.backbone import unstack_layers
 
-    rows, t, d = tokens(spec), spec["train"], spec["decode"]
+    rows, t, d = tokens(spec, slots), spec["train"], spec["decode"]
     arch, state, batch, jitted = train_step_of(c, arch_name, rows[: t["batch"]], spec["seed"])
     step, train_compile = compiled(jitted, state, batch)
 
@@ -153,7 +167,7 @@ def measure(c, arch_name: str, spec: dict) -> dict:
         state, metrics = step(state, batch)  # the state is donated
         return metrics["loss"]
 
-    train_seconds, loss = timed_calls(train_step, spec["repeats"])
+    train_seconds, loss = timed_calls(train_step, spec["repeats"], jax.block_until_ready)
     n = d["new_tokens"]
     prompt = jnp.asarray(rows[: d["batch"], : d["prompt_len"]], jnp.int32)
     # In the compute dtype once (the state holds fp32 masters): no generate() call casts or copies a weight.
@@ -164,7 +178,7 @@ def measure(c, arch_name: str, spec: dict) -> dict:
         lambda p, x, mask, flow: arch.generate(p, model_state, x, mask, flow, n, None, 0).tokens
     )
     generate, decode_compile = compiled(generate, *decode_args)
-    decode_seconds, _ = timed_calls(lambda: generate(*decode_args), spec["repeats"])
+    decode_seconds, _ = timed_calls(lambda: generate(*decode_args), spec["repeats"], jax.block_until_ready)
     params = arch.num_params()
     return {
         "train": {
@@ -177,38 +191,37 @@ def measure(c, arch_name: str, spec: dict) -> dict:
     }
 
 
-def main(spec: dict) -> dict:
-    """{"side", "versions", "programs", "peak_rss_bytes", "wall_s"}; programs: t2mlr_train, t2mlr_decode,
-    plain_train, plain_decode, each {"seconds": [...], "compile_s", "params", ...}."""
+def measure_all(spec: dict, models) -> dict:
+    """Our driver's JSON line (side_by_side.result) for `models(spec)`: {row prefix: (config, architecture,
+    slots per token)}, called once the threads are pinned (before jax starts)."""
     start = time.perf_counter()
-    cpus = sorted(os.sched_getaffinity(0))
-    if spec["threads"] < len(cpus):  # XLA sizes its CPU thread pools by the affinity; set before it starts
-        os.sched_setaffinity(0, cpus[: spec["threads"]])
+    pin_threads(spec["threads"])  # XLA sizes its CPU thread pools by the affinity
     import warnings
 
     import jax
 
     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+    programs = {}
+    for name, (c, arch_name, slots) in models(spec).items():
+        measured = measure(c, arch_name, spec, slots)
+        programs[f"{name}_train"], programs[f"{name}_decode"] = measured["train"], measured["decode"]
+    return result("ours", {"jax": jax.__version__, "device": jax.devices()[0].device_kind}, programs, start)
+
+
+def models_of(spec: dict) -> dict:
+    """CONFIG under the spec (it rules, as it does the release's driver), as T²MLR and as the backbone."""
     c = config()
     for section, values in (("model", spec["model"]), ("optimizer", spec["optimizer"])):
         c[section].update(values)
-    c.model.recurrence.update(spec["recurrence"])  # the spec rules, as it does the release's driver
-    programs = {}
-    for name, arch_name in ARCHS.items():
-        measured = measure(c, arch_name, spec)
-        programs[f"{name}_train"], programs[f"{name}_decode"] = measured["train"], measured["decode"]
-    return {
-        "side": "ours",
-        "versions": {
-            "jax": jax.__version__,
-            "python": ".".join(map(str, sys.version_info[:3])),
-            "device": jax.devices()[0].device_kind,
-        },
-        "programs": programs,
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: KiB
-        "wall_s": time.perf_counter() - start,
-    }
+    c.model.recurrence.update(spec["recurrence"])
+    return {name: (c, arch_name, 1) for name, arch_name in ARCHS.items()}
+
+
+def main(spec: dict) -> dict:
+    """{"side", "versions", "programs", "peak_rss_bytes", "wall_s"}; programs: t2mlr_train, t2mlr_decode,
+    plain_train, plain_decode, each {"seconds": [...], "compile_s", "params", ...}."""
+    return measure_all(spec, models_of)
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(json.loads(sys.argv[1]))))
+    run(main)

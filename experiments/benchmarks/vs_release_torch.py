@@ -11,23 +11,26 @@ window, Jacobi D / B and temporal residual (its sweep_params.yaml turns that on)
 """
 
 import gc
-import json
 import os
-import resource
 import sys
 import time
 import types
 from pathlib import Path
 
-
-def pin_threads(threads: int) -> None:
-    """Run on `threads` CPUs (the same on both sides), before torch starts its pools."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if threads < len(cpus):
-        os.sched_setaffinity(0, cpus[:threads])
-
+from experiments.benchmarks.side_by_side import pin_threads, result, run, timed_calls
 
 RELEASE_ENTRY = "src/t2mlr_wrapper/t2mlr_wrapper.py"  # what marks a checkout of the release
+REPO = "princeton-pli/T2MLR"
+HOW_TO = """\
+vs_release.py times the authors' PyTorch release against this framework; it needs their code:
+  git clone https://github.com/princeton-pli/T2MLR ../T2MLR
+  python3 -m venv ../release_venv
+  ../release_venv/bin/pip install torch==2.13.0 'transformers==4.57.*' accelerate
+  python -m experiments.vs_release --release_src=../T2MLR --release_python=../release_venv/bin/python
+The release does not import as shipped; its driver (experiments/benchmarks/vs_release_torch.py) applies two
+import shims in its own process, via sys.modules:
+  sys.modules["IPython"] = a stub module with embed()
+  sys.modules["components.t2mlr_utils"] = components.rcot_utils"""
 
 
 def check_release(src: str, python: str) -> None:
@@ -68,6 +71,29 @@ def import_release(src: str):
     return T2MLRArguments, T2MLRWrapper
 
 
+def llama_config(LlamaConfig, m: dict, **fields):
+    """A transformers LlamaConfig of the spec's model fields (vs_release_ours.MODEL_FIELDS), fp32, SDPA."""
+    import torch
+
+    return LlamaConfig(
+        vocab_size=m["vocab_size"],
+        hidden_size=m["hidden_size"],
+        intermediate_size=m["mlp_dim"],
+        num_hidden_layers=m["num_layers"],
+        num_attention_heads=m["num_heads"],
+        num_key_value_heads=m["num_kv_heads"],
+        head_dim=m["head_dim"],
+        rms_norm_eps=m["norm_eps"],
+        rope_theta=m["rope_theta"],
+        tie_word_embeddings=m["tie_embeddings"],
+        initializer_range=m["init_std"],
+        max_position_embeddings=m["max_seq_len"],
+        dtype=torch.float32,
+        attn_implementation="sdpa",
+        **fields,
+    )
+
+
 def build(spec: dict, t2mlr: bool, release):
     """(wrapper, parameters of the model it trains). T²MLR off is the release's own baseline (its sweep's
     t2mlr_off runs): the same wrapper, whose regular forward is the plain backbone."""
@@ -77,24 +103,7 @@ def build(spec: dict, t2mlr: bool, release):
     T2MLRArguments, T2MLRWrapper = release
     m, r = spec["model"], spec["recurrence"]
     torch.manual_seed(spec["seed"])
-    base = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=m["vocab_size"],
-            hidden_size=m["hidden_size"],
-            intermediate_size=m["mlp_dim"],
-            num_hidden_layers=m["num_layers"],
-            num_attention_heads=m["num_heads"],
-            num_key_value_heads=m["num_kv_heads"],
-            head_dim=m["head_dim"],
-            rms_norm_eps=m["norm_eps"],
-            rope_theta=m["rope_theta"],
-            tie_word_embeddings=m["tie_embeddings"],
-            initializer_range=m["init_std"],
-            max_position_embeddings=m["max_seq_len"],
-            dtype=torch.float32,
-            attn_implementation="sdpa",
-        )
-    )
+    base = LlamaForCausalLM(llama_config(LlamaConfig, m))
     backbone_params = sum(p.numel() for p in base.parameters())
     args = T2MLRArguments(
         t2mlr_enabled=t2mlr,
@@ -119,17 +128,6 @@ def build(spec: dict, t2mlr: bool, release):
     model.control_flow_all_recurrent = True  # the fineweb script's --control_flow_all_recurrent
     params = sum(p.numel() for p in model.parameters()) if t2mlr else backbone_params
     return model, params
-
-
-def timed_calls(fn, repeats: int) -> tuple[list[float], object]:
-    """(seconds of `repeats` calls after one warm-up call, the warm-up call's result)."""
-    first = fn()
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - start)
-    return seconds, first
 
 
 def measure(spec: dict, t2mlr: bool, release) -> dict:
@@ -215,18 +213,9 @@ def main(spec: dict) -> dict:
         measured = measure(spec, t2mlr, release)
         programs[f"{name}_train"], programs[f"{name}_decode"] = measured["train"], measured["decode"]
         gc.collect()
-    return {
-        "side": "release",
-        "versions": {
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "python": ".".join(map(str, sys.version_info[:3])),
-        },
-        "programs": programs,
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: KiB
-        "wall_s": time.perf_counter() - start,
-    }
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    return result("release", versions, programs, start)
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(json.loads(sys.argv[1]))))
+    run(main)

@@ -1,6 +1,7 @@
-"""experiments/vs_release.py without the release: --help, the how-to and one `error:` line (exit 2) when
---release_src is missing, one line for a path that is not a checkout, and the summary / markdown / JSON
-writer on synthetic runs. Nothing is timed: both drivers need the SmolLM2-135M model and the release."""
+"""experiments/vs_release.py without the releases: --help, the how-to and one `error:` line (exit 2) when
+--release_src is missing, one line for a path that is not a checkout or an unknown --release, and the
+summary / markdown / JSON writer on synthetic runs of every release. Nothing is timed here (our drivers'
+dry runs: test_vs_release_ours.py)."""
 
 import json
 
@@ -18,7 +19,7 @@ def exit_code(argv: list[str]) -> int:
 def test_help_lists_the_flags(capsys):
     assert exit_code(["--help"]) == 0
     out = capsys.readouterr().out
-    for flag in "--release_src --release_python --rounds --repeats --threads --quick --out".split():
+    for flag in "--release --release_src --release_python --rounds --repeats --threads --quick --out".split():
         assert flag in out
 
 
@@ -33,19 +34,42 @@ def test_without_release_src_it_prints_how_to_get_it(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    "release, clone",
+    [
+        ("lrt", "git clone https://github.com/OoDBag/Latent_recurrent_transformer"),
+        ("ponderlm2", "git clone https://github.com/LUMIA-Group/PonderLM-2"),
+    ],
+)
+def test_each_release_says_how_to_get_it(tmp_path, capsys, release, clone):
+    assert exit_code([f"--release={release}", f"--out={tmp_path / 'out'}"]) == 2
+    captured = capsys.readouterr()
+    assert clone in captured.out
+    assert captured.err.strip().startswith("error: --release_src is required: a checkout of")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_release_fails_in_one_line(tmp_path, capsys):
+    assert exit_code(["--release=nanochat", f"--release_src={tmp_path}", f"--out={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: argument --release: invalid choice: 'nanochat'") and "\n" not in err
+
+
+@pytest.mark.parametrize("release", ["t2mlr", "lrt", "ponderlm2"])
 @pytest.mark.parametrize("make", [lambda tmp: tmp / "missing", lambda tmp: tmp])
-def test_a_path_that_is_no_checkout_fails_in_one_line(tmp_path, capsys, make):
-    assert exit_code([f"--release_src={make(tmp_path)}", f"--out={tmp_path / 'out'}"]) == 2
+def test_a_path_that_is_no_checkout_fails_in_one_line(tmp_path, capsys, make, release):
+    argv = [f"--release={release}", f"--release_src={make(tmp_path)}", f"--out={tmp_path / 'out'}"]
+    assert exit_code(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --release_src") and "\n" not in err
     assert not (tmp_path / "out").exists()
 
 
-def run(side: str, round_: int, train_s: float, decode_s: float, rss: int) -> dict:
+def run(side: str, round_: int, train_s: float, decode_s: float, rss: int, models=("t2mlr", "plain")) -> dict:
     """A driver's JSON line (what vs_release_torch.py / vs_release_ours.py print), with a round number."""
-    params = {"t2mlr": 136_175_042, "plain": 134_515_008}
+    params = dict(zip(models, (136_175_042, 134_515_008)))
     programs = {}
-    for name, scale in (("t2mlr", 1.0), ("plain", 0.5)):
+    for name, scale in zip(models, (1.0, 0.5)):
         seconds = {"train": [train_s * scale, 2 * train_s * scale], "decode": [decode_s * scale]}
         programs[f"{name}_train"] = {"seconds": seconds["train"], "params": params[name]}
         programs[f"{name}_decode"] = {"seconds": seconds["decode"], "new_tokens": 64, "params": params[name]}
@@ -79,6 +103,7 @@ def test_writer_reports_medians_of_per_round_ratios(tmp_path):
     }
     meta = {
         "command": "python -m experiments.vs_release --release_src=T2MLR",
+        "release": "t2mlr",
         "preset": "configs/smollm135m_t2mlr.py:w13_18",
         "spec": spec,
         "rounds": 2,
@@ -113,3 +138,48 @@ def test_writer_reports_medians_of_per_round_ratios(tmp_path):
     assert "| peak memory of each whole run (RSS) | 4.00 GiB | 2.50 GiB | RSS 0.62× |" in lines
     assert "| T²MLR train step | 30.5 |" in lines
     assert "136,175,042 / 136,175,042" in markdown
+
+
+@pytest.mark.parametrize("release", ["lrt", "ponderlm2"])
+def test_writer_pages_of_the_other_releases(tmp_path, release):
+    pair = vs_release.RELEASES[release]
+    models = tuple(pair.ours.MODELS)
+    runs = [
+        run("release", 0, train_s=6.0, decode_s=4.0, rss=4 * 1024**3, models=models),
+        run("ours", 0, train_s=3.0, decode_s=1.0, rss=2 * 1024**3, models=models),
+    ]
+    if release == "lrt":  # the LRT release runs on torch alone
+        del runs[0]["versions"]["transformers"]
+    spec = {
+        **pair.ours.model_spec(),
+        "train": pair.ours.TRAIN,
+        "decode": {**pair.ours.DECODE, "new_tokens": 64},
+    }
+    meta = {
+        "command": f"python -m experiments.vs_release --release={release}",
+        "release": release,
+        "preset": pair.ours.CONFIG,
+        "spec": spec,
+        "rounds": 1,
+        "repeats": 2,
+        "threads": 2,
+        "release_src": release,
+        "release_commit": "e0d0f6e",
+        "versions": {side: runs[i]["versions"] for i, side in enumerate(("release", "ours"))},
+    }
+    markdown = vs_release.write_results(tmp_path, meta, runs)
+    summary = json.loads((tmp_path / "results.json").read_text())["summary"]
+    assert set(summary) == {*pair.programs, "peak_rss", "wall"}
+    assert summary[f"{models[0]}_train"]["speed_ratio"] == pytest.approx(2.0)  # medians 9 / 4.5
+    lines = markdown.splitlines()
+    assert lines[0] == f"# {pair.ours.TITLE}"
+    label = pair.ours.MODELS[models[0]]
+    assert any(
+        line.startswith(f"| {label} train step (fwd + bwd + ") and "| 9.00 s | 4.50 s | 2.00× |" in line
+        for line in lines
+    )
+    assert any(
+        line.startswith(f"| {label} greedy decode, batch 1, 16-token prompt + 64 new") for line in lines
+    )
+    assert f"{label} 136,175,042 / 136,175,042" in markdown
+    assert ("transformers" in markdown) == (release == "ponderlm2")

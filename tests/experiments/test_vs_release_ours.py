@@ -1,0 +1,65 @@
+"""Dry runs of our side of experiments/vs_release.py for the LRT and PonderLM-2 releases (no release needed):
+each driver's main on a CPU-sized spec returns its four programs, timed and compiled, with finite losses,
+the parameter counts the same for both of a pair's models where they should be."""
+
+import math
+import os
+
+import pytest
+
+from experiments.benchmarks import vs_lrt_ours, vs_ponderlm2_ours
+
+WORKLOAD = {
+    "train": {"batch": 1, "seq_len": 8},
+    "decode": {"batch": 1, "prompt_len": 4, "new_tokens": 2},
+    "repeats": 1,
+    "threads": len(os.sched_getaffinity(0)),  # the driver pins no fewer CPUs than the test process has
+    "seed": 0,
+}
+TINY_GPT = {
+    "sequence_len": 16,
+    "vocab_size": 64,
+    "n_layer": 2,
+    "n_head": 2,
+    "n_kv_head": 2,
+    "n_embd": 32,
+    "window_pattern": "SL",
+}
+TINY_LLAMA = {
+    **vs_ponderlm2_ours.LLAMA,
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "num_layers": 2,
+    "num_heads": 2,
+    "num_kv_heads": 2,
+    "head_dim": 16,
+    "mlp_dim": 64,
+    "max_seq_len": 64,
+}
+
+
+def check(result: dict, models: dict) -> None:
+    assert result["side"] == "ours" and result["peak_rss_bytes"] > 0
+    assert set(result["programs"]) == {f"{m}_{kind}" for m in models for kind in ("train", "decode")}
+    for program in result["programs"].values():
+        assert len(program["seconds"]) == 1 and program["compile_s"] > 0 and program["params"] > 0
+    for m in models:
+        assert math.isfinite(result["programs"][f"{m}_train"]["loss"])
+        assert result["programs"][f"{m}_decode"]["new_tokens"] == 2
+
+
+@pytest.mark.slow
+def test_lrt_pair_ours_side_dry_run():
+    result = vs_lrt_ours.main({**WORKLOAD, "model": TINY_GPT, "passes": 1})
+    check(result, vs_lrt_ours.MODELS)
+    params = {m: result["programs"][f"{m}_train"]["params"] for m in vs_lrt_ours.MODELS}
+    assert params["lrt"] > params["plain"]  # the feedback projections and gates, init value embeddings
+
+
+@pytest.mark.slow
+def test_ponderlm2_pair_ours_side_dry_run():
+    spec = {**WORKLOAD, **vs_ponderlm2_ours.model_spec(), "model": TINY_LLAMA}
+    result = vs_ponderlm2_ours.main({**spec, "ponder": {**spec["ponder"], "jacobi_iterations": 1}})
+    check(result, vs_ponderlm2_ours.MODELS)
+    params = {m: result["programs"][f"{m}_train"]["params"] for m in vs_ponderlm2_ours.MODELS}
+    assert params["ponder"] == params["plain"]  # PonderLM-2 adds no parameter
