@@ -3,11 +3,11 @@ GPT (nanochat's GPTConfig fields, the rest at the release's defaults) as we impo
 (interop.nanochat.model_config_from_nanochat: the nanochat backbone, dense relu² MLP, fp32), on
 configs/lrt_nanochat.py's recipe (MuonAdamW), blocks' weights held per layer (model.scan_layers=False):
   lrt    arch "lrt" (feedback both: residual, K and V) on the recurrent GPT's backbone (init value
-         embeddings on every layer); its train step is OUR training, multi-refinement: pass 0 then
-         PASSES refinement passes, each over the whole row, the loss averaged over them (the release:
-         one full pass then PASSES interleaved passes over 1 / PASSES of the positions each: the same
-         number of passes, 1 + 2 x 1/2 full-pass equivalents where ours runs 3); its decode is our
-         cached generate, the exact recurrence a token at a time with the prefill's too
+         embeddings on every layer); its train step is the release's training, lrt.training=interleaved:
+         one full pass then PASSES interleaved passes over 1 / PASSES of the positions each, the loss
+         the mean of the passes' (the release's own step, matched number for number by
+         tools/release_parity.py); its decode is our cached generate, the exact recurrence a token at a
+         time with the prefill's too
   plain  arch "transformer" on the vanilla GPT's backbone (value embeddings on alternating layers)
 each timed through the trainer's own compiled step and the architecture's cached generate, compiled
 ahead of time (experiments/benchmarks/vs_release_ours.py's `measure`); prints one JSON line.
@@ -37,7 +37,7 @@ GPT = {
     "n_embd": 256,
     "window_pattern": "SSSL",
 }
-PASSES = 2  # the release's default interleaved_num_passes; ours: P = 2 refinement passes after pass 0
+PASSES = 2  # the release's default interleaved_num_passes, on both sides
 TRAIN = {"batch": 1, "seq_len": 256}
 DECODE = {"batch": 1, "prompt_len": 16}  # batch 1: the release's Engine prefills one prompt
 
@@ -51,16 +51,16 @@ def setting(spec: dict) -> str:
     return (
         f"nanochat GPT, {m['n_layer']} layers x {m['n_embd']}, {m['n_head']} heads, vocab "
         f"{m['vocab_size']}, windows {m['window_pattern']} of context {m['sequence_len']}; "
-        f"the release's interleaved training with {spec['passes']} interleaved passes against our "
-        f"multi-refinement with P = {spec['passes']}; MuonAdamW on both sides"
+        f"interleaved training with {spec['passes']} interleaved passes on both sides (ours: "
+        "lrt.training=interleaved); MuonAdamW on both sides"
     )
 
 
 def details(spec: dict) -> dict[str, str]:
     t, d, p = spec["train"], spec["decode"], spec["passes"]
     return {
-        "lrt_train": f" (fwd + bwd + Muon, {t['batch']} × {t['seq_len']} tokens; release: full pass + {p} "
-        f"interleaved passes of 1/{p} of the positions; ours: pass 0 + {p} full refinement passes)",
+        "lrt_train": f" (fwd + bwd + Muon, {t['batch']} × {t['seq_len']} tokens; both: a full pass + {p} "
+        f"interleaved passes of 1/{p} of the positions)",
         "plain_train": " (the release's vanilla GPT / our transformer on its backbone)",
         "lrt_decode": f", batch {d['batch']}, {d['prompt_len']}-token prompt + {d['new_tokens']} new, exact "
         "recurrence a token per forward, prompt included (tok/s)",
@@ -69,8 +69,8 @@ def details(spec: dict) -> dict[str, str]:
 
 
 def config(spec: dict, interleaved: bool):
-    """configs/lrt_nanochat.py on the spec's GPT as we import it (the recurrent GPT's when `interleaved`), P
-    = the spec's passes, its train batch."""
+    """configs/lrt_nanochat.py on the spec's GPT as we import it (the recurrent GPT's when `interleaved`,
+    trained as the release trains it: lrt.training=interleaved over the spec's passes), its train batch."""
     from configs.recipes import backbone_preset
     from t2mlr_jax.config.edit import config_module, set_path
     from t2mlr_jax.interop.nanochat import model_config_from_nanochat
@@ -80,7 +80,7 @@ def config(spec: dict, interleaved: bool):
     for path, value in backbone_preset(model).items():
         set_path(c, path, value)
     c.model.scan_layers = False
-    c.lrt.feedback, c.lrt.passes, c.lrt.pass_probs = "both", (spec["passes"],), (1.0,)
+    c.lrt.feedback, c.lrt.training, c.lrt.interleaved_num_passes = "both", "interleaved", spec["passes"]
     t = spec["train"]
     c.data.seq_len = t["seq_len"]
     c.train.batch_size, c.train.grad_accum = t["batch"], 1
