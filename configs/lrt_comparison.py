@@ -137,5 +137,6 @@ def decode_blocks(config) -> int:
     model = resolve(config).model
     blocks = model.num_layers
     if config.arch == "looped":
-        blocks = len(block_order(model, **config.looped.to_dict()))
+        loop = config.looped
+        blocks = len(block_order(model, start=loop.start, end=loop.end, repeats=loop.repeats))
     return blocks * (decode_thoughts(config) + 1)

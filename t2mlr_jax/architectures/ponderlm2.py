@@ -18,7 +18,8 @@ default (`ponderlm2.init="vocabulary"`) fills every thought slot from the one vo
 refinement passes supervised at the last, P from the depth-versus-time paper's distribution (E[P] = 2, as
 the LRT rows), and evaluates by the exact sequential recurrence: PonderLM-2 as that paper runs it, on the
 LRT's thought-slot machinery, differing from the LRT only where the papers say. The release's behaviour,
-number for number (t2mlr_jax/interop/ponderlm2_release.py reads it off a release checkpoint):
+number for number (t2mlr_jax/interop/ponderlm2_release.py reads it off a release checkpoint, and a start
+from one keeps its embedding scale: check_release_start):
   ponderlm2.init="growing", embed_scale=True, passes=(3, 4), pass_probs=(0.5, 0.5), eval_passes=4
 (P counts the refinements plus the final pass). At K = 1 the two initialisations are the same.
 """
@@ -27,18 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 from t2mlr_jax.architectures.contract import (
     Architecture,
     Capabilities,
-    pretrained_path,
     register_architecture,
 )
 from t2mlr_jax.architectures.lrt import PASS_PROBS, PASSES, LRTSettings, build_lrt
 from t2mlr_jax.config.sections import Experiment
-from t2mlr_jax.interop.files import read_json
-from t2mlr_jax.interop.ponderlm2_release import is_ponderlm2_release, ponderlm2_settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +59,6 @@ def _build(config: Experiment) -> Architecture:
         raise ValueError(f"ponderlm2.init must be one of {INITS}, got {s.init!r}")
     if s.eval_passes < 0:
         raise ValueError(f"ponderlm2.eval_passes must be >= 0 (0: the exact recurrence), got {s.eval_passes}")
-    _check_release_start(config)
     fixed = LRTSettings(
         feedback="none",
         thoughts=s.thoughts,
@@ -83,20 +79,6 @@ def _build(config: Experiment) -> Architecture:
         embed_scale=scale,
         growing=s.init == "growing",
     )
-
-
-def _check_release_start(config: Experiment) -> None:
-    """A start from PonderLM-2's release folder (config.init_from) keeps its embedding scale: its weights
-    compute something else without it (the rest of its recipe may change: ponderlm2_release.py)."""
-    path = pretrained_path(config)
-    if not path or not is_ponderlm2_release(path):
-        return
-    release = ponderlm2_settings(read_json(Path(path) / "config.json"))
-    if release["embed_scale"] != config.ponderlm2.embed_scale:
-        raise ValueError(
-            f"init_from {path} is PonderLM-2's release model with scale_embeds={release['embed_scale']}: set "
-            f"ponderlm2.embed_scale={release['embed_scale']} (its whole recipe: ponderlm2={release})"
-        )
 
 
 register_architecture(

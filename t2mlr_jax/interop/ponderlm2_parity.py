@@ -25,7 +25,7 @@ from t2mlr_jax.architectures import Architecture, build_architecture
 from t2mlr_jax.architectures.looped import LoopedDecoder
 from t2mlr_jax.architectures.lrt import Draw
 from t2mlr_jax.architectures.pause import PAUSE_PARAM
-from t2mlr_jax.experiment import experiment, resolve
+from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.interop.files import read_json, read_state_dict
 from t2mlr_jax.interop.parity import GRAD, TOLERANCES, loss_and_gradient_figures, max_abs_diff
 from t2mlr_jax.interop.ponderlm2_release import (
@@ -42,15 +42,13 @@ from t2mlr_jax.model.generate import teacher_forced
 def ponderlm2(cfg: ModelConfig, settings: dict, seq_len: int, arch: str = "ponderlm2") -> Architecture:
     """Our arch "ponderlm2" (or `arch`, e.g. "looped") on this backbone with `settings` (its section), for
     rows of `seq_len` slots."""
-    config = experiment(
-        name="ponderlm2_release",
-        model=cfg,
-        arch=arch,
+    config = Experiment(name="ponderlm2_release", model=cfg, arch=arch).replace(
         data={"task": "s5_retrieval", "seq_len": seq_len, "eval_seq_len": seq_len},
-        sections={arch: settings},
+        eval={"window": seq_len},
         baseline={"param_match": False},  # the release's width, not widened to a T²MLR model's count
+        **{arch: settings},
     )
-    return build_architecture(resolve(config))
+    return build_architecture(config)
 
 
 def batch_of(tokens: jax.Array, length: int) -> dict:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.interop.configs import model_config_from_hf, refuse
 from t2mlr_jax.interop.files import read_json, write_json
 from t2mlr_jax.interop.hf import load_hf, save_hf
@@ -217,3 +218,16 @@ def save_ponderlm2_release(
     save_hf(cfg, params, path, tokenizer=tokenizer, progress=progress, overwrite=overwrite)
     config = Path(path) / "config.json"
     write_json(config, {**read_json(config), **fields})
+
+
+def check_release_start(config: Experiment, path: str) -> None:
+    """A ponderlm2 run started from PonderLM-2's release folder (config.init_from) keeps its embedding
+    scale: its weights compute something else without it (the rest of its recipe may change)."""
+    if config.arch != "ponderlm2" or not is_ponderlm2_release(path):
+        return
+    release = ponderlm2_settings(read_json(Path(path) / "config.json"))
+    if release["embed_scale"] != config.ponderlm2.embed_scale:
+        raise ValueError(
+            f"init_from {path} is PonderLM-2's release model with scale_embeds={release['embed_scale']}: set "
+            f"ponderlm2.embed_scale={release['embed_scale']} (its whole recipe: ponderlm2={release})"
+        )

@@ -20,6 +20,7 @@ import numpy as np
 from t2mlr_jax.architectures import Architecture, build_architecture
 from t2mlr_jax.architectures.contract import RANDOM_INIT, pretrained_path
 from t2mlr_jax.config.sections import Experiment
+from t2mlr_jax.interop.ponderlm2_release import check_release_start
 from t2mlr_jax.interop.pretrained import check_retrofittable, load_pretrained, mismatches, pretrained_config
 from t2mlr_jax.model import layer_layout
 
@@ -65,6 +66,7 @@ def start_weights(config: Experiment, arch: Architecture) -> Callable[[], dict] 
         )
     if not Path(path).exists():
         raise FileNotFoundError(f"init_from {path!r} does not exist")
+    check_release_start(config, path)
     model = arch.backbone
     checkpoint = pretrained_config(path, param_dtype=model.param_dtype)
     differences = mismatches(checkpoint, model)

@@ -141,10 +141,11 @@ def test_arch_ponderlm2_starts_from_the_release_folder():
     typed = resolve(config)
     arch = init_from.architecture(typed)
     config.ponderlm2.embed_scale = False  # its weights without its embedding scale: refused
+    unscaled = resolve(config)
     with pytest.raises(
         ValueError, match="release model with scale_embeds=True: set ponderlm2.embed_scale=True"
     ):
-        init_from.architecture(resolve(config))
+        init_from.start_weights(unscaled, init_from.architecture(unscaled))
     loaded = jax.tree.map(jnp.asarray, init_from.start_weights(typed, arch)())
     params = {**arch.init(jax.random.PRNGKey(0)), **loaded}
     batch, state = batch_of(jnp.asarray(RELEASE["tokens"]), t), arch.init_model_state()
