@@ -165,16 +165,17 @@ def max_abs_diff(a, b) -> float:
     return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
 
 
-def _logits_figures(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], key: str) -> dict:
-    """max |Δ| of `key`'s logits, held relative to the largest |logit| of the release's."""
-    diff = max_abs_diff(ours[key], theirs[key])
-    scale = float(np.abs(theirs[key]).max())
+def logits_figures(ours, theirs, scale: float | None = None, tolerance: float = TOLERANCES["logits"]) -> dict:
+    """max |Δ| of our logits against the release's, held relative to `scale` (default the largest |logit|
+    of the release's)."""
+    diff = max_abs_diff(ours, theirs)
+    scale = float(np.abs(theirs).max()) if scale is None else scale
     return {
         "max_abs_diff": diff,
         "max_abs_logit": scale,
         "relative": diff / scale,
-        "tolerance": TOLERANCES["logits"],
-        "passed": diff <= TOLERANCES["logits"] * scale,
+        "tolerance": tolerance,
+        "passed": diff <= tolerance * scale,
     }
 
 
@@ -183,17 +184,13 @@ def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) ->
     an open np.load, read a key at a time) and whether each is within TOLERANCES. A recurrent release
     model's sequential logits are also its decode; its training step (train_logits:<p>, loss, gradients,
     the KV refresh's), where given, adds those figures."""
-    figures = {"logits": _logits_figures(ours, theirs, "logits")}
+    figures = {"logits": logits_figures(ours["logits"], theirs["logits"])}
     scale = figures["logits"]["max_abs_logit"]
     their_decode = theirs["decode"] if "decode" in theirs else theirs["logits"]
-    decode = max_abs_diff(ours["decode"], their_decode)
     figures["decode"] = {
-        "max_abs_diff": decode,
-        "relative": decode / scale,
+        **logits_figures(ours["decode"], their_decode, scale, TOLERANCES["decode"]),
         # the release against itself, for scale: its cached decode vs its forward, both fp32
         "release_decode_vs_forward": max_abs_diff(their_decode, theirs["logits"]),
-        "tolerance": TOLERANCES["decode"],
-        "passed": decode <= TOLERANCES["decode"] * scale,
     }
     if TRAIN_LOGITS + "0" in theirs:
         figures["train_logits"] = _pass_logits(ours, theirs, TRAIN_LOGITS)
@@ -279,7 +276,7 @@ def is_vocab_table(key: str) -> bool:
 
 
 def compare_states(vocab_size: int, theirs: Mapping[str, np.ndarray], ours: Mapping[str, np.ndarray]) -> dict:
-    """An export's nanochat state dict (`ours`) against the release's: the same keys and shapes, every
+    """An export's state dict (`ours`) against the release's: the same keys and shapes, every
     tensor bitwise equal but the vocabulary tables' padded rows (>= vocab_size), which ours writes as
     zeros where the release keeps what it drew."""
     differing = sorted(

@@ -27,7 +27,14 @@ from t2mlr_jax.architectures.lrt import Draw
 from t2mlr_jax.architectures.pause import PAUSE_PARAM
 from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.interop.files import read_json, read_state_dict
-from t2mlr_jax.interop.parity import GRAD, TOLERANCES, loss_and_gradient_figures, max_abs_diff
+from t2mlr_jax.interop.parity import (
+    GRAD,
+    TOLERANCES,
+    compare_states,
+    logits_figures,
+    loss_and_gradient_figures,
+    max_abs_diff,
+)
 from t2mlr_jax.interop.ponderlm2_release import (
     FIELDS,
     PAUSE_ID,
@@ -146,28 +153,15 @@ def pause_outputs(
     return out
 
 
-def _figure(ours, theirs, scale: float, tolerance: float) -> dict:
-    diff = max_abs_diff(ours, theirs)
-    return {
-        "max_abs_diff": diff,
-        "relative": diff / scale,
-        "tolerance": tolerance,
-        "passed": diff <= tolerance * scale,
-    }
-
-
 def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
     """The figures of ours against the release's and whether each is within TOLERANCES (logits, eval and
     decode relative to the largest |logit| of the training forward)."""
     scale = float(np.abs(theirs["logits"]).max())
     figures = {
-        "logits": {
-            **_figure(ours["logits"], theirs["logits"], scale, TOLERANCES["logits"]),
-            "max_abs_logit": scale,
-        },
-        "eval": _figure(ours["eval_logits"], theirs["eval_logits"], scale, TOLERANCES["logits"]),
+        "logits": logits_figures(ours["logits"], theirs["logits"], scale),
+        "eval": logits_figures(ours["eval_logits"], theirs["eval_logits"], scale),
         "decode": {
-            **_figure(ours["decode"], theirs["decode"], scale, TOLERANCES["decode"]),
+            **logits_figures(ours["decode"], theirs["decode"], scale, TOLERANCES["decode"]),
             # the release against itself: its cached decode (sequential) vs its parallel evaluation
             "release_decode_vs_forward": max_abs_diff(
                 theirs["decode"], theirs["eval_logits"][:, -theirs["decode"].shape[1] :]
@@ -211,19 +205,9 @@ def export_side(folder: Path, cfg: ModelConfig, imported) -> tuple[dict, int]:
     params, settings, method = imported
     pause_id = release_config(folder).get("pause_token_id", PAUSE_ID)
     save_ponderlm2_release(cfg, params, settings, folder / "export", method=method, pause_token_id=pause_id)
-    theirs, back = (read_state_dict(folder / where) for where in ("release/model", "export"))
+    theirs = read_state_dict(folder / "release" / "model")
+    state = compare_states(cfg.vocab_size, theirs, read_state_dict(folder / "export"))
     export, release = read_json(folder / "export" / "config.json"), release_config(folder)
-    state = {
-        "keys": len(theirs),
-        "missing": sorted(set(theirs) - set(back)),
-        "unexpected": sorted(set(back) - set(theirs)),
-        "differing": sorted(k for k in set(theirs) & set(back) if not np.array_equal(theirs[k], back[k])),
-        "fields_differing": [f for f in FIELDS if export.get(f) != release.get(f)],
-        "padded_rows": 0,  # (no padded vocabulary tables in this format)
-        "padded_tables": [],
-        "padded_rows_zero": True,
-    }
-    state["bitwise"] = not (
-        state["missing"] or state["unexpected"] or state["differing"] or state["fields_differing"]
-    )
+    state["fields_differing"] = [f for f in FIELDS if export.get(f) != release.get(f)]
+    state["bitwise"] = state["bitwise"] and not state["fields_differing"]
     return state, sum(v.size for v in theirs.values())
