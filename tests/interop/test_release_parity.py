@@ -28,6 +28,9 @@ from tests.in_process import run_tool
 TOOL = Path(__file__).parents[2] / "tools" / "release_parity.py"
 FIXTURE = Path(__file__).parent / "fixtures/lrt_release_vanilla"
 T2MLR_FIXTURE = Path(__file__).parent / "fixtures/release_default"
+# release_parity's tiny T²MLR size as its driver writes it (the same model as release_default's):
+# python -m experiments.make_release_fixture --size tiny --out tests/interop/fixtures/t2mlr_release_tiny
+T2MLR_TINY = Path(__file__).parent / "fixtures/t2mlr_release_tiny"
 PREFILL = 4  # the fixture's cached decode
 
 
@@ -235,3 +238,22 @@ def test_t2mlr_table_shows_a_training_forward_failure(t2mlr_release):
     assert not size["train_logits"]["passed"] and size["logits"]["passed"] and not size["passed"]
     row = tool["markdown"]({"release": "t2mlr", "sizes": {"tiny": size}}).strip().splitlines()[-1]
     assert "; train 4.06e-03 (rel 1.0e-03) (FAIL) |" in row and row.endswith("| NO |")
+
+
+@pytest.mark.slow
+def test_the_t2mlr_release_tiny_size_passes_every_check_and_a_moved_weight_fails():
+    """The T²MLR release's own outputs at release_parity's tiny size: exact and Jacobi logits, the loss,
+    every gradient and its cached decode against ours; one mixer weight moved by 1e-3 fails."""
+    release = dict(np.load(T2MLR_TINY / "release.npz"))
+    cfg, params = load_pretrained(T2MLR_TINY / "model")
+    figures = compare(our_outputs(cfg, params, release["tokens"], PREFILL), release)
+    assert figures["passed"], figures
+    assert figures["gradients"]["keys"] == 45 and not figures["gradients"]["missing"]
+    assert figures["train_logits"]["passes"] == 1 and figures["decode"]["passed"]
+    gate = params["mixer"]["recurrent_gate_proj"]
+    moved = {
+        **params,
+        "mixer": {**params["mixer"], "recurrent_gate_proj": {**gate, "kernel": gate["kernel"] + 1e-3}},
+    }
+    figures = compare(our_outputs(cfg, moved, release["tokens"], PREFILL), release)
+    assert not figures["logits"]["passed"] and not figures["passed"]
