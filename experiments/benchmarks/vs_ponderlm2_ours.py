@@ -73,8 +73,7 @@ def models_of(spec: dict) -> dict:
     c.model.update(spec["model"])
     c.model.remat = "none"  # the release's script: --disable_gradient_checkpointing true (CONFIG: "dots")
     c.model.recurrence.l_start = c.model.recurrence.l_end = 0  # CONFIG's T²MLR window, read by neither arch
-    c.optimizer.update({k: spec["optimizer"][k] for k in ("lr", "grad_clip")})
-    c.optimizer.adamw.update({k: spec["optimizer"][k] for k in ("b1", "b2", "eps", "weight_decay")})
+    vs_release_ours.set_optimizer(c, spec["optimizer"])
     p = spec["ponder"]
     c.ponderlm2.thoughts, c.ponderlm2.embed_scale = (p["thoughts"],), p["embed_scale"]
     c.ponderlm2.passes, c.ponderlm2.pass_probs = (p["jacobi_iterations"] + 1,), (1.0,)

@@ -63,6 +63,10 @@ def config():
     return c
 
 
+OPTIMIZER_FIELDS = ("lr", "grad_clip")  # the spec's optimizer: these on optimizer ...
+ADAMW_FIELDS = ("b1", "b2", "eps", "weight_decay")  # ... and these on optimizer.adamw
+
+
 def spec_of(c) -> dict:
     """What both drivers build from: the backbone's shapes, the recurrence, the optimizer. The release's
     driver mirrors only the gated mixer with W_rec and the rescale cache norm (fixed there)."""
@@ -73,10 +77,17 @@ def spec_of(c) -> dict:
         "model": {k: c.model[k] for k in MODEL_FIELDS},
         "recurrence": {k: r[k] for k in RECURRENCE_FIELDS},
         "optimizer": {
-            **{k: c.optimizer[k] for k in ("lr", "grad_clip")},
-            **{k: c.optimizer.adamw[k] for k in ("b1", "b2", "eps", "weight_decay")},
+            **{k: c.optimizer[k] for k in OPTIMIZER_FIELDS},
+            **{k: c.optimizer.adamw[k] for k in ADAMW_FIELDS},
         },
     }
+
+
+def set_optimizer(c, optimizer: dict) -> None:
+    """The spec's optimizer (spec_of's) into config `c`: lr and clipping on optimizer, the rest on
+    optimizer.adamw."""
+    c.optimizer.update({k: optimizer[k] for k in OPTIMIZER_FIELDS})
+    c.optimizer.adamw.update({k: optimizer[k] for k in ADAMW_FIELDS})
 
 
 def model_spec() -> dict:
@@ -211,8 +222,8 @@ def measure_all(spec: dict, models) -> dict:
 def models_of(spec: dict) -> dict:
     """CONFIG under the spec (it rules, as it does the release's driver), as T²MLR and as the backbone."""
     c = config()
-    for section, values in (("model", spec["model"]), ("optimizer", spec["optimizer"])):
-        c[section].update(values)
+    c.model.update(spec["model"])
+    set_optimizer(c, spec["optimizer"])
     c.model.recurrence.update(spec["recurrence"])
     return {name: (c, arch_name, 1) for name, arch_name in ARCHS.items()}
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from experiments.benchmarks import vs_lrt_ours, vs_ponderlm2_ours
+from experiments.benchmarks import vs_lrt_ours, vs_ponderlm2_ours, vs_release_ours
 
 WORKLOAD = {
     "train": {"batch": 1, "seq_len": 8},
@@ -63,3 +63,12 @@ def test_ponderlm2_pair_ours_side_dry_run():
     check(result, vs_ponderlm2_ours.MODELS)
     params = {m: result["programs"][f"{m}_train"]["params"] for m in vs_ponderlm2_ours.MODELS}
     assert params["ponder"] == params["plain"]  # PonderLM-2 adds no parameter
+
+
+def test_the_t2mlr_sides_configs_take_the_spec():
+    """vs_release --release t2mlr, our side: the spec's optimizer (lr and clipping on optimizer, the AdamW
+    fields on optimizer.adamw) and shapes reach both configs, as the release's driver reads them."""
+    spec = vs_release_ours.model_spec()
+    spec["optimizer"] = {**spec["optimizer"], "lr": 1e-3, "b1": 0.5, "weight_decay": 0.25}
+    for c, _, _ in vs_release_ours.models_of(spec).values():
+        assert vs_release_ours.spec_of(c) == spec
