@@ -5,6 +5,7 @@ times each program with `timed_calls`, and prints `result(...)` as its one JSON 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -30,6 +31,17 @@ def timed_calls(fn: Callable, repeats: int, wait: Callable = lambda x: x) -> tup
         wait(fn())
         seconds.append(time.perf_counter() - start)
     return seconds, first
+
+
+def programs_of(rows: dict[str, Callable[[], dict]]) -> dict:
+    """A release driver's programs: for each row prefix, its measure's {"train", "decode"} as
+    <prefix>_train / <prefix>_decode, each model collected before the next is built."""
+    programs = {}
+    for name, measure in rows.items():
+        measured = measure()
+        programs[f"{name}_train"], programs[f"{name}_decode"] = measured["train"], measured["decode"]
+        gc.collect()
+    return programs
 
 
 def result(side: str, versions: dict, programs: dict, started: float) -> dict:

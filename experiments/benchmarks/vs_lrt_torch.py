@@ -21,13 +21,15 @@ run uncompiled unless --compile-interleaved), as base_train.py does on a CPU (no
   <release python> -m experiments.benchmarks.vs_lrt_torch '<spec json>'   # from the repo root
 """
 
-import gc
+import contextlib
+import functools
+import io
 import sys
 import time
 from pathlib import Path
 
 from experiments import make_nanochat_fixture
-from experiments.benchmarks.side_by_side import pin_threads, result, run, timed_calls
+from experiments.benchmarks.side_by_side import pin_threads, programs_of, result, run, timed_calls
 
 REPO = "OoDBag/Latent_recurrent_transformer"
 check_release = make_nanochat_fixture.check_release  # vs_release.py's check of the checkout and Python
@@ -124,13 +126,17 @@ def measure(spec: dict, interleaved: bool, release) -> dict:
     }
 
 
+def quietly(fn, *args):
+    """fn(*args) with its stdout dropped: the release prints its optimizer's settings."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return fn(*args)
+
+
 def main(spec: dict) -> dict:
     """{"side", "versions", "programs", "peak_rss_bytes", "wall_s"}; programs: lrt_train, lrt_decode,
     plain_train, plain_decode, each {"seconds": [...], "params", ...}."""
     start = time.perf_counter()
     pin_threads(spec["threads"])
-    import contextlib
-    import io
     import warnings
 
     import torch
@@ -138,12 +144,12 @@ def main(spec: dict) -> dict:
     torch.set_num_threads(spec["threads"])
     warnings.filterwarnings("ignore")
     release = import_release(spec["release_src"])
-    programs = {}
-    for name, interleaved in (("lrt", True), ("plain", False)):
-        with contextlib.redirect_stdout(io.StringIO()):  # the release prints its optimizer's settings
-            measured = measure(spec, interleaved, release)
-        programs[f"{name}_train"], programs[f"{name}_decode"] = measured["train"], measured["decode"]
-        gc.collect()
+    programs = programs_of(
+        {
+            name: functools.partial(quietly, measure, spec, flag, release)
+            for name, flag in (("lrt", True), ("plain", False))
+        }
+    )
     return result("release", {"torch": torch.__version__}, programs, start)
 
 

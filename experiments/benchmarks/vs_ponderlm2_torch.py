@@ -23,15 +23,15 @@ transformers 4.46 defines without flash-attn installed, and attention runs throu
   <release python> -m experiments.benchmarks.vs_ponderlm2_torch '<spec json>'   # from the repo root
 """
 
-import gc
+import functools
 import importlib.util
 import os
 import sys
 import time
 from pathlib import Path
 
-from experiments.benchmarks.side_by_side import pin_threads, result, run, timed_calls
-from experiments.benchmarks.vs_release_torch import llama_config
+from experiments.benchmarks.side_by_side import pin_threads, programs_of, result, run
+from experiments.benchmarks.vs_release_torch import llama_config, train_and_generate
 
 REPO = "LUMIA-Group/PonderLM-2"
 MODELING = "src/llamafactory/model/modeling/modeling_llama.py"  # also what marks a checkout of the release
@@ -98,58 +98,15 @@ def build(spec: dict, ponder: bool, PonderLM2):
 
 def measure(spec: dict, ponder: bool, PonderLM2) -> dict:
     """One model's train step and greedy generate() (module docstring)."""
-    import numpy as np
     import torch
 
     model = build(spec, ponder, PonderLM2)
-    params = sum(p.numel() for p in model.parameters())
-    train, decode, o = spec["train"], spec["decode"], spec["optimizer"]
-    shape = (max(train["batch"], decode["batch"]), train["seq_len"] + 1)
-    rows = np.random.default_rng(spec["seed"]).integers(1, spec["model"]["vocab_size"], shape)
-    ids = torch.from_numpy(rows[: train["batch"], : train["seq_len"]])
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=o["lr"],
-        betas=(o["b1"], o["b2"]),
-        eps=o["eps"],
-        weight_decay=o["weight_decay"],
-        fused=True,
-    )
 
-    def train_step():
+    def loss_of(ids):
         # HF's loss shifts the labels: the next-token loss of the row
-        loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), o["grad_clip"])
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
+        return lambda: model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
 
-    model.train()
-    train_seconds, loss = timed_calls(train_step, spec["repeats"])
-    model.eval()
-    prompt = torch.from_numpy(rows[: decode["batch"], : decode["prompt_len"]])
-    n = decode["new_tokens"]
-
-    def generate():
-        with torch.inference_mode():
-            out = model.generate(
-                input_ids=prompt,
-                attention_mask=torch.ones_like(prompt),
-                max_new_tokens=n,
-                min_new_tokens=n,
-                do_sample=False,
-                use_cache=True,
-                pad_token_id=0,
-            )
-        assert out.shape[1] == prompt.shape[1] + n, out.shape
-        return out
-
-    decode_seconds, _ = timed_calls(generate, spec["repeats"])
-    return {
-        "train": {"seconds": train_seconds, "loss": loss, "params": params},
-        "decode": {"seconds": decode_seconds, "new_tokens": n, "params": params},
-    }
+    return train_and_generate(spec, model, sum(p.numel() for p in model.parameters()), loss_of)
 
 
 def main(spec: dict) -> dict:
@@ -166,11 +123,12 @@ def main(spec: dict) -> dict:
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore")
     PonderLM2 = import_release(spec["release_src"])
-    programs = {}
-    for name, ponder in (("ponder", True), ("plain", False)):
-        measured = measure(spec, ponder, PonderLM2)
-        programs[f"{name}_train"], programs[f"{name}_decode"] = measured["train"], measured["decode"]
-        gc.collect()
+    programs = programs_of(
+        {
+            name: functools.partial(measure, spec, ponder, PonderLM2)
+            for name, ponder in (("ponder", True), ("plain", False))
+        }
+    )
     versions = {"torch": torch.__version__, "transformers": transformers.__version__}
     return result("release", versions, programs, start)
 

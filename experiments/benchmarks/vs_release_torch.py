@@ -10,14 +10,14 @@ window, Jacobi D / B and temporal residual (its sweep_params.yaml turns that on)
   <release python> -m experiments.benchmarks.vs_release_torch '<spec json>'   # from the repo root
 """
 
-import gc
+import functools
 import os
 import sys
 import time
 import types
 from pathlib import Path
 
-from experiments.benchmarks.side_by_side import pin_threads, result, run, timed_calls
+from experiments.benchmarks.side_by_side import pin_threads, programs_of, result, run, timed_calls
 
 RELEASE_ENTRY = "src/t2mlr_wrapper/t2mlr_wrapper.py"  # what marks a checkout of the release
 REPO = "princeton-pli/T2MLR"
@@ -133,18 +133,38 @@ def build(spec: dict, t2mlr: bool, release):
 def measure(spec: dict, t2mlr: bool, release) -> dict:
     """One model's train step (forward + backward + clipped AdamW step, as the release's Trainer runs it)
     and greedy generate() (exact prefill of a recurrent prompt, then cached single-token steps)."""
-    import numpy as np
     import torch
     import torch.nn.functional as F
 
     model, params = build(spec, t2mlr, release)
+
+    def loss_of(ids):
+        flows = {"control_flows": torch.full_like(ids, 2)} if t2mlr else {}  # 2 = recurrent (fineweb runs)
+        positions = torch.arange(ids.shape[1])[None].expand_as(ids)
+
+        def loss():
+            out = model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions, **flows)
+            return F.cross_entropy(out.logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+
+        return loss
+
+    # the wrapper's train(): the Jacobi ("batch approximate") forward; the prompt recurrent too, prefilled
+    # by exact recurrence
+    return train_and_generate(spec, model, params, loss_of, recurrence_in_prompt=True)
+
+
+def train_and_generate(spec: dict, model, params: int, loss_of, **generate_kwargs) -> dict:
+    """An HF model's train step and greedy generate(), timed: `loss_of(ids)` gives the step's loss function
+    on the spec's train rows, whose gradient the step clips and applies with fused AdamW (HF Trainer's
+    default optimizer for torch >= 2.8, adamw_torch_fused, at the spec's settings); generate() runs in
+    eval mode on the spec's prompt, `generate_kwargs` added. {"train": ..., "decode": ...}."""
+    import numpy as np
+    import torch
+
     train, decode, o = spec["train"], spec["decode"], spec["optimizer"]
     shape = (max(train["batch"], decode["batch"]), train["seq_len"] + 1)
     rows = np.random.default_rng(spec["seed"]).integers(1, spec["model"]["vocab_size"], shape)
-    ids = torch.from_numpy(rows[: train["batch"], : train["seq_len"]])
-    flows = {"control_flows": torch.full_like(ids, 2)} if t2mlr else {}  # 2 = recurrent (the fineweb runs)
-    positions = torch.arange(ids.shape[1])[None].expand_as(ids)
-    # HF Trainer's default optimizer for torch >= 2.8 (adamw_torch_fused), the fineweb script's settings.
+    loss = loss_of(torch.from_numpy(rows[: train["batch"], : train["seq_len"]]))
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=o["lr"],
@@ -155,16 +175,15 @@ def measure(spec: dict, t2mlr: bool, release) -> dict:
     )
 
     def train_step():
-        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions, **flows)
-        loss = F.cross_entropy(out.logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
-        loss.backward()
+        value = loss()
+        value.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), o["grad_clip"])
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return float(loss.detach())
+        return float(value.detach())
 
-    model.train()  # the wrapper's train(): the Jacobi ("batch approximate") forward
-    train_seconds, loss = timed_calls(train_step, spec["repeats"])
+    model.train()
+    train_seconds, first_loss = timed_calls(train_step, spec["repeats"])
     model.eval()
     prompt = torch.from_numpy(rows[: decode["batch"], : decode["prompt_len"]])
     n = decode["new_tokens"]
@@ -179,14 +198,14 @@ def measure(spec: dict, t2mlr: bool, release) -> dict:
                 do_sample=False,
                 use_cache=True,
                 pad_token_id=0,
-                recurrence_in_prompt=True,  # the prompt recurrent too, prefilled by exact recurrence
+                **generate_kwargs,
             )
         assert out.shape[1] == prompt.shape[1] + n, out.shape
         return out
 
     decode_seconds, _ = timed_calls(generate, spec["repeats"])
     return {
-        "train": {"seconds": train_seconds, "loss": loss, "params": params},
+        "train": {"seconds": train_seconds, "loss": first_loss, "params": params},
         "decode": {"seconds": decode_seconds, "new_tokens": n, "params": params},
     }
 
@@ -208,11 +227,12 @@ def main(spec: dict) -> dict:
     logging.disable(logging.WARNING)  # the release logs every model build at INFO
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore")
-    programs = {}
-    for name, t2mlr in (("t2mlr", True), ("plain", False)):
-        measured = measure(spec, t2mlr, release)
-        programs[f"{name}_train"], programs[f"{name}_decode"] = measured["train"], measured["decode"]
-        gc.collect()
+    programs = programs_of(
+        {
+            name: functools.partial(measure, spec, t2mlr, release)
+            for name, t2mlr in (("t2mlr", True), ("plain", False))
+        }
+    )
     versions = {"torch": torch.__version__, "transformers": transformers.__version__}
     return result("release", versions, programs, start)
 
