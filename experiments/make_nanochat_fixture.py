@@ -88,7 +88,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from experiments.release_python import parse_driver_args, release_commit, run_under
+from experiments.release_python import parse_driver_args, release_commit, run_under, write_export_logits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -426,9 +426,7 @@ def export_logits(out: Path, src: str, checkpoint_dir: Path, tokens_from: Path) 
         logits = sequential(model, model.config, engine, tokens).numpy()
     else:
         logits = logits_of(model, tokens).numpy()
-    out.mkdir(parents=True, exist_ok=True)
-    np.savez(out / "export_logits.npz", logits=logits, release_commit=np.array(release_commit(src)))
-    print(f"wrote {out}/export_logits.npz: the release's logits {logits.shape} of {checkpoint_dir}")
+    write_export_logits(out, src, checkpoint_dir, logits)
 
 
 def main(argv: list[str] | None = None) -> None:

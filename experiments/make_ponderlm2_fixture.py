@@ -77,7 +77,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from experiments.release_python import parse_driver_args, run_under
+from experiments.release_python import parse_driver_args, run_under, write_export_logits
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 0
@@ -345,9 +345,7 @@ def export_logits(out: Path, src: str, folder: Path, tokens_from: Path) -> None:
         modeling = import_release(src, str(npz["method"]))
     with torch.no_grad():
         logits = training_forward(reload(modeling, folder), tokens).logits.numpy()
-    out.mkdir(parents=True, exist_ok=True)
-    np.savez(out / "export_logits.npz", logits=logits, release_commit=np.array(release_commit(src)))
-    print(f"wrote {out}/export_logits.npz: the release's logits {logits.shape} of {folder}")
+    write_export_logits(out, src, folder, logits)
 
 
 def main(argv: list[str] | None = None) -> None:

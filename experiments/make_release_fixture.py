@@ -61,7 +61,7 @@ from experiments.benchmarks.vs_release_torch import (  # stdlib only: runs under
     check_transformers,
     import_release,
 )
-from experiments.release_python import parse_driver_args, release_commit, run_under
+from experiments.release_python import parse_driver_args, release_commit, run_under, write_export_logits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -338,9 +338,7 @@ def export_logits(out: Path, release, src: str, folder: Path, tokens_from: Path)
     with np.load(tokens_from) as npz:
         tokens = torch.from_numpy(npz["tokens"])
     logits = exact_logits(load(release, folder), tokens).numpy()
-    out.mkdir(parents=True, exist_ok=True)
-    np.savez(out / "export_logits.npz", logits=logits, release_commit=np.array(release_commit(src)))
-    print(f"wrote {out}/export_logits.npz: the release's logits {logits.shape} of {folder}")
+    write_export_logits(out, src, folder, logits)
 
 
 def make(out: Path, release) -> None:

@@ -22,6 +22,16 @@ def release_commit(src: str) -> str:
     ).stdout.strip()
 
 
+def write_export_logits(out: Path, src: str, folder: Path, logits) -> None:
+    """A driver's --logits_of output: <out>/export_logits.npz, the release's `logits` of the checkpoint
+    `folder` and the checkout's commit."""
+    import numpy as np
+
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez(out / "export_logits.npz", logits=logits, release_commit=np.array(release_commit(src)))
+    print(f"wrote {out}/export_logits.npz: the release's logits {logits.shape} of {folder}")
+
+
 def parse_driver_args(parser, argv, check, fixture: Path, fixture_size: str | None):
     """The options every release driver shares (tools/release_parity.py's contract): --out (default the
     committed fixture, when `--size` is `fixture_size`), --logits_of DIR with --tokens_from NPZ; parsed,
