@@ -65,7 +65,7 @@ def folders(tmp_path_factory):
             return rng.normal(0.0, 0.1, leaf.shape).astype(leaf.dtype)
         return np.zeros(leaf.shape, leaf.dtype)  # step, optimizer moments, rng
 
-    state = jax.tree_util.tree_map_with_path(draw, jax.eval_shape(run._init_state))
+    state = jax.tree_util.tree_map_with_path(draw, jax.eval_shape(run.programs.init_state))
     checkpointer = run.checkpointer()
     checkpointer.save(STEP, state, {}, force=True)
     checkpointer.close()

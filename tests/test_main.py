@@ -98,7 +98,7 @@ def test_demo_shaped_run_then_eval_generate_and_a_foreign_workdir(tmp_path):
     records = [json.loads(x) for x in (rerun / "t2mlr" / "metrics.jsonl").read_text().splitlines()]
     assert {r["d_forward"] for r in records if r["split"] == "train"} == {1, 2}
     assert hits.count("jit_step") >= 2 * 2 + 2  # two archs: T²MLR's two depths, the transformer, evals
-    assert "jit__init_state" in hits, sorted(set(hits))
+    assert "jit_init_state" in hits, sorted(set(hits))
 
     before = sorted(str(p) for p in workdir.rglob("*"))
     for change, message in (

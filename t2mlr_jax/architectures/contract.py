@@ -87,11 +87,16 @@ class GenerateFn(Protocol):
     ) -> GenerateOutput: ...
 
 
-def cached_generate(decoding: Callable[[dict, Any], tuple[Decoder, Any]]) -> GenerateFn:
+@dataclasses.dataclass(frozen=True)
+class CachedGenerate:
     """`generate` of an architecture that decodes with a KV cache: decoding(params, model_state) gives its
-    `Decoder` and what the decoder reads; the one loop `generate_with` does the rest."""
+    `Decoder` and what the decoder reads; the one loop `generate_with` does the rest. The decoder stays
+    reachable (`decoding`): its prefill and decode step compile on their own (tools/aot_compile)."""
 
-    def generate(
+    decoding: Callable[[dict, Any], tuple[Decoder, Any]]
+
+    def __call__(
+        self,
         params,
         model_state,
         prompt,
@@ -103,7 +108,7 @@ def cached_generate(decoding: Callable[[dict, Any], tuple[Decoder, Any]]) -> Gen
         sampling=GREEDY,
         key=None,
     ):
-        decoder, inputs = decoding(params, model_state)
+        decoder, inputs = self.decoding(params, model_state)
         return generate_with(
             decoder,
             inputs,
@@ -116,8 +121,6 @@ def cached_generate(decoding: Callable[[dict, Any], tuple[Decoder, Any]]) -> Gen
             pad_id=pad_id,
             prompt_control_flow=control_flow,
         )
-
-    return generate
 
 
 def layout_of(batch: dict) -> Layout:

@@ -23,8 +23,8 @@ from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.architectures.contract import (
     Architecture,
+    CachedGenerate,
     Outputs,
-    cached_generate,
     layout_of,
     mlp_state_hooks,
     register_architecture,
@@ -158,7 +158,7 @@ def _builder(name: str):
             param_specs(model),
             model.param_dtype,
             apply,
-            cached_generate(decoding),
+            CachedGenerate(decoding),
             backbone=model,
             max_seq_len=model.max_seq_len,
             train_flops=lambda seq_len: flops.one_pass_train_flops(

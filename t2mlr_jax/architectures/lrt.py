@@ -38,10 +38,10 @@ import jax.numpy as jnp
 
 from t2mlr_jax.architectures.contract import (
     Architecture,
+    CachedGenerate,
     Capabilities,
     Outputs,
     backbone_config,
-    cached_generate,
     layout_of,
     mlp_state_hooks,
     next_token_loss,
@@ -303,7 +303,7 @@ def build_lrt(
         lrt_specs(cfg),
         model.param_dtype,
         apply,
-        cached_generate(lambda params, model_state: (LRTDecoder(eval_cfg, eval_k), (params, model_state))),
+        CachedGenerate(lambda params, model_state: (LRTDecoder(eval_cfg, eval_k), (params, model_state))),
         loss=loss,
         sample=(lambda seed, step: draw_at(draws, seed, step, weights)) if len(draws) > 1 else None,
         backbone=model,

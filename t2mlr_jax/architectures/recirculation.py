@@ -18,9 +18,9 @@ import jax
 
 from t2mlr_jax.architectures.contract import (
     Architecture,
+    CachedGenerate,
     Outputs,
     backbone_config,
-    cached_generate,
     layout_of,
     register_architecture,
 )
@@ -133,7 +133,7 @@ def _build(config: Experiment, *, adaptive: bool) -> Architecture:
         specs,
         model.param_dtype,
         apply,
-        cached_generate(decoding(config, model, rc)),
+        CachedGenerate(decoding(config, model, rc)),
         backbone=model,
         max_seq_len=model.max_seq_len,
     )

@@ -16,10 +16,10 @@ import jax.numpy as jnp
 
 from t2mlr_jax.architectures.contract import (
     Architecture,
+    CachedGenerate,
     Capabilities,
     Outputs,
     backbone_config,
-    cached_generate,
     layout_of,
     pretrained_path,
     register_architecture,
@@ -101,7 +101,7 @@ def backbone_architecture(name: str, model: ModelConfig, settings: T2MLRSettings
         param_specs(model),
         model.param_dtype,
         apply,
-        cached_generate(lambda params, model_state: (decoder, params)),
+        CachedGenerate(lambda params, model_state: (decoder, params)),
         backbone=model,
         max_seq_len=model.max_seq_len,
     )

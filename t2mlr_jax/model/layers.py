@@ -20,15 +20,17 @@ from jaxtyping import Array, Bool, Float, Int
 
 from t2mlr_jax.model.config import ATTENTION_IMPLS, MLP_NAMES, ModelConfig
 from t2mlr_jax.model.spec import ParamSpec, normal, uniform, zeros
+from t2mlr_jax.parallel.mesh import target_platform
+from t2mlr_jax.parallel.rules import partition_spec
 
 NEG_INF = -1e30  # finite so a fully masked row (padding) averages instead of producing NaN
 
 
 def _sum_last(x: Float[Array, "*N D"]) -> Float[Array, "*N"]:
-    """x summed over its last axis; on a CPU as a product with ones, which XLA:CPU runs 2-6x faster than
-    a reduce of a fused product (the backward reductions of RMSNorm and softmax at 135M:
-    docs/performance.md)."""
-    if jax.default_backend() != "cpu":
+    """x summed over its last axis; compiled for a CPU, as a product with ones, which XLA:CPU runs 2-6x
+    faster than a reduce of a fused product (the backward reductions of RMSNorm and softmax at 135M:
+    docs/performance.md). Other platforms get the plain reduce."""
+    if target_platform() != "cpu":
         return jnp.sum(x, axis=-1)
     return jnp.matmul(x, jnp.ones(x.shape[-1], x.dtype), precision=jax.lax.Precision.HIGHEST)
 
@@ -139,11 +141,13 @@ def attention_path(
     impl: str, q: Float[Array, "B T H E"], k: Float[Array, "B S K E"], logit_cap: float | None
 ) -> str:
     """The implementation one `attend` call runs: `impl` (ModelConfig.attention_impl) narrowed by the call's
-    static facts. A fused kernel that cannot take these inputs falls back to xla, and xla (no softcap) to
-    einsum; a kernel named for another platform is a ValueError."""
+    static facts and the platform it is compiled for (`target_platform`: the mesh's devices, so that a
+    program compiled ahead of time for a TPU gets the TPU's kernel). A fused kernel that cannot take these
+    inputs falls back to xla, and xla (no softcap) to einsum; a kernel named for another platform is a
+    ValueError."""
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"attention_impl must be one of {ATTENTION_IMPLS}, got {impl!r}")
-    backend = jax.default_backend()
+    backend = target_platform()
     if _NEEDS_BACKEND.get(impl, backend) != backend:
         raise ValueError(f"attention_impl={impl!r} needs a {_NEEDS_BACKEND[impl]} backend, not {backend}")
     if impl == "auto":
@@ -204,8 +208,28 @@ def _attend_einsum(q, k, v, mask, scale: float, logit_cap: float | None):
 
 
 def _attend_splash(q, k, v, mask, logit_cap: float | None):
-    """TPU splash attention on pre-scaled queries, the mask as its dynamic block-sparse mask (skipping
-    blocks no query sees: other documents, the causal upper triangle, out-of-window keys)."""
+    """TPU splash attention on pre-scaled queries. Under a mesh, each device runs the kernel on its own
+    rows and heads (`shard_map` over the batch axes and, when both head counts divide it, the tensor
+    axis), as production JAX trainers do: the kernel is a custom call XLA cannot partition itself."""
+    mesh = jax.sharding.get_abstract_mesh()
+    kernel = functools.partial(_splash_rows, logit_cap=logit_cap)
+    if mesh.empty:
+        return kernel(q, k, v, mask)
+    b, _, h, _ = q.shape
+    rows = partition_spec(("batch",), (b,), mesh)[0]
+    heads = partition_spec(("act_heads",), (h,), mesh)[0]
+    if heads != partition_spec(("act_heads",), (k.shape[2],), mesh)[0]:
+        heads = None  # the kv heads do not split as the query heads do: each device keeps all heads
+    spec = jax.sharding.PartitionSpec(rows, None, heads, None)
+    mask_spec = jax.sharding.PartitionSpec(rows, None, None)
+    return jax.shard_map(kernel, mesh=mesh, in_specs=(spec, spec, spec, mask_spec), out_specs=spec)(
+        q, k, v, mask
+    )
+
+
+def _splash_rows(q, k, v, mask, logit_cap: float | None):
+    """The splash kernel row by row, the mask as its dynamic block-sparse mask (skipping blocks no query
+    sees: other documents, the causal upper triangle, out-of-window keys)."""
     # Imported here: Mosaic kernels need a TPU, and nothing on CPU should import them.
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
 

@@ -72,3 +72,12 @@ def check_experts(num_experts: int, mesh: Mesh) -> None:
             f"model.moe_experts ({num_experts}) is not divisible by the expert-parallel devices "
             f"mesh.expert = {n}: choose mesh.expert dividing the number of experts"
         )
+
+
+def target_platform() -> str:
+    """The platform the program being traced is compiled for: that of the mesh's devices when one is set
+    (`jax.set_mesh`; a TPU topology's when compiling ahead of time from a CPU host), else the default
+    backend. Kernel choices read this, not `jax.default_backend()`, which is only the host's."""
+    mesh = jax.sharding.get_abstract_mesh()
+    device = None if mesh.empty else mesh.abstract_device
+    return jax.default_backend() if device is None else device.platform

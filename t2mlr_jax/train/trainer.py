@@ -31,11 +31,9 @@ from t2mlr_jax.architectures.contract import pretrained_path
 from t2mlr_jax.config.convert import model_to_dict, to_dict
 from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.cpu_runtime import once_options
-from t2mlr_jax.data.batch import BATCH_DTYPES, OPTIONAL_DTYPES
-from t2mlr_jax.model.spec import spec_axes
 from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
-from t2mlr_jax.parallel.placement import batch_sharding, param_shardings, place, train_state_shardings
+from t2mlr_jax.parallel.placement import place
 from t2mlr_jax.storage import checkpoint as ckpt
 from t2mlr_jax.storage.workdir import CHECKPOINTS, SUMMARY, log_session, saved_steps
 from t2mlr_jax.storage.workdir_lock import workdir_lock
@@ -43,8 +41,9 @@ from t2mlr_jax.train import init_from, startup
 from t2mlr_jax.train.data_source import DataSource, check_fits, check_generation
 from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step, sampling_settings
 from t2mlr_jax.train.metrics_log import MetricsLog, json_safe
-from t2mlr_jax.train.optimizer import OPTIMIZERS, make_optimizer, make_schedule
-from t2mlr_jax.train.train_step import MODEL_INPUTS, TrainState, compile_step, init_state, model_inputs
+from t2mlr_jax.train.optimizer import OPTIMIZERS
+from t2mlr_jax.train.programs import Programs
+from t2mlr_jax.train.train_step import TrainState, model_inputs
 
 
 class Run:
@@ -78,23 +77,16 @@ class Run:
             check_experts(self.arch.backbone.routed_experts, self.mesh)
         ckpt.check_workdir(self.workdir, self.identity)
         self.changes = ckpt.changed_settings(self.workdir, self.settings)
-        abstract_params = jax.eval_shape(lambda: self.arch.init(jax.random.PRNGKey(0)))  # nothing compiled
-        self.schedule = make_schedule(config.optimizer, config.train.steps)
-        self.optimizer = make_optimizer(config.optimizer, self.arch.specs, config.train.steps)
+        self.programs = Programs(config, self.arch, self.mesh)
+        self.schedule, self.optimizer = self.programs.schedule, self.programs.optimizer
         self.num_params = self.arch.num_params()
-        abstract_state = jax.eval_shape(self._init_state)
         self.reset_optimizer = ckpt.check_resumable(
             self.workdir / CHECKPOINTS,
-            abstract_state,
+            self.programs.state_shapes,
             reset_optimizer=config.train.reset_optimizer,
             changes=self.changes,
         )
-        self.state_shardings = train_state_shardings(  # (optax's tree_map_params runs a tiny computation)
-            abstract_state,
-            self.optimizer,
-            param_shardings(spec_axes(self.arch.specs), abstract_params, self.mesh),
-            self.mesh,
-        )
+        self.state_shardings = self.programs.state_shardings
 
     def checkpointer(self) -> ckpt.Checkpointer:
         t = self.config.train
@@ -110,30 +102,21 @@ class Run:
             },
         )
 
-    def _init_state(self, loaded: dict | None = None) -> TrainState:
-        return init_state(self.arch, self.optimizer, self.config.seed, loaded)
-
     def abstract_state(self) -> TrainState:
         """The state's shapes with this run's shardings: restoring onto them reshards a checkpoint
         saved on any other mesh."""
-        return jax.tree.map(
-            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-            jax.eval_shape(self._init_state),
-            self.state_shardings,
-        )
+        return self.programs.abstract_state()
 
     def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
         """A global training batch's shapes (train.batch_size x data.seq_len) and sharding: the step is
         compiled from these before the input pipeline starts."""
-        keys = MODEL_INPUTS + (("target_bytes",) if self.data.target_bytes else ())
-        shape, sharding = (self.config.train.batch_size, self.config.data.seq_len), batch_sharding(self.mesh)
-        dtypes = {**BATCH_DTYPES, **OPTIONAL_DTYPES}
-        return {k: jax.ShapeDtypeStruct(shape, dtypes[k], sharding=sharding) for k in keys}
+        t, seq_len = self.config.train, self.config.data.seq_len
+        return self.programs.abstract_batch(t.batch_size, seq_len, self.data.target_bytes)
 
     def fresh_state(self) -> TrainState:
         """A new state, initialised in place (already sharded), from config.init_from's weights if set."""
         loaded = self.start_weights and place(self.start_weights(), self.state_shardings.params)
-        init = jax.jit(self._init_state, out_shardings=self.state_shardings, donate_argnums=0)
+        init = jax.jit(self.programs.init_state, out_shardings=self.state_shardings, donate_argnums=0)
         return init.lower(loaded).compile(once_options(jax.default_backend()))(loaded)
 
     def restore_or_init(self, checkpointer: ckpt.Checkpointer | None) -> tuple[TrainState, Any]:
@@ -326,16 +309,7 @@ def _train(run: Run, lead: bool) -> dict:
         the first is compiled before the input pipeline starts, so no data thread competes with tracing."""
         if sample not in compiled:
             first = not compiled
-            jitted = compile_step(
-                run.arch,
-                run.optimizer,
-                run.schedule,
-                t.grad_accum,
-                mesh=run.mesh,
-                state_sharding=run.state_shardings,
-                batch_sharding=batch_sharding(run.mesh),
-                sample=sample,
-            )
+            jitted = run.programs.train_step(sample)
             traced = jitted.trace(run.abstract_state(), run.abstract_batch())
             if first:
                 startup.mark("trace")

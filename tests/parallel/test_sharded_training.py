@@ -58,7 +58,7 @@ def train_on_mesh(run):
         batch_sharding=batch_sharding(run.mesh),
     )
     with jax.set_mesh(run.mesh):
-        state = jax.jit(run._init_state, out_shardings=run.state_shardings)()
+        state = jax.jit(run.programs.init_state, out_shardings=run.state_shardings)()
         losses = []
         for batch in batches():
             state, metrics = step(state, global_batch(batch, run.mesh))

@@ -73,7 +73,7 @@ def test_each_step_is_the_fixed_depth_step_it_logs(tmp_path):
 
     # Replay with fixed-D steps, compiled as the trainer compiles them: the same losses, so the sampled D is
     # the one that ran.
-    state = jax.jit(run._init_state, out_shardings=run.state_shardings)()
+    state = jax.jit(run.programs.init_state, out_shardings=run.state_shardings)()
     iterator, steps = run.data.train_iterator(), {}
     with jax.set_mesh(run.mesh):
         for _step, depth, loss in logged:

@@ -177,7 +177,7 @@ def test_generation_eval_samples_with_a_fixed_seed_and_top_k_one_is_greedy():
     the architecture's cached generate: one seed draws the same tokens on every run, another seed others;
     top-k 1 keeps only the argmax, which is greedy decoding."""
     from t2mlr_jax.architectures import Architecture
-    from t2mlr_jax.architectures.contract import cached_generate
+    from t2mlr_jax.architectures.contract import CachedGenerate
     from t2mlr_jax.architectures.recompute import recompute_architecture
     from t2mlr_jax.model.generate import Sampling, T2MLRDecoder
     from t2mlr_jax.train.eval import evaluate_generation
@@ -185,7 +185,7 @@ def test_generation_eval_samples_with_a_fixed_seed_and_top_k_one_is_greedy():
 
     cfg = tiny_config()
     params = tiny_params(cfg, gamma=0.8)
-    decoding = cached_generate(lambda p, _: (T2MLRDecoder(cfg), p))
+    decoding = CachedGenerate(lambda p, _: (T2MLRDecoder(cfg), p))
     arch = Architecture("t2mlr", {}, "float32", lambda *a, **k: None, decoding)
     examples = [{"prompt": np.asarray(tokens(1, n, seed=n)[0])} for n in (3, 4, 5, 6)]
 

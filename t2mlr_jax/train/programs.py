@@ -1,0 +1,200 @@
+"""The jitted programs of one architecture on one mesh, built one way for the trainer and for compiling
+ahead of time (tools/aot_compile.py): the train step (state donated, state and batch sharded by the one
+logical-axis rule table), the eval forward, and, for an architecture that decodes with a KV cache, its
+cached decode step and prefill.
+
+Each `*_program` returns (the jitted function, the abstract arguments it is compiled from): shapes,
+dtypes and shardings, so `fn.trace(*args).lower().compile()` builds the program without any array.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from t2mlr_jax.architectures import Architecture
+from t2mlr_jax.architectures.contract import CachedGenerate
+from t2mlr_jax.config.sections import Experiment
+from t2mlr_jax.data.batch import BATCH_DTYPES, OPTIONAL_DTYPES
+from t2mlr_jax.model import layer_layout
+from t2mlr_jax.model.backbone import KVCache, unstack_layers
+from t2mlr_jax.model.generate import T2MLRDecoder
+from t2mlr_jax.model.recurrence import Layout
+from t2mlr_jax.model.spec import spec_axes
+from t2mlr_jax.parallel.placement import batch_sharding, param_shardings, train_state_shardings
+from t2mlr_jax.parallel.rules import named_sharding
+from t2mlr_jax.train.eval import make_eval_step
+from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
+from t2mlr_jax.train.train_step import MODEL_INPUTS, TrainState, compile_step, init_state
+
+# The logical axes of a KV cache's leaves (KVCache: k, v [L, B, S, K, E]; segment_ids, tokens [B, S]).
+CACHE_AXES = KVCache(
+    ("layers", "batch", "length", "kv_heads", "head_dim"),
+    ("layers", "batch", "length", "kv_heads", "head_dim"),
+    ("batch", "length"),
+    (),
+    ("batch", "length"),
+)
+
+
+def _with_sharding(shapes, shardings):
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+
+
+class Programs:
+    """One architecture's programs on one mesh, for `config` (its optimizer, schedule, seed)."""
+
+    def __init__(self, config: Experiment, arch: Architecture, mesh: Mesh):
+        self.config, self.arch, self.mesh = config, arch, mesh
+        self.schedule = make_schedule(config.optimizer, config.train.steps)
+        self.optimizer = make_optimizer(config.optimizer, arch.specs, config.train.steps)
+        self.state_shapes = jax.eval_shape(self.init_state)
+        self.state_shardings = train_state_shardings(  # (optax's tree_map_params runs a tiny computation)
+            self.state_shapes,
+            self.optimizer,
+            param_shardings(spec_axes(arch.specs), self.state_shapes.params, mesh),
+            mesh,
+        )
+
+    def init_state(self, loaded: dict | None = None) -> TrainState:
+        return init_state(self.arch, self.optimizer, self.config.seed, loaded)
+
+    def abstract_state(self) -> TrainState:
+        """The state's shapes with this mesh's shardings (restoring onto them reshards a checkpoint saved
+        on any other mesh)."""
+        return _with_sharding(self.state_shapes, self.state_shardings)
+
+    def abstract_batch(self, batch_size: int, seq_len: int, target_bytes: bool = False) -> dict:
+        """A global batch's shapes and sharding (rows over the data-parallel axes)."""
+        keys = MODEL_INPUTS + (("target_bytes",) if target_bytes else ())
+        dtypes, sharding = {**BATCH_DTYPES, **OPTIONAL_DTYPES}, batch_sharding(self.mesh)
+        return {k: jax.ShapeDtypeStruct((batch_size, seq_len), dtypes[k], sharding=sharding) for k in keys}
+
+    def train_step(self, sample: Hashable | None = None):
+        """The jitted train step for the architecture's per-step `sample`, state donated."""
+        t = self.config.train
+        return compile_step(
+            self.arch,
+            self.optimizer,
+            self.schedule,
+            t.grad_accum,
+            mesh=self.mesh,
+            state_sharding=self.state_shardings,
+            batch_sharding=batch_sharding(self.mesh),
+            sample=sample,
+        )
+
+    def train_program(self, batch_size: int, seq_len: int, sample: Hashable | None = None):
+        return self.train_step(sample), (self.abstract_state(), self.abstract_batch(batch_size, seq_len))
+
+    def eval_program(self, batch_size: int, seq_len: int):
+        """The eval forward (`make_eval_step`) on the state's params and model state."""
+        state = self.abstract_state()
+        args = (state.params, state.model_state, self.abstract_batch(batch_size, seq_len))
+        return make_eval_step(self.arch), args
+
+    def decoder(self, jacobi_prefill: bool = False):
+        """(the architecture's cached decoder, whether its inputs are (params, model_state)); with
+        `jacobi_prefill`, T²MLR's decoder prefilling by its Jacobi passes. None if it decodes by
+        recomputing the whole forward."""
+        if not isinstance(self.arch.generate, CachedGenerate):
+            return None
+        state = self.state_shapes
+        decoder, inputs = self.arch.generate.decoding(state.params, state.model_state)
+        if jacobi_prefill:
+            if not isinstance(decoder, T2MLRDecoder) or decoder.model.recurrence is None:
+                return None
+            decoder = dataclasses.replace(decoder, prefill_mode="jacobi")
+        return decoder, inputs is not state.params
+
+    def decode_program(self, batch_size: int, cache_len: int):
+        """One cached decode step (a token per row) against a cache of `cache_len` slots, on the params as
+        generation holds them (layers unstacked once, in the compute dtype); None without a cache."""
+        found = self.decoder()
+        if found is None:
+            return None
+        decoder, with_state = found
+        tokens = self._rows(batch_size, 1)
+
+        def step(inputs, tokens, recurrent_state, cache, layout):
+            return decoder.step(inputs, tokens, recurrent_state, cache, layout)
+
+        inputs = self._decoder_inputs(decoder, with_state)
+        args = (
+            inputs,
+            tokens,
+            self._recurrent_state(decoder, inputs, batch_size),
+            self._cache(decoder, batch_size, cache_len),
+            Layout(tokens, tokens, tokens),
+        )
+        return jax.jit(step, donate_argnums=3), args
+
+    def jacobi_prefill_program(self, batch_size: int, seq_len: int):
+        """T²MLR's prefill by Jacobi passes (t2mlr.prefill_passes) of a `seq_len` prompt, filling the cache;
+        None for another architecture."""
+        found = self.decoder(jacobi_prefill=True)
+        if found is None:
+            return None
+        decoder, with_state = found
+        tokens = self._rows(batch_size, seq_len)
+
+        def prefill(inputs, tokens, cache, layout):
+            return decoder.prefill(inputs, tokens, layout, cache)
+
+        args = (
+            self._decoder_inputs(decoder, with_state),
+            tokens,
+            self._cache(decoder, batch_size, seq_len),
+            Layout(tokens, tokens, tokens),
+        )
+        return jax.jit(prefill, donate_argnums=2), args
+
+    def _rows(self, batch_size: int, length: int) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((batch_size, length), jnp.int32, sharding=batch_sharding(self.mesh))
+
+    def _decoder_inputs(self, decoder, with_state: bool):
+        """What the decoder reads, as `generate` hands it over: params with their layers unstacked (each
+        layer keeps its stacked parameter's sharding; the layer axis is never sharded)."""
+        state = self.abstract_state()
+        unstacked = jax.eval_shape(lambda p: unstack_layers(decoder.model, p), state.params)
+        shardings = _unstacked_shardings(self.state_shardings.params, decoder.model.num_layers)
+        params = _with_sharding(unstacked, shardings)
+        return (params, state.model_state) if with_state else params
+
+    def _cache(self, decoder, batch_size: int, length: int) -> KVCache:
+        shapes = jax.eval_shape(lambda: decoder.init_cache(batch_size, length))
+        shardings = jax.tree.map(
+            lambda axes, s: named_sharding(axes, s.shape, self.mesh),
+            CACHE_AXES,
+            shapes,
+            is_leaf=lambda x: isinstance(x, tuple) and all(isinstance(a, str) for a in x),
+        )
+        return _with_sharding(shapes, shardings)
+
+    def _recurrent_state(self, decoder, inputs, batch_size: int) -> jax.ShapeDtypeStruct:
+        """The one vector per row a decoder carries between tokens (T²MLR's R, the LRT's memory m), shaped
+        as its prefill leaves it."""
+        tokens = jax.ShapeDtypeStruct((batch_size, 1), jnp.int32)
+        out = jax.eval_shape(
+            lambda inputs, tokens: decoder.prefill(
+                inputs, tokens, Layout(tokens, tokens, tokens), decoder.init_cache(batch_size, 1)
+            ),
+            inputs,
+            tokens,
+        )
+        state = out.recurrent_state
+        sharding = NamedSharding(self.mesh, PartitionSpec(batch_sharding(self.mesh).spec[0], None))
+        return jax.ShapeDtypeStruct(state.shape, state.dtype, sharding=sharding)
+
+
+def _unstacked_shardings(params_shardings, num_layers: int):
+    """Shardings of `unstack_layers`' output: each layer takes its stacked parameter's spec without the
+    leading layer axis (never sharded); parameters outside `layers` keep theirs."""
+    drop_layer_axis = lambda sh: NamedSharding(sh.mesh, PartitionSpec(*sh.spec[1:]))
+    return layer_layout.map_layers(
+        params_shardings, lambda layers: (jax.tree.map(drop_layer_axis, layers),) * num_layers
+    )
