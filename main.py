@@ -28,10 +28,11 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn
 
 from absl import app, flags, logging
 from ml_collections import config_flags
+
+from t2mlr_jax.config.cli import fail, parse_flags
 
 DEMO_CONFIG = str(Path(__file__).resolve().parent / "configs" / "s5_retrieval_t2mlr.py") + ":demo"
 
@@ -54,51 +55,11 @@ _MODE = flags.DEFINE_enum(
 _NUM_GENERATE = flags.DEFINE_integer("num_generate", 16, "Examples to decode in --mode=generate.")
 
 
-HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
 RESUMABLE = 75  # exit status of a run stopped by SIGTERM / SIGINT after saving (sysexits' EX_TEMPFAIL)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing, with --help exiting 0 and every bad flag, config file, preset or config override
-    one error line (exit status 2)."""
-    if any(arg in HELP_FLAGS for arg in argv[1:]):
-        app.usage(shorthelp="--helpfull" not in argv, writeto_stdout=True, exitcode=0)
-    try:
-        parsed = flags.FLAGS(argv)
-        _CONFIG.value.keys()  # config_flags reports a config file that failed to load only when it is used
-        return parsed
-    except Exception as e:  # noqa: BLE001 -- whatever the config file raised, the user gets one line
-        problem = _config_problem(argv)  # a missing file or a mistyped field, named with its nearest names
-        if problem:
-            _fail(problem)
-        cause = e
-        while cause.__cause__ or cause.__context__:  # config_flags wraps the config file's own error
-            cause = cause.__cause__ or cause.__context__
-        where = str(e).split(": ", 1)[0] + ": " if str(e).startswith("flag --") and cause is not e else ""
-        _fail(where + " ".join(str(cause).split()))
-
-
-def _config_problem(argv: list[str]) -> str | None:
-    """A missing config file, or a --config.<field> override naming no field, with the nearest names."""
-    from t2mlr_jax.config.edit import config_module, dotted_keys
-    from t2mlr_jax.registry import did_you_mean
-
-    given = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    path, _, preset = (given[-1] if given else DEMO_CONFIG).partition(":")
-    if not Path(path).is_file():
-        known = [p.name for p in Path(DEMO_CONFIG).parent.glob("*.py")]
-        return f"config file {path!r} does not exist{did_you_mean(Path(path).name, known)}"
-    overrides = [a[len("--config.") :].split("=", 1)[0] for a in argv if a.startswith("--config.")]
-    if not overrides:
-        return None
-    try:
-        keys = dotted_keys(config_module(path).get_config(preset or None))
-    except Exception:  # noqa: BLE001 -- a config that fails to build is reported by the parse itself
-        return None
-    unknown = [name for name in overrides if name not in keys]
-    if unknown:
-        return f"--config.{unknown[0]}: no such config field{did_you_mean(unknown[0], keys)}"
-    return None
+    return parse_flags(argv, _CONFIG, DEMO_CONFIG)
 
 
 def _training_free(config):
@@ -285,7 +246,7 @@ def main(argv):
     try:
         config = resolve(_CONFIG.value)  # typed from here on: every field checked before anything is built
     except (ValueError, KeyError) as e:
-        _fail(e)
+        fail(e)
     workdir = Path(_WORKDIR.value or Path("workdir") / config.name)
     try:
         initialize_distributed()  # multi-process launches (TPU pod, SLURM, explicit); nothing on one host
@@ -298,7 +259,7 @@ def main(argv):
         runs = _setup(config, workdir, _MODE.value)
         startup.mark("config")
     except (ValueError, KeyError, FileNotFoundError) as e:
-        _fail(e)
+        fail(e)
     try:
         {
             "train": lambda: _train(config, workdir, runs),
@@ -306,15 +267,9 @@ def main(argv):
             "generate": lambda: _generate(runs, _NUM_GENERATE.value),
         }[_MODE.value]()
     except (NoCheckpointError, WorkdirLockedError, AllCorruptError) as e:
-        _fail(e)
+        fail(e)
     except NonFiniteError as e:  # not bad input: the run diverged
-        _fail(e, status=1)
-
-
-def _fail(error: Exception | str, status: int = 2) -> NoReturn:
-    """One line on stderr (a message's own line breaks folded), no traceback; exit status 2 for bad input."""
-    print("error: " + " ".join(str(error).split()), file=sys.stderr)
-    sys.exit(status)
+        fail(e, status=1)
 
 
 if __name__ == "__main__":

@@ -193,8 +193,13 @@ class Programs:
 
 def _unstacked_shardings(params_shardings, num_layers: int):
     """Shardings of `unstack_layers`' output: each layer takes its stacked parameter's spec without the
-    leading layer axis (never sharded); parameters outside `layers` keep theirs."""
+    leading layer axis (never sharded); parameters outside `layers`, and layers held apart already
+    (model.scan_layers=False), keep theirs."""
     drop_layer_axis = lambda sh: NamedSharding(sh.mesh, PartitionSpec(*sh.spec[1:]))
-    return layer_layout.map_layers(
-        params_shardings, lambda layers: (jax.tree.map(drop_layer_axis, layers),) * num_layers
-    )
+
+    def per_layer(layers):
+        if isinstance(layers, tuple | list):
+            return tuple(layers)
+        return (jax.tree.map(drop_layer_axis, layers),) * num_layers
+
+    return layer_layout.map_layers(params_shardings, per_layer)

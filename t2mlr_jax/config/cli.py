@@ -1,0 +1,62 @@
+"""The command line of a program that reads an experiment config file (main.py, tools/aot_compile.py):
+absl flags with `--config=configs/x.py[:preset]` and `--config.<section>.<field>=value` overrides, where
+--help exits 0 and every bad flag, config file, preset or override is one error line (exit status 2)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from absl import app, flags
+
+HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
+
+
+def fail(error: Exception | str, status: int = 2) -> NoReturn:
+    """One line on stderr (a message's own line breaks folded), no traceback; exit status 2 for bad input."""
+    print("error: " + " ".join(str(error).split()), file=sys.stderr)
+    sys.exit(status)
+
+
+def parse_flags(argv: list[str], config_flag, default_config: str) -> list[str]:
+    """absl's parse of `argv`, `config_flag` the program's config_flags.DEFINE_config_file holder and
+    `default_config` its default (a file path with an optional :preset)."""
+    if any(arg in HELP_FLAGS for arg in argv[1:]):
+        app.usage(shorthelp="--helpfull" not in argv, writeto_stdout=True, exitcode=0)
+    try:
+        parsed = flags.FLAGS(argv)
+        config_flag.value.keys()  # config_flags reports a config file that failed to load only when used
+        return parsed
+    except Exception as e:  # noqa: BLE001 -- whatever the config file raised, the user gets one line
+        problem = config_problem(argv, default_config)  # a missing file or mistyped field, with nearest names
+        if problem:
+            fail(problem)
+        cause = e
+        while cause.__cause__ or cause.__context__:  # config_flags wraps the config file's own error
+            cause = cause.__cause__ or cause.__context__
+        where = str(e).split(": ", 1)[0] + ": " if str(e).startswith("flag --") and cause is not e else ""
+        fail(where + " ".join(str(cause).split()))
+
+
+def config_problem(argv: list[str], default_config: str) -> str | None:
+    """A missing config file, or a --config.<field> override naming no field, with the nearest names."""
+    from t2mlr_jax.config.edit import config_module, dotted_keys
+    from t2mlr_jax.registry import did_you_mean
+
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    path, _, preset = (given[-1] if given else default_config).partition(":")
+    if not Path(path).is_file():
+        known = [p.name for p in Path(default_config).parent.glob("*.py")]
+        return f"config file {path!r} does not exist{did_you_mean(Path(path).name, known)}"
+    overrides = [a[len("--config.") :].split("=", 1)[0] for a in argv if a.startswith("--config.")]
+    if not overrides:
+        return None
+    try:
+        keys = dotted_keys(config_module(path).get_config(preset or None))
+    except Exception:  # noqa: BLE001 -- a config that fails to build is reported by the parse itself
+        return None
+    unknown = [name for name in overrides if name not in keys]
+    if unknown:
+        return f"--config.{unknown[0]}: no such config field{did_you_mean(unknown[0], keys)}"
+    return None

@@ -1,0 +1,114 @@
+"""Ahead-of-time compiles for a TPU pod from any host, this CPU included: libtpu's compiler builds each
+program of an architecture (`Programs`: the train step, the eval forward, the cached decode step, T²MLR's
+Jacobi prefill) for a topology's devices, exactly as the trainer and the generator build it (the same
+rule table, shardings, donation, remat, dtypes) and with the TPU's kernels (`target_platform` reads the
+mesh's devices). Nothing runs: the compiled programs are for their memory, cost and collectives
+(t2mlr_jax.parallel.compiled).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Hashable
+from typing import Any
+
+import jax
+from jax.sharding import Mesh
+
+from t2mlr_jax.architectures import Architecture
+from t2mlr_jax.config.sections import Experiment
+from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
+from t2mlr_jax.parallel.rules import MESH_AXES
+from t2mlr_jax.train.programs import Programs
+
+PROGRAMS = ("train", "eval", "decode", "jacobi_prefill")
+EXAMPLE_TOPOLOGIES = "v5e:2x2, v5e:16x16, v5p:4x4x4, v6e:8x8, v4:2x2x2"
+
+
+def topology_devices(topology: str) -> list:
+    """The devices of a TPU topology ("v5e:16x16"), described by libtpu without any TPU attached."""
+    try:
+        from jax.experimental import topologies
+
+        return list(topologies.get_topology_desc(topology_name=topology, platform="tpu").devices)
+    except Exception as e:  # noqa: BLE001 -- libtpu's reasons vary: each is one line naming the topology
+        reason = " ".join(str(e).split())[:300]
+        if "Unknown backend" in reason or "tpu" in reason.lower() and "plugin" in reason.lower():
+            reason = "no TPU compiler here: pip install 'libtpu==0.0.42.*' (jax's tpu extra)"
+        raise ValueError(f"--topology={topology!r}: {reason} (e.g. {EXAMPLE_TOPOLOGIES})") from None
+
+
+def parse_mesh(text: str) -> dict[str, int]:
+    """'data:16,fsdp:16' -> {"data": 16, "fsdp": 16}; the other mesh axes are 1 (one may be -1: the rest)."""
+    sizes = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, size = part.partition(":")
+        if name not in MESH_AXES or not size.lstrip("-").isdigit():
+            raise ValueError(f"--mesh={text!r}: {part!r} is not <axis>:<size> with axis one of {MESH_AXES}")
+        sizes[name] = int(size)
+    return {axis: sizes.get(axis, 1) for axis in MESH_AXES}
+
+
+def topology_mesh(topology: str, mesh: str) -> Mesh:
+    devices = topology_devices(topology)
+    try:
+        return make_mesh(**parse_mesh(mesh), devices=devices)
+    except ValueError as e:
+        raise ValueError(f"--mesh={mesh!r} on {topology} ({len(devices)} chips): {e}") from None
+
+
+@dataclasses.dataclass
+class Compiled:
+    """One program's compile: `compiled` (None when it failed: `error` says why), the seconds it took,
+    and `sample`, the architecture's per-step choice the train step was built for."""
+
+    arch: str
+    program: str
+    seconds: float = 0.0
+    compiled: Any = None
+    error: str | None = None
+    sample: dict | None = None
+
+
+def check_shapes(config: Experiment, arch: Architecture, mesh: Mesh, batch: int, seq_len: int) -> None:
+    """Everything that would fail at compile time for a reason of the input, as one clear error first."""
+    check_batch(batch, mesh, config.train.grad_accum)
+    if arch.backbone is not None and arch.backbone.routed_experts:
+        check_experts(arch.backbone.routed_experts, mesh)
+    if arch.max_seq_len is not None and seq_len > arch.max_seq_len:
+        raise ValueError(f"{arch.name}: --seq_len={seq_len} exceeds its max_seq_len {arch.max_seq_len}")
+
+
+def build(programs: Programs, program: str, batch: int, seq_len: int, sample: Hashable | None):
+    """(jitted function, abstract args) of `program`, or None where the architecture has no such program
+    (no KV cache to decode with; a Jacobi prefill outside T²MLR)."""
+    if program == "train":
+        return programs.train_program(batch, seq_len, sample)
+    if program == "eval":
+        return programs.eval_program(batch, seq_len)
+    if program == "decode":
+        return programs.decode_program(batch, seq_len)
+    if program == "jacobi_prefill":
+        return programs.jacobi_prefill_program(batch, seq_len)
+    raise ValueError(f"program must be one of {PROGRAMS}, got {program!r}")
+
+
+def compile_program(
+    programs: Programs, program: str, batch: int, seq_len: int, sample: Hashable | None = None
+) -> Compiled | None:
+    """`program` compiled for the programs' mesh; a failure is recorded (`Compiled.error`), not raised."""
+    arch = programs.arch.name
+    record = Compiled(arch, program, sample=None if sample is None else sample._asdict())
+    started = time.perf_counter()
+    try:
+        built = build(programs, program, batch, seq_len, sample)
+        if built is None:
+            return None
+        fn, args = built
+        with jax.set_mesh(programs.mesh):
+            record.compiled = fn.trace(*args).lower().compile()
+    except Exception as e:  # noqa: BLE001 -- one line naming the program and XLA's (or our) reason
+        record.error = f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"
+    record.seconds = time.perf_counter() - started
+    return record

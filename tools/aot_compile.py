@@ -1,0 +1,165 @@
+#!/usr/bin/env python
+"""Compile an experiment's programs ahead of time for a TPU pod, from this host (no TPU needed: libtpu's
+compiler, `pip install 'libtpu==0.0.42.*'`), and report per device what each would cost there.
+
+  python tools/aot_compile.py --config=configs/smollm135m_t2mlr.py:w13_18 --topology=v5e:16x16 \
+      --mesh=data:16,fsdp:16 --batch=256 --seq_len=2048 --out=runs/aot/t2mlr_v5e256
+  python tools/aot_compile.py --config=configs/lrt_nanochat.py --arch=lrt,ponderlm2 --topology=v5p:4x4x4 \
+      --mesh=fsdp:16,expert:4 --config.train.grad_accum=1
+
+Each architecture of --arch (default: the config's arch) gets its programs compiled exactly as the
+trainer and the generator build them (t2mlr_jax/train/programs.py): the train step (T²MLR with its
+configured Jacobi D / B; an architecture that samples its per-step choice gets step 1's), the eval forward,
+the cached decode step against a --seq_len cache, and T²MLR's Jacobi prefill of a --seq_len prompt.
+Attention on TPU is the Pallas splash kernel under shard_map (its custom calls are counted).
+Per program and device: argument / output / temporary / total bytes against the chip's HBM, FLOPs and
+bytes accessed (XLA's cost analysis), the collectives of the compiled HLO (count and bytes), and a
+roofline estimate of its time and, for the train step, MFU (t2mlr_jax/parallel/compiled.py; chip facts
+with their sources in t2mlr_jax/parallel/chips.py). Written to --out: aot.json and aot.md.
+
+Bad input (config, topology, mesh, batch) is one `error:` line and exit status 2 before anything
+compiles; a program that fails to compile is one line naming it and XLA's reason, the others still
+compile, and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # libtpu, off a TPU VM, would query a metadata server
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the programs are compiled for the topology, never run here
+
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from t2mlr_jax.config.cli import fail, parse_flags  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = str(ROOT / "configs" / "smollm135m_t2mlr.py")
+_CONFIG = config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Experiment config file[:preset].")
+_TOPOLOGY = flags.DEFINE_string("topology", "v5e:2x2", "TPU topology, e.g. v5e:2x2, v5e:16x16, v5p:4x4x4.")
+_MESH = flags.DEFINE_string(
+    "mesh",
+    "fsdp:-1",
+    "Mesh sizes, e.g. data:16,fsdp:16 (axes data, fsdp, expert, tensor; -1: the rest).",
+)
+_ARCH = flags.DEFINE_string("arch", None, "Architectures (comma list). Default: the config's arch.")
+_BATCH = flags.DEFINE_integer("batch", None, "Global batch (rows). Default: config.train.batch_size.")
+_SEQ_LEN = flags.DEFINE_integer("seq_len", None, "Row length. Default: config.data.seq_len.")
+_PROGRAMS = flags.DEFINE_string("programs", "train,eval,decode,jacobi_prefill", "Programs to compile.")
+_OUT = flags.DEFINE_string("out", "runs/aot", "Output folder: aot.json, aot.md.")
+
+
+def _plan(config, names: list[str], mesh, batch: int, seq_len: int, wanted: list[str]):
+    """(architecture name, its Programs, the programs to compile) per architecture, every input checked."""
+    from t2mlr_jax.analysis import STUDIES
+    from t2mlr_jax.architectures import build_architecture
+    from t2mlr_jax.train import aot
+    from t2mlr_jax.train.programs import Programs
+
+    plan = []
+    for name in names:
+        arch = build_architecture(config, name)  # random weights: init_from is the run's, not the program's
+        aot.check_shapes(config, arch, mesh, batch, seq_len)
+        programs = [p for p in wanted if not (p == "train" and name in STUDIES)]  # training-free: no step
+        plan.append((name, Programs(config, arch, mesh), programs))
+    return plan
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    import tqdm
+
+    from t2mlr_jax.architectures import arch_names
+    from t2mlr_jax.experiment import resolve
+    from t2mlr_jax.parallel.chips import chip_of
+    from t2mlr_jax.parallel.compiled_report import compiled_report
+    from t2mlr_jax.train import aot
+
+    try:
+        config = resolve(_CONFIG.value)
+        if _ARCH.value:
+            config = config.replace(arch=_ARCH.value)
+        names = arch_names(config)
+        wanted = [p.strip() for p in _PROGRAMS.value.split(",") if p.strip()]
+        unknown = [p for p in wanted if p not in aot.PROGRAMS]
+        if unknown or not wanted:
+            raise ValueError(f"--programs: {unknown or wanted} not among {aot.PROGRAMS}")
+        batch = _BATCH.value or config.train.batch_size
+        seq_len = _SEQ_LEN.value or config.data.seq_len
+        mesh = aot.topology_mesh(_TOPOLOGY.value, _MESH.value)
+        chip = chip_of(mesh.devices.flat[0].device_kind)
+        plan = _plan(config, names, mesh, batch, seq_len, wanted)
+    except (ValueError, KeyError) as e:
+        fail(e)
+    out = Path(_OUT.value)
+    out.mkdir(parents=True, exist_ok=True)
+    setting = {
+        "command": " ".join(["python tools/aot_compile.py", *sys.argv[1:]]),
+        "topology": _TOPOLOGY.value,
+        "chip": chip.name,
+        "chips": mesh.size,
+        "mesh": dict(mesh.shape),
+        "batch": batch,
+        "seq_len": seq_len,
+    }
+    records, failed = [], []
+    jobs = [(name, programs, p) for name, programs, wanted_here in plan for p in wanted_here]
+    progress = tqdm.tqdm(jobs, desc="compiling", unit="program", dynamic_ncols=True)
+    for name, programs, program in progress:
+        progress.set_postfix_str(f"{name} {program}")
+        sample = programs.arch.sample(config.seed, 1) if programs.arch.sample and program == "train" else None
+        result = aot.compile_program(programs, program, batch, seq_len, sample)
+        if result is None:
+            continue
+        record = {"arch": name, "program": program, "compile_seconds": round(result.seconds, 1)}
+        if result.sample:
+            record["sample"] = result.sample
+        if result.error:
+            failed.append(f"{name} {program}: {result.error}")
+            tqdm.tqdm.write(f"error: {failed[-1]}", file=sys.stderr)
+            record["error"] = result.error
+        else:
+            flops = _model_flops(programs.arch, program, batch, seq_len)
+            record.update(compiled_report(result.compiled, model_flops=flops))
+        records.append(record)
+    (out / "aot.json").write_text(json.dumps({"setting": setting, "programs": records}, indent=2))
+    (out / "aot.md").write_text(_markdown(setting, records))
+    print((out / "aot.md").read_text())
+    print(f"-> {out / 'aot.json'}, {out / 'aot.md'}")
+    if failed:
+        sys.exit(1)
+
+
+def _markdown(setting: dict, records: list[dict]) -> str:
+    from t2mlr_jax.parallel.compiled_report import MARKDOWN_HEADER, markdown_row
+
+    lines = [
+        f"# {setting['topology']}: {setting['chips']} x {setting['chip']}, mesh {setting['mesh']}, "
+        f"batch {setting['batch']} x {setting['seq_len']} tokens",
+        "",
+        f"`{setting['command']}`",
+        "",
+        MARKDOWN_HEADER.replace("| program |", "| arch | program |").replace("|---", "|---", 1) + "|---",
+    ]
+    for r in records:
+        if "error" in r:
+            lines.append(f"| {r['arch']} | {r['program']} | **failed**: {r['error']} |")
+        else:
+            lines.append(f"| {r['arch']} " + markdown_row(r["program"], r))
+    return "\n".join(lines) + "\n"
+
+
+def _model_flops(arch, program: str, batch: int, seq_len: int) -> float | None:
+    """The train step's model FLOPs (the architecture's count: MFU's numerator); None for other programs."""
+    if program != "train" or arch.train_flops is None:
+        return None
+    return batch * arch.train_flops(seq_len)
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=lambda argv: parse_flags(argv, _CONFIG, DEFAULT_CONFIG))
