@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-GIB = 2**30
+GIB = float(2**30)
 
 
 @dataclasses.dataclass(frozen=True)

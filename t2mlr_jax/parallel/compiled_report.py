@@ -26,11 +26,10 @@ from collections.abc import Sequence
 
 import jax
 
-from t2mlr_jax.parallel.chips import Chip, chip_of
+from t2mlr_jax.parallel.chips import GIB, Chip, chip_of
 from t2mlr_jax.parallel.hlo_collectives import KINDS, collectives, summary
 
 GB = 1e9
-GIB = 2**30
 
 
 def program_devices(compiled: jax.stages.Compiled) -> list:
@@ -133,10 +132,11 @@ MARKDOWN_HEADER = "| " + " | ".join(COLUMNS) + " |\n" + "|---" * len(COLUMNS) + 
 
 
 def markdown_row(program: str, report: dict) -> str:
-    """One row under MARKDOWN_HEADER: per-device figures, each collective kind as `count x MB`."""
+    """One row under MARKDOWN_HEADER: per-device figures, each collective kind as `count x MB` (the mean
+    result size of one execution)."""
     memory, cost, line = report["memory"], report["cost"], report["roofline"]
     kinds = [
-        f"{row['count']} x {row['bytes'] / max(row['count'], 1) / 1e6:.3g} MB"
+        f"{row['count']} x {row['bytes'] / row['count'] / 1e6:.3g} MB" if row["count"] else "-"
         for row in report["collectives"].values()
     ]
     traffic = sum(row["traffic_bytes"] for row in report["collectives"].values())

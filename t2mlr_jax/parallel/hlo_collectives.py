@@ -3,8 +3,8 @@
 What is counted, per kind (all-gather, reduce-scatter, all-reduce, all-to-all, collective-permute):
 - `ops`: the distinct collectives in the program text. A synchronous op counts once; an async pair counts
   once, at its `-done` (the `-start` is skipped). TPU's own async form copies one collective into several
-  fusions (start, steps, done), all with the collective's `channel_id`: one channel_id inside one loop
-  body (or the entry) is one collective.
+  fusions (start, steps, done), all with the collective's `channel_id`: one channel_id inside one run of
+  a loop body (or of the entry) is one collective.
 - `count`: executions per program run: a collective inside a `while` body counts once per trip. The trip
   count is XLA's `known_trip_count` annotation where the text has one (GPU), else read off the loop
   itself: a condition `counter < N` (or <=) on a tuple element whose initial value is a constant (TPU
@@ -197,14 +197,16 @@ def collectives(hlo_text: str, num_devices: int) -> tuple[list[Collective], list
             for branches in BRANCHES.findall(instruction.rest):
                 callees += [("branch", b.strip().lstrip("%")) for b in branches.split(",")]
             for role, name in callees:
-                own_host = role in ("body", "condition", "branch")
-                visit(computations[name], executions * trips, name if own_host else host)
+                # a loop body or branch runs on its own (its host: the path of loops and conditionals to
+                # it); a fusion or reducer runs within its caller's
+                own = role in ("body", "condition", "branch")
+                visit(computations[name], executions * trips, f"{host}/{instruction.name}" if own else host)
 
     visit(computations[entry], 1, entry)
     return list(found.values()), loops
 
 
-def summary(found: list[Collective]) -> dict[str, dict[str, float]]:
+def summary(found: list[Collective]) -> dict[str, dict[str, int | float]]:
     """Per kind: distinct `ops`, executed `count`, result `bytes` and interconnect `traffic_bytes`."""
     table = {kind: {"ops": 0, "count": 0, "bytes": 0.0, "traffic_bytes": 0.0} for kind in KINDS}
     for c in found:
