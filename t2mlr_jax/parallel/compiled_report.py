@@ -1,0 +1,157 @@
+"""What one compiled program costs each device, and a roofline estimate of its step time and MFU.
+
+All figures are per device: XLA compiles one SPMD program that every device runs, and both its memory
+analysis and its cost analysis describe that program (a matmul sharded over 4 devices reports a quarter
+of the 1-device FLOPs; tests/parallel/test_compiled_report.py checks it). XLA's cost analysis counts a
+while body once, whatever its trip count (a 6-layer scan on v5e:2x2: 34.0 MFLOP, unrolled 201.5 MFLOP):
+under a scan over layers its FLOPs and bytes are those of one layer plus the rest. The report lists the
+loops' trip counts (`while_trip_counts`) so that this shows; collectives are counted per trip.
+
+Memory: arguments + outputs - aliased + temporaries + generated code is what the program holds live. A
+donated argument whose buffer an output reuses is both an argument and an output; `alias` is that
+overlap, counted once.
+
+Roofline (docs/tpu_compile.md): each of compute (FLOPs / peak; the larger of XLA's FLOPs and the model's
+FLOPs per device, since the former undercounts loops), HBM traffic (bytes accessed / HBM
+bandwidth) and interconnect traffic (hlo_collectives' ring `traffic_bytes` / interconnect bandwidth) is a
+time the step cannot beat; the estimate is the largest of the three, since XLA overlaps collectives with
+compute (async collectives) and compute with memory (pipelined fusions). It is a lower bound: perfect
+overlap, every ICI port busy, peak FLOP/s. MFU = the caller's model FLOPs (t2mlr_jax/model/flops.py style,
+whole program) / (estimated step time x peak x devices).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+
+from t2mlr_jax.parallel.chips import GIB, Chip, chip_of
+from t2mlr_jax.parallel.hlo_collectives import KINDS, collectives, summary
+
+GB = 1e9
+
+
+def program_devices(compiled: jax.stages.Compiled) -> list:
+    """The devices a compiled program runs on, read off its argument and result shardings."""
+    shardings = jax.tree.leaves((compiled.input_shardings, compiled.output_shardings))
+    return sorted({d for s in shardings for d in s.device_set}, key=lambda d: d.id)
+
+
+def devices_per_chip(devices: Sequence) -> int:
+    """Devices sharing the first one's chip (its `coords`): 2 on a v4 topology without megacore, else 1."""
+    coords = getattr(devices[0], "coords", None)
+    return sum(getattr(d, "coords", None) == coords for d in devices) if coords is not None else 1
+
+
+def memory_per_device(compiled: jax.stages.Compiled) -> dict[str, int]:
+    stats = compiled.memory_analysis()
+    memory = {
+        "argument_bytes": stats.argument_size_in_bytes,
+        "output_bytes": stats.output_size_in_bytes,
+        "alias_bytes": stats.alias_size_in_bytes,
+        "temp_bytes": stats.temp_size_in_bytes,
+        "generated_code_bytes": stats.generated_code_size_in_bytes,
+    }
+    live = ("argument_bytes", "output_bytes", "temp_bytes", "generated_code_bytes")
+    memory["total_bytes"] = sum(memory[k] for k in live) - memory["alias_bytes"]
+    return memory
+
+
+def roofline(
+    flops: float,
+    bytes_accessed: float,
+    traffic_bytes: float,
+    device: Chip,
+    devices: int,
+    model_flops: float | None,
+) -> dict[str, float | str | None]:
+    """Step-time lower bound of a program on `devices` devices, each with `device`'s share of a chip."""
+    model_flops_per_device = 0.0 if model_flops is None else model_flops / devices
+    times = {
+        "compute": max(flops, model_flops_per_device) / device.peak_flops,
+        "memory": bytes_accessed / device.hbm_bytes_per_s,
+        "communication": traffic_bytes / device.interconnect_bytes_per_s,
+    }
+    bound = max(times, key=times.get)
+    step = times[bound]
+    mfu = model_flops / (step * device.peak_flops * devices) if model_flops is not None and step > 0 else None
+    return {**{f"{k}_s": v for k, v in times.items()}, "step_s": step, "bound": bound, "mfu": mfu}
+
+
+def compiled_report(compiled: jax.stages.Compiled, model_flops: float | None = None) -> dict:
+    """Memory, cost, collectives and roofline of a compiled program, per device, as a JSON-able dict.
+    `model_flops`: the model's FLOPs for one run of the whole program (all devices), for the MFU."""
+    devices = program_devices(compiled)
+    per_chip = devices_per_chip(devices)
+    device = chip_of(devices[0].device_kind).split(per_chip)
+    memory = memory_per_device(compiled)
+    cost = compiled.cost_analysis()
+    flops, bytes_accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+    found, loops = collectives(compiled.as_text(), len(devices))
+    table = summary(found)
+    traffic = sum(row["traffic_bytes"] for row in table.values())
+    return {
+        "device_kind": devices[0].device_kind,
+        "chip": device.name,
+        "chip_source": device.source,
+        "devices": len(devices),
+        "devices_per_chip": per_chip,
+        "memory": {
+            **memory,
+            "hbm_bytes": device.hbm_bytes,
+            "fits": memory["total_bytes"] <= device.hbm_bytes,
+        },
+        "cost": {"flops": flops, "bytes_accessed": bytes_accessed},
+        "collectives": table,
+        "while_trip_counts": loops,
+        "roofline": {
+            "model_flops": model_flops,
+            **roofline(flops, bytes_accessed, traffic, device, len(devices), model_flops),
+        },
+    }
+
+
+COLUMNS = (
+    "program",
+    "devices",
+    "memory / HBM (GiB)",
+    "fits",
+    "TFLOP",
+    "HBM GB",
+    *KINDS,
+    "ICI GB",
+    "compute ms",
+    "memory ms",
+    "comm ms",
+    "step ms",
+    "bound",
+    "MFU",
+)
+MARKDOWN_HEADER = "| " + " | ".join(COLUMNS) + " |\n" + "|---" * len(COLUMNS) + "|"
+
+
+def markdown_row(program: str, report: dict) -> str:
+    """One row under MARKDOWN_HEADER: per-device figures, each collective kind as `count x MB` (the mean
+    result size of one execution)."""
+    memory, cost, line = report["memory"], report["cost"], report["roofline"]
+    kinds = [
+        f"{row['count']} x {row['bytes'] / row['count'] / 1e6:.3g} MB" if row["count"] else "-"
+        for row in report["collectives"].values()
+    ]
+    traffic = sum(row["traffic_bytes"] for row in report["collectives"].values())
+    mfu = "-" if line["mfu"] is None else f"{100 * line['mfu']:.1f}%"
+    cells = [
+        program,
+        f"{report['devices']} x {report['chip']}",
+        f"{memory['total_bytes'] / GIB:.2f} / {memory['hbm_bytes'] / GIB:.0f}",
+        "yes" if memory["fits"] else "**no**",
+        f"{cost['flops'] / 1e12:.3g}",
+        f"{cost['bytes_accessed'] / GB:.3g}",
+        *kinds,
+        f"{traffic / GB:.3g}",
+        *(f"{1e3 * line[k]:.3g}" for k in ("compute_s", "memory_s", "communication_s", "step_s")),
+        line["bound"],
+        mfu,
+    ]
+    return "| " + " | ".join(cells) + " |"

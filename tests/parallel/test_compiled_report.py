@@ -1,0 +1,221 @@
+"""The compiled-program report on programs compiled here for a TPU v5e 2x2 (libtpu, no TPU needed): per
+device memory, XLA's cost, the collectives of the HLO and the roofline arithmetic."""
+
+import os
+
+os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # libtpu: no metadata server to ask on this machine
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # another process may hold libtpu's lockfile
+
+import functools  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import pytest  # noqa: E402
+from jax.experimental import topologies  # noqa: E402
+from jax.sharding import AxisType, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from t2mlr_jax.parallel.chips import CHIPS, Chip, chip_of  # noqa: E402
+from t2mlr_jax.parallel.compiled_report import (  # noqa: E402
+    COLUMNS,
+    MARKDOWN_HEADER,
+    compiled_report,
+    devices_per_chip,
+    markdown_row,
+    roofline,
+)
+from t2mlr_jax.parallel.hlo_collectives import collectives, summary, type_bytes  # noqa: E402
+
+
+@functools.cache
+def tpu_devices(topology: str, chip_config_name: str = "default") -> list:
+    """`chip_config_name="megacore"`: a v4 chip as one device (jax.make_mesh wants it so), else two."""
+    desc = topologies.get_topology_desc(
+        topology_name=topology, platform="tpu", chip_config_name=chip_config_name
+    )
+    return list(desc.devices)
+
+
+def compile_on(devices, f, args, out_spec=None, donate=()):
+    """`f` compiled for a 1-D `fsdp` mesh over `devices`; args: (shape, dtype, PartitionSpec)."""
+    mesh = jax.make_mesh((len(devices),), ("fsdp",), axis_types=(AxisType.Auto,), devices=devices)
+    structs = [jax.ShapeDtypeStruct(s, d, sharding=NamedSharding(mesh, p)) for s, d, p in args]
+    out = None if out_spec is None else NamedSharding(mesh, out_spec)
+    return jax.jit(f, out_shardings=out, donate_argnums=donate).lower(*structs).compile()
+
+
+def sgd_step(w, x):
+    return w - 0.1 * jax.grad(lambda w: jnp.sum((x @ w).astype(jnp.float32) ** 2))(w)
+
+
+W, X = ((512, 1024), jnp.bfloat16, P("fsdp", None)), ((256, 512), jnp.bfloat16, P("fsdp", None))
+
+
+def test_chip_table_knows_every_topology_and_names_an_unknown_kind():
+    for topology, config, per_chip in (
+        ("v4:2x2x1", "default", 2),  # a device per TensorCore
+        ("v4:2x2x1", "megacore", 1),
+        ("v5e:2x2", "default", 1),
+        ("v5p:2x2x1", "default", 1),
+        ("v6e:2x2", "default", 1),
+    ):
+        devices = tpu_devices(topology, config)
+        assert devices[0].device_kind in CHIPS
+        assert devices_per_chip(devices) == per_chip
+    assert chip_of("TPU v5 lite").peak_flops == 197e12
+    assert chip_of("TPU v4").split(2).hbm_bytes == 16 * 2**30
+    with pytest.raises(ValueError, match=r"'TPU v9'.*known: \[.*'TPU v5 lite'"):
+        chip_of("TPU v9")
+
+
+def test_sharded_sgd_step_gathers_the_weight_and_scatters_its_gradient():
+    """FSDP over 4 devices: the forward gathers w (bf16 [512,1024]) once, the gradient is reduce-scattered
+    back to w's [128,1024] shard once; every figure is one device's."""
+    report = compiled_report(compile_on(tpu_devices("v5e:2x2"), sgd_step, [W, X], out_spec=W[2]))
+    table = report["collectives"]
+    assert table["all-gather"] == {
+        "ops": 1,
+        "count": 1,
+        "bytes": 512 * 1024 * 2,
+        "traffic_bytes": 3 * 128 * 1024 * 2,
+    }
+    assert table["reduce-scatter"] == {
+        "ops": 1,
+        "count": 1,
+        "bytes": 128 * 1024 * 2,
+        "traffic_bytes": 3 * 128 * 1024 * 2,
+    }
+    assert table["all-reduce"]["count"] == table["all-to-all"]["count"] == 0
+    assert report["memory"]["argument_bytes"] == (128 * 1024 + 64 * 512) * 2
+    assert report["memory"]["fits"] and report["chip"] == "TPU v5e" and report["devices"] == 4
+
+
+def test_cost_analysis_is_per_device_and_counts_a_loop_body_once():
+    one = compile_on(tpu_devices("v5e:2x2")[:1], sgd_step, [W, X]).cost_analysis()["flops"]
+    four = compile_on(tpu_devices("v5e:2x2"), sgd_step, [W, X]).cost_analysis()["flops"]
+    assert 3.9 < one / four < 4.1
+
+    def layers(unroll):
+        def forward(ws, x):
+            return jnp.sum(jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws, unroll=unroll)[0])
+
+        args = [((6, 512, 512), jnp.bfloat16, P(None, "fsdp", None)), X]
+        return compiled_report(compile_on(tpu_devices("v5e:2x2"), forward, args))
+
+    rolled, unrolled = layers(1), layers(True)
+    assert rolled["while_trip_counts"] == [6] and unrolled["while_trip_counts"] == []
+    assert 5 < unrolled["cost"]["flops"] / rolled["cost"]["flops"] < 7  # XLA: one trip of the body
+    for report in (rolled, unrolled):  # ... while the collectives count every trip
+        assert report["collectives"]["all-gather"]["count"] == 6
+
+
+def test_a_donated_state_is_counted_once():
+    devices = tpu_devices("v5e:2x2")
+    kept = compiled_report(compile_on(devices, sgd_step, [W, X], out_spec=W[2]))["memory"]
+    donated = compiled_report(compile_on(devices, sgd_step, [W, X], out_spec=W[2], donate=(0,)))["memory"]
+    shard = 128 * 1024 * 2
+    assert kept["alias_bytes"] == 0 and donated["alias_bytes"] == donated["output_bytes"] == shard
+    assert donated["argument_bytes"] == kept["argument_bytes"]
+    live = ("argument_bytes", "output_bytes", "temp_bytes", "generated_code_bytes")
+    assert donated["total_bytes"] == sum(donated[k] for k in live) - shard
+
+
+HLO = """HloModule handwritten, num_partitions=8
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %sum = f32[] add(%x, %y)
+}
+
+%gather_fusion (p: bf16[16,8]) -> bf16[64,8] {
+  %p = bf16[16,8]{1,0:T(8,128)(2,1)} parameter(0)
+  ROOT %ag.copy = bf16[64,8]{1,0:T(8,128)(2,1)} all-gather(%p), channel_id=9, replica_groups=[2,4]<=[8]
+}
+
+%body (param: (s32[], f32[32,8])) -> (s32[], f32[32,8]) {
+  %param = (s32[], f32[32,8]) parameter(0)
+  %i = s32[] get-tuple-element(%param), index=0
+  %h = f32[32,8] get-tuple-element(%param), index=1
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %a2a = f32[32,8]{1,0} all-to-all(%h), channel_id=5, replica_groups={{0,1},{2,3},{4,5},{6,7}}, dimensions={0}
+  ROOT %out = (s32[], f32[32,8]) tuple(%next, %a2a)
+}
+
+%cond (param.1: (s32[], f32[32,8])) -> pred[] {
+  %param.1 = (s32[], f32[32,8]) parameter(0)
+  %limit = s32[] constant(5)
+  %counter = s32[] get-tuple-element(%param.1), index=0
+  ROOT %lt = pred[] compare(%counter, %limit), direction=LT
+}
+
+%c2 (param.2: (s32[], f32[32,8])) -> pred[] {
+  %param.2 = (s32[], f32[32,8]) parameter(0)
+  ROOT %flag = pred[] constant(true)
+}
+
+ENTRY %main (a: bf16[16,8], b: f32[32,8], c: f32[8]) -> f32[32,8] {
+  %a = bf16[16,8]{1,0} parameter(0)
+  %b = f32[32,8]{1,0} parameter(1)
+  %c = f32[8]{0} parameter(2)
+  %ags = ((bf16[16,8]{1,0}), bf16[64,8]{1,0}) all-gather-start(%a), channel_id=1, replica_groups={}
+  %agd = bf16[64,8]{1,0} all-gather-done(%ags)
+  %ar = (f32[32,8], f32[8]{0}) all-reduce(%b, %c), replica_groups=mesh['x'=2,'y'=4] {'y'}, to_apply=%add
+  %rs = f32[4,8]{1,0} reduce-scatter(%b), channel_id=3, replica_groups=[1,8]<=[8], to_apply=%add
+  %cp = f32[32,8]{1,0} collective-permute(%b), channel_id=4, source_target_pairs={{0,1},{1,0}}
+  %f1 = bf16[64,8]{1,0} fusion(%a), kind=kCustom, calls=%gather_fusion
+  %f2 = bf16[64,8]{1,0} fusion(%a), kind=kCustom, calls=%gather_fusion
+  %zero = s32[] constant(0)
+  %start = s32[] copy(%zero)
+  %t = (s32[], f32[32,8]) tuple(%start, %b)
+  %loop = (s32[], f32[32,8]) while(%t), condition=%cond, body=%body
+  %opaque = (s32[], f32[32,8]) while(%t), condition=%c2, body=%body
+  %k = (s32[], f32[32,8]) while(%t), condition=%c2, body=%body, backend_config={"known_trip_count":{"n":"3"}}
+  ROOT %res = f32[32,8]{1,0} get-tuple-element(%loop), index=1
+}
+"""
+
+
+def test_collectives_read_off_handwritten_hlo():
+    found, loops = collectives(HLO, num_devices=8)
+    assert loops == [5, None, 3]
+    table = summary(found)
+    # the async pair once, at its done; two fusions holding channel 9 once
+    assert table["all-gather"]["ops"] == 2 and table["all-gather"]["count"] == 2
+    assert table["all-gather"]["bytes"] == 2 * 64 * 8 * 2
+    assert table["all-gather"]["traffic_bytes"] == 64 * 8 * 2 * (7 / 8 + 3 / 4)  # groups of 8, then of 4
+    assert table["all-reduce"] == {
+        "ops": 1,
+        "count": 1,
+        "bytes": (32 * 8 + 8) * 4,
+        "traffic_bytes": 1056 * 2 * 3 / 4,
+    }
+    assert table["reduce-scatter"] == {"ops": 1, "count": 1, "bytes": 4 * 8 * 4, "traffic_bytes": 128 * 7}
+    assert table["collective-permute"]["traffic_bytes"] == 32 * 8 * 4
+    # one all-to-all in three loops' shared body: 5 trips, 1 (unreadable) and 3 (annotated)
+    assert table["all-to-all"]["ops"] == 3 and table["all-to-all"]["count"] == 5 + 1 + 3
+    assert table["all-to-all"]["traffic_bytes"] == 9 * 32 * 8 * 4 / 2
+    assert type_bytes("(f32[2,3]{1,0:T(8,128)}, /*index=1*/pred[4], f8e4m3fn[8], s4[2])") == 24 + 4 + 8 + 1
+
+
+def test_roofline_arithmetic_and_markdown_row():
+    device = Chip(
+        "toy", peak_flops=100.0, hbm_bytes=1e3, hbm_bytes_per_s=10.0, interconnect_bytes_per_s=1.0, source="-"
+    )
+    line = roofline(1000.0, 50.0, 3.0, device, devices=4, model_flops=2000.0)
+    assert (line["compute_s"], line["memory_s"], line["communication_s"]) == (10.0, 5.0, 3.0)
+    assert (
+        line["step_s"] == 10.0 and line["bound"] == "compute" and line["mfu"] == 2000.0 / (10.0 * 100.0 * 4)
+    )
+    # the model's FLOPs per device (8000 / 4) over XLA's (which count a loop body once)
+    assert roofline(1000.0, 50.0, 3.0, device, devices=4, model_flops=8000.0)["compute_s"] == 20.0
+    comm = roofline(10.0, 5.0, 30.0, device, devices=1, model_flops=None)
+    assert comm["bound"] == "communication" and comm["step_s"] == 30.0 and comm["mfu"] is None
+
+    report = compiled_report(
+        compile_on(tpu_devices("v5e:2x2"), sgd_step, [W, X], out_spec=W[2]), model_flops=1e9
+    )
+    row = markdown_row("sgd step", report)
+    assert row.count("|") == MARKDOWN_HEADER.splitlines()[0].count("|") == len(COLUMNS) + 1
+    assert row.startswith("| sgd step | 4 x TPU v5e |") and "| 1 x 1.05 MB | 1 x 0.262 MB | - |" in row
