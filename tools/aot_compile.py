@@ -31,6 +31,7 @@ from pathlib import Path
 
 os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # libtpu, off a TPU VM, would query a metadata server
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the programs are compiled for the topology, never run here
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # compiling only: no TPU to hold (libtpu's lock)
 
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
@@ -144,7 +145,7 @@ def _markdown(setting: dict, records: list[dict]) -> str:
         "",
         f"`{setting['command']}`",
         "",
-        MARKDOWN_HEADER.replace("| program |", "| arch | program |").replace("|---", "|---", 1) + "|---",
+        *(prefix + line for prefix, line in zip(("| arch ", "|---"), MARKDOWN_HEADER.split("\n"))),
     ]
     for r in records:
         if "error" in r:
