@@ -33,6 +33,8 @@ from typing import NoReturn
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from t2mlr_jax import cpu_runtime
+
 DEMO_CONFIG = str(Path(__file__).resolve().parent / "configs" / "s5_retrieval_t2mlr.py") + ":demo"
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -318,4 +320,5 @@ def _fail(error: Exception | str, status: int = 2) -> NoReturn:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()  # before JAX starts its backend, which reads XLA_FLAGS
     app.run(main, flags_parser=_parse_flags)
