@@ -99,6 +99,8 @@ def test_the_users_own_flags_win(monkeypatch):
 
 @pytest.mark.parametrize("variable", ["MALLOC_ARENA_MAX=8", "GLIBC_TUNABLES=glibc.malloc.arena_max=8"])
 def test_a_users_malloc_setting_leaves_malloc_alone(monkeypatch, variable):
+    for name in [name for name in os.environ if name.startswith("MALLOC_")] + ["GLIBC_TUNABLES"]:
+        monkeypatch.delenv(name, raising=False)
     assert cpu_runtime._glibc() is not None  # Linux with glibc, where the tests run
     monkeypatch.setenv(*variable.split("=", 1))
     assert cpu_runtime._glibc() is None
