@@ -32,6 +32,7 @@ from pathlib import Path
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.config.cli import fail, parse_flags
 
 DEMO_CONFIG = str(Path(__file__).resolve().parent / "configs" / "s5_retrieval_t2mlr.py") + ":demo"
@@ -273,4 +274,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()  # before JAX starts its backend, which reads XLA_FLAGS
     app.run(main, flags_parser=_parse_flags)

@@ -48,6 +48,7 @@ from experiments.analysis_common import (
 )
 from experiments.benchmarks.report import environment, markdown_table
 from experiments.gradient_fidelity import jacobi_config, positive_ints
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.plots import subplots
 
 COMMAND = "python -m experiments.adaptive_jacobi"
@@ -325,4 +326,5 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     main()

@@ -39,6 +39,7 @@ from experiments.benchmarks import (
     throughput,
     train,
 )
+from t2mlr_jax import cpu_runtime
 
 SECTIONS = {"decode": decode, "train": train, "prefill": prefill, "memory": memory, "throughput": throughput}
 NEEDS = {"throughput": throughput.NEEDS}
@@ -122,4 +123,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     main()

@@ -32,6 +32,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from experiments.benchmarks import lrt, lrt_decode, lrt_rows, lrt_train, report
+from t2mlr_jax import cpu_runtime
 
 COMMAND = "python -m experiments.bench_lrt"
 # name -> (title on the page, run(preset, seed) -> {"rows", "markdown", "notes", ...})
@@ -143,4 +144,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     main()

@@ -53,6 +53,7 @@ from experiments.analysis_common import OneLineParser, fail, setup_jax, train_ru
 from experiments.benchmarks.report import environment, markdown_table
 from experiments.future_token_probe_fit import ProbeSettings, fit_probes, jitted_layer_states, probe_data
 from experiments.gate_trajectories import cpu_config
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.plots import subplots
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.recurrence import Layout
@@ -377,4 +378,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     main()

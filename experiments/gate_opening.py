@@ -54,6 +54,7 @@ from tqdm import tqdm
 
 from experiments.analysis_common import fail, setup_jax, train_run
 from experiments.benchmarks.report import environment, markdown_table
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.plots import finish, save, subplots
 from t2mlr_jax.analysis.run_logs import load_runs, read_json
 
@@ -457,4 +458,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     main()

@@ -40,6 +40,7 @@ from tqdm import tqdm
 
 from experiments.analysis_common import OneLineParser, fail, setup_jax, train_run
 from experiments.benchmarks.report import markdown_table
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.plots import finish, save, subplots
 from t2mlr_jax.analysis.run_logs import ReportError, RunLog, is_gate_key, load_runs
 
@@ -258,4 +259,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     main()

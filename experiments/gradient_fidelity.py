@@ -50,6 +50,7 @@ from experiments.analysis_common import (
     setup_jax,
 )
 from experiments.benchmarks.report import environment, markdown_table
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.plots import subplots
 
 COMMAND = "python -m experiments.gradient_fidelity"
@@ -400,4 +401,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     main()

@@ -44,6 +44,7 @@ from experiments.analysis_common import (
     train_run,
 )
 from experiments.benchmarks.report import environment, markdown_table
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.plots import subplots
 
 COMMAND = "python -m experiments.jacobi_vs_exact"
@@ -300,4 +301,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     main()

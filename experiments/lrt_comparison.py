@@ -53,6 +53,7 @@ from experiments.lrt_comparison_rows import (
     paper_order,
     row_config,
 )
+from t2mlr_jax import cpu_runtime
 
 COMMAND = "python -m experiments.lrt_comparison"
 
@@ -313,4 +314,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     main()

@@ -27,6 +27,7 @@ from pathlib import Path
 from absl import app
 
 import main as framework  # main.py's flags, one-line errors and studies (repo root: python -m)
+from t2mlr_jax import cpu_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = f"--config={ROOT / 'configs' / 'recirculation.py'}:cpu"
@@ -41,4 +42,5 @@ def run(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     run(sys.argv)

@@ -40,6 +40,7 @@ import numpy as np
 
 from experiments.analysis_common import OneLineParser, fail
 from experiments.benchmarks.report import markdown_table
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.train.startup import PHASES, STARTUP
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -283,4 +284,5 @@ def _commit(src: Path) -> str | None:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     main(sys.argv[1:])

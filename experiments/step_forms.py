@@ -36,6 +36,7 @@ from experiments.analysis_common import OneLineParser, fail
 from experiments.benchmarks import vs_release_ours as ours
 from experiments.benchmarks.harness import measure_interleaved, median, median_ratio, progress
 from experiments.benchmarks.report import environment, markdown_table, size, times
+from t2mlr_jax import cpu_runtime
 
 COMMAND = "python -m experiments.step_forms"
 PRESETS = {  # model overrides over ours.config(), tokens per row, calls per timed VJP repetition
@@ -209,4 +210,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     main()

@@ -66,6 +66,7 @@ from experiments.benchmarks import (
     vs_release_torch,
 )
 from experiments.benchmarks.report import environment, markdown_table, size, times
+from t2mlr_jax import cpu_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python -m experiments.vs_release"
@@ -341,4 +342,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     main()

@@ -1,25 +1,31 @@
-"""The host runtime, tuned once when the package is imported (before JAX starts its backend).
+"""The host runtime of a CPU process, tuned by the entry points (main.py, tools/, experiments/, the tests'
+conftest) with `tune()` before JAX starts its backend, and only when the CPU is the backend to expect.
+Importing the package tunes nothing: a notebook, lm-eval or an accelerator's host gets the process as is.
 
 - XLA:CPU flags (`CPU_FLAGS`), added to XLA_FLAGS; a flag the user already set there wins. XLA aborts on
   a flag it does not know: these are known to the jaxlib range setup.cfg pins.
 - A program that runs once (the train state's initialisation) compiles at XLA:CPU's optimisation level 1
-  (`ONCE_OPTIONS`, per program): drawing a state is a few random-number kernels, which the default level
-  spends seconds optimising (the 3.3M :cpu presets' init 3.7 -> 1.4 s to compile; at 135M 3.0 -> 1.5 s,
-  and it runs no slower).
+  (`ONCE_OPTIONS`, per program: the trainer asks for it on a CPU backend, whatever the entry point):
+  drawing a state is a few random-number kernels, which the default level spends seconds optimising (the
+  3.3M :cpu presets' init 3.7 -> 1.4 s to compile; at 135M 3.0 -> 1.5 s, and it runs no slower).
 - glibc malloc keeps freed memory for reuse (`MALLOPT`). XLA:CPU allocates a call's temporaries afresh
   at every call (~1 GiB for a 135M train step); by default glibc serves each from a new mmap, which the
   kernel zero-fills page by page (262k page faults a step) and takes back at the end. Held in one heap,
-  the next step reuses the same pages. What the compiler frees is handed back after every compilation
-  of over a second (`trim`), so a process that compiles several large programs does not keep each
-  one's scratch (trimming after each of a test suite's thousands of small ones cost it 18%). Any MALLOC_*
-  variable or glibc.malloc tunable the user set leaves malloc as configured.
+  the next step reuses the same pages. What the compiler frees is handed back (malloc_trim, from a
+  jax.monitoring listener) after every compilation of over a second, so a process that compiles several
+  large programs does not keep each one's scratch (trimming after each of a test suite's thousands of
+  small ones cost it 18%). Any MALLOC_* variable or glibc.malloc tunable the user set leaves malloc as
+  configured.
 """
 
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import platform
+
+import jax.monitoring
 
 # copy insertion with region analysis: a train step updates parameters and optimizer moments in place
 # instead of copying them first (135M plain step, one thread: ~9% faster, temporaries 1.46 -> 1.00 GiB).
@@ -28,6 +34,27 @@ ONCE_OPTIONS = {"xla_backend_optimization_level": 1}
 MALLOPT = {-8: 1, -4: 0, -1: -1}  # M_ARENA_MAX = 1, M_MMAP_MAX = 0, M_TRIM_THRESHOLD = -1 (never)
 COMPILED = "/jax/core/compile/backend_compile_duration"  # jax's event after each XLA compilation
 TRIM_AFTER_S = 1.0  # compilations this long leave scratch worth handing back; a tiny program's do not
+# An accelerator's device files in DEVICES (TPU VM: accel<n> or vfio/<n>; NVIDIA: nvidia<n>): where one is
+# present JAX picks it over the CPU.
+DEVICES = "/dev"
+ACCELERATOR_FILES = ("accel*", "vfio/[0-9]*", "nvidia[0-9]*")
+
+
+def cpu_backend_expected() -> bool:
+    """Whether JAX will run on the CPU, told without starting a backend (which would read XLA_FLAGS too
+    early): JAX_PLATFORMS's first entry when it is set, else no accelerator's device file. A wrong guess
+    costs a CPU flag missed, or a CPU-only one set where it does nothing."""
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if platforms:
+        return platforms.split(",")[0].strip() == "cpu"
+    return not any(glob.glob(os.path.join(DEVICES, pattern)) for pattern in ACCELERATOR_FILES)
+
+
+def tune() -> None:
+    """An entry point's first call: the XLA:CPU flags and malloc's settings, when the CPU is the backend."""
+    if cpu_backend_expected():
+        add_xla_flags()
+        keep_freed_memory()
 
 
 def add_xla_flags() -> None:
@@ -51,24 +78,14 @@ def _glibc():
     return ctypes.CDLL(None)
 
 
-LIBC = _glibc()
-
-
-def trim() -> None:
-    """Hand the heap's free pages back to the OS (a no-op where malloc is not ours to tune)."""
-    if LIBC is not None:
-        LIBC.malloc_trim(0)
-
-
 def keep_freed_memory() -> None:
-    if LIBC is None:
+    libc = _glibc()
+    if libc is None:
         return
     for param, value in MALLOPT.items():
-        LIBC.mallopt(param, value)
-    try:
-        import jax.monitoring
-    except ImportError:  # the PyTorch reference (interop.torch_reference) runs without JAX: nothing compiles
-        return
+        libc.mallopt(param, value)
     jax.monitoring.register_event_duration_secs_listener(
-        lambda event, duration, **_: trim() if event == COMPILED and duration > TRIM_AFTER_S else None
+        lambda event, duration, **_: (
+            libc.malloc_trim(0) if event == COMPILED and duration > TRIM_AFTER_S else None
+        )
     )

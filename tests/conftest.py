@@ -1,6 +1,8 @@
 """Test-wide setup, before JAX or the package is imported:
-- 8 fake CPU devices, for the sharding tests;
+- the CPU backend (JAX_PLATFORMS, unless set: with libtpu installed JAX would probe for a TPU first) with
+  8 fake devices, for the sharding tests;
 - XLA's fast-compiling CPU flags (tests/xla_flags.py), here and in the subprocesses tests start;
+- the CPU runtime tuned as an entry point tunes it (t2mlr_jax.cpu_runtime.tune: XLA:CPU flags, malloc);
 - a compilation cache shared by the main.py runs that tests start in a subprocess, but none in the
   pytest workers themselves: twice (once in CI, once here) a worker aborted inside XLA while serialising
   a CPU executable for the cache (jax 0.10.2, not reproducible alone), which takes the whole xdist run down;
@@ -16,11 +18,16 @@ import tempfile
 
 from tests.xla_flags import with_devices  # no JAX in it: the flags are set before JAX is imported
 
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_FLAGS", with_devices(8))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("T2MLR_TEST_JAX_CACHE", tempfile.mkdtemp(prefix="t2mlr-jax-cache-"))
 # ... which main.py run in a subprocess also uses, rather than its default user cache.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ["T2MLR_TEST_JAX_CACHE"])
+
+from t2mlr_jax import cpu_runtime  # noqa: E402  (imports JAX: after the variables it reads at import)
+
+cpu_runtime.tune()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -36,6 +36,7 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # compiling only: no T
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from t2mlr_jax import cpu_runtime  # noqa: E402
 from t2mlr_jax.config.cli import fail, parse_flags  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,4 +164,5 @@ def _model_flops(arch, program: str, batch: int, seq_len: int) -> float | None:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()  # the host runs little here, but it runs on the CPU
     app.run(main, flags_parser=lambda argv: parse_flags(argv, _CONFIG, DEFAULT_CONFIG))

@@ -44,6 +44,8 @@ import json
 import sys
 from pathlib import Path
 
+from t2mlr_jax import cpu_runtime
+
 IMPORTS = ("hf", "gguf", "t2mlr-torch", "nanochat", "ponderlm2")
 EXPORTS = ("hf", "t2mlr-torch", "nanochat", "ponderlm2")
 
@@ -348,4 +350,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     sys.exit(main())

@@ -23,6 +23,8 @@ import json
 import sys
 from pathlib import Path
 
+from t2mlr_jax import cpu_runtime
+
 # This file shares its name with the lm_eval package: without its folder on the import path,
 # `import lm_eval` finds the package rather than this script.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
@@ -116,4 +118,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     sys.exit(main())

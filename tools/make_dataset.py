@@ -17,6 +17,7 @@ import sys
 
 from tqdm import tqdm
 
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.data.tasks import SPLITS, TASKS, GeneratedTaskSource
 
 
@@ -91,4 +92,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     sys.exit(main())

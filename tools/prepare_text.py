@@ -15,6 +15,7 @@ import sys
 
 from tqdm import tqdm
 
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, list_files
 from t2mlr_jax.data.token_store import TokenStoreWriter, write_documents
 from t2mlr_jax.data.tokenizer import load_tokenizer
@@ -64,4 +65,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     sys.exit(main())

@@ -86,6 +86,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from t2mlr_jax import cpu_runtime
+
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python tools/release_parity.py"
 
@@ -474,4 +476,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     sys.exit(main())

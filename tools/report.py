@@ -26,6 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.report import build_report, text_summary, write_report
 from t2mlr_jax.analysis.run_logs import ReportError, load_runs
 
@@ -53,4 +54,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     sys.exit(main())

@@ -34,6 +34,7 @@ import tokenizers
 from tokenizers import decoders, models, pre_tokenizers
 from tqdm import tqdm
 
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, iter_documents, list_files
 from t2mlr_jax.data.tokenizer import load_tokenizer
 
@@ -203,4 +204,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     sys.exit(main())

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from experiments.benchmarks.side_by_side import run
 from experiments.benchmarks.vs_release_ours import measure_all
+from t2mlr_jax import cpu_runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = "configs/lrt_nanochat.py"
@@ -99,4 +100,5 @@ def main(spec: dict) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     run(main)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from experiments.benchmarks import vs_release_ours
 from experiments.benchmarks.side_by_side import run
 from experiments.benchmarks.vs_release_ours import measure_all
+from t2mlr_jax import cpu_runtime
 
 CONFIG = vs_release_ours.CONFIG  # its Llama backbone and AdamW; T²MLR off
 TITLE = "PonderLM-2: this framework vs the authors' release (LUMIA-Group/PonderLM-2)"
@@ -88,4 +89,5 @@ def main(spec: dict) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     run(main)

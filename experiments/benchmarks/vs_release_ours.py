@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from experiments.benchmarks.side_by_side import pin_threads, result, run, timed_calls
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
 
@@ -235,4 +236,5 @@ def main(spec: dict) -> dict:
 
 
 if __name__ == "__main__":
+    cpu_runtime.tune()
     run(main)
