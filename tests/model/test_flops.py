@@ -2,8 +2,11 @@
 counting active experts, each architecture's accounting, train.flop_budget, and configs/lrt_comparison.py's
 rows at the paper's sizes (Table 1's parameter ratios)."""
 
+import jax
+import jax.numpy as jnp
 import pytest
 
+from experiments.benchmarks.flops import jaxpr_matmul_flops
 from t2mlr_jax.architectures import lrt, lrt_forward
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import flops
@@ -181,6 +184,53 @@ def test_the_other_trainable_architectures():
     head = flops.head_flops(model, 12)
     assert recirculation.train_flops(12) == pytest.approx(forward + head + backward, rel=1e-12)
     assert architecture(resolve(config), "recirculation").train_flops is None
+
+
+def _traced_flops(arch, seq_len: int) -> float:
+    """Matmul FLOPs of the traced gradient of `arch`'s training loss on one row (loop bodies x trip count)."""
+    ones = jnp.ones((1, seq_len), jnp.int32)
+    batch = {"tokens": ones, "positions": jnp.cumsum(ones, 1) - 1, "segment_ids": ones,
+             "control_flow": 2 * ones, "targets": ones, "loss_mask": ones}  # fmt: skip
+
+    def loss(params):
+        state, sample = arch.init_model_state(), arch.sample(0, 0) if arch.sample else None
+        out = arch.apply(
+            params, batch, training=True, rng=jax.random.key(0), model_state=state, sample=sample
+        )
+        return arch.loss(out, batch)["loss"][0]
+
+    params = jax.eval_shape(arch.init, jax.random.key(0))
+    return jaxpr_matmul_flops(jax.make_jaxpr(jax.grad(loss))(params).jaxpr)
+
+
+@pytest.mark.slow
+def test_the_counts_are_what_the_train_step_runs(monkeypatch):
+    """Each count against the matmul FLOPs of its traced train step, attention dense on both sides (the
+    reference einsum scores every key, masked): the same passes, fusions, heads and backwards. Exact
+    truncated BPTT runs more than it counts: its first B copies also run their upper blocks and head,
+    forward and backward, whose results nothing reads."""
+
+    def build(arch, sections=None, **fields):
+        config = tiny_experiment(arch, sections=sections)
+        config.data.seq_len, config.baseline.param_match = 12, False
+        config.model.attention_impl = "einsum"
+        for key, value in fields.items():
+            section = config.model.recurrence if key in config.model.recurrence else config.t2mlr
+            section[key] = value
+        return architecture(resolve(config), arch)
+
+    cases = [build("t2mlr"), build("t2mlr", d_backward=4), build("t2mlr", d_forward=1, d_backward=1),
+             build("t2mlr", forward_mode="exact"), build("transformer"), build("pause"),
+             build("lstm", sections={"lstm": {"hidden": 8, "layers": 2}}),
+             build("middle_looped", sections={"looped": {"start": 1, "end": 1, "repeats": 3}})]  # fmt: skip
+    truncated = build("t2mlr", forward_mode="exact", bptt=2)
+    traced = [_traced_flops(arch, 12) for arch in [*cases, truncated]]
+    monkeypatch.setattr(flops, "mean_keys", lambda length, window: float(length))
+    for arch, want in zip(cases, traced):
+        assert arch.train_flops(12) == pytest.approx(want, rel=1e-12), arch.name
+    model = truncated.backbone
+    unread = flops.pass_flops(model, 12, layers=[2]) + flops.head_flops(model, 12)
+    assert truncated.train_flops(12) + 2 * 3 * unread == pytest.approx(traced[-1], rel=1e-12)
 
 
 def test_a_flop_budget_sets_the_steps_before_anything_compiles(tmp_path):
