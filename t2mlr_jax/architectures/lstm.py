@@ -16,6 +16,7 @@ from jaxtyping import Array, Float, Int
 from t2mlr_jax.architectures.contract import Architecture, register_architecture
 from t2mlr_jax.architectures.recompute import recompute_architecture
 from t2mlr_jax.config.sections import Experiment, at_least
+from t2mlr_jax.model import flops
 from t2mlr_jax.model.recurrence import Layout
 from t2mlr_jax.model.spec import ParamSpec, normal
 
@@ -62,7 +63,15 @@ def lstm_forward(params: dict, tokens: Int[Array, "B T"], layout: Layout) -> Flo
 def _build(config: Experiment) -> Architecture:
     c = config.lstm
     specs = lstm_specs(vocab_size=config.model.vocab_size, hidden=c.hidden, layers=c.layers)
-    return recompute_architecture("lstm", specs, "float32", lstm_forward)
+    # per position: every layer's input and recurrent matrices, then the tied head (hidden x vocab)
+    per_position = flops.matrix_params(specs) + c.hidden * config.model.vocab_size
+    return recompute_architecture(
+        "lstm",
+        specs,
+        "float32",
+        lstm_forward,
+        train_flops=lambda seq_len: flops.train(2.0 * seq_len * per_position),
+    )
 
 
 @dataclasses.dataclass(frozen=True)

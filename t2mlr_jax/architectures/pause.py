@@ -13,6 +13,7 @@ from t2mlr_jax.architectures.contract import Architecture, register_architecture
 from t2mlr_jax.architectures.recompute import recompute_architecture
 from t2mlr_jax.architectures.t2mlr import baseline_backbone
 from t2mlr_jax.config.sections import Experiment, at_least
+from t2mlr_jax.model import flops
 from t2mlr_jax.model.backbone import embed, head, run_blocks
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import param_specs
@@ -66,7 +67,14 @@ def _build(config: Experiment) -> Architecture:
     return recompute_architecture(
         "pause", pause_specs(model), model.param_dtype, logits_fn, backbone=model,
         max_seq_len=model.max_seq_len // (1 + num_pause),
+        train_flops=lambda seq_len: train_flops(model, seq_len, num_pause),
     )  # fmt: skip
+
+
+def train_flops(cfg: ModelConfig, seq_len: int, num_pause: int) -> float:
+    """Training FLOPs of a row of `seq_len` tokens: one pass over the row lengthened by the pauses
+    ((1 + num_pause) seq_len slots, causal), the head at each token's last pause only."""
+    return flops.train(flops.pass_flops(cfg, seq_len * (1 + num_pause)) + flops.head_flops(cfg, seq_len))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,7 @@ from t2mlr_jax.architectures.contract import (
 )
 from t2mlr_jax.architectures.t2mlr import stateless
 from t2mlr_jax.config.sections import Experiment, one_of
+from t2mlr_jax.model import flops
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.generate import T2MLRDecoder
 from t2mlr_jax.model.params import param_specs
@@ -124,9 +125,11 @@ def _build(config: Experiment, *, adaptive: bool) -> Architecture:
         return Outputs(logits(params, batch, training) / s.temperature)
 
     specs = param_specs(model)
+    count = None  # training-free: its --mode=train runs the sweep, no train step to count
     if adaptive:
         width = s.adaptive_hidden or model.hidden_size
         specs = {**freeze(specs), ADAPTIVE: adaptive_specs(model.hidden_size, width)}
+        count = lambda seq_len: train_flops(model, rc, specs[ADAPTIVE], seq_len, s.parallel_max_passes)
     name = "recirculation_adaptive" if adaptive else "recirculation"
     return Architecture(
         name,
@@ -136,7 +139,31 @@ def _build(config: Experiment, *, adaptive: bool) -> Architecture:
         CachedGenerate(decoding(config, model, rc)),
         backbone=model,
         max_seq_len=model.max_seq_len,
+        train_flops=count,
     )
+
+
+def train_flops(cfg: ModelConfig, rc: Recirculation, mlp: dict, seq_len: int, passes: int) -> float:
+    """Training FLOPs of a row through the adaptive two-stack's parallel forward (`two_stack_parallel`) at
+    its cap of `passes` Jacobi passes (it may stop earlier): blocks 0..d, the first pass through d+1..s, each
+    further pass the mix and both passes of every token through d+1..s (two causal passes), then the mix,
+    blocks d+1..L-1 and the head. Only the mix's MLP (`mlp`, its parameter table) trains: the gradient
+    reaches it through the final pass, whose frozen blocks and head pass it on to their inputs only, and
+    stops at the MLP's input (no input gradient of its first layer)."""
+    recirculated = range(rc.destination + 1, rc.source + 1)
+    final = range(rc.destination + 1, cfg.num_layers)
+    mix = 2.0 * seq_len * flops.matrix_params(mlp)
+    mix_backward = flops.BACKWARD * mix - 2.0 * seq_len * flops.matrix_params(mlp["fc1"])
+    forward = (
+        flops.pass_flops(cfg, seq_len, layers=range(rc.destination + 1))
+        + flops.pass_flops(cfg, seq_len, layers=recirculated)
+        + (passes - 1) * (mix + 2 * flops.pass_flops(cfg, seq_len, layers=recirculated))
+        + mix
+        + flops.pass_flops(cfg, seq_len, layers=final)
+        + flops.head_flops(cfg, seq_len)
+    )
+    backward = mix_backward + flops.input_gradient_flops(cfg, seq_len, final) + flops.head_flops(cfg, seq_len)
+    return forward + backward
 
 
 register_architecture(

@@ -104,12 +104,24 @@ def backbone_architecture(name: str, model: ModelConfig, settings: T2MLRSettings
         CachedGenerate(lambda params, model_state: (decoder, params)),
         backbone=model,
         max_seq_len=model.max_seq_len,
+        train_flops=train_flops(model, s),
     )
     if model.recurrence is None:
-        return dataclasses.replace(
-            arch, train_flops=lambda seq_len: flops.one_pass_train_flops(model, seq_len)
-        )
+        return arch
     return dataclasses.replace(arch, param_stats=lambda params: gamma_stats(model, params["mixer"]))
+
+
+def train_flops(
+    model: ModelConfig, settings: T2MLRSettings, depths: list[int] | None = None
+) -> Callable[[int], float]:
+    """seq_len -> the expected training FLOPs of a row in the training mode `settings` names: Jacobi at the
+    model's D, or averaged over the `depths` t2mlr.d_forward_values draws uniformly; exact with its bptt."""
+    if model.recurrence is None:
+        return lambda seq_len: flops.one_pass_train_flops(model, seq_len)
+    if settings.forward_mode == "exact":
+        return lambda seq_len: flops.exact_train_flops(model, seq_len, settings.bptt or None)
+    depths = depths or [model.recurrence.d_forward]
+    return lambda seq_len: sum(flops.jacobi_train_flops(model, seq_len, d) for d in depths) / len(depths)
 
 
 def baseline_backbone(
@@ -143,11 +155,16 @@ def baseline_backbone(
 
 
 def _t2mlr(config: Experiment) -> Architecture:
-    arch = backbone_architecture("t2mlr", backbone_config(config), config.t2mlr)
+    model = backbone_config(config)
+    arch = backbone_architecture("t2mlr", model, config.t2mlr)
     depths = depth_values(config)
     if depths is None:
         return arch
-    return dataclasses.replace(arch, sample=lambda seed, step: Depth(draw_at(depths, seed, step)))
+    return dataclasses.replace(
+        arch,
+        sample=lambda seed, step: Depth(draw_at(depths, seed, step)),
+        train_flops=train_flops(model, config.t2mlr, depths),
+    )
 
 
 def _transformer(config: Experiment) -> Architecture:

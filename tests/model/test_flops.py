@@ -2,12 +2,17 @@
 counting active experts, each architecture's accounting, train.flop_budget, and configs/lrt_comparison.py's
 rows at the paper's sizes (Table 1's parameter ratios)."""
 
+import jax
+import jax.numpy as jnp
 import pytest
 
+from experiments.benchmarks.flops import jaxpr_matmul_flops
+from experiments.benchmarks.flops import train_flops as benchmark_flops
 from t2mlr_jax.architectures import lrt, lrt_forward
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import flops
 from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.fusion import mixer_specs
 from t2mlr_jax.train.init_from import architecture
 from tests.tiny import tiny_experiment
 from tests.train.test_build_data import load_config
@@ -34,6 +39,9 @@ def test_moe_counts_the_active_experts_only():
     assert flops.block_params(moe) == 4 * 32 * 32 + 32 * 8 + routed + 2 * 32 * 24
 
 
+PATHWAY = {"source": 2, "destination": 0, "parallel_max_passes": 3}  # recirculation: blocks 1..2, 3 passes
+
+
 def _arch(arch="lrt", seq_len=12, **lrt_settings):
     config = tiny_experiment(arch)
     config.data.seq_len, config.baseline.param_match = seq_len, False
@@ -58,7 +66,6 @@ def test_each_architecture_accounts_for_what_it_runs():
     thought = _arch(thoughts=(1,), passes=(2,), pass_probs=(1.0,))
     cfg = lrt_forward.LRTConfig(thought.backbone, thought_slots=True)
     assert thought.train_flops(12) == pytest.approx(lrt.train_flops(cfg, 12, lrt.Draw(1, 2), True))
-    assert _arch("t2mlr").train_flops is None  # no accounting: a flop budget is refused
 
 
 def test_a_thought_row_by_hand():
@@ -98,6 +105,135 @@ def test_a_thought_row_by_hand():
     )
 
 
+def _t2mlr(**settings):
+    """The tiny T²MLR (3 blocks, the middle block 1 alone, D 4, B 2) at rows of 12, with fields of
+    config.t2mlr or config.model.recurrence changed."""
+    config = tiny_experiment("t2mlr")
+    config.data.seq_len = 12
+    for key, value in settings.items():
+        section = config.model.recurrence if key in config.model.recurrence else config.t2mlr
+        section[key] = value
+    return architecture(resolve(config), "t2mlr")
+
+
+def test_a_t2mlr_row_by_hand():
+    """Jacobi at D 4, B 2 (the spec's loop): blocks 0..1 unfused, 3 refinements of block 1 behind the fusion,
+    then the fusion, blocks 1..2 and the head; the gradient through the blocks below, the final pass and
+    the last 2 refinements. The fusion: W_rec (D x D) and the two gates ([x; r], 2D -> D)."""
+    arch = _t2mlr()
+    model = arch.backbone
+    assert flops.matrix_params(mixer_specs(model)) == 5 * 32 * 32
+    fusion = 2 * 12 * 5 * 32 * 32
+    middle = flops.pass_flops(model, 12, layers=[1])
+    final = flops.pass_flops(model, 12, layers=[0, 1, 2]) + fusion + flops.head_flops(model, 12)
+    forward = final + middle + 3 * (middle + fusion)
+    assert arch.train_flops(12) == pytest.approx(forward + 2 * (final + 2 * (middle + fusion)), rel=1e-12)
+    assert _t2mlr(jacobi_tolerance=1e-3).train_flops(12) == arch.train_flops(12)  # counted at its cap
+
+
+def test_the_jacobi_depths():
+    """B >= D adds the gradient of the unfused middle pass (R<1> no longer detached), B > D nothing more;
+    D = 1 (an unfused pass, then the final fused one) is the looped model running block 1 twice plus the
+    fusion; sampled depths average the fixed ones."""
+    depth = lambda d, b: _t2mlr(d_forward=d, d_backward=b).train_flops(12)
+    model = _t2mlr().backbone
+    middle, fusion = flops.pass_flops(model, 12, layers=[1]), flops.fusion_flops(model, 12)
+    assert depth(4, 3) - depth(4, 2) == pytest.approx(2 * (middle + fusion))  # one more refinement
+    assert depth(4, 4) - depth(4, 3) == pytest.approx(2 * middle)  # the unfused middle pass
+    assert flops.jacobi_train_flops(model, 12, 4, 5) == depth(4, 4)  # a sampled D below B
+    assert depth(1, 0) == pytest.approx(depth(1, 1) - 2 * middle)
+    looped = tiny_experiment("middle_looped", sections={"looped": {"start": 1, "end": 1, "repeats": 2}})
+    looped.data.seq_len, looped.baseline.param_match = 12, False
+    twice = architecture(resolve(looped), "middle_looped").train_flops(12)
+    assert depth(1, 1) == pytest.approx(twice + 3 * fusion, rel=1e-12)
+    sampled = _t2mlr(d_forward_values="2,4").train_flops(12)
+    assert sampled == pytest.approx((depth(2, 2) + depth(4, 2)) / 2, rel=1e-12)
+
+
+def test_exact_training_and_its_truncation():
+    """Exact recurrence: the causal pass with the fusion at every token. bptt = B runs B + 1 copies; the
+    first B count through the middle block's end (their R feeds the next copy), only the last the rest."""
+    model = _t2mlr().backbone
+    below = flops.pass_flops(model, 12, layers=[0, 1]) + flops.fusion_flops(model, 12)
+    rest = flops.pass_flops(model, 12, layers=[2]) + flops.head_flops(model, 12)
+    assert _t2mlr(forward_mode="exact").train_flops(12) == pytest.approx(3 * (below + rest), rel=1e-12)
+    truncated = _t2mlr(forward_mode="exact", bptt=2).train_flops(12)
+    assert truncated == pytest.approx(3 * (3 * below + rest), rel=1e-12)
+
+
+def test_the_other_trainable_architectures():
+    """Pause: the row lengthened by its pauses, the head at each token's last; the LSTM: its matrices and the
+    tied head per position; the adaptive recirculation: its frozen base forward, the MLP trained through the
+    final pass (the base's matmuls pass the gradient on, 1 forward each, attention 2); the training-free
+    recirculation has no count."""
+    pause = _arch("pause")
+    model = pause.backbone
+    want = 3 * (flops.pass_flops(model, 36) + flops.head_flops(model, 12))  # 2 pauses after each token
+    assert pause.train_flops(12) == pytest.approx(want, rel=1e-12)
+    lstm = tiny_experiment("lstm", sections={"lstm": {"hidden": 8, "layers": 2}})
+    vocab = lstm.model.vocab_size
+    assert architecture(resolve(lstm), "lstm").train_flops(12) == 3 * 2 * 12 * (2 * 2 * 8 * 32 + 8 * vocab)
+    config = tiny_experiment("recirculation_adaptive", sections={"recirculation": PATHWAY})
+    recirculation = architecture(resolve(config), "recirculation_adaptive")
+    model = recirculation.backbone
+    mix = 2 * 12 * (2 * 32 * 32 + 32 * 32 + 32 * 2 * 32)  # [z_src; z_dest] -> 32 -> 32 -> (alpha, beta)
+    mix_backward = 2 * mix - 2 * 12 * 2 * 32 * 32  # no input gradient of the first layer
+    blocks = lambda *layers: flops.pass_flops(model, 12, layers=layers)
+    attention = flops.attention_flops(model, 12, [1, 2])
+    forward = blocks(0) + blocks(1, 2) + 2 * (mix + 2 * blocks(1, 2)) + mix + blocks(1, 2)
+    backward = mix_backward + blocks(1, 2) + attention + flops.head_flops(model, 12)
+    head = flops.head_flops(model, 12)
+    assert recirculation.train_flops(12) == pytest.approx(forward + head + backward, rel=1e-12)
+    assert architecture(resolve(config), "recirculation").train_flops is None
+
+
+def _traced_flops(arch, seq_len: int) -> float:
+    """Matmul FLOPs of the traced gradient of `arch`'s training loss on one row (loop bodies x trip count)."""
+    ones = jnp.ones((1, seq_len), jnp.int32)
+    batch = {"tokens": ones, "positions": jnp.cumsum(ones, 1) - 1, "segment_ids": ones,
+             "control_flow": 2 * ones, "targets": ones, "loss_mask": ones}  # fmt: skip
+
+    def loss(params):
+        state, sample = arch.init_model_state(), arch.sample(0, 0) if arch.sample else None
+        out = arch.apply(
+            params, batch, training=True, rng=jax.random.key(0), model_state=state, sample=sample
+        )
+        return arch.loss(out, batch)["loss"][0]
+
+    params = jax.eval_shape(arch.init, jax.random.key(0))
+    return jaxpr_matmul_flops(jax.make_jaxpr(jax.grad(loss))(params).jaxpr)
+
+
+@pytest.mark.slow
+def test_the_counts_are_what_the_train_step_runs(monkeypatch):
+    """Each count against the matmul FLOPs of its traced train step, attention dense on both sides (the
+    reference einsum scores every key, masked): the same passes, fusions, heads and backwards. Exact
+    truncated BPTT runs more than it counts: its first B copies also run their upper blocks and head,
+    forward and backward, whose results nothing reads."""
+
+    def build(arch, sections=None, **fields):
+        config = tiny_experiment(arch, sections=sections)
+        config.data.seq_len, config.baseline.param_match = 12, False
+        config.model.attention_impl = "einsum"
+        for key, value in fields.items():
+            section = config.model.recurrence if key in config.model.recurrence else config.t2mlr
+            section[key] = value
+        return architecture(resolve(config), arch)
+
+    cases = [build("t2mlr"), build("t2mlr", d_backward=4), build("t2mlr", d_forward=1, d_backward=1),
+             build("t2mlr", forward_mode="exact"), build("transformer"), build("pause"),
+             build("lstm", sections={"lstm": {"hidden": 8, "layers": 2}}),
+             build("middle_looped", sections={"looped": {"start": 1, "end": 1, "repeats": 3}})]  # fmt: skip
+    truncated = build("t2mlr", forward_mode="exact", bptt=2)
+    traced = [_traced_flops(arch, 12) for arch in [*cases, truncated]]
+    monkeypatch.setattr(flops, "mean_keys", lambda length, window: float(length))
+    for arch, want in zip(cases, traced):
+        assert arch.train_flops(12) == pytest.approx(want, rel=1e-12), arch.name
+    model = truncated.backbone
+    unread = flops.pass_flops(model, 12, layers=[2]) + flops.head_flops(model, 12)
+    assert truncated.train_flops(12) + 2 * 3 * unread == pytest.approx(traced[-1], rel=1e-12)
+
+
 def test_a_flop_budget_sets_the_steps_before_anything_compiles(tmp_path):
     from t2mlr_jax.train.trainer import Run
 
@@ -107,11 +243,33 @@ def test_a_flop_budget_sets_the_steps_before_anything_compiles(tmp_path):
     config.train.flop_budget = 7.4 * per_step
     run = Run(resolve(config), tmp_path / "b", tiny_source(), "transformer")
     assert run.config.train.steps == 7 and config.train.steps == 1000  # the run's own copy
-    with pytest.raises(ValueError, match="architecture 't2mlr' has no training FLOP accounting"):
-        bad = tiny_experiment("t2mlr")
+    t2mlr = tiny_experiment("t2mlr", steps=1000)
+    t2mlr.train.flop_budget = 7.4 * per_step
+    run = Run(resolve(t2mlr), tmp_path / "c", tiny_source(), "t2mlr")
+    jacobi = flops.jacobi_train_flops(run.arch.backbone, t2mlr.data.seq_len)
+    assert run.config.train.steps == round(7.4 * per_step / (8 * jacobi)) < 7  # T²MLR's steps cost more
+    with pytest.raises(ValueError, match="architecture 'recirculation' has no training FLOP accounting"):
+        bad = tiny_experiment("recirculation", sections={"recirculation": PATHWAY})
         bad.train.flop_budget = 1e9
-        Run(resolve(bad), tmp_path / "c", tiny_source(), "t2mlr")
-    assert not (tmp_path / "c").exists()
+        Run(resolve(bad), tmp_path / "d", tiny_source(), "recirculation")
+    assert not (tmp_path / "d").exists()
+
+
+def test_t2mlrs_cost_at_smollm2_135m():
+    """configs/smollm135m_t2mlr.py:w13_18 (code blocks 12..17 of 30, D 16, B 4) at its 2048-token rows costs
+    2.42x the plain backbone's training FLOPs, 2.39x the parameter-matched baseline's (584 wide), below the
+    benchmarks' dense count (experiments/benchmarks/flops.py: 2.45x): T²MLR's extra passes are blocks only,
+    and attention counted dense weighs the blocks more against the head it runs once."""
+    config = load_config("smollm135m_t2mlr", "w13_18")
+    t2mlr, seq = architecture(resolve(config)), config.data.seq_len
+    model, rec = t2mlr.backbone, t2mlr.backbone.recurrence
+    assert (seq, model.layer_range, rec.d_forward, rec.d_backward) == (2048, (12, 17), 16, 4)
+    plain = model.replace(recurrence=None).validate()
+    baseline = architecture(resolve(load_config("smollm135m_t2mlr", "baseline")))
+    assert t2mlr.train_flops(seq) / flops.one_pass_train_flops(plain, seq) == pytest.approx(2.418, abs=5e-4)
+    assert t2mlr.train_flops(seq) / baseline.train_flops(seq) == pytest.approx(2.392, abs=5e-4)
+    dense = benchmark_flops(model, 1, seq, 16, 4) / benchmark_flops(plain, 1, seq, 16, 4)
+    assert dense == pytest.approx(2.449, abs=5e-4)
 
 
 def test_the_comparison_rows_have_the_papers_parameter_ratios():
