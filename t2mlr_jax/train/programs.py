@@ -10,6 +10,7 @@ dtypes and shardings, so `fn.trace(*args).lower().compile()` builds the program 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Hashable
 
 import jax
@@ -53,11 +54,16 @@ class Programs:
         self.schedule = make_schedule(config.optimizer, config.train.steps)
         self.optimizer = make_optimizer(config.optimizer, arch.specs, config.train.steps)
         self.state_shapes = jax.eval_shape(self.init_state)
-        self.state_shardings = train_state_shardings(  # (optax's tree_map_params runs a tiny computation)
+
+    @functools.cached_property
+    def state_shardings(self) -> TrainState:
+        """Built when first asked for: optax's tree_map_params runs a tiny computation, which must not come
+        before the trainer's checks of a resumed run."""
+        return train_state_shardings(
             self.state_shapes,
             self.optimizer,
-            param_shardings(spec_axes(arch.specs), self.state_shapes.params, mesh),
-            mesh,
+            param_shardings(spec_axes(self.arch.specs), self.state_shapes.params, self.mesh),
+            self.mesh,
         )
 
     def init_state(self, loaded: dict | None = None) -> TrainState:
