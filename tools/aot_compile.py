@@ -24,6 +24,7 @@ compile, and the exit status is 1.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import sys
@@ -80,6 +81,7 @@ def main(argv):
     from t2mlr_jax.experiment import resolve
     from t2mlr_jax.parallel.chips import chip_of
     from t2mlr_jax.parallel.compiled_report import compiled_report
+    from t2mlr_jax.parallel.hlo_collectives import kernels
     from t2mlr_jax.train import aot
 
     try:
@@ -99,7 +101,7 @@ def main(argv):
     except (ValueError, KeyError) as e:
         fail(e)
     out = Path(_OUT.value)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "hlo").mkdir(parents=True, exist_ok=True)
     setting = {
         "command": " ".join(["python tools/aot_compile.py", *sys.argv[1:]]),
         "topology": _TOPOLOGY.value,
@@ -128,6 +130,10 @@ def main(argv):
         else:
             flops = _model_flops(programs.arch, program, batch, seq_len)
             record.update(compiled_report(result.compiled, model_flops=flops))
+            hlo = result.compiled.as_text()
+            record["kernels"] = kernels(hlo)
+            with gzip.open(out / "hlo" / f"{name}_{program}.hlo.gz", "wt") as f:
+                f.write(hlo)
         records.append(record)
     (out / "aot.json").write_text(json.dumps({"setting": setting, "programs": records}, indent=2))
     (out / "aot.md").write_text(_markdown(setting, records))

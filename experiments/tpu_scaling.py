@@ -1,0 +1,252 @@
+#!/usr/bin/env python
+"""TPU pods, compiled for real from this CPU: tools/aot_compile.py run once per row of a study, each in its
+own process, and the rows gathered into one table.
+
+  python -m experiments.tpu_scaling --study=coverage   # every architecture, tiny, on v5e:2x2, v5e:16x16
+                                                       # and v5p:4x4x4: train, eval, decode, Jacobi prefill
+  python -m experiments.tpu_scaling --study=pods       # the README's table: SmolLM2-135M / 360M / 1B T²MLR
+                                                       # and transformer at seq 2048, the LRT's paper sizes,
+                                                       # on v5e-256, v5p-64 and v6e-64; the largest T²MLR
+                                                       # that fits v5e-256
+  python -m experiments.tpu_scaling --study=pods --rows=135M_v5e-256   # one row
+
+Each row's tool run writes <out>/<row>/aot.json, aot.md and the compiled HLO; a rerun skips rows whose
+aot.json exists (--force recompiles). Written to --out (default runs/tpu_<study>): scaling.json (every
+row's setting and per-program reports), scaling.md (the table; also printed). Compiles of the paper
+sizes take minutes each and several GB of memory: --jobs runs rows side by side (default 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NamedTuple
+
+from tqdm import tqdm
+
+from t2mlr_jax import cpu_runtime
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOL = ROOT / "tools" / "aot_compile.py"
+
+
+class Row(NamedTuple):
+    name: str
+    config: str
+    arch: str
+    topology: str
+    mesh: str
+    batch: int
+    seq_len: int
+    programs: str = "train,decode"
+    overrides: tuple[str, ...] = ()
+
+
+# Pods: one row of 2048 tokens per data-parallel device; parameters and optimizer state over fsdp
+# (experts over `expert`). The train step is compiled without gradient accumulation.
+PODS = {"v5e-256": ("v5e:16x16", "data:16,fsdp:16", 256), "v5p-64": ("v5p:4x4x4", "fsdp:64", 64)} | {
+    "v6e-64": ("v6e:8x8", "fsdp:64", 64)
+}
+EXPERT_MESH = {"v5e-256": "data:4,fsdp:8,expert:8", "v5p-64": "fsdp:8,expert:8", "v6e-64": "fsdp:8,expert:8"}
+T2MLR_SIZES = {
+    "135M": "configs/smollm135m_t2mlr.py:w13_18",  # the paper's (13,18) D=16 B=4
+    "360M": "configs/smollm360m_t2mlr.py",
+    "1B": "configs/smollm1b_t2mlr.py",
+}
+LRT_SIZES = {"LRT-d16": "configs/lrt_nanochat.py", "LRT-d20": "configs/lrt_nanochat.py:d20"}
+# Wider and deeper T²MLRs on smollm1b's recipe (window (9,24), D=16, B=4), for the largest that fits.
+LARGER = {
+    "3B": ("hidden_size=3072", "num_heads=24", "num_kv_heads=8", "mlp_dim=8192", "num_layers=28"),
+    "8B": ("hidden_size=4096", "num_heads=32", "num_kv_heads=8", "mlp_dim=14336", "num_layers=32"),
+}
+NO_ACC = ("--config.train.grad_accum=1",)
+
+
+def pod_rows() -> list[Row]:
+    rows = [
+        Row(
+            f"{size}_{pod}",
+            config,
+            "t2mlr,transformer",
+            topology,
+            mesh,
+            batch,
+            2048,
+            overrides=NO_ACC,
+        )
+        for size, config in T2MLR_SIZES.items()
+        for pod, (topology, mesh, batch) in PODS.items()
+    ]
+    rows += [
+        Row(
+            f"{size}_{pod}",
+            config,
+            "lrt",
+            PODS[pod][0],
+            EXPERT_MESH[pod],
+            PODS[pod][2],
+            2048,
+            "train,decode",
+            NO_ACC,
+        )
+        for size, config in LRT_SIZES.items()
+        for pod in PODS
+    ]
+    topology, mesh, batch = PODS["v5e-256"]
+    rows += [
+        Row(
+            f"{size}_v5e-256",
+            "configs/smollm1b_t2mlr.py",
+            "t2mlr",
+            topology,
+            mesh,
+            batch,
+            2048,
+            "train",
+            NO_ACC + tuple(f"--config.model.{field}" for field in fields),
+        )
+        for size, fields in LARGER.items()
+    ]
+    return rows
+
+
+# Coverage: every architecture at a CPU preset's size, 128-token rows (splash attention's block), one row
+# per data-parallel device, on three topologies; tensor and expert axes exercised where they divide.
+COVERAGE_TOPOLOGIES = {
+    "v5e:2x2": ("fsdp:2,tensor:2", "fsdp:2,expert:2", 2),
+    "v5e:16x16": ("data:16,fsdp:16", "data:4,fsdp:8,expert:8", 256),
+    "v5p:4x4x4": ("fsdp:16,tensor:4", "fsdp:8,expert:8", 64),
+}
+COVERAGE_MODELS = (
+    ("backbone", "configs/smollm135m_t2mlr.py:cpu", "t2mlr,transformer,looped,pause", False),
+    ("thoughts", "configs/lrt_nanochat.py:cpu", "lrt,ponderlm2", True),
+    ("recirculation", "configs/recirculation.py:cpu", "recirculation", False),
+)
+
+
+def coverage_rows() -> list[Row]:
+    rows = []
+    for topology, (mesh, expert_mesh, batch) in COVERAGE_TOPOLOGIES.items():
+        for label, config, arch, experts in COVERAGE_MODELS:
+            name = f"{label}_{topology.replace(':', '-')}"
+            programs = "train,eval,decode,jacobi_prefill"
+            rows.append(
+                Row(name, config, arch, topology, expert_mesh if experts else mesh, batch, 128, programs)
+            )
+    return rows
+
+
+STUDIES = {"pods": pod_rows, "coverage": coverage_rows}
+
+
+def command(row: Row, out: Path) -> list[str]:
+    return [
+        sys.executable,
+        str(TOOL),
+        f"--config={row.config}",
+        f"--arch={row.arch}",
+        f"--topology={row.topology}",
+        f"--mesh={row.mesh}",
+        f"--batch={row.batch}",
+        f"--seq_len={row.seq_len}",
+        f"--programs={row.programs}",
+        f"--out={out / row.name}",
+        *row.overrides,
+    ]
+
+
+def run_row(row: Row, out: Path, force: bool) -> dict:
+    """The row's aot.json (compiled now unless it exists), or its failure's last error line."""
+    done = out / row.name / "aot.json"
+    if force or not done.exists():
+        ran = subprocess.run(command(row, out), cwd=ROOT, capture_output=True, text=True)
+        (out / row.name).mkdir(parents=True, exist_ok=True)
+        (out / row.name / "stderr.txt").write_text(ran.stderr)
+        if not done.exists():
+            errors = [line for line in ran.stderr.splitlines() if line.startswith("error:")]
+            return {"row": row._asdict(), "error": errors[-1] if errors else ran.stderr[-500:]}
+    return {"row": row._asdict(), **json.loads(done.read_text())}
+
+
+def table(results: list[dict]) -> str:
+    """One line per (row, arch, program): the row's pod and mesh, per-device memory, the estimate."""
+    lines = [
+        "| row | arch | program | chips | mesh | GiB / device | fits | est. step ms | bound | MFU | "
+        "collectives (count) | kernels |",
+        "|---" * 12 + "|",
+    ]
+    for result in results:
+        row = result["row"]
+        if "error" in result:
+            lines.append(
+                f"| {row['name']} | {row['arch']} | — | {row['topology']} | {row['mesh']} | "
+                f"**failed**: {result['error']} |||||||"
+            )
+            continue
+        setting = result["setting"]
+        mesh = ",".join(f"{k}:{v}" for k, v in setting["mesh"].items() if v > 1)
+        for p in result["programs"]:
+            if "error" in p:
+                lines.append(
+                    f"| {row['name']} | {p['arch']} | {p['program']} | | {mesh} | **failed**: "
+                    f"{p['error'][:200]} |||||||"
+                )
+                continue
+            memory, line = p["memory"], p["roofline"]
+            mfu = "—" if line["mfu"] is None else f"{100 * line['mfu']:.0f}%"
+            collectives = ", ".join(f"{k} {v['count']}" for k, v in p["collectives"].items() if v["count"])
+            lines.append(
+                f"| {row['name']} | {p['arch']} | {p['program']} | {setting['chips']} × {setting['chip']} | "
+                f"{mesh} | {memory['total_bytes'] / 2**30:.2f} | {'yes' if memory['fits'] else '**no**'} | "
+                f"{1e3 * line['step_s']:.3g} | {line['bound']} | "
+                f"{mfu} | {collectives or '—'} | "
+                f"{sum(p.get('kernels', {}).values())} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--study", choices=sorted(STUDIES), default="coverage")
+    parser.add_argument("--rows", default="", help="comma list of row names (default: every row)")
+    parser.add_argument("--out", type=Path, help="output folder (default runs/tpu_<study>)")
+    parser.add_argument("--jobs", type=int, default=1, help="rows compiled side by side")
+    parser.add_argument("--force", action="store_true", help="recompile rows whose aot.json exists")
+    args = parser.parse_args(argv)
+    rows = STUDIES[args.study]()
+    if args.rows:
+        wanted = {name.strip() for name in args.rows.split(",") if name.strip()}
+        unknown = wanted - {row.name for row in rows}
+        if unknown:
+            print(
+                f"error: --rows: {sorted(unknown)} not in study {args.study}: {[r.name for r in rows]}",
+                file=sys.stderr,
+            )
+            return 2
+        rows = [row for row in rows if row.name in wanted]
+    if args.jobs < 1:
+        print(f"error: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
+        return 2
+    out = args.out or ROOT / "runs" / f"tpu_{args.study}"
+    out.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(args.jobs) as pool:
+        results = list(
+            tqdm(pool.map(lambda r: run_row(r, out, args.force), rows), total=len(rows), unit="row")
+        )
+    (out / "scaling.json").write_text(json.dumps(results, indent=2))
+    (out / "scaling.md").write_text(f"# TPU {args.study}\n\n" + table(results))
+    print(table(results))
+    print(f"-> {out / 'scaling.json'}, {out / 'scaling.md'}")
+    failed = [r for r in results if "error" in r or any("error" in p for p in r.get("programs", []))]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    cpu_runtime.tune()  # this process only waits on the tool's, which tune themselves
+    sys.exit(main())
