@@ -2,22 +2,26 @@
 
 All figures are per device: XLA compiles one SPMD program that every device runs, and both its memory
 analysis and its cost analysis describe that program (a matmul sharded over 4 devices reports a quarter
-of the 1-device FLOPs; tests/parallel/test_compiled_report.py checks it). XLA's cost analysis counts a
-while body once, whatever its trip count (a 6-layer scan on v5e:2x2: 34.0 MFLOP, unrolled 201.5 MFLOP):
-under a scan over layers its FLOPs and bytes are those of one layer plus the rest. The report lists the
-loops' trip counts (`while_trip_counts`) so that this shows; collectives are counted per trip.
+of the 1-device FLOPs; tests/parallel/test_compiled_report.py checks it).
+
+XLA's cost analysis counts a while body once, whatever its trip count (a 6-layer scan on v5e:2x2: 34.0
+MFLOP forward, unrolled 201.5 MFLOP): under a scan over layers its FLOPs and bytes are those of one layer
+plus the rest. So the report also counts the matmul FLOPs itself, every trip included (hlo_flops.py), and
+lists the loops' trip counts (`while_trip_counts`); its bytes accessed stay XLA's, a lower bound when
+there are loops.
 
 Memory: arguments + outputs - aliased + temporaries + generated code is what the program holds live. A
 donated argument whose buffer an output reuses is both an argument and an output; `alias` is that
 overlap, counted once.
 
-Roofline (docs/tpu_compile.md): each of compute (FLOPs / peak; the larger of XLA's FLOPs and the model's
-FLOPs per device, since the former undercounts loops), HBM traffic (bytes accessed / HBM
-bandwidth) and interconnect traffic (hlo_collectives' ring `traffic_bytes` / interconnect bandwidth) is a
-time the step cannot beat; the estimate is the largest of the three, since XLA overlaps collectives with
-compute (async collectives) and compute with memory (pipelined fusions). It is a lower bound: perfect
-overlap, every ICI port busy, peak FLOP/s. MFU = the caller's model FLOPs (t2mlr_jax/model/flops.py style,
-whole program) / (estimated step time x peak x devices).
+Roofline (docs/tpu_compile.md): compute (the larger of XLA's FLOPs and the counted matmul FLOPs, over the
+peak), HBM traffic (XLA's bytes accessed over the HBM bandwidth) and interconnect traffic
+(hlo_collectives' ring `traffic_bytes` over the interconnect bandwidth) are each a time the step cannot
+beat; the estimate is the largest of the three, since XLA overlaps collectives with compute (async
+collectives) and compute with memory (pipelined fusions). It is a lower bound: perfect overlap, every
+interconnect port busy, peak FLOP/s. MFU = the caller's model FLOPs (t2mlr_jax/model/flops.py style, for
+the whole program on all devices) / (estimated step time x peak x devices): the MFU the program would
+reach at its roofline, an upper bound.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from collections.abc import Sequence
 import jax
 
 from t2mlr_jax.parallel.chips import GIB, Chip, chip_of
+from t2mlr_jax.parallel.hlo import executed, parse
 from t2mlr_jax.parallel.hlo_collectives import KINDS, collectives, summary
+from t2mlr_jax.parallel.hlo_flops import matmul_flops
 
 GB = 1e9
 
@@ -67,9 +73,8 @@ def roofline(
     model_flops: float | None,
 ) -> dict[str, float | str | None]:
     """Step-time lower bound of a program on `devices` devices, each with `device`'s share of a chip."""
-    model_flops_per_device = 0.0 if model_flops is None else model_flops / devices
     times = {
-        "compute": max(flops, model_flops_per_device) / device.peak_flops,
+        "compute": flops / device.peak_flops,
         "memory": bytes_accessed / device.hbm_bytes_per_s,
         "communication": traffic_bytes / device.interconnect_bytes_per_s,
     }
@@ -87,9 +92,11 @@ def compiled_report(compiled: jax.stages.Compiled, model_flops: float | None = N
     device = chip_of(devices[0].device_kind).split(per_chip)
     memory = memory_per_device(compiled)
     cost = compiled.cost_analysis()
-    flops, bytes_accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
-    found, loops = collectives(compiled.as_text(), len(devices))
-    table = summary(found)
+    xla_flops, bytes_accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+    runs, loops = executed(parse(compiled.as_text()))
+    table = summary(collectives(runs, len(devices)))
+    matmuls = matmul_flops(runs)
+    flops = max(xla_flops, matmuls)
     traffic = sum(row["traffic_bytes"] for row in table.values())
     return {
         "device_kind": devices[0].device_kind,
@@ -102,7 +109,12 @@ def compiled_report(compiled: jax.stages.Compiled, model_flops: float | None = N
             "hbm_bytes": device.hbm_bytes,
             "fits": memory["total_bytes"] <= device.hbm_bytes,
         },
-        "cost": {"flops": flops, "bytes_accessed": bytes_accessed},
+        "cost": {
+            "flops": flops,
+            "xla_flops": xla_flops,
+            "matmul_flops": matmuls,
+            "bytes_accessed": bytes_accessed,
+        },
         "collectives": table,
         "while_trip_counts": loops,
         "roofline": {
