@@ -51,6 +51,7 @@ def devices_per_chip(devices: Sequence) -> int:
 
 
 def memory_per_device(compiled: jax.stages.Compiled) -> dict[str, int]:
+    """XLA's memory analysis, and `total_bytes`: what the program holds live, a donated buffer once."""
     stats = compiled.memory_analysis()
     memory = {
         "argument_bytes": stats.argument_size_in_bytes,
@@ -114,6 +115,7 @@ def compiled_report(compiled: jax.stages.Compiled, model_flops: float | None = N
             "xla_flops": xla_flops,
             "matmul_flops": matmuls,
             "bytes_accessed": bytes_accessed,
+            "traffic_bytes": traffic,
         },
         "collectives": table,
         "while_trip_counts": loops,
@@ -151,7 +153,6 @@ def markdown_row(program: str, report: dict) -> str:
         f"{row['count']} x {row['bytes'] / row['count'] / 1e6:.3g} MB" if row["count"] else "-"
         for row in report["collectives"].values()
     ]
-    traffic = sum(row["traffic_bytes"] for row in report["collectives"].values())
     mfu = "-" if line["mfu"] is None else f"{100 * line['mfu']:.1f}%"
     cells = [
         program,
@@ -161,7 +162,7 @@ def markdown_row(program: str, report: dict) -> str:
         f"{cost['flops'] / 1e12:.3g}",
         f"{cost['bytes_accessed'] / GB:.3g}",
         *kinds,
-        f"{traffic / GB:.3g}",
+        f"{cost['traffic_bytes'] / GB:.3g}",
         *(f"{1e3 * line[k]:.3g}" for k in ("compute_s", "memory_s", "communication_s", "step_s")),
         line["bound"],
         mfu,

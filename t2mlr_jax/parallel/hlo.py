@@ -78,6 +78,7 @@ def type_bytes(hlo_type: str) -> float:
 
 
 def parse(hlo_text: str) -> Module:
+    """The computations of an HLO module's text, by name."""
     computations, entry, current, root = {}, None, None, None
     for line in hlo_text.splitlines():
         if current is None:
@@ -158,8 +159,8 @@ def executed(module: Module) -> tuple[list[Executed], list[int | None]]:
             for branches in BRANCHES.findall(instruction.rest):
                 callees += [("branch", b.strip().lstrip("%")) for b in branches.split(",")]
             for role, name in callees:
-                own = role in ("body", "condition", "branch")
-                path = f"{host}/{instruction.name}" if own else host
+                # a loop's body or a conditional's branch runs on its own; a fusion or reducer in its caller
+                path = host if role in ("calls", "to_apply") else f"{host}/{instruction.name}"
                 visit(module.computations[name], executions * trips, path)
 
     visit(module.computations[module.entry], 1, module.entry)

@@ -69,8 +69,8 @@ def collectives(executed: list[Executed], num_devices: int) -> list[Collective]:
     found: dict[tuple, Collective] = {}
     for run in executed:
         instruction, computation = run.instruction, run.computation
-        kind = instruction.opcode.removesuffix("-done")
-        if kind not in KINDS or instruction.opcode.endswith("-start"):
+        kind = instruction.opcode.removesuffix("-done")  # an async pair at its done; a start is no kind
+        if kind not in KINDS:
             continue
         result = instruction.type
         if kind == "all-reduce" and computation.name.startswith("all-reduce-scatter"):
