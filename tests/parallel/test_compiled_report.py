@@ -1,22 +1,17 @@
 """The compiled-program report on programs compiled here for a TPU v5e 2x2 (libtpu, no TPU needed): per
 device memory, XLA's cost, the collectives of the HLO and the roofline arithmetic."""
 
-import os
+import functools
 
-os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # libtpu: no metadata server to ask on this machine
-os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # another process may hold libtpu's lockfile
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import topologies
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-import functools  # noqa: E402
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import pytest  # noqa: E402
-from jax.experimental import topologies  # noqa: E402
-from jax.sharding import AxisType, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
-
-from t2mlr_jax.parallel.chips import CHIPS, Chip, chip_of  # noqa: E402
-from t2mlr_jax.parallel.compiled_report import (  # noqa: E402
+from t2mlr_jax.parallel.chips import CHIPS, Chip, chip_of
+from t2mlr_jax.parallel.compiled_report import (
     COLUMNS,
     MARKDOWN_HEADER,
     compiled_report,
@@ -24,18 +19,12 @@ from t2mlr_jax.parallel.compiled_report import (  # noqa: E402
     markdown_row,
     roofline,
 )
-from t2mlr_jax.parallel.hlo import executed, parse, type_bytes  # noqa: E402
-from t2mlr_jax.parallel.hlo_collectives import collectives, summary  # noqa: E402
-from t2mlr_jax.parallel.hlo_flops import matmul_flops  # noqa: E402
+from t2mlr_jax.parallel.hlo import executed, parse, type_bytes
+from t2mlr_jax.parallel.hlo_collectives import collectives, summary
+from t2mlr_jax.parallel.hlo_flops import matmul_flops
+from t2mlr_jax.parallel.tpu_topology import topology_devices
 
-
-@functools.cache
-def tpu_devices(topology: str, chip_config_name: str = "default") -> list:
-    """`chip_config_name="megacore"`: a v4 chip as one device (jax.make_mesh wants it so), else two."""
-    desc = topologies.get_topology_desc(
-        topology_name=topology, platform="tpu", chip_config_name=chip_config_name
-    )
-    return list(desc.devices)
+tpu_devices = functools.cache(topology_devices)  # one topology build per test session
 
 
 def compile_on(devices, f, args, out_spec=None, donate=()):
@@ -54,16 +43,14 @@ W, X = ((512, 1024), jnp.bfloat16, P("fsdp", None)), ((256, 512), jnp.bfloat16, 
 
 
 def test_chip_table_knows_every_topology_and_names_an_unknown_kind():
-    for topology, config, per_chip in (
-        ("v4:2x2x1", "default", 2),  # a device per TensorCore
-        ("v4:2x2x1", "megacore", 1),
-        ("v5e:2x2", "default", 1),
-        ("v5p:2x2x1", "default", 1),
-        ("v6e:2x2", "default", 1),
-    ):
-        devices = tpu_devices(topology, config)
-        assert devices[0].device_kind in CHIPS
-        assert devices_per_chip(devices) == per_chip
+    for topology in ("v4:2x2x1", "v5e:2x2", "v5p:2x2x1", "v6e:2x2"):
+        devices = tpu_devices(topology)
+        assert devices[0].device_kind in CHIPS and devices_per_chip(devices) == 1
+    # libtpu's default v4: a device per TensorCore, each with half the chip
+    per_core = topologies.get_topology_desc(topology_name="v4:2x2x1", platform="tpu").devices
+    assert len(per_core) == 8 and devices_per_chip(per_core) == 2
+    with pytest.raises(ValueError, match="TPU topology 'v9:2x2'"):
+        topology_devices("v9:2x2")
     assert chip_of("TPU v5 lite").peak_flops == 197e12
     assert chip_of("TPU v4").split(2).hbm_bytes == 16 * 2**30
     with pytest.raises(ValueError, match=r"'TPU v9'.*known: \[.*'TPU v5 lite'"):
