@@ -2,7 +2,9 @@
 every trip of a loop included: XLA's own cost analysis counts a while body once, so under a scan over
 layers it reports about one layer's FLOPs.
 
-A `dot` costs 2 x (result elements) x (its contracted lhs dimensions); a `convolution` (TPU writes its
+A `dot` costs 2 x (result elements) x (its contracted lhs dimensions), and so does a cuBLAS GEMM (GPU's
+custom calls `__cublas$gemm`, `__cublas$lt$matmul...`: the dimensions in its backend config, the result
+the first array of its (result, workspace) tuple); a `convolution` (TPU writes its
 matmuls as convolutions: `dim_labels=0bf_io0->0bf`) 2 x (result elements) x (lhs feature dimension /
 feature_group_count) x (window taps that land on an input), and x (lhs batch / batch_group_count) when
 batch groups are used.
@@ -16,7 +18,7 @@ import re
 
 import numpy as np
 
-from t2mlr_jax.parallel.hlo import Executed, dims
+from t2mlr_jax.parallel.hlo import Executed, Instruction, dims
 
 
 def count(rest: str, name: str) -> int:
@@ -47,13 +49,21 @@ def window_taps(rest: str, lhs: list[int], out: list[int], lhs_labels: str, out_
     return taps
 
 
+def is_matmul(instruction: Instruction) -> bool:
+    return instruction.opcode in ("dot", "convolution") or (
+        instruction.opcode == "custom-call" and 'custom_call_target="__cublas$' in instruction.rest
+    )
+
+
 def contraction(run: Executed) -> float:
-    """Multiply-adds behind one element of a dot's or convolution's result."""
+    """Multiply-adds behind one element of a dot's, GEMM's or convolution's result."""
     instruction = run.instruction
     lhs = dims(run.computation.instructions[instruction.operands[0]].type)
-    if instruction.opcode == "dot":
-        contracted = re.search(r"\blhs_contracting_dims=\{([\d,]*)\}", instruction.rest).group(1)
-        return float(math.prod(lhs[int(i)] for i in contracted.split(",") if i))
+    if instruction.opcode != "convolution":
+        dot = re.search(r"\blhs_contracting_dims=\{([\d,]*)\}", instruction.rest)
+        gemm = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', instruction.rest)
+        contracted = re.findall(r"\d+", (dot or gemm).group(1))
+        return float(math.prod(lhs[int(i)] for i in contracted))
     lhs_labels, _, out_labels = re.search(r"\bdim_labels=(\w+)_(\w+)->(\w+)", instruction.rest).groups()
     taps = window_taps(instruction.rest, lhs, dims(instruction.type), lhs_labels, out_labels)
     features = lhs[lhs_labels.index("f")] / count(instruction.rest, "feature_group_count")
@@ -63,9 +73,9 @@ def contraction(run: Executed) -> float:
 
 
 def matmul_flops(executed: list[Executed]) -> float:
-    """FLOPs of every dot and convolution one run of the program executes."""
+    """FLOPs of every dot, GEMM and convolution one run of the program executes."""
     return sum(
         2.0 * math.prod(dims(run.instruction.type)) * contraction(run) * run.executions
         for run in executed
-        if run.instruction.opcode in ("dot", "convolution")
+        if is_matmul(run.instruction)
     )

@@ -157,6 +157,7 @@ ENTRY %main (a: bf16[16,8], b: f32[32,8], c: f32[8], d: f32[1,18,8], e: f32[3,4,
   %k = f32[32,8,4]{2,1,0} parameter(6)
   %conv = f32[1,16,4]{2,1,0} convolution(%d, %e), window={size=3}, dim_labels=b0f_0io->b0f, feature_group_count=2
   %full = f32[1,32,4]{2,1,0} convolution(%g, %k), window={size=32 pad=31_31 rhs_reversal=1}, dim_labels=b0f_0io->b0f
+  %gemm = (f32[32,16]{1,0}, s8[1024]{0}) custom-call(%b, %a), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"alpha_real":1,"beta":0,"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["1"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}}}
   %ags = ((bf16[16,8]{1,0}), bf16[64,8]{1,0}) all-gather-start(%a), channel_id=1, replica_groups={}
   %agd = bf16[64,8]{1,0} all-gather-done(%ags)
   %ar = (f32[32,8], f32[8]{0}) all-reduce(%b, %c), replica_groups=mesh['x'=2,'y'=4] {'y'}, to_apply=%add
@@ -179,8 +180,10 @@ def test_collectives_and_matmuls_read_off_handwritten_hlo():
     runs, loops = executed(parse(HLO))
     assert loops == [5, None, 3]
     # the loops' dot (2 x 32x8 results x 8) 5 + 1 + 3 times; a convolution (2 x 16x4 x 8/2 features x 3
-    # taps); one padded by its whole window: one of its 32 taps lands on the length-1 input
-    assert matmul_flops(runs) == 2 * 32 * 8 * 8 * 9 + 2 * 16 * 4 * 4 * 3 + 2 * 32 * 4 * 8 * 1
+    # taps); one padded by its whole window: one of its 32 taps lands on the length-1 input; a cuBLAS GEMM
+    # (its result [32,16], not its workspace) contracting 8
+    convolutions = 2 * 16 * 4 * 4 * 3 + 2 * 32 * 4 * 8 * 1
+    assert matmul_flops(runs) == 2 * 32 * 8 * 8 * 9 + convolutions + 2 * 32 * 16 * 8
     table = summary(collectives(runs, num_devices=8))
     # the async pair once, at its done; two fusions holding channel 9 once
     assert table["all-gather"]["ops"] == 2 and table["all-gather"]["count"] == 2
