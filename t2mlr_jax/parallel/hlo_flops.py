@@ -4,11 +4,10 @@ layers it reports about one layer's FLOPs.
 
 A `dot` costs 2 x (result elements) x (its contracted lhs dimensions), and so does a cuBLAS GEMM (GPU's
 custom calls `__cublas$gemm`, `__cublas$lt$matmul...`: the dimensions in its backend config, the result
-the first array of its (result, workspace) tuple); a `convolution` (TPU writes its
-matmuls as convolutions: `dim_labels=0bf_io0->0bf`) 2 x (result elements) x (lhs feature dimension /
+the first array of its (result, workspace) tuple). A `convolution` (TPU writes its matmuls as
+convolutions: `dim_labels=0bf_io0->0bf`) costs 2 x (result elements) x (lhs features /
 feature_group_count) x (window taps that land on an input), and x (lhs batch / batch_group_count) when
-batch groups are used.
-Elementwise ops are not counted: these are the FLOPs a matrix unit runs.
+batch groups are used. Elementwise ops are not counted: these are the FLOPs a matrix unit runs.
 """
 
 from __future__ import annotations
@@ -33,19 +32,22 @@ def window_taps(rest: str, lhs: list[int], out: list[int], lhs_labels: str, out_
     window = re.search(r"\bwindow=\{([^}]*)\}", rest)
     fields = dict(field.split("=", 1) for field in window.group(1).split()) if window else {}
     taps = 1.0
-    for d, n_in in ((d, lhs[i]) for i, d in enumerate(lhs_labels) if d.isdigit()):
-        d = int(d)
-        per_dim = {key: value.split("x")[d] for key, value in fields.items() if key != "rhs_reversal"}
+    for label, n_in in zip(lhs_labels, lhs):
+        if not label.isdigit():
+            continue
+        per_dim = {
+            key: value.split("x")[int(label)] for key, value in fields.items() if key != "rhs_reversal"
+        }
         low = int(per_dim.get("pad", "0_0").split("_")[0])
         lhs_dilation = int(per_dim.get("lhs_dilate", 1))
-        n_out = out[out_labels.index(str(d))]
+        n_out = out[out_labels.index(label)]
         positions = (
             np.arange(n_out)[:, None] * int(per_dim.get("stride", 1))
             + np.arange(int(per_dim.get("size", 1)))[None, :] * int(per_dim.get("rhs_dilate", 1))
             - low
         )
         valid = (positions >= 0) & (positions <= (n_in - 1) * lhs_dilation) & (positions % lhs_dilation == 0)
-        taps *= valid.sum() / n_out
+        taps *= float(valid.sum()) / n_out
     return taps
 
 
