@@ -87,7 +87,8 @@ def roofline(
 
 def compiled_report(compiled: jax.stages.Compiled, model_flops: float | None = None) -> dict:
     """Memory, cost, collectives and roofline of a compiled program, per device, as a JSON-able dict.
-    `model_flops`: the model's FLOPs for one run of the whole program (all devices), for the MFU."""
+    `model_flops`: the model's FLOPs for one run of the whole program (all devices), for the MFU (a train
+    step: `Run.flops_per_step`, batch x `arch.train_flops(seq_len)`)."""
     devices = program_devices(compiled)
     per_chip = devices_per_chip(devices)
     device = chip_of(devices[0].device_kind).split(per_chip)

@@ -42,7 +42,7 @@ def sgd_step(w, x):
 W, X = ((512, 1024), jnp.bfloat16, P("fsdp", None)), ((256, 512), jnp.bfloat16, P("fsdp", None))
 
 
-def test_chip_table_knows_every_topology_and_names_an_unknown_kind():
+def test_topology_devices_and_the_chip_table():
     for topology in ("v4:2x2x1", "v5e:2x2", "v5p:2x2x1", "v6e:2x2"):
         devices = tpu_devices(topology)
         assert devices[0].device_kind in CHIPS and devices_per_chip(devices) == 1
