@@ -2,22 +2,26 @@
 
 All figures are per device: XLA compiles one SPMD program that every device runs, and both its memory
 analysis and its cost analysis describe that program (a matmul sharded over 4 devices reports a quarter
-of the 1-device FLOPs; tests/parallel/test_compiled_report.py checks it). XLA's cost analysis counts a
-while body once, whatever its trip count (a 6-layer scan on v5e:2x2: 34.0 MFLOP, unrolled 201.5 MFLOP):
-under a scan over layers its FLOPs and bytes are those of one layer plus the rest. The report lists the
-loops' trip counts (`while_trip_counts`) so that this shows; collectives are counted per trip.
+of the 1-device FLOPs; tests/parallel/test_compiled_report.py checks it).
+
+XLA's cost analysis counts a while body once, whatever its trip count (a 6-layer scan on v5e:2x2: 34.0
+MFLOP forward, unrolled 201.5 MFLOP): under a scan over layers its FLOPs and bytes are those of one layer
+plus the rest. So the report also counts the matmul FLOPs itself, every trip included (hlo_flops.py), and
+lists the loops' trip counts (`while_trip_counts`); its bytes accessed stay XLA's, a lower bound when
+there are loops.
 
 Memory: arguments + outputs - aliased + temporaries + generated code is what the program holds live. A
 donated argument whose buffer an output reuses is both an argument and an output; `alias` is that
 overlap, counted once.
 
-Roofline (docs/tpu_compile.md): each of compute (FLOPs / peak; the larger of XLA's FLOPs and the model's
-FLOPs per device, since the former undercounts loops), HBM traffic (bytes accessed / HBM
-bandwidth) and interconnect traffic (hlo_collectives' ring `traffic_bytes` / interconnect bandwidth) is a
-time the step cannot beat; the estimate is the largest of the three, since XLA overlaps collectives with
-compute (async collectives) and compute with memory (pipelined fusions). It is a lower bound: perfect
-overlap, every ICI port busy, peak FLOP/s. MFU = the caller's model FLOPs (t2mlr_jax/model/flops.py style,
-whole program) / (estimated step time x peak x devices).
+Roofline (docs/tpu_compile.md): compute (the larger of XLA's FLOPs and the counted matmul FLOPs, over the
+peak), HBM traffic (XLA's bytes accessed over the HBM bandwidth) and interconnect traffic
+(hlo_collectives' ring `traffic_bytes` over the interconnect bandwidth) are each a time the step cannot
+beat; the estimate is the largest of the three, since XLA overlaps collectives with compute (async
+collectives) and compute with memory (pipelined fusions). It is a lower bound: perfect overlap, every
+interconnect port busy, peak FLOP/s. MFU = the caller's model FLOPs (t2mlr_jax/model/flops.py style, for
+the whole program on all devices) / (estimated step time x peak x devices): the MFU the program would
+reach at its roofline, an upper bound.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from collections.abc import Sequence
 import jax
 
 from t2mlr_jax.parallel.chips import GIB, Chip, chip_of
+from t2mlr_jax.parallel.hlo import executed, parse
 from t2mlr_jax.parallel.hlo_collectives import KINDS, collectives, summary
+from t2mlr_jax.parallel.hlo_flops import matmul_flops
 
 GB = 1e9
 
@@ -45,6 +51,7 @@ def devices_per_chip(devices: Sequence) -> int:
 
 
 def memory_per_device(compiled: jax.stages.Compiled) -> dict[str, int]:
+    """XLA's memory analysis, and `total_bytes`: what the program holds live, a donated buffer once."""
     stats = compiled.memory_analysis()
     memory = {
         "argument_bytes": stats.argument_size_in_bytes,
@@ -67,9 +74,8 @@ def roofline(
     model_flops: float | None,
 ) -> dict[str, float | str | None]:
     """Step-time lower bound of a program on `devices` devices, each with `device`'s share of a chip."""
-    model_flops_per_device = 0.0 if model_flops is None else model_flops / devices
     times = {
-        "compute": max(flops, model_flops_per_device) / device.peak_flops,
+        "compute": flops / device.peak_flops,
         "memory": bytes_accessed / device.hbm_bytes_per_s,
         "communication": traffic_bytes / device.interconnect_bytes_per_s,
     }
@@ -81,15 +87,18 @@ def roofline(
 
 def compiled_report(compiled: jax.stages.Compiled, model_flops: float | None = None) -> dict:
     """Memory, cost, collectives and roofline of a compiled program, per device, as a JSON-able dict.
-    `model_flops`: the model's FLOPs for one run of the whole program (all devices), for the MFU."""
+    `model_flops`: the model's FLOPs for one run of the whole program (all devices), for the MFU (a train
+    step: `Run.flops_per_step`, batch x `arch.train_flops(seq_len)`)."""
     devices = program_devices(compiled)
     per_chip = devices_per_chip(devices)
     device = chip_of(devices[0].device_kind).split(per_chip)
     memory = memory_per_device(compiled)
     cost = compiled.cost_analysis()
-    flops, bytes_accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
-    found, loops = collectives(compiled.as_text(), len(devices))
-    table = summary(found)
+    xla_flops, bytes_accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+    runs, loops = executed(parse(compiled.as_text()))
+    table = summary(collectives(runs, len(devices)))
+    matmuls = matmul_flops(runs)
+    flops = max(xla_flops, matmuls)
     traffic = sum(row["traffic_bytes"] for row in table.values())
     return {
         "device_kind": devices[0].device_kind,
@@ -102,7 +111,13 @@ def compiled_report(compiled: jax.stages.Compiled, model_flops: float | None = N
             "hbm_bytes": device.hbm_bytes,
             "fits": memory["total_bytes"] <= device.hbm_bytes,
         },
-        "cost": {"flops": flops, "bytes_accessed": bytes_accessed},
+        "cost": {
+            "flops": flops,
+            "xla_flops": xla_flops,
+            "matmul_flops": matmuls,
+            "bytes_accessed": bytes_accessed,
+            "traffic_bytes": traffic,
+        },
         "collectives": table,
         "while_trip_counts": loops,
         "roofline": {
@@ -139,7 +154,6 @@ def markdown_row(program: str, report: dict) -> str:
         f"{row['count']} x {row['bytes'] / row['count'] / 1e6:.3g} MB" if row["count"] else "-"
         for row in report["collectives"].values()
     ]
-    traffic = sum(row["traffic_bytes"] for row in report["collectives"].values())
     mfu = "-" if line["mfu"] is None else f"{100 * line['mfu']:.1f}%"
     cells = [
         program,
@@ -149,7 +163,7 @@ def markdown_row(program: str, report: dict) -> str:
         f"{cost['flops'] / 1e12:.3g}",
         f"{cost['bytes_accessed'] / GB:.3g}",
         *kinds,
-        f"{traffic / GB:.3g}",
+        f"{cost['traffic_bytes'] / GB:.3g}",
         *(f"{1e3 * line[k]:.3g}" for k in ("compute_s", "memory_s", "communication_s", "step_s")),
         line["bound"],
         mfu,

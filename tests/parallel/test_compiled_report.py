@@ -1,22 +1,17 @@
 """The compiled-program report on programs compiled here for a TPU v5e 2x2 (libtpu, no TPU needed): per
 device memory, XLA's cost, the collectives of the HLO and the roofline arithmetic."""
 
-import os
+import functools
 
-os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # libtpu: no metadata server to ask on this machine
-os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # another process may hold libtpu's lockfile
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import topologies
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-import functools  # noqa: E402
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import pytest  # noqa: E402
-from jax.experimental import topologies  # noqa: E402
-from jax.sharding import AxisType, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
-
-from t2mlr_jax.parallel.chips import CHIPS, Chip, chip_of  # noqa: E402
-from t2mlr_jax.parallel.compiled_report import (  # noqa: E402
+from t2mlr_jax.parallel.chips import CHIPS, Chip, chip_of
+from t2mlr_jax.parallel.compiled_report import (
     COLUMNS,
     MARKDOWN_HEADER,
     compiled_report,
@@ -24,16 +19,12 @@ from t2mlr_jax.parallel.compiled_report import (  # noqa: E402
     markdown_row,
     roofline,
 )
-from t2mlr_jax.parallel.hlo_collectives import collectives, summary, type_bytes  # noqa: E402
+from t2mlr_jax.parallel.hlo import executed, parse, type_bytes
+from t2mlr_jax.parallel.hlo_collectives import collectives, summary
+from t2mlr_jax.parallel.hlo_flops import matmul_flops
+from t2mlr_jax.parallel.tpu_topology import topology_devices
 
-
-@functools.cache
-def tpu_devices(topology: str, chip_config_name: str = "default") -> list:
-    """`chip_config_name="megacore"`: a v4 chip as one device (jax.make_mesh wants it so), else two."""
-    desc = topologies.get_topology_desc(
-        topology_name=topology, platform="tpu", chip_config_name=chip_config_name
-    )
-    return list(desc.devices)
+tpu_devices = functools.cache(topology_devices)  # one topology build per test session
 
 
 def compile_on(devices, f, args, out_spec=None, donate=()):
@@ -51,17 +42,15 @@ def sgd_step(w, x):
 W, X = ((512, 1024), jnp.bfloat16, P("fsdp", None)), ((256, 512), jnp.bfloat16, P("fsdp", None))
 
 
-def test_chip_table_knows_every_topology_and_names_an_unknown_kind():
-    for topology, config, per_chip in (
-        ("v4:2x2x1", "default", 2),  # a device per TensorCore
-        ("v4:2x2x1", "megacore", 1),
-        ("v5e:2x2", "default", 1),
-        ("v5p:2x2x1", "default", 1),
-        ("v6e:2x2", "default", 1),
-    ):
-        devices = tpu_devices(topology, config)
-        assert devices[0].device_kind in CHIPS
-        assert devices_per_chip(devices) == per_chip
+def test_topology_devices_and_the_chip_table():
+    for topology in ("v4:2x2x1", "v5e:2x2", "v5p:2x2x1", "v6e:2x2"):
+        devices = tpu_devices(topology)
+        assert devices[0].device_kind in CHIPS and devices_per_chip(devices) == 1
+    # libtpu's default v4: a device per TensorCore, each with half the chip
+    per_core = topologies.get_topology_desc(topology_name="v4:2x2x1", platform="tpu").devices
+    assert len(per_core) == 8 and devices_per_chip(per_core) == 2
+    with pytest.raises(ValueError, match="TPU topology 'v9:2x2'"):
+        topology_devices("v9:2x2")
     assert chip_of("TPU v5 lite").peak_flops == 197e12
     assert chip_of("TPU v4").split(2).hbm_bytes == 16 * 2**30
     with pytest.raises(ValueError, match=r"'TPU v9'.*known: \[.*'TPU v5 lite'"):
@@ -104,8 +93,9 @@ def test_cost_analysis_is_per_device_and_counts_a_loop_body_once():
 
     rolled, unrolled = layers(1), layers(True)
     assert rolled["while_trip_counts"] == [6] and unrolled["while_trip_counts"] == []
-    assert 5 < unrolled["cost"]["flops"] / rolled["cost"]["flops"] < 7  # XLA: one trip of the body
-    for report in (rolled, unrolled):  # ... while the collectives count every trip
+    assert 5 < unrolled["cost"]["xla_flops"] / rolled["cost"]["xla_flops"] < 7  # XLA: one trip of the body
+    for report in (rolled, unrolled):  # ... while the report counts every trip
+        assert report["cost"]["matmul_flops"] == 6 * 2 * 64 * 512 * 512  # 6 layers, a [64,512] shard
         assert report["collectives"]["all-gather"]["count"] == 6
 
 
@@ -140,7 +130,9 @@ HLO = """HloModule handwritten, num_partitions=8
   %one = s32[] constant(1)
   %next = s32[] add(%i, %one)
   %a2a = f32[32,8]{1,0} all-to-all(%h), channel_id=5, replica_groups={{0,1},{2,3},{4,5},{6,7}}, dimensions={0}
-  ROOT %out = (s32[], f32[32,8]) tuple(%next, %a2a)
+  %sq = f32[8,8] slice(%h), slice={[0:8], [0:8]}
+  %mm = f32[32,8]{1,0} dot(%a2a, %sq), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %out = (s32[], f32[32,8]) tuple(%next, %mm)
 }
 
 %cond (param.1: (s32[], f32[32,8])) -> pred[] {
@@ -155,10 +147,17 @@ HLO = """HloModule handwritten, num_partitions=8
   ROOT %flag = pred[] constant(true)
 }
 
-ENTRY %main (a: bf16[16,8], b: f32[32,8], c: f32[8]) -> f32[32,8] {
+ENTRY %main (a: bf16[16,8], b: f32[32,8], c: f32[8], d: f32[1,18,8], e: f32[3,4,4], g: f32[1,1,8], k: f32[32,8,4]) -> f32[32,8] {
   %a = bf16[16,8]{1,0} parameter(0)
   %b = f32[32,8]{1,0} parameter(1)
   %c = f32[8]{0} parameter(2)
+  %d = f32[1,18,8]{2,1,0} parameter(3)
+  %e = f32[3,4,4]{2,1,0} parameter(4)
+  %g = f32[1,1,8]{2,1,0} parameter(5)
+  %k = f32[32,8,4]{2,1,0} parameter(6)
+  %conv = f32[1,16,4]{2,1,0} convolution(%d, %e), window={size=3}, dim_labels=b0f_0io->b0f, feature_group_count=2
+  %full = f32[1,32,4]{2,1,0} convolution(%g, %k), window={size=32 pad=31_31 rhs_reversal=1}, dim_labels=b0f_0io->b0f
+  %gemm = (f32[32,16]{1,0}, s8[1024]{0}) custom-call(%b, %a), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"alpha_real":1,"beta":0,"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["1"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}}}
   %ags = ((bf16[16,8]{1,0}), bf16[64,8]{1,0}) all-gather-start(%a), channel_id=1, replica_groups={}
   %agd = bf16[64,8]{1,0} all-gather-done(%ags)
   %ar = (f32[32,8], f32[8]{0}) all-reduce(%b, %c), replica_groups=mesh['x'=2,'y'=4] {'y'}, to_apply=%add
@@ -171,16 +170,21 @@ ENTRY %main (a: bf16[16,8], b: f32[32,8], c: f32[8]) -> f32[32,8] {
   %t = (s32[], f32[32,8]) tuple(%start, %b)
   %loop = (s32[], f32[32,8]) while(%t), condition=%cond, body=%body
   %opaque = (s32[], f32[32,8]) while(%t), condition=%c2, body=%body
-  %k = (s32[], f32[32,8]) while(%t), condition=%c2, body=%body, backend_config={"known_trip_count":{"n":"3"}}
+  %known = (s32[], f32[32,8]) while(%t), condition=%c2, body=%body, backend_config={"known_trip_count":{"n":"3"}}
   ROOT %res = f32[32,8]{1,0} get-tuple-element(%loop), index=1
 }
-"""
+"""  # noqa: E501
 
 
-def test_collectives_read_off_handwritten_hlo():
-    found, loops = collectives(HLO, num_devices=8)
+def test_collectives_and_matmuls_read_off_handwritten_hlo():
+    runs, loops = executed(parse(HLO))
     assert loops == [5, None, 3]
-    table = summary(found)
+    # the loops' dot (2 x 32x8 results x 8) 5 + 1 + 3 times; a convolution (2 x 16x4 x 8/2 features x 3
+    # taps); one padded by its whole window: one of its 32 taps lands on the length-1 input; a cuBLAS GEMM
+    # (its result [32,16], not its workspace) contracting 8
+    convolutions = 2 * 16 * 4 * 4 * 3 + 2 * 32 * 4 * 8 * 1
+    assert matmul_flops(runs) == 2 * 32 * 8 * 8 * 9 + convolutions + 2 * 32 * 16 * 8
+    table = summary(collectives(runs, num_devices=8))
     # the async pair once, at its done; two fusions holding channel 9 once
     assert table["all-gather"]["ops"] == 2 and table["all-gather"]["count"] == 2
     assert table["all-gather"]["bytes"] == 2 * 64 * 8 * 2
@@ -208,8 +212,6 @@ def test_roofline_arithmetic_and_markdown_row():
     assert (
         line["step_s"] == 10.0 and line["bound"] == "compute" and line["mfu"] == 2000.0 / (10.0 * 100.0 * 4)
     )
-    # the model's FLOPs per device (8000 / 4) over XLA's (which count a loop body once)
-    assert roofline(1000.0, 50.0, 3.0, device, devices=4, model_flops=8000.0)["compute_s"] == 20.0
     comm = roofline(10.0, 5.0, 30.0, device, devices=1, model_flops=None)
     assert comm["bound"] == "communication" and comm["step_s"] == 30.0 and comm["mfu"] is None
 

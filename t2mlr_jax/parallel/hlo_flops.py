@@ -1,0 +1,83 @@
+"""Matmul FLOPs of a compiled program counted off its executed HLO instructions (t2mlr_jax/parallel/hlo.py),
+every trip of a loop included: XLA's own cost analysis counts a while body once, so under a scan over
+layers it reports about one layer's FLOPs.
+
+A `dot` costs 2 x (result elements) x (its contracted lhs dimensions), and so does a cuBLAS GEMM (GPU's
+custom calls `__cublas$gemm`, `__cublas$lt$matmul...`: the dimensions in its backend config, the result
+the first array of its (result, workspace) tuple). A `convolution` (TPU writes its matmuls as
+convolutions: `dim_labels=0bf_io0->0bf`) costs 2 x (result elements) x (lhs features /
+feature_group_count) x (window taps that land on an input), and x (lhs batch / batch_group_count) when
+batch groups are used. Elementwise ops are not counted: these are the FLOPs a matrix unit runs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from t2mlr_jax.parallel.hlo import Executed, Instruction, dims
+
+
+def count(rest: str, name: str) -> int:
+    found = re.search(rf"\b{name}=(\d+)", rest)
+    return int(found.group(1)) if found else 1
+
+
+def window_taps(rest: str, lhs: list[int], out: list[int], lhs_labels: str, out_labels: str) -> float:
+    """Window taps one output position of a convolution multiplies, averaged over positions and taken over
+    its spatial dimensions: a tap on padding, or between the inputs of a dilated lhs, does no work (XLA's
+    gradient convolutions pad a length-1 input by the whole window)."""
+    window = re.search(r"\bwindow=\{([^}]*)\}", rest)
+    fields = dict(field.split("=", 1) for field in window.group(1).split()) if window else {}
+    taps = 1.0
+    for label, n_in in zip(lhs_labels, lhs):
+        if not label.isdigit():
+            continue
+        per_dim = {
+            key: value.split("x")[int(label)] for key, value in fields.items() if key != "rhs_reversal"
+        }
+        low = int(per_dim.get("pad", "0_0").split("_")[0])
+        lhs_dilation = int(per_dim.get("lhs_dilate", 1))
+        n_out = out[out_labels.index(label)]
+        positions = (
+            np.arange(n_out)[:, None] * int(per_dim.get("stride", 1))
+            + np.arange(int(per_dim.get("size", 1)))[None, :] * int(per_dim.get("rhs_dilate", 1))
+            - low
+        )
+        valid = (positions >= 0) & (positions <= (n_in - 1) * lhs_dilation) & (positions % lhs_dilation == 0)
+        taps *= float(valid.sum()) / n_out
+    return taps
+
+
+def is_matmul(instruction: Instruction) -> bool:
+    return instruction.opcode in ("dot", "convolution") or (
+        instruction.opcode == "custom-call" and 'custom_call_target="__cublas$' in instruction.rest
+    )
+
+
+def contraction(run: Executed) -> float:
+    """Multiply-adds behind one element of a dot's, GEMM's or convolution's result."""
+    instruction = run.instruction
+    lhs = dims(run.computation.instructions[instruction.operands[0]].type)
+    if instruction.opcode != "convolution":
+        dot = re.search(r"\blhs_contracting_dims=\{([\d,]*)\}", instruction.rest)
+        gemm = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', instruction.rest)
+        contracted = re.findall(r"\d+", (dot or gemm).group(1))
+        return float(math.prod(lhs[int(i)] for i in contracted))
+    lhs_labels, _, out_labels = re.search(r"\bdim_labels=(\w+)_(\w+)->(\w+)", instruction.rest).groups()
+    taps = window_taps(instruction.rest, lhs, dims(instruction.type), lhs_labels, out_labels)
+    features = lhs[lhs_labels.index("f")] / count(instruction.rest, "feature_group_count")
+    batch_groups = count(instruction.rest, "batch_group_count")
+    batch = lhs[lhs_labels.index("b")] / batch_groups if batch_groups > 1 else 1
+    return features * taps * batch
+
+
+def matmul_flops(executed: list[Executed]) -> float:
+    """FLOPs of every dot, GEMM and convolution one run of the program executes."""
+    return sum(
+        2.0 * math.prod(dims(run.instruction.type)) * contraction(run) * run.executions
+        for run in executed
+        if is_matmul(run.instruction)
+    )
