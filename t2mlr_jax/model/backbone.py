@@ -34,6 +34,8 @@ from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import MLPS, attend, attention_mask, rms_norm, rope, softcap
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
 
+Q_AXES = ("batch", "length", "act_heads", "head_dim")  # [B, T, H, E]
+KV_AXES = ("batch", "length", "act_kv_heads", "head_dim")  # [B, T, K, E]
 FULL_WINDOW = np.iinfo(np.int32).max  # a full-attention layer's entry in the scanned window array
 LATENT = -1  # the token id of a slot without a vocabulary token (a latent thought): no value embedding
 
@@ -304,10 +306,7 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
     x = norm(h, "input_layernorm")
     a = p["self_attn"]
     q = _project(x, a["q_proj"])
-    q = constrain(
-        _qk(cfg, q, a.get("q_norm"), step.positions, layer.rope_theta),
-        ("batch", "length", "act_heads", "head_dim"),
-    )
+    q = constrain(_qk(cfg, q, a.get("q_norm"), step.positions, layer.rope_theta), Q_AXES)
     k, v = _project(x, a["k_proj"]), _project(x, a["v_proj"])
     if fb is not None and fb.kv_fn is not None:
         k_fb, v_fb = fb.kv_fn(layer.feedback, fb.inputs, x, k, v)
@@ -318,7 +317,9 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
     if layer.value_embed is not None:
         gate = kv_head_gate(x, a["ve_gate"], cfg.ve_gate_scale)[..., None]
         v = v + (gate * layer.value_embed).astype(v.dtype)
-    k = _qk(cfg, k, a.get("k_norm"), step.positions, layer.rope_theta)
+    # each tensor-parallel device computes its own kv heads (Megatron), as it does its query heads
+    k = constrain(_qk(cfg, k, a.get("k_norm"), step.positions, layer.rope_theta), KV_AXES)
+    v = constrain(v, KV_AXES)
     keys, values = k, v
     if kv is not None:  # write this step's slots first, then read the layer: the update stays in place
         k_all, v_all, row, where = kv

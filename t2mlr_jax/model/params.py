@@ -73,7 +73,7 @@ def backbone_specs(cfg: ModelConfig) -> dict:
     if cfg.value_embeds:  # initialised like v_proj (nanochat)
         specs["value_embeds"] = ParamSpec(
             (len(cfg.value_embed_layers), v, k, e),
-            (None, "vocab", "kv_heads", "head_dim"),
+            (None, "vocab", "kv_heads", "value_embed"),
             weight_init(cfg, "in"),
             "embedding",
         )

@@ -31,11 +31,19 @@ from collections.abc import Sequence
 import jax
 
 from t2mlr_jax.parallel.chips import GIB, Chip, chip_of
-from t2mlr_jax.parallel.hlo import executed, parse
+from t2mlr_jax.parallel.hlo import executed, kernels, parse
 from t2mlr_jax.parallel.hlo_collectives import KINDS, collectives, summary
 from t2mlr_jax.parallel.hlo_flops import matmul_flops
 
 GB = 1e9
+MEMORY_FIELDS = (
+    "argument_bytes",
+    "output_bytes",
+    "alias_bytes",
+    "temp_bytes",
+    "generated_code_bytes",
+    "total_bytes",
+)
 
 
 def program_devices(compiled: jax.stages.Compiled) -> list:
@@ -86,43 +94,62 @@ def roofline(
 
 
 def compiled_report(compiled: jax.stages.Compiled, model_flops: float | None = None) -> dict:
-    """Memory, cost, collectives and roofline of a compiled program, per device, as a JSON-able dict.
-    `model_flops`: the model's FLOPs for one run of the whole program (all devices), for the MFU (a train
-    step: `Run.flops_per_step`, batch x `arch.train_flops(seq_len)`)."""
+    """Memory, cost, collectives, kernels and roofline of a compiled program, per device, as a JSON-able
+    dict. `model_flops`: the model's FLOPs for one run of the whole program (all devices), for the MFU (a
+    train step: `Run.flops_per_step`, batch x `arch.train_flops(seq_len)`)."""
     devices = program_devices(compiled)
-    per_chip = devices_per_chip(devices)
-    device = chip_of(devices[0].device_kind).split(per_chip)
-    memory = memory_per_device(compiled)
     cost = compiled.cost_analysis()
-    xla_flops, bytes_accessed = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
-    runs, loops = executed(parse(compiled.as_text()))
-    table = summary(collectives(runs, len(devices)))
+    return hlo_report(
+        compiled.as_text(),
+        memory_per_device(compiled),
+        {"flops": float(cost.get("flops", 0.0)), "bytes_accessed": float(cost.get("bytes accessed", 0.0))},
+        devices[0].device_kind,
+        len(devices),
+        devices_per_chip(devices),
+        model_flops,
+    )
+
+
+def hlo_report(
+    hlo_text: str,
+    memory: dict,
+    xla_cost: dict,
+    device_kind: str,
+    devices: int,
+    per_chip: int = 1,
+    model_flops: float | None = None,
+) -> dict:
+    """`compiled_report` from what a compile leaves: its HLO text, `memory_per_device`, XLA's cost
+    ({"flops", "bytes_accessed"}) and its devices; so a kept HLO is reported again by the current code
+    without compiling it again (experiments/tpu_scaling.py)."""
+    device = chip_of(device_kind).split(per_chip)
+    runs, loops = executed(parse(hlo_text))
+    table = summary(collectives(runs, devices))
     matmuls = matmul_flops(runs)
-    flops = max(xla_flops, matmuls)
+    flops = max(xla_cost["flops"], matmuls)
+    bytes_accessed = xla_cost["bytes_accessed"]
     traffic = sum(row["traffic_bytes"] for row in table.values())
+    live = {k: memory[k] for k in MEMORY_FIELDS}
     return {
-        "device_kind": devices[0].device_kind,
+        "device_kind": device_kind,
         "chip": device.name,
         "chip_source": device.source,
-        "devices": len(devices),
+        "devices": devices,
         "devices_per_chip": per_chip,
-        "memory": {
-            **memory,
-            "hbm_bytes": device.hbm_bytes,
-            "fits": memory["total_bytes"] <= device.hbm_bytes,
-        },
+        "memory": {**live, "hbm_bytes": device.hbm_bytes, "fits": live["total_bytes"] <= device.hbm_bytes},
         "cost": {
             "flops": flops,
-            "xla_flops": xla_flops,
+            "xla_flops": xla_cost["flops"],
             "matmul_flops": matmuls,
             "bytes_accessed": bytes_accessed,
             "traffic_bytes": traffic,
         },
         "collectives": table,
+        "kernels": kernels(hlo_text),
         "while_trip_counts": loops,
         "roofline": {
             "model_flops": model_flops,
-            **roofline(flops, bytes_accessed, traffic, device, len(devices), model_flops),
+            **roofline(flops, bytes_accessed, traffic, device, devices, model_flops),
         },
     }
 

@@ -9,6 +9,7 @@ count: None). Both branches of a conditional count, an upper bound.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import re
@@ -41,7 +42,7 @@ class Instruction:
 class Computation:
     name: str
     instructions: dict[str, Instruction]
-    root: Instruction
+    root: Instruction | None  # None: a computation printed without a ROOT line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,3 +166,15 @@ def executed(module: Module) -> tuple[list[Executed], list[int | None]]:
 
     visit(module.computations[module.entry], 1, module.entry)
     return found, loops
+
+
+KERNEL = re.compile(
+    r"^\s+(?:ROOT\s+)?%?([A-Za-z_][\w\-]*?)(?:\.\d+)?\s*=.*custom_call_target=\"tpu_custom_call\"", re.M
+)
+
+
+def kernels(hlo_text: str) -> dict[str, int]:
+    """The Pallas / Mosaic kernels a TPU program calls (its `tpu_custom_call`s), counted by name (e.g.
+    splash attention's splash_mha_fwd_residuals, splash_mha_dq_no_residuals, splash_mha_dkv_no_residuals),
+    each call site once (a call inside a loop body is not multiplied)."""
+    return dict(sorted(collections.Counter(KERNEL.findall(hlo_text)).items()))

@@ -18,7 +18,6 @@ What is counted, per kind (all-gather, reduce-scatter, all-reduce, all-to-all, c
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 import re
@@ -93,15 +92,3 @@ def summary(found: list[Collective]) -> dict[str, dict[str, int | float]]:
         row["bytes"] += c.result_bytes * c.executions
         row["traffic_bytes"] += c.traffic_bytes
     return table
-
-
-KERNEL = re.compile(
-    r"^\s+(?:ROOT\s+)?%?([A-Za-z_][\w\-]*?)(?:\.\d+)?\s*=.*custom_call_target=\"tpu_custom_call\"", re.M
-)
-
-
-def kernels(hlo_text: str) -> dict[str, int]:
-    """The Pallas / Mosaic kernels a TPU program calls (its `tpu_custom_call`s), counted by name (e.g.
-    splash attention's splash_mha_fwd_residuals, splash_mha_dq_no_residuals, splash_mha_dkv_no_residuals),
-    each call site once (a call inside a loop body is not multiplied)."""
-    return dict(sorted(collections.Counter(KERNEL.findall(hlo_text)).items()))

@@ -23,11 +23,15 @@ LOGICAL_AXIS_RULES: dict[str, tuple[str, ...]] = {
     "length": (),
     "act_embed": (),
     "act_heads": ("tensor",),
+    "act_kv_heads": ("tensor",),
     "act_mlp": ("tensor",),
     "act_vocab": ("tensor",),
     # parameters
     "layers": (),
     "embed": ("fsdp",),
+    # nanochat's value embeddings' head width: fsdp shards these vocabulary-sized tables as it shards
+    # embed_tokens' width (a name of its own: Muon reads d_model off the `embed` axes)
+    "value_embed": ("fsdp",),
     "vocab": ("tensor",),
     "heads": ("tensor",),
     "kv_heads": ("tensor",),

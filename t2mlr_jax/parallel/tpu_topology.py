@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-import jax
+EXAMPLES = "v5e:2x2, v5e:16x16, v5p:4x4x4, v6e:8x8, v4:2x2x2"
 
 
 def topology_devices(name: str) -> list:
@@ -21,6 +21,9 @@ def topology_devices(name: str) -> list:
     config = "megacore" if name.startswith("v4") else "default"
     try:
         desc = topologies.get_topology_desc(topology_name=name, platform="tpu", chip_config_name=config)
-    except jax.errors.JaxRuntimeError as error:
-        raise ValueError(f"TPU topology {name!r}: {str(error).splitlines()[0]}") from None
+    except Exception as error:  # noqa: BLE001 -- libtpu's reasons vary: each becomes one line naming it
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if "libtpu" not in reason and "tpu" in reason.lower() and "backend" in reason.lower():
+            reason += " (no TPU compiler here? pip install 'libtpu==0.0.42.*', jax's tpu extra)"
+        raise ValueError(f"TPU topology {name!r}: {reason} (e.g. {EXAMPLES})") from None
     return list(desc.devices)

@@ -20,23 +20,10 @@ from t2mlr_jax.architectures import Architecture
 from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
 from t2mlr_jax.parallel.rules import MESH_AXES
+from t2mlr_jax.parallel.tpu_topology import topology_devices
 from t2mlr_jax.train.programs import Programs
 
 PROGRAMS = ("train", "eval", "decode", "jacobi_prefill")
-EXAMPLE_TOPOLOGIES = "v5e:2x2, v5e:16x16, v5p:4x4x4, v6e:8x8, v4:2x2x2"
-
-
-def topology_devices(topology: str) -> list:
-    """The devices of a TPU topology ("v5e:16x16"), described by libtpu without any TPU attached."""
-    try:
-        from jax.experimental import topologies
-
-        return list(topologies.get_topology_desc(topology_name=topology, platform="tpu").devices)
-    except Exception as e:  # noqa: BLE001 -- libtpu's reasons vary: each is one line naming the topology
-        reason = " ".join(str(e).split())[:300]
-        if "Unknown backend" in reason or "tpu" in reason.lower() and "plugin" in reason.lower():
-            reason = "no TPU compiler here: pip install 'libtpu==0.0.42.*' (jax's tpu extra)"
-        raise ValueError(f"--topology={topology!r}: {reason} (e.g. {EXAMPLE_TOPOLOGIES})") from None
 
 
 def parse_mesh(text: str) -> dict[str, int]:
