@@ -116,7 +116,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--budget_s",
         type=float,
         help=f"seconds for all parts together (default {DEFAULT_BUDGET_S['gpu']:.0f}, dry run "
-        f"{DEFAULT_BUDGET_S['dry']:.0f}); each part gets its share: "
+        f"{DEFAULT_BUDGET_S['dry']:.0f}); the parts that run share it as "
         + ", ".join(f"{p} {100 * s:.0f}%%" for p, s in SHARES.items()),
     )
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU (no GPU needed)")
@@ -188,6 +188,11 @@ def child_env(dry_run: bool) -> dict:
     return env
 
 
+def budget_of(part: str, args) -> float:
+    """The part's share of --budget_s among the parts that run (env and --parts)."""
+    return args.budget_s * SHARES[part] / sum(SHARES[p] for p in ("env", *args.parts))
+
+
 def run_part(part: str, args, part_file: Path, log: Path, budget_s: float) -> dict:
     """The part in a child process under `budget_s`: its record, with how it ended."""
     command = [sys.executable, "-m", "experiments.gpu_check", f"--worker={part}", f"--part_file={part_file}"]
@@ -215,7 +220,7 @@ def check_backend(args) -> tuple[dict, str]:
     --dry-run) one line, exit 2."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        record = run_part("env", args, tmp / "env.json", tmp / "env.log", SHARES["env"] * args.budget_s)
+        record = run_part("env", args, tmp / "env.json", tmp / "env.log", budget_of("env", args))
         log = (tmp / "env.log").read_text()
     if record["status"] != "ok":
         fail(f"jax did not start: {record.get('error')}; {(log.strip().splitlines() or [''])[-1]}")
@@ -232,6 +237,8 @@ def cell(value) -> str:
         return "yes" if value else "NO"
     if isinstance(value, float):
         return f"{value:,.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
     return str(value)
 
 
@@ -319,7 +326,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     spare = env_record["budget_s"] - env_record["wall_seconds"]
     for part in args.parts:
-        budget = SHARES[part] * args.budget_s + max(spare, 0.0)
+        budget = budget_of(part, args) + max(spare, 0.0)
         record = run_part(part, args, out / "parts" / f"{part}.json", out / "logs" / f"{part}.log", budget)
         spare = budget - record["wall_seconds"]
         payload["parts"][part] = record

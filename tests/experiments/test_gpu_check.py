@@ -76,6 +76,38 @@ def test_peak_flops_by_device_kind():
     assert peak_flops(kind("cpu", "cpu")) is None
 
 
+def test_a_failing_unit_is_its_error_row_and_the_next_unit_runs(tmp_path, monkeypatch):
+    from experiments.benchmarks import gpu_parts
+
+    def broken():
+        raise RuntimeError("cuDNN\nfailed")
+
+    part = gpu_parts.Part(
+        [("a", broken), ("b", lambda: [{"case": "b", "ms": 1.0}])], lambda rows: {"n": len(rows)}
+    )
+    monkeypatch.setitem(gpu_parts.PARTS, "train", lambda sizes: part)
+    gpu_check.worker("train", "dry", tmp_path / "train.json")
+    record = json.loads((tmp_path / "train.json").read_text())
+    assert record == {
+        "status": "partial",
+        "cases": [{"case": "a", "error": "RuntimeError: cuDNN failed"}, {"case": "b", "ms": 1.0}],
+        "summary": {"n": 2},
+    }
+
+
+def test_a_part_past_its_budget_is_stopped_and_recorded(tmp_path):
+    args = SimpleNamespace(dry_run=True)
+    record = gpu_check.run_part("env", args, tmp_path / "env.json", tmp_path / "env.log", budget_s=0.2)
+    assert record["status"] == "timeout" and record["error"] == "stopped at its budget of 0 s"
+    assert record["budget_s"] == 0.2 and record["wall_seconds"] < 5
+
+
+def test_the_parts_that_run_share_the_budget():
+    args = SimpleNamespace(budget_s=100.0, parts=["decode"])
+    share = gpu_check.SHARES["decode"] / (gpu_check.SHARES["env"] + gpu_check.SHARES["decode"])
+    assert gpu_check.budget_of("decode", args) == pytest.approx(100 * share)
+
+
 @pytest.mark.slow
 def test_without_a_gpu_it_stops_in_one_line_and_writes_nothing(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
