@@ -223,7 +223,7 @@ def check_backend(args) -> tuple[dict, str]:
         record = run_part("env", args, tmp / "env.json", tmp / "env.log", budget_of("env", args))
         log = (tmp / "env.log").read_text()
     if record["status"] != "ok":
-        fail(f"jax did not start: {record.get('error')}; {(log.strip().splitlines() or [''])[-1]}")
+        fail(f"jax did not start: {record['error']}")
     device = record["cases"][0]
     if device["platform"] != "gpu" and not args.dry_run:
         fail(f"jax runs on {device['platform']} ({device['device_kind']}), not a GPU: {NO_GPU_HINT}")

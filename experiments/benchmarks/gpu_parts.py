@@ -78,7 +78,8 @@ SIZES = {
             decode_batches=(1,),
             prefill_ranges=("(5,26)", "(13,18)", "(9,22)"),
         ),
-        train_batch=16,  # half the recipe's micro-batch (256 rows, grad_accum 8): T²MLR's step in ~60 GB
+        # Half the recipe's micro-batch (256 rows, grad_accum 8): T²MLR's step, estimated, ~60 GB.
+        train_batch=16,
         train_seq=2048,
         lrt_passes=2,
         attention_batch=8,
