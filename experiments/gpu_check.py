@@ -223,7 +223,8 @@ def check_backend(args) -> tuple[dict, str]:
         record = run_part("env", args, tmp / "env.json", tmp / "env.log", budget_of("env", args))
         log = (tmp / "env.log").read_text()
     if record["status"] != "ok":
-        fail(f"jax did not start: {record['error']}")
+        errors = [c["error"] for c in record["cases"] if "error" in c]
+        fail(f"jax did not start: {record.get('error') or errors[0]}")
     device = record["cases"][0]
     if device["platform"] != "gpu" and not args.dry_run:
         fail(f"jax runs on {device['platform']} ({device['device_kind']}), not a GPU: {NO_GPU_HINT}")

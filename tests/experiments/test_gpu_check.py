@@ -102,6 +102,34 @@ def test_a_part_past_its_budget_is_stopped_and_recorded(tmp_path):
     assert record["budget_s"] == 0.2 and record["wall_seconds"] < 5
 
 
+@pytest.mark.parametrize(
+    "record",
+    [
+        {
+            "status": "crashed",
+            "cases": [],
+            "error": "exit status 1: ModuleNotFoundError: No module named 'jax'",
+        },
+        {
+            "status": "partial",
+            "cases": [{"case": "device", "error": "ModuleNotFoundError: No module named 'jax'"}],
+        },
+    ],
+)
+def test_a_jax_that_does_not_start_is_one_line(tmp_path, capsys, monkeypatch, record):
+    def env_part(part, args, part_file, log, budget_s):
+        log.write_text("Traceback ...\n")
+        return {"budget_s": budget_s, "wall_seconds": 1.0, "log": str(log), **record}
+
+    monkeypatch.setattr(gpu_check, "run_part", env_part)
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_check.main([f"--out={tmp_path / 'out'}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpu_check: jax did not start: ") and err.endswith("No module named 'jax'")
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_parts_that_run_share_the_budget():
     args = SimpleNamespace(budget_s=100.0, parts=["decode"])
     share = gpu_check.SHARES["decode"] / (gpu_check.SHARES["env"] + gpu_check.SHARES["decode"])
