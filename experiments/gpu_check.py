@@ -14,8 +14,9 @@ Parts (in this order; env always runs first):
   prefill    Jacobi prefill speed-up over exact prefill per window and D (paper Table 8)
 
 Each part runs in a process of its own under its share of --budget_s (time a part leaves unused goes to
-the next); it writes its rows as they finish, so a part that crashes or runs out of time keeps what it
-measured, and the next part still runs. --dry-run runs every part at tiny sizes on the CPU.
+the next); it writes its rows as they finish and starts no unit it has no time left for, so a part that
+crashes or runs out of time keeps what it measured, and the next part still runs. --dry-run runs every
+part at tiny sizes on the CPU.
 
   experiments/gpu_check.sh --out=runs/gpu_check                      # on the GPU, <= 10 minutes
   python -m experiments.gpu_check --dry-run --out=/tmp/gpu_check     # CPU, tiny sizes, ~1-2 minutes
@@ -122,6 +123,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU (no GPU needed)")
     parser.add_argument("--worker", choices=list(SHARES), help=argparse.SUPPRESS)  # one part, in-process
     parser.add_argument("--part_file", help=argparse.SUPPRESS)  # where the worker writes its part
+    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)  # the worker's end, time.time()
     args = parser.parse_args(argv)
     args.sizes = "dry" if args.dry_run else "gpu"
     if args.worker:
@@ -148,10 +150,11 @@ def write_json(path: Path, payload: dict) -> None:
     tmp.replace(path)  # a reader (the parent after a kill) never sees half a file
 
 
-def worker(part: str, sizes_name: str, path: Path) -> None:
+def worker(part: str, sizes_name: str, path: Path, deadline: float) -> None:
     """Run one part in this process, rewriting `path` after every unit: {"status", "cases", "summary"?,
-    "error"?}. Imported here: the parent never loads jax, whose GPU client would hold the memory the parts
-    need."""
+    "error"?}. A unit that would not end by `deadline` (time.time(); were it to take as long as the
+    longest so far) is not started but skipped, so a part stops where it fits rather than being killed.
+    Imported here: the parent never loads jax, whose GPU client would hold the memory the parts need."""
     import warnings
 
     from experiments.benchmarks import gpu_parts
@@ -161,12 +164,19 @@ def worker(part: str, sizes_name: str, path: Path) -> None:
     write_json(path, record)
     try:
         built = gpu_parts.PARTS[part](gpu_parts.SIZES[sizes_name])
+        longest = 0.0
         for label, unit in built.units:
+            start, left = time.time(), deadline - time.time()
+            if left < longest:
+                reason = f"not started: {left:.0f} s of the part's budget left, a unit took {longest:.0f} s"
+                record["cases"].append({"case": label, "skipped": reason})
+                continue
             try:
                 record["cases"] += unit()
             except Exception as e:  # one unit's failure is its row; the next unit still runs
                 traceback.print_exc()
                 record["cases"].append({"case": label, "error": one_line(e)})
+            longest = max(longest, time.time() - start)
             write_json(path, record)
         if built.summary:
             record["summary"] = built.summary(record["cases"])
@@ -196,7 +206,7 @@ def budget_of(part: str, args) -> float:
 def run_part(part: str, args, part_file: Path, log: Path, budget_s: float) -> dict:
     """The part in a child process under `budget_s`: its record, with how it ended."""
     command = [sys.executable, "-m", "experiments.gpu_check", f"--worker={part}", f"--part_file={part_file}"]
-    command += ["--dry-run"] if args.dry_run else []
+    command += [f"--deadline={time.time() + budget_s}"] + (["--dry-run"] if args.dry_run else [])
     start = time.perf_counter()
     with open(log, "w") as out:
         try:
@@ -303,7 +313,7 @@ def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.worker:
-        worker(args.worker, args.sizes, Path(args.part_file))
+        worker(args.worker, args.sizes, Path(args.part_file), args.deadline)
         return {}
     started, started_utc = time.perf_counter(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     env_record, env_log = check_backend(args)

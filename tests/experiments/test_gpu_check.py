@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -86,13 +87,31 @@ def test_a_failing_unit_is_its_error_row_and_the_next_unit_runs(tmp_path, monkey
         [("a", broken), ("b", lambda: [{"case": "b", "ms": 1.0}])], lambda rows: {"n": len(rows)}
     )
     monkeypatch.setitem(gpu_parts.PARTS, "train", lambda sizes: part)
-    gpu_check.worker("train", "dry", tmp_path / "train.json")
+    gpu_check.worker("train", "dry", tmp_path / "train.json", deadline=time.time() + 60)
     record = json.loads((tmp_path / "train.json").read_text())
     assert record == {
         "status": "partial",
         "cases": [{"case": "a", "error": "RuntimeError: cuDNN failed"}, {"case": "b", "ms": 1.0}],
         "summary": {"n": 2},
     }
+
+
+def test_a_unit_without_time_left_is_skipped(tmp_path, monkeypatch):
+    from experiments.benchmarks import gpu_parts
+
+    def slow():
+        time.sleep(0.3)
+        return [{"case": "a", "ms": 1.0}]
+
+    part = gpu_parts.Part([("a", slow), ("b", lambda: [{"case": "b", "ms": 1.0}])])
+    monkeypatch.setitem(gpu_parts.PARTS, "train", lambda sizes: part)
+    gpu_check.worker("train", "dry", tmp_path / "train.json", deadline=time.time() + 0.5)
+    record = json.loads((tmp_path / "train.json").read_text())
+    assert record["status"] == "ok" and record["cases"][0] == {"case": "a", "ms": 1.0}
+    assert record["cases"][1]["case"] == "b"
+    assert record["cases"][1]["skipped"].startswith(
+        "not started: 0 s of the part's budget left, a unit took 0 s"
+    )
 
 
 def test_a_part_past_its_budget_is_stopped_and_recorded(tmp_path):
