@@ -132,20 +132,25 @@ def compiled(jitted, *args) -> tuple:
     return fn, time.perf_counter() - start
 
 
-def train_step_of(c, arch_name: str, ids, seed: int) -> tuple:
-    """(architecture, initial state, batch, the trainer's own jitted step: forward + backward + clipped AdamW
-    update) on the rows `ids` [B, T + 1], each one recurrent document (as pretraining)."""
+def step_of(c, arch_name: str) -> tuple:
+    """(architecture, optimizer, the trainer's own jitted step: forward + backward + clipped AdamW update)."""
+    from t2mlr_jax.architectures import build_architecture
+    from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
+    from t2mlr_jax.train.train_step import compile_step
+
+    arch = build_architecture(resolve(c), arch_name)
+    optimizer = make_optimizer(resolve(c).optimizer, arch.specs, c.train.steps)
+    return arch, optimizer, compile_step(arch, optimizer, make_schedule(resolve(c).optimizer, c.train.steps))
+
+
+def lm_batch(ids) -> dict:
+    """The rows `ids` [B, T + 1] as a train batch, each one recurrent document (as pretraining)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from t2mlr_jax.architectures import build_architecture
-    from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
-    from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
+    from t2mlr_jax.train.train_step import model_inputs
 
-    arch = build_architecture(resolve(c), arch_name)
-    optimizer = make_optimizer(resolve(c).optimizer, arch.specs, c.train.steps)
-    state = init_state(arch, optimizer, seed)
     ids = np.asarray(ids, np.int32)
     shape = (ids.shape[0], ids.shape[1] - 1)
     batch = model_inputs(
@@ -158,8 +163,15 @@ def train_step_of(c, arch_name: str, ids, seed: int) -> tuple:
             "control_flow": np.full(shape, 2, np.int32),  # 2 = recurrent (pretraining)
         }
     )
-    step = compile_step(arch, optimizer, make_schedule(resolve(c).optimizer, c.train.steps))
-    return arch, state, jax.tree.map(jnp.asarray, batch), step
+    return jax.tree.map(jnp.asarray, batch)
+
+
+def train_step_of(c, arch_name: str, ids, seed: int) -> tuple:
+    """(architecture, initial state, batch, the trainer's own jitted step) on the rows `ids` [B, T + 1]."""
+    from t2mlr_jax.train.train_step import init_state
+
+    arch, optimizer, step = step_of(c, arch_name)
+    return arch, init_state(arch, optimizer, seed), lm_batch(ids), step
 
 
 def measure(c, arch_name: str, spec: dict, slots: int = 1) -> dict:
