@@ -34,19 +34,6 @@ from .harness import Bench, median
 from .report import describe
 from .side_by_side import timed_calls
 
-# Dense bf16 tensor-core peak FLOP/s by jax's device_kind, from NVIDIA's datasheets (H100: "NVIDIA H100
-# Tensor Core GPU" datasheet; H200: "NVIDIA H200 Tensor Core GPU"; A100: "NVIDIA A100 Tensor Core GPU"):
-# the BF16 figures there are with 2:4 sparsity, halved here. Kinds as cudaGetDeviceProperties names them.
-# To be merged into the chip-facts table (t2mlr_jax/parallel/chips.py); an unknown kind falls back to
-# experiments/benchmarks/throughput.py's table, whose "h100" / "h200" entries are the same fact.
-GPU_PEAK_BF16_FLOPS = {
-    "NVIDIA H100 80GB HBM3": 989e12,  # H100 SXM5
-    "NVIDIA H100 PCIe": 756e12,
-    "NVIDIA H200": 989e12,  # H200 SXM
-    "NVIDIA A100-SXM4-80GB": 312e12,
-    "NVIDIA A100-SXM4-40GB": 312e12,
-    "NVIDIA A100 80GB PCIe": 312e12,
-}
 CONFIG = ours.ROOT / "configs" / "smollm135m_t2mlr.py"  # the 135M pretraining recipe (bf16, AdamW)
 T2MLR_RANGE = "(13,18)"  # Table 12's window, scaled to the model's depth
 ATTENTION_IMPLS = ("einsum", "xla", "cudnn")
@@ -109,10 +96,6 @@ class Part(NamedTuple):
     summary: Callable[[list[dict]], dict] | None = None  # over every row, once the units have run
 
 
-def peak_flops(device) -> float | None:
-    return GPU_PEAK_BF16_FLOPS.get(device.device_kind) or throughput.default_peak_flops(device)
-
-
 def sizes_row(sizes: Sizes) -> dict:
     b = sizes.bench
     return {
@@ -138,7 +121,7 @@ def env(sizes: Sizes) -> Part:
                 "device_kind": d.device_kind,
                 "device_count": jax.device_count(),
                 "memory_bytes": stats.get("bytes_limit"),
-                "peak_flops": peak_flops(d),
+                "peak_flops": throughput.default_peak_flops(d),
                 "auto_attention": AUTO_ATTENTION.get(d.platform, CPU_ATTENTION),
                 "jax": jax.__version__,
                 "python": platform.python_version(),
@@ -245,7 +228,7 @@ def counted_flops(sizes: Sizes, arch_name: str, batch: dict) -> float:
 
 
 def train(sizes: Sizes) -> Part:
-    peak = peak_flops(jax.devices()[0])
+    peak = throughput.default_peak_flops(jax.devices()[0])
     m, rows, seq = sizes.bench.model, sizes.train_batch, sizes.train_seq
     ids = np.random.default_rng(0).integers(1, m.vocab_size, (rows, seq + 1))
     example = jax.ShapeDtypeStruct((rows, seq, m.num_heads, m.head_dim), jnp.dtype(m.dtype))
@@ -306,7 +289,8 @@ def train(sizes: Sizes) -> Part:
 
 def _bench(sizes: Sizes, **preset) -> Bench:
     p = dataclasses.replace(sizes.bench, **preset)
-    return Bench(p, presets.matched_baseline(p.model), peak_flops(jax.devices()[0]), seed=0)
+    peak = throughput.default_peak_flops(jax.devices()[0])
+    return Bench(p, presets.matched_baseline(p.model), peak, seed=0)
 
 
 def decode_part(sizes: Sizes) -> Part:

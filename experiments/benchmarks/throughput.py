@@ -1,28 +1,20 @@
 """Throughput and MFU: tokens/s and model FLOP utilisation of the train and decode sections' timings
 (counted FLOPs over time over the chip's dense bf16 peak)."""
 
+from t2mlr_jax.parallel.chips import CHIPS
+
 from .flops import decode_flops
 from .harness import Bench
 from .report import markdown_table
 
 TITLE = "Throughput and MFU"
 NEEDS = ("decode", "train")  # computed from these sections' timings, so they run first
-# Dense bf16 peak TFLOP/s per chip, matched against device_kind in this order.
-PEAK_TFLOPS = (
-    ("h100", 989.0),
-    ("h200", 989.0),
-    ("v5 lite", 197.0),
-    ("v5e", 197.0),
-    ("v5p", 459.0),
-    ("v5", 459.0),
-)
 
 
 def default_peak_flops(device) -> float | None:
-    kind = device.device_kind.lower()
-    if device.platform == "cpu":
-        return None
-    return next((tflops * 1e12 for key, tflops in PEAK_TFLOPS if key in kind), None)
+    """The chip's dense bf16 peak (t2mlr_jax/parallel/chips.py); None on a CPU or a chip not in the table."""
+    chip = CHIPS.get(device.device_kind)
+    return None if device.platform == "cpu" or chip is None else chip.peak_flops
 
 
 def _row(workload: str, variant: str, tokens: int, flops: float, seconds: float, peak: float | None) -> dict:

@@ -64,6 +64,15 @@ CHIPS: dict[str, Chip] = {
     "NVIDIA H200": Chip(
         "H200 SXM", 989.4e12, 141e9, 4.8e12, 900e9, "https://www.nvidia.com/en-us/data-center/h200/"
     ),
+    "NVIDIA H100 PCIe": Chip(
+        "H100 PCIe", 756e12, 80e9, 2.0e12, 600e9, "https://www.nvidia.com/en-us/data-center/h100/"
+    ),
+    "NVIDIA A100-SXM4-80GB": Chip(
+        "A100 SXM 80GB", 312e12, 80e9, 2.039e12, 600e9, "https://www.nvidia.com/en-us/data-center/a100/"
+    ),
+    "NVIDIA A100-SXM4-40GB": Chip(
+        "A100 SXM 40GB", 312e12, 40e9, 1.555e12, 600e9, "https://www.nvidia.com/en-us/data-center/a100/"
+    ),
 }
 
 
