@@ -178,7 +178,7 @@ def reported(result: dict, folder: Path) -> dict:
     """The row's programs reported again from their kept HLO by the current analysis (hlo_report): a
     change to the analysis needs no recompile."""
     for p in result["programs"]:
-        if "error" in p:
+        if "error" in p or "skipped" in p:
             continue
         with gzip.open(folder / "hlo" / f"{p['arch']}_{p['program']}.hlo.gz", "rt") as f:
             hlo = f.read()
@@ -215,6 +215,11 @@ def table(results: list[dict]) -> str:
         setting = result["setting"]
         mesh = ",".join(f"{k}:{v}" for k, v in setting["mesh"].items() if v > 1)
         for p in result["programs"]:
+            if "skipped" in p:
+                lines.append(
+                    f"| {row['name']} | {p['arch']} | {p['program']} | | {mesh} | {p['skipped']} |||||||"
+                )
+                continue
             if "error" in p:
                 lines.append(
                     f"| {row['name']} | {p['arch']} | {p['program']} | | {mesh} | **failed**: "

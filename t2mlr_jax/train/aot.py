@@ -24,6 +24,7 @@ from t2mlr_jax.parallel.tpu_topology import topology_devices
 from t2mlr_jax.train.programs import Programs
 
 PROGRAMS = ("train", "eval", "decode", "jacobi_prefill")
+NO_CACHE = "no KV cache: it decodes by re-running its eval forward over the sequence, once per token"
 
 
 def parse_mesh(text: str) -> dict[str, int]:
