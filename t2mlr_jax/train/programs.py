@@ -104,32 +104,34 @@ class Programs:
         return make_eval_step(self.arch), args
 
     def decoder(self, jacobi_prefill: bool = False):
-        """(the architecture's cached decoder, whether its inputs are (params, model_state)); with
+        """(the architecture's cached decoder, what it reads as `generate` hands it over: the abstract
+        state's params, or params and model state, with their layers unstacked once); with
         `jacobi_prefill`, T²MLR's decoder prefilling by its Jacobi passes. None if it decodes by
-        recomputing the whole forward."""
+        re-running its whole forward (no cache), or for a Jacobi prefill outside T²MLR."""
         if not isinstance(self.arch.generate, CachedGenerate):
             return None
-        state = self.state_shapes
+        state = self.abstract_state()
         decoder, inputs = self.arch.generate.decoding(state.params, state.model_state)
         if jacobi_prefill:
             if not isinstance(decoder, T2MLRDecoder) or decoder.model.recurrence is None:
                 return None
             decoder = dataclasses.replace(decoder, prefill_mode="jacobi")
-        return decoder, inputs is not state.params
+        unstacked = jax.eval_shape(lambda tree: unstack_layers(decoder.model, tree), inputs)
+        shardings = _unstacked_shardings(jax.tree.map(lambda x: x.sharding, inputs), decoder.model.num_layers)
+        return decoder, _with_sharding(unstacked, shardings)
 
     def decode_program(self, batch_size: int, cache_len: int):
-        """One cached decode step (a token per row) against a cache of `cache_len` slots, on the params as
-        generation holds them (layers unstacked once, in the compute dtype); None without a cache."""
+        """One cached decode step (a token per row) against a cache of `cache_len` slots; None without a
+        cache."""
         found = self.decoder()
         if found is None:
             return None
-        decoder, with_state = found
+        decoder, inputs = found
         tokens = self._rows(batch_size, 1)
 
         def step(inputs, tokens, recurrent_state, cache, layout):
             return decoder.step(inputs, tokens, recurrent_state, cache, layout)
 
-        inputs = self._decoder_inputs(decoder, with_state)
         args = (
             inputs,
             tokens,
@@ -145,31 +147,17 @@ class Programs:
         found = self.decoder(jacobi_prefill=True)
         if found is None:
             return None
-        decoder, with_state = found
+        decoder, inputs = found
         tokens = self._rows(batch_size, seq_len)
 
         def prefill(inputs, tokens, cache, layout):
             return decoder.prefill(inputs, tokens, layout, cache)
 
-        args = (
-            self._decoder_inputs(decoder, with_state),
-            tokens,
-            self._cache(decoder, batch_size, seq_len),
-            Layout(tokens, tokens, tokens),
-        )
+        args = (inputs, tokens, self._cache(decoder, batch_size, seq_len), Layout(tokens, tokens, tokens))
         return jax.jit(prefill, donate_argnums=2), args
 
     def _rows(self, batch_size: int, length: int) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct((batch_size, length), jnp.int32, sharding=batch_sharding(self.mesh))
-
-    def _decoder_inputs(self, decoder, with_state: bool):
-        """What the decoder reads, as `generate` hands it over: params with their layers unstacked (each
-        layer keeps its stacked parameter's sharding; the layer axis is never sharded)."""
-        state = self.abstract_state()
-        unstacked = jax.eval_shape(lambda p: unstack_layers(decoder.model, p), state.params)
-        shardings = _unstacked_shardings(self.state_shardings.params, decoder.model.num_layers)
-        params = _with_sharding(unstacked, shardings)
-        return (params, state.model_state) if with_state else params
 
     def _cache(self, decoder, batch_size: int, length: int) -> KVCache:
         shapes = jax.eval_shape(lambda: decoder.init_cache(batch_size, length))
@@ -197,10 +185,10 @@ class Programs:
         return jax.ShapeDtypeStruct(state.shape, state.dtype, sharding=sharding)
 
 
-def _unstacked_shardings(params_shardings, num_layers: int):
+def _unstacked_shardings(shardings, num_layers: int):
     """Shardings of `unstack_layers`' output: each layer takes its stacked parameter's spec without the
-    leading layer axis (never sharded); parameters outside `layers`, and layers held apart already
-    (model.scan_layers=False), keep theirs."""
+    leading layer axis (never sharded); everything outside `layers`, and layers held apart already
+    (model.scan_layers=False), keeps its own."""
     drop_layer_axis = lambda sh: NamedSharding(sh.mesh, PartitionSpec(*sh.spec[1:]))
 
     def per_layer(layers):
@@ -208,4 +196,4 @@ def _unstacked_shardings(params_shardings, num_layers: int):
             return tuple(layers)
         return (jax.tree.map(drop_layer_axis, layers),) * num_layers
 
-    return layer_layout.map_layers(params_shardings, per_layer)
+    return layer_layout.map_layers(shardings, per_layer)
