@@ -68,13 +68,19 @@ def test_every_part_has_a_share_a_table_and_a_runner():
 
 
 def test_peak_flops_by_device_kind():
-    from experiments.benchmarks.gpu_parts import peak_flops
+    """MFU's peak is the chip-facts table's (t2mlr_jax/parallel/chips.py), by jax's device_kind."""
+    from experiments.benchmarks.throughput import default_peak_flops
 
     kind = lambda name, platform="gpu": SimpleNamespace(device_kind=name, platform=platform)
-    assert peak_flops(kind("NVIDIA H200")) == peak_flops(kind("NVIDIA H100 80GB HBM3")) == 989e12
-    assert peak_flops(kind("NVIDIA H100 PCIe")) == 756e12
-    assert peak_flops(kind("TPU v5 lite", "tpu")) == 197e12  # the bench's table, for the rest
-    assert peak_flops(kind("cpu", "cpu")) is None
+    assert (
+        default_peak_flops(kind("NVIDIA H200"))
+        == default_peak_flops(kind("NVIDIA H100 80GB HBM3"))
+        == 989.4e12
+    )
+    assert default_peak_flops(kind("NVIDIA H100 PCIe")) == 756e12
+    assert default_peak_flops(kind("TPU v5 lite", "tpu")) == 197e12
+    assert default_peak_flops(kind("NVIDIA B300")) is None  # not in the table: MFU null
+    assert default_peak_flops(kind("cpu", "cpu")) is None
 
 
 def test_a_failing_unit_is_its_error_row_and_the_next_unit_runs(tmp_path, monkeypatch):
