@@ -87,7 +87,7 @@ def parse(hlo_text: str) -> Module:
             if header:
                 current, root = (header.group(1), {}), None
                 entry = header.group(1) if line.startswith("ENTRY") else entry
-        elif line.startswith("}"):
+        elif line.rstrip() == "}":  # (an attribute can span lines: a Pallas kernel's config starts "}}, ")
             computations[current[0]] = Computation(current[0], current[1], root)
             current = None
         elif match := INSTRUCTION.match(line):

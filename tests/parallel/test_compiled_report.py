@@ -19,7 +19,7 @@ from t2mlr_jax.parallel.compiled_report import (
     markdown_row,
     roofline,
 )
-from t2mlr_jax.parallel.hlo import executed, parse, type_bytes
+from t2mlr_jax.parallel.hlo import executed, kernels, parse, type_bytes
 from t2mlr_jax.parallel.hlo_collectives import collectives, summary
 from t2mlr_jax.parallel.hlo_flops import matmul_flops
 from t2mlr_jax.parallel.tpu_topology import topology_devices
@@ -160,6 +160,8 @@ ENTRY %main (a: bf16[16,8], b: f32[32,8], c: f32[8], d: f32[1,18,8], e: f32[3,4,
   %gemm = (f32[32,16]{1,0}, s8[1024]{0}) custom-call(%b, %a), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"alpha_real":1,"beta":0,"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["1"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}}}
   %ags = ((bf16[16,8]{1,0}), bf16[64,8]{1,0}) all-gather-start(%a), channel_id=1, replica_groups={}
   %agd = bf16[64,8]{1,0} all-gather-done(%ags)
+  %splash_mha_fwd.3 = f32[8]{0} custom-call(%c), custom_call_target="tpu_custom_call", backend_config={"body": "a Pallas kernel's
+}}, metadata={op_name="its config spans lines, one starting with a brace"}
   %ar = (f32[32,8], f32[8]{0}) all-reduce(%b, %c), replica_groups=mesh['x'=2,'y'=4] {'y'}, to_apply=%add
   %rs = f32[4,8]{1,0} reduce-scatter(%b), channel_id=3, replica_groups=[1,8]<=[8], to_apply=%add
   %cp = f32[32,8]{1,0} collective-permute(%b), channel_id=4, source_target_pairs={{0,1},{1,0}}
@@ -201,6 +203,7 @@ def test_collectives_and_matmuls_read_off_handwritten_hlo():
     assert table["all-to-all"]["ops"] == 3 and table["all-to-all"]["count"] == 5 + 1 + 3
     assert table["all-to-all"]["traffic_bytes"] == 9 * 32 * 8 * 4 / 2
     assert type_bytes("(f32[2,3]{1,0:T(8,128)}, /*index=1*/pred[4], f8e4m3fn[8], s4[2])") == 24 + 4 + 8 + 1
+    assert kernels(HLO) == {"splash_mha_fwd": 1}  # and the instructions after it still read (the all-reduce)
 
 
 def test_roofline_arithmetic_and_markdown_row():
