@@ -6,6 +6,7 @@ import jax.numpy as jnp
 
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.parallel.compiled_report import memory_per_device
 
 from .harness import Bench, progress
 from .presets import inference_config
@@ -15,18 +16,13 @@ TITLE = "Peak memory"
 
 
 def memory_stats(compiled) -> dict:
-    """Compiled buffer sizes; peak ~ arguments + outputs - donated aliases + temporaries."""
-    m = compiled.memory_analysis()
-    stats = {
-        "argument_bytes": m.argument_size_in_bytes,
-        "output_bytes": m.output_size_in_bytes,
-        "alias_bytes": m.alias_size_in_bytes,
-        "temp_bytes": m.temp_size_in_bytes,
+    """Compiled buffer sizes (parallel.compiled_report's); peak ~ arguments + outputs - donated aliases +
+    temporaries."""
+    stats = memory_per_device(compiled)
+    return {
+        **{k: stats[k] for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")},
+        "peak_bytes": stats["total_bytes"] - stats["generated_code_bytes"],
     }
-    stats["peak_bytes"] = (
-        stats["argument_bytes"] + stats["output_bytes"] - stats["alias_bytes"] + stats["temp_bytes"]
-    )
-    return stats
 
 
 def _state_bytes(cfg: ModelConfig, batch: int, slots: int) -> dict:

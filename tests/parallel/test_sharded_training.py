@@ -11,7 +11,6 @@ import pytest
 
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.parallel.multihost import global_batch
-from t2mlr_jax.parallel.placement import batch_sharding
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run
 from tests.tiny import tiny_experiment
@@ -49,14 +48,7 @@ def trained_t2mlr_on_2x2x2():
 
 
 def train_on_mesh(run):
-    step = compile_step(
-        run.arch,
-        run.optimizer,
-        run.schedule,
-        mesh=run.mesh,
-        state_sharding=run.state_shardings,
-        batch_sharding=batch_sharding(run.mesh),
-    )
+    step = run.programs.train_step()
     with jax.set_mesh(run.mesh):
         state = jax.jit(run.programs.init_state, out_shardings=run.state_shardings)()
         losses = []

@@ -11,8 +11,7 @@ from t2mlr_jax.architectures.depth_sampling import depth_values, draw_at
 from t2mlr_jax.architectures.t2mlr import Depth
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.parallel.multihost import global_batch
-from t2mlr_jax.parallel.placement import batch_sharding
-from t2mlr_jax.train.train_step import compile_step, model_inputs
+from t2mlr_jax.train.train_step import model_inputs
 from t2mlr_jax.train.trainer import Run, train
 from tests.tiny import tiny_experiment
 from tests.train.tiny_task import tiny_source
@@ -77,17 +76,6 @@ def test_each_step_is_the_fixed_depth_step_it_logs(tmp_path):
     iterator, steps = run.data.train_iterator(), {}
     with jax.set_mesh(run.mesh):
         for _step, depth, loss in logged:
-            steps.setdefault(
-                depth,
-                compile_step(
-                    run.arch,
-                    run.optimizer,
-                    run.schedule,
-                    mesh=run.mesh,
-                    state_sharding=run.state_shardings,
-                    batch_sharding=batch_sharding(run.mesh),
-                    sample=Depth(depth),
-                ),
-            )
+            steps.setdefault(depth, run.programs.train_step(Depth(depth)))
             state, metrics = steps[depth](state, global_batch(model_inputs(next(iterator)), run.mesh))
             np.testing.assert_allclose(float(jax.device_get(metrics["loss"])), loss, rtol=1e-5)
