@@ -239,6 +239,26 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def train_ratios(results: list[dict]) -> str:
+    """Per row compiling T²MLR beside the transformer: the estimated train-step time ratio beside the
+    counted FLOP ratio (each architecture's `train_flops`)."""
+    lines = [
+        "| row | T²MLR / transformer: est. step | counted FLOPs | T²MLR bound | transformer bound |",
+        "|---|---|---|---|---|",
+    ]
+    for result in results:
+        train = {
+            p["arch"]: p for p in result.get("programs", []) if p["program"] == "train" and "roofline" in p
+        }
+        if {"t2mlr", "transformer"} <= set(train):
+            t2, tf = train["t2mlr"]["roofline"], train["transformer"]["roofline"]
+            lines.append(
+                f"| {result['row']['name']} | {t2['step_s'] / tf['step_s']:.2f}× | "
+                f"{t2['model_flops'] / tf['model_flops']:.2f}× | {t2['bound']} | {tf['bound']} |"
+            )
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -270,8 +290,9 @@ def main(argv: list[str] | None = None) -> int:
             tqdm(pool.map(lambda r: run_row(r, out, args.force), rows), total=len(rows), unit="row")
         )
     (out / "scaling.json").write_text(json.dumps(results, indent=2))
-    (out / "scaling.md").write_text(f"# TPU {args.study}\n\n" + table(results))
-    print(table(results))
+    markdown = table(results) + "\n" + train_ratios(results)
+    (out / "scaling.md").write_text(f"# TPU {args.study}\n\n" + markdown)
+    print(markdown)
     print(f"-> {out / 'scaling.json'}, {out / 'scaling.md'}")
     failed = [r for r in results if "error" in r or any("error" in p for p in r.get("programs", []))]
     return 1 if failed else 0
