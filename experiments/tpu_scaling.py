@@ -182,7 +182,10 @@ def reported(result: dict, folder: Path) -> dict:
             continue
         with gzip.open(folder / "hlo" / f"{p['arch']}_{p['program']}.hlo.gz", "rt") as f:
             hlo = f.read()
-        cost = {"flops": p["cost"]["xla_flops"], "bytes_accessed": p["cost"]["bytes_accessed"]}
+        xla_bytes = p["cost"].get(
+            "xla_bytes_accessed", p["cost"]["bytes_accessed"]
+        )  # (kept before the loops')
+        cost = {"flops": p["cost"]["xla_flops"], "bytes_accessed": xla_bytes}
         p.update(
             hlo_report(
                 hlo,

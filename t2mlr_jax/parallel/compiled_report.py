@@ -32,6 +32,7 @@ import jax
 
 from t2mlr_jax.parallel.chips import GIB, Chip, chip_of
 from t2mlr_jax.parallel.hlo import executed, kernels, parse
+from t2mlr_jax.parallel.hlo_bytes import extra_loop_bytes
 from t2mlr_jax.parallel.hlo_collectives import KINDS, collectives, summary
 from t2mlr_jax.parallel.hlo_flops import matmul_flops
 
@@ -123,11 +124,12 @@ def hlo_report(
     ({"flops", "bytes_accessed"}) and its devices; so a kept HLO is reported again by the current code
     without compiling it again (experiments/tpu_scaling.py)."""
     device = chip_of(device_kind).split(per_chip)
-    runs, loops = executed(parse(hlo_text))
+    module = parse(hlo_text)
+    runs, loops = executed(module)
     table = summary(collectives(runs, devices))
     matmuls = matmul_flops(runs)
     flops = max(xla_cost["flops"], matmuls)
-    bytes_accessed = xla_cost["bytes_accessed"]
+    bytes_accessed = xla_cost["bytes_accessed"] + extra_loop_bytes(module, runs)
     traffic = sum(row["traffic_bytes"] for row in table.values())
     live = {k: memory[k] for k in MEMORY_FIELDS}
     return {
@@ -142,6 +144,7 @@ def hlo_report(
             "xla_flops": xla_cost["flops"],
             "matmul_flops": matmuls,
             "bytes_accessed": bytes_accessed,
+            "xla_bytes_accessed": xla_cost["bytes_accessed"],
             "traffic_bytes": traffic,
         },
         "collectives": table,

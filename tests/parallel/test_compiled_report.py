@@ -20,6 +20,7 @@ from t2mlr_jax.parallel.compiled_report import (
     roofline,
 )
 from t2mlr_jax.parallel.hlo import executed, kernels, parse, type_bytes
+from t2mlr_jax.parallel.hlo_bytes import extra_loop_bytes
 from t2mlr_jax.parallel.hlo_collectives import collectives, summary
 from t2mlr_jax.parallel.hlo_flops import matmul_flops
 from t2mlr_jax.parallel.tpu_topology import topology_devices
@@ -224,3 +225,63 @@ def test_roofline_arithmetic_and_markdown_row():
     row = markdown_row("sgd step", report)
     assert row.count("|") == MARKDOWN_HEADER.splitlines()[0].count("|") == len(COLUMNS) + 1
     assert row.startswith("| sgd step | 4 x TPU v5e |") and "| 1 x 1.05 MB | 1 x 0.262 MB | - |" in row
+
+
+LOOP_HLO = """HloModule loop_bytes
+
+%slice_layer (stack: f32[4,8,8], i: s32[]) -> f32[8,8] {
+  %stack = f32[4,8,8]{2,1,0} parameter(0)
+  %i = s32[] parameter(1)
+  %zero = s32[] constant(0)
+  %layer = f32[1,8,8]{2,1,0} dynamic-slice(%stack, %i, %zero, %zero), dynamic_slice_sizes={1,8,8}
+  ROOT %one = f32[8,8]{1,0} bitcast(%layer)
+}
+
+%write (buffer: f32[4,8], row: f32[1,8], i: s32[]) -> f32[4,8] {
+  %buffer = f32[4,8]{1,0} parameter(0)
+  %row = f32[1,8]{1,0} parameter(1)
+  %i = s32[] parameter(2)
+  %zero = s32[] constant(0)
+  ROOT %dus = f32[4,8]{1,0} dynamic-update-slice(%buffer, %row, %i, %zero)
+}
+
+%body (p: (s32[], f32[4,8,8], f32[4,8])) -> (s32[], f32[4,8,8], f32[4,8]) {
+  %p = (s32[], f32[4,8,8], f32[4,8]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %stack = f32[4,8,8]{2,1,0} get-tuple-element(%p), index=1
+  %buffer = f32[4,8]{1,0} get-tuple-element(%p), index=2
+  %w = f32[8,8]{1,0} fusion(%stack, %i), kind=kLoop, calls=%slice_layer
+  %row = f32[1,8]{1,0} slice(%w), slice={[0:1], [0:8]}
+  %out = f32[4,8]{1,0} fusion(%buffer, %row, %i), kind=kLoop, calls=%write
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  ROOT %t = (s32[], f32[4,8,8], f32[4,8]) tuple(%next, %stack, %out)
+}
+
+%cond (p.1: (s32[], f32[4,8,8], f32[4,8])) -> pred[] {
+  %p.1 = (s32[], f32[4,8,8], f32[4,8]) parameter(0)
+  %c = s32[] get-tuple-element(%p.1), index=0
+  %n = s32[] constant(4)
+  ROOT %lt = pred[] compare(%c, %n), direction=LT
+}
+
+ENTRY %main (stack: f32[4,8,8], buffer: f32[4,8]) -> f32[4,8] {
+  %stack = f32[4,8,8]{2,1,0} parameter(0)
+  %buffer = f32[4,8]{1,0} parameter(1)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[4,8,8], f32[4,8]) tuple(%zero, %stack, %buffer)
+  %loop = (s32[], f32[4,8,8], f32[4,8]) while(%init), condition=%cond, body=%body
+  ROOT %res = f32[4,8]{1,0} get-tuple-element(%loop), index=2
+}
+"""
+
+
+def test_loop_trips_after_the_first_add_their_hbm_bytes():
+    """Per trip: the fusion reads its layer (8x8, not the 4-layer stack) and the scalar index, writes
+    8x8; the slice reads 8x8 and writes 1x8; the in-place write moves its 1x8 row twice; the add and the
+    condition's compare read and write scalars. XLA counts one trip: three more are added."""
+    module = parse(LOOP_HLO)
+    runs, loops = executed(module)
+    assert loops == [4]
+    per_trip = (64 + 1 + 64) * 4 + (64 + 8) * 4 + 2 * 8 * 4 + 3 * 4 + (4 + 4 + 1)
+    assert extra_loop_bytes(module, runs) == 3 * per_trip
