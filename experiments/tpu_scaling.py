@@ -60,8 +60,10 @@ T2MLR_SIZES = {
     "1B": "configs/smollm1b_t2mlr.py",
 }
 LRT_SIZES = {"LRT-d16": "configs/lrt_nanochat.py", "LRT-d20": "configs/lrt_nanochat.py:d20"}
-# Wider and deeper T²MLRs on smollm1b's recipe (window (9,24), D=16, B=4), for the largest that fits.
+# Wider and deeper T²MLRs on smollm1b's recipe (window (9,24), D=16, B=4), for the largest that fits
+# v5e-256, each with its state over all 256 chips (fsdp:256: the least each chip holds).
 LARGER = {
+    "1B": (),
     "3B": ("hidden_size=3072", "num_heads=24", "num_kv_heads=8", "mlp_dim=8192", "num_layers=28"),
     "8B": ("hidden_size=4096", "num_heads=32", "num_kv_heads=8", "mlp_dim=14336", "num_layers=32"),
 }
@@ -98,14 +100,14 @@ def pod_rows() -> list[Row]:
         for size, config in LRT_SIZES.items()
         for pod in PODS
     ]
-    topology, mesh, batch = PODS["v5e-256"]
+    topology, _, batch = PODS["v5e-256"]
     rows += [
         Row(
-            f"{size}_v5e-256",
+            f"{size}_v5e-256_fsdp",
             "configs/smollm1b_t2mlr.py",
             "t2mlr",
             topology,
-            mesh,
+            "fsdp:256",
             batch,
             2048,
             "train",
