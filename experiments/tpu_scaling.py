@@ -121,7 +121,7 @@ def pod_rows() -> list[Row]:
 # Coverage: every architecture at a CPU preset's size, 128-token rows (splash attention's block), one row
 # per data-parallel device, on three topologies; tensor and expert axes exercised where they divide.
 COVERAGE_TOPOLOGIES = {
-    "v5e:2x2": ("fsdp:2,tensor:2", "fsdp:2,expert:2", 2),
+    "v5e:2x2": ("fsdp:2,tensor:2", "fsdp:2,expert:2", 4),
     "v5e:16x16": ("data:16,fsdp:16", "data:4,fsdp:8,expert:8", 256),
     "v5p:4x4x4": ("fsdp:16,tensor:4", "fsdp:8,expert:8", 64),
 }
@@ -130,6 +130,7 @@ COVERAGE_MODELS = (
     ("thoughts", "configs/lrt_nanochat.py:cpu", "lrt,ponderlm2", True),
     ("recirculation", "configs/recirculation.py:cpu", "recirculation", False),
 )
+ROOM = ("--config.model.max_seq_len=512",)  # the :cpu presets' rows are shorter than a splash block
 
 
 def coverage_rows() -> list[Row]:
@@ -138,9 +139,8 @@ def coverage_rows() -> list[Row]:
         for label, config, arch, experts in COVERAGE_MODELS:
             name = f"{label}_{topology.replace(':', '-')}"
             programs = "train,eval,decode,jacobi_prefill"
-            rows.append(
-                Row(name, config, arch, topology, expert_mesh if experts else mesh, batch, 128, programs)
-            )
+            row_mesh = expert_mesh if experts else mesh
+            rows.append(Row(name, config, arch, topology, row_mesh, batch, 128, programs, ROOM))
     return rows
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
 from t2mlr_jax.parallel.rules import LOGICAL_AXIS_RULES, MESH_AXES
@@ -44,7 +45,10 @@ def make_mesh(
 ) -> Mesh:
     devices = list(jax.devices() if devices is None else devices)
     shape = resolve_mesh_shape(data, fsdp, tensor, len(devices), expert=expert)
-    return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)
+    # On a TPU torus each mesh axis takes whole physical axes where it can, and splits one where it must
+    # (expert:8 on a 16x16 v5e, fsdp:8 on a 4x4x4 v5p), as MaxText allows; elsewhere devices go in order.
+    grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+    return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
 
 
 def check_batch(global_batch: int, mesh: Mesh, grad_accum: int = 1) -> None:

@@ -42,7 +42,7 @@ def topology_mesh(topology: str, mesh: str) -> Mesh:
     devices = topology_devices(topology)
     try:
         return make_mesh(**parse_mesh(mesh), devices=devices)
-    except ValueError as e:
+    except (ValueError, NotImplementedError) as e:  # (NotImplementedError: no layout on the torus)
         raise ValueError(f"--mesh={mesh!r} on {topology} ({len(devices)} chips): {e}") from None
 
 
