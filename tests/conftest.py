@@ -21,6 +21,10 @@ from tests.xla_flags import with_devices  # no JAX in it: the flags are set befo
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_FLAGS", with_devices(8))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# libtpu compiles for TPU topologies here (tests/parallel): no metadata server to ask, and both xdist workers
+# may load it (parallel.tpu_topology sets these too, but a test may reach libtpu another way first)
+os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 os.environ.setdefault("T2MLR_TEST_JAX_CACHE", tempfile.mkdtemp(prefix="t2mlr-jax-cache-"))
 # ... which main.py run in a subprocess also uses, rather than its default user cache.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ["T2MLR_TEST_JAX_CACHE"])
