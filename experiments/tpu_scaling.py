@@ -180,7 +180,7 @@ def reported(result: dict, folder: Path) -> dict:
     """The row's programs reported again from their kept HLO by the current analysis (hlo_report): a
     change to the analysis needs no recompile."""
     for p in result["programs"]:
-        if "error" in p or "skipped" in p:
+        if "roofline" not in p:
             continue
         with gzip.open(folder / "hlo" / f"{p['arch']}_{p['program']}.hlo.gz", "rt") as f:
             hlo = f.read()
@@ -220,23 +220,21 @@ def table(results: list[dict]) -> str:
         setting = result["setting"]
         mesh = ",".join(f"{k}:{v}" for k, v in setting["mesh"].items() if v > 1)
         for p in result["programs"]:
-            if "skipped" in p:
-                lines.append(
-                    f"| {row['name']} | {p['arch']} | {p['program']} | | {mesh} | {p['skipped']} |||||||"
-                )
-                continue
-            if "error" in p:
-                lines.append(
-                    f"| {row['name']} | {p['arch']} | {p['program']} | | {mesh} | **failed**: "
-                    f"{p['error'][:200]} |||||||"
-                )
+            chips = f"{setting['chips']} × {setting['chip']}"
+            where = f"| {row['name']} | {p['arch']} | {p['program']} | {chips} | {mesh}"
+            if "roofline" not in p:  # failed, none such, or refused by the compiler for its size
+                if "memory" in p:
+                    lines.append(
+                        f"{where} | > {p['memory']['temp_bytes'] / 2**30:.0f} (temporaries) | **no** |||||"
+                    )
+                else:
+                    lines.append(f"{where} | {p.get('skipped') or '**failed**: ' + p['error'][:200]} ||||||")
                 continue
             memory, line = p["memory"], p["roofline"]
             mfu = "—" if line["mfu"] is None else f"{100 * line['mfu']:.0f}%"
             collectives = ", ".join(f"{k} {v['count']}" for k, v in p["collectives"].items() if v["count"])
             lines.append(
-                f"| {row['name']} | {p['arch']} | {p['program']} | {setting['chips']} × {setting['chip']} | "
-                f"{mesh} | {memory['total_bytes'] / 2**30:.2f} | {'yes' if memory['fits'] else '**no**'} | "
+                f"{where} | {memory['total_bytes'] / 2**30:.2f} | {'yes' if memory['fits'] else '**no**'} | "
                 f"{1e3 * line['step_s']:.3g} | {line['bound']} | "
                 f"{mfu} | {collectives or '—'} | "
                 f"{sum(p.get('kernels', {}).values())} |"

@@ -124,15 +124,18 @@ def main(argv):
         record = {"arch": name, "program": program, "compile_seconds": round(result.seconds, 1)}
         if result.sample:
             record["sample"] = result.sample
-        if result.error:
+        if result.needs_temp_bytes is not None:  # the compiler's answer: it does not fit
+            record["memory"] = {"temp_bytes": result.needs_temp_bytes, "fits": False}
+            tqdm.tqdm.write(f"{name} {program}: does not fit ({result.error})", file=sys.stderr)
+        elif result.error:
             failed.append(f"{name} {program}: {result.error}")
             tqdm.tqdm.write(f"error: {failed[-1]}", file=sys.stderr)
             record["error"] = result.error
         else:
-            flops = _model_flops(programs.arch, program, batch, seq_len)
-            record.update(compiled_report(result.compiled, model_flops=flops))
             with gzip.open(out / "hlo" / f"{name}_{program}.hlo.gz", "wt") as f:
                 f.write(result.compiled.as_text())
+            flops = _model_flops(programs.arch, program, batch, seq_len)
+            record.update(compiled_report(result.compiled, model_flops=flops))
         records.append(record)
     (out / "aot.json").write_text(json.dumps({"setting": setting, "programs": records}, indent=2))
     (out / "aot.md").write_text(_markdown(setting, records))
@@ -154,12 +157,27 @@ def _markdown(setting: dict, records: list[dict]) -> str:
         *(prefix + line for prefix, line in zip(("| arch ", "|---"), MARKDOWN_HEADER.split("\n"))),
     ]
     for r in records:
-        if "error" in r or "skipped" in r:
-            why = f"**failed**: {r['error']}" if "error" in r else r["skipped"]
+        if "error" in r or "skipped" in r or "roofline" not in r:
+            why = (
+                f"**failed**: {r['error']}"
+                if "error" in r
+                else r.get("skipped")
+                or f"**does not fit**: {r['memory']['temp_bytes'] / 2**30:.1f} GiB of temporaries"
+            )
             lines.append(f"| {r['arch']} | {r['program']} | {why} |")
         else:
             lines.append(f"| {r['arch']} " + markdown_row(r["program"], r))
     return "\n".join(lines) + "\n"
+
+
+def not_compiled(record: dict) -> str:
+    """Why a program has no report: it failed, it does not exist for this architecture, or the compiler
+    found it does not fit the chip."""
+    if "error" in record:
+        return f"**failed**: {record['error']}"
+    if "skipped" in record:
+        return record["skipped"]
+    return f"**does not fit**: {record['memory']['temp_bytes'] / 2**30:.1f} GiB of temporaries"
 
 
 def _model_flops(arch, program: str, batch: int, seq_len: int) -> float | None:

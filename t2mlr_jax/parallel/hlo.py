@@ -160,6 +160,8 @@ def executed(module: Module) -> tuple[list[Executed], list[int | None]]:
             for branches in BRANCHES.findall(instruction.rest):
                 callees += [("branch", b.strip().lstrip("%")) for b in branches.split(",")]
             for role, name in callees:
+                if name not in module.computations:  # a computation the text printed in a form not read
+                    continue
                 # a loop's body or a conditional's branch runs on its own; a fusion or reducer in its caller
                 path = host if role in ("calls", "to_apply") else f"{host}/{instruction.name}"
                 visit(module.computations[name], executions * trips, path)

@@ -9,6 +9,7 @@ mesh's devices). Nothing runs: the compiled programs are for their memory, cost 
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Hashable
 from typing import Any
@@ -46,16 +47,25 @@ def topology_mesh(topology: str, mesh: str) -> Mesh:
         raise ValueError(f"--mesh={mesh!r} on {topology} ({len(devices)} chips): {e}") from None
 
 
+# libtpu refuses a program whose temporaries exceed the chip's HBM, saying how much they need
+OUT_OF_HBM = re.compile(
+    r"RESOURCE_EXHAUSTED: .*?temporaries \(([\d.]+)([KMGT])\) exceeds available HBM \(([\d.]+)([KMGT])\)"
+)
+UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
 @dataclasses.dataclass
 class Compiled:
-    """One program's compile: `compiled` (None when it failed: `error` says why), the seconds it took,
-    and `sample`, the architecture's per-step choice the train step was built for."""
+    """One program's compile: `compiled` (None when it failed: `error` says why; `needs_temp_bytes` when
+    the compiler refused it for not fitting the chip's HBM), the seconds it took, and `sample`, the
+    architecture's per-step choice the train step was built for."""
 
     arch: str
     program: str
     seconds: float = 0.0
     compiled: Any = None
     error: str | None = None
+    needs_temp_bytes: float | None = None
     sample: dict | None = None
 
 
@@ -98,5 +108,7 @@ def compile_program(
             record.compiled = fn.trace(*args).lower().compile()
     except Exception as e:  # noqa: BLE001 -- one line naming the program and XLA's (or our) reason
         record.error = f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"
+        if found := OUT_OF_HBM.search(str(e)):
+            record.needs_temp_bytes = float(found.group(1)) * UNITS[found.group(2)]
     record.seconds = time.perf_counter() - started
     return record
