@@ -135,7 +135,12 @@ def main(argv):
             with gzip.open(out / "hlo" / f"{name}_{program}.hlo.gz", "wt") as f:
                 f.write(result.compiled.as_text())
             flops = _model_flops(programs.arch, program, batch, seq_len)
-            record.update(compiled_report(result.compiled, model_flops=flops))
+            try:
+                record.update(compiled_report(result.compiled, model_flops=flops))
+            except Exception as e:  # noqa: BLE001 -- an HLO form the reader does not know: say so, go on
+                failed.append(f"{name} {program}: reading its HLO: {type(e).__name__}: {e}")
+                tqdm.tqdm.write(f"error: {failed[-1]}", file=sys.stderr)
+                record["error"] = failed[-1]
         records.append(record)
     (out / "aot.json").write_text(json.dumps({"setting": setting, "programs": records}, indent=2))
     (out / "aot.md").write_text(_markdown(setting, records))

@@ -21,6 +21,8 @@ INSTRUCTION = re.compile(r"^\s+(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+?)\s+([a-z][\w\-]
 ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
 CALLEE = re.compile(r"\b(calls|to_apply|body|condition|true_computation|false_computation)=%?([\w.\-]+)")
 BRANCHES = re.compile(r"\bbranch_computations=\{([^}]*)\}")
+# a computation's last line; v5p's SparseCore offloads name their thread: `}, execution_thread="sparsecore"`
+CLOSING = re.compile(r"^\}(,\s*execution_thread=\S+)?\s*$")
 TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
@@ -87,7 +89,7 @@ def parse(hlo_text: str) -> Module:
             if header:
                 current, root = (header.group(1), {}), None
                 entry = header.group(1) if line.startswith("ENTRY") else entry
-        elif line.rstrip() == "}":  # (an attribute can span lines: a Pallas kernel's config starts "}}, ")
+        elif CLOSING.match(line):  # (an attribute can span lines: a Pallas kernel's config starts "}}, ")
             computations[current[0]] = Computation(current[0], current[1], root)
             current = None
         elif match := INSTRUCTION.match(line):
@@ -160,8 +162,6 @@ def executed(module: Module) -> tuple[list[Executed], list[int | None]]:
             for branches in BRANCHES.findall(instruction.rest):
                 callees += [("branch", b.strip().lstrip("%")) for b in branches.split(",")]
             for role, name in callees:
-                if name not in module.computations:  # a computation the text printed in a form not read
-                    continue
                 # a loop's body or a conditional's branch runs on its own; a fusion or reducer in its caller
                 path = host if role in ("calls", "to_apply") else f"{host}/{instruction.name}"
                 visit(module.computations[name], executions * trips, path)

@@ -136,6 +136,10 @@ HLO = """HloModule handwritten, num_partitions=8
   ROOT %out = (s32[], f32[32,8]) tuple(%next, %mm)
 }
 
+%offloaded (q: s32[8]) -> s32[8] {
+  ROOT %q = s32[8]{0} parameter(0)
+}, execution_thread="sparsecore"
+
 %cond (param.1: (s32[], f32[32,8])) -> pred[] {
   %param.1 = (s32[], f32[32,8]) parameter(0)
   %limit = s32[] constant(5)
@@ -148,7 +152,7 @@ HLO = """HloModule handwritten, num_partitions=8
   ROOT %flag = pred[] constant(true)
 }
 
-ENTRY %main (a: bf16[16,8], b: f32[32,8], c: f32[8], d: f32[1,18,8], e: f32[3,4,4], g: f32[1,1,8], k: f32[32,8,4]) -> f32[32,8] {
+ENTRY %main (a: bf16[16,8], b: f32[32,8], c: f32[8], d: f32[1,18,8], e: f32[3,4,4], g: f32[1,1,8], k: f32[32,8,4], idx: s32[8]) -> f32[32,8] {
   %a = bf16[16,8]{1,0} parameter(0)
   %b = f32[32,8]{1,0} parameter(1)
   %c = f32[8]{0} parameter(2)
@@ -156,6 +160,7 @@ ENTRY %main (a: bf16[16,8], b: f32[32,8], c: f32[8], d: f32[1,18,8], e: f32[3,4,
   %e = f32[3,4,4]{2,1,0} parameter(4)
   %g = f32[1,1,8]{2,1,0} parameter(5)
   %k = f32[32,8,4]{2,1,0} parameter(6)
+  %idx = s32[8]{0} parameter(7)
   %conv = f32[1,16,4]{2,1,0} convolution(%d, %e), window={size=3}, dim_labels=b0f_0io->b0f, feature_group_count=2
   %full = f32[1,32,4]{2,1,0} convolution(%g, %k), window={size=32 pad=31_31 rhs_reversal=1}, dim_labels=b0f_0io->b0f
   %gemm = (f32[32,16]{1,0}, s8[1024]{0}) custom-call(%b, %a), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"alpha_real":1,"beta":0,"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["1"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}}}
@@ -166,6 +171,7 @@ ENTRY %main (a: bf16[16,8], b: f32[32,8], c: f32[8], d: f32[1,18,8], e: f32[3,4,
   %ar = (f32[32,8], f32[8]{0}) all-reduce(%b, %c), replica_groups=mesh['x'=2,'y'=4] {'y'}, to_apply=%add
   %rs = f32[4,8]{1,0} reduce-scatter(%b), channel_id=3, replica_groups=[1,8]<=[8], to_apply=%add
   %cp = f32[32,8]{1,0} collective-permute(%b), channel_id=4, source_target_pairs={{0,1},{1,0}}
+  %offload = s32[8]{0} call(%idx), to_apply=%offloaded
   %f1 = bf16[64,8]{1,0} fusion(%a), kind=kCustom, calls=%gather_fusion
   %f2 = bf16[64,8]{1,0} fusion(%a), kind=kCustom, calls=%gather_fusion
   %zero = s32[] constant(0)
