@@ -161,13 +161,13 @@ def test_sampled_thoughts_train_and_evaluate_at_another_k(tmp_path, monkeypatch)
     traces no training pass (lrt.refine)."""
     import json
 
-    from t2mlr_jax.train import trainer
+    from t2mlr_jax.train import programs, trainer
     from tests.train.tiny_task import tiny_source
 
     built, traced = [], []
-    compile_step, refine_passes = trainer.compile_step, lrt.refine
+    compile_step, refine_passes = programs.compile_step, lrt.refine
     monkeypatch.setattr(
-        trainer, "compile_step", lambda *a, **kw: built.append(kw["sample"]) or compile_step(*a, **kw)
+        programs, "compile_step", lambda *a, **kw: built.append(kw["sample"]) or compile_step(*a, **kw)
     )
     monkeypatch.setattr(lrt, "refine", lambda *a: traced.append(a[4:]) or refine_passes(*a))
     config = _tt_config()
