@@ -60,13 +60,11 @@ T2MLR_SIZES = {
     "1B": "configs/smollm1b_t2mlr.py",
 }
 LRT_SIZES = {"LRT-d16": "configs/lrt_nanochat.py", "LRT-d20": "configs/lrt_nanochat.py:d20"}
-# Wider and deeper T²MLRs on smollm1b's recipe (window (9,24), D=16, B=4), for the largest that fits
-# v5e-256, each with its state over all 256 chips (fsdp:256: the least each chip holds).
-LARGER = {
-    "1B": (),
-    "3B": ("hidden_size=3072", "num_heads=24", "num_kv_heads=8", "mlp_dim=8192", "num_layers=28"),
-    "8B": ("hidden_size=4096", "num_heads=32", "num_kv_heads=8", "mlp_dim=14336", "num_layers=32"),
-}
+# The next size up on smollm1b's recipe (window (9,24), D=16, B=4), for the largest T²MLR that fits
+# v5e-256: its state over all 256 chips (fsdp:256: the least each chip holds), with the recipe's remat
+# ("dots") and with full remat (only the blocks' inputs kept for the backward).
+THREE_B = ("hidden_size=3072", "num_heads=24", "num_kv_heads=8", "mlp_dim=8192", "num_layers=28")
+LARGER = {"3B": THREE_B, "3B-remat": (*THREE_B, "remat=full")}
 NO_ACC = ("--config.train.grad_accum=1",)
 
 
@@ -242,6 +240,41 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def train_table(results: list[dict]) -> str:
+    """The README's table: one line per (row, arch) train step, with its pod, mesh, per-chip memory
+    against HBM, the estimate and the collectives per step."""
+    lines = [
+        "| row | arch | mesh | GiB / chip (HBM) | fits | est. step (bound) | MFU | collectives per step |",
+        "|---" * 8 + "|",
+    ]
+    for result in results:
+        row = result["row"]
+        for p in result.get("programs", []):
+            if p["program"] != "train":
+                continue
+            mesh = ",".join(f"{k}:{v}" for k, v in result["setting"]["mesh"].items() if v > 1)
+            where = f"| {row['name']} | {p['arch']} | {mesh}"
+            if "roofline" not in p:
+                refused = (
+                    "memory" in p and f"> {p['memory']['temp_bytes'] / 2**30:.0f} (temporaries) | **no**"
+                )
+                lines.append(f"{where} | {refused or '**failed**: ' + p.get('error', '')[:120]} ||||")
+                continue
+            memory, line = p["memory"], p["roofline"]
+            gib = f"{memory['total_bytes'] / 2**30:.1f} / {memory['hbm_bytes'] / 2**30:.0f}"
+            mfu = "—" if line["mfu"] is None else f"{100 * line['mfu']:.0f}%"
+            collectives = ", ".join(f"{v['count']} {k}" for k, v in p["collectives"].items() if v["count"])
+            lines.append(
+                f"{where} | {gib} | {'yes' if memory['fits'] else '**no**'} | "
+                f"{1e3 * line['step_s']:.0f} ms ({line['bound']}) | {mfu} | {collectives or '—'} |"
+            )
+        if "error" in result:
+            lines.append(
+                f"| {row['name']} | {row['arch']} | {row['mesh']} | **failed**: {result['error']} ||||"
+            )
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
 def train_ratios(results: list[dict]) -> str:
     """Per row compiling T²MLR beside the transformer: the estimated train-step time ratio beside the
     counted FLOP ratio (each architecture's `train_flops`)."""
@@ -293,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             tqdm(pool.map(lambda r: run_row(r, out, args.force), rows), total=len(rows), unit="row")
         )
     (out / "scaling.json").write_text(json.dumps(results, indent=2))
-    markdown = table(results) + "\n" + train_ratios(results)
+    markdown = "\n".join(filter(None, (train_table(results), train_ratios(results), table(results))))
     (out / "scaling.md").write_text(f"# TPU {args.study}\n\n" + markdown)
     print(markdown)
     print(f"-> {out / 'scaling.json'}, {out / 'scaling.md'}")
