@@ -60,11 +60,12 @@ T2MLR_SIZES = {
     "1B": "configs/smollm1b_t2mlr.py",
 }
 LRT_SIZES = {"LRT-d16": "configs/lrt_nanochat.py", "LRT-d20": "configs/lrt_nanochat.py:d20"}
-# The next size up on smollm1b's recipe (window (9,24), D=16, B=4), for the largest T²MLR that fits
+# The next sizes up on smollm1b's recipe (window (9,24), D=16, B=4), for the largest T²MLR that fits
 # v5e-256: its state over all 256 chips (fsdp:256: the least each chip holds), with the recipe's remat
 # ("dots") and with full remat (only the blocks' inputs kept for the backward).
 THREE_B = ("hidden_size=3072", "num_heads=24", "num_kv_heads=8", "mlp_dim=8192", "num_layers=28")
-LARGER = {"3B": THREE_B, "3B-remat": (*THREE_B, "remat=full")}
+EIGHT_B = ("hidden_size=4096", "num_heads=32", "num_kv_heads=8", "mlp_dim=14336", "num_layers=32")
+LARGER = {"3B": THREE_B, "3B-remat": (*THREE_B, "remat=full"), "8B-remat": (*EIGHT_B, "remat=full")}
 NO_ACC = ("--config.train.grad_accum=1",)
 
 
