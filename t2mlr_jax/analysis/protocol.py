@@ -1,0 +1,174 @@
+"""The comparison protocol every study shares, so that a table's effect can be told from its noise.
+
+- Bits per byte as nanochat's evaluation defines it: a target of zero UTF-8 bytes (a special token) is
+  left out of both sums.
+- Seeds: at least `MIN_SEEDS` per row; a row's mean, standard deviation and 95% Student-t interval, its
+  paired difference to the baseline (seed by seed: the same init and data order) with its interval, and a
+  verdict on a paper's claim that an interval including zero cannot give.
+- Selection and report on disjoint splits: whatever is chosen (α, a layer pair, a best cell) is chosen on
+  one, and reported on the other.
+- Equal data: rows revisit one token stream (epochs) rather than read further into it; each row records
+  its unique and total training tokens.
+- Budgets matched in FLOPs: the steps a row's per-step FLOPs (head and every pass counted) afford.
+- Convergence: an iteration stopped at its cap reports its final change, and is marked unconverged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from jaxtyping import Float, Int, Real
+from scipy import stats
+
+MIN_SEEDS = 3
+CONFIDENCE = 0.95
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced at this scale", "not reproduced", "inconclusive"
+
+
+def bits_per_byte(
+    loss_nats: Float[np.ndarray, "*tokens"],
+    target_bytes: Int[np.ndarray, "*tokens"],
+    mask: Real[np.ndarray, "*tokens"] | None = None,
+) -> float:
+    """Σ loss / (ln 2 · Σ bytes) over the supervised targets of at least one byte (nanochat's
+    evaluate_bpb): a zero-byte target adds neither loss nor bytes."""
+    counted = np.asarray(target_bytes) > 0
+    if mask is not None:
+        counted &= np.asarray(mask) > 0
+    total_bytes = float(np.sum(np.where(counted, target_bytes, 0)))
+    if total_bytes == 0:
+        raise ValueError("bits per byte: no supervised target has a byte")
+    return float(np.sum(np.where(counted, loss_nats, 0.0))) / (math.log(2.0) * total_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """A mean over n values with its standard deviation and `CONFIDENCE` Student-t interval."""
+
+    mean: float
+    std: float
+    low: float
+    high: float
+    n: int
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+    @property
+    def includes_zero(self) -> bool:
+        return self.low <= 0.0 <= self.high
+
+    def text(self, digits: int = 3) -> str:
+        return f"{self.mean:.{digits}f} ± {self.half_width:.{digits}f}"
+
+
+def interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """Mean, sample standard deviation and the t interval of the mean of `values` (n ≥ 2)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size < 2:
+        raise ValueError(f"an interval needs at least 2 values, got {x.size}")
+    std = float(x.std(ddof=1))
+    half = float(stats.t.ppf((1 + confidence) / 2, x.size - 1)) * std / math.sqrt(x.size)
+    mean = float(x.mean())
+    return Interval(mean, std, mean - half, mean + half, int(x.size))
+
+
+def check_seeds(seeds: Sequence[int]) -> None:
+    if len(set(seeds)) < MIN_SEEDS:
+        raise ValueError(f"a row needs at least {MIN_SEEDS} distinct seeds, got {sorted(set(seeds))}")
+
+
+def paired_difference(row: Mapping[int, float], baseline: Mapping[int, float]) -> Interval:
+    """The interval of row − baseline over the seeds both ran (the same init and data order)."""
+    missing = sorted(set(row) ^ set(baseline))
+    if missing:
+        raise ValueError(f"paired difference: seeds {missing} ran for only one of the two rows")
+    return interval([row[seed] - baseline[seed] for seed in sorted(row)])
+
+
+def verdict(difference: Interval, paper_sign: int) -> str:
+    """A paper's claim that the row moves the metric in direction `paper_sign` (−1: lowers it, as BPB
+    for a better model), judged by the paired difference's interval."""
+    if paper_sign not in (-1, 1):
+        raise ValueError(f"paper_sign must be -1 or 1, got {paper_sign}")
+    if difference.includes_zero:
+        return INCONCLUSIVE
+    return REPRODUCED if np.sign(difference.mean) == paper_sign else NOT_REPRODUCED
+
+
+@dataclasses.dataclass(frozen=True)
+class Splits:
+    """Disjoint item indices: choices are made on `selection`, results reported on `report`."""
+
+    selection: Int[np.ndarray, " s"]
+    report: Int[np.ndarray, " r"]
+
+
+def splits(items: int, selection_fraction: float = 0.5, seed: int = 0) -> Splits:
+    """A seeded shuffle of range(items) cut into a selection part and a report part, neither empty."""
+    cut = round(items * selection_fraction)
+    if not 0 < cut < items:
+        raise ValueError(
+            f"{items} items at selection_fraction {selection_fraction} leave a split empty: need more items"
+        )
+    order = np.random.default_rng(seed).permutation(items)
+    return Splits(np.sort(order[:cut]), np.sort(order[cut:]))
+
+
+@dataclasses.dataclass(frozen=True)
+class DataAccounting:
+    """What a row trained on: `unique_tokens` of one shared stream, read `total_tokens` times over."""
+
+    unique_tokens: int
+    total_tokens: int
+
+    @property
+    def epochs(self) -> float:
+        return self.total_tokens / self.unique_tokens
+
+
+def data_accounting(steps: int, tokens_per_step: int, stream_tokens: int) -> DataAccounting:
+    """A row reading `tokens_per_step` of a `stream_tokens`-long stream each step, wrapping around."""
+    total = steps * tokens_per_step
+    return DataAccounting(min(total, stream_tokens), total)
+
+
+def check_equal_data(rows: Mapping[str, DataAccounting]) -> None:
+    """Every row saw the same unique text: a row that read further into the stream is refused."""
+    unique = {name: account.unique_tokens for name, account in rows.items()}
+    if len(set(unique.values())) > 1:
+        raise ValueError(f"rows saw different unique data (tokens): {unique}")
+
+
+def steps_for_budget(flop_budget: float, flops_per_step: float) -> int:
+    """The whole steps a FLOP budget affords a row (its per-step count with the head and every pass)."""
+    steps = int(flop_budget // flops_per_step)
+    if steps < 1:
+        raise ValueError(f"a FLOP budget of {flop_budget:.3g} is under one step ({flops_per_step:.3g} FLOPs)")
+    return steps
+
+
+@dataclasses.dataclass(frozen=True)
+class Convergence:
+    """A capped iteration's end: its passes, the last pass's change and the tolerance it was held to."""
+
+    passes: int
+    final_change: float
+    tolerance: float
+
+    @property
+    def converged(self) -> bool:
+        return self.final_change <= self.tolerance
+
+    def marked(self, result: dict, refuse: bool = False) -> dict:
+        """`result` with the convergence recorded; unconverged: marked, or refused with `refuse`."""
+        if refuse and not self.converged:
+            raise ValueError(
+                f"unconverged after {self.passes} passes: final change {self.final_change:.3g} > "
+                f"tolerance {self.tolerance:.3g}"
+            )
+        return {**result, **dataclasses.asdict(self), "converged": self.converged}

@@ -1,0 +1,93 @@
+"""The shared comparison protocol on inputs whose answers are known by hand."""
+
+import math
+
+import numpy as np
+import pytest
+
+from t2mlr_jax.analysis import protocol
+
+T_975_2DOF = 4.302652729911275  # Student t, 95% two-sided, 2 degrees of freedom
+
+
+def test_bits_per_byte_leaves_zero_byte_targets_out_of_both_sums():
+    loss = np.array([[1.0, 2.0, 3.0, 4.0]])
+    target_bytes = np.array([[3, 0, 2, 1]])  # the second target is a special token: no bytes
+    mask = np.array([[1, 1, 1, 0]])  # the last is not supervised
+    assert protocol.bits_per_byte(loss, target_bytes, mask) == pytest.approx((1 + 3) / (math.log(2) * 5))
+    kept_in_numerator = (1 + 2 + 3) / (math.log(2) * 5)  # what counting its loss but not its bytes gives
+    assert protocol.bits_per_byte(loss, target_bytes, mask) < kept_in_numerator
+    with pytest.raises(ValueError, match="no supervised target has a byte"):
+        protocol.bits_per_byte(loss, np.zeros_like(target_bytes))
+
+
+def test_interval_is_the_student_t_interval_of_the_mean():
+    got = protocol.interval([1.0, 2.0, 3.0])
+    half = T_975_2DOF * 1.0 / math.sqrt(3)
+    assert (got.mean, got.std, got.n) == (2.0, 1.0, 3)
+    assert (got.low, got.high) == pytest.approx((2 - half, 2 + half))
+    assert got.text(2) == f"2.00 ± {half:.2f}"
+    with pytest.raises(ValueError, match="at least 2 values"):
+        protocol.interval([1.0])
+
+
+def test_paired_difference_pairs_seeds_and_the_verdict_reads_its_interval():
+    row, baseline = {0: 1.0, 1: 2.0, 2: 3.5}, {0: 0.5, 1: 1.0, 2: 2.0}
+    diff = protocol.paired_difference(row, baseline)  # differences 0.5, 1.0, 1.5
+    assert (diff.mean, diff.std) == pytest.approx((1.0, 0.5))
+    assert diff.half_width == pytest.approx(T_975_2DOF * 0.5 / math.sqrt(3))
+    assert diff.includes_zero and protocol.verdict(diff, -1) == protocol.INCONCLUSIVE
+    tight = protocol.paired_difference({0: 1.0, 1: 1.1, 2: 1.2}, {0: 0.0, 1: 0.1, 2: 0.1})
+    assert protocol.verdict(tight, +1) == protocol.REPRODUCED
+    assert protocol.verdict(tight, -1) == protocol.NOT_REPRODUCED
+    with pytest.raises(ValueError, match=r"seeds \[3\]"):
+        protocol.paired_difference({**row, 3: 0.0}, baseline)
+    with pytest.raises(ValueError, match="at least 3 distinct seeds"):
+        protocol.check_seeds([0, 1, 1])
+
+
+def test_selection_and_report_splits_are_disjoint_complete_and_seeded():
+    parts = protocol.splits(10, 0.3, seed=4)
+    assert len(parts.selection) == 3 and not set(parts.selection) & set(parts.report)
+    assert sorted([*parts.selection, *parts.report]) == list(range(10))
+    again = protocol.splits(10, 0.3, seed=4)
+    assert np.array_equal(parts.selection, again.selection)
+    with pytest.raises(ValueError, match="leave a split empty"):
+        protocol.splits(1)
+
+
+def test_rows_reading_more_per_step_revisit_the_same_unique_tokens():
+    stream = 4096
+    rows = {
+        "vanilla": protocol.data_accounting(steps=10, tokens_per_step=1024, stream_tokens=stream),
+        "thoughts": protocol.data_accounting(steps=10, tokens_per_step=3072, stream_tokens=stream),
+    }
+    protocol.check_equal_data(rows)
+    assert rows["vanilla"].total_tokens == 10240 and rows["thoughts"].epochs == pytest.approx(7.5)
+    rows["short"] = protocol.data_accounting(steps=2, tokens_per_step=1024, stream_tokens=stream)
+    with pytest.raises(ValueError, match="different unique data"):
+        protocol.check_equal_data(rows)
+
+
+def test_flop_matched_steps_count_the_head():
+    from t2mlr_jax.model import flops
+    from tests.tiny import tiny_config
+
+    cfg = tiny_config(recurrence=False)
+    with_head = flops.one_pass_train_flops(cfg, 32)
+    blocks_only = with_head - flops.train(flops.head_flops(cfg, 32))
+    budget = 100 * with_head
+    assert protocol.steps_for_budget(budget, with_head) == 100
+    assert protocol.steps_for_budget(budget, blocks_only) > 100  # leaving the head out overspends
+    with pytest.raises(ValueError, match="under one step"):
+        protocol.steps_for_budget(with_head / 2, with_head)
+
+
+def test_an_unconverged_iteration_is_marked_or_refused():
+    done = protocol.Convergence(passes=16, final_change=1e-7, tolerance=1e-5)
+    capped = protocol.Convergence(passes=16, final_change=3e-2, tolerance=1e-5)
+    assert done.marked({"bpb": 1.0})["converged"] is True
+    marked = capped.marked({"bpb": 1.0})
+    assert marked["converged"] is False and marked["final_change"] == 3e-2 and marked["bpb"] == 1.0
+    with pytest.raises(ValueError, match="unconverged after 16 passes"):
+        capped.marked({"bpb": 1.0}, refuse=True)
