@@ -254,6 +254,9 @@ class Eval:
     # only targets of at least one byte, as nanochat's (and the LRT release's) evaluate_bpb, which a later
     # protocol will make the default. Evaluation's bpb only: the training log's bpb stays loss_mask's.
     bpb_masking: str = "loss_mask"
+    # the studies' protocol: bits per byte must be defined (a byte-level text tokenizer), else the run stops
+    # with one line before anything compiles
+    require_bpb: bool = False
     # latent thought slots per vocabulary token when evaluating / generating (architectures with thought
     # slots: lrt, ponderlm2); None = the largest trained count
     thoughts: int | None = None

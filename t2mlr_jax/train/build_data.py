@@ -93,6 +93,12 @@ def build_data_source(config: Experiment, *, train: bool = True) -> DataSource:
     tokenizer = (
         S5CharTokenizer() if is_s5 else load_tokenizer(_require_path(d.tokenizer, "tokenizer", d.hint))
     )
+    byte_lengths = pipeline.target_byte_lengths(None if is_s5 else tokenizer)
+    if e.require_bpb and byte_lengths is None:
+        raise ValueError(
+            f"eval.require_bpb: the tokenizer ({d.tokenizer or 'S5 characters'}) is not a byte-level text "
+            "tokenizer, so bits per byte are undefined"
+        )
     vocab = config.model.vocab_size
     eval_seq_len = d.eval_seq_len or d.seq_len
     common = dict(vocab_size=vocab, worker_count=d.worker_count)
@@ -208,7 +214,7 @@ def build_data_source(config: Experiment, *, train: bool = True) -> DataSource:
         decode=tokenizer.decode,
         score=scorer,
         train_examples=train_examples,
-        target_bytes=pipeline.target_byte_lengths(None if is_s5 else tokenizer) is not None,
+        target_bytes=byte_lengths is not None,
     )
 
 

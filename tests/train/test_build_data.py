@@ -76,6 +76,15 @@ def test_text_config_batches_carry_target_bytes_for_bits_per_byte(tmp_path):
         assert batch["target_bytes"].sum() > batch["loss_mask"].sum()  # several bytes per token
 
 
+def test_asking_for_bits_per_byte_without_a_byte_level_tokenizer_stops_before_any_batch():
+    config = load_config("s5_retrieval_t2mlr", "demo")
+    config.eval.require_bpb = True
+    with pytest.raises(
+        ValueError, match=r"^eval.require_bpb: the tokenizer \(S5 characters\) is not a byte-level"
+    ):
+        build_data_source(resolve(config))
+
+
 @pytest.mark.parametrize("field, named", [("train_path", "training data"), ("eval_path", "evaluation data")])
 def test_an_empty_data_path_is_named_in_words(field, named):
     config = load_config("smollm135m_t2mlr", "cpu")
