@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from t2mlr_jax.analysis.protocol import Convergence
 from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
@@ -64,19 +65,20 @@ def windows(config: Experiment) -> list[dict]:
 
 @functools.partial(jax.jit, static_argnames=("model", "cell", "scoring"))
 def _token_nll(params: dict, batch: dict, alpha, *, model: ModelConfig, cell: Cell, scoring: Scoring):
-    """[temperatures, B, T] next-token NLL of `cell` and the Jacobi passes it ran. The cell's alpha is
-    the traced `alpha`, so every alpha of a pathway shares one compile."""
+    """[temperatures, B, T] next-token NLL of `cell`, the Jacobi passes it ran and their last change. The
+    cell's alpha is the traced `alpha`, so every alpha of a pathway shares one compile."""
     tokens = batch["tokens"]
     layout = make_layout(tokens, batch["positions"], batch["segment_ids"])
     if cell.kind == "baseline":
         kw = dict(positions=layout.positions, segment_ids=layout.segment_ids)
-        logits, passes = backbone.forward(model, params, tokens, **kw), jnp.int32(0)
+        logits, passes, change = backbone.forward(model, params, tokens, **kw), jnp.int32(0), jnp.float32(0)
     else:
         rc = Recirculation(cell.source, cell.destination, alpha, cell.scheme or "ratio", scoring.ramp)
         if cell.kind == "looping":
-            logits, passes = looped_logits(model, params, rc, tokens, layout=layout), jnp.int32(0)
+            logits = looped_logits(model, params, rc, tokens, layout=layout)
+            passes, change = jnp.int32(0), jnp.float32(0)
         else:
-            logits, passes = recirculated_logits(
+            logits, passes, change = recirculated_logits(
                 model,
                 params,
                 rc,
@@ -89,7 +91,7 @@ def _token_nll(params: dict, batch: dict, alpha, *, model: ModelConfig, cell: Ce
             )
     logits, targets = logits.astype(jnp.float32), batch["targets"]
     nll = [optax.softmax_cross_entropy_with_integer_labels(logits / t, targets) for t in scoring.temperatures]
-    return jnp.stack(nll), passes
+    return jnp.stack(nll), passes, change
 
 
 def _arguments(params: dict, batch: dict, cell: Cell) -> tuple:
@@ -97,7 +99,7 @@ def _arguments(params: dict, batch: dict, cell: Cell) -> tuple:
 
 
 def scorer(model: ModelConfig, cell: Cell, scoring: Scoring, *, compile_for=None) -> Callable:
-    """(params, batch, alpha) -> (NLL per temperature [N, B, T], passes) for `cell`; with
+    """(params, batch, alpha) -> (NLL per temperature [N, B, T], passes, change) for `cell`; with
     compile_for=(params, batch) compiled ahead of time (so that timing it excludes compilation)."""
     kind = "recirculation" if cell.kind == "check" else cell.kind
     static = dict(model=model, cell=dataclasses.replace(cell, kind=kind, alpha=0.0), scoring=scoring)
@@ -108,18 +110,20 @@ def scorer(model: ModelConfig, cell: Cell, scoring: Scoring, *, compile_for=None
 
 def score(params: dict, batches: list[dict], cell: Cell, fn: Callable, window: int) -> dict:
     """`cell` scored by `fn` (a `scorer`) over `batches` (numpy, from `windows`): its summed NLL at each
-    temperature, supervised tokens, their UTF-8 bytes, NLL per position bucket, passes per batch, seconds."""
+    temperature, supervised tokens, their UTF-8 bytes, NLL per position bucket, passes and the last pass's
+    change per batch, seconds."""
     nll_sums, by_position = 0.0, np.zeros(POSITION_BUCKETS)
     tokens = target_bytes = 0.0
-    passes, start = [], time.perf_counter()
+    passes, changes, start = [], [], time.perf_counter()
     for batch in batches:
-        nll, n = fn(*_arguments(params, batch, cell))
+        nll, n, change = fn(*_arguments(params, batch, cell))
         nll, mask = np.asarray(nll, np.float64), batch["loss_mask"] > 0
         nll_sums = nll_sums + (nll * mask).sum(axis=(1, 2))
         by_position += np.bincount(_buckets(batch, window), weights=nll[0][mask], minlength=POSITION_BUCKETS)
         tokens += float(mask.sum())
         target_bytes += float(batch["target_bytes"][mask].sum()) if "target_bytes" in batch else 0.0
         passes.append(int(n))
+        changes.append(float(change))
     if not tokens:
         raise ValueError("the eval windows hold no supervised tokens: is the eval set empty?")
     return {
@@ -128,6 +132,7 @@ def score(params: dict, batches: list[dict], cell: Cell, fn: Callable, window: i
         "bytes": target_bytes,
         "nll_by_position": by_position.tolist(),
         "passes": passes,
+        "changes": changes,
         "seconds": time.perf_counter() - start,
     }
 
@@ -151,9 +156,11 @@ def _change(ppl: float, base: float) -> float:
     return 100.0 * (ppl / base - 1.0)
 
 
-def record(cell: Cell, raw: dict, baseline: dict | None) -> dict:
+def record(cell: Cell, raw: dict, baseline: dict | None, tol: float) -> dict:
     """A cells.jsonl line: the cell, its sums, perplexity / bpb and the % change against the baseline
-    (at the sweep's temperature; a second temperature is the control)."""
+    (at the sweep's temperature; a second temperature is the control). A parallel evaluation's passes
+    and convergence: its largest last-pass change against `tol`, `converged` false where a batch stopped
+    at the cap still moving (None where the evaluation does not measure it: the single-stack's)."""
     ppl = [perplexity(n, raw["tokens"]) for n in raw["nll"]]
     base = baseline["perplexity"] if baseline else ppl[0]
     out = {**dataclasses.asdict(cell), **raw, "perplexity": ppl[0], "change_pct": _change(ppl[0], base)}
@@ -161,9 +168,13 @@ def record(cell: Cell, raw: dict, baseline: dict | None) -> dict:
         out["bpb"] = raw["nll"][0] / (math.log(2.0) * raw["bytes"])
     if len(ppl) > 1:
         out["control_temperature"] = {"perplexity": ppl[1], "change_pct": _change(ppl[1], base)}
-    passes = out.pop("passes")
+    passes, changes = out.pop("passes"), out.pop("changes")
     if any(passes):  # Jacobi passes: the parallel evaluation only
         out["passes"] = {"mean": float(np.mean(passes)), "max": max(passes)}
+        final = float(np.max(changes))  # NaN where not measured
+        measured = not math.isnan(final)
+        out["final_change"] = final if measured else None
+        out["converged"] = Convergence(max(passes), final, tol).converged if measured else None
     return out
 
 
@@ -179,12 +190,12 @@ def serial_check(
             model, cell, dataclasses.replace(scoring, evaluation=mode), compile_for=(params, batches[0])
         )
         compile_seconds = time.perf_counter() - start
-        scored = record(cell, score(params, batches, cell, fn, window), None)
+        scored = record(cell, score(params, batches, cell, fn, window), None, scoring.tol)
         out[mode] = {
             "perplexity": scored["perplexity"],
             "seconds": scored["seconds"],
             "compile_seconds": compile_seconds,
-            **({"passes": scored["passes"]} if "passes" in scored else {}),
+            **{k: scored[k] for k in ("passes", "final_change", "converged") if k in scored},
         }
     parallel, serial = out["parallel"], out["serial"]
     out["perplexity_rel_diff"] = abs(parallel["perplexity"] - serial["perplexity"]) / serial["perplexity"]

@@ -204,7 +204,7 @@ def run_sweep(config: Experiment, workdir: Path) -> dict:
                 params()
                 startup.mark("state")
             raw = score(params(), batches, cell, scorer(model, cell, sweep.scoring), window)
-            log.add(record(cell, raw, log.get(baseline)))
+            log.add(record(cell, raw, log.get(baseline), sweep.scoring.tol))
             if i == 0:  # its first cell's score includes tracing and compiling its program
                 startup.mark("first_step")
                 startup.write(

@@ -221,9 +221,11 @@ def recirculated_logits(
     evaluation: str = "serial",
     tol: float = 1e-4,
     max_passes: int = 16,
-) -> tuple[Float[Array, "B T V"], Int[Array, ""]]:
+) -> tuple[Float[Array, "B T V"], Int[Array, ""], Float[Array, ""]]:
     """Scoring with recirculation: the two-stack or the single-stack, serial (exact) or parallel (Jacobi;
-    the single-stack runs max_passes passes). Returns the logits and the passes run (0 when serial)."""
+    the single-stack runs max_passes passes). Returns the logits, the passes run (0 when serial) and the
+    last pass's change (the two-stack parallel's, for its convergence; 0 when serial, NaN: not measured)."""
+    exact, unmeasured = jnp.float32(0.0), jnp.float32(jnp.nan)
     if stack == "single":
         model, params, layout = (
             single_stack_model(cfg, rc),
@@ -231,13 +233,13 @@ def recirculated_logits(
             single_stack_layout(layout),
         )
         if evaluation == "serial":
-            return exact_forward(model, params, tokens, layout=layout).logits, jnp.int32(0)
+            return exact_forward(model, params, tokens, layout=layout).logits, jnp.int32(0), exact
         out = jacobi_forward(model, params, tokens, layout=layout, d_forward=max_passes, d_backward=0)
-        return out.logits, jnp.int32(max_passes)
+        return out.logits, jnp.int32(max_passes), unmeasured
     if evaluation == "serial":
-        return two_stack_serial(cfg, params, rc, tokens, layout=layout)[0], jnp.int32(0)
+        return two_stack_serial(cfg, params, rc, tokens, layout=layout)[0], jnp.int32(0), exact
     out = two_stack_parallel(cfg, params, rc, tokens, layout=layout, tol=tol, max_passes=max_passes)
-    return out.logits, out.passes
+    return out.logits, out.passes, out.change
 
 
 @dataclasses.dataclass(frozen=True)

@@ -118,6 +118,21 @@ def test_main_train_mode_hands_recirculation_to_the_sweep(tmp_path, monkeypatch,
     assert framework._training_free(adaptive) is None
 
 
+def test_a_parallel_evaluation_stopped_at_its_cap_still_moving_is_marked_unconverged():
+    from t2mlr_jax.analysis.recirculation_scoring import Cell, record
+
+    raw = dict(nll=[10.0], tokens=8.0, bytes=0.0, nll_by_position=[], seconds=1.0)
+    cell = Cell("recirculation", 2, 1, "ratio", 0.5)
+    capped = record(cell, {**raw, "passes": [16, 16], "changes": [1e-6, 0.03]}, None, tol=1e-4)
+    assert capped["converged"] is False and capped["final_change"] == 0.03 and capped["passes"]["max"] == 16
+    settled = record(cell, {**raw, "passes": [5, 7], "changes": [1e-6, 5e-5]}, None, tol=1e-4)
+    assert settled["converged"] is True
+    unmeasured = record(cell, {**raw, "passes": [16], "changes": [float("nan")]}, None, tol=1e-4)
+    assert unmeasured["converged"] is None and unmeasured["final_change"] is None
+    serial = record(cell, {**raw, "passes": [0], "changes": [0.0]}, None, tol=1e-4)
+    assert "converged" not in serial and "passes" not in serial
+
+
 @pytest.mark.slow
 def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint, monkeypatch):
     config, workdir = _config(checkpoint), tmp_path / "sweep"
@@ -136,6 +151,7 @@ def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint
     check = results["serial_check"][0]
     assert check["perplexity_rel_diff"] < 1e-4 and check["parallel"]["passes"]["max"] <= 16
     parallel, serial = check["parallel"], check["serial"]  # timed side by side, compilation apart
+    assert parallel["converged"] and parallel["final_change"] <= config.recirculation.parallel_tol
     assert min(parallel["seconds"], serial["seconds"], parallel["compile_seconds"]) > 0
     assert check["speedup"] == pytest.approx(serial["seconds"] / parallel["seconds"])
     for name in ("results.json", "heatmap_ratio_alpha0.5.png", "heatmap_looping.png", "gain_by_position.png"):
