@@ -4,7 +4,8 @@
   left out of both sums.
 - Seeds: at least `MIN_SEEDS` per row; a row's mean, standard deviation and 95% Student-t interval, its
   paired difference to the baseline (seed by seed: the same init and data order) with its interval, and a
-  verdict on a paper's claim that an interval including zero cannot give.
+  verdict on a paper's claim that an interval including zero cannot give (`compare`; `markdown` writes
+  the study's table, the noise floor under it).
 - Selection and report on disjoint splits: whatever is chosen (α, a layer pair, a best cell) is chosen on
   one, and reported on the other.
 - Equal data: rows revisit one token stream (epochs) rather than read further into it; each row records
@@ -172,3 +173,48 @@ class Convergence:
                 f"tolerance {self.tolerance:.3g}"
             )
         return {**result, **dataclasses.asdict(self), "converged": self.converged}
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A paper's claim that `row` moves the metric from the baseline's in direction `sign` (−1: lowers
+    it), with the paper's own figure as printed (e.g. "−0.03 BPB")."""
+
+    row: str
+    paper: str
+    sign: int
+
+
+def compare(values: Mapping[str, Mapping[int, float]], baseline: str, claims: Sequence[Claim]) -> dict:
+    """Rows' metric per seed -> each row's interval, each claim's paired difference to `baseline` and its
+    verdict, and the noise floor: the baseline's seed-to-seed standard deviation."""
+    if baseline not in values:
+        raise ValueError(f"baseline row {baseline!r} is not among the rows {sorted(values)}")
+    for by_seed in values.values():
+        check_seeds(list(by_seed))
+    differences = [paired_difference(values[claim.row], values[baseline]) for claim in claims]
+    judged = [
+        {**dataclasses.asdict(claim), "difference": dataclasses.asdict(d), "verdict": verdict(d, claim.sign)}
+        for claim, d in zip(claims, differences)
+    ]
+    rows = {row: dataclasses.asdict(interval(list(by_seed.values()))) for row, by_seed in values.items()}
+    return {"baseline": baseline, "noise_floor": rows[baseline]["std"], "rows": rows, "claims": judged}
+
+
+def markdown(comparison: dict, metric: str, digits: int = 3) -> str:
+    """A study's table: every row's mean ± 95% half-width, then each claim with the paper's figure, ours
+    (the paired difference to the baseline) and the verdict; the noise floor under it."""
+    as_interval = lambda d: Interval(**d).text(digits)
+    lines = [f"| row | {metric} (mean ± 95%) | seeds |", "|---|---|---|"]
+    lines += [f"| {row} | {as_interval(i)} | {i['n']} |" for row, i in comparison["rows"].items()]
+    lines += ["", f"| claim (vs {comparison['baseline']}) | paper | ours: Δ {metric} (95%) | verdict |"]
+    lines += ["|---|---|---|---|"]
+    lines += [
+        f"| {c['row']} | {c['paper']} | {as_interval(c['difference'])} | {c['verdict']} |"
+        for c in comparison["claims"]
+    ]
+    floor = comparison["noise_floor"]
+    return (
+        "\n".join(lines)
+        + f"\n\nSeed-to-seed noise floor ({comparison['baseline']}'s std): {floor:.{digits}f}\n"
+    )

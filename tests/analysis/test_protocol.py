@@ -91,3 +91,24 @@ def test_an_unconverged_iteration_is_marked_or_refused():
     assert marked["converged"] is False and marked["final_change"] == 3e-2 and marked["bpb"] == 1.0
     with pytest.raises(ValueError, match="unconverged after 16 passes"):
         capped.marked({"bpb": 1.0}, refuse=True)
+
+
+def test_a_study_table_gives_each_claim_its_interval_verdict_and_the_noise_floor():
+    values = {
+        "baseline": {0: 1.00, 1: 1.02, 2: 0.98},
+        "better": {0: 0.90, 1: 0.92, 2: 0.88},  # lower by 0.10 each seed
+        "noisy": {0: 1.10, 1: 0.95, 2: 0.97},  # +0.10, −0.07, −0.01: straddles zero
+    }
+    claims = [protocol.Claim("better", "−0.03 BPB", -1), protocol.Claim("noisy", "−0.02 BPB", -1)]
+    result = protocol.compare(values, "baseline", claims)
+    assert result["noise_floor"] == pytest.approx(0.02)
+    better, noisy = result["claims"]
+    assert better["difference"]["mean"] == pytest.approx(-0.10) and better["verdict"] == protocol.REPRODUCED
+    assert noisy["verdict"] == protocol.INCONCLUSIVE
+    table = protocol.markdown(result, "BPB")
+    assert "| better | −0.03 BPB | -0.100 ± 0.000 | reproduced at this scale |" in table
+    assert "noise floor (baseline's std): 0.020" in table
+    with pytest.raises(ValueError, match="at least 3 distinct seeds"):
+        protocol.compare({**values, "short": {0: 1.0, 1: 1.0}}, "baseline", claims)
+    with pytest.raises(ValueError, match="baseline row 'vanilla'"):
+        protocol.compare(values, "vanilla", claims)
