@@ -10,7 +10,8 @@
   one, and reported on the other.
 - Equal data: rows revisit one token stream (epochs) rather than read further into it; each row records
   its unique and total training tokens.
-- Budgets matched in FLOPs: the steps a row's per-step FLOPs (head and every pass counted) afford.
+- Budgets matched in FLOPs: the steps a row's per-step FLOPs (head and every pass counted) afford; the
+  head's share of them reported (`head_share`), small where the blocks carry the compute.
 - Convergence: an iteration stopped at its cap reports its final change, and is marked unconverged.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from jaxtyping import Float, Int, Real
@@ -151,6 +152,15 @@ def steps_for_budget(flop_budget: float, flops_per_step: float) -> int:
     if steps < 1:
         raise ValueError(f"a FLOP budget of {flop_budget:.3g} is under one step ({flops_per_step:.3g} FLOPs)")
     return steps
+
+
+def head_share(train_flops_at: Callable[[int], float], vocab_size: int) -> float:
+    """The vocabulary's share of a row's training FLOPs, every head pass counted, from its count at two
+    vocabulary sizes: the count is linear in the vocabulary (the head, and PonderLM-2's vocabulary pass,
+    are its only vocabulary-sized matmuls; embeddings are lookups), so the head's part is the difference
+    between the count at `vocab_size` and at 1, scaled to the whole vocabulary."""
+    full, one = train_flops_at(vocab_size), train_flops_at(1)
+    return (full - one) * vocab_size / (vocab_size - 1) / full
 
 
 @dataclasses.dataclass(frozen=True)

@@ -112,3 +112,30 @@ def test_a_study_table_gives_each_claim_its_interval_verdict_and_the_noise_floor
         protocol.compare({**values, "short": {0: 1.0, 1: 1.0}}, "baseline", claims)
     with pytest.raises(ValueError, match="baseline row 'vanilla'"):
         protocol.compare(values, "vanilla", claims)
+
+
+@pytest.mark.parametrize("arch, head_passes", [("transformer", 1), ("lrt", None)])
+def test_head_share_counts_every_head_pass(arch, head_passes):
+    """Read off the count at two vocabulary sizes: for a transformer, exactly its one head pass (forward
+    and backward); for the LRT, more than one pass's share, for its head runs on every refinement."""
+    from t2mlr_jax.experiment import resolve
+    from t2mlr_jax.model import flops
+    from t2mlr_jax.train.init_from import architecture
+    from tests.tiny import tiny_experiment
+
+    config = tiny_experiment(arch)
+    config.data.seq_len, config.baseline.param_match = 12, False
+
+    def train_flops_at(vocab: int) -> float:
+        config.model.vocab_size = vocab
+        return architecture(resolve(config), arch).train_flops(12)
+
+    vocab = tiny_experiment(arch).model.vocab_size
+    share = protocol.head_share(train_flops_at, vocab)
+    config.model.vocab_size = vocab
+    cfg = resolve(config).model
+    one_pass = flops.train(flops.head_flops(cfg, 12)) / train_flops_at(vocab)
+    if head_passes:
+        assert share == pytest.approx(head_passes * one_pass)
+    else:
+        assert 0 < share < 1 and share > one_pass
