@@ -12,8 +12,9 @@ t2mlr_jax.analysis.recirculation_sweep, the study main.py runs for arch "recircu
 
 Writes, in --workdir (a rerun with the same settings skips the cells already there):
   cells.jsonl                       one line per cell as it finishes
-  results.json                      baseline, grid (best first), best cell, controls, serial check,
-                                    gain by position, settings, timings
+  results.json                      baseline, grid (best first on the selection windows), best cell
+                                    (reported on the other windows, with its interval), controls,
+                                    serial check, gain by position, settings, timings
   heatmap_<scheme>_alpha<alpha>.png  % perplexity change per (source, destination): blue lower, red higher
   heatmap_looping.png               the looping control over the same pairs
   gain_by_position.png              the best cell's change per position bucket

@@ -110,10 +110,12 @@ def scorer(model: ModelConfig, cell: Cell, scoring: Scoring, *, compile_for=None
 
 def score(params: dict, batches: list[dict], cell: Cell, fn: Callable, window: int) -> dict:
     """`cell` scored by `fn` (a `scorer`) over `batches` (numpy, from `windows`): its summed NLL at each
-    temperature, supervised tokens, their UTF-8 bytes, NLL per position bucket, passes and the last pass's
-    change per batch, seconds."""
+    temperature, supervised tokens, their UTF-8 bytes, NLL per position bucket, NLL (sweep temperature) and
+    tokens per window (the selection and report splits), passes and the last pass's change per batch,
+    seconds."""
     nll_sums, by_position = 0.0, np.zeros(POSITION_BUCKETS)
     tokens = target_bytes = 0.0
+    nll_by_window, tokens_by_window = [], []
     passes, changes, start = [], [], time.perf_counter()
     for batch in batches:
         nll, n, change = fn(*_arguments(params, batch, cell))
@@ -121,6 +123,8 @@ def score(params: dict, batches: list[dict], cell: Cell, fn: Callable, window: i
         nll_sums = nll_sums + (nll * mask).sum(axis=(1, 2))
         by_position += np.bincount(_buckets(batch, window), weights=nll[0][mask], minlength=POSITION_BUCKETS)
         tokens += float(mask.sum())
+        nll_by_window += (nll[0] * mask).sum(axis=1).tolist()
+        tokens_by_window += mask.sum(axis=1).tolist()
         target_bytes += float(batch["target_bytes"][mask].sum()) if "target_bytes" in batch else 0.0
         passes.append(int(n))
         changes.append(float(change))
@@ -131,6 +135,8 @@ def score(params: dict, batches: list[dict], cell: Cell, fn: Callable, window: i
         "tokens": tokens,
         "bytes": target_bytes,
         "nll_by_position": by_position.tolist(),
+        "nll_by_window": nll_by_window,
+        "tokens_by_window": tokens_by_window,
         "passes": passes,
         "changes": changes,
         "seconds": time.perf_counter() - start,
@@ -152,7 +158,7 @@ def perplexity(nll_sum: float, tokens: float) -> float:
     return math.exp(min(nll_sum / tokens, 50.0))
 
 
-def _change(ppl: float, base: float) -> float:
+def change_pct(ppl: float, base: float) -> float:
     return 100.0 * (ppl / base - 1.0)
 
 
@@ -163,11 +169,11 @@ def record(cell: Cell, raw: dict, baseline: dict | None, tol: float) -> dict:
     at the cap still moving (None where the evaluation does not measure it: the single-stack's)."""
     ppl = [perplexity(n, raw["tokens"]) for n in raw["nll"]]
     base = baseline["perplexity"] if baseline else ppl[0]
-    out = {**dataclasses.asdict(cell), **raw, "perplexity": ppl[0], "change_pct": _change(ppl[0], base)}
+    out = {**dataclasses.asdict(cell), **raw, "perplexity": ppl[0], "change_pct": change_pct(ppl[0], base)}
     if raw["bytes"]:
         out["bpb"] = raw["nll"][0] / (math.log(2.0) * raw["bytes"])
     if len(ppl) > 1:
-        out["control_temperature"] = {"perplexity": ppl[1], "change_pct": _change(ppl[1], base)}
+        out["control_temperature"] = {"perplexity": ppl[1], "change_pct": change_pct(ppl[1], base)}
     passes, changes = out.pop("passes"), out.pop("changes")
     if any(passes):  # Jacobi passes: the parallel evaluation only
         out["passes"] = {"mean": float(np.mean(passes)), "max": max(passes)}

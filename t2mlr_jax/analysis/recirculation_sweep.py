@@ -10,6 +10,8 @@ serial | parallel); one compiled function per (source, destination, scheme), alp
 Controls: every cell's logits also at temperature sweep_control_temperature (the base model's and the best
 cell's answer "is the gain additive?"), and training-free looping (blocks d+1..s again after s) for every
 pair. Serial check: the sweep_serial_check best cells scored by both evaluations, timed side by side.
+Selection and report (analysis/protocol.py): cells are ranked on a seeded share of the eval windows
+(sweep_selection_fraction) and the best one is reported on the others, with an interval over them.
 
 Writes in workdir: cells.jsonl (a line per cell as it finishes; a rerun with the same settings skips the
 cells there), results.json, heatmap_<scheme>_alpha<alpha>.png (per alpha and scheme), heatmap_looping.png
@@ -22,6 +24,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import time
 from pathlib import Path
 
@@ -29,11 +32,13 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from t2mlr_jax.analysis.protocol import interval, splits
 from t2mlr_jax.analysis.recirculation_plots import write_plots
 from t2mlr_jax.analysis.recirculation_scoring import (
     POSITION_BUCKETS,
     Cell,
     Scoring,
+    change_pct,
     position_counts,
     record,
     score,
@@ -89,6 +94,10 @@ def plan(config: Experiment, model: ModelConfig) -> Plan:
         raise ValueError(
             "recirculation: sweep_stride and sweep_max_gap must be >= 1 and sweep_serial_check >= 0, got "
             f"{s.sweep_stride}, {s.sweep_max_gap}, {s.sweep_serial_check}"
+        )
+    if not 0 < s.sweep_selection_fraction < 1:
+        raise ValueError(
+            f"recirculation.sweep_selection_fraction must be in (0, 1), got {s.sweep_selection_fraction}"
         )
     if s.sweep_control_temperature <= 0:
         raise ValueError(
@@ -171,6 +180,7 @@ def fingerprint(config: Experiment, scoring: Scoring) -> str:
         },
         windows=(config.eval.num_examples, config.eval.batch_size, config.seed),
         scoring=dataclasses.asdict(scoring),
+        per_window=True,  # lines carry per-window sums (earlier ones did not)
     )
     return hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -211,7 +221,9 @@ def run_sweep(config: Experiment, workdir: Path) -> dict:
                     workdir, cell=_name(cell), compilation_cache=jax.config.jax_compilation_cache_dir
                 )
             bar.update()
-    grid = sorted((log.get(c) for c in sweep.grid), key=lambda r: r["change_pct"])
+    base = log.get(baseline)
+    parts = splits(len(base["tokens_by_window"]), config.recirculation.sweep_selection_fraction, config.seed)
+    grid = sorted((log.get(c) for c in sweep.grid), key=lambda r: _change_on(r, base, parts.selection))
     checks = []
     for best in grid[: sweep.serial_check]:
         cell = Cell("check", best["source"], best["destination"], best["scheme"], best["alpha"])
@@ -219,7 +231,7 @@ def run_sweep(config: Experiment, workdir: Path) -> dict:
             log.get(cell) or log.add(serial_check(model, params(), batches, cell, sweep.scoring, window))
         )
     looping = [log.get(c) for c in sweep.looping]
-    results = _results(config, model, sweep, log.get(baseline), grid, looping, checks, batches, window)
+    results = _results(config, model, sweep, base, grid, looping, checks, batches, window, parts)
     results["timings"] = {
         "run_seconds": time.perf_counter() - started,
         "cells_seconds": sum(log.get(c)["seconds"] for c in cells),
@@ -239,7 +251,7 @@ def _name(cell: Cell) -> str:
     return f"{cell.kind} s={cell.source} d={cell.destination}{alpha}"
 
 
-RAW = ("nll", "tokens", "bytes", "nll_by_position", "settings")
+RAW = ("nll", "tokens", "bytes", "nll_by_position", "nll_by_window", "tokens_by_window", "settings")
 
 
 def _shown(line: dict) -> dict:
@@ -247,10 +259,30 @@ def _shown(line: dict) -> dict:
     return {k: v for k, v in line.items() if k not in RAW}
 
 
+def _change_on(cell: dict, baseline: dict, windows: np.ndarray) -> float:
+    """`cell`'s % perplexity change against the baseline over these eval windows."""
+    nll, base = (np.asarray(line["nll_by_window"])[windows].sum() for line in (cell, baseline))
+    return change_pct(math.exp((nll - base) / np.asarray(baseline["tokens_by_window"])[windows].sum()), 1.0)
+
+
+def _reported(cell: dict, baseline: dict, windows: np.ndarray) -> dict:
+    """`cell`'s change on the report windows, with the interval over them (each window a chunk of text)."""
+    nll, base = (np.asarray(line["nll_by_window"])[windows] for line in (cell, baseline))
+    tokens = np.asarray(baseline["tokens_by_window"])[windows]
+    counted = tokens > 0
+    per_window = [change_pct(math.exp(d), 1.0) for d in (nll - base)[counted] / tokens[counted]]
+    return {
+        "change_pct": _change_on(cell, baseline, windows),
+        "windows": int(counted.sum()),
+        "interval": dataclasses.asdict(interval(per_window)),
+    }
+
+
 def _results(
-    config, model: ModelConfig, sweep: Plan, baseline, grid, looping, checks, batches, window
+    config, model: ModelConfig, sweep: Plan, baseline, grid, looping, checks, batches, window, parts
 ) -> dict:
-    """results.json: the settings, the baseline, the grid best first, the controls, the serial check."""
+    """results.json: the settings, the baseline, the grid best first (on the selection windows), the best
+    cell reported on the report windows, the controls, the serial check."""
     best, s = grid[0], config.recirculation
     counts = position_counts(batches, window)
     seen = counts > 0
@@ -269,8 +301,17 @@ def _results(
             "scoring": dataclasses.asdict(sweep.scoring),
             "fingerprint": baseline["settings"],
         },
+        "selection": {
+            "fraction": config.recirculation.sweep_selection_fraction,
+            "selection_windows": parts.selection.tolist(),
+            "report_windows": parts.report.tolist(),
+        },
         "baseline": _shown(baseline),
-        "best": _shown(best),
+        "best": {
+            **_shown(best),
+            "selection_change_pct": _change_on(best, baseline, parts.selection),
+            "report": _reported(best, baseline, parts.report),
+        },
         "grid": [_shown(c) for c in grid],
         "gain_by_position": {
             "bucket_start": (np.arange(POSITION_BUCKETS) * window // POSITION_BUCKETS)[seen].tolist(),
@@ -310,10 +351,13 @@ def summary(results: dict) -> str:
     """A few lines: the baseline, the best cell, the controls, the serial check."""
     base, best = results["baseline"], results["best"]
     bpb = f", {base['bpb']:.4f} bits per byte" if "bpb" in base else ""
+    report, interval_ = best["report"], best["report"]["interval"]
     lines = [
         f"baseline perplexity {base['perplexity']:.4f}{bpb} over {results['settings']['tokens']:.0f} tokens",
-        f"best of {len(results['grid'])} cells: {_name(_cell(best))} -> perplexity "
-        f"{best['perplexity']:.4f} ({best['change_pct']:+.3f}%)",
+        f"best of {len(results['grid'])} cells on {len(results['selection']['selection_windows'])} selection "
+        f"windows: {_name(_cell(best))} ({best['selection_change_pct']:+.3f}%); on the "
+        f"{report['windows']} report windows {report['change_pct']:+.3f}% (95% over windows "
+        f"[{interval_['low']:+.3f}, {interval_['high']:+.3f}])",
     ]
     if "controls" in results:
         t, loop = results["controls"]["temperature"], results["controls"]["looping"]["best"]

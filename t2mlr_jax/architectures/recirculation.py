@@ -68,6 +68,8 @@ class RecirculationSettings:
     sweep_control_temperature: float = 1.2
     # best cells also scored serially (passes, perplexity gap, speed-up); 0 = none
     sweep_serial_check: int = 2
+    # the share of eval windows the best cell is chosen on; it is reported on the others (seeded split)
+    sweep_selection_fraction: float = 0.5
 
     def __post_init__(self):
         one_of("recirculation.stack", self.stack, STACKS)

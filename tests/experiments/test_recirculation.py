@@ -158,6 +158,23 @@ def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint
         assert (workdir / name).stat().st_size > 0
     assert json.loads((workdir / sweep.RESULTS).read_text())["best"] == results["best"]
 
+    # The best cell is chosen on the selection windows and reported on the other windows.
+    chosen, report = results["selection"], results["best"]["report"]
+    assert sorted(chosen["selection_windows"] + chosen["report_windows"]) == [0, 1, 2, 3]
+    assert len(chosen["selection_windows"]) == 2 and report["windows"] == 2
+    assert sum(lines[0]["nll_by_window"]) == pytest.approx(lines[0]["nll"][0])
+    gained = lambda line, windows: sum(
+        line["nll_by_window"][i] - lines[0]["nll_by_window"][i] for i in windows
+    )
+    cells = [r for r in lines if r["kind"] == "recirculation"]
+    assert _same_cell(min(cells, key=lambda r: gained(r, chosen["selection_windows"])), results["best"])
+    report_tokens = sum(lines[0]["tokens_by_window"][i] for i in chosen["report_windows"])
+    best_line = next(r for r in cells if _same_cell(r, results["best"]))
+    assert report["change_pct"] == pytest.approx(
+        100 * (math.exp(gained(best_line, chosen["report_windows"]) / report_tokens) - 1)
+    )
+    assert report["interval"]["n"] == 2 and report["interval"]["low"] < report["interval"]["high"]
+
     # The baseline is the plain model's perplexity over the same windows, at temperatures 1 and 1.2.
     _, params = load_pretrained(checkpoint)
     nll, tokens = np.zeros(2), 0.0
@@ -216,6 +233,7 @@ def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint
         ({"recirculation.sweep_alphas": "0.5,1.5"}, r"\(0, 1\]"),
         ({"recirculation.sweep_schemes": "ratio,ratios"}, "scheme must be one of"),
         ({"eval.window": 128}, "eval.window 128 is longer than the model's context"),
+        ({"recirculation.sweep_selection_fraction": 1.0}, r"sweep_selection_fraction must be in \(0, 1\)"),
     ],
 )
 def test_bad_settings_fail_before_anything_runs(tmp_path, checkpoint, monkeypatch, changes, message):
