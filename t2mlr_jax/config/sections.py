@@ -210,6 +210,9 @@ class Data:
     seq_len: int = 256
     eval_seq_len: int = 0  # the eval rows' length: the same field as eval.window; 0 = seq_len
     train_examples: int = 1_000_000
+    # kind "text": train on only the stream's first this many tokens (EOS counted), revisited epoch after
+    # epoch, so that rows reading more per step see the same unique text (the studies' equal data); 0 = all
+    train_tokens: int = 0
     eval_split: str = "test"
     # how examples fill rows (t2mlr_jax.data.pipeline): tasks / files "none" (one per row) or "documents"
     # (packed whole); text "documents" (each its own segment: attention, positions and R restart at every
@@ -228,6 +231,9 @@ class Data:
         if not self.packing:
             object.__setattr__(self, "packing", "documents" if self.kind == "text" else "none")
         at_least("data.seq_len", self.seq_len, 1)
+        at_least("data.train_tokens", self.train_tokens, 0)
+        if self.train_tokens and self.kind != "text":
+            raise ValueError(f'data.train_tokens is for data.kind="text", not {self.kind!r}')
 
 
 BPB_MASKINGS = ("loss_mask", "nanochat")

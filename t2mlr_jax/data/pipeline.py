@@ -175,6 +175,21 @@ def _require_tokens(
     )
 
 
+def first_tokens(examples: grain.MapDataset, max_tokens: int, where: str) -> grain.MapDataset:
+    """The stream's first `max_tokens` positions: its first documents whole, the one that crosses the mark
+    cut there (its last kept target stays supervised: the next token is known)."""
+    total = 0
+    for count in range(1, len(examples) + 1):
+        length = len(examples[count - 1]["tokens"])
+        if total + length >= max_tokens:
+            keep, last = max_tokens - total, count - 1
+            # (the index a repeated dataset passes on runs past the epoch: taken modulo it)
+            cut = lambda i, ex: {k: v[:keep] for k, v in ex.items()} if i % count == last else ex
+            return examples[:count].map_with_index(cut)
+        total += length
+    raise ValueError(f"data.train_tokens={max_tokens}: the training text {where} holds only {total} tokens")
+
+
 def _require_examples(
     records: Sequence[dict], encode: Callable, special_ids: Collection[int], min_examples: int, where: str
 ) -> None:
@@ -358,6 +373,7 @@ def text_batches(
     shard_options: grain.sharding.ShardOptions | None = None,
     worker_count: int = 0,
     min_tokens: int = 0,
+    max_tokens: int = 0,
 ) -> grain.IterDataset:
     """Packed pretraining batches (`packing`: documents | concat). `paths`: token-store folders (with
     metadata.json, from tools/prepare_text.py), or raw .txt/.jsonl/.parquet files or folders, tokenized on
@@ -366,7 +382,8 @@ def text_batches(
     with. `documents` instead of `paths`: any random-access sequence of raw documents (e.g.
     tfds_source.TfdsDocuments), read lazily and tokenized on the fly. `min_tokens` (training: batch_size x
     seq_len): the text must hold one batch of tokens that are not special (see "Training data holds one
-    batch"), counted on its first documents."""
+    batch"), counted on its first documents. `max_tokens` (data.train_tokens): only the stream's first
+    this many tokens, the document that crosses the mark cut there."""
     if packing not in TEXT_PACKINGS:
         raise ValueError(f"packing of text must be one of {TEXT_PACKINGS}, got {packing!r}")
     path_list = [paths] if isinstance(paths, str) else list(paths)
@@ -409,6 +426,8 @@ def text_batches(
         examples = grain.MapDataset.source(documents).map(
             lambda doc: document_example(text_tokenizer.encode(doc), text_tokenizer.eos_id)
         )
+    if max_tokens:
+        examples = first_tokens(examples, max_tokens, ", ".join(path_list) or "given")
     batches = batch_examples(
         examples,
         batch_size=batch_size,

@@ -411,6 +411,7 @@ def _train(run: Run, lead: bool) -> dict:
             if run.flops_per_step
             else {}
         ),
+        **tokens_read(run.config, final_step),
         "train_seconds_this_session": round(time.time() - started, 1),
         "eval": results,
     }
@@ -418,6 +419,16 @@ def _train(run: Run, lead: bool) -> dict:
         (run.workdir / SUMMARY).write_text(json.dumps(json_safe(summary), indent=2))
         log_session(run.workdir, "end", final_step, how="finished")
     return summary
+
+
+def tokens_read(config: Experiment, steps: int) -> dict:
+    """Text training: the token positions `steps` read and, with data.train_tokens, the unique ones among
+    them (the rest revisit them: epochs)."""
+    if config.data.kind != "text":
+        return {}
+    read = steps * config.train.batch_size * config.data.seq_len
+    cap = config.data.train_tokens
+    return {"train_tokens_read": read, **({"train_tokens_unique": min(read, cap)} if cap else {})}
 
 
 def check_loadable(workdir: Path, config: Experiment) -> None:

@@ -143,6 +143,30 @@ def test_text_packing_never_crosses_documents_and_streams_every_token(token_stor
     assert (np.concatenate(rows) == expected).all()  # EOS after every document, nothing lost or repeated
 
 
+def test_train_tokens_keeps_the_streams_first_tokens_and_revisits_them(token_store, smollm2, play_texts):
+    """data.train_tokens: an epoch is exactly the stream's first N tokens (the document crossing the mark
+    cut), and a row reading three epochs' worth sees nothing else."""
+    first = np.append(smollm2.encode(play_texts[0]), smollm2.eos_id)
+    n = len(first) + 100  # the first document whole and the second one's first 100 tokens
+    expected = np.concatenate([first, smollm2.encode(play_texts[1])[:100]])
+    one = text_batches(
+        token_store,
+        batch_size=1,
+        seq_len=64,
+        num_epochs=1,
+        shuffle=False,
+        shard_options=ONE_HOST,
+        max_tokens=n,
+    )
+    read = np.concatenate([b["tokens"][0][b["segment_ids"][0] > 0] for b in one])
+    assert (read == expected).all()
+    forever = iter(text_batches(token_store, batch_size=2, seq_len=64, shard_options=ONE_HOST, max_tokens=n))
+    seen = {int(t) for b in take(forever, 3 * n // 128 + 1) for t in b["tokens"][b["segment_ids"] > 0]}
+    assert seen <= set(expected.tolist())
+    with pytest.raises(ValueError, match=r"data.train_tokens=10000000: the training text .* holds only \d+"):
+        text_batches(token_store, batch_size=1, seq_len=64, shard_options=ONE_HOST, max_tokens=10_000_000)
+
+
 def test_resuming_from_a_state_gives_the_same_batches(token_store, smollm2):
     dataset = text_batches(
         token_store, tokenizer=smollm2, batch_size=2, seq_len=64, seed=3, shard_options=ONE_HOST

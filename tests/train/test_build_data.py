@@ -91,3 +91,29 @@ def test_an_empty_data_path_is_named_in_words(field, named):
     config.data[field], config.data.hint = "", ""
     with pytest.raises(ValueError, match=rf"^data\.{field} is empty: give the path of the {named}$"):
         build_data_source(resolve(config))
+
+
+def test_train_tokens_is_checked_and_the_summary_counts_unique_and_read_tokens(tmp_path):
+    from t2mlr_jax.train.trainer import tokens_read
+
+    config = load_config("smollm135m_t2mlr", "cpu")
+    (tmp_path / "train.txt").write_text("Sweet are the uses of adversity. " * 400, encoding="utf-8")
+    config.data.train_path = config.data.eval_path = str(tmp_path / "train.txt")
+    batch = config.train.batch_size * config.data.seq_len
+    config.data.train_tokens = batch - 1
+    with pytest.raises(
+        ValueError, match=rf"^data.train_tokens={batch - 1} is less than one batch \({batch} = "
+    ):
+        build_data_source(resolve(config))
+    config.data.train_tokens = 2 * batch
+    assert next(build_data_source(resolve(config)).train_iterator())["tokens"].shape[1] == config.data.seq_len
+    assert tokens_read(resolve(config), 5) == {
+        "train_tokens_read": 5 * batch,
+        "train_tokens_unique": 2 * batch,
+    }
+    assert tokens_read(resolve(config), 1) == {"train_tokens_read": batch, "train_tokens_unique": batch}
+    s5 = load_config("s5_retrieval_t2mlr", "demo")
+    assert tokens_read(resolve(s5), 5) == {}
+    s5.data.train_tokens = 1000
+    with pytest.raises(ValueError, match='data.train_tokens is for data.kind="text"'):
+        resolve(s5)
