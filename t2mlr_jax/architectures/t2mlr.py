@@ -94,6 +94,10 @@ def backbone_architecture(name: str, model: ModelConfig, settings: T2MLRSettings
             # The passes convergence-adaptive Jacobi used, logged as `jacobi_passes`: as a per-token stat,
             # since `stats` would be summed over micro-batches, token stats are averaged.
             token_stats["jacobi_passes"] = jnp.broadcast_to(out.jacobi_passes, batch["tokens"].shape)
+            if out.jacobi_change is not None:  # convergence: 0 where the passes stopped at their cap
+                converged = out.jacobi_change < model.recurrence.jacobi_tolerance
+                for key, value in (("jacobi_change", out.jacobi_change), ("jacobi_converged", converged)):
+                    token_stats[key] = jnp.broadcast_to(value.astype(jnp.float32), batch["tokens"].shape)
         return Outputs(out.logits, token_stats=token_stats)
 
     arch = Architecture(

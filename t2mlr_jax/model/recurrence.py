@@ -54,6 +54,9 @@ class Output(NamedTuple):
     # Jacobi passes that produced R (the unfused one, the refinements run, i.e. the D of the fixed-depth
     # forward with the same result); None from the other modes. Dynamic under recurrence.jacobi_tolerance.
     jacobi_passes: Int[Array, ""] | None = None
+    # Under recurrence.jacobi_tolerance: the last detached pass's `relative_change` of R (at or above the
+    # tolerance: stopped by its cap, unconverged); None otherwise.
+    jacobi_change: Float[Array, ""] | None = None
 
 
 def make_layout(tokens: Int[Array, "B T"], positions=None, segment_ids=None, control_flow=None) -> Layout:
@@ -149,9 +152,9 @@ def _until_converged(
     read: Bool[Array, "B T"],
     max_passes: int,
     tolerance: float,
-) -> tuple[Int[Array, ""], Float[Array, "B T D"]]:
+) -> tuple[Int[Array, ""], Float[Array, "B T D"], Float[Array, ""]]:
     """Apply `refine` to R until one pass moves it by less than `tolerance` (`relative_change` over the
-    positions `read`), at most `max_passes` times: (passes run, R)."""
+    positions `read`), at most `max_passes` times: (passes run, R, the last pass's change)."""
 
     def body(state):
         ran, r, _ = state
@@ -160,8 +163,7 @@ def _until_converged(
 
     # `not change < tolerance`: a NaN change never stops early.
     keep_going = lambda s: (s[0] < max_passes) & ~(s[2] < tolerance)
-    ran, r, _ = jax.lax.while_loop(keep_going, body, (jnp.int32(0), r, jnp.float32(jnp.inf)))
-    return ran, r
+    return jax.lax.while_loop(keep_going, body, (jnp.int32(0), r, jnp.float32(jnp.inf)))
 
 
 def jacobi_forward(
@@ -204,7 +206,7 @@ def jacobi_forward(
     if d_backward < d_forward:
         r = jax.lax.stop_gradient(r)
     n_grad = min(d_backward, d_forward - 1)
-    n_detached, passes = d_forward - 1 - n_grad, jnp.int32(d_forward)
+    n_detached, passes, change = d_forward - 1 - n_grad, jnp.int32(d_forward), None
     if n_detached:
         # Passes whose output is detached: no tangent may enter (inputs stop_gradient'ed), so autodiff
         # keeps none of their activations alive, and a while_loop (not differentiable) may run them.
@@ -212,7 +214,7 @@ def jacobi_forward(
         detached = lambda r: refine(*frozen[:2], r)
         if rec.jacobi_tolerance:
             read = layout.control_flow >= RECURRENT  # R is fused only there: elsewhere its value is unused
-            ran, r = _until_converged(detached, frozen[2], read, n_detached, rec.jacobi_tolerance)
+            ran, r, change = _until_converged(detached, frozen[2], read, n_detached, rec.jacobi_tolerance)
             passes = passes - n_detached + ran
         else:
             r = jax.lax.fori_loop(0, n_detached, lambda _, r: detached(r), frozen[2])
@@ -220,7 +222,7 @@ def jacobi_forward(
         r, _ = jax.lax.scan(lambda r, _: (refine(middle, x, r), None), r, None, length=n_grad)
     # The final pass goes through the cache, so prefill leaves keys/values for decoding.
     out = _fused_pass(cfg, params, x, r, layout, cache, tokens, middle, upper)
-    return out._replace(jacobi_passes=passes)
+    return out._replace(jacobi_passes=passes, jacobi_change=change)
 
 
 def decode_step(

@@ -103,7 +103,9 @@ def test_converged_passes_equal_exact_in_fewer_than_d():
     want = exact(cfg, params, toks, layout=layout).logits
     real = np.asarray(seg, bool)
     assert rel_err(np.asarray(out.logits)[real], np.asarray(want)[real]) <= 1e-5
-    assert int(out.jacobi_passes) < T
+    assert int(out.jacobi_passes) < T and float(out.jacobi_change) < 1e-6
+    capped = jacobi(cfg, params, toks, layout=layout, d_forward=4, d_backward=1)  # 2 detached passes
+    assert int(capped.jacobi_passes) == 4 and float(capped.jacobi_change) >= 1e-6  # stopped unconverged
 
 
 @pytest.mark.slow
@@ -115,12 +117,13 @@ def test_training_step_logs_the_passes(tmp_path):
     step = compile_step(run.arch, run.optimizer, run.schedule, grad_accum=2)
     _, metrics = step(init_state(run.arch, run.optimizer, 0), model_inputs(tiny_task.tiny_batch(0, 1, 8, 16)))
     assert float(metrics["jacobi_passes"]) == 4.0  # 1 + one detached + B = 2
+    assert float(metrics["jacobi_converged"]) == 1.0 and 0 < float(metrics["jacobi_change"]) < 1e9
     config.model.recurrence.jacobi_tolerance = None
     arch = Run(resolve(config), tmp_path / "fixed", tiny_task.tiny_source(), "t2mlr").arch
     stats = lambda p, b: arch.apply(p, b, training=True, rng=None, model_state={}).token_stats
     params = jax.eval_shape(arch.init, jax.random.PRNGKey(0))
     batch = model_inputs(tiny_task.tiny_batch(0, 1, 8, 16))
-    assert "jacobi_passes" not in jax.eval_shape(stats, params, batch)
+    assert not {"jacobi_passes", "jacobi_converged"} & set(jax.eval_shape(stats, params, batch))
 
 
 @pytest.mark.slow
