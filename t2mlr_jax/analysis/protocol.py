@@ -1,17 +1,17 @@
 """The comparison protocol every study shares, so that a table's effect can be told from its noise.
 
-- Bits per byte as nanochat's evaluation defines it: a target of zero UTF-8 bytes (a special token) is
-  left out of both sums.
+- Bits per byte as nanochat's evaluation defines it (eval.bpb_masking="nanochat": a target of zero UTF-8
+  bytes, a special token, is left out of both sums), defined for the run (eval.require_bpb).
 - Seeds: at least `MIN_SEEDS` per row; a row's mean, standard deviation and 95% Student-t interval, its
   paired difference to the baseline (seed by seed: the same init and data order) with its interval, and a
   verdict on a paper's claim that an interval including zero cannot give (`compare`; `markdown` writes
   the study's table, the noise floor under it).
 - Selection and report on disjoint splits: whatever is chosen (α, a layer pair, a best cell) is chosen on
   one, and reported on the other.
-- Equal data: rows revisit one token stream (epochs) rather than read further into it; each row records
-  its unique and total training tokens.
-- Budgets matched in FLOPs: the steps a row's per-step FLOPs (head and every pass counted) afford; the
-  head's share of them reported (`head_share`), small where the blocks carry the compute.
+- Equal data: rows revisit one token stream (data.train_tokens, epochs) rather than read further into it;
+  each row's summary records its unique and read training tokens (`check_equal_data`).
+- Budgets matched in FLOPs (train.flop_budget: the steps a row's count, head and every pass included,
+  affords); the head's share of them reported (`head_share`), small where the blocks carry the compute.
 - Convergence: an iteration stopped at its cap reports its final change, and is marked unconverged.
 """
 
@@ -22,28 +22,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
-from jaxtyping import Float, Int, Real
+from jaxtyping import Int
 from scipy import stats
 
 MIN_SEEDS = 3
 CONFIDENCE = 0.95
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced at this scale", "not reproduced", "inconclusive"
-
-
-def bits_per_byte(
-    loss_nats: Float[np.ndarray, "*tokens"],
-    target_bytes: Int[np.ndarray, "*tokens"],
-    mask: Real[np.ndarray, "*tokens"] | None = None,
-) -> float:
-    """Σ loss / (ln 2 · Σ bytes) over the supervised targets of at least one byte (nanochat's
-    evaluate_bpb): a zero-byte target adds neither loss nor bytes."""
-    counted = np.asarray(target_bytes) > 0
-    if mask is not None:
-        counted &= np.asarray(mask) > 0
-    total_bytes = float(np.sum(np.where(counted, target_bytes, 0)))
-    if total_bytes == 0:
-        raise ValueError("bits per byte: no supervised target has a byte")
-    return float(np.sum(np.where(counted, loss_nats, 0.0))) / (math.log(2.0) * total_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,37 +105,12 @@ def splits(items: int, selection_fraction: float = 0.5, seed: int = 0) -> Splits
     return Splits(np.sort(order[:cut]), np.sort(order[cut:]))
 
 
-@dataclasses.dataclass(frozen=True)
-class DataAccounting:
-    """What a row trained on: `unique_tokens` of one shared stream, read `total_tokens` times over."""
-
-    unique_tokens: int
-    total_tokens: int
-
-    @property
-    def epochs(self) -> float:
-        return self.total_tokens / self.unique_tokens
-
-
-def data_accounting(steps: int, tokens_per_step: int, stream_tokens: int) -> DataAccounting:
-    """A row reading `tokens_per_step` of a `stream_tokens`-long stream each step, wrapping around."""
-    total = steps * tokens_per_step
-    return DataAccounting(min(total, stream_tokens), total)
-
-
-def check_equal_data(rows: Mapping[str, DataAccounting]) -> None:
-    """Every row saw the same unique text: a row that read further into the stream is refused."""
-    unique = {name: account.unique_tokens for name, account in rows.items()}
-    if len(set(unique.values())) > 1:
-        raise ValueError(f"rows saw different unique data (tokens): {unique}")
-
-
-def steps_for_budget(flop_budget: float, flops_per_step: float) -> int:
-    """The whole steps a FLOP budget affords a row (its per-step count with the head and every pass)."""
-    steps = int(flop_budget // flops_per_step)
-    if steps < 1:
-        raise ValueError(f"a FLOP budget of {flop_budget:.3g} is under one step ({flops_per_step:.3g} FLOPs)")
-    return steps
+def check_equal_data(summaries: Mapping[str, dict]) -> None:
+    """Every row saw the same unique text (its summary's `train_tokens_unique`, data.train_tokens): a row
+    that read further into the stream, or was not capped, is refused."""
+    unique = {name: summary.get("train_tokens_unique") for name, summary in summaries.items()}
+    if None in unique.values() or len(set(unique.values())) > 1:
+        raise ValueError(f"rows saw different unique data (tokens; None: not capped): {unique}")
 
 
 def head_share(train_flops_at: Callable[[int], float], vocab_size: int) -> float:

@@ -10,17 +10,6 @@ from t2mlr_jax.analysis import protocol
 T_975_2DOF = 4.302652729911275  # Student t, 95% two-sided, 2 degrees of freedom
 
 
-def test_bits_per_byte_leaves_zero_byte_targets_out_of_both_sums():
-    loss = np.array([[1.0, 2.0, 3.0, 4.0]])
-    target_bytes = np.array([[3, 0, 2, 1]])  # the second target is a special token: no bytes
-    mask = np.array([[1, 1, 1, 0]])  # the last is not supervised
-    assert protocol.bits_per_byte(loss, target_bytes, mask) == pytest.approx((1 + 3) / (math.log(2) * 5))
-    kept_in_numerator = (1 + 2 + 3) / (math.log(2) * 5)  # what counting its loss but not its bytes gives
-    assert protocol.bits_per_byte(loss, target_bytes, mask) < kept_in_numerator
-    with pytest.raises(ValueError, match="no supervised target has a byte"):
-        protocol.bits_per_byte(loss, np.zeros_like(target_bytes))
-
-
 def test_interval_is_the_student_t_interval_of_the_mean():
     got = protocol.interval([1.0, 2.0, 3.0])
     half = T_975_2DOF * 1.0 / math.sqrt(3)
@@ -57,30 +46,24 @@ def test_selection_and_report_splits_are_disjoint_complete_and_seeded():
 
 
 def test_rows_reading_more_per_step_revisit_the_same_unique_tokens():
-    stream = 4096
-    rows = {
-        "vanilla": protocol.data_accounting(steps=10, tokens_per_step=1024, stream_tokens=stream),
-        "thoughts": protocol.data_accounting(steps=10, tokens_per_step=3072, stream_tokens=stream),
-    }
+    """Each row's summary counts its tokens (trainer.tokens_read); rows capped at one data.train_tokens see
+    the same unique text however many tokens a step reads, and an uncapped or shorter row is refused."""
+    from t2mlr_jax.experiment import resolve
+    from t2mlr_jax.train.trainer import tokens_read
+    from tests.train.test_build_data import load_config
+
+    def summary(seq_len: int, steps: int, cap: int) -> dict:
+        config = load_config("smollm135m_t2mlr", "cpu")
+        config.data.seq_len, config.data.train_tokens, config.train.batch_size = seq_len, cap, 4
+        return tokens_read(resolve(config), steps)
+
+    rows = {"vanilla": summary(64, 10, 2560), "thoughts": summary(192, 10, 2560)}  # 3x the tokens a step
     protocol.check_equal_data(rows)
-    assert rows["vanilla"].total_tokens == 10240 and rows["thoughts"].epochs == pytest.approx(7.5)
-    rows["short"] = protocol.data_accounting(steps=2, tokens_per_step=1024, stream_tokens=stream)
+    assert rows["vanilla"]["train_tokens_read"] == 2560 and rows["thoughts"]["train_tokens_read"] == 7680
     with pytest.raises(ValueError, match="different unique data"):
-        protocol.check_equal_data(rows)
-
-
-def test_flop_matched_steps_count_the_head():
-    from t2mlr_jax.model import flops
-    from tests.tiny import tiny_config
-
-    cfg = tiny_config(recurrence=False)
-    with_head = flops.one_pass_train_flops(cfg, 32)
-    blocks_only = with_head - flops.train(flops.head_flops(cfg, 32))
-    budget = 100 * with_head
-    assert protocol.steps_for_budget(budget, with_head) == 100
-    assert protocol.steps_for_budget(budget, blocks_only) > 100  # leaving the head out overspends
-    with pytest.raises(ValueError, match="under one step"):
-        protocol.steps_for_budget(with_head / 2, with_head)
+        protocol.check_equal_data({**rows, "short": summary(64, 2, 2560)})
+    with pytest.raises(ValueError, match="None: not capped"):
+        protocol.check_equal_data({**rows, "uncapped": summary(64, 10, 0)})
 
 
 def test_an_unconverged_iteration_is_marked_or_refused():
