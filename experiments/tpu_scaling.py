@@ -201,6 +201,19 @@ def reported(result: dict, folder: Path) -> dict:
     return result
 
 
+def _mesh(setting: dict) -> str:
+    return ",".join(f"{k}:{v}" for k, v in setting["mesh"].items() if v > 1)
+
+
+def _mfu(line: dict) -> str:
+    return "—" if line["mfu"] is None else f"{100 * line['mfu']:.0f}%"
+
+
+def _refused(p: dict) -> str | None:
+    """A program libtpu refused for its size (reported with the temporaries it asked for), else None."""
+    return f"> {p['memory']['temp_bytes'] / 2**30:.0f} (temporaries) | **no**" if "memory" in p else None
+
+
 def table(results: list[dict]) -> str:
     """One line per (row, arch, program): the row's pod and mesh, per-device memory, the estimate."""
     lines = [
@@ -217,25 +230,22 @@ def table(results: list[dict]) -> str:
             )
             continue
         setting = result["setting"]
-        mesh = ",".join(f"{k}:{v}" for k, v in setting["mesh"].items() if v > 1)
+        mesh = _mesh(setting)
         for p in result["programs"]:
             chips = f"{setting['chips']} × {setting['chip']}"
             where = f"| {row['name']} | {p['arch']} | {p['program']} | {chips} | {mesh}"
             if "roofline" not in p:  # failed, none such, or refused by the compiler for its size
-                if "memory" in p:
-                    lines.append(
-                        f"{where} | > {p['memory']['temp_bytes'] / 2**30:.0f} (temporaries) | **no** |||||"
-                    )
+                if _refused(p):
+                    lines.append(f"{where} | {_refused(p)} |||||")
                 else:
                     lines.append(f"{where} | {p.get('skipped') or '**failed**: ' + p['error'][:200]} ||||||")
                 continue
             memory, line = p["memory"], p["roofline"]
-            mfu = "—" if line["mfu"] is None else f"{100 * line['mfu']:.0f}%"
             collectives = ", ".join(f"{k} {v['count']}" for k, v in p["collectives"].items() if v["count"])
             lines.append(
                 f"{where} | {memory['total_bytes'] / 2**30:.2f} | {'yes' if memory['fits'] else '**no**'} | "
                 f"{1e3 * line['step_s']:.3g} | {line['bound']} | "
-                f"{mfu} | {collectives or '—'} | "
+                f"{_mfu(line)} | {collectives or '—'} | "
                 f"{sum(p.get('kernels', {}).values())} |"
             )
     return "\n".join(lines) + "\n"
@@ -253,21 +263,16 @@ def train_table(results: list[dict]) -> str:
         for p in result.get("programs", []):
             if p["program"] != "train":
                 continue
-            mesh = ",".join(f"{k}:{v}" for k, v in result["setting"]["mesh"].items() if v > 1)
-            where = f"| {row['name']} | {p['arch']} | {mesh}"
+            where = f"| {row['name']} | {p['arch']} | {_mesh(result['setting'])}"
             if "roofline" not in p:
-                refused = (
-                    "memory" in p and f"> {p['memory']['temp_bytes'] / 2**30:.0f} (temporaries) | **no**"
-                )
-                lines.append(f"{where} | {refused or '**failed**: ' + p.get('error', '')[:120]} ||||")
+                lines.append(f"{where} | {_refused(p) or '**failed**: ' + p.get('error', '')[:120]} ||||")
                 continue
             memory, line = p["memory"], p["roofline"]
             gib = f"{memory['total_bytes'] / 2**30:.1f} / {memory['hbm_bytes'] / 2**30:.0f}"
-            mfu = "—" if line["mfu"] is None else f"{100 * line['mfu']:.0f}%"
             collectives = ", ".join(f"{v['count']} {k}" for k, v in p["collectives"].items() if v["count"])
             lines.append(
                 f"{where} | {gib} | {'yes' if memory['fits'] else '**no**'} | "
-                f"{1e3 * line['step_s']:.0f} ms ({line['bound']}) | {mfu} | {collectives or '—'} |"
+                f"{1e3 * line['step_s']:.0f} ms ({line['bound']}) | {_mfu(line)} | {collectives or '—'} |"
             )
         if "error" in result:
             lines.append(
