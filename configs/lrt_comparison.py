@@ -10,6 +10,7 @@ Rows (Table 1, then Table 3's ablations of the one-thought-token LRT):
                                   K = 1 / 2 (--config.eval.thoughts=K evaluates the same weights at any K)
   ponder1 ponder2                 PonderLM-2 with 1 / 2 thoughts
   no_cross no_kv fixed_k1         tt1 without cross-token recurrence / without KV feedback / with K = 1 fixed
+  fixed_k2 fixed_k3 fixed_k4      Table 2's LRT trained at a fixed K = 2 / 3 / 4
 Thought rows hold the expanded length fixed: their rows are (K_max + 1) x the reference length (at a drawn
 K a row's first 1 / (K + 1) is used), the sliding windows count slots; every row is evaluated on rows of
 the reference length with exact sequential recurrence (bits per byte). Table 1's protocol: the same
@@ -19,7 +20,9 @@ steps and unique data for every row of a scale (data ratio 10 at the paper scale
 Scales: `paper` is the 16-layer reference of configs/lrt_nanochat.py (its Muon recipe, data paths to
 give); `cpu` its CPU preset (offline Shakespeare, the SmolLM2 tokenizer) at 2 layers, 64 wide, 1-4
 minutes per row on 2 cores: 60 steps of 4 rows, 64 held-out eval rows, and P in {1, 2} w.p. (0.5, 0.5)
-instead of the paper's {1, 2, 3, 4} (every distinct (K, P) draw compiles its own train step).
+instead of the paper's {1, 2, 3, 4} (every distinct (K, P) draw compiles its own train step); `study` the
+cpu shapes over a 512-token BPE of the training plays (see STUDY_VOCAB), for the seeded, FLOP-matched,
+equal-data study of experiments/lrt_comparison.py --preset=study.
 experiments/lrt_comparison.py trains and tabulates the rows.
 """
 
@@ -61,15 +64,23 @@ ROWS = {
     "ponder2": Row("PonderLM-2, 2 thought tokens", "ponderlm2", 1, (("ponderlm2.thoughts", (2,)),), 3),
     "no_cross": _lrt("w/o cross-token recurrence", slots=2, thoughts=(0, 1), cross_token=False),
     "no_kv": _lrt("w/o KV feedback", slots=2, thoughts=(0, 1), feedback="residual"),
-    "fixed_k1": _lrt("fixed K = 1 training", slots=2, thoughts=(1,)),
+    **{f"fixed_k{k}": _lrt(f"fixed K = {k} training", slots=k + 1, thoughts=(k,)) for k in (1, 2, 3, 4)},
 }
-SCALES = ("paper", "cpu")
+SCALES = ("paper", "cpu", "study")
 CPU_DEPTH, CPU_WIDTH = 2, 64
 # The cpu scale's budget: all 16 rows in about half an hour on 2 CPU cores, where a step's cost is mostly
 # the 49,152-token head and each distinct (K, P) draw compiles its own train step (~15 s).
 CPU_PASSES = ((1, 2), (0.5, 0.5))  # refinement passes P and their probabilities (paper: P in 1..4)
 CPU_STEPS, CPU_BATCH = 60, 4  # the same steps for every row; 4 rows of 64 reference tokens per step
 CPU_EVAL_EXAMPLES = 64  # held-out rows of 64 tokens (4k tokens), the same for every row
+# The study scale (experiments/lrt_comparison.py --preset=study): the cpu shapes over a byte-level BPE of
+# STUDY_VOCAB tokens trained on the training plays (the command trains it: data.tokenizer), so that the
+# blocks, not the head, carry the compute (the head is at most ~24% of a row's training FLOPs), bits per
+# byte as nanochat's evaluation counts them; the command FLOP-matches every row to the double-depth
+# transformer's STUDY_STEPS and caps every row's unique text at what the row reading least reads.
+STUDY_VOCAB = 512
+STUDY_STEPS = 800
+STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 DOUBLE_DEPTH_PARAMS = 1.92 * 0.805e9  # Table 1's data-ratio reference: the 2x-depth vanilla model
 DATA_RATIO = 10
 
@@ -77,7 +88,7 @@ DATA_RATIO = 10
 def _reference(scale: str):
     """configs/lrt_nanochat.py's recipe at this scale (one source of truth for the backbone and Muon)."""
     module = config_module(Path(__file__).with_name("lrt_nanochat.py"))
-    return module.get_config("cpu" if scale == "cpu" else None)
+    return module.get_config(None if scale == "paper" else "cpu")
 
 
 def get_config(arg=None):
@@ -92,7 +103,7 @@ def get_config(arg=None):
     row, scale = ROWS[rows[0]], (scales or ["paper"])[0]
     config = _reference(scale)
     model = config.model
-    if scale == "cpu":  # half the lrt_nanochat CPU model, so that 3x depth and 4 loops stay quick
+    if scale in ("cpu", "study"):  # half the lrt_nanochat CPU model, so that 3x depth and 4 loops stay quick
         model.num_layers, model.hidden_size = CPU_DEPTH, CPU_WIDTH
         model.num_heads = model.num_kv_heads = CPU_WIDTH // model.head_dim
         model.mlp_dim, model.moe_dim = 4 * CPU_WIDTH, round(4 * CPU_WIDTH / 3)
@@ -101,6 +112,10 @@ def get_config(arg=None):
         config.train.steps, config.train.batch_size = CPU_STEPS, CPU_BATCH
         config.eval.num_examples = CPU_EVAL_EXAMPLES
         config.train.keep_checkpoints = 1  # 16 rows x 3 checkpoints of params + Muon state: ~3 GB
+    if scale == "study":
+        model.vocab_size, config.data.tokenizer = STUDY_VOCAB, ""
+        config.train.steps = STUDY_STEPS
+        config.eval.bpb_masking, config.eval.require_bpb = "nanochat", True
     ref_len = config.data.seq_len
     if scale == "paper":  # data ratio 10 of the double-depth reference, the same steps for every row
         config.train.steps = round(DATA_RATIO * DOUBLE_DEPTH_PARAMS / (config.train.batch_size * ref_len))

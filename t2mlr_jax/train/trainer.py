@@ -58,11 +58,9 @@ class Run:
         self.arch: Architecture = init_from.architecture(config, arch_name)
         # config.init_from's checkpoint, checked now; its weights are read only when a fresh state is made
         self.start_weights = init_from.start_weights(config, self.arch)
-        self.flops_per_step = None
-        if self.arch.train_flops is not None:
-            self.flops_per_step = config.train.batch_size * self.arch.train_flops(config.data.seq_len)
+        self.flops_per_step = flops_per_step(config, self.arch)
         if config.train.flop_budget:  # this run's own copy: a comma list of architectures shares `config`
-            self.config = config = _steps_for_budget(config, self.flops_per_step, arch_name)
+            self.config = config = steps_for_budget(config, self.flops_per_step, arch_name)
         check_fits(data, vocab_size=config.model.vocab_size, max_seq_len=self.arch.max_seq_len)
         check_generation(data, config.eval, max_seq_len=self.arch.max_seq_len)
         self.settings = to_dict(config)
@@ -152,11 +150,18 @@ def _steps_for_epochs(config: Experiment, examples: int | None) -> Experiment:
     return config.replace(train={"steps": math.ceil(t.epochs * max(1, examples // t.batch_size))})
 
 
-def _steps_for_budget(config: Experiment, flops_per_step, arch_name: str) -> Experiment:
+def flops_per_step(config: Experiment, arch: Architecture) -> float | None:
+    """The expected training FLOPs of one optimizer step (None: the architecture has no accounting)."""
+    if arch.train_flops is None:
+        return None
+    return config.train.batch_size * arch.train_flops(config.data.seq_len)
+
+
+def steps_for_budget(config: Experiment, per_step: float | None, arch_name: str) -> Experiment:
     """A copy of `config` whose train.steps spend train.flop_budget at this architecture's FLOPs per step."""
-    if flops_per_step is None:
+    if per_step is None:
         raise ValueError(f"train.flop_budget: architecture {arch_name!r} has no training FLOP accounting")
-    return config.replace(train={"steps": max(1, round(config.train.flop_budget / flops_per_step))})
+    return config.replace(train={"steps": max(1, round(config.train.flop_budget / per_step))})
 
 
 def _section_identity(settings: dict, arch_name: str) -> dict:

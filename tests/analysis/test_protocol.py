@@ -82,19 +82,23 @@ def test_a_study_table_gives_each_claim_its_interval_verdict_and_the_noise_floor
         "better": {0: 0.90, 1: 0.92, 2: 0.88},  # lower by 0.10 each seed
         "noisy": {0: 1.10, 1: 0.95, 2: 0.97},  # +0.10, −0.07, −0.01: straddles zero
     }
-    claims = [protocol.Claim("better", "−0.03 BPB", -1), protocol.Claim("noisy", "−0.02 BPB", -1)]
-    result = protocol.compare(values, "baseline", claims)
+    claims = [
+        protocol.Claim("better", "baseline", "−0.03 BPB", -1),
+        protocol.Claim("noisy", "baseline", "−0.02 BPB", -1),
+    ]
+    result = protocol.compare(values, claims)
     assert result["noise_floor"] == pytest.approx(0.02)
     better, noisy = result["claims"]
     assert better["difference"]["mean"] == pytest.approx(-0.10) and better["verdict"] == protocol.REPRODUCED
     assert noisy["verdict"] == protocol.INCONCLUSIVE
     table = protocol.markdown(result, "BPB")
-    assert "| better | −0.03 BPB | -0.100 ± 0.000 | reproduced at this scale |" in table
-    assert "noise floor (baseline's std): 0.020" in table
+    assert "| better vs baseline | −0.03 BPB | -0.100 ± 0.000 | reproduced at this scale |" in table
+    assert "| baseline | 1.000 ± 0.050 | 0.020 | 3 |" in table
+    assert "noise floor (std of baseline): 0.020" in table
     with pytest.raises(ValueError, match="at least 3 distinct seeds"):
-        protocol.compare({**values, "short": {0: 1.0, 1: 1.0}}, "baseline", claims)
-    with pytest.raises(ValueError, match="baseline row 'vanilla'"):
-        protocol.compare(values, "vanilla", claims)
+        protocol.compare({**values, "short": {0: 1.0, 1: 1.0}}, claims)
+    with pytest.raises(ValueError, match=r"claims name rows \['vanilla'\]"):
+        protocol.compare(values, [protocol.Claim("better", "vanilla", "", -1)])
 
 
 @pytest.mark.parametrize("arch, head_passes", [("transformer", 1), ("lrt", None)])
