@@ -76,10 +76,11 @@ CPU_EVAL_EXAMPLES = 64  # held-out rows of 64 tokens (4k tokens), the same for e
 # The study scale (experiments/lrt_comparison.py --preset=study): the cpu shapes over a byte-level BPE of
 # STUDY_VOCAB tokens trained on the training plays (the command trains it: data.tokenizer), so that the
 # blocks, not the head, carry the compute (the head is at most ~24% of a row's training FLOPs), bits per
-# byte as nanochat's evaluation counts them; the command FLOP-matches every row to the double-depth
+# byte as nanochat's evaluation counts them, 16 rows of 64 tokens per step (the per-step cost is then
+# compute, not dispatch), 128 held-out rows. The command FLOP-matches every row to the double-depth
 # transformer's STUDY_STEPS and caps every row's unique text at what the row reading least reads.
 STUDY_VOCAB = 512
-STUDY_STEPS = 800
+STUDY_STEPS, STUDY_BATCH, STUDY_EVAL_EXAMPLES = 650, 16, 128
 STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 DOUBLE_DEPTH_PARAMS = 1.92 * 0.805e9  # Table 1's data-ratio reference: the 2x-depth vanilla model
 DATA_RATIO = 10
@@ -114,7 +115,8 @@ def get_config(arg=None):
         config.train.keep_checkpoints = 1  # 16 rows x 3 checkpoints of params + Muon state: ~3 GB
     if scale == "study":
         model.vocab_size, config.data.tokenizer = STUDY_VOCAB, ""
-        config.train.steps = STUDY_STEPS
+        config.train.steps, config.train.batch_size = STUDY_STEPS, STUDY_BATCH
+        config.eval.num_examples = STUDY_EVAL_EXAMPLES
         config.eval.bpb_masking, config.eval.require_bpb = "nanochat", True
     ref_len = config.data.seq_len
     if scale == "paper":  # data ratio 10 of the double-depth reference, the same steps for every row

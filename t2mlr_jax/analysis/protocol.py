@@ -76,11 +76,19 @@ def paired_difference(row: Mapping[int, float], baseline: Mapping[int, float]) -
     return interval([row[seed] - baseline[seed] for seed in sorted(row)])
 
 
-def verdict(difference: Interval, paper_sign: int) -> str:
+def verdict(difference: Interval, paper_sign: int, margin: float = 0.0) -> str:
     """A paper's claim that the row moves the metric in direction `paper_sign` (−1: lowers it, as BPB
-    for a better model), judged by the paired difference's interval."""
-    if paper_sign not in (-1, 1):
-        raise ValueError(f"paper_sign must be -1 or 1, got {paper_sign}")
+    for a better model), judged by the paired difference's interval. `paper_sign` 0 claims no difference
+    (one training method matches another): reproduced when the whole interval lies within ±`margin`,
+    not reproduced when it lies wholly outside, inconclusive otherwise."""
+    if paper_sign not in (-1, 0, 1):
+        raise ValueError(f"paper_sign must be -1, 0 or 1, got {paper_sign}")
+    if paper_sign == 0:
+        if margin <= 0:
+            raise ValueError(f"a claim of no difference needs a margin > 0, got {margin}")
+        if -margin <= difference.low and difference.high <= margin:
+            return REPRODUCED
+        return NOT_REPRODUCED if difference.low > margin or difference.high < -margin else INCONCLUSIVE
     if difference.includes_zero:
         return INCONCLUSIVE
     return REPRODUCED if np.sign(difference.mean) == paper_sign else NOT_REPRODUCED
@@ -146,13 +154,14 @@ class Convergence:
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """A paper's claim that `row` moves the metric from `baseline`'s in direction `sign` (−1: lowers it),
-    with the paper's own figure as printed (e.g. "−0.03 BPB")."""
+    """A paper's claim that `row` moves the metric from `baseline`'s in direction `sign` (−1: lowers it;
+    0: leaves it within ±`margin`), with the paper's own figure as printed (e.g. "−0.03 BPB")."""
 
     row: str
     baseline: str
     paper: str
     sign: int
+    margin: float = 0.0
 
 
 def compare(values: Mapping[str, Mapping[int, float]], claims: Sequence[Claim]) -> dict:
@@ -172,7 +181,7 @@ def compare(values: Mapping[str, Mapping[int, float]], claims: Sequence[Claim]) 
             {
                 **dataclasses.asdict(claim),
                 "difference": dataclasses.asdict(difference),
-                "verdict": verdict(difference, claim.sign),
+                "verdict": verdict(difference, claim.sign, claim.margin),
             }
         )
     baselines = sorted({c.baseline for c in claims})

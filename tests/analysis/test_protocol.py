@@ -126,3 +126,14 @@ def test_head_share_counts_every_head_pass(arch, head_passes):
         assert share == pytest.approx(head_passes * one_pass)
     else:
         assert 0 < share < 1 and share > one_pass
+
+
+def test_a_claim_of_no_difference_needs_the_interval_inside_its_margin():
+    inside, straddling, outside = (
+        protocol.Interval(m, 0.01, m - 0.01, m + 0.01, 3) for m in (0.0, 0.02, 0.05)
+    )
+    assert protocol.verdict(inside, 0, margin=0.02) == protocol.REPRODUCED
+    assert protocol.verdict(straddling, 0, margin=0.02) == protocol.INCONCLUSIVE
+    assert protocol.verdict(outside, 0, margin=0.02) == protocol.NOT_REPRODUCED
+    with pytest.raises(ValueError, match="needs a margin"):
+        protocol.verdict(inside, 0)

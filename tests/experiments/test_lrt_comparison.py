@@ -42,7 +42,7 @@ def test_help_lists_the_flags(capsys):
         lrt_comparison.main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--preset", "--rows", "--out", "--flop_budget", "--eval_thoughts", "--seed", "--steps"):
+    for flag in ("--preset", "--rows", "--out", "--flop_budget", "--eval_thoughts", "--seeds", "--steps"):
         assert flag in out
     with pytest.raises(SystemExit, match="unknown"):
         lrt_comparison.resolve_rows("tt1,tt3")
@@ -100,3 +100,57 @@ def test_two_rows_write_the_tables_and_the_figure(tmp_path, small_and_quick):
     again = lrt_comparison.main(argv)
     assert {n: r["bpb_by_k"] for n, r in again["rows"].items()} == {n: r["bpb_by_k"] for n, r in rows.items()}
     assert len((out / "rows.jsonl").read_text().splitlines()) == 2
+
+
+def test_study_rows_are_flop_matched_on_the_same_unique_text():
+    """--preset=study's matching, built without training: every row's steps spend the same FLOPs (head and
+    every pass counted), the unique-text cap is what the row reading least reads, and no row reads less."""
+    from types import SimpleNamespace
+
+    from t2mlr_jax.architectures import build_architecture
+    from t2mlr_jax.experiment import resolve
+    from t2mlr_jax.train.trainer import flops_per_step, steps_for_budget, tokens_read
+
+    args = SimpleNamespace(**dict.fromkeys(("steps", "batch_size", "eval_examples", "eval_batch_size"), None))
+    args.__dict__.update(preset="study", train_path=None, eval_path=None, tokenizer=None, flop_budget=0.0)
+    rows = ("vanilla1x", "lrt2x", "tt1")
+    configs = {row: lrt_comparison.row_config(row, args) for row in rows}
+    budget = 1e11
+    matched = {}
+    for row, config in configs.items():
+        config.train.flop_budget = budget
+        typed = resolve(config)
+        per_step = flops_per_step(typed, build_architecture(typed))
+        matched[row] = steps_for_budget(typed, per_step, row)
+        assert matched[row].train.steps * per_step == pytest.approx(budget, rel=per_step / budget)
+        assert 0 < lrt_comparison.head_share_of(config) <= 0.25  # the study's vocabulary keeps the head small
+    reads = {row: tokens_read(t, t.train.steps)["train_tokens_read"] for row, t in matched.items()}
+    # the LRT 2x spends 5x vanilla1x's FLOPs per token: it reads least
+    assert lrt_comparison.equal_data(configs) == min(reads.values()) == reads["lrt2x"]
+    assert reads["vanilla1x"] > 3 * reads["lrt2x"]  # the cheap row revisits the same text (epochs)
+
+
+def test_claims_are_judged_per_table_on_the_rows_that_ran():
+    seeds = {0: 0.0, 1: 0.0, 2: 0.0}
+    row = lambda bpbs, by_k=None: {
+        "thoughts_trained": [0, 1, 2] if by_k else [0],
+        "seeds": {
+            str(s): {"bpb": b, "bpb_by_k": {str(k): v[s] for k, v in (by_k or {}).items()}}
+            for s, b in zip(seeds, bpbs)
+        },
+    }
+    results = {
+        "tt1": row([3.00, 3.02, 2.98]),
+        "fixed_k1": row([3.10, 3.12, 3.08]),  # 0.10 worse every seed
+        "tt2": row([2.90, 2.95, 2.85], {0: [3.0, 3.1, 2.9], 2: [2.90, 2.95, 2.85], 3: [2.91, 2.90, 2.99]}),
+    }
+    judged = lrt_comparison.comparisons(results)
+    # only the claims whose rows ran: Table 1 has just tt2 against tt1
+    assert [(c["row"], c["baseline"]) for c in judged["Table 1"]["claims"]] == [("tt2", "tt1")]
+    table3 = {(c["row"], c["baseline"]): c for c in judged["Table 3"]["claims"]}
+    assert table3[("fixed_k1", "tt1")]["verdict"] == "reproduced at this scale"
+    assert table3[("fixed_k1", "tt1")]["difference"]["mean"] == pytest.approx(0.10)
+    table2 = {(c["row"], c["baseline"]): c for c in judged["Table 2"]["claims"]}
+    assert set(table2) == {("tt1", "fixed_k1"), ("tt2", "tt2@K=0"), ("tt2@K=3", "tt2")}
+    assert table2[("tt1", "fixed_k1")]["verdict"] == "reproduced at this scale"
+    assert table2[("tt2", "tt2@K=0")]["difference"]["mean"] == pytest.approx(-0.10)
