@@ -80,7 +80,7 @@ CPU_EVAL_EXAMPLES = 64  # held-out rows of 64 tokens (4k tokens), the same for e
 # compute, not dispatch), 128 held-out rows. The command FLOP-matches every row to the double-depth
 # transformer's STUDY_STEPS and caps every row's unique text at what the row reading least reads.
 STUDY_VOCAB = 512
-STUDY_STEPS, STUDY_BATCH, STUDY_EVAL_EXAMPLES = 650, 16, 128
+STUDY_STEPS, STUDY_BATCH, STUDY_EVAL_EXAMPLES = 500, 16, 128
 STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 DOUBLE_DEPTH_PARAMS = 1.92 * 0.805e9  # Table 1's data-ratio reference: the 2x-depth vanilla model
 DATA_RATIO = 10

@@ -25,6 +25,8 @@ Presets:
   cpu       a coarse grid that finishes on a 2-core CPU in under 20 minutes: 8 windows of 256 tokens (one
             batch), alpha in {0.04, 0.16}, the ratio scheme, every 6th block (7 pairs), the best cell
             checked serially
+  study     experiments/recirculation_study.py's grid: 16 windows of 256 tokens, the six schemes, alpha in
+            {0.04, 0.10}, every 6th block at most 6 apart; `study,ramp` the ratio scheme with alpha ramped
   adaptive  the paper's learned variant (arch recirculation_adaptive): per-channel alpha, beta from a
             2-hidden-layer GELU MLP over [source; destination], trained 100 steps (batch 32, AdamW 3e-4,
             weight decay 1e-4, constant LR) on the training plays with the base model frozen, at the
@@ -71,6 +73,19 @@ def get_config(arg=None):
             "train.batch_size": 2,
             "train.log_every": 1,
         },
+        # experiments/recirculation_study.py: 16 windows (8 to choose on, 8 to report on), every scheme,
+        # alpha in {0.04, 0.10}, every 6th block at most 6 apart; no controls, no serial check
+        "study": {
+            "data.seq_len": 256,
+            "eval.window": 256,
+            "eval.num_examples": 16,
+            "recirculation.sweep_alphas": "0.04,0.10",
+            "recirculation.sweep_stride": 6,
+            "recirculation.sweep_max_gap": 6,
+            "recirculation.sweep_controls": False,
+            "recirculation.sweep_serial_check": 0,
+        },
+        "ramp": {"recirculation.ramp": True, "recirculation.sweep_schemes": "ratio"},  # study,ramp
         "adaptive": {
             "arch": "recirculation_adaptive",
             "train.steps": 100,

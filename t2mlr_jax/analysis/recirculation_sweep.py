@@ -266,7 +266,8 @@ def _change_on(cell: dict, baseline: dict, windows: np.ndarray) -> float:
 
 
 def _reported(cell: dict, baseline: dict, windows: np.ndarray) -> dict:
-    """`cell`'s change on the report windows, with the interval over them (each window a chunk of text)."""
+    """`cell`'s change on the report windows, with each window's (a chunk of text) and the interval over
+    them."""
     nll, base = (np.asarray(line["nll_by_window"])[windows] for line in (cell, baseline))
     tokens = np.asarray(baseline["tokens_by_window"])[windows]
     counted = tokens > 0
@@ -274,7 +275,17 @@ def _reported(cell: dict, baseline: dict, windows: np.ndarray) -> dict:
     return {
         "change_pct": _change_on(cell, baseline, windows),
         "windows": int(counted.sum()),
+        "per_window_pct": per_window,
         "interval": dataclasses.asdict(interval(per_window)),
+    }
+
+
+def _chosen(cell: dict, baseline: dict, parts) -> dict:
+    """A cell chosen on the selection windows: its change there, and on the report windows."""
+    return {
+        **_shown(cell),
+        "selection_change_pct": _change_on(cell, baseline, parts.selection),
+        "report": _reported(cell, baseline, parts.report),
     }
 
 
@@ -282,7 +293,7 @@ def _results(
     config, model: ModelConfig, sweep: Plan, baseline, grid, looping, checks, batches, window, parts
 ) -> dict:
     """results.json: the settings, the baseline, the grid best first (on the selection windows), the best
-    cell reported on the report windows, the controls, the serial check."""
+    cell and each scheme's best reported on the report windows, the controls, the serial check."""
     best, s = grid[0], config.recirculation
     counts = position_counts(batches, window)
     seen = counts > 0
@@ -307,10 +318,11 @@ def _results(
             "report_windows": parts.report.tolist(),
         },
         "baseline": _shown(baseline),
-        "best": {
-            **_shown(best),
-            "selection_change_pct": _change_on(best, baseline, parts.selection),
-            "report": _reported(best, baseline, parts.report),
+        "best": _chosen(best, baseline, parts),
+        # each scheme's own best (alpha, pair), chosen on the selection windows like `best` (grid is sorted)
+        "best_by_scheme": {
+            scheme: _chosen(next(c for c in grid if c["scheme"] == scheme), baseline, parts)
+            for scheme in sorted({c["scheme"] for c in grid})
         },
         "grid": [_shown(c) for c in grid],
         "gain_by_position": {

@@ -174,6 +174,8 @@ def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint
         100 * (math.exp(gained(best_line, chosen["report_windows"]) / report_tokens) - 1)
     )
     assert report["interval"]["n"] == 2 and report["interval"]["low"] < report["interval"]["high"]
+    assert len(report["per_window_pct"]) == 2
+    assert results["best_by_scheme"] == {"ratio": results["best"]}  # one scheme: its best is the best
 
     # The baseline is the plain model's perplexity over the same windows, at temperatures 1 and 1.2.
     _, params = load_pretrained(checkpoint)
@@ -242,3 +244,41 @@ def test_bad_settings_fail_before_anything_runs(tmp_path, checkpoint, monkeypatc
     with pytest.raises(ValueError, match=message):
         sweep.run_sweep(_config(checkpoint, **changes), tmp_path / "sweep")
     assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.slow  # two small sweeps: 2 schemes x 2 pairs, then the ramped ratio scheme's 2 pairs
+def test_the_study_chooses_per_scheme_and_reports_on_the_other_split(tmp_path, checkpoint, monkeypatch):
+    from experiments import recirculation_study as study
+
+    small = {"recirculation.sweep_controls": False, "recirculation.sweep_serial_check": 0}
+    configs = {
+        "study": _config(checkpoint, **small, **{"recirculation.sweep_schemes": "ratio,renorm"}),
+        "study,ramp": _config(checkpoint, **small, **{"recirculation.ramp": True}),
+    }
+    monkeypatch.setattr(study, "sweep_config", configs.__getitem__)
+    payload = study.main([f"--out={tmp_path}"])
+    rows = {r["row"]: r for r in payload["rows"]}
+    assert list(rows) == ["ratio", "renorm", "ratio + ramp"]
+    for name, row in rows.items():
+        chosen = json.loads(
+            (tmp_path / ("ramp" if "ramp" in name else "schemes") / sweep.RESULTS).read_text()
+        )
+        scheme = chosen["best_by_scheme"][row["cell"]["scheme"]]
+        assert row["report_change_pct"] == scheme["report"]["change_pct"]  # reported on the other windows
+        assert row["interval"]["n"] == 2 and row["verdict"] in {
+            "reproduced at this scale",
+            "not reproduced",
+            "inconclusive",
+        }
+    ratio, ramped = (
+        json.loads((tmp_path / folder / sweep.RESULTS).read_text())["best_by_scheme"]["ratio"]["report"]
+        for folder in ("schemes", "ramp")
+    )
+    paired = [a - b for a, b in zip(ramped["per_window_pct"], ratio["per_window_pct"])]
+    assert payload["ramp"]["difference"]["mean"] == pytest.approx(sum(paired) / 2)
+    assert "| renorm |" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "results.png").stat().st_size > 0
+    # a chosen cell whose parallel evaluation stopped at its cap still moving is marked, not judged
+    chosen = json.loads((tmp_path / "schemes" / sweep.RESULTS).read_text())["best_by_scheme"]["ratio"]
+    unconverged = study.judged({**chosen, "converged": False, "final_change": 0.03}, "ratio")
+    assert unconverged["verdict"] == "unconverged (final change 0.03)"
