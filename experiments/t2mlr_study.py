@@ -96,14 +96,16 @@ class Part(NamedTuple):
 
 
 JACOBI_EVAL = {"t2mlr.eval_mode": "jacobi"}
+S5_EVERY = {"train.eval_every": 100}  # exact match over training (how soon each seed learns parity)
 ROWS = {
-    "s5_t2mlr": Row(S5, {}, "T²MLR (exact recurrence, full BPTT)"),
+    "s5_t2mlr": Row(S5, S5_EVERY, "T²MLR (exact recurrence, full BPTT)"),
     "s5_transformer": Row(
-        S5, {"arch": "transformer", "baseline.param_match": True}, "transformer, param-matched"
+        S5, {**S5_EVERY, "arch": "transformer", "baseline.param_match": True}, "transformer, param-matched"
     ),
     "s5_looped": Row(
         S5,
         {
+            **S5_EVERY,
             "arch": "looped",
             "looped.start": 0,
             "looped.end": -1,
@@ -114,7 +116,12 @@ ROWS = {
     ),
     "s5_t2mlr_jacobi": Row(
         S5,
-        {"t2mlr.forward_mode": "jacobi", "model.recurrence.d_forward": 8, "model.recurrence.d_backward": 4},
+        {
+            **S5_EVERY,
+            "t2mlr.forward_mode": "jacobi",
+            "model.recurrence.d_forward": 8,
+            "model.recurrence.d_backward": 4,
+        },
         "T²MLR (Jacobi training, D 8, B 4)",
         {"jacobi": JACOBI_EVAL},
     ),
@@ -228,14 +235,12 @@ def text_settings(out: Path, rows: list[str]) -> dict:
     }
 
 
-def gamma_trajectory(workdir: Path) -> list[tuple[int, float]]:
+def trajectory(workdir: Path, split: str, key: str) -> list[tuple[int, float]]:
+    """(step, value) of one logged metric over training (metrics.jsonl)."""
     from t2mlr_jax.analysis.run_logs import read_metrics
 
-    return [
-        (m["step"], m[GAMMA])
-        for m in read_metrics(workdir / "metrics.jsonl")
-        if m.get("split") == "train" and GAMMA in m
-    ]
+    logged = read_metrics(workdir / "metrics.jsonl")
+    return [(m["step"], m[key]) for m in logged if m.get("split") == split and key in m]
 
 
 def run_seed(name: str, config, workdir: Path) -> dict:
@@ -260,7 +265,9 @@ def run_seed(name: str, config, workdir: Path) -> dict:
             config, workdir, build_data_source(resolve(config), train=False), evaluation, overrides
         )
         result[f"eval@{evaluation}"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-    gamma = gamma_trajectory(workdir)
+    if "exact_match" in result["eval"]:
+        result["exact_match_over_training"] = trajectory(workdir, "eval", "exact_match")
+    gamma = trajectory(workdir, "train", GAMMA)
     if gamma:
         opened = [step for step, g in gamma if abs(g) > OPEN]
         result |= {
@@ -319,7 +326,8 @@ def render(meta: dict, results: dict, judged: dict) -> str:
 
 
 def plot(judged: dict, results: dict, path: Path) -> None:
-    fig, axes = subplots(1, len(judged) + 1, figsize=(5.5 * (len(judged) + 1), 4.5), squeeze=False)
+    panels = len(judged) + 2
+    fig, axes = subplots(1, panels, figsize=(5.5 * panels, 4.5), squeeze=False)
     for ax, (part_name, comparison) in zip(axes[0], judged.items()):
         names = list(comparison["rows"])
         for y, name in enumerate(names):
@@ -331,17 +339,19 @@ def plot(judged: dict, results: dict, path: Path) -> None:
         ax.invert_yaxis()
         ax.set(xlabel=f"{PARTS[part_name].metric} (mean, 95%)", title=part_name)
         ax.grid(alpha=0.3)
-    gate = axes[0][-1]
-    for row, by_seed in results.items():
-        for seed, r in by_seed.items():
-            if r.get("gamma"):
-                steps, gammas = zip(*r["gamma"])
-                gate.plot(steps, gammas, lw=0.8, label=f"{row} s{seed}")
+    gate, learned = axes[0][-2:]
+    for ax, key in ((gate, "gamma"), (learned, "exact_match_over_training")):
+        for row, by_seed in results.items():
+            for seed, r in by_seed.items():
+                if r.get(key):
+                    steps, values = zip(*r[key])
+                    ax.plot(steps, values, lw=0.8, label=f"{row} s{seed}")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=6)
     gate.axhline(OPEN, color="gray", ls=":", lw=0.8)
     gate.set(xlabel="step", ylabel="tanh γ_rec", title="recurrent gate over training")
-    gate.grid(alpha=0.3)
-    if gate.lines:
-        gate.legend(fontsize=6)
+    learned.set(xlabel="step", ylabel="exact match", title="S5: held-out exact match over training")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
