@@ -54,6 +54,12 @@ _MODE = flags.DEFINE_enum(
     "generate (greedy outputs for the first eval examples).",
 )
 _NUM_GENERATE = flags.DEFINE_integer("num_generate", 16, "Examples to decode in --mode=generate.")
+_SEEDS = flags.DEFINE_list(
+    "seeds",
+    [],
+    "Comma list of seeds: every architecture trains (evaluates, samples) once per seed, into "
+    "workdir/<arch>/seed<S>, and the comparison reports each seed and their spread. Default: config.seed.",
+)
 
 
 RESUMABLE = 75  # exit status of a run stopped by SIGTERM / SIGINT after saving (sysexits' EX_TEMPFAIL)
@@ -61,6 +67,16 @@ RESUMABLE = 75  # exit status of a run stopped by SIGTERM / SIGINT after saving 
 
 def _parse_flags(argv: list[str]) -> list[str]:
     return parse_flags(argv, _CONFIG, DEMO_CONFIG)
+
+
+def _seeds() -> list[int]:
+    try:
+        seeds = [int(s) for s in _SEEDS.value]
+    except ValueError:
+        raise ValueError(f"--seeds takes a comma list of integers, got {','.join(_SEEDS.value)!r}") from None
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds lists a seed twice: {seeds}")
+    return seeds
 
 
 def _training_free(config):
@@ -76,7 +92,7 @@ def _training_free(config):
     return STUDIES.get(names[0]) if names[0] in STUDIES else None
 
 
-def _setup(config, workdir: Path, mode: str):
+def _setup(config, workdir: Path, mode: str, seeds: list[int]):
     """Build and check every run before anything is compiled: one clear error on bad input. eval and
     generate need only the eval data."""
     from t2mlr_jax.architectures import arch_names
@@ -90,12 +106,24 @@ def _setup(config, workdir: Path, mode: str):
     if mode == "eval" and config.eval.lm_eval_tasks:
         _benchmarks(config)  # unknown task names fail here, before anything is loaded or compiled
     names = arch_names(config)
-    workdirs = {name: workdir / name if len(names) > 1 else workdir for name in names}
+    # run -> (architecture, its config, its workdir): one per architecture, or per architecture and seed
+    if seeds:
+        plan = {
+            f"{name}/seed{s}": (name, config.replace(seed=s), workdir / name / f"seed{s}")
+            for name in names
+            for s in seeds
+        }
+    else:
+        plan = {name: (name, config, workdir / name if len(names) > 1 else workdir) for name in names}
     if mode != "train":
-        for path in workdirs.values():
-            check_loadable(path, config)
-    data = build_data_source(config, train=mode == "train")
-    runs = {name: Run(config, workdirs[name], data, name) for name in names}
+        for _, run_config, path in plan.values():
+            check_loadable(path, run_config)
+    sources = {  # the data order follows the seed
+        s: build_data_source(config.replace(seed=s), train=mode == "train")
+        for s in dict.fromkeys(c.seed for _, c, _ in plan.values())
+    }
+    runs = {key: Run(c, path, sources[c.seed], name) for key, (name, c, path) in plan.items()}
+    data = next(iter(sources.values()))
     if mode == "generate" and data.generation_examples is not None:  # eval.generate off: not checked yet
         examples = list(itertools.islice(data.generation_examples(), _NUM_GENERATE.value))
         for run in runs.values():
@@ -131,7 +159,9 @@ def _train(config, workdir: Path, runs: dict) -> None:
     if len(runs) > 1:
         d = config.data.options
         trained = f"N {d['min_actions']}..{d['max_actions']}" if "max_actions" in d else ""
-        write_comparison(workdir, summaries, title=f"{config.name}: {', '.join(runs)}", train_lengths=trained)
+        archs = ", ".join(dict.fromkeys(run.arch.name for run in runs.values()))
+        seeds = f" (seeds {', '.join(_SEEDS.value)})" if _SEEDS.value else ""
+        write_comparison(workdir, summaries, title=f"{config.name}: {archs}{seeds}", train_lengths=trained)
         print(
             f"comparison ({time.time() - started:.0f} s): {workdir / 'summary.json'}, "
             f"{workdir / 'accuracy_vs_length.png'}"
@@ -257,7 +287,7 @@ def main(argv):
             print(f"{config.arch} has nothing to train: running its sweep into {workdir}", flush=True)
             training_free(config, workdir)
             return
-        runs = _setup(config, workdir, _MODE.value)
+        runs = _setup(config, workdir, _MODE.value, _seeds())
         startup.mark("config")
     except (ValueError, KeyError, FileNotFoundError) as e:
         fail(e)

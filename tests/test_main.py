@@ -124,3 +124,18 @@ def test_a_run_stopped_by_sigterm_says_so_and_exits_75(monkeypatch, tmp_path, ca
         framework._train(None, tmp_path, {"t2mlr": run})
     assert stopped.value.code == framework.RESUMABLE == 75
     assert "t2mlr: stopped by SIGTERM at step 7, resumable" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_seeds_train_each_architecture_once_per_seed_and_report_the_spread(tmp_path):
+    workdir = tmp_path / "seeds"
+    out = main(f"--config={S5}:cpu", *TINY, "--seeds=3,4", f"--workdir={workdir}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    for seed in (3, 4):
+        config = json.loads((workdir / "t2mlr" / f"seed{seed}" / "run_config.json").read_text())
+        assert config["seed"] == seed
+    runs = json.loads((workdir / "summary.json").read_text())["runs"]
+    assert list(runs) == ["t2mlr"] and sorted(runs["t2mlr"]["seeds"]) == ["3", "4"]
+    assert set(runs["t2mlr"]["spread"]["exact_match"]) == {"mean", "std", "min", "max"}
+    bad = main(f"--config={S5}:cpu", *TINY, "--seeds=1,x", f"--workdir={tmp_path / 'bad'}")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: --seeds takes")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 from t2mlr_jax.analysis.plots import save, subplots
 from t2mlr_jax.parallel.multihost import is_lead_host
 from t2mlr_jax.storage.workdir import SUMMARY  # same name at the top of the workdir
@@ -13,20 +15,62 @@ from t2mlr_jax.storage.workdir import SUMMARY  # same name at the top of the wor
 PLOT = "accuracy_vs_length.png"
 
 
+METRICS = ("loss", "token_accuracy", "exact_match")
+
+
+def _row(summary: dict) -> dict:
+    e = summary["eval"]
+    return {
+        "num_params": summary["num_params"],
+        "steps": summary["steps"],
+        **{k: e[k] for k in METRICS if k in e},
+        "by_length": e.get("by_length", {}),
+    }
+
+
+def _over_seeds(rows: dict[int, dict]) -> dict:
+    """One architecture's runs at several seeds: each seed's figures, and the mean, standard deviation
+    and range of each metric (per length bin, the mean and range)."""
+    first = next(iter(rows.values()))
+    spread = lambda values: {
+        "mean": float(np.mean(values)),
+        "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0,
+        "min": float(np.min(values)),
+        "max": float(np.max(values)),
+    }
+    bins = first["by_length"]
+    return {
+        "num_params": first["num_params"],
+        "steps": first["steps"],
+        **{k: float(np.mean([r[k] for r in rows.values()])) for k in METRICS if k in first},
+        "spread": {k: spread([r[k] for r in rows.values()]) for k in METRICS if k in first},
+        "by_length": {
+            n: {k: float(np.mean([r["by_length"][n][k] for r in rows.values()])) for k in bins[n]}
+            for n in bins
+        },
+        "by_length_range": {
+            n: [
+                min(r["by_length"][n]["exact_match"] for r in rows.values()),
+                max(r["by_length"][n]["exact_match"] for r in rows.values()),
+            ]
+            for n in bins
+        },  # fmt: skip
+        "seeds": {str(seed): r for seed, r in rows.items()},
+    }
+
+
 def write_comparison(
     workdir: Path, summaries: dict[str, dict], *, title: str, train_lengths: str = ""
 ) -> dict:
-    """summaries: arch -> the summary `train` returned. Writes workdir/summary.json and the plot."""
+    """summaries: run -> the summary `train` returned, a run being an architecture or "<arch>/seed<S>".
+    Writes workdir/summary.json (per architecture; over its seeds, their mean and spread) and the plot
+    (with seeds: the mean over them, the band their range)."""
     workdir = Path(workdir)
-    table = {
-        arch: {
-            "num_params": s["num_params"],
-            "steps": s["steps"],
-            **{k: s["eval"][k] for k in ("loss", "token_accuracy", "exact_match") if k in s["eval"]},
-            "by_length": s["eval"].get("by_length", {}),
-        }
-        for arch, s in summaries.items()
-    }
+    by_arch: dict[str, dict] = {}
+    for run, summary in summaries.items():
+        arch, _, seed = run.partition("/seed")
+        by_arch.setdefault(arch, {})[int(seed) if seed else None] = _row(summary)
+    table = {arch: rows[None] if None in rows else _over_seeds(rows) for arch, rows in by_arch.items()}
     result = {"title": title, "runs": table}
     if not is_lead_host():
         return result
@@ -38,7 +82,12 @@ def write_comparison(
             continue
         lengths = [int(n) for n in bins]
         label = f"{arch} ({row['num_params'] / 1e3:.0f}k params)"
-        axes[0].plot(lengths, [row["by_length"][n]["exact_match"] for n in bins], marker="o", label=label)
+        (line,) = axes[0].plot(
+            lengths, [row["by_length"][n]["exact_match"] for n in bins], marker="o", label=label
+        )
+        if "by_length_range" in row:
+            low, high = zip(*(row["by_length_range"][n] for n in bins))
+            axes[0].fill_between(lengths, low, high, color=line.get_color(), alpha=0.2)
         axes[1].plot(lengths, [row["by_length"][n]["token_accuracy"] for n in bins], marker="o", label=label)
     for ax, what in zip(axes, ("sequence exact match", "token accuracy")):
         ax.set_xlabel(
