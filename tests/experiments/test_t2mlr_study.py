@@ -10,24 +10,10 @@ import pytest
 from configs.recipes import shakespeare_split
 from experiments import analysis_common, t2mlr_study
 from t2mlr_jax.analysis import protocol
+from tests.experiments.test_jacobi_analyses import TINY as JACOBI_TINY
 
-TINY = {
-    "model.hidden_size": 32,
-    "model.num_heads": 2,
-    "model.num_kv_heads": 2,
-    "model.head_dim": 16,
-    "model.mlp_dim": 64,
-    "data.options.max_actions": 2,
-    "data.eval_options.max_actions": 2,
-    "data.seq_len": 9,
-    "data.eval_seq_len": 9,
-    "train.steps": 2,
-    "train.batch_size": 8,  # the tests' 8 CPU devices split the batch
-    "train.log_every": 1,
-    "train.checkpoint_every": 2,
-    "eval.num_examples": 16,
-    "eval.batch_size": 8,
-}
+# test_jacobi_analyses' tiny S5 model and budget (rows of at most 9 tokens, 2 steps); D and B the study's
+TINY = {k: v for k, v in JACOBI_TINY.items() if ".recurrence." not in k}
 
 
 def test_help_and_bad_arguments(capsys):
