@@ -265,7 +265,7 @@ def run_seed(name: str, config, workdir: Path) -> dict:
             config, workdir, build_data_source(resolve(config), train=False), evaluation, overrides
         )
         result[f"eval@{evaluation}"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-    if "exact_match" in result["eval"]:
+    if config.train.eval_every:  # S5's rows: evaluated during training
         result["exact_match_over_training"] = trajectory(workdir, "eval", "exact_match")
     gamma = trajectory(workdir, "train", GAMMA)
     if gamma:
