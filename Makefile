@@ -21,8 +21,9 @@ $(VENV)/.test: $(VENV)/.base
 	$(PY) -m pip install -q -e '.[torch,test]'
 	touch $@
 
+# The S5 demo, three seeds of each model (their spread in summary.json and on the screen).
 demo: $(VENV)/.base
-	$(PY) main.py --workdir=$(WORKDIR)
+	$(PY) main.py --workdir=$(WORKDIR) --seeds=0,1,2
 
 # Style (ruff.toml): lint and formatting, checked before the tests run.
 lint: $(VENV)/.test

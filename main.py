@@ -161,7 +161,16 @@ def _train(config, workdir: Path, runs: dict) -> None:
         trained = f"N {d['min_actions']}..{d['max_actions']}" if "max_actions" in d else ""
         archs = ", ".join(dict.fromkeys(run.arch.name for run in runs.values()))
         seeds = f" (seeds {', '.join(_SEEDS.value)})" if _SEEDS.value else ""
-        write_comparison(workdir, summaries, title=f"{config.name}: {archs}{seeds}", train_lengths=trained)
+        result = write_comparison(
+            workdir, summaries, title=f"{config.name}: {archs}{seeds}", train_lengths=trained
+        )
+        for arch, row in result["runs"].items():
+            for metric, spread in row.get("spread", {}).items():
+                if metric != "loss":
+                    print(
+                        f"{arch} {metric} over seeds {', '.join(row['seeds'])}: {spread['mean']:.3f} ± "
+                        f"{spread['std']:.3f} (std; range {spread['min']:.3f} to {spread['max']:.3f})"
+                    )
         print(
             f"comparison ({time.time() - started:.0f} s): {workdir / 'summary.json'}, "
             f"{workdir / 'accuracy_vs_length.png'}"
