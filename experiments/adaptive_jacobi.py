@@ -172,15 +172,19 @@ def measure(config, params: dict, batches: list[dict], cells: list[dict], repeat
         weights = {k: params[k] for k in arch.specs}  # the plain backbone: all but the fusion's
         runners[cell["name"]] = steps(jax.jit(make_grad_fn(arch)), weights, arch.init_model_state())
         sums = [jax.device_get(metric_sums) for _, (metric_sums, _) in runners[cell["name"]]()]
-        per_batch = None
-        if cell["tolerance"] is not None:  # the logged `jacobi_passes` (a mean over recurrent tokens)
-            per_batch = [float(s["jacobi_passes"][0] / s["jacobi_passes"][1]) for s in sums]
+        logged = lambda key: [float(s[key][0] / s[key][1]) for s in sums]  # means over recurrent tokens
+        adaptive = cell["tolerance"] is not None
+        per_batch = logged("jacobi_passes") if adaptive else None
         rows.append(
             {
                 **cell,
                 "loss": float(np.mean([s["loss"][0] / s["loss"][1] for s in sums])),
                 "passes": cell["d_forward"] if per_batch is None else float(np.mean(per_batch)),
                 "passes_per_batch": per_batch,
+                # convergence: each batch's last detached pass's change and whether it met the tolerance
+                # (not: its passes stopped at the cap still moving)
+                "final_change_per_batch": logged("jacobi_change") if adaptive else None,
+                "converged_per_batch": [bool(c) for c in logged("jacobi_converged")] if adaptive else None,
             }
         )
     seconds = measure_interleaved(runners, repeats, progress("timed steps", len(cells) * (repeats + 1)))
@@ -201,6 +205,9 @@ def render(meta: dict, rows: list[dict]) -> str:
             r["name"],
             "—" if r["d_forward"] is None else r["d_forward"],
             "—" if r["passes"] is None else f"{r['passes']:.2f}",
+            "—"
+            if r["converged_per_batch"] is None
+            else f"{sum(r['converged_per_batch'])}/{len(r['converged_per_batch'])}",
             f"{r['loss']:.4f}",
             "—" if r["d_forward"] is None else f"{r['loss'] - reference['loss']:+.2e}",
             f"{1e3 * r['seconds']:.1f}",
@@ -226,6 +233,7 @@ def render(meta: dict, rows: list[dict]) -> str:
                         "variant",
                         "D (max)",
                         "passes used",
+                        "converged",
                         "loss",
                         f"Δloss vs D={meta['max_d']}",
                         "ms/step",
@@ -237,7 +245,9 @@ def render(meta: dict, rows: list[dict]) -> str:
                 verdict,
                 "",
                 "- passes used: the mean over the batches of the passes the forward reports "
-                "(`jacobi_passes`); fixed variants run D.",
+                "(`jacobi_passes`); fixed variants run D. converged: the batches whose last detached pass "
+                "moved R by less than the tolerance (`jacobi_converged`; the others stopped at the cap, "
+                "still moving: marked, their final change in results.json).",
                 "- ms/step: the median over repetitions of one training step's gradient (forward + "
                 "backward, jitted), per batch; × plain: the median of the per-repetition ratios to the "
                 "plain step.",
