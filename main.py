@@ -1,6 +1,6 @@
 """Train, evaluate or sample T²MLR and its baselines from an ml_collections config file.
 
-  python main.py                              # the demo: T²MLR vs a parameter-matched transformer, CPU-sized
+  python main.py --seeds=0,1,2                # the demo (make demo): T²MLR vs a parameter-matched transformer
   python main.py --config=configs/s5_retrieval_t2mlr.py:cpu --workdir=runs/s5
   python main.py --config=configs/smollm135m_t2mlr.py:baseline,cpu --config.train.steps=50 --workdir=runs/b
   python main.py --config=configs/s5_retrieval_t2mlr.py:cpu --workdir=runs/s5 --mode=eval
