@@ -1,32 +1,34 @@
 #!/usr/bin/env python
-"""Depth versus time (../shared/papers/002): train every row of the comparison and tabulate it like the
-paper's Tables 1-3 and Figure 3.
+"""Depth versus time (../shared/papers/002): train rows of the comparison, once per seed, and tabulate them
+like the paper's Tables 1-3 and Figure 3.
 
 Each row is a preset of configs/lrt_comparison.py (`<row>,<scale>`), trained by the framework's own
-trainer (t2mlr_jax.train.trainer) into <out>/<row>/ and scored in bits per byte with the exact sequential
-recurrence: thought rows at their largest trained K, and every row trained with sampled K (lrt.thoughts
-with more than one K: tt1, tt2, no_cross, no_kv) also at each K of --eval_thoughts (Table 2), the same
-weights evaluated again with config.eval.thoughts = K.
+trainer (t2mlr_jax.train.trainer) into <out>/<row>/seed<S>/ and scored in bits per byte with the exact
+sequential recurrence and with the training-time parallel refinement: thought rows at their largest trained
+K, and every row trained with sampled K (tt1, tt2, no_cross, no_kv) also at each K of --eval_thoughts
+(Table 2), the same weights evaluated again with config.eval.thoughts = K.
 
-  python -m experiments.lrt_comparison --preset=cpu                       # every row, CPU-sized
-  python -m experiments.lrt_comparison --preset=cpu --rows=vanilla1x,tt2  # two rows
+  python -m experiments.lrt_comparison --preset=study                     # the seeded study, ~41 min
+  python -m experiments.lrt_comparison --preset=cpu --rows=vanilla1x,tt2  # one seed, two rows
   python -m experiments.lrt_comparison --preset=paper --rows=tt1 --train_path=... --eval_path=... \\
       --tokenizer=...                                                     # the paper's sizes (accelerators)
 
-Resumable, row by row: a rerun skips the rows whose <out>/<row>/summary.json exists, resumes a row
-stopped mid-training from its checkpoints (the trainer does), and reuses the per-K evaluations already in
-<out>/<row>/eval_thoughts<K>.json. --flop_budget=<FLOPs> gives every row the steps that spend that budget
-(Figure 3's FLOP-matched protocol) instead of the preset's common step count (Table 1's). The cpu
-preset's raw Shakespeare is tokenized once into token stores in <out>/data (the same token ids, so the
-same batches, without tokenizing inside the training loop); <out>/.jax_cache keeps compiled steps.
+--preset=study is the protocol (t2mlr_jax.analysis.protocol): a 512-token BPE of the training plays
+(trained into <out>/tokenizer), seeds 0, 1, 2, every row FLOP-matched to the double-depth transformer's
+steps (or --flop_budget) and capped at the same unique text (data.train_tokens: what the row reading least
+of the stream reads; the others revisit it), and the papers' claims (lrt_comparison_rows.CLAIMS) judged by
+their paired differences over seeds. Resumable per row and seed: a finished one is read back, one stopped
+mid-training resumes from its checkpoints, per-K and parallel evaluations are kept in its folder. Raw text is
+tokenized once into token stores in <out>/data; <out>/.jax_cache keeps compiled steps.
 
 Writes, in --out (default runs/lrt_comparison_<preset>):
-  rows.jsonl    one line per row as it finishes
-  results.json  per row: label, arch, params (and over vanilla1x), expected training FLOPs (total, per
-                step), steps, decode blocks per token, BPB at its own K and at every evaluated K
-  results.md    Table 1 (params, decode blocks, FLOPs, BPB), Table 2 (BPB vs evaluation K), Table 3
-                (ablations against tt1); also printed
-  results.png   BPB vs training FLOPs per row, and BPB vs evaluation K for the sampled-K rows
+  rows.jsonl    one line per (row, seed) as it finishes
+  results.json  per row: label, arch, params (and over vanilla1x), training FLOPs, steps, unique and read
+                tokens, head share, decode blocks per token, BPB (exact, parallel, the training log's) and
+                at every evaluated K, means and per seed; the claims judged per table
+  results.md    Table 1 (params, decode blocks, FLOPs, BPB ± 95%), Table 2 (BPB vs evaluation K), Table 3
+                (ablations against tt1), the protocol per row, the claims; also printed
+  results.png   BPB vs training FLOPs, BPB vs evaluation K for the sampled-K rows, each claim's interval
 """
 
 from __future__ import annotations
