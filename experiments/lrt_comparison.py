@@ -45,7 +45,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from experiments.analysis_common import evaluated, pretokenize, study_tokenizer
+from experiments.analysis_common import evaluated, fail, pretokenize, setup_jax, study_tokenizer
 from experiments.lrt_comparison_report import bpb_text, write_results
 from experiments.lrt_comparison_rows import (
     CLAIMS,
@@ -123,19 +123,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--eval_path", help="data.eval_path (the paper preset has none)")
     parser.add_argument("--tokenizer", help="data.tokenizer (the paper preset has none)")
     return parser.parse_args(argv)
-
-
-def _fail(error: Exception) -> None:
-    """Bad input: one line on stderr, exit status 2, no traceback (as main.py)."""
-    print(f"error: {error}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def _setup_jax(out: Path) -> None:
-    """CPU runs are compile-bound: keep compiled steps across reruns (unless a cache is already set)."""
-    from t2mlr_jax.train.compilation_cache import enable_compilation_cache
-
-    enable_compilation_cache(str(out / ".jax_cache"))
 
 
 def parallel_overrides(config) -> dict | None:
@@ -308,7 +295,6 @@ def main(argv: list[str] | None = None) -> dict:
             out.mkdir(parents=True, exist_ok=True)
             args.tokenizer = study_tokenizer(out, ROWS_CONFIG.STUDY_VOCAB)
         configs = {row: row_config(row, args) for row in rows}
-        reference_config = row_config(ROWS_CONFIG.STUDY_REFERENCE if study else REFERENCE, args)
         check_data_paths(configs[rows[0]], args.preset)
         from t2mlr_jax.analysis.protocol import check_seeds
         from t2mlr_jax.architectures import build_architecture
@@ -320,7 +306,7 @@ def main(argv: list[str] | None = None) -> dict:
             check_seeds(seeds)
         budget = args.flop_budget
         if study and not budget:  # Figure 3's protocol: the reference's steps at its FLOPs per step
-            typed = resolve(reference_config)
+            typed = resolve(row_config(ROWS_CONFIG.STUDY_REFERENCE, args))
             budget = typed.train.steps * flops_per_step(typed, build_architecture(typed))
         for config in configs.values():
             config.train.flop_budget = float(budget)
@@ -337,14 +323,10 @@ def main(argv: list[str] | None = None) -> dict:
             for config in configs.values():
                 pretokenize(config, out / "data")
     except (ValueError, KeyError, FileNotFoundError, subprocess.CalledProcessError) as e:
-        _fail(e)
-    _setup_jax(out)
-    import warnings
-
+        fail(e)
+    setup_jax(out)  # the compilation cache; no warning that a CPU cannot donate the step's buffers
     import jax
 
-    # CPU backends cannot donate; the step donates its state for the accelerators that can.
-    warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
     device = jax.devices()[0]
     meta = {
         "preset": args.preset,
@@ -373,7 +355,7 @@ def main(argv: list[str] | None = None) -> dict:
         try:
             result = run_seed(row, config, out / row / f"seed{seed}", args.eval_thoughts)
         except (ValueError, KeyError, FileNotFoundError) as e:
-            _fail(e)
+            fail(e)
         if "stopped_by" in result:
             tqdm.write(f"{row}: stopped by {result['stopped_by']} at step {result['step']}; rerun to resume")
             break

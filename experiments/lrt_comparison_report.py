@@ -9,8 +9,8 @@ from pathlib import Path
 
 from experiments.benchmarks.report import markdown_table
 from experiments.lrt_comparison_rows import FIXED_K, REFERENCE, TABLE3, paper_order
-from t2mlr_jax.analysis.plots import subplots
-from t2mlr_jax.analysis.protocol import markdown
+from t2mlr_jax.analysis.plots import interval_rows, subplots
+from t2mlr_jax.analysis.protocol import Interval, markdown
 
 
 def bpb_text(value) -> str:
@@ -20,7 +20,7 @@ def bpb_text(value) -> str:
 def bpb_with_interval(row: dict) -> str:
     """A row's mean BPB over its seeds, ± the 95% half-width when it ran more than one."""
     i = row.get("bpb_interval")
-    return bpb_text(row["bpb"]) + (f" ± {(i['high'] - i['low']) / 2:.4f}" if i else "")
+    return bpb_text(row["bpb"]) + (f" ± {Interval(**i).half_width:.4f}" if i else "")
 
 
 def _flops(value) -> str:
@@ -227,16 +227,10 @@ def plot(results: dict, judged: dict, path: Path) -> None:
     if sampled:
         right.legend(fontsize=8)
     judged_claims = [(table, c) for table, comparison in judged.items() for c in comparison["claims"]]
-    for y, (_, c) in enumerate(judged_claims):
-        d = c["difference"]
-        error = [[d["mean"] - d["low"]], [d["high"] - d["mean"]]]
-        claims.errorbar(d["mean"], y, xerr=error, fmt="o", capsize=3)
-    claims.axvline(0, color="gray", lw=0.8)
     names = [f"T{t[-1]}: {c['row']} − {c['baseline']}" for t, c in judged_claims]
-    claims.set_yticks(range(len(names)), names, fontsize=7)
-    claims.invert_yaxis()
-    claims.set(xlabel="Δ BPB (paired over seeds, 95%)", title="the papers' claims")
-    claims.grid(alpha=0.3)
+    differences = [c["difference"] for _, c in judged_claims]
+    interval_rows(claims, names, differences, xlabel="Δ BPB (paired over seeds, 95%)",
+                  title="the papers' claims", zero=True)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

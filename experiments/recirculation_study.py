@@ -33,7 +33,7 @@ from pathlib import Path
 
 from experiments.analysis_common import ROOT, OneLineParser, fail, setup_jax
 from t2mlr_jax import cpu_runtime
-from t2mlr_jax.analysis.plots import subplots
+from t2mlr_jax.analysis.plots import interval_rows, subplots
 from t2mlr_jax.analysis.protocol import Interval, interval, verdict
 
 COMMAND = "python -m experiments.recirculation_study"
@@ -47,18 +47,6 @@ def sweep_config(presets: str):
     from t2mlr_jax.experiment import resolve
 
     return resolve(config_module(ROOT / "configs" / "recirculation.py").get_config(presets))
-
-
-def check(config) -> None:
-    """Everything the sweep checks before it loads or compiles anything."""
-    from t2mlr_jax.analysis import recirculation_sweep as sweep
-    from t2mlr_jax.train import init_from
-
-    arch = init_from.architecture(config, "recirculation")
-    if init_from.start_weights(config, arch) is None:
-        raise ValueError("the recirculation study needs the shipped SmolLM2 (config.init_from is empty)")
-    sweep.plan(config, arch.backbone)
-    sweep.check_window(config, arch.max_seq_len)
 
 
 def judged(chosen: dict, label: str) -> dict:
@@ -127,14 +115,9 @@ def render(meta: dict, rows: list[dict], ramp: dict, baseline: dict) -> str:
 
 def plot(rows: list[dict], path: Path) -> None:
     fig, ax = subplots(figsize=(7, 4))
-    for y, r in enumerate(rows):
-        i = r["interval"]
-        ax.errorbar(i["mean"], y, xerr=[[i["mean"] - i["low"]], [i["high"] - i["mean"]]], fmt="o", capsize=3)
-    ax.axvline(0, color="gray", lw=0.8)
-    ax.set_yticks(range(len(rows)), [r["row"] for r in rows])
-    ax.invert_yaxis()
-    ax.set(xlabel="% perplexity change on the report windows (mean, 95%)", title="each scheme's chosen cell")
-    ax.grid(alpha=0.3)
+    labels, intervals = [r["row"] for r in rows], [r["interval"] for r in rows]
+    xlabel = "% perplexity change on the report windows (mean, 95%)"
+    interval_rows(ax, labels, intervals, xlabel=xlabel, title="each scheme's chosen cell", zero=True)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -147,14 +130,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="runs/recirculation_study", help="output directory")
     args = parser.parse_args(argv)
     out, started = Path(args.out), time.time()
+    from t2mlr_jax.analysis.recirculation_sweep import checked, run_sweep
+
     try:  # both sweeps checked before either loads or compiles anything
         configs = {name: sweep_config(presets) for name, presets in SWEEPS.items()}
         for config in configs.values():
-            check(config)
+            checked(config)
     except (ValueError, KeyError, FileNotFoundError) as e:
         fail(e)
     setup_jax(out)
-    from t2mlr_jax.analysis.recirculation_sweep import run_sweep
 
     sweeps = {name: run_sweep(config, out / name) for name, config in configs.items()}
     schemes, ramped = sweeps["schemes"], sweeps["ramp"]

@@ -54,7 +54,7 @@ from experiments.analysis_common import (
     train_run,
 )
 from t2mlr_jax import cpu_runtime
-from t2mlr_jax.analysis.plots import subplots
+from t2mlr_jax.analysis.plots import interval_rows, subplots
 from t2mlr_jax.analysis.protocol import Claim, check_seeds, compare, markdown
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.storage.workdir import SUMMARY
@@ -329,16 +329,9 @@ def plot(judged: dict, results: dict, path: Path) -> None:
     panels = len(judged) + 2
     fig, axes = subplots(1, panels, figsize=(5.5 * panels, 4.5), squeeze=False)
     for ax, (part_name, comparison) in zip(axes[0], judged.items()):
-        names = list(comparison["rows"])
-        for y, name in enumerate(names):
-            i = comparison["rows"][name]
-            ax.errorbar(
-                i["mean"], y, xerr=[[i["mean"] - i["low"]], [i["high"] - i["mean"]]], fmt="o", capsize=3
-            )
-        ax.set_yticks(range(len(names)), names, fontsize=7)
-        ax.invert_yaxis()
-        ax.set(xlabel=f"{PARTS[part_name].metric} (mean, 95%)", title=part_name)
-        ax.grid(alpha=0.3)
+        metric = f"{PARTS[part_name].metric} (mean, 95%)"
+        rows = comparison["rows"]
+        interval_rows(ax, list(rows), list(rows.values()), xlabel=metric, title=part_name)
     gate, learned = axes[0][-2:]
     for ax, key in ((gate, "gamma"), (learned, "exact_match_over_training")):
         for row, by_seed in results.items():

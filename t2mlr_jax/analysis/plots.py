@@ -32,3 +32,17 @@ def finish(ax: Any, title: str) -> None:
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize="small")
+
+
+def interval_rows(ax: Any, labels: list[str], intervals: list[dict], *, xlabel: str, title: str,
+                  zero: bool = False) -> None:  # fmt: skip
+    """One row per interval (a dict with mean, low, high: protocol.Interval's fields), top to bottom: the
+    mean and its bar; `zero` draws the line a difference's interval is judged against."""
+    for y, i in enumerate(intervals):
+        ax.errorbar(i["mean"], y, xerr=[[i["mean"] - i["low"]], [i["high"] - i["mean"]]], fmt="o", capsize=3)
+    if zero:
+        ax.axvline(0, color="gray", lw=0.8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set(xlabel=xlabel, title=title)
+    ax.grid(alpha=0.3)

@@ -185,17 +185,22 @@ def fingerprint(config: Experiment, scoring: Scoring) -> str:
     return hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def checked(config: Experiment):
+    """Every setting of the sweep checked, nothing loaded or compiled: (the backbone, a loader of the
+    pretrained weights, the plan, the eval window)."""
+    arch = init_from.architecture(config, "recirculation")
+    load = init_from.start_weights(config, arch)  # the checkpoint, checked now
+    if load is None:
+        raise ValueError("the recirculation sweep needs a pretrained model: set config.init_from")
+    return arch.backbone, load, plan(config, arch.backbone), check_window(config, arch.max_seq_len)
+
+
 @STUDIES.register("recirculation")
 def run_sweep(config: Experiment, workdir: Path) -> dict:
     """The sweep of config.recirculation on config.init_from's model; resumes from workdir/cells.jsonl.
     Every setting is checked before anything is loaded or compiled. Returns what results.json holds."""
     started = time.perf_counter()
-    arch = init_from.architecture(config, "recirculation")
-    load = init_from.start_weights(config, arch)  # the checkpoint, checked now
-    if load is None:
-        raise ValueError("the recirculation sweep needs a pretrained model: set config.init_from")
-    model, sweep = arch.backbone, plan(config, arch.backbone)
-    window = check_window(config, arch.max_seq_len)
+    model, load, sweep, window = checked(config)
     startup.mark("config")
     batches = windows(config)
     startup.mark("data")
