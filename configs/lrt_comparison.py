@@ -78,7 +78,7 @@ CPU_EVAL_EXAMPLES = 64  # held-out rows of 64 tokens (4k tokens), the same for e
 # blocks, not the head, carry the compute (the head is at most ~24% of a row's training FLOPs), bits per
 # byte as nanochat's evaluation counts them, 16 rows of 64 tokens per step (the per-step cost is then
 # compute, not dispatch), 128 held-out rows. The command FLOP-matches every row to the double-depth
-# transformer's STUDY_STEPS and caps every row's unique text at what the row reading least reads.
+# transformer's STUDY_STEPS and caps every row's unique text at what the row reading least reads (LRT 3x).
 STUDY_VOCAB = 512
 STUDY_STEPS, STUDY_BATCH, STUDY_EVAL_EXAMPLES = 500, 16, 128
 STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets

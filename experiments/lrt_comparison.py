@@ -8,7 +8,7 @@ sequential recurrence and with the training-time parallel refinement: thought ro
 K, and every row trained with sampled K (tt1, tt2, no_cross, no_kv) also at each K of --eval_thoughts
 (Table 2), the same weights evaluated again with config.eval.thoughts = K.
 
-  python -m experiments.lrt_comparison --preset=study                     # the seeded study, ~41 min
+  python -m experiments.lrt_comparison --preset=study                     # the seeded study, all 19 rows
   python -m experiments.lrt_comparison --preset=cpu --rows=vanilla1x,tt2  # one seed, two rows
   python -m experiments.lrt_comparison --preset=paper --rows=tt1 --train_path=... --eval_path=... \\
       --tokenizer=...                                                     # the paper's sizes (accelerators)
@@ -16,10 +16,12 @@ K, and every row trained with sampled K (tt1, tt2, no_cross, no_kv) also at each
 --preset=study is the protocol (t2mlr_jax.analysis.protocol): a 512-token BPE of the training plays
 (trained into <out>/tokenizer), seeds 0, 1, 2, every row FLOP-matched to the double-depth transformer's
 steps (or --flop_budget) and capped at the same unique text (data.train_tokens: what the row reading least
-of the stream reads; the others revisit it), and the papers' claims (lrt_comparison_rows.CLAIMS) judged by
-their paired differences over seeds. Resumable per row and seed: a finished one is read back, one stopped
-mid-training resumes from its checkpoints, per-K and parallel evaluations are kept in its folder. Raw text is
-tokenized once into token stores in <out>/data; <out>/.jax_cache keeps compiled steps.
+of the stream reads, of all rows, whatever --rows selects; the others revisit it), and the papers' claims
+(lrt_comparison_rows.CLAIMS) judged by their paired differences over seeds. It runs its rows in 2 worker
+processes (--workers; each is this command with --shard=I/N, its output in <out>/worker<I>.log), then
+tabulates. Resumable per row and seed: a finished one is read back, one stopped mid-training resumes from its
+checkpoints, per-K and parallel evaluations are kept in its folder. Raw text is tokenized once into token
+stores in <out>/data; <out>/.jax_cache keeps compiled steps.
 
 Writes, in --out (default runs/lrt_comparison_<preset>):
   rows.jsonl    one line per (row, seed) as it finishes
@@ -38,6 +40,7 @@ import dataclasses
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -45,14 +48,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from experiments.analysis_common import evaluated, fail, pretokenize, setup_jax, study_tokenizer
+from experiments.analysis_common import ROOT, evaluated, fail, pretokenize, setup_jax, study_tokenizer
 from experiments.lrt_comparison_report import bpb_text, write_results
 from experiments.lrt_comparison_rows import (
     CLAIMS,
     REFERENCE,
     ROWS,
     ROWS_CONFIG,
-    STUDY_ROWS,
     at_k,
     check_data_paths,
     decode_blocks,
@@ -72,6 +74,16 @@ def _ints(text: str) -> tuple[int, ...]:
     if any(v < 0 for v in values):
         raise argparse.ArgumentTypeError(f"thought counts must be >= 0, got {text!r}")
     return values
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N, got {text!r}") from None
+    if not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"shard {text!r}: I must be in 0..N-1")
+    return index, count
 
 
 def resolve_rows(text: str) -> list[str]:
@@ -95,7 +107,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--rows",
-        help=f"comma list of {','.join(ROWS)} (default: every row; the study's: {','.join(STUDY_ROWS)})",
+        help=f"comma list of {','.join(ROWS)} (default: every row)",
     )
     parser.add_argument("--out", help="output directory (default runs/lrt_comparison_<preset>)")
     parser.add_argument(
@@ -114,6 +126,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--seeds",
         type=_ints,
         help="config.seed values, each row trained once per seed (default: 0,1,2 for the study, else 0)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="processes training rows side by side, each a --shard of this command (default: 2 for the "
+        "study, where one process keeps ~1.3 of 2 CPU cores busy and compiles on one, else 1)",
+    )
+    parser.add_argument(
+        "--shard",
+        type=_shard,
+        help="I/N: train and evaluate only the rows in shard I of N (every N-th row from the I-th, all "
+        "seeds) and write no tables; --workers runs its shards this way, a rerun without it tabulates",
     )
     parser.add_argument("--steps", type=int, help="train.steps of every row (default: the preset's)")
     parser.add_argument("--batch_size", type=int, help="train.batch_size (default: the preset's)")
@@ -265,37 +289,104 @@ def comparisons(results: dict) -> dict:
     return judged
 
 
-def equal_data(configs: dict) -> int:
+def equal_data(args: argparse.Namespace) -> int:
     """The unique training tokens every row gets: what the row reading least of the stream reads in its
-    steps (its FLOP-matched steps under train.flop_budget), so that every row sees the same text, the
-    others revisiting it as epochs."""
+    steps (its FLOP-matched steps under --flop_budget), over every row of the comparison, so that any
+    --rows trains on the same text, the other rows revisiting it as epochs."""
     from t2mlr_jax.architectures import build_architecture
     from t2mlr_jax.experiment import resolve
     from t2mlr_jax.train.trainer import flops_per_step, steps_for_budget, tokens_read
 
     read = []
-    for config in configs.values():
-        typed = resolve(config)
+    for row in ROWS:
+        typed = resolve(row_config(row, args))
         if typed.train.flop_budget:
-            typed = steps_for_budget(typed, flops_per_step(typed, build_architecture(typed)), config.arch)
+            typed = steps_for_budget(typed, flops_per_step(typed, build_architecture(typed)), ROWS[row].arch)
         read.append(tokens_read(typed, typed.train.steps)["train_tokens_read"])
     return min(read)
+
+
+def shard_rows(rows: list[str], shard: tuple[int, int] | None) -> list[str]:
+    """The rows shard I of N trains: every N-th row of the paper's order from the I-th (the costly thought
+    rows alternate between shards there)."""
+    if shard is None:
+        return rows
+    index, count = shard
+    return rows[index::count]
+
+
+def worker_command(argv: list[str], shard: tuple[int, int], tokenizer: str) -> list[str]:
+    """This command as shard I of N, reading the tokenizer the parent resolved (or trained)."""
+    command = [sys.executable, "-m", "experiments.lrt_comparison", *argv, "--shard={}/{}".format(*shard)]
+    return command + ([f"--tokenizer={tokenizer}"] if tokenizer else [])
+
+
+def run_workers(commands: list[list[str]], out: Path, unit_dirs: list[Path]) -> bool:
+    """Run the shards' commands side by side (each one's output in <out>/worker<I>.log) under one progress
+    bar over every (row, seed). A signal to this process is passed on (each worker stops at its next step,
+    resumable); a failed worker stops the others and is one error naming its log. Whether all finished."""
+    import signal
+
+    from t2mlr_jax.storage.workdir import SUMMARY
+
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    logs = [out / f"worker{i}.log" for i in range(len(commands))]
+    procs = []
+    for command, log in zip(commands, logs):
+        with open(log, "w") as f:  # its own session: a terminal's Ctrl-C reaches it once, through us
+            procs.append(
+                subprocess.Popen(
+                    command, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": path},
+                    start_new_session=True,
+                )
+            )  # fmt: skip
+    stopped, failed = [], []
+
+    def forward(signum, frame):
+        stopped.append(signum)
+        for p in procs:
+            p.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    finished = lambda: sum((d / SUMMARY).exists() for d in unit_dirs)
+    try:
+        desc = f"rows x seeds, {len(procs)} workers"
+        with tqdm(total=len(unit_dirs), initial=finished(), desc=desc, file=sys.stderr) as bar:
+            while any(p.poll() is None for p in procs):
+                time.sleep(1)
+                bar.update(finished() - bar.n)
+                if not failed and not stopped:
+                    failed += [(p, log) for p, log in zip(procs, logs) if p.poll()]
+                    for p in procs if failed else ():
+                        p.terminate()  # stops at its next step, resumable
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    failed = failed or [(p, log) for p, log in zip(procs, logs) if p.returncode and not stopped]
+    for p, log in failed[:1]:  # its error line, else its last (progress bars end lines with \r)
+        lines = [line.strip() for line in re.split(r"[\r\n]", log.read_text()) if line.strip()]
+        errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+        last = (errors or lines or ["(no output)"])[-1]
+        fail(f"{log.stem} exited with status {p.returncode}: {last} (all of it: {log})")
+    return not stopped
 
 
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     study = args.preset == "study"
-    rows = resolve_rows(args.rows or ",".join(STUDY_ROWS if study else ROWS))
+    rows = resolve_rows(args.rows or ",".join(ROWS))
     out = Path(args.out or f"runs/lrt_comparison_{args.preset}")
     seeds = args.seeds or ((0, 1, 2) if study else (0,))
+    workers = 1 if args.shard else min(len(rows), args.workers or (2 if study else 1))
     started = time.time()
     try:  # every config built and checked before anything is compiled
+        if workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {args.workers}")
         if study and not args.tokenizer:
             out.mkdir(parents=True, exist_ok=True)
             args.tokenizer = study_tokenizer(out, ROWS_CONFIG.STUDY_VOCAB)
-        configs = {row: row_config(row, args) for row in rows}
-        check_data_paths(configs[rows[0]], args.preset)
+        check_data_paths(row_config(rows[0], args), args.preset)
         from t2mlr_jax.analysis.protocol import check_seeds
         from t2mlr_jax.architectures import build_architecture
         from t2mlr_jax.experiment import resolve
@@ -304,20 +395,23 @@ def main(argv: list[str] | None = None) -> dict:
 
         if study:
             check_seeds(seeds)
-        budget = args.flop_budget
-        if study and not budget:  # Figure 3's protocol: the reference's steps at its FLOPs per step
+        if study and not args.flop_budget:  # Figure 3's protocol: the reference's steps at its FLOPs per step
             typed = resolve(row_config(ROWS_CONFIG.STUDY_REFERENCE, args))
-            budget = typed.train.steps * flops_per_step(typed, build_architecture(typed))
+            args.flop_budget = typed.train.steps * flops_per_step(typed, build_architecture(typed))
+        configs = {row: row_config(row, args) for row in rows}
         for config in configs.values():
-            config.train.flop_budget = float(budget)
             build_architecture(resolve(config))
         build_data_source(resolve(configs[rows[0]]))  # paths and tokenizer
         reference = build_architecture(
             resolve(row_config(REFERENCE, args))
         ).num_params()  # Table 1's normaliser
-        unique = equal_data(configs) if study else 0
-        for config in configs.values():
+        unique = equal_data(args) if study else 0
+        for row, config in configs.items():
             config.data.train_tokens = unique
+            try:  # here, not in a worker minutes later
+                resolve(config)
+            except ValueError as e:
+                raise ValueError(f"{row}: the budget's equal-data cap is below one batch: {e}") from None
         out.mkdir(parents=True, exist_ok=True)
         if args.preset != "paper":
             for config in configs.values():
@@ -336,7 +430,8 @@ def main(argv: list[str] | None = None) -> dict:
         "python": platform.python_version(),
         "rows": rows,
         "seeds": list(seeds),
-        "flop_budget": budget,
+        "workers": workers,
+        "flop_budget": args.flop_budget,
         "budget_reference": ROWS_CONFIG.STUDY_REFERENCE if study else None,
         "train_tokens_unique": unique or None,
         "tokenizer": configs[rows[0]].data.tokenizer,
@@ -346,8 +441,17 @@ def main(argv: list[str] | None = None) -> dict:
         "reference_params": reference,
         "cpus": os.cpu_count(),
     }
-    by_row, row_seconds, fresh = {row: {} for row in rows}, dict.fromkeys(rows, 0.0), []
-    units = [(seed, row) for seed in seeds for row in rows]  # seed-major: a whole table per seed first
+    journal = out / "rows.jsonl"  # a line per (row, seed) trained or evaluated, by whichever process
+    logged = len(journal.read_text().splitlines()) if journal.exists() else 0
+    if workers > 1:
+        shards = [(i, workers) for i in range(workers)]
+        commands = [worker_command(argv, shard, configs[rows[0]].data.tokenizer) for shard in shards]
+        unit_dirs = [out / row / f"seed{seed}" for seed in seeds for row in rows]
+        if not run_workers(commands, out, unit_dirs):
+            tqdm.write("stopped by a signal; rerun to resume")
+            return {"meta": meta, "rows": {}}
+    by_row = {row: {} for row in rows}
+    units = [(seed, row) for seed in seeds for row in shard_rows(rows, args.shard)]  # a table per seed first
     for seed, row in tqdm(units, desc="rows x seeds", file=sys.stderr):
         unit_start = time.time()
         config = configs[row].copy_and_resolve_references()
@@ -359,16 +463,24 @@ def main(argv: list[str] | None = None) -> dict:
         if "stopped_by" in result:
             tqdm.write(f"{row}: stopped by {result['stopped_by']} at step {result['step']}; rerun to resume")
             break
-        row_seconds[row] += round(time.time() - unit_start, 1)
+        seconds = round(time.time() - unit_start, 1)
         if result.pop("new"):
-            fresh.append(row)
-            with open(out / "rows.jsonl", "a") as f:
-                f.write(json.dumps({"row": row, "seed": seed, **result}, default=str) + "\n")
+            with open(journal, "a") as f:
+                f.write(
+                    json.dumps({"row": row, "seed": seed, "seconds": seconds, **result}, default=str) + "\n"
+                )
         by_row[row][seed] = result
-        tqdm.write(f"{row} seed {seed}: BPB {bpb_text(result['bpb'])} ({time.time() - unit_start:.0f} s)")
+        tqdm.write(f"{row} seed {seed}: BPB {bpb_text(result['bpb'])} ({seconds:.0f} s)")
+    if args.shard:
+        return {"meta": meta, "rows": {}}  # the tables are the whole command's
     meta["wall_seconds"] = round(time.time() - started, 1)
     done = [row for row in rows if len(by_row[row]) == len(seeds)]
-    meta["row_seconds"], meta["fresh"] = {r: row_seconds[r] for r in done}, sorted(set(fresh))
+    meta["row_seconds"] = {row: 0.0 for row in done}  # of the rows trained or evaluated in this invocation
+    for line in journal.read_text().splitlines()[logged:] if journal.exists() else []:
+        record = json.loads(line)
+        if record["row"] in meta["row_seconds"]:
+            meta["row_seconds"][record["row"]] += record["seconds"]
+    meta["row_seconds"] = {row: round(s, 1) for row, s in meta["row_seconds"].items() if s}
     results = {row: row_result(row, configs[row], by_row[row], reference) for row in done}
     if not results:
         return {"meta": meta, "rows": {}}

@@ -187,7 +187,7 @@ def render(meta: dict, results: dict, judged: dict) -> str:
             "",
             markdown(comparison, "BPB", 4),
         ]
-    timed = [f"`{n}` {meta['row_seconds'][n]:.0f}" for n in paper_order(results) if n in meta["fresh"]]
+    timed = [f"`{n}` {meta['row_seconds'][n]:.0f}" for n in paper_order(results) if n in meta["row_seconds"]]
     if timed:
         parts += [
             "",

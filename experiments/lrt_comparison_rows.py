@@ -31,11 +31,6 @@ TABLE1 = (
 ABLATIONS = ("no_cross", "no_kv", "fixed_k1")
 TABLE3 = ("tt1", *ABLATIONS, "ponder1")
 FIXED_K = {"lrt1x": 0, **{f"fixed_k{k}": k for k in (1, 2, 3, 4)}}  # Table 2's rows trained at this K only
-# The study's rows (--preset=study): Table 1's 1x and 2x decode-latency groups, Table 2's fixed K = 1-4
-# and both sampled-K rows, Table 3's ablations; the 3x group (vanilla3x, loop3, loop4, lrt3x, ponder2) is
-# left to --rows, for time: each row trains three seeds at the same FLOPs.
-STUDY_ROWS = ("vanilla1x", "vanilla2x", "loop2", "lrt1x", "lrt2x", "ponder1", "tt1", "tt2", "no_cross",
-              "no_kv", *(f"fixed_k{k}" for k in (1, 2, 3, 4)))  # fmt: skip
 
 
 def at_k(row: str, k: int) -> str:

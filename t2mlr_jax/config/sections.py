@@ -318,3 +318,9 @@ class Experiment(Sectioned):
                 f"eval.window ({self.eval.window}) and data.eval_seq_len ({self.data.eval_seq_len}) are one "
                 "field under two names: set one"
             )
+        d, t = self.data, self.train
+        if 0 < d.train_tokens < t.batch_size * d.seq_len:
+            raise ValueError(
+                f"data.train_tokens={d.train_tokens} is less than one batch ({t.batch_size * d.seq_len} = "
+                "train.batch_size x data.seq_len)"
+            )

@@ -85,11 +85,6 @@ def build_data_source(config: Experiment, *, train: bool = True) -> DataSource:
         raise ValueError(
             f"data.packing must be one of {packings} for data.kind={d.kind!r}, got {d.packing!r}"
         )
-    if 0 < d.train_tokens < t.batch_size * d.seq_len:
-        raise ValueError(
-            f"data.train_tokens={d.train_tokens} is less than one batch ({t.batch_size * d.seq_len} = "
-            "train.batch_size x data.seq_len)"
-        )
     if (d.source or d.eval_source) and d.kind != "text":
         raise ValueError(f'data.source / data.eval_source are for data.kind="text", not {d.kind!r}')
     is_s5 = (

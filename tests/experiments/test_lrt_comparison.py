@@ -6,6 +6,11 @@ rerun that trains nothing. The BPB values themselves are not tested."""
 import functools
 import json
 import math
+import os
+import signal
+import sys
+import threading
+import time
 
 import pytest
 
@@ -74,7 +79,14 @@ def test_two_rows_write_the_tables_and_the_figure(tmp_path, small_and_quick):
         f"--train_path={train.split(',')[0]}",
         f"--eval_path={heldout.split(',')[0]}",
     ]
-    lrt_comparison.main(argv)
+    journal = out / "rows.jsonl"
+    # A shard (what --workers runs) trains only its rows (every 2nd from the 2nd: tt1) and tabulates nothing
+    assert lrt_comparison.main([*argv, "--shard=1/2"])["rows"] == {}
+    assert not (out / "results.json").exists()
+    assert [json.loads(line)["row"] for line in journal.read_text().splitlines()] == ["tt1"]
+    # the whole command trains the rest, reads tt1 back and tabulates both
+    first = lrt_comparison.main(argv)
+    assert list(first["meta"]["row_seconds"]) == ["vanilla1x"]  # what this invocation computed
     result = json.loads((out / "results.json").read_text())
     rows = result["rows"]
     assert list(rows) == ["vanilla1x", "tt1"]  # the paper's order
@@ -92,19 +104,46 @@ def test_two_rows_write_the_tables_and_the_figure(tmp_path, small_and_quick):
     assert "## Table 1" in markdown and "## Table 2" in markdown and "K=2" in markdown and "†" in markdown
     assert "LRT + 1 thought token" in markdown and "Transformer 1x" in markdown
     assert (out / "results.png").stat().st_size > 0
-    assert [json.loads(line)["row"] for line in (out / "rows.jsonl").read_text().splitlines()] == [
-        "vanilla1x",
-        "tt1",
-    ]
+    assert [json.loads(line)["row"] for line in journal.read_text().splitlines()] == ["tt1", "vanilla1x"]
     # A rerun trains and evaluates nothing again: every row has its summary and its per-K evaluations.
     again = lrt_comparison.main(argv)
     assert {n: r["bpb_by_k"] for n, r in again["rows"].items()} == {n: r["bpb_by_k"] for n, r in rows.items()}
-    assert len((out / "rows.jsonl").read_text().splitlines()) == 2
+    assert len(journal.read_text().splitlines()) == 2 and again["meta"]["row_seconds"] == {}
+
+
+def _python(code: str, *args) -> list[str]:
+    return [sys.executable, "-c", code, *map(str, args)]
+
+
+def test_workers_run_side_by_side_stop_on_a_signal_and_fail_in_one_line(tmp_path, capsys):
+    """run_workers, on stand-in worker commands: every worker's (row, seed) done; a signal passed on to
+    the workers, which stop (a rerun resumes); a failing worker stops the others and is one error line."""
+    units = [tmp_path / f"unit{i}" for i in range(2)]
+    finish = (
+        "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(); (p / 'summary.json').write_text('{}')"
+    )
+    assert lrt_comparison.run_workers([_python(finish, u) for u in units], tmp_path, units)
+    assert all((u / "summary.json").exists() for u in units)
+
+    slow = _python("import time; time.sleep(60)")
+    started = time.time()
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    assert not lrt_comparison.run_workers([slow, slow], tmp_path, units)  # stopped, not failed
+    assert time.time() - started < 30
+
+    boom = _python("import sys; print('error: step 3: loss is nan', end='\\rbar 10%'); sys.exit(3)")
+    with pytest.raises(SystemExit) as exit_info:
+        lrt_comparison.run_workers([slow, boom], tmp_path, units)
+    assert exit_info.value.code == 2 and time.time() - started < 60  # the slow worker was stopped
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: worker1 exited with status 3: step 3: loss is nan (all of it: ")
+    assert (tmp_path / "worker1.log").read_bytes() == b"error: step 3: loss is nan\rbar 10%"
 
 
 def test_study_rows_are_flop_matched_on_the_same_unique_text():
     """--preset=study's matching, built without training: every row's steps spend the same FLOPs (head and
-    every pass counted), the unique-text cap is what the row reading least reads, and no row reads less."""
+    every pass counted), and the unique-text cap is what the row reading least of all the comparison's rows
+    reads, whatever --rows selects; no row reads less."""
     from types import SimpleNamespace
 
     from t2mlr_jax.architectures import build_architecture
@@ -112,22 +151,24 @@ def test_study_rows_are_flop_matched_on_the_same_unique_text():
     from t2mlr_jax.train.trainer import flops_per_step, steps_for_budget, tokens_read
 
     args = SimpleNamespace(**dict.fromkeys(("steps", "batch_size", "eval_examples", "eval_batch_size"), None))
-    args.__dict__.update(preset="study", train_path=None, eval_path=None, tokenizer=None, flop_budget=0.0)
-    rows = ("vanilla1x", "lrt2x", "tt1")
-    configs = {row: lrt_comparison.row_config(row, args) for row in rows}
-    budget = 1e11
-    matched = {}
-    for row, config in configs.items():
-        config.train.flop_budget = budget
+    args.__dict__.update(preset="study", train_path=None, eval_path=None, tokenizer=None, flop_budget=1e11)
+    reads = {}
+    for row in lrt_comparison.ROWS:
+        config = lrt_comparison.row_config(row, args)
         typed = resolve(config)
         per_step = flops_per_step(typed, build_architecture(typed))
-        matched[row] = steps_for_budget(typed, per_step, row)
-        assert matched[row].train.steps * per_step == pytest.approx(budget, rel=per_step / budget)
-        assert 0 < lrt_comparison.head_share_of(config) <= 0.25  # the study's vocabulary keeps the head small
-    reads = {row: tokens_read(t, t.train.steps)["train_tokens_read"] for row, t in matched.items()}
-    # the LRT 2x spends 5x vanilla1x's FLOPs per token: it reads least
-    assert lrt_comparison.equal_data(configs) == min(reads.values()) == reads["lrt2x"]
-    assert reads["vanilla1x"] > 3 * reads["lrt2x"]  # the cheap row revisits the same text (epochs)
+        matched = steps_for_budget(typed, per_step, row)
+        assert matched.train.steps * per_step == pytest.approx(
+            args.flop_budget, rel=per_step / args.flop_budget
+        )
+        reads[row] = tokens_read(matched, matched.train.steps)["train_tokens_read"]
+        if row in ("vanilla1x", "lrt3x", "tt2"):
+            assert (
+                0 < lrt_comparison.head_share_of(config) <= 0.25
+            )  # the study's vocabulary keeps the head small
+    # the LRT 3x spends ~7x vanilla1x's FLOPs per token: it reads least, and caps every row
+    assert lrt_comparison.equal_data(args) == min(reads.values()) == reads["lrt3x"]
+    assert reads["vanilla1x"] > 6 * reads["lrt3x"]  # the cheap row revisits the same text (epochs)
 
 
 def test_claims_are_judged_per_table_on_the_rows_that_ran():

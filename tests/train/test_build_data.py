@@ -104,7 +104,7 @@ def test_train_tokens_is_checked_and_the_summary_counts_unique_and_read_tokens(t
     with pytest.raises(
         ValueError, match=rf"^data.train_tokens={batch - 1} is less than one batch \({batch} = "
     ):
-        build_data_source(resolve(config))
+        resolve(config)  # a config error, before any data is read
     config.data.train_tokens = 2 * batch
     assert next(build_data_source(resolve(config)).train_iterator())["tokens"].shape[1] == config.data.seq_len
     assert tokens_read(resolve(config), 5) == {
