@@ -23,7 +23,7 @@ $(VENV)/.test: $(VENV)/.base
 
 # The S5 demo, three seeds of each model (their spread in summary.json and on the screen).
 demo: $(VENV)/.base
-	$(PY) main.py --workdir=$(WORKDIR) --seeds=0,1,2
+	$(PY) main.py --workdir=$(WORKDIR) --seeds=0,1,2 --workers=2
 
 # Style (ruff.toml): lint and formatting, checked before the tests run.
 lint: $(VENV)/.test

@@ -1,6 +1,6 @@
 """Train, evaluate or sample T²MLR and its baselines from an ml_collections config file.
 
-  python main.py --seeds=0,1,2                # the demo (make demo): T²MLR vs a parameter-matched transformer
+  python main.py --seeds=0,1,2 --workers=2    # the demo (make demo): T²MLR vs a parameter-matched transformer
   python main.py --config=configs/s5_retrieval_t2mlr.py:cpu --workdir=runs/s5
   python main.py --config=configs/smollm135m_t2mlr.py:baseline,cpu --config.train.steps=50 --workdir=runs/b
   python main.py --config=configs/s5_retrieval_t2mlr.py:cpu --workdir=runs/s5 --mode=eval
@@ -34,6 +34,7 @@ from ml_collections import config_flags
 
 from t2mlr_jax import cpu_runtime
 from t2mlr_jax.config.cli import fail, parse_flags
+from t2mlr_jax.train.local_workers import parse_shard, shard_of
 
 DEMO_CONFIG = str(Path(__file__).resolve().parent / "configs" / "s5_retrieval_t2mlr.py") + ":demo"
 
@@ -60,7 +61,16 @@ _SEEDS = flags.DEFINE_list(
     "Comma list of seeds: every architecture trains (evaluates, samples) once per seed, into "
     "workdir/<arch>/seed<S>, and the comparison reports each seed and their spread. Default: config.seed.",
 )
-
+_WORKERS = flags.DEFINE_integer(
+    "workers",
+    1,
+    "Train the runs (architectures x seeds) in this many local processes side by side, each this command "
+    "with --shard=I/N (its output in workdir/worker<I>.log), then compare them. On 2 CPU cores, 2 workers "
+    "finish `make demo` ~1.3x sooner.",
+)
+_SHARD = flags.DEFINE_string(
+    "shard", None, "I/N: train only every N-th run from the I-th and compare nothing (what --workers runs)."
+)
 
 RESUMABLE = 75  # exit status of a run stopped by SIGTERM / SIGINT after saving (sysexits' EX_TEMPFAIL)
 
@@ -77,6 +87,19 @@ def _seeds() -> list[int]:
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"--seeds lists a seed twice: {seeds}")
     return seeds
+
+
+def _check_workers(mode: str) -> None:
+    import jax
+
+    if _WORKERS.value < 1:
+        raise ValueError(f"--workers must be at least 1, got {_WORKERS.value}")
+    if (_WORKERS.value > 1 or _SHARD.value) and mode != "train":
+        raise ValueError(f"--workers and --shard are for --mode=train, not --mode={mode}")
+    if _SHARD.value:
+        parse_shard(_SHARD.value)
+    if _WORKERS.value > 1 and jax.process_count() > 1:
+        raise ValueError("--workers starts local processes; a multi-host launch already runs one per host")
 
 
 def _training_free(config):
@@ -135,11 +158,17 @@ def _train(config, workdir: Path, runs: dict) -> None:
     import jax
 
     from t2mlr_jax.analysis.compare import write_comparison
+    from t2mlr_jax.storage.workdir import SUMMARY
     from t2mlr_jax.train.trainer import train
 
     started = time.time()
     summaries = {}
-    for name, run in runs.items():
+    shard = parse_shard(_SHARD.value) if _SHARD.value else None
+    if _WORKERS.value > 1 and not shard:
+        _train_in_workers(workdir, runs)
+        summaries = {name: json.loads((run.workdir / SUMMARY).read_text()) for name, run in runs.items()}
+    for name in shard_of(list(runs), shard) if not summaries else ():
+        run = runs[name]
         print(
             f"training {name} ({run.num_params} parameters) in {run.workdir} on {run.mesh.size} devices "
             f"({jax.process_count()} hosts)"
@@ -155,8 +184,9 @@ def _train(config, workdir: Path, runs: dict) -> None:
                 flush=True,
             )
             sys.exit(RESUMABLE)
-        print(f"{name}: {run.num_params} params, {_metrics_line(summaries[name]['eval'], config)}")
-    if len(runs) > 1:
+    for name, summary in summaries.items():
+        print(f"{name}: {summary['num_params']} params, {_metrics_line(summary['eval'], config)}")
+    if len(runs) > 1 and not shard:
         d = config.data.options
         trained = f"N {d['min_actions']}..{d['max_actions']}" if "max_actions" in d else ""
         archs = ", ".join(dict.fromkeys(run.arch.name for run in runs.values()))
@@ -175,6 +205,23 @@ def _train(config, workdir: Path, runs: dict) -> None:
             f"comparison ({time.time() - started:.0f} s): {workdir / 'summary.json'}, "
             f"{workdir / 'accuracy_vs_length.png'}"
         )
+
+
+def _train_in_workers(workdir: Path, runs: dict) -> None:
+    """--workers: the runs trained by shards of this command side by side; exits RESUMABLE when a signal
+    stopped them."""
+    count = min(_WORKERS.value, len(runs))
+    print(
+        f"training {len(runs)} runs in {count} processes (their output: {workdir}/worker<I>.log)", flush=True
+    )
+    command = [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]
+    commands = [[*command, f"--shard={i}/{count}"] for i in range(count)]
+    workdir.mkdir(parents=True, exist_ok=True)
+    from t2mlr_jax.train.local_workers import run_workers
+
+    if not run_workers(commands, workdir, [run.workdir for run in runs.values()]):
+        print("stopped by a signal, resumable: rerun the same command to continue", flush=True)
+        sys.exit(RESUMABLE)
 
 
 def _metrics_line(metrics: dict, config) -> str:
@@ -278,6 +325,7 @@ def main(argv):
     from t2mlr_jax.storage.workdir_lock import WorkdirLockedError
     from t2mlr_jax.train import startup
     from t2mlr_jax.train.compilation_cache import enable_compilation_cache
+    from t2mlr_jax.train.local_workers import WorkerFailed
     from t2mlr_jax.train.trainer import NoCheckpointError, NonFiniteError
 
     startup.mark("imports")
@@ -296,6 +344,7 @@ def main(argv):
             print(f"{config.arch} has nothing to train: running its sweep into {workdir}", flush=True)
             training_free(config, workdir)
             return
+        _check_workers(_MODE.value)
         runs = _setup(config, workdir, _MODE.value, _seeds())
         startup.mark("config")
     except (ValueError, KeyError, FileNotFoundError) as e:
@@ -308,6 +357,8 @@ def main(argv):
         }[_MODE.value]()
     except (NoCheckpointError, WorkdirLockedError, AllCorruptError) as e:
         fail(e)
+    except WorkerFailed as e:
+        fail(e, status=1)
     except NonFiniteError as e:  # not bad input: the run diverged
         fail(e, status=1)
 

@@ -15,7 +15,7 @@ Two sources, one preset each (comma-combinable, applied in order):
   cpu        a CPU-sized run (minutes): 64 x 4 model, the parity subgroup of S5 (moved_points=2), one value
              char, train N in 1..6 / test N in 1..10, exact token-by-token training, the gated mixer with
              gamma_rec starting at 0.1 (experiments/gate_opening.py)
-  demo       `make demo` (`python main.py --seeds=0,1,2`): cpu at 400 steps for T²MLR and the
+  demo       `make demo` (`python main.py --seeds=0,1,2 --workers=2`): cpu at 400 steps for T²MLR and the
              parameter-matched transformer, compared over three seeds
 """
 

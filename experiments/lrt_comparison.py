@@ -40,7 +40,6 @@ import dataclasses
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import time
@@ -62,6 +61,7 @@ from experiments.lrt_comparison_rows import (
     row_config,
 )
 from t2mlr_jax import cpu_runtime
+from t2mlr_jax.train.local_workers import WorkerFailed, parse_shard, run_workers, shard_of, with_pythonpath
 
 COMMAND = "python -m experiments.lrt_comparison"
 
@@ -76,14 +76,11 @@ def _ints(text: str) -> tuple[int, ...]:
     return values
 
 
-def _shard(text: str) -> tuple[int, int]:
+def _shard_arg(text: str) -> tuple[int, int]:
     try:
-        index, count = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected I/N, got {text!r}") from None
-    if not 0 <= index < count:
-        raise argparse.ArgumentTypeError(f"shard {text!r}: I must be in 0..N-1")
-    return index, count
+        return parse_shard(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def resolve_rows(text: str) -> list[str]:
@@ -135,7 +132,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--shard",
-        type=_shard,
+        type=_shard_arg,
         help="I/N: train and evaluate only the rows in shard I of N (every N-th row from the I-th, all "
         "seeds) and write no tables; --workers runs its shards this way, a rerun without it tabulates",
     )
@@ -306,69 +303,10 @@ def equal_data(args: argparse.Namespace) -> int:
     return min(read)
 
 
-def shard_rows(rows: list[str], shard: tuple[int, int] | None) -> list[str]:
-    """The rows shard I of N trains: every N-th row of the paper's order from the I-th (the costly thought
-    rows alternate between shards there)."""
-    if shard is None:
-        return rows
-    index, count = shard
-    return rows[index::count]
-
-
 def worker_command(argv: list[str], shard: tuple[int, int], tokenizer: str) -> list[str]:
     """This command as shard I of N, reading the tokenizer the parent resolved (or trained)."""
     command = [sys.executable, "-m", "experiments.lrt_comparison", *argv, "--shard={}/{}".format(*shard)]
     return command + ([f"--tokenizer={tokenizer}"] if tokenizer else [])
-
-
-def run_workers(commands: list[list[str]], out: Path, unit_dirs: list[Path]) -> bool:
-    """Run the shards' commands side by side (each one's output in <out>/worker<I>.log) under one progress
-    bar over every (row, seed). A signal to this process is passed on (each worker stops at its next step,
-    resumable); a failed worker stops the others and is one error naming its log. Whether all finished."""
-    import signal
-
-    from t2mlr_jax.storage.workdir import SUMMARY
-
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    logs = [out / f"worker{i}.log" for i in range(len(commands))]
-    procs = []
-    for command, log in zip(commands, logs):
-        with open(log, "w") as f:  # its own session: a terminal's Ctrl-C reaches it once, through us
-            procs.append(
-                subprocess.Popen(
-                    command, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": path},
-                    start_new_session=True,
-                )
-            )  # fmt: skip
-    stopped, failed = [], []
-
-    def forward(signum, frame):
-        stopped.append(signum)
-        for p in procs:
-            p.send_signal(signum)
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    finished = lambda: sum((d / SUMMARY).exists() for d in unit_dirs)
-    try:
-        desc = f"rows x seeds, {len(procs)} workers"
-        with tqdm(total=len(unit_dirs), initial=finished(), desc=desc, file=sys.stderr) as bar:
-            while any(p.poll() is None for p in procs):
-                time.sleep(1)
-                bar.update(finished() - bar.n)
-                if not failed and not stopped:
-                    failed += [(p, log) for p, log in zip(procs, logs) if p.poll()]
-                    for p in procs if failed else ():
-                        p.terminate()  # stops at its next step, resumable
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    failed = failed or [(p, log) for p, log in zip(procs, logs) if p.returncode and not stopped]
-    for p, log in failed[:1]:  # its error line, else its last (progress bars end lines with \r)
-        lines = [line.strip() for line in re.split(r"[\r\n]", log.read_text()) if line.strip()]
-        errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
-        last = (errors or lines or ["(no output)"])[-1]
-        fail(f"{log.stem} exited with status {p.returncode}: {last} (all of it: {log})")
-    return not stopped
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -447,11 +385,15 @@ def main(argv: list[str] | None = None) -> dict:
         shards = [(i, workers) for i in range(workers)]
         commands = [worker_command(argv, shard, configs[rows[0]].data.tokenizer) for shard in shards]
         unit_dirs = [out / row / f"seed{seed}" for seed in seeds for row in rows]
-        if not run_workers(commands, out, unit_dirs):
+        try:
+            finished = run_workers(commands, out, unit_dirs, env=with_pythonpath(ROOT))
+        except WorkerFailed as e:
+            fail(e)
+        if not finished:
             tqdm.write("stopped by a signal; rerun to resume")
             return {"meta": meta, "rows": {}}
     by_row = {row: {} for row in rows}
-    units = [(seed, row) for seed in seeds for row in shard_rows(rows, args.shard)]  # a table per seed first
+    units = [(seed, row) for seed in seeds for row in shard_of(rows, args.shard)]  # a table per seed first
     for seed, row in tqdm(units, desc="rows x seeds", file=sys.stderr):
         unit_start = time.time()
         config = configs[row].copy_and_resolve_references()

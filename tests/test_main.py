@@ -127,15 +127,22 @@ def test_a_run_stopped_by_sigterm_says_so_and_exits_75(monkeypatch, tmp_path, ca
 
 
 @pytest.mark.slow
-def test_seeds_train_each_architecture_once_per_seed_and_report_the_spread(tmp_path):
+def test_seeds_train_each_architecture_once_per_seed_in_workers_and_report_the_spread(tmp_path):
     workdir = tmp_path / "seeds"
-    out = main(f"--config={S5}:cpu", *TINY, "--seeds=3,4", f"--workdir={workdir}")
+    out = main(f"--config={S5}:cpu", *TINY, "--seeds=3,4", "--workers=2", f"--workdir={workdir}")
     assert out.returncode == 0, out.stderr[-3000:]
-    for seed in (3, 4):
+    for worker, seed in enumerate((3, 4)):  # worker I trains every 2nd run from the I-th
         config = json.loads((workdir / "t2mlr" / f"seed{seed}" / "run_config.json").read_text())
         assert config["seed"] == seed
+        assert f"training t2mlr/seed{seed} " in (workdir / f"worker{worker}.log").read_text()
+    assert "training t2mlr/seed" not in out.stdout  # the parent only compares
+    assert re.search(r"t2mlr/seed3: \d+ params, .*exact match", out.stdout), out.stdout
     runs = json.loads((workdir / "summary.json").read_text())["runs"]
     assert list(runs) == ["t2mlr"] and sorted(runs["t2mlr"]["seeds"]) == ["3", "4"]
     assert set(runs["t2mlr"]["spread"]["exact_match"]) == {"mean", "std", "min", "max"}
     bad = main(f"--config={S5}:cpu", *TINY, "--seeds=1,x", f"--workdir={tmp_path / 'bad'}")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: --seeds takes")
+    bad = main(f"--config={S5}:cpu", "--mode=eval", "--workers=2", f"--workdir={workdir}")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == (
+        "error: --workers and --shard are for --mode=train, not --mode=eval"
+    )

@@ -6,11 +6,6 @@ rerun that trains nothing. The BPB values themselves are not tested."""
 import functools
 import json
 import math
-import os
-import signal
-import sys
-import threading
-import time
 
 import pytest
 
@@ -109,35 +104,6 @@ def test_two_rows_write_the_tables_and_the_figure(tmp_path, small_and_quick):
     again = lrt_comparison.main(argv)
     assert {n: r["bpb_by_k"] for n, r in again["rows"].items()} == {n: r["bpb_by_k"] for n, r in rows.items()}
     assert len(journal.read_text().splitlines()) == 2 and again["meta"]["row_seconds"] == {}
-
-
-def _python(code: str, *args) -> list[str]:
-    return [sys.executable, "-c", code, *map(str, args)]
-
-
-def test_workers_run_side_by_side_stop_on_a_signal_and_fail_in_one_line(tmp_path, capsys):
-    """run_workers, on stand-in worker commands: every worker's (row, seed) done; a signal passed on to
-    the workers, which stop (a rerun resumes); a failing worker stops the others and is one error line."""
-    units = [tmp_path / f"unit{i}" for i in range(2)]
-    finish = (
-        "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(); (p / 'summary.json').write_text('{}')"
-    )
-    assert lrt_comparison.run_workers([_python(finish, u) for u in units], tmp_path, units)
-    assert all((u / "summary.json").exists() for u in units)
-
-    slow = _python("import time; time.sleep(60)")
-    started = time.time()
-    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
-    assert not lrt_comparison.run_workers([slow, slow], tmp_path, units)  # stopped, not failed
-    assert time.time() - started < 30
-
-    boom = _python("import sys; print('error: step 3: loss is nan', end='\\rbar 10%'); sys.exit(3)")
-    with pytest.raises(SystemExit) as exit_info:
-        lrt_comparison.run_workers([slow, boom], tmp_path, units)
-    assert exit_info.value.code == 2 and time.time() - started < 60  # the slow worker was stopped
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("error: worker1 exited with status 3: step 3: loss is nan (all of it: ")
-    assert (tmp_path / "worker1.log").read_bytes() == b"error: step 3: loss is nan\rbar 10%"
 
 
 def test_study_rows_are_flop_matched_on_the_same_unique_text():
