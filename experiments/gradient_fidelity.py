@@ -57,9 +57,16 @@ COMMAND = "python -m experiments.gradient_fidelity"
 PRESETS = {
     "cpu": Preset(
         "configs/s5_retrieval_t2mlr.py:cpu",
-        {"train.steps": 200, "eval.batch_size": 64},
-        "S5-retrieval's cpu preset (parity, 64 x 4, l_start 1), trained 200 steps unless --checkpoint is "
-        "given; gradients on eval batches of 64 rows of up to 25 tokens",
+        {
+            "eval.batch_size": 64,
+            # rows of N = 14..20 actions (33-45 tokens): longer than every D of the grid and the anchor's 32,
+            # so that no cell is trivially the exact forward (training's N <= 6 rows are <= 17 tokens)
+            "data.eval_options.min_actions": 14,
+            "data.eval_options.max_actions": 20,
+            "data.eval_seq_len": 84,  # room for the longest possible N = 20 row
+        },
+        "S5-retrieval's cpu preset (parity, 64 x 4, l_start 1), trained its 800 steps (the gate opens at "
+        "step 250-400) unless --checkpoint is given; gradients on eval batches of 64 rows of 33-45 tokens",
     ),
     "paper": Preset(
         "configs/smollm135m_t2mlr.py",

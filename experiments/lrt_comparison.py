@@ -316,7 +316,8 @@ def main(argv: list[str] | None = None) -> dict:
     rows = resolve_rows(args.rows or ",".join(ROWS))
     out = Path(args.out or f"runs/lrt_comparison_{args.preset}")
     seeds = args.seeds or ((0, 1, 2) if study else (0,))
-    workers = 1 if args.shard else min(len(rows), args.workers or (2 if study else 1))
+    workers = (2 if study else 1) if args.workers is None else args.workers
+    workers = 1 if args.shard else min(len(rows), workers)
     started = time.time()
     try:  # every config built and checked before anything is compiled
         if workers < 1:

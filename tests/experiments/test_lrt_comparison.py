@@ -56,6 +56,12 @@ def test_paper_preset_without_data_fails_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --preset=paper needs --train_path") and "\n" not in err
     assert not (tmp_path / "out").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        lrt_comparison.main(["--preset=paper", "--rows=tt1", "--workers=0", f"--out={tmp_path / 'out'}"])
+    assert (
+        exit_info.value.code == 2
+        and capsys.readouterr().err == "error: --workers must be at least 1, got 0\n"
+    )
 
 
 @pytest.mark.slow
