@@ -80,8 +80,9 @@ PRESETS = {
         "eval.batch_size": 250,
     },
 }
-# 400 steps: `make demo` trains three seeds of each model in about the time one 800-step pair took; at 800
-# steps T²MLR reached exact match 0.90 / 1.00 / ... on seeds 0 / 1 / 2 (experiments/t2mlr_study.py --parts=s5)
+# 400 steps: `make demo` trains three seeds of each model, two runs side by side, in less than the time one
+# 800-step pair took; at 800 steps T²MLR reached exact match 0.90 / 1.00 / 1.00 on seeds 0 / 1 / 2
+# (experiments/t2mlr_study.py --parts=s5)
 PRESETS["demo"] = {
     **PRESETS["cpu"],
     "arch": "t2mlr,transformer",

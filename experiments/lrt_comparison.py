@@ -418,12 +418,11 @@ def main(argv: list[str] | None = None) -> dict:
         return {"meta": meta, "rows": {}}  # the tables are the whole command's
     meta["wall_seconds"] = round(time.time() - started, 1)
     done = [row for row in rows if len(by_row[row]) == len(seeds)]
-    meta["row_seconds"] = {row: 0.0 for row in done}  # of the rows trained or evaluated in this invocation
+    spent = {}  # seconds of the rows trained or evaluated in this invocation, by whichever process
     for line in journal.read_text().splitlines()[logged:] if journal.exists() else []:
         record = json.loads(line)
-        if record["row"] in meta["row_seconds"]:
-            meta["row_seconds"][record["row"]] += record["seconds"]
-    meta["row_seconds"] = {row: round(s, 1) for row, s in meta["row_seconds"].items() if s}
+        spent[record["row"]] = spent.get(record["row"], 0.0) + record["seconds"]
+    meta["row_seconds"] = {row: round(spent[row], 1) for row in done if row in spent}
     results = {row: row_result(row, configs[row], by_row[row], reference) for row in done}
     if not results:
         return {"meta": meta, "rows": {}}
