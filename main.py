@@ -66,7 +66,7 @@ _WORKERS = flags.DEFINE_integer(
     1,
     "Train the runs (architectures x seeds) in this many local processes side by side, each this command "
     "with --shard=I/N (its output in workdir/worker<I>.log), then compare them. On 2 CPU cores, 2 workers "
-    "finish `make demo` ~1.3x sooner.",
+    "finish `make demo` ~1.7x sooner (measured: 2 min 21 s against 4 min 2 s).",
 )
 _SHARD = flags.DEFINE_string(
     "shard", None, "I/N: train only every N-th run from the I-th and compare nothing (what --workers runs)."
