@@ -19,7 +19,7 @@ import tempfile
 from tests.xla_flags import with_devices  # no JAX in it: the flags are set before JAX is imported
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ.setdefault("XLA_FLAGS", with_devices(8))
+os.environ["XLA_FLAGS"] = with_devices(8)  # with any flag the suite was started with (the instruction set)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # libtpu compiles for TPU topologies here (tests/parallel): no metadata server to ask, and both xdist workers
 # may load it (parallel.tpu_topology sets these too, but a test may reach libtpu another way first)

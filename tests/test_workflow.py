@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from tests.train.test_lm_eval import write_local_tasks
-from tests.xla_flags import FAST_COMPILE
+from tests.xla_flags import with_devices
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ print(json.dumps({{"ids": out.tolist(), "eos": tok.eos_token_id, "text": tok.dec
 def run(*args, cache):
     env = {
         **os.environ,
-        "XLA_FLAGS": FAST_COMPILE,  # one device, as a user's laptop
+        "XLA_FLAGS": with_devices(1),  # one device, as a user's laptop
         "JAX_COMPILATION_CACHE_DIR": str(cache),  # the fine-tune reuses the training run's compilations
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     }

@@ -25,6 +25,7 @@ from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train import init_from
 from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.trainer import Run
+from tests.xla_flags import DEVICE_COUNT, carried
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "configs", "smollm2_retrofit.py")
@@ -33,7 +34,6 @@ GGUF = smollm2_tokenizer()  # the model's GGUF, which also holds its tokenizer
 pytestmark = pytest.mark.xdist_group("smollm2_gguf")  # shares the GGUF parse (tests/conftest.py)
 # main.py on one CPU device with XLA's optimisations: a batch of 1 does not split over the tests' 8 devices,
 # and unoptimised, the 135M model's steps take minutes.
-ONE_DEVICE = "--xla_force_host_platform_device_count=1"
 SENTENCE = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May."
 
 
@@ -141,7 +141,7 @@ def test_cpu_preset_trains_through_main(tmp_path):
         text=True,
         timeout=600,
         cwd=ROOT,
-        env={**os.environ, "XLA_FLAGS": ONE_DEVICE},
+        env={**os.environ, "XLA_FLAGS": " ".join([*carried(), f"{DEVICE_COUNT}=1"])}  # optimised: a 135M step,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((workdir / "summary.json").read_text())
