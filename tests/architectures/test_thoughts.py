@@ -19,8 +19,10 @@ from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.recurrence import Layout, Output, make_layout
 from t2mlr_jax.train.init_from import architecture
+from tests import reference
 from tests.architectures.test_lrt import LAYOUT, NANO, STATE, TOKS, B, _params, exact, refine
 from tests.tiny import tiny_experiment
+from tests.tolerance import assert_near_f64, max_error
 from tests.train.test_build_data import load_config
 from tests.train.tiny_task import tiny_batch
 
@@ -49,24 +51,44 @@ def _weights(cfg):
     return {**PARAMS, "lrt": {k: PARAMS["lrt"][k] for k in lrt_forward.lrt_specs(cfg).get("lrt", {})}}
 
 
+def _truth(cfg, params, layout, k):
+    """The float64 logits of the naive reference (tests/reference.py) on TOKS4."""
+    return reference.lrt(
+        cfg, reference.f64(params), TOKS4, layout, thoughts=k, mlp_state=reference.f64(STATE)
+    )
+
+
 @pytest.mark.slow
+@pytest.mark.numerics
 @pytest.mark.parametrize(
     "cfg,k",
     [(TT, 2), (PONDER, 1), (NO_KV, 1), (NO_CROSS, 1)],
     ids=["lrt_tt2", "ponderlm2_k1", "residual_feedback_k1", "no_cross_token_k1"],
 )
 def test_cached_decoding_equals_enough_parallel_refinement_passes(cfg, k):
-    params = _weights(cfg)
+    """Each path within the float64 rule (tests/tolerance.py) of the naive reference, measured against the
+    exact recurrence's own fp32 error; the path is N(K + 1) slots of NANO's layers deep."""
+    params, depth = _weights(cfg), N * (k + 1) * NANO.num_layers
     want = exact_k(cfg, params, TOKS4, LAYOUT4, k).logits
     passes = refine_k(cfg, params, TOKS4, LAYOUT4, N * (k + 1), k).logits
     assert len(passes) == N * (k + 1)  # one logits per refinement pass: the initialisation pass has none
-    np.testing.assert_allclose(passes[-1], want, atol=1e-5, rtol=1e-5)
-    assert np.abs(passes[0] - want).max() > 1e-3  # one refinement is not yet the recurrence
+    assert_near_f64(passes[-1], want, _truth(cfg, params, LAYOUT4, k), depth, "refinement passes")
+    assert max_error(passes[0], want) > 1e-3  # one refinement is not yet the recurrence
     # Cached decoding, fed the same tokens (a 2-token prompt, then one per step; one document per row, as
     # generation runs), gives the exact recurrence's logits.
     decoded = generation.teacher_forced(lrt_forward.LRTDecoder(cfg, k), (params, {"mlp": STATE}), TOKS4, 2)
     want = exact_k(cfg, params, TOKS4, make_layout(TOKS4), k).logits
-    np.testing.assert_allclose(decoded, want, atol=1e-5, rtol=1e-5)
+    assert_near_f64(decoded, want, _truth(cfg, params, make_layout(TOKS4), k), depth, "cached decoding")
+
+
+@pytest.mark.numerics
+def test_the_float64_rule_fails_a_planted_bug():
+    """The bound above, on lrt_tt2, fails a planted bug: the thought slots' KV gate moved by 1e-4 of its
+    weights moves the logits by far less than any structural mistake, and still by more than the bound."""
+    moved = {**PARAMS, "lrt": {**PARAMS["lrt"], "gate_thought": PARAMS["lrt"]["gate_thought"] * (1 + 1e-4)}}
+    want, truth = exact_k(TT, PARAMS, TOKS4, LAYOUT4, 2).logits, _truth(TT, PARAMS, LAYOUT4, 2)
+    with pytest.raises(AssertionError, match="planted"):
+        assert_near_f64(exact_k(TT, moved, TOKS4, LAYOUT4, 2).logits, want, truth, N * 3 * 3, "planted")
 
 
 def test_thought_count_zero_is_the_plain_lrt():

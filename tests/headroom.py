@@ -1,0 +1,74 @@
+"""Tabulate the bounds' headroom (error / bound) that the numerics tests recorded under each instruction set
+(tests/tolerance.py, `make test-isa`): one row per bound, one column per set, the worst ratio first.
+
+    python -m tests.headroom runs/isa/native.jsonl runs/isa/AVX2.jsonl runs/isa/SSE4_2.jsonl
+
+Writes <folder of the first file>/headroom.md and headroom.json and prints the table. A bound's checks that
+are meant to fail (a planted bug, `what` starting with "planted") are listed apart: there the ratio must stay
+above 1.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+
+def read(path: Path) -> dict[tuple[str, str], float]:
+    """(test, what) -> the largest error / bound recorded in one run."""
+    worst = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        key = (row["test"], row["what"])
+        worst[key] = max(worst.get(key, 0.0), row["error"] / row["bound"])
+    return worst
+
+
+def table(runs: dict[str, dict]) -> list[str]:
+    names = list(runs)
+    keys = sorted(
+        {key for run in runs.values() for key in run}, key=lambda k: -max(r.get(k, 0) for r in runs.values())
+    )
+    lines = ["| test | bound | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
+    for test, what in keys:
+        cells = [f"{runs[name][(test, what)]:.3f}" if (test, what) in runs[name] else "-" for name in names]
+        lines.append(f"| `{test.removeprefix('tests/')}` | {what} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("runs", nargs="+", type=Path, help="one JSONL per instruction set, named after it")
+    args = parser.parse_args()
+    missing = [str(path) for path in args.runs if not path.is_file()]
+    if missing:
+        parser.error(f"no such file: {', '.join(missing)}")
+    runs = {path.stem: read(path) for path in args.runs}
+    planted = {
+        name: {k: v for k, v in run.items() if k[1].startswith("planted")} for name, run in runs.items()
+    }
+    bounds = {name: {k: v for k, v in run.items() if k not in planted[name]} for name, run in runs.items()}
+    worst = {name: max(run.values(), default=0.0) for name, run in bounds.items()}
+    lines = [
+        "Largest error / bound: " + ", ".join(f"{name} {value:.3f}" for name, value in worst.items()),
+        "",
+        *table(bounds),
+        "",
+        "Planted bugs (error / bound, must stay > 1):",
+        "",
+        *table(planted),
+    ]
+    folder = args.runs[0].parent
+    (folder / "headroom.md").write_text("\n".join(lines) + "\n")
+    summary = {
+        "worst": worst,
+        "bounds": {n: {f"{t}::{w}": v for (t, w), v in r.items()} for n, r in runs.items()},
+    }
+    (folder / "headroom.json").write_text(json.dumps(summary, indent=1))
+    print("\n".join(lines))
+    print(f"\nwritten: {folder / 'headroom.md'}, {folder / 'headroom.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The suite's bounds on fp32 round-off, derived rather than guessed (docs/testing.md).
+
+Two fp32 evaluations of one computation (parallel vs exact vs cached decoding, a mesh vs one device, ours vs
+a release's) differ by round-off only, and XLA:CPU's round-off depends on the host: its kernels, vector
+widths and reduction orders follow the instruction set it compiles for. A bound that holds on one CPU by
+luck fails on the next, so every equality test takes its bound from one of two rules:
+
+- By path depth (`assert_fp32_close`): |a - b| <= PER_BLOCK * depth * u * scale, with u = 2^-24 (fp32's unit
+  round-off), `depth` the blocks on the longest path from the inputs to the compared value (passes x
+  layers; a gradient's path runs forward and back: twice its forward's) and `scale` the largest |value| of
+  the reference. Measured on the tiny models against the float64 references (tests/reference.py), one fp32
+  path moves by at most ~1.3 u * scale per block on every instruction set tried (native AVX-512, AVX2,
+  SSE4.2); two paths differ by at most the sum, and PER_BLOCK = 4 leaves room above that.
+- Against float64 (`assert_near_f64`): where the computation has a float64 evaluation (the naive loops of
+  tests/reference.py), an fp32 path passes when |path - f64| <= MULTIPLE * |reference path - f64| + depth * u
+  * scale: no worse than MULTIPLE times the error the fp32 reference path itself makes on this CPU, with one
+  rounding per block as a floor (so that a reference path that happens to land on the float64 value does not
+  demand the impossible of the other).
+
+A bound that is not either (a bitwise equality, a loss over its own token count, a bf16 path) says why beside
+it. Planted bugs move values by > 1e-3 of their scale, orders of magnitude above every bound here, and the
+checks that show it (a deliberate mistake must fail) keep their own margins.
+
+With T2MLR_HEADROOM set to a file, every check appends {test, what, error, bound} to it as one JSON line:
+`make test-isa` tabulates each bound's headroom (error / bound) under every instruction set
+(python -m tests.headroom).
+"""
+
+import json
+import os
+
+import numpy as np
+
+U = 2.0**-24  # fp32's unit round-off: half the gap between 1 and the next float32
+PER_BLOCK = 4  # the depth rule's round-off per block, in u * scale (two paths, each measured <= ~1.3)
+MULTIPLE = 4  # the float64 rule: how much worse than the fp32 reference path a path may be
+
+
+def scale_of(reference) -> float:
+    return max(float(np.abs(np.asarray(reference, np.float64)).max()), 1e-30)
+
+
+def fp32_bound(depth: int, scale: float) -> float:
+    """The depth rule's bound on |a - b| for two fp32 paths `depth` blocks deep, values up to `scale`."""
+    return PER_BLOCK * depth * U * scale
+
+
+def max_error(a, b) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+
+
+def assert_fp32_close(got, want, depth: int, what: str = "values", scale: float | None = None) -> float:
+    """`got` and `want`, two fp32 paths `depth` blocks deep, agree to the depth rule; returns the error."""
+    bound = fp32_bound(depth, scale_of(want) if scale is None else scale)
+    return _check(max_error(got, want), bound, what)
+
+
+def assert_near_f64(got, reference, exact, depth: int, what: str = "values") -> float:
+    """`got` (an fp32 path) is within the float64 rule of `exact` (float64), measured against `reference`
+    (the fp32 path it is meant to equal); returns the error."""
+    scale = scale_of(exact)
+    bound = MULTIPLE * max_error(reference, exact) + depth * U * scale
+    return _check(max_error(got, exact), bound, what)
+
+
+def _check(error: float, bound: float, what: str) -> float:
+    record(what, error, bound)
+    assert error <= bound, f"{what}: max |error| {error:.3g} > its bound {bound:.3g} ({error / bound:.2f}x)"
+    return error
+
+
+def record(what: str, error: float, bound: float) -> None:
+    """One check's headroom, appended to $T2MLR_HEADROOM when set (both xdist workers may append)."""
+    path = os.environ.get("T2MLR_HEADROOM")
+    if path:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+        line = json.dumps({"test": test, "what": what, "error": error, "bound": bound}) + "\n"
+        with open(path, "a") as out:
+            out.write(line)
