@@ -2,6 +2,10 @@
 conftest) with `tune()` before JAX starts its backend, and only when the CPU is the backend to expect.
 Importing the package tunes nothing: a notebook, lm-eval or an accelerator's host gets the process as is.
 
+- Only the CPU, where no accelerator's device file exists and JAX_PLATFORMS is unset: with libtpu installed
+  (the test extra brings it, for tools/aot_compile.py's TPU compiles) JAX would otherwise try a TPU first,
+  printing libtpu's initialisation errors before the program's own output and spending seconds on it.
+  The AOT tool still compiles for TPU topologies: it asks libtpu for a topology, not for a backend.
 - XLA:CPU flags (`CPU_FLAGS`), added to XLA_FLAGS; a flag the user already set there wins. XLA aborts on
   a flag it does not know: these are known to the jaxlib range setup.cfg pins.
 - A program that runs once (the train state's initialisation) compiles at XLA:CPU's optimisation level 1
@@ -25,6 +29,7 @@ import glob
 import os
 import platform
 
+import jax
 import jax.monitoring
 
 # copy insertion with region analysis: a train step updates parameters and optimizer moments in place
@@ -51,10 +56,18 @@ def cpu_backend_expected() -> bool:
 
 
 def tune() -> None:
-    """An entry point's first call: the XLA:CPU flags and malloc's settings, when the CPU is the backend."""
+    """An entry point's first call: the CPU alone, its XLA flags and malloc's settings, when the CPU is the
+    backend to expect."""
     if cpu_backend_expected():
+        cpu_only()
         add_xla_flags()
         keep_freed_memory()
+
+
+def cpu_only() -> None:
+    """JAX's platforms set to the CPU alone, unless the user chose them (JAX_PLATFORMS)."""
+    if not os.environ.get("JAX_PLATFORMS"):
+        jax.config.update("jax_platforms", "cpu")
 
 
 def add_xla_flags() -> None:

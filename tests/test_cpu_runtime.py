@@ -228,3 +228,23 @@ TEMP_PAGES = 2048 * 2048 * 4 // 4096
 def test_temporaries_reuse_their_pages_unless_the_user_configured_malloc():
     assert int(run_python(FAULTS)) < 6 * TEMP_PAGES  # measured: 0 to 2
     assert int(run_python(FAULTS, MALLOC_ARENA_MAX="8")) > 10 * TEMP_PAGES  # measured: 12
+
+
+@pytest.mark.slow
+def test_a_program_on_a_machine_without_a_tpu_prints_nothing_of_libtpu(monkeypatch):
+    """With the test extra's libtpu installed and JAX_PLATFORMS unset (as a user runs it), main.py on this
+    TPU-less machine starts the CPU alone: its stderr is its own one error line, nothing from libtpu."""
+    monkeypatch.delenv("JAX_PLATFORMS")
+    assert cpu_runtime.cpu_backend_expected(), "the suite runs on a machine without an accelerator"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TPU_", "ALLOW_MULTIPLE_LIBTPU"))}
+    done = subprocess.run(
+        [sys.executable, "main.py", "--config=configs/smollm135m_t2mlr.py"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: data.train_path is empty"), line
