@@ -5,20 +5,23 @@ a release's) differ by round-off only, and XLA:CPU's round-off depends on the ho
 widths and reduction orders follow the instruction set it compiles for. A bound that holds on one CPU by
 luck fails on the next, so every equality test takes its bound from one of two rules:
 
-- By path depth (`assert_fp32_close`): |a - b| <= PER_BLOCK * depth * u * scale, with u = 2^-24 (fp32's unit
-  round-off), `depth` the blocks on the longest path from the inputs to the compared value (passes x
+- By path depth (`assert_fp32_close`): |a - b| <= PER_BLOCK * depth * u * scale, with u = 2^-24 (fp32's
+  unit round-off), `depth` the blocks on the longest path from the inputs to the compared value (passes x
   layers; a gradient's path runs forward and back: twice its forward's) and `scale` the largest |value| of
-  the reference. Measured on the tiny models against the float64 references (tests/reference.py), one fp32
-  path moves by at most ~1.3 u * scale per block on every instruction set tried (native AVX-512, AVX2,
-  SSE4.2); two paths differ by at most the sum, and PER_BLOCK = 4 leaves room above that.
+  the reference (for a sum, such as a loss, the sum of its terms' magnitudes: summation's condition).
+  Measured on the tiny models against the float64 references (tests/reference.py), one fp32 path moves by
+  at most ~1.3 u * scale per block on every instruction set tried (native AVX-512, AVX2, SSE4.2); two
+  paths differ by at most the sum, and PER_BLOCK = 4 leaves room above that.
 - Against float64 (`assert_near_f64`): where the computation has a float64 evaluation (the naive loops of
-  tests/reference.py), an fp32 path passes when |path - f64| <= MULTIPLE * |reference path - f64| + depth * u
-  * scale: no worse than MULTIPLE times the error the fp32 reference path itself makes on this CPU, with one
-  rounding per block as a floor (so that a reference path that happens to land on the float64 value does not
-  demand the impossible of the other).
+  tests/reference.py, or the same JAX function with x64 on: `in_float64`), an fp32 path passes when
+  |path - f64| <= MULTIPLE * |reference path - f64| + depth * u * scale: no worse than MULTIPLE times the
+  error that the fp32 reference path itself makes on this CPU, with one rounding per block as a floor (so
+  that a reference path that happens to land on the float64 value does not demand the impossible). This is
+  the rule for sums whose terms cancel (a weight's gradient over a batch), where the largest |value| says
+  little of the round-off.
 
-A bound that is not either (a bitwise equality, a loss over its own token count, a bf16 path) says why beside
-it. Planted bugs move values by > 1e-3 of their scale, orders of magnitude above every bound here, and the
+A bound that is not either (a bitwise equality, a bf16 path, an analytic constant) says why beside it.
+Planted bugs move values by > 1e-3 of their scale, orders of magnitude above every bound here, and the
 checks that show it (a deliberate mistake must fail) keep their own margins.
 
 With T2MLR_HEADROOM set to a file, every check appends {test, what, error, bound} to it as one JSON line:
@@ -29,6 +32,7 @@ With T2MLR_HEADROOM set to a file, every check appends {test, what, error, bound
 import json
 import os
 
+import jax
 import numpy as np
 
 U = 2.0**-24  # fp32's unit round-off: half the gap between 1 and the next float32
@@ -55,12 +59,24 @@ def assert_fp32_close(got, want, depth: int, what: str = "values", scale: float 
     return _check(max_error(got, want), bound, what)
 
 
-def assert_near_f64(got, reference, exact, depth: int, what: str = "values") -> float:
+def assert_near_f64(
+    got, reference, exact, depth: int, what: str = "values", scale: float | None = None
+) -> float:
     """`got` (an fp32 path) is within the float64 rule of `exact` (float64), measured against `reference`
-    (the fp32 path it is meant to equal); returns the error."""
-    scale = scale_of(exact)
+    (the fp32 path it is meant to equal); returns the error. A sum's `scale` is the sum of its terms'
+    magnitudes (summation's condition), not the result's."""
+    assert np.asarray(exact).dtype == np.float64, f"{what}: the exact values are {np.asarray(exact).dtype}"
+    scale = scale_of(exact) if scale is None else scale
     bound = MULTIPLE * max_error(reference, exact) + depth * U * scale
     return _check(max_error(got, exact), bound, what)
+
+
+def in_float64(fn, *args):
+    """`fn(*args)` evaluated in float64 (x64 on, every float32 input cast): the same JAX computation's
+    exact values, to the float64 rule's purpose (`assert_near_f64` refuses a value that came back fp32)."""
+    widen = lambda a: jax.numpy.asarray(a, np.float64) if np.asarray(a).dtype == np.float32 else a
+    with jax.enable_x64(True):
+        return jax.device_get(fn(*jax.tree.map(widen, args)))
 
 
 def _check(error: float, bound: float, what: str) -> float:

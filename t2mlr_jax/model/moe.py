@@ -78,9 +78,11 @@ def route(
     cfg: ModelConfig, x: Float[Array, "N D"], router: Float[Array, "D X"], bias: Float[Array, " X"]
 ) -> tuple[Int[Array, "N K"], Float[Array, "N K"]]:
     """Each token's top_k distinct experts by sigmoid score + bias, and their combine weights: the
-    selected scores (without the bias) normalised to sum 1. fp32; no gradient reaches the selection."""
-    scores = jax.nn.sigmoid(jnp.einsum("nd,dx->nx", x.astype(jnp.float32), router.astype(jnp.float32)))
-    choice = jax.lax.stop_gradient(scores) + jax.lax.stop_gradient(bias.astype(jnp.float32))
+    selected scores (without the bias) normalised to sum 1. fp32 (or x's dtype where wider: the tests'
+    float64 evaluations); no gradient reaches the selection."""
+    acc = jnp.promote_types(x.dtype, jnp.float32)
+    scores = jax.nn.sigmoid(jnp.einsum("nd,dx->nx", x.astype(acc), router.astype(acc)))
+    choice = jax.lax.stop_gradient(scores) + jax.lax.stop_gradient(bias.astype(acc))
     _, experts = jax.lax.top_k(choice, cfg.moe_top_k)
     picked = jnp.take_along_axis(scores, experts, axis=-1)
     return experts, picked / jnp.sum(picked, axis=-1, keepdims=True)
@@ -114,8 +116,9 @@ def moe_apply(
     buf = constrain(padded[token], EXPERT_BUFFER_AXES)  # [X, C, D]
     hidden = jnp.square(jax.nn.relu(jnp.einsum("xcd,xdf->xcf", buf, p["up_proj"])))
     out = constrain(jnp.einsum("xcf,xfd->xcd", hidden, p["down_proj"]), EXPERT_BUFFER_AXES)
-    weighted = (out.astype(jnp.float32) * slot_weight[..., None]).reshape(num_experts * c, d)
-    y = jnp.zeros((n + 1, d), jnp.float32).at[token.reshape(-1)].add(weighted)[:n]
+    acc = jnp.promote_types(x.dtype, jnp.float32)  # the combine's sums: fp32, or wider with x
+    weighted = (out.astype(acc) * slot_weight[..., None]).reshape(num_experts * c, d)
+    y = jnp.zeros((n + 1, d), acc).at[token.reshape(-1)].add(weighted)[:n]
     y = y.astype(x.dtype).reshape(b, t, d)
     if "shared" in p:
         y = y + relu2(x, p["shared"]["up_proj"], p["shared"]["down_proj"])
