@@ -1,8 +1,8 @@
 """--mode=eval of a pretrained model with nothing trained: main.py (run in this process) scores the shipped
 SmolLM2-135M-Instruct GGUF (config.init_from) on a text file given only as data.eval_path, in
 non-overlapping windows of eval.window tokens, and prints and writes loss, perplexity and bits per byte,
-which are transformers' on the same windows (to the depth rule of tests/tolerance.py). eval.window and data.eval_seq_len are one
-field under two names."""
+which are transformers' on the same windows (to the depth rule of tests/tolerance.py). eval.window and
+data.eval_seq_len are one field under two names."""
 
 import functools
 import json
