@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.test_main import ROOT, S5, TINY
+from tests.tolerance import fp32_bound
 from tests.xla_flags import with_devices
 
 pytestmark = pytest.mark.slow
@@ -69,7 +70,11 @@ def test_two_processes_train_as_one_job_and_eval_like_one_process(tmp_path):
     assert one.returncode == 0, err[-3000:]
     alone = json.loads((workdir / "eval_step2.json").read_text())
     assert alone["examples"] == 16
-    assert alone["loss"] == pytest.approx(summary["eval"]["loss"], rel=1e-5)
+    # The same 16 examples through the same weights: each token's loss within 2 max |Δ logit| of the other
+    # (log-softmax is 1-Lipschitz in the max norm), the depth rule over 42-token rows x 3 layers (the
+    # recurrence's chain lies within) at |logit| < 10 (2 steps from init); their mean, a loss above 1,
+    # relatively no further. A lost or doubled example moves it by percents.
+    assert alone["loss"] == pytest.approx(summary["eval"]["loss"], rel=2 * fp32_bound(42 * 3, 10.0))
     assert alone["by_length"] == summary["eval"]["by_length"]
 
 
