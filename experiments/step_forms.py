@@ -50,6 +50,9 @@ PRESETS = {  # model overrides over ours.config(), tokens per row, calls per tim
     },
 }
 LAYOUTS = {"stacked": True, "per_layer": False}  # name -> model.scan_layers
+# Two formulas of one op's gradient, relative to the largest: a few fp32 operations apart per element (~10 u,
+# u = 2^-24) plus their sums' orders (over the hidden size, and the norm weight's over the row's tokens: n u
+# of the terms' magnitudes at worst, far less for XLA's tree reductions); 1e-5 = 168 u covers both.
 VJP_RTOL = 1e-5
 
 

@@ -149,7 +149,10 @@ def test_sweep_writes_every_file_and_a_rerun_scores_nothing(tmp_path, checkpoint
     assert all(math.isfinite(r["change_pct"]) for r in lines[1:5])
     assert any(r["change_pct"] != 0 for r in lines[1:5])  # recirculation and looping act
     check = results["serial_check"][0]
-    assert check["perplexity_rel_diff"] < 1e-4 and check["parallel"]["passes"]["max"] <= 16
+    # Not round-off: the parallel passes stop once no source state moves by more than parallel_tol (1e-4,
+    # relative), so the perplexity is the serial one to that tolerance, not to fp32's.
+    assert check["perplexity_rel_diff"] < config.recirculation.parallel_tol
+    assert check["parallel"]["passes"]["max"] <= 16
     parallel, serial = check["parallel"], check["serial"]  # timed side by side, compilation apart
     assert parallel["converged"] and parallel["final_change"] <= config.recirculation.parallel_tol
     assert min(parallel["seconds"], serial["seconds"], parallel["compile_seconds"]) > 0
