@@ -39,11 +39,15 @@ def test_per_layer_weights_train_exactly_as_the_stack(arch, tmp_path):
     assert layer_layout.is_per_layer(apart.arch.specs) and not layer_layout.is_per_layer(stacked.arch.specs)
     (s_state, s_loss), (a_state, a_loss) = _two_steps(stacked), _two_steps(apart)
     assert len(a_state.params["layers"]) == 3
+    # The same computation with the layers' weights stacked or apart: the losses measured bitwise equal
+    # (native, AVX2, SSE4.2); 1e-6 = 17 u leaves the scan's and the unrolled loop's fusions a few roundings.
     assert a_loss == pytest.approx(s_loss, rel=1e-6)
     key = jax.random.PRNGKey(0)
     pairs = [
         (layer_layout.stacked(apart.arch.init(key)), stacked.arch.init(key), 0.0),  # the same draws
-        (layer_layout.stacked(a_state.params), s_state.params, 1e-6),  # the same steps
+        # the same steps: two AdamW updates of +-lr whatever the gradients' round-off (test_train_step); the
+        # parameters measured within 6e-8, a rounding of |w| ~ 1
+        (layer_layout.stacked(a_state.params), s_state.params, 1e-6),
     ]
     for apart_tree, stacked_tree, atol in pairs:
         assert jax.tree.structure(apart_tree) == jax.tree.structure(stacked_tree)
