@@ -114,7 +114,7 @@ def test_a_toy_architecture_trains_checkpoints_resumes_and_generates(tmp_path, t
     straight, _ = restore_state(Run(resolve(toy(3)), tmp_path / "straight", tiny_source(), "toy"))
     assert float(resumed.model_state["tokens_seen"]) == _tokens_seen(3)
     # Its first two steps ran in the 2-step config's program, which XLA may compile to other round-off
-    # (the same-config resume is bitwise: tests/faults/test_kill.py).
+    # (the same-config resume is bitwise: tests/faults/test_kill.py): a rounding or two of each value.
     for a, b in zip(jax.tree.leaves(jax.device_get(resumed)), jax.tree.leaves(jax.device_get(straight))):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
 
