@@ -48,6 +48,7 @@ def test_eval_window_is_data_eval_seq_len():
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 @pytest.mark.xdist_group("smollm2_gguf")  # shares the GGUF parses (tests/conftest.py)
 def test_eval_mode_scores_a_gguf_with_only_eval_text_as_transformers(
     tmp_path, monkeypatch, capsys, smollm2_gguf, smollm2_transformers

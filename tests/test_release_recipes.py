@@ -126,6 +126,7 @@ def test_release_preset_has_the_recurrence_the_release_builds(release, ours):
     assert recurrence_from_release(release["t2mlr_settings"], model.hidden_size) == model.recurrence
 
 
+@pytest.mark.numerics
 def test_gated_fixed_computes_the_release_mixing_module(release):
     """The release's mixing module for these settings on the probe's inputs and weights (all random, both
     gammas nonzero): ours, given the same weights through the release layout, gives its output."""

@@ -182,6 +182,7 @@ def checkpoints(models, tmp_path_factory):
     return [folder / name for name in models], folder / "text" / "play.txt"
 
 
+@pytest.mark.numerics
 def test_states_are_those_of_the_exact_recurrence(checkpoints):
     """On the checkpoints as the CLI loads them, so that its states reuse what this test compiles."""
     (cfg, params), (plain_cfg, plain_params) = (load_pretrained(path) for path in checkpoints[0])

@@ -1,6 +1,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.looped import looped_forward
@@ -21,6 +22,7 @@ PARAMS = init_params(CFG, jax.random.PRNGKey(0))
 TOKENS = jax.random.randint(jax.random.PRNGKey(1), (2, 10), 1, CFG.vocab_size)
 
 
+@pytest.mark.numerics
 def test_looping_once_is_the_plain_transformer_and_twice_is_not():
     layout = make_layout(TOKENS)
     once = looped_forward(CFG, PARAMS, TOKENS, layout, start=0, end=-1, repeats=1).logits
@@ -54,6 +56,7 @@ def test_looped_decoding_with_a_cache_layer_per_executed_block_equals_recompute(
     np.testing.assert_array_equal(cached.lengths, recomputed.lengths)
 
 
+@pytest.mark.numerics
 def test_pause_tokens_are_causal_and_read_at_the_last_pause():
     params = init_from_specs(pause_specs(CFG), jax.random.PRNGKey(2), "float32")
     logits = pause_forward(CFG, params, TOKENS, make_layout(TOKENS), num_pause=2)
@@ -66,6 +69,7 @@ def test_pause_tokens_are_causal_and_read_at_the_last_pause():
     assert not np.allclose(again[:, 6], logits[:, 6])
 
 
+@pytest.mark.numerics
 def test_lstm_state_resets_at_document_starts():
     params = init_from_specs(
         lstm_specs(vocab_size=CFG.vocab_size, hidden=16, layers=2), jax.random.PRNGKey(3), "float32"

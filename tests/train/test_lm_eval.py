@@ -138,6 +138,7 @@ def requests(kind: str, *args) -> list[Instance]:
     return [Instance(kind, {}, arg, i) for i, arg in enumerate(args)]
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 @TINY_GROUP
 def test_tiny_t2mlr_scores_each_request_as_the_exact_recurrence_alone(tiny_t2mlr):
