@@ -1,5 +1,6 @@
 """Tabulate the bounds' headroom (error / bound) that the numerics tests recorded under each instruction set
-(tests/tolerance.py, `make test-isa`): one row per bound, one column per set, the worst ratio first.
+(tests/tolerance.py, `make test-isa`): one row per bound, one column per set, the worst ratio first, and
+how far each moved between the sets.
 
     python -m tests.headroom runs/isa/native.jsonl runs/isa/AVX2.jsonl runs/isa/SSE4_2.jsonl
 
@@ -23,14 +24,24 @@ def read(path: Path) -> dict[tuple[str, str], float]:
     return worst
 
 
+def moves(runs: dict[str, dict]) -> dict[tuple[str, str], float]:
+    """How far each bound's error / bound moved between the sets that recorded it (max - min)."""
+    seen = {}
+    for run in runs.values():
+        for key, ratio in run.items():
+            seen.setdefault(key, []).append(ratio)
+    return {key: max(ratios) - min(ratios) for key, ratios in seen.items() if len(ratios) > 1}
+
+
 def table(runs: dict[str, dict]) -> list[str]:
-    names = list(runs)
+    names, moved = list(runs), moves(runs)
     keys = sorted(
         {key for run in runs.values() for key in run}, key=lambda k: -max(r.get(k, 0) for r in runs.values())
     )
-    lines = ["| test | bound | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
+    lines = ["| test | bound | " + " | ".join(names) + " | moved |", "|---|---|" + "---:|" * (len(names) + 1)]
     for test, what in keys:
         cells = [f"{runs[name][(test, what)]:.3f}" if (test, what) in runs[name] else "-" for name in names]
+        cells.append(f"{moved[test, what]:.3f}" if (test, what) in moved else "-")
         lines.append(f"| `{test.removeprefix('tests/')}` | {what} | " + " | ".join(cells) + " |")
     return lines
 
@@ -50,8 +61,12 @@ def main() -> None:
     }
     bounds = {name: {k: v for k, v in run.items() if k not in planted[name]} for name, run in runs.items()}
     worst = {name: max(run.values(), default=0.0) for name, run in bounds.items()}
+    moved = {key: value for key, value in moves(bounds).items() if value > 0}
+    largest = max(moved, key=moved.get, default=None)
+    most = f"; the most, by {moved[largest]:.3f} of its bound: {largest[0]} ({largest[1]})" if largest else ""
     lines = [
         "Largest error / bound: " + ", ".join(f"{name} {value:.3f}" for name, value in worst.items()),
+        f"Moved between the sets: {len(moved)} of {len(moves(bounds))} bounds{most}",
         "",
         *table(bounds),
         "",
@@ -63,6 +78,7 @@ def main() -> None:
     (folder / "headroom.md").write_text("\n".join(lines) + "\n")
     summary = {
         "worst": worst,
+        "moved": {f"{t}::{w}": v for (t, w), v in moved.items()},
         "bounds": {n: {f"{t}::{w}": v for (t, w), v in r.items()} for n, r in runs.items()},
     }
     (folder / "headroom.json").write_text(json.dumps(summary, indent=1))
