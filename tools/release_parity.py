@@ -54,15 +54,20 @@ Sizes (nanochat: karpathy/nanochat's own GPT, --release_src a checkout of it at
 92d63d4 or near): tiny (3 layers, width 32, vocab 100, context 512; tokens 1 x 136, past its 128-key
 window; prefill 4) and d12, its default GPTConfig (as lrt's d12, windows 768 / 2048; tokens 1 x 64).
 
-Pass / fail, per size (t2mlr_jax.interop.parity.TOLERANCES): max |Δ logits| <= 1e-5 x max |logit| (each
-forward's own);
-|Δ loss| <= 1e-5; the gradients: max over parameters of max |Δ| / max |release's gradient| <= 1e-4 (a
-parameter whose release gradient is all zero: max |Δ| <= 1e-10, reported apart); max |Δ| of the cached
-decode <= 1e-5 x max |logit|; the export's state dict equal and the release's logits on it bitwise equal
-to those on its own checkpoint. Logits are held relative to their scale because fp32 summation order
-alone moves d12's by ~1e-5 (the release's own cached decode and forward differ by 1.4e-5); at t2mlr's
-smollm135m, a float64 run of the release's exact recurrence is 2.7e-6 x max |logit| from its fp32 run and
-7.8e-6 from ours (its plain backbone: 5.4e-6 and 6.7e-6), our 8.4e-6 from it within that round-off.
+Pass / fail, per size: each figure within its bound, derived from the depth of its path rather than
+fixed (t2mlr_jax.interop.parity: fp32 round-off follows the instruction set XLA:CPU compiles for, so a
+fixed bound that holds on one CPU fails on another): max |Δ| <= 4 x blocks x u x max |release logit| for
+the logits, each training pass's and the cached decode, u = 2^-24 and blocks = 2 x layers + 2 on the
+longest path from the tokens (a plain model's L layers; T²MLR's exact recurrence L + (T - 1) W over a W-layer
+window, its Jacobi iteration L + D W; the LRT's sequential inference T L, its training (1 + N) L;
+PonderLM-2's passes x L); each gradient relative to its max |release gradient| within twice its training
+forward's blocks (a parameter whose release gradient is all zero: max |Δ| <= 1e-10, reported apart); |Δ
+loss| <= 2 x the training logits' bound + 4 u |loss|; the export's state dict equal and the release's
+logits on it bitwise equal to those on its own checkpoint. Each figure's error / bound is its "ratio",
+the table's last figure column the size's worst. At t2mlr's smollm135m (L 30, W 6, T 64, D 16), the
+logits' bound is 1.9e-4 of max |logit| (408 layers, 818 blocks: the exact recurrence) and the Jacobi
+training forward's 6.1e-5 (126 layers), its gradients' 1.2e-4; a float64
+run of the release decides where a row has little room (docs/interop.md).
 
 Writes OUT/parity.json (every figure, the release's commit, torch / jax versions, sizes, the command) and
 OUT/parity.md (one table row per size), and prints the table. OUT must be new or empty, unless
@@ -368,11 +373,18 @@ def logits_cell(size: dict) -> str:
     return figure_cell(size["logits"]) + (f"; train {figure_cell(train)}" if train else "")
 
 
+def worst_ratio(size: dict) -> float:
+    """The size's largest error / bound over its figures (the headroom left: 1 is the bound)."""
+    return max(
+        section["ratio"] for section in size.values() if isinstance(section, dict) and "ratio" in section
+    )
+
+
 def markdown(report: dict) -> str:
     lines = [
         "| release | size | params | max\\|Δlogits\\| | max rel Δgrad | decode max\\|Δ\\| "
-        "| round trip bitwise | pass |",
-        "|---|---|---|---|---|---|---|---|",
+        "| worst error / bound | round trip bitwise | pass |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for size in report["sizes"].values():
         lines.append(
@@ -380,6 +392,7 @@ def markdown(report: dict) -> str:
             f"| {logits_cell(size)} "
             f"| {grad_cell(size)} "
             f"| {figure_cell(size['decode'])} "
+            f"| {worst_ratio(size):.2f} "
             f"| {round_trip_cell(size['round_trip'])} | {'yes' if size['passed'] else 'NO'} |"
         )
     return "\n".join(lines) + "\n"
@@ -389,10 +402,9 @@ def notes(report: dict) -> str:
     lines = [
         f"\nRelease {report['release_repo']} at {report['release_commit'][:7]}; "
         f"torch {report['versions']['torch']} (release side), jax {report['versions']['jax']}; "
-        "fp32 on the CPU. Thresholds: logits <= "
-        f"{report['tolerances']['logits']:g} x max |logit|, "
-        f"gradients <= {report['tolerances']['gradients']:g} "
-        "relative to each parameter's max |release grad|.",
+        f"fp32 on the CPU (XLA_FLAGS {os.environ.get('XLA_FLAGS', '') or 'unset'}). Bounds, derived from "
+        "each path's depth (t2mlr_jax.interop.parity): logits "
+        f"{report['tolerances']['logits']}; gradients {report['tolerances']['gradients']}.",
     ]
     for name, size in report["sizes"].items():
         zero = size["gradients"]["zero_keys"]
@@ -410,8 +422,14 @@ def notes(report: dict) -> str:
                 "the release's own cached decode vs its forward: max |Δ| "
                 f"{size['decode']['release_decode_vs_forward']:.2e}"
             )
+        bounds = ", ".join(
+            f"{key} {section['tolerance']:.1e} ({section['layers']} layers, ratio {section['ratio']:.2f})"
+            for key, section in size.items()
+            if isinstance(section, dict) and "layers" in section
+        )
         lines.append(
-            f"- {name}: |Δ loss| {size['loss']['abs_diff']:.2e}; {what}; "
+            f"- {name}: relative bounds {bounds}; |Δ loss| {size['loss']['abs_diff']:.2e} "
+            f"(bound {size['loss']['tolerance']:.1e}); {what}; "
             f"worst gradient {size['gradients']['worst_key']}"
             + (f"; {len(zero)} all-zero release gradients, max |Δ| {max(zero.values()):.2e}" if zero else "")
             + "; wall time "
@@ -444,6 +462,7 @@ def run(args, release: Release, sizes: list[str], versions: dict) -> int:
             "numpy": np.__version__,
         },
         "dtype": "float32",
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "tolerances": TOLERANCES,
         "sizes": {},
     }

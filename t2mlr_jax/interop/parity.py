@@ -17,7 +17,8 @@ experiments/make_release_fixture.py --size) writes to release.npz:
   refresh_logits:<p>, refresh_loss  the recurrent GPT's training step with its KV refresh
 `our_outputs` computes ours in the same layout (the gradients mapped to the release's keys, and padded,
 by the format's own state-dict writer); `compare` gives the figures and the pass / fail of each against
-TOLERANCES; `compare_states` checks an export's state dict against the release's, bitwise;
+its bound, derived from the depth of its path (`path_layers`, `relative_bound`: below); `compare_states`
+checks an export's state dict against the release's, bitwise;
 `release_state`, `release_model_config` and `save_release` read and write a release's checkpoint folder
 whichever of the two formats it is.
 """
@@ -57,16 +58,108 @@ from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layou
 GRAD = "grad:"  # the prefix of a gradient's key
 TRAIN_LOGITS = "train_logits:"  # the prefix of a training pass's logits (the recurrent GPT's)
 REFRESH = "refresh_"  # the prefix of its training step's outputs with the KV refresh
-# Logits are compared relative to the largest |logit|, as tools/convert_checkpoint.py --verify does: fp32
-# summation order alone moves a 12-layer, 768-wide model's logits by ~1e-5 (the release's own cached
-# decode and forward differ by 1.4e-5 there, and a float64 run of it is 1.2e-5 from either side).
-TOLERANCES = {
-    "logits": 1e-5,  # max |Δ logits| / max |logit|
-    "loss": 1e-5,  # |Δ loss|
-    "gradients": 1e-4,  # max over keys of max |Δ| / max |release grad|
-    "zero_gradients": 1e-10,  # max |Δ| of a key whose release gradient is all zero
-    "decode": 1e-5,  # max |Δ| of the cached decode's logits / max |logit|
+# The bounds on fp32 round-off (issue 50), derived rather than fixed: two fp32 evaluations of one model (the
+# release's torch, ours) differ by round-off only, and XLA:CPU's round-off follows the instruction set it
+# compiles for, so a fixed 1e-5 that holds on one CPU fails on the next. Each bound is the depth rule of
+# tests/tolerance.py, |ours - release| <= PER_BLOCK * blocks * U * scale, with `scale` the release's largest
+# |value| and `blocks` those on the longest path from the tokens to the value compared (`path_layers`,
+# `blocks`). A block here is a residual sublayer (attention or MLP; 2 per layer) or one of the path's two
+# ends (the embedding with its norm; the final norm and head): counted per layer, as tests/tolerance.py
+# does for its tiny models, the releases' nanochat models do not fit (measured, ours against the committed
+# fixtures, natively and under AVX2 / SSE4.2: the LRT release's vanilla GPT is 4.8 u x scale apart per
+# layer; a float64 run of the same computation is 5.1 u x scale per layer from the release's fp32 logits
+# and 4.4 from ours), counted per block they are <= 2.1 u x scale apart per block (ratios to the bound
+# <= ~0.55 on every instruction set tried; docs/interop.md).
+U = 2.0**-24  # fp32's unit round-off
+PER_BLOCK = (
+    4  # tests/tolerance.py's: two paths' round-off per block, in u x scale (each measured <= ~1.3-2.3)
+)
+# A parameter whose release gradient is all zero (no path from the loss reaches it) gets an exact zero in
+# ours too: a bound on "zero", not on fp32 round-off.
+ZERO_GRADIENT = 1e-10
+TOLERANCES = {  # the rule of each figure (tools/release_parity.py writes it into parity.json)
+    "logits": "max |Δ| <= PER_BLOCK x blocks x u x max |release logit| (blocks: the forward's longest path)",
+    "decode": "as logits: the cached decode's path (the exact recurrence's where the model has one)",
+    "gradients": "per key: max |Δ| <= PER_BLOCK x 2 x blocks(training forward) x u x its layer's max "
+    "|release grad|",
+    "loss": "|Δ loss| <= 2 x the training logits' bound + PER_BLOCK x u x |loss|",
+    "zero_gradients": ZERO_GRADIENT,
+    "u": U,
+    "per_block": PER_BLOCK,
 }
+
+
+def blocks(layers: int) -> int:
+    """The blocks on a path through `layers` layers: two residual sublayers each, and the path's two ends."""
+    return 2 * layers + 2
+
+
+def relative_bound(layers: int) -> float:
+    """The depth rule's bound on max |Δ| / scale of a value at the end of a `layers`-layer path."""
+    return PER_BLOCK * blocks(layers) * U
+
+
+def gradient_bound(layers: int) -> float:
+    """A gradient's relative bound: its path runs the training forward (`layers` deep) and back, twice the
+    forward's blocks."""
+    return PER_BLOCK * 2 * blocks(layers) * U
+
+
+def layer_of(key: str) -> str:
+    """A state-dict key's layer: its prefix up to the first numeric part (transformer.h.3,
+    t2mlr_model.model.layers.1), else the key itself (embeddings, head, final norm, per-model scalars)."""
+    parts = key.split(".")
+    numeric = next((i for i, part in enumerate(parts) if part.isdigit()), None)
+    return key if numeric is None else ".".join(parts[: numeric + 1])
+
+
+def gradient_scales(tops: Mapping[str, float]) -> dict[str, float]:
+    """Each key's gradient scale, from `tops` (key -> its max |release gradient|): the largest over its
+    layer's keys (`layer_of`). A weight's gradient is a sum over positions (a gain's over channels too) of
+    products of the layer's back-propagated errors and its activations: its round-off is made at those
+    products' size, which the layer's largest gradient shows, while a sum that cancels can end far below it
+    (the T²MLR fixture's ReZero gain rezero_gamma_input_gate: 8.3e-3 at D 3 against its twin's 0.48, and
+    its error 270-400 u of its own size under SSE4.2 and natively)."""
+    layers: dict[str, float] = {}
+    for key, top in tops.items():
+        layers[layer_of(key)] = max(layers.get(layer_of(key), 0.0), top)
+    return {key: layers[layer_of(key)] for key in tops}
+
+
+def loss_bound(train_bound: float, loss: float) -> float:
+    """|Δ loss| of a mean next-token cross-entropy whose logits are within `train_bound` (absolute): the
+    cross-entropy's derivative in the logits, softmax - one-hot, has L1 norm <= 2, so it moves by at most 2 x
+    the largest logit's move, plus one block of its own round-off (log-sum-exp, the mean) at its size."""
+    return 2 * train_bound + PER_BLOCK * U * abs(loss)
+
+
+def path_layers(cfg: ModelConfig, params: dict, length: int, interleaved_passes: int | None = None) -> dict:
+    """The layers on the longest path from the tokens to each output of `our_outputs` on rows of `length`
+    tokens (its module docstring's keys: logits, train (its training forward's), decode):
+    - a plain transformer (nanochat): L, for each;
+    - T²MLR (every position recurrent, window [l_start, l_end] of W layers): the exact recurrence and its
+      cached decode carry token 0's stream through layers 0..l_end, then each later token's through the
+      window (fed its predecessor's), then the last token's through the rest: L + (T - 1) W; the Jacobi
+      iteration at D passes runs the window D + 1 times (a first pass, D - 1 refinements, the fused pass):
+      L + D W;
+    - the LRT's recurrent GPT: its sequential inference feeds each token the previous token's final state,
+      at every layer: T L; its interleaved training, a full pass then N passes each fed the last: (1 + N) L.
+    """
+    layers = cfg.num_layers
+    if "lrt" in params:
+        return {
+            "logits": length * layers,
+            "decode": length * layers,
+            "train": (1 + (interleaved_passes or 0)) * layers,
+        }
+    if cfg.recurrence is not None:
+        l_start, l_end = cfg.layer_range
+        window = l_end - l_start + 1
+        exact = layers + (length - 1) * window
+        return {"logits": exact, "decode": exact, "train": layers + cfg.recurrence.d_forward * window}
+    return {"logits": layers, "decode": layers, "train": layers}
+
+
 # nanochat's padded tables: embedding, head, value embeddings (the interleaved model's init ones)
 VOCAB_TABLES = ("transformer.wte.weight", "lm_head.weight", "value_embeds.", "interleaved_init_value_embeds.")
 
@@ -165,107 +258,133 @@ def max_abs_diff(a, b) -> float:
     return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
 
 
-def logits_figures(ours, theirs, scale: float | None = None, tolerance: float = TOLERANCES["logits"]) -> dict:
+def logits_figures(ours, theirs, layers: int, scale: float | None = None) -> dict:
     """max |Δ| of our logits against the release's, held relative to `scale` (default the largest |logit|
-    of the release's)."""
+    of the release's) within the depth rule's bound for a `layers`-layer path (module constants)."""
     diff = max_abs_diff(ours, theirs)
     scale = float(np.abs(theirs).max()) if scale is None else scale
+    tolerance = relative_bound(layers)
     return {
         "max_abs_diff": diff,
         "max_abs_logit": scale,
         "relative": diff / scale,
-        "tolerance": tolerance,
+        "layers": layers,
+        "tolerance": tolerance,  # the bound on "relative": PER_BLOCK x blocks(layers) x u
+        "ratio": diff / (tolerance * scale),  # error / bound: the headroom
         "passed": diff <= tolerance * scale,
     }
 
 
-def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
+def compare(
+    ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], layers: Mapping[str, int]
+) -> dict:
     """The figures of ours against the release's (both in the module docstring's layout; `theirs` may be
-    an open np.load, read a key at a time) and whether each is within TOLERANCES. A recurrent release
-    model's sequential logits are also its decode; its training step (train_logits:<p>, loss, gradients,
-    the KV refresh's), where given, adds those figures."""
-    figures = {"logits": logits_figures(ours["logits"], theirs["logits"])}
+    an open np.load, read a key at a time) and whether each is within its bound, `layers` the depth of
+    each path (`path_layers`: logits, train, decode). A recurrent release model's sequential logits are
+    also its decode; its training step (train_logits:<p>, loss, gradients, the KV refresh's), where given,
+    adds those figures."""
+    figures = {"logits": logits_figures(ours["logits"], theirs["logits"], layers["logits"])}
     scale = figures["logits"]["max_abs_logit"]
     their_decode = theirs["decode"] if "decode" in theirs else theirs["logits"]
     figures["decode"] = {
-        **logits_figures(ours["decode"], their_decode, scale, TOLERANCES["decode"]),
+        **logits_figures(ours["decode"], their_decode, layers["decode"], scale),
         # the release against itself, for scale: its cached decode vs its forward, both fp32
         "release_decode_vs_forward": max_abs_diff(their_decode, theirs["logits"]),
     }
     if TRAIN_LOGITS + "0" in theirs:
-        figures["train_logits"] = _pass_logits(ours, theirs, TRAIN_LOGITS)
+        figures["train_logits"] = _pass_logits(ours, theirs, TRAIN_LOGITS, layers["train"])
+        train_bound = figures["train_logits"]["bound"]
+    else:  # the training forward is the inference one
+        train_bound = figures["logits"]["tolerance"] * scale
     if "loss" in theirs:
-        figures |= loss_and_gradient_figures(ours, theirs)
+        figures |= loss_and_gradient_figures(ours, theirs, layers["train"], train_bound)
     if REFRESH + "loss" in theirs:
-        figures["kv_refresh"] = _kv_refresh(ours, theirs)
+        figures["kv_refresh"] = _kv_refresh(ours, theirs, layers["train"])
     figures["passed"] = all(section["passed"] for section in figures.values())
     return figures
 
 
-def _pass_logits(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], prefix: str) -> dict:
-    """compare's figure of a training step's passes (keys prefix<pass>), each held as the logits are: the
-    worst pass's max |Δ logits| and its ratio to that pass's max |logit|."""
+def _pass_logits(
+    ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], prefix: str, layers: int
+) -> dict:
+    """compare's figure of a training step's passes (keys prefix<pass>), each held as the logits are
+    (relative to that pass's max |logit|; `layers` the deepest pass's path): the worst pass's."""
     keys = sorted((k for k in theirs if k.startswith(prefix)), key=lambda k: int(k.rsplit(":", 1)[1]))
     diffs = [max_abs_diff(ours[key], theirs[key]) if key in ours else np.inf for key in keys]
-    relative = [diff / float(np.abs(theirs[key]).max()) for diff, key in zip(diffs, keys, strict=True)]
+    scales = [float(np.abs(theirs[key]).max()) for key in keys]
+    relative = [diff / scale for diff, scale in zip(diffs, scales, strict=True)]
+    tolerance = relative_bound(layers)
     return {
         "passes": len(keys),
         "per_pass": relative,  # max |Δ| / max |logit| (the LRT's: 0 the full pass, then the interleaved)
         "max_abs_diff": max(diffs),
         "relative": max(relative),
-        "tolerance": TOLERANCES["logits"],
-        "passed": max(relative) <= TOLERANCES["logits"],
+        "layers": layers,
+        "tolerance": tolerance,
+        "bound": tolerance * max(scales),  # the largest pass's absolute bound (the loss's is from it)
+        "ratio": max(relative) / tolerance,
+        "passed": max(relative) <= tolerance,
     }
 
 
-def _kv_refresh(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
+def _kv_refresh(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], layers: int) -> dict:
     """compare's figure of the training step with the KV refresh: its passes' logits and its loss."""
-    figures = _pass_logits(ours, theirs, REFRESH + "logits:")
+    figures = _pass_logits(ours, theirs, REFRESH + "logits:", layers)
     key = REFRESH + "loss"
     loss = abs(float(ours[key]) - float(theirs[key])) if key in ours else np.inf
-    figures |= {"loss_abs_diff": loss, "loss_tolerance": TOLERANCES["loss"]}
-    figures["passed"] = figures["passed"] and loss <= TOLERANCES["loss"]
+    bound = loss_bound(figures["bound"], float(theirs[key]))
+    figures |= {"loss_abs_diff": loss, "loss_tolerance": bound}
+    figures["ratio"] = max(figures["ratio"], loss / bound)
+    figures["passed"] = figures["passed"] and loss <= bound
     return figures
 
 
-def loss_and_gradient_figures(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
-    """compare's loss and gradient figures (a model the release trains by gradient)."""
+def loss_and_gradient_figures(
+    ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], layers: int, train_bound: float
+) -> dict:
+    """compare's loss and gradient figures (a model the release trains by gradient): the gradients' path is
+    the training forward (`layers` deep) and back; `train_bound` is its logits' absolute bound."""
     loss = abs(float(ours["loss"]) - float(theirs["loss"]))
     our_keys = {k.removeprefix(GRAD) for k in ours if k.startswith(GRAD)}
     their_keys = {k.removeprefix(GRAD) for k in theirs if k.startswith(GRAD)}
     relative, zero = {}, {}
+    tops = {key: float(np.abs(np.asarray(theirs[GRAD + key])).max()) for key in our_keys & their_keys}
+    scales = gradient_scales(tops)
     for key in sorted(our_keys & their_keys):
-        theirs_grad = np.asarray(theirs[GRAD + key])
-        diff = max_abs_diff(ours[GRAD + key], theirs_grad)
-        top = float(np.abs(theirs_grad).max())
-        if top == 0:
+        diff = max_abs_diff(ours[GRAD + key], theirs[GRAD + key])
+        if tops[key] == 0:
             zero[key] = diff
         else:
-            relative[key] = diff / top
+            relative[key] = diff / scales[key]
     worst = max(relative, key=relative.get, default=None)
+    tolerance = gradient_bound(layers)
     grads = {
         "keys": len(our_keys | their_keys),
         "missing": sorted(their_keys - our_keys),  # in the release's, not in ours
         "unexpected": sorted(our_keys - their_keys),
         "max_relative_diff": relative[worst] if worst else 0.0,
         "worst_key": worst,
-        "tolerance": TOLERANCES["gradients"],
+        "layers": layers,
+        "tolerance": tolerance,  # each key's bound on max |Δ| / its layer's max |release grad|
+        "ratio": (relative[worst] if worst else 0.0) / tolerance,
         "zero_keys": zero,  # key -> max |Δ| where the release's gradient is all zero
-        "zero_tolerance": TOLERANCES["zero_gradients"],
+        "zero_tolerance": ZERO_GRADIENT,
     }
     grads["passed"] = (
         not grads["missing"]
         and not grads["unexpected"]
-        and grads["max_relative_diff"] <= TOLERANCES["gradients"]
-        and all(diff <= TOLERANCES["zero_gradients"] for diff in zero.values())
+        and grads["max_relative_diff"] <= tolerance
+        and all(diff <= ZERO_GRADIENT for diff in zero.values())
     )
+    bound = loss_bound(train_bound, float(theirs["loss"]))
     return {
         "loss": {
             "ours": float(ours["loss"]),
             "release": float(theirs["loss"]),
             "abs_diff": loss,
-            "tolerance": TOLERANCES["loss"],
-            "passed": loss <= TOLERANCES["loss"],
+            "tolerance": bound,
+            "ratio": loss / bound,
+            "passed": loss <= bound,
         },
         "gradients": grads,
     }
@@ -339,7 +458,8 @@ def our_side(folder: Path, prefill: int) -> tuple:
     cfg, params = load_pretrained(model)
     passes = gpt_config(model)["interleaved_num_passes"] if "lrt" in params else None
     with np.load(folder / "release" / "release.npz") as theirs:
-        figures = compare(our_outputs(cfg, params, theirs["tokens"], prefill, passes), theirs)
+        layers = path_layers(cfg, params, theirs["tokens"].shape[1], passes)
+        figures = compare(our_outputs(cfg, params, theirs["tokens"], prefill, passes), theirs, layers)
     return cfg, params, figures
 
 

@@ -29,7 +29,6 @@ from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.interop.files import read_json, read_state_dict
 from t2mlr_jax.interop.parity import (
     GRAD,
-    TOLERANCES,
     compare_states,
     logits_figures,
     loss_and_gradient_figures,
@@ -153,21 +152,49 @@ def pause_outputs(
     return out
 
 
-def compare(ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray]) -> dict:
-    """The figures of ours against the release's and whether each is within TOLERANCES (logits, eval and
-    decode relative to the largest |logit| of the training forward)."""
+def path_layers(cfg: ModelConfig, settings: dict, method: str, jacobi: int = 0) -> dict:
+    """The layers on the longest path to each output (parity.path_layers' for these models):
+    - PonderLM-2 at K thoughts: its training forward runs K growing passes (a vocabulary-only pass, then
+      over 1, ..., K - 1 thoughts) and its R + 1 = `jacobi` + 1 Jacobi passes, each through the stack on
+      the last's states: (K + R + 1) L; its evaluation K growing passes and eval_passes: (K + eval_passes) L;
+      its decode (our exact recurrence) chains a token's K + 1 slots, each fed the last one's state (tokens
+      meet by attention only): (K + 1) L;
+    - the loop baseline: the stack `repeats` times, for each output;
+    - the pause baseline: L (its pause slots are inputs, met by attention)."""
+    layers = cfg.num_layers
+    if method == "loop":
+        deep = settings["repeats"] * layers
+        return {"logits": deep, "eval": deep, "decode": deep, "train": deep}
+    if method == "pause":
+        return {"logits": layers, "eval": layers, "decode": layers, "train": layers}
+    k = settings["thoughts"][0]
+    train = (k + jacobi + 1) * layers
+    return {
+        "logits": train,
+        "eval": (k + settings["eval_passes"]) * layers,
+        "decode": (k + 1) * layers,
+        "train": train,
+    }
+
+
+def compare(
+    ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], layers: Mapping[str, int]
+) -> dict:
+    """The figures of ours against the release's and whether each is within its derived bound (`layers`
+    from `path_layers`; logits, eval and decode relative to the largest |logit| of the training forward)."""
     scale = float(np.abs(theirs["logits"]).max())
+    logits = logits_figures(ours["logits"], theirs["logits"], layers["logits"], scale)
     figures = {
-        "logits": logits_figures(ours["logits"], theirs["logits"], scale),
-        "eval": logits_figures(ours["eval_logits"], theirs["eval_logits"], scale),
+        "logits": logits,
+        "eval": logits_figures(ours["eval_logits"], theirs["eval_logits"], layers["eval"], scale),
         "decode": {
-            **logits_figures(ours["decode"], theirs["decode"], scale, TOLERANCES["decode"]),
+            **logits_figures(ours["decode"], theirs["decode"], layers["decode"], scale),
             # the release against itself: its cached decode (sequential) vs its parallel evaluation
             "release_decode_vs_forward": max_abs_diff(
                 theirs["decode"], theirs["eval_logits"][:, -theirs["decode"].shape[1] :]
             ),
         },
-        **loss_and_gradient_figures(ours, theirs),
+        **loss_and_gradient_figures(ours, theirs, layers["train"], logits["tolerance"] * scale),
     }
     figures["passed"] = all(
         figures[name]["passed"] for name in ("logits", "eval", "decode", "loss", "gradients")
@@ -188,6 +215,7 @@ def our_side(folder: Path, prefill: int) -> tuple:
     with np.load(folder / "release" / "release.npz") as theirs:
         method = str(theirs["method"])
         cfg, params, settings = load_ponderlm2_release(folder / "release" / "model", method=method)
+        layers = path_layers(cfg, settings, method, int(theirs["jacobi"]))
         if method == "loop":
             ours = loop_outputs(cfg, params, settings, theirs["tokens"], prefill)
         elif method == "pause":
@@ -195,7 +223,7 @@ def our_side(folder: Path, prefill: int) -> tuple:
             ours = pause_outputs(cfg, params, settings, theirs["tokens"], prefill, pause_id)
         else:
             ours = our_outputs(cfg, params, settings, theirs["tokens"], int(theirs["jacobi"]), prefill)
-        figures = compare(ours, theirs)
+        figures = compare(ours, theirs, layers)
     return cfg, (params, settings, method), figures
 
 

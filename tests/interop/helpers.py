@@ -18,6 +18,9 @@ from transformers import (
     Qwen3Config,
 )
 
+from t2mlr_jax.interop.parity import blocks, gradient_scales, loss_bound, relative_bound
+from tests.tolerance import assert_fp32_close, max_error, record, scale_of
+
 
 def tiny_llama_config(kv_heads: int = 2, tied: bool = True) -> LlamaConfig:
     return LlamaConfig(
@@ -153,3 +156,57 @@ def save_release_style(
         **settings,
     }
     (folder / "config.json").write_text(json.dumps(config))
+
+
+# fp32 parity checks (issue 50): every bound is tests/tolerance.py's depth rule, the depth counted by
+# t2mlr_jax.interop.parity (`blocks`: 2 per layer and the path's two ends; `path_layers`: the layers on an
+# output's longest path), the same rule tools/release_parity.py holds the releases to.
+
+
+def assert_parity(got, want, layers: int, what: str, scale: float | None = None) -> float:
+    """`got` and `want`, two fp32 evaluations of one model (ours, a release's or torch's), within the depth
+    rule for a path `layers` layers deep, relative to `scale` (default max |want|); returns the error."""
+    scale = None if scale is None else float(scale)  # a numpy scalar would not reach the JSON record
+    return assert_fp32_close(got, want, blocks(layers), what, scale)
+
+
+def assert_grads_parity(ours: dict, theirs: dict, layers: int, what: str = "gradient") -> None:
+    """Every key's gradient within the depth rule of its path: the training forward (`layers` deep) and
+    back, twice its blocks, relative to its layer's max |release gradient| (parity.gradient_scales)."""
+    assert sorted(ours) == sorted(theirs)
+    scales = gradient_scales({key: float(np.abs(value).max()) for key, value in theirs.items()})
+    for key, value in theirs.items():
+        assert_fp32_close(ours[key], value, 2 * blocks(layers), f"{what} {key}", scales[key])
+
+
+def assert_loss_parity(ours, theirs, train_logits, layers: int, what: str = "loss") -> float:
+    """|Δ loss| within parity.loss_bound: 2 x the training logits' bound (`train_logits` the release's,
+    `layers` their path) plus one block of the loss's own round-off."""
+    bound = loss_bound(relative_bound(layers) * scale_of(train_logits), float(theirs))
+    error = abs(float(ours) - float(theirs))
+    record(what, error, bound)
+    assert error <= bound, f"{what}: |Δ| {error:.3g} > its bound {bound:.3g}"
+    return error
+
+
+def assert_planted_fails(
+    got, want, layers: int, margin: float, what: str, scale: float | None = None
+) -> None:
+    """A planted mistake (a moved weight, a convention dropped) fails: its error is above its own margin
+    (absolute) and above the depth rule's bound that the unchanged model is held to."""
+    error = max_error(got, want)
+    bound = relative_bound(layers) * (scale_of(want) if scale is None else scale)
+    assert error > margin and error > bound, f"{what}: planted error {error:.3g} <= {max(margin, bound):.3g}"
+
+
+def check_figures(figures: dict, what: str) -> None:
+    """parity.compare's figures (or ponderlm2_parity's): each section's error and bound recorded for the
+    headroom table (tests/tolerance.py), then every section passed."""
+    for name, section in figures.items():
+        if not isinstance(section, dict) or "tolerance" not in section:
+            continue
+        error = section.get("relative", section.get("max_relative_diff", section.get("abs_diff")))
+        record(f"{what} {name}", error, section["tolerance"])
+        if "loss_tolerance" in section:
+            record(f"{what} {name} loss", section["loss_abs_diff"], section["loss_tolerance"])
+    assert figures["passed"], figures

@@ -26,12 +26,15 @@ from t2mlr_jax.interop import (
     save_t2mlr_torch,
 )
 from t2mlr_jax.interop.files import read_state_dict
+from t2mlr_jax.interop.parity import path_layers
 from t2mlr_jax.interop.release_config import recurrence_from_release, release_from_recurrence
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.recurrence import exact_forward, make_layout
 from tests.interop.helpers import (
     ReleaseGatedMixer,
+    assert_parity,
+    assert_planted_fails,
     save_release_style,
     state_dicts_identical,
     tiny_llama_config,
@@ -69,6 +72,7 @@ def test_hf_round_trip_is_bitwise(tmp_path, kv_heads, tied):
     assert load_hf(tmp_path / "back")[0] == cfg
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("kv_heads, tied", [(1, True), (2, False), (4, True)])
 def test_hf_logits_match_transformers(tmp_path, kv_heads, tied):
     model, src = hf_folder(tmp_path, kv_heads, tied)
@@ -76,12 +80,13 @@ def test_hf_logits_match_transformers(tmp_path, kv_heads, tied):
     ours = np.asarray(backbone.forward(cfg, params, jnp.asarray(TOKENS)))
     with torch.no_grad():
         theirs = model(torch.as_tensor(TOKENS)).logits.numpy()
-    assert np.abs(ours - theirs).max() <= 1e-4
+    assert_parity(ours, theirs, cfg.num_layers, "logits")
     # ... and transformers loads our export unchanged, computing the same logits.
     save_hf(cfg, params, tmp_path / "export")
     reloaded = LlamaForCausalLM.from_pretrained(tmp_path / "export", dtype=torch.float32).eval()
     with torch.no_grad():
-        assert np.abs(reloaded(torch.as_tensor(TOKENS)).logits.numpy() - ours).max() <= 1e-4
+        exported = reloaded(torch.as_tensor(TOKENS)).logits.numpy()
+    assert_parity(exported, ours, cfg.num_layers, "transformers on our export")
 
 
 def test_sharded_safetensors_and_plain_bin_load(tmp_path):
@@ -138,9 +143,11 @@ T2MLR_VARIANTS = {
 
 
 def assert_matches_torch_reference(cfg, params, folder):
-    """Exact recurrence on both sides; prompt positions (control flow 1) are neither fused nor
-    residual-updated."""
+    """Exact recurrence on both sides, within the depth rule of its path (parity.path_layers: L + (T - 1) W
+    with every position recurrent, the longest); prompt positions (control flow 1) are neither fused nor
+    residual-updated. Returns the plain forward's logits and the reference's (its last control flow)."""
     reference = T2MLRReference.from_pretrained(folder)
+    layers = path_layers(cfg, params, TOKENS.shape[1])["logits"]
     prompt_then_recurrent = np.where(np.arange(TOKENS.shape[1]) < 4, 1, 2)[None].repeat(2, 0)
     prompt_then_recurrent[1, 6] = 1
     for control in (np.full_like(TOKENS, 2), prompt_then_recurrent):
@@ -151,22 +158,23 @@ def assert_matches_torch_reference(cfg, params, folder):
             make_layout(jnp.asarray(TOKENS), control_flow=jnp.asarray(control)),
         )
         theirs = reference(torch.as_tensor(TOKENS), torch.as_tensor(control)).numpy()
-        assert np.abs(np.asarray(ours) - theirs).max() <= 1e-4
-    plain = np.asarray(backbone.forward(cfg, params, jnp.asarray(TOKENS)))
-    return float(np.abs(plain - theirs).max())
+        assert_parity(ours, theirs, layers, "exact recurrence vs the torch reference")
+    return np.asarray(backbone.forward(cfg, params, jnp.asarray(TOKENS))), theirs
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("variant", T2MLR_VARIANTS)
 def test_t2mlr_logits_match_torch_reference(tmp_path, variant):
     cfg = interop_config(**T2MLR_VARIANTS[variant])
     params = random_params(cfg, 3)  # every γ != 0
     save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
-    assert (
-        assert_matches_torch_reference(cfg, params, tmp_path / "t2mlr") > 1e-2
-    )  # the recurrence is really on
+    plain, theirs = assert_matches_torch_reference(cfg, params, tmp_path / "t2mlr")
+    layers = path_layers(cfg, params, TOKENS.shape[1])["logits"]
+    assert_planted_fails(plain, theirs, layers, 1e-2, "the plain forward")  # the recurrence is really on
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 def test_the_torch_reference_needs_no_jax(tmp_path):
     cfg = interop_config(mixer="codi", pre_norm=True)
     params = random_params(cfg, 4)
@@ -183,9 +191,11 @@ def test_the_torch_reference_needs_no_jax(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     ours = exact_logits(cfg, params, jnp.asarray(TOKENS), make_layout(jnp.asarray(TOKENS)))
-    assert np.abs(np.asarray(ours) - np.load(tmp_path / "logits.npy")).max() <= 1e-4
+    layers = path_layers(cfg, params, TOKENS.shape[1])["logits"]
+    assert_parity(ours, np.load(tmp_path / "logits.npy"), layers, "torch reference without jax")
 
 
+@pytest.mark.numerics
 def test_release_written_folder_imports_and_round_trips(tmp_path):
     """A folder laid out by torch itself the way the release saves it (key names from module nesting)."""
     llama = transformers_model(tiny_llama_config(kv_heads=2, tied=True), seed=5)
@@ -205,7 +215,8 @@ def test_release_written_folder_imports_and_round_trips(tmp_path):
     assert state_dicts_identical(read_state_dict(tmp_path / "release"), read_state_dict(tmp_path / "back"))
     ours = np.asarray(exact_logits(loaded_cfg, params, jnp.asarray(TOKENS), make_layout(jnp.asarray(TOKENS))))
     reference = T2MLRReference.from_pretrained(tmp_path / "release")(torch.as_tensor(TOKENS)).numpy()
-    assert np.abs(ours - reference).max() <= 1e-4
+    layers = path_layers(loaded_cfg, params, TOKENS.shape[1])["logits"]
+    assert_parity(ours, reference, layers, "release-written folder vs the torch reference")
 
 
 def test_settings_a_release_config_omits_take_the_release_defaults():
@@ -220,6 +231,7 @@ def test_settings_a_release_config_omits_take_the_release_defaults():
     ) == (0, -1, False, False, "none", 1)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize(
     "mixer",
     [
@@ -247,8 +259,12 @@ def test_every_release_mixer_round_trips_and_matches_the_torch_reference(tmp_pat
     save_t2mlr_torch(cfg, params, tmp_path / "t2mlr")
     cfg_back, params_back = load_t2mlr_torch(tmp_path / "t2mlr")
     assert cfg_back == cfg and trees_identical(params_back, params)
-    difference = assert_matches_torch_reference(cfg, params, tmp_path / "t2mlr")
-    assert difference <= 1e-4 if mixer == "none" else difference > 1e-2  # "none" is the plain transformer
+    plain, theirs = assert_matches_torch_reference(cfg, params, tmp_path / "t2mlr")
+    if mixer == "none":  # the plain transformer: its forward is the reference's, its 4 layers deep
+        assert_parity(plain, theirs, cfg.num_layers, "mixer none: the plain forward")
+    else:
+        layers = path_layers(cfg, params, TOKENS.shape[1])["logits"]
+        assert_planted_fails(plain, theirs, layers, 1e-2, f"mixer {mixer}: the plain forward")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,12 +26,19 @@ from t2mlr_jax.interop.nanochat import (
     padded_vocab,
     to_nanochat_state,
 )
-from t2mlr_jax.interop.parity import compare_states, interleaved_forward, interleaved_training, loss_and_grads
+from t2mlr_jax.interop.parity import (
+    compare_states,
+    interleaved_forward,
+    interleaved_training,
+    loss_and_grads,
+    path_layers,
+)
 from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train import init_from
+from tests.interop.helpers import assert_grads_parity, assert_loss_parity, assert_parity, assert_planted_fails
 from tests.tiny import score
 
 FIXTURE = Path(__file__).parent / "fixtures/lrt_release_vanilla"
@@ -40,10 +47,7 @@ META = read_json(FIXTURE / "model/meta_000000.json")
 STATE = {k: torch_to_numpy(v) for k, v in torch_state(FIXTURE / "model/model_000000.pt").items()}
 TOKENS = jnp.asarray(RELEASE["tokens"])
 PREFILL = 4  # the fixture's cached decode: 4 tokens at once, then one at a time
-
-
-def max_diff(a, b) -> float:
-    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+LAYERS = 4  # every output's path: the 4 layers (parity.path_layers), 10 blocks of the depth rule
 
 
 @pytest.fixture(scope="module")
@@ -63,32 +67,36 @@ def test_the_release_checkpoint_reads_as_our_nanochat_backbone():
         model_config_from_nanochat({**gpt, "use_x0_residual": False})
 
 
+@pytest.mark.numerics
 def test_logits_match_the_release(imported):
     cfg, params = imported
-    assert max_diff(backbone.forward(cfg, params, TOKENS), RELEASE["logits"]) <= 1e-5
+    assert path_layers(cfg, params, TOKENS.shape[1])["logits"] == LAYERS
+    assert_parity(backbone.forward(cfg, params, TOKENS), RELEASE["logits"], LAYERS, "logits")
 
 
+@pytest.mark.numerics
 def test_loss_and_every_gradient_match_the_release(imported):
     cfg, params = imported
     loss, grads = loss_and_grads(cfg, params, TOKENS)
-    assert abs(float(loss) - float(RELEASE["loss"])) <= 1e-5
+    assert_loss_parity(loss, RELEASE["loss"], RELEASE["logits"], LAYERS)
     ours = to_nanochat_state(imported[0], grads)  # the same map as the weights': the RoPE sign is linear
     theirs = {key.split(":", 1)[1]: value for key, value in RELEASE.items() if key.startswith("grad:")}
-    assert sorted(ours) == sorted(theirs) == sorted(STATE)
-    for key, value in theirs.items():
-        assert max_diff(ours[key], value) <= 1e-4 * max(np.abs(value).max(), 1e-6), key
+    assert sorted(theirs) == sorted(STATE)
+    assert_grads_parity(ours, theirs, LAYERS)
 
 
+@pytest.mark.numerics
 def test_cached_decode_matches_the_releases(imported):
     cfg, params = imported
     decoded = teacher_forced(T2MLRDecoder(cfg), params, TOKENS, PREFILL)
-    assert max_diff(decoded, RELEASE["decode"]) <= 1e-5
+    assert_parity(decoded, RELEASE["decode"], LAYERS, "cached decode", scale=np.abs(RELEASE["logits"]).max())
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("change", ["perturbed weight", "rope unrotated", "float32 rope tables"])
 def test_each_part_of_the_mapping_is_what_matches(imported, change):
     """The check can fail: a weight moved by 1e-2, the RoPE sign convention ignored, or float32 rotary
-    tables each move the logits far past the tolerance."""
+    tables each move the logits past 1e-4, far past their bound (1.2e-5 here)."""
     cfg, params = imported
     if change == "perturbed weight":
         state = dict(STATE)
@@ -104,7 +112,7 @@ def test_each_part_of_the_mapping_is_what_matches(imported, change):
         }
     else:
         cfg = cfg.replace(rope_table_dtype="float32")
-    assert max_diff(backbone.forward(cfg, params, TOKENS), RELEASE["logits"]) > 1e-4
+    assert_planted_fails(backbone.forward(cfg, params, TOKENS), RELEASE["logits"], LAYERS, 1e-4, change)
 
 
 def test_an_export_writes_the_releases_checkpoint_back(imported, tmp_path):
@@ -130,6 +138,9 @@ def test_an_export_writes_the_releases_checkpoint_back(imported, tmp_path):
 INTERLEAVED = Path(__file__).parent / "fixtures/lrt_release_interleaved"
 SEQUENTIAL = dict(np.load(INTERLEAVED / "release.npz"))
 PASSES = read_json(INTERLEAVED / "model/meta_000000.json")["model_config"]["interleaved_num_passes"]
+# its paths (parity.path_layers): the sequential inference feeds each of the 12 tokens the previous one's
+# final state, 12 x 4 layers; the training step, a full pass and PASSES passes, (1 + 2) x 4
+SEQUENTIAL_LAYERS, TRAIN_LAYERS = 48, 12
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +149,11 @@ def interleaved():
     return lrt_forward.LRTConfig(cfg), params
 
 
+@pytest.mark.numerics
 def test_the_interleaved_model_is_our_lrt_and_its_sequential_logits_match(interleaved):
     lrt, params = interleaved
+    layers = path_layers(lrt.model, params, SEQUENTIAL["tokens"].shape[1], PASSES)
+    assert (layers["logits"], layers["decode"], layers["train"]) == (SEQUENTIAL_LAYERS,) * 2 + (TRAIN_LAYERS,)
     assert lrt.model.value_embed_layers == (0, 1, 2, 3) and sorted(params["lrt"]) == [
         "gamma",
         "gate",
@@ -148,9 +162,9 @@ def test_the_interleaved_model_is_our_lrt_and_its_sequential_logits_match(interl
     ]
     tokens = jnp.asarray(SEQUENTIAL["tokens"])
     exact = lrt_forward.exact_forward(lrt, params, tokens, make_layout(tokens)).logits
-    assert max_diff(exact, SEQUENTIAL["logits"]) <= 1e-5
+    assert_parity(exact, SEQUENTIAL["logits"], SEQUENTIAL_LAYERS, "sequential logits")
     decoded = teacher_forced(lrt_forward.LRTDecoder(lrt), (params, {}), tokens, PREFILL)
-    assert max_diff(decoded, SEQUENTIAL["logits"]) <= 1e-5
+    assert_parity(decoded, SEQUENTIAL["logits"], SEQUENTIAL_LAYERS, "cached decode")
     # the triple gate's split matters: swapping its local and feedback halves moves the logits
     gate = params["lrt"]["gate"]
     k = lrt.model.num_kv_heads
@@ -158,7 +172,8 @@ def test_the_interleaved_model_is_our_lrt_and_its_sequential_logits_match(interl
         **params,
         "lrt": {**params["lrt"], "gate": jnp.concatenate([gate[..., k:], gate[..., :k]], -1)},
     }
-    assert max_diff(lrt_forward.exact_forward(lrt, swapped, tokens, make_layout(tokens)).logits, exact) > 1e-3
+    moved = lrt_forward.exact_forward(lrt, swapped, tokens, make_layout(tokens)).logits
+    assert_planted_fails(moved, exact, SEQUENTIAL_LAYERS, 1e-3, "gate halves swapped")
 
 
 def test_the_interleaved_model_exports_back_bitwise(interleaved, tmp_path):
@@ -173,6 +188,7 @@ def test_the_interleaved_model_exports_back_bitwise(interleaved, tmp_path):
     assert meta["use_interleaved"] and meta == {k: release[k] for k in meta}
 
 
+@pytest.mark.numerics
 def test_arch_lrt_starts_from_the_releases_interleaved_checkpoint():
     """What a researcher moving from the release runs: arch=lrt with config.init_from its checkpoint (the
     model config read from it), evaluated by the architecture's own apply: the release's sequential logits."""
@@ -189,10 +205,11 @@ def test_arch_lrt_starts_from_the_releases_interleaved_checkpoint():
     loaded = jax.tree.map(jnp.asarray, init_from.start_weights(typed, arch)())  # host arrays, placed
     params = {**arch.init(jax.random.PRNGKey(0)), **loaded}
     logits = score(arch, params, jnp.asarray(SEQUENTIAL["tokens"]))
-    assert max_diff(logits, SEQUENTIAL["logits"]) <= 1e-5
+    assert_parity(logits, SEQUENTIAL["logits"], SEQUENTIAL_LAYERS, "arch lrt's evaluation")
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 def test_interleaved_training_matches_the_releases_training_step(interleaved):
     """Our lrt.training="interleaved" against the release's forward_interleaved_train (a full pass, then
     its interleaved_num_passes passes) on the fixture's tokens: every pass's logits, the loss (and each
@@ -202,34 +219,36 @@ def test_interleaved_training_matches_the_releases_training_step(interleaved):
     tokens = jnp.asarray(SEQUENTIAL["tokens"])
     refresh_loss, refresh_logits = interleaved_forward(lrt, params, tokens, PASSES, True)
     for p, ours in enumerate(refresh_logits):
-        theirs = SEQUENTIAL[f"refresh_logits:{p}"]
-        assert max_diff(ours, theirs) <= 1e-5 * np.abs(theirs).max(), p
-    assert abs(float(refresh_loss) - float(SEQUENTIAL["refresh_loss"])) <= 1e-5
+        assert_parity(ours, SEQUENTIAL[f"refresh_logits:{p}"], TRAIN_LAYERS, f"refresh pass {p}")
+    passes = [SEQUENTIAL[f"train_logits:{p}"] for p in range(1 + PASSES)]
+    deepest = max(np.abs(pass_logits).max() for pass_logits in passes)  # the loss's logits' scale
+    refresh = max(np.abs(SEQUENTIAL[f"refresh_logits:{p}"]).max() for p in range(1 + PASSES))
+    assert_loss_parity(refresh_loss, SEQUENTIAL["refresh_loss"], refresh, TRAIN_LAYERS, "refresh loss")
     (loss, logits), grads = interleaved_training(lrt, params, tokens, PASSES, False)
     assert len(logits) == len(SEQUENTIAL["pass_losses"]) == 1 + PASSES == 3
     targets = [tokens[:, 1:]] + [tokens[:, 1 + i :: PASSES] for i in range(PASSES)]
     for p, (ours, target) in enumerate(zip(logits, targets, strict=True)):
-        theirs = SEQUENTIAL[f"train_logits:{p}"]
-        assert max_diff(ours, theirs) <= 1e-5 * np.abs(theirs).max(), p
+        assert_parity(ours, passes[p], TRAIN_LAYERS, f"training pass {p}")
         ce = optax.softmax_cross_entropy_with_integer_labels(ours, target).mean()
-        assert abs(float(ce) - SEQUENTIAL["pass_losses"][p]) <= 1e-5, p
-    assert abs(float(loss) - float(SEQUENTIAL["loss"])) <= 1e-5
+        assert_loss_parity(ce, SEQUENTIAL["pass_losses"][p], passes[p], TRAIN_LAYERS, f"pass {p} loss")
+    assert_loss_parity(loss, SEQUENTIAL["loss"], deepest, TRAIN_LAYERS)
     ours = to_nanochat_state(lrt.model, grads)
     theirs = {key.split(":", 1)[1]: value for key, value in SEQUENTIAL.items() if key.startswith("grad:")}
-    assert sorted(ours) == sorted(theirs)
-    for key, value in theirs.items():
-        assert max_diff(ours[key], value) <= 1e-4 * max(np.abs(value).max(), 1e-6), key
+    assert_grads_parity(ours, theirs, TRAIN_LAYERS)
 
 
+@pytest.mark.numerics
 def test_a_perturbed_feedback_weight_fails_the_training_check(interleaved):
     """The check can fail: one feedback key projection moved by 1e-2 moves the interleaved passes' logits
-    (pass 0's feedback is zero: it stays) and the gradients far past the tolerance."""
+    (pass 0's feedback is zero: it stays) and the gradients far past their bounds."""
     lrt, params = interleaved
     state = {k: torch_to_numpy(v) for k, v in torch_state(INTERLEAVED / "model/model_000000.pt").items()}
     key = "interleaved_key_projections.1.W_v.weight"
     params = from_nanochat_state(lrt.model, {**state, key: state[key] + 1e-2}, interleaved=True)
     (_, logits), grads = interleaved_training(lrt, params, jnp.asarray(SEQUENTIAL["tokens"]), PASSES, False)
-    assert max_diff(logits[0], SEQUENTIAL["train_logits:0"]) <= 1e-5 * np.abs(logits[0]).max()
-    assert max_diff(logits[1], SEQUENTIAL["train_logits:1"]) > 1e-3
+    assert_parity(logits[0], SEQUENTIAL["train_logits:0"], TRAIN_LAYERS, "unmoved pass 0")
+    assert_planted_fails(logits[1], SEQUENTIAL["train_logits:1"], TRAIN_LAYERS, 1e-3, "moved pass 1")
     moved = to_nanochat_state(lrt.model, grads)["transformer.h.0.attn.c_q.weight"]
-    assert max_diff(moved, SEQUENTIAL["grad:transformer.h.0.attn.c_q.weight"]) > 1e-4 * np.abs(moved).max()
+    theirs = SEQUENTIAL["grad:transformer.h.0.attn.c_q.weight"]
+    scale = np.abs(theirs).max()  # margin: 1e-4 of it; relative_bound(2L + 1) is gradient_bound(L)
+    assert_planted_fails(moved, theirs, 2 * TRAIN_LAYERS + 1, 1e-4 * scale, "moved gradient", scale)

@@ -15,13 +15,15 @@ from t2mlr_jax.interop.files import read_state_dict
 from t2mlr_jax.interop.pretrained import checkpoint_format
 from t2mlr_jax.interop.release_config import model_config_from_release, release_config
 from t2mlr_jax.model import backbone
-from tests.interop.helpers import state_dicts_identical, tiny_qwen3_config, transformers_model
+from tests.interop.helpers import (
+    assert_parity,
+    assert_planted_fails,
+    state_dicts_identical,
+    tiny_qwen3_config,
+    transformers_model,
+)
 
 TOKENS = np.random.default_rng(0).integers(0, 128, (2, 12))
-
-
-def logits_close(ours, theirs) -> bool:
-    return np.abs(np.asarray(ours) - theirs).max() <= 1e-4 * np.abs(theirs).max()
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
@@ -56,11 +58,13 @@ def test_config_maps_every_field(qwen3):
     )
 
 
+@pytest.mark.numerics
 def test_logits_match_transformers(qwen3):
     _, theirs, cfg, params = qwen3
-    assert logits_close(backbone.forward(cfg, params, jnp.asarray(TOKENS)), theirs)
+    assert_parity(backbone.forward(cfg, params, jnp.asarray(TOKENS)), theirs, cfg.num_layers, "logits")
 
 
+@pytest.mark.numerics
 def test_round_trip_is_bitwise_and_transformers_loads_it_as_qwen3(qwen3, tmp_path):
     folder, theirs, cfg, params = qwen3
     save_hf(cfg, params, tmp_path / "back")
@@ -69,7 +73,8 @@ def test_round_trip_is_bitwise_and_transformers_loads_it_as_qwen3(qwen3, tmp_pat
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "back", dtype=torch.float32).eval()
     assert isinstance(reloaded, Qwen3ForCausalLM)
     with torch.no_grad():
-        assert logits_close(reloaded(torch.as_tensor(TOKENS)).logits.numpy(), theirs)
+        reloaded_logits = reloaded(torch.as_tensor(TOKENS)).logits.numpy()
+    assert_parity(reloaded_logits, theirs, cfg.num_layers, "transformers on our export")
 
 
 @pytest.mark.parametrize("model_type", ["gemma3", "gemma2", "phi", "gpt_neox", "mistral", None])
@@ -104,6 +109,7 @@ def test_sliding_windows_map_and_biases_are_refused(qwen3):
         model_config_from_hf(llama)
 
 
+@pytest.mark.numerics
 def test_last_sliding_layer_logits_match_transformers(tmp_path):
     """A Qwen3 whose windows (3 keys counting the query << 12 tokens) start at layer 1 of 3: the last
     layer slides, as a per-layer pattern; logits as transformers', and the export refuses the windows."""
@@ -126,9 +132,10 @@ def test_last_sliding_layer_logits_match_transformers(tmp_path):
     assert (cfg.window_pattern, cfg.sliding_window, cfg.last_layer_full) == ("LSS", 2, False)
     ours = np.asarray(backbone.forward(cfg, params, jnp.asarray(TOKENS)))
     print(f"relative max error {np.abs(ours - theirs).max() / np.abs(theirs).max():.2e}")
-    assert logits_close(ours, theirs)
+    assert_parity(ours, theirs, cfg.num_layers, "logits")
     full = np.asarray(backbone.forward(cfg.replace(last_layer_full=True), params, jnp.asarray(TOKENS)))
-    assert not logits_close(full, theirs)  # the last layer's window matters
+    margin = 1e-4 * np.abs(theirs).max()  # the last layer's window matters
+    assert_planted_fails(full, theirs, cfg.num_layers, margin, "last layer full")
     with pytest.raises(ValueError, match=r"closest: 'qwen3', which has no .*last_layer_full=False"):
         save_hf(cfg, params, tmp_path / "back")
 

@@ -15,18 +15,32 @@ import pytest
 
 from t2mlr_jax.interop import load_pretrained, save_t2mlr_torch
 from t2mlr_jax.interop.files import read_json, read_state_dict
+from t2mlr_jax.interop.parity import path_layers
 from t2mlr_jax.interop.pretrained import mismatches, pretrained_config
 from t2mlr_jax.interop.release_config import model_config_from_release, release_config
 from t2mlr_jax.interop.tables import t2mlr_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
-from tests.interop.helpers import state_dicts_identical
+from tests.interop.helpers import (
+    assert_grads_parity,
+    assert_parity,
+    assert_planted_fails,
+    state_dicts_identical,
+)
+from tests.tolerance import max_error
 
 FIXTURE = Path(__file__).parent / "fixtures/release_default"
 RELEASE = dict(np.load(FIXTURE / "release.npz"))
 SAVED = read_json(FIXTURE / "model/config.json")
 TOKENS = jnp.asarray(RELEASE["tokens"])
 DEPTHS = ("batch_forward_approximate_depth", "batch_backward_approximate_depth")  # the release's D, B
+# Each output's path (parity.path_layers): 4 layers, the window [1, 2] (W = 2), 12 tokens: the exact
+# recurrence L + (T - 1) W, the Jacobi iteration at D passes L + D W.
+EXACT_LAYERS = 4 + 11 * 2
+
+
+def jacobi_layers(depth: int) -> int:
+    return 4 + depth * 2
 
 
 # d_backward None: omitted, the release's default (10,000,000)
@@ -68,10 +82,6 @@ def at_depth(depth: int):
     return model_config_from_release({**SAVED, DEPTHS[0]: depth})
 
 
-def max_diff(a, b) -> float:
-    return float(np.abs(np.asarray(a) - np.asarray(b)).max())
-
-
 @partial(jax.jit, static_argnums=0)
 def jacobi_loss_and_grads(cfg, params):
     """The release fixture's loss: mean next-token cross-entropy of the Jacobi forward, all recurrent."""
@@ -91,16 +101,24 @@ def test_the_release_defaults_import_as_b_equals_d(imported):
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 def test_logits_match_the_release(imported):
     cfg, params = imported
+    assert path_layers(cfg, params, TOKENS.shape[1]) == {
+        "logits": EXACT_LAYERS,
+        "decode": EXACT_LAYERS,
+        "train": jacobi_layers(1),
+    }
     exact = exact_forward(cfg, params, TOKENS).logits
-    assert max_diff(exact, RELEASE["exact"]) <= 1e-4
-    assert max_diff(jacobi_forward(cfg, params, TOKENS).logits, RELEASE["jacobi_d1"]) <= 1e-4
-    assert max_diff(jacobi_forward(at_depth(3), params, TOKENS).logits, RELEASE["jacobi_d3"]) <= 1e-4
-    assert max_diff(backbone.forward(cfg, params, TOKENS), exact) > 0.1  # the recurrence is really on
+    assert_parity(exact, RELEASE["exact"], EXACT_LAYERS, "exact recurrence")
+    assert_parity(jacobi_forward(cfg, params, TOKENS).logits, RELEASE["jacobi_d1"], jacobi_layers(1), "D 1")
+    jacobi_d3 = jacobi_forward(at_depth(3), params, TOKENS).logits
+    assert_parity(jacobi_d3, RELEASE["jacobi_d3"], jacobi_layers(3), "D 3")
+    assert_planted_fails(backbone.forward(cfg, params, TOKENS), exact, EXACT_LAYERS, 0.1, "recurrence off")
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 @pytest.mark.parametrize("depth", [1, 3])
 def test_jacobi_gradients_match_the_release(imported, depth):
     _, params = imported
@@ -109,12 +127,14 @@ def test_jacobi_gradients_match_the_release(imported, depth):
     theirs = {
         key.split(":", 1)[1]: value for key, value in RELEASE.items() if key.startswith(f"grad_d{depth}:")
     }
-    assert sorted(grads) == sorted(theirs)
-    assert max(max_diff(grads[key], theirs[key]) for key in theirs) <= 1e-5
+    assert_grads_parity(grads, theirs, jacobi_layers(depth), f"D {depth} gradient")
     # B < D (R<1> detached) would compute other gradients: the fixture tells the two meanings apart.
     detached = jacobi_loss_and_grads(cfg.with_recurrence(d_backward=depth - 1), params)[1]
     grads = to_state_dict(t2mlr_layout(cfg), detached)
-    assert max(max_diff(grads[key], theirs[key]) for key in theirs) > 1e-3
+    worst = max(theirs, key=lambda key: max_error(grads[key], theirs[key]))
+    # relative_bound(2L + 1) is the gradients' bound, gradient_bound(L)
+    layers = 2 * jacobi_layers(depth) + 1
+    assert_planted_fails(grads[worst], theirs[worst], layers, 1e-3, f"D {depth}, B {depth - 1}: {worst}")
 
 
 def test_export_writes_back_what_the_release_reads(imported, tmp_path):
