@@ -1,5 +1,6 @@
 """Looped transformers on an MoE backbone: the routing biases are carried (one slice per weight layer, the
-looped layers' loads summed over the repeats), trained, and read by cached decoding."""
+looped layers' loads summed over the repeats), trained, and read by cached decoding (to the depth rule of
+tests/tolerance.py: the 4 executed blocks)."""
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,7 @@ from t2mlr_jax.model.generate import teacher_forced
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from tests.tiny import tiny_experiment
+from tests.tolerance import assert_fp32_close
 from tests.train.tiny_task import tiny_batch
 
 B, T, X = 2, 8, 4
@@ -59,6 +61,7 @@ def test_a_train_step_moves_the_routing_biases_from_per_weight_layer_loads():
 
 
 @pytest.mark.slow
+@pytest.mark.numerics
 def test_decoding_reads_the_routing_biases_and_equals_the_looped_forward():
     params = ARCH.init(jax.random.PRNGKey(0))
     bias = {"router_bias": jax.random.normal(jax.random.PRNGKey(5), (MODEL.num_layers, X))}
@@ -73,14 +76,13 @@ def test_decoding_reads_the_routing_biases_and_equals_the_looped_forward():
     out = jax.jit(decoder.prefill)((params, bias), tokens, layout, decoder.init_cache(B, T))
     assert out.cache.k.shape[0] == 4  # layer 0 once, layer 1 three times
     want = forward(params, tokens, layout, bias)
-    np.testing.assert_allclose(out.logits, want, atol=1e-5, rtol=1e-5)
+    depth = LOOP["start"] + LOOP["repeats"] * (LOOP["end"] - LOOP["start"] + 1)  # 4 executed blocks
+    assert_fp32_close(out.logits, want, depth, "prefill")
     unbiased = forward(params, tokens, layout, jax.tree.map(jnp.zeros_like, bias))
     assert np.abs(unbiased - want).max() > 1e-3
     # Cached steps after a 3-token prefill, fed the same tokens, give the same logits.
     decoded = teacher_forced(decoder, (params, bias), tokens, 3)
-    np.testing.assert_allclose(
-        decoded, forward(params, tokens, make_layout(tokens), bias), atol=1e-5, rtol=1e-5
-    )
+    assert_fp32_close(decoded, forward(params, tokens, make_layout(tokens), bias), depth, "decoded")
 
     # Greedy generation on left-padded prompts: each token is the argmax of the looped forward (with the
     # biases) on the prompt and the tokens before it.
