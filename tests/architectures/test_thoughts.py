@@ -1,5 +1,7 @@
 """Latent thought slots (LRT-TTK) and PonderLM-2: cached decoding == the parallel expanded forward after
-enough refinement passes (fp32, 1e-5); K = 0 is the plain LRT; generation with a (K + 1)x cache; a sampled-K
+enough refinement passes (fp32 round-off: the float64 rule of tests/tolerance.py against the naive
+recurrence of tests/reference.py; other fp32 pairs the depth rule, passes x layers or slots x layers);
+K = 0 is the plain LRT; generation with a (K + 1)x cache; a sampled-K
 run evaluates at another K without rebuilding its train step; the loss over the refinement passes, the fixed
 expanded row, the thought gates, the ablations (Table 3's rows) and PonderLM-2's builder; every bad thought
 setting one clear error before compiling."""
@@ -22,7 +24,7 @@ from t2mlr_jax.train.init_from import architecture
 from tests import reference
 from tests.architectures.test_lrt import LAYOUT, NANO, STATE, TOKS, B, _params, exact, refine
 from tests.tiny import tiny_experiment
-from tests.tolerance import assert_near_f64, max_error
+from tests.tolerance import assert_fp32_close, assert_near_f64, max_error
 from tests.train.test_build_data import load_config
 from tests.train.tiny_task import tiny_batch
 
@@ -91,20 +93,21 @@ def test_the_float64_rule_fails_a_planted_bug():
         assert_near_f64(exact_k(TT, moved, TOKS4, LAYOUT4, 2).logits, want, truth, N * 3 * 3, "planted")
 
 
+@pytest.mark.numerics
 def test_thought_count_zero_is_the_plain_lrt():
     plain = dataclasses.replace(TT, thought_slots=False)
     weights = {**PARAMS, "lrt": {k: v for k, v in PARAMS["lrt"].items() if not k.endswith("_thought")}}
-    np.testing.assert_allclose(
-        exact_k(TT, PARAMS, TOKS, LAYOUT, 0).logits,
-        exact(plain, weights, TOKS, LAYOUT, STATE).logits,
-        atol=1e-6,
-    )
+    want = exact(plain, weights, TOKS, LAYOUT, STATE).logits
+    truth = reference.lrt(plain, reference.f64(weights), TOKS, LAYOUT, mlp_state=reference.f64(STATE))
+    t = TOKS.shape[1]  # the memory through the row's tokens
+    assert_near_f64(exact_k(TT, PARAMS, TOKS, LAYOUT, 0).logits, want, truth, t * NANO.num_layers, "K = 0")
     # The thought model's initialisation pass + P refinements are the plain LRT's pass 0 + P refinements
-    # (two programs: fp32 round-off apart).
-    np.testing.assert_allclose(
+    # (two programs: fp32 round-off apart, 1 + P = 3 passes deep).
+    assert_fp32_close(
         refine_k(TT, PARAMS, TOKS, LAYOUT, 2, 0).logits[-1],
         refine(plain, weights, TOKS, LAYOUT, 2, STATE).logits[-1],
-        atol=1e-5,
+        3 * NANO.num_layers,
+        "refined",
     )
 
 
@@ -229,6 +232,7 @@ def test_the_thought_kv_gate_acts_on_thought_slots_only():
                                   np.stack(lrt_forward._kv(lrt_params, {"m": m}, x, k, v)))  # fmt: skip
 
 
+@pytest.mark.numerics
 def test_without_cross_token_feedback_vocabulary_slots_get_zero_memory(monkeypatch):
     """lrt.cross_token=False with the feedback on: every refinement pass (and the decode step) gives the
     vocabulary slots zero memory and each thought slot the previous slot's state, as with cross_token=True
@@ -257,9 +261,10 @@ def test_without_cross_token_feedback_vocabulary_slots_get_zero_memory(monkeypat
             m = np.asarray(m)
             np.testing.assert_array_equal(slot_is_thought, thought)
             shifted = np.asarray(thought_slots.shift(previous, slots.starts))
-            np.testing.assert_allclose(m[thought], shifted[thought], rtol=1e-6)  # thought slots keep theirs
+            # the stub's states, shifted: arithmetic of one op (depth 1)
+            assert_fp32_close(m[thought], shifted[thought], 1, "thought slots")  # thought slots keep theirs
             if cross:
-                np.testing.assert_allclose(m[vocab_after_first], shifted[vocab_after_first], rtol=1e-6)
+                assert_fp32_close(m[vocab_after_first], shifted[vocab_after_first], 1, "vocabulary slots")
                 assert np.abs(m[vocab_after_first]).min() > 0
             else:
                 assert not m[~thought].any()
@@ -362,6 +367,7 @@ def test_the_loss_averages_the_refinement_passes_or_reads_the_last(stub, arch, s
     loss, tokens = (float(a) for a in sums["loss"])
     assert tokens == float(BATCH["loss_mask"][:, : ROW // 2].sum())
     want = np.mean(per_pass) if supervise == "all" else per_pass[-1]
+    # the loss by another formula (numpy's log-softmax and mean over the row's tokens): a few fp32 roundings
     assert loss / tokens == pytest.approx(want, rel=1e-5)
     assert float(sums["loss_last_pass"][0]) / tokens == pytest.approx(per_pass[-1], rel=1e-5)
 
@@ -386,6 +392,7 @@ def test_a_training_row_holds_seq_len_over_k_plus_one_vocabulary_tokens(stub):
         _apply(model, draw=lrt.Draw(4, 1))
 
 
+@pytest.mark.numerics
 def test_the_ponderlm2_builder_fixes_its_settings(stub):
     """arch=ponderlm2: thought slots with no feedback (no LRT parameters, no cross-token memory), the loss
     at the last pass, P drawn from ponderlm2.passes (the paper's distribution by default), K from
@@ -418,10 +425,8 @@ def test_the_ponderlm2_builder_fixes_its_settings(stub):
     _apply(scaled)
     assert stub.calls[-1]["cfg"].embed_scale == scale  # decoding too
     scaled_cfg = dataclasses.replace(PONDER, embed_scale=scale)
-    np.testing.assert_allclose(
-        lrt_forward.vocab_inputs(scaled_cfg, PARAMS, TOKS4),
-        backbone.embed(NANO, PARAMS, TOKS4) * scale,
-        rtol=1e-6,
+    assert_fp32_close(  # an embedding and its scale: one op
+        lrt_forward.vocab_inputs(scaled_cfg, PARAMS, TOKS4), backbone.embed(NANO, PARAMS, TOKS4) * scale, 1
     )
 
     row = load_config("lrt_comparison", "ponder2,cpu")  # Table 1's PonderLM-2 row, resolved
