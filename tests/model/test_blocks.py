@@ -1,5 +1,6 @@
 """The block's configurable parts (QK-norm, sliding windows, softcaps, MLP registry, weightless norms,
-embedding norm) and the per-block feedback hook; every option also decodes through the KV cache."""
+embedding norm) and the per-block feedback hook; every option also decodes through the KV cache. fp32
+equalities: the depth rule of tests/tolerance.py, the depth the blocks a value passes (one op: 1)."""
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +14,7 @@ from t2mlr_jax.model.layers import MLPS, attend, attention_mask, register_mlp, r
 from t2mlr_jax.model.params import param_axes, param_specs
 from t2mlr_jax.model.spec import ParamSpec, ones, spec_leaves
 from tests.tiny import tiny_config, tiny_params, tokens
+from tests.tolerance import assert_fp32_close, assert_near_f64
 
 BASE = tiny_config(recurrence=None)
 TOKS = tokens(2, 10)
@@ -31,9 +33,12 @@ run_blocks = jax.jit(_blocks, static_argnums=(0, 3, 4, 7))
 
 
 def differs(a, b) -> bool:
+    """A change that does something: it moves values far above round-off (a tiny forward's own is below the
+    depth rule's 4 * 4 layers * u * scale, ~1e-6 at the scales here)."""
     return not np.allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_unstacked_layers_run_unrolled_and_equal_the_scan(dtype):
     """`unstack_layers`' per-layer form runs without a cache too (unrolled): the same as the stacked scan;
@@ -44,8 +49,10 @@ def test_unstacked_layers_run_unrolled_and_equal_the_scan(dtype):
     scanned = run_blocks(cfg, params, h, 1, L)
     unstacked = run_blocks(cfg, backbone.unstack_layers(cfg, params), h, 1, L)
     assert unstacked.dtype == scanned.dtype == h.dtype
-    tolerance = dict(atol=1e-6) if dtype == "float32" else dict(atol=0.05, rtol=0.02)  # bf16: 8 bits
-    np.testing.assert_allclose(unstacked.astype(float), scanned.astype(float), **tolerance)
+    if dtype == "float32":
+        assert_fp32_close(unstacked, scanned, L - 1, "unstacked")  # blocks 1..L-1
+    else:  # bf16: 8 bits, 2^-8 relative per rounding
+        np.testing.assert_allclose(unstacked.astype(float), scanned.astype(float), atol=0.05, rtol=0.02)
     np.testing.assert_array_equal(run_blocks(cfg, layer_layout.per_layer(params), h, 1, L), unstacked)
 
 
@@ -134,6 +141,7 @@ def test_weightless_norms_have_no_params_and_equal_unit_scales():
     assert np.array_equal(forward(cfg, params, TOKS), forward(weighted, ones, TOKS))
 
 
+@pytest.mark.numerics
 def test_offset_norms_start_at_zero_and_equal_plain_norms_at_one_plus_the_offset():
     """norm_offset (Gemma's (1 + w)) is a reparametrisation of the plain norm; sandwich norms add the
     pre_ / post_feedforward_layernorm only when on."""
@@ -148,12 +156,7 @@ def test_offset_norms_start_at_zero_and_equal_plain_norms_at_one_plus_the_offset
         params,
     )
     plain = jax.tree_util.tree_map_with_path(lambda path, x: x + 1.0 if "norm" in str(path) else x, offsets)
-    np.testing.assert_allclose(
-        forward(cfg, offsets, TOKS),
-        forward(cfg.replace(norm_offset=False), plain, TOKS),
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    assert_fp32_close(forward(cfg, offsets, TOKS), forward(cfg.replace(norm_offset=False), plain, TOKS), L)
     assert "pre_feedforward_layernorm" not in params["layers"]
     sandwich = tiny_params(cfg.replace(sandwich_norms=True))["layers"]
     assert {"pre_feedforward_layernorm", "post_feedforward_layernorm"} <= set(sandwich)
@@ -163,10 +166,13 @@ def test_embed_norm_gives_unit_rms_embeddings_and_changes_the_output():
     cfg = BASE.replace(embed_norm=True, norm_weights=False, norm_eps=1e-12)
     params = tiny_params(cfg)
     h = backbone.embed(cfg, params, TOKS)
+    # unit RMS, measured again in fp32 (a mean over D and a root: round-off ~1e-7); 1e-4 is far below a
+    # missing norm's error
     np.testing.assert_allclose(jnp.sqrt(jnp.mean(h * h, -1)), 1.0, rtol=1e-4)
     assert differs(forward(cfg, params, TOKS), forward(cfg.replace(embed_norm=False), params, TOKS))
 
 
+@pytest.mark.numerics
 def test_qk_norm_orders_differ_with_learned_scales_and_agree_without():
     """RoPE rotates pairs, so it keeps the RMS of a head: a weightless QK-norm commutes with it, a
     per-channel scale does not (Qwen3's before-RoPE and nanochat's after-RoPE differ only then)."""
@@ -181,11 +187,8 @@ def test_qk_norm_orders_differ_with_learned_scales_and_agree_without():
     out_none = forward(BASE, dict(params, layers=dict(params["layers"], self_attn=plain)), TOKS)
     assert differs(out_before, out_after) and differs(out_before, out_none) and differs(out_after, out_none)
     nw = tiny_params(before.replace(norm_weights=False))
-    np.testing.assert_allclose(
-        forward(before.replace(norm_weights=False), nw, TOKS),
-        forward(after.replace(norm_weights=False), nw, TOKS),
-        atol=1e-5,
-    )
+    weightless = lambda cfg: forward(cfg.replace(norm_weights=False), nw, TOKS)
+    assert_fp32_close(weightless(before), weightless(after), L)
 
 
 def test_sliding_window_hides_tokens_beyond_it():
@@ -209,40 +212,56 @@ def test_sliding_window_hides_tokens_beyond_it():
     assert (moved(BASE, 0, 1) > 1e-4).all()  # layer 0 without the window
 
 
+@pytest.mark.numerics
 def test_attention_softcap_is_the_capped_formula():
     q = jax.random.normal(jax.random.PRNGKey(1), (B, T, 4, E)) * 3
     k = jax.random.normal(jax.random.PRNGKey(2), (B, T, 2, E)) * 3
     v = jax.random.normal(jax.random.PRNGKey(3), (B, T, 2, E))
     pos = jnp.broadcast_to(jnp.arange(T), (B, T))
     mask = attention_mask(jnp.ones((B, T), int), jnp.ones((B, T), int), pos, pos)
-    z = np.einsum("btkge,bske->bkgts", np.asarray(q).reshape(B, T, 2, 2, E), np.asarray(k)) / np.sqrt(E)
-    z = np.where(np.asarray(mask)[:, None, None], 2.0 * np.tanh(z / 2.0), -np.inf)
-    p = np.exp(z - z.max(-1, keepdims=True))
-    want = np.einsum("bkgts,bske->btkge", p / p.sum(-1, keepdims=True), np.asarray(v)).reshape(B, T, 4, E)
-    np.testing.assert_allclose(attend(q, k, v, mask, 2.0), want, atol=1e-5)
+
+    def formula(dtype):
+        q_, k_, v_ = (np.asarray(a, dtype) for a in (q, k, v))
+        z = np.einsum("btkge,bske->bkgts", q_.reshape(B, T, 2, 2, E), k_) / np.sqrt(dtype(E))
+        z = np.where(np.asarray(mask)[:, None, None], 2.0 * np.tanh(z / 2.0), -np.inf)
+        p = np.exp(z - z.max(-1, keepdims=True))
+        return np.einsum("bkgts,bske->btkge", p / p.sum(-1, keepdims=True), v_).reshape(B, T, 4, E)
+
+    # the float64 rule (one attention: depth 1), measured against the formula's own fp32 error: the two
+    # fp32 evaluations differ by 4.4 u * scale, over the depth rule's 4 for a block
+    want = formula(np.float32)
+    assert_near_f64(attend(q, k, v, mask, 2.0), want, formula(np.float64), 1, "softcapped attention")
     assert differs(attend(q, k, v, mask), want)
     cfg = BASE.replace(attn_softcap=0.05)
     params = tiny_params(cfg)
     assert differs(forward(cfg, params, TOKS), forward(BASE, params, TOKS))
 
 
+@pytest.mark.numerics
 def test_logit_softcap_bounds_the_logits():
     cfg = BASE.replace(logit_softcap=0.2, tie_embeddings=False)
     params = tiny_params(cfg)
     capped, raw = forward(cfg, params, TOKS), forward(cfg.replace(logit_softcap=None), params, TOKS)
     assert float(jnp.abs(capped).max()) < 0.2 < float(jnp.abs(raw).max())
-    np.testing.assert_allclose(capped, softcap(raw, 0.2), atol=1e-6)
+    assert_fp32_close(capped, softcap(raw, 0.2), L, "softcap")
 
 
+@pytest.mark.numerics
 def test_relu2_mlp_is_down_of_squared_relu_of_up():
     cfg = BASE.replace(mlp="relu2")
     params = tiny_params(cfg)
     assert set(params["layers"]["mlp"]) == {"up_proj", "down_proj"}
     mlp = jax.tree.map(lambda a: a[0], params["layers"]["mlp"])
     x = jax.random.normal(jax.random.PRNGKey(4), (B, T, D))
-    up, down = np.asarray(mlp["up_proj"], np.float64), np.asarray(mlp["down_proj"], np.float64)
-    want = np.maximum(np.asarray(x, np.float64) @ up, 0.0) ** 2 @ down
-    np.testing.assert_allclose(MLPS["relu2"].apply(cfg, mlp, x, None)[0], want, rtol=1e-4, atol=1e-6)
+    formula = lambda dtype: (
+        np.maximum(np.asarray(x, dtype) @ np.asarray(mlp["up_proj"], dtype), 0.0) ** 2
+        @ (np.asarray(mlp["down_proj"], dtype))
+    )
+    # the float64 rule (one MLP: depth 1), measured against the formula's own fp32 error: one fp32
+    # evaluation is 3.9 u * scale from float64 (the up projection's sums cancel, the square doubles their
+    # relative error), the depth rule's whole allowance for two
+    want = formula(np.float32)
+    assert_near_f64(MLPS["relu2"].apply(cfg, mlp, x, None)[0], want, formula(np.float64), 1, "relu2")
     np.testing.assert_array_equal(
         relu2(x, mlp["up_proj"], mlp["down_proj"]), MLPS["relu2"].apply(cfg, mlp, x, None)[0]
     )
@@ -405,6 +424,7 @@ cached_step = jax.jit(_cached_step, static_argnums=0)
 GEMMA_LAST_SLIDING = GEMMA_LIKE.replace(window_pattern="SSL", last_layer_full=False)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize(
     "cfg",
     [NANOCHAT, KARPATHY, QWEN_LIKE, GEMMA_LIKE, GEMMA_LAST_SLIDING],
@@ -432,7 +452,11 @@ def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
             cfg, params, fbp, cache, TOKS[:, t : t + 1], pos[:, t : t + 1], MEMORY[:, t : t + 1]
         )
         got.append(logits)
-    np.testing.assert_allclose(jnp.concatenate(got, axis=1), want, rtol=1e-4, atol=1e-5)
+    # The memory is an input (no chain through the tokens). Depth 2L, not L: each layer runs its block and
+    # the feedback hook (a residual mix and two projections of the memory into the keys and values), and
+    # on these perturbed weights (+0.2 N(0, 1): a gain over 1 per block) the two paths differ by up to
+    # 22.6 u * scale over the 4 layers (gemma_like, native; 15.5 without the hook), over the rule's 16 at L.
+    assert_fp32_close(jnp.concatenate(got, axis=1), want, 2 * L, "cached decoding")
     assert differs(want, forward(cfg, params, TOKS))  # the feedback is on
 
 
@@ -440,6 +464,7 @@ def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
 # nanochat's parts: per-layer resid / x0 scalars, value embeddings on alternating layers, its init.
 
 
+@pytest.mark.numerics
 def test_smear_reads_the_caches_last_vocabulary_token():
     """Decoding, a token's smear mixes in the last vocabulary token the cache holds (a thought slot, LATENT,
     is skipped), as the row's token before it in a parallel pass; nothing at an empty cache."""
@@ -448,7 +473,8 @@ def test_smear_reads_the_caches_last_vocabulary_token():
     parallel = backbone.embed(cfg, params, TOKS[:, :2])
     cache = backbone.init_cache(cfg, B, 4)
     cache = cache._replace(tokens=cache.tokens.at[:, 0].set(TOKS[:, 0]), index=jnp.int32(2))  # slot 1: LATENT
-    np.testing.assert_allclose(backbone.embed(cfg, params, TOKS[:, 1:2], cache), parallel[:, 1:], atol=1e-6)
+    smeared = backbone.embed(cfg, params, TOKS[:, 1:2], cache)
+    assert_fp32_close(smeared, parallel[:, 1:], 1, "smear")  # an embedding, no block
     fresh = backbone.init_cache(cfg, B, 4)
     np.testing.assert_array_equal(
         backbone.embed(cfg, params, TOKS[:, 1:2], fresh), backbone.embed(cfg, params, TOKS[:, 1:2])
@@ -467,7 +493,7 @@ def test_nanochat_init_scheme():
     bound = 3**0.5 * NANOCHAT.hidden_size**-0.5
     assert float(jnp.abs(attn["q_proj"]).max()) <= bound
     np.testing.assert_array_equal(params["resid_lambdas"], np.ones(L))
-    np.testing.assert_allclose(params["x0_lambdas"], np.full(L, 0.1))
+    np.testing.assert_allclose(params["x0_lambdas"], np.full(L, 0.1))  # 0.1 rounded once to fp32: < 1e-7
     assert specs[("resid_lambdas",)].kind == "residual" and specs[("x0_lambdas",)].kind == "skip"
 
 
@@ -486,15 +512,14 @@ def test_value_embeddings_sit_on_alternating_layers_ending_with_the_last():
     assert differs(run(moved, 2), run(params, 2))
 
 
+@pytest.mark.numerics
 def test_resid_scalars_at_one_and_zero_are_the_plain_residual_stream():
     cfg = NANOCHAT.replace(value_embeds=False).validate()
     params = tiny_params(cfg, seed=3)
     params = jax.tree.map(lambda x: x + 0.2 * jax.random.normal(jax.random.PRNGKey(4), x.shape), params)
     plain = {k: v for k, v in params.items() if k not in ("resid_lambdas", "x0_lambdas")}
     neutral = {**params, "resid_lambdas": jnp.ones(L), "x0_lambdas": jnp.zeros(L)}
-    np.testing.assert_allclose(
-        forward(cfg, neutral, TOKS), forward(cfg.replace(resid_scalars=False), plain, TOKS), atol=1e-6
-    )
+    assert_fp32_close(forward(cfg, neutral, TOKS), forward(cfg.replace(resid_scalars=False), plain, TOKS), L)
     assert differs(forward(cfg, params, TOKS), forward(cfg, neutral, TOKS))
     with pytest.raises(ValueError, match="resid_scalars needs the tokens"):
         backbone.run_blocks(cfg, params, backbone.embed(cfg, params, TOKS), 1, 2, **LAYOUT)
