@@ -5,16 +5,19 @@ a release's) differ by round-off only, and XLA:CPU's round-off depends on the ho
 widths and reduction orders follow the instruction set it compiles for. A bound that holds on one CPU by
 luck fails on the next, so every equality test takes its bound from one of two rules:
 
-- By path depth (`assert_fp32_close`): |a - b| <= PER_BLOCK * depth * u * scale, with u = 2^-24 (fp32's
-  unit round-off), `depth` the blocks on the longest path from the inputs to the compared value (passes x
-  layers; a gradient's path runs forward and back: twice its forward's) and `scale` the largest |value| of
-  the reference (for a sum, such as a loss, the sum of its terms' magnitudes: summation's condition).
-  Measured on the tiny models against the float64 references (tests/reference.py), one fp32 path moves by
-  at most ~1.3 u * scale per block on every instruction set tried (native AVX-512, AVX2, SSE4.2); two
-  paths differ by at most the sum, and PER_BLOCK = 4 leaves room above that.
+- By path depth (`assert_fp32_close`): |a - b| <= PER_BLOCK * blocks(depth) * u * scale, with u = 2^-24
+  (fp32's unit round-off), `depth` the layers on the longest path from the inputs to the compared value
+  (passes x layers; a recurrence's chain over its tokens; a gradient's path runs forward and back: twice
+  its forward's), blocks(depth) = 2 depth + 2 its residual sublayers (attention, MLP) and its two ends
+  (embedding, head), and `scale` the largest |value| of the reference (for a sum, such as a loss, the sum
+  of its terms' magnitudes: summation's condition). Measured against float64 (tests/reference.py, the
+  releases' fixtures) on every instruction set tried (native AVX-512, AVX2, SSE4.2), one fp32 path moves by
+  at most ~1.7 u * scale per block (3.4 per layer: the pause model under SSE4.2); two paths differ by at
+  most the sum, and PER_BLOCK = 4 leaves room above that. The release parity table uses the same rule
+  (t2mlr_jax/interop/parity.py: U, PER_BLOCK and blocks live there).
 - Against float64 (`assert_near_f64`): where the computation has a float64 evaluation (the naive loops of
   tests/reference.py, or the same JAX function with x64 on: `in_float64`), an fp32 path passes when
-  |path - f64| <= MULTIPLE * |reference path - f64| + depth * u * scale: no worse than MULTIPLE times the
+  |path - f64| <= MULTIPLE * |reference path - f64| + blocks(depth) * u * scale: no worse than MULTIPLE x the
   error that the fp32 reference path itself makes on this CPU, with one rounding per block as a floor (so
   that a reference path that happens to land on the float64 value does not demand the impossible). This is
   the rule for sums whose terms cancel (a weight's gradient over a batch), where the largest |value| says
@@ -35,8 +38,8 @@ import os
 import jax
 import numpy as np
 
-U = 2.0**-24  # fp32's unit round-off: half the gap between 1 and the next float32
-PER_BLOCK = 4  # the depth rule's round-off per block, in u * scale (two paths, each measured <= ~1.3)
+from t2mlr_jax.interop.parity import PER_BLOCK, U, blocks
+
 MULTIPLE = 4  # the float64 rule: how much worse than the fp32 reference path a path may be
 
 
@@ -45,8 +48,8 @@ def scale_of(reference) -> float:
 
 
 def fp32_bound(depth: int, scale: float) -> float:
-    """The depth rule's bound on |a - b| for two fp32 paths `depth` blocks deep, values up to `scale`."""
-    return PER_BLOCK * depth * U * scale
+    """The depth rule's bound on |a - b| for two fp32 paths `depth` layers deep, values up to `scale`."""
+    return PER_BLOCK * blocks(depth) * U * scale
 
 
 def max_error(a, b) -> float:
@@ -54,7 +57,7 @@ def max_error(a, b) -> float:
 
 
 def assert_fp32_close(got, want, depth: int, what: str = "values", scale: float | None = None) -> float:
-    """`got` and `want`, two fp32 paths `depth` blocks deep, agree to the depth rule; returns the error."""
+    """`got` and `want`, two fp32 paths `depth` layers deep, agree to the depth rule; returns the error."""
     bound = fp32_bound(depth, scale_of(want) if scale is None else scale)
     return _check(max_error(got, want), bound, what)
 
@@ -67,7 +70,7 @@ def assert_near_f64(
     magnitudes (summation's condition), not the result's."""
     assert np.asarray(exact).dtype == np.float64, f"{what}: the exact values are {np.asarray(exact).dtype}"
     scale = scale_of(exact) if scale is None else scale
-    bound = MULTIPLE * max_error(reference, exact) + depth * U * scale
+    bound = MULTIPLE * max_error(reference, exact) + blocks(depth) * U * scale
     return _check(max_error(got, exact), bound, what)
 
 

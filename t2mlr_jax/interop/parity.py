@@ -71,9 +71,7 @@ REFRESH = "refresh_"  # the prefix of its training step's outputs with the KV re
 # and 4.4 from ours), counted per block they are <= 2.1 u x scale apart per block (ratios to the bound
 # <= ~0.55 on every instruction set tried; docs/interop.md).
 U = 2.0**-24  # fp32's unit round-off
-PER_BLOCK = (
-    4  # tests/tolerance.py's: two paths' round-off per block, in u x scale (each measured <= ~1.3-2.3)
-)
+PER_BLOCK = 4  # two paths' round-off per block, in u x scale (each measured <= ~2.1; tests/tolerance.py)
 # A parameter whose release gradient is all zero (no path from the loss reaches it) gets an exact zero in
 # ours too: a bound on "zero", not on fp32 round-off.
 ZERO_GRADIENT = 1e-10

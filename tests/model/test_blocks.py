@@ -452,11 +452,9 @@ def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
             cfg, params, fbp, cache, TOKS[:, t : t + 1], pos[:, t : t + 1], MEMORY[:, t : t + 1]
         )
         got.append(logits)
-    # The memory is an input (no chain through the tokens). Depth 2L, not L: each layer runs its block and
-    # the feedback hook (a residual mix and two projections of the memory into the keys and values), and
-    # on these perturbed weights (+0.2 N(0, 1): a gain over 1 per block) the two paths differ by up to
-    # 22.6 u * scale over the 4 layers (gemma_like, native; 15.5 without the hook), over the rule's 16 at L.
-    assert_fp32_close(jnp.concatenate(got, axis=1), want, 2 * L, "cached decoding")
+    # The memory is an input (no chain through the tokens): the L layers' path (the two paths measured up to
+    # 22.6 u * scale apart, gemma_like, native, on these perturbed weights).
+    assert_fp32_close(jnp.concatenate(got, axis=1), want, L, "cached decoding")
     assert differs(want, forward(cfg, params, TOKS))  # the feedback is on
 
 
