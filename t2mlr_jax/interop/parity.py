@@ -131,6 +131,14 @@ def loss_bound(train_bound: float, loss: float) -> float:
     return 2 * train_bound + PER_BLOCK * U * abs(loss)
 
 
+def recurrence_layers(cfg: ModelConfig, length: int) -> int:
+    """The layers on T²MLR's exact recurrence's longest path over `length` tokens: token 0's stream through
+    layers 0..l_end, each later token's through the window of W layers (fed its predecessor's), the last
+    token's through the rest: L + (length - 1) W. D Jacobi passes reach as deep as D tokens."""
+    l_start, l_end = cfg.layer_range
+    return cfg.num_layers + (length - 1) * (l_end - l_start + 1)
+
+
 def path_layers(cfg: ModelConfig, params: dict, length: int, interleaved_passes: int | None = None) -> dict:
     """The layers on the longest path from the tokens to each output of `our_outputs` on rows of `length`
     tokens (its module docstring's keys: logits, train (its training forward's), decode):
@@ -151,10 +159,12 @@ def path_layers(cfg: ModelConfig, params: dict, length: int, interleaved_passes:
             "train": (1 + (interleaved_passes or 0)) * layers,
         }
     if cfg.recurrence is not None:
-        l_start, l_end = cfg.layer_range
-        window = l_end - l_start + 1
-        exact = layers + (length - 1) * window
-        return {"logits": exact, "decode": exact, "train": layers + cfg.recurrence.d_forward * window}
+        exact = recurrence_layers(cfg, length)
+        return {
+            "logits": exact,
+            "decode": exact,
+            "train": recurrence_layers(cfg, cfg.recurrence.d_forward + 1),
+        }
     return {"logits": layers, "decode": layers, "train": layers}
 
 

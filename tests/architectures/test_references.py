@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.architectures import looped, lrt_forward, pause
+from t2mlr_jax.interop.parity import recurrence_layers
 from t2mlr_jax.model import backbone, recirculation, recurrence
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import RecurrenceConfig
@@ -32,7 +33,6 @@ from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.model.spec import init_from_specs
 from tests import reference
 from tests.architectures.test_lrt import NANO, STATE
-from tests.model.test_recurrence import chain
 from tests.tiny import rel_err, tiny_config
 from tests.tolerance import assert_fp32_close, assert_near_f64
 
@@ -105,7 +105,10 @@ T2MLR = [
 @pytest.mark.parametrize("cfg", T2MLR, ids=["llama", "nanochat"])
 def test_t2mlr_exact_and_jacobi(cfg):
     params = draw(param_specs(cfg))
-    want, depth = reference.t2mlr(cfg, params, TOKS, LAYOUT), chain(cfg, T)  # R through the T tokens
+    want, depth = (
+        reference.t2mlr(cfg, params, TOKS, LAYOUT),
+        recurrence_layers(cfg, T),
+    )  # R through the T tokens
     exact = jax.jit(recurrence.exact_forward, static_argnums=0)(cfg, params, TOKS, layout=LAYOUT).logits
     check(exact, want, depth)
     jacobi = jax.jit(recurrence.jacobi_forward, static_argnums=0, static_argnames=("d_forward", "d_backward"))
@@ -227,7 +230,7 @@ def test_recirculation_single_stack():
     layout = recirculation.single_stack_layout(LAYOUT)
     exact = jax.jit(recurrence.exact_forward, static_argnums=0)
     ours = exact(cfg, {**params, "mixer": {}}, TOKS, layout=layout).logits
-    depth = chain(cfg, T)  # block s's output into the next token's block d + 1
+    depth = recurrence_layers(cfg, T)  # block s's output into the next token's block d + 1
     want = reference.single_stack(LLAMA, params, TOKS, LAYOUT, source=2, destination=1, alpha=0.3)
     check(ours, want, depth)
     wrong = reference.single_stack(

@@ -13,6 +13,7 @@ import pytest
 from jax.sharding import NamedSharding
 
 from t2mlr_jax.experiment import resolve
+from t2mlr_jax.interop.parity import recurrence_layers
 from t2mlr_jax.model.params import param_axes
 from t2mlr_jax.model.recurrence import jacobi_forward, make_layout, relative_change
 from t2mlr_jax.parallel.mesh import make_mesh
@@ -20,7 +21,7 @@ from t2mlr_jax.parallel.placement import param_shardings
 from t2mlr_jax.parallel.rules import partition_spec
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run
-from tests.model.test_recurrence import ce_loss, chain
+from tests.model.test_recurrence import ce_loss
 from tests.tiny import exact, jacobi, tiny_config, tiny_experiment, tiny_params, tokens
 from tests.tolerance import assert_fp32_close
 from tests.train import tiny_task
@@ -82,8 +83,8 @@ def test_unreachable_tolerance_runs_all_d_passes():
     (logits, passes), grads = loss_and_grad(adaptive(1e-30), params, toks, 6, 2)
     (ref, _), ref_grads = loss_and_grad(CFG, params, toks, 6, 2)
     assert int(passes) == 6  # D < T: R moves at every pass
-    assert_fp32_close(logits, ref, chain(CFG, 6), "logits")
-    assert_same_grads(grads, ref_grads, chain(CFG, 6))
+    assert_fp32_close(logits, ref, recurrence_layers(CFG, 6), "logits")
+    assert_same_grads(grads, ref_grads, recurrence_layers(CFG, 6))
 
 
 @pytest.mark.slow
@@ -96,8 +97,8 @@ def test_large_tolerance_stops_after_the_first_detached_pass(b):
     (logits, passes), grads = loss_and_grad(adaptive(1e9), params, toks, 8, b)
     assert int(passes) == 2 + b
     (ref, _), ref_grads = loss_and_grad(CFG, params, toks, 2 + b, b)
-    assert_fp32_close(logits, ref, chain(CFG, 2 + b), "logits")
-    assert_same_grads(grads, ref_grads, chain(CFG, 2 + b))
+    assert_fp32_close(logits, ref, recurrence_layers(CFG, 2 + b), "logits")
+    assert_same_grads(grads, ref_grads, recurrence_layers(CFG, 2 + b))
 
 
 @pytest.mark.numerics
@@ -112,7 +113,9 @@ def test_converged_passes_equal_exact_in_fewer_than_d():
     out = jacobi(cfg, params, toks, layout=layout, d_forward=16, d_backward=2)
     want = exact(cfg, params, toks, layout=layout).logits
     real = np.asarray(seg, bool)
-    assert_fp32_close(np.asarray(out.logits)[real], np.asarray(want)[real], chain(cfg, T), "logits")
+    assert_fp32_close(
+        np.asarray(out.logits)[real], np.asarray(want)[real], recurrence_layers(cfg, T), "logits"
+    )
     assert int(out.jacobi_passes) < T and float(out.jacobi_change) < 1e-6
     capped = jacobi(cfg, params, toks, layout=layout, d_forward=4, d_backward=1)  # 2 detached passes
     assert int(capped.jacobi_passes) == 4 and float(capped.jacobi_change) >= 1e-6  # stopped unconverged
@@ -155,7 +158,7 @@ def test_sharded_over_the_batch_equals_one_device():
         spec = partition_spec(("batch", "length"), toks.shape, mesh)
         (loss, passes), grad = fn(sharded, jax.device_put(toks, NamedSharding(mesh, spec)))
     assert int(passes) == int(ref_passes) < 8
-    depth = chain(cfg, 8)  # at most D = T = 8 passes
+    depth = recurrence_layers(cfg, 8)  # at most D = T = 8 passes
     assert_fp32_close(loss, ref_loss, depth, "loss")
     assert_same_grads(grad, ref_grad, depth)
 

@@ -21,11 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2mlr_jax.interop.parity import recurrence_layers
 from t2mlr_jax.model import layers
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import attend, attention_mask, attention_path
 from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layout
-from tests.model.test_recurrence import chain
 from tests.tiny import tiny_config, tiny_params, tokens
 from tests.tolerance import assert_fp32_close, assert_near_f64
 
@@ -165,8 +165,11 @@ def test_tiny_model_forwards_with_xla_attention_equal_einsum():
     jacobi = jax.jit(jacobi_forward, static_argnums=0, static_argnames=("d_forward", "d_backward"))
     exact = jax.jit(exact_forward, static_argnums=0)
     for run, depth in (  # D = 4 passes; the recurrence over 9 tokens (row 0's document)
-        (lambda c: jacobi(c, params, toks, layout=layout, d_forward=4, d_backward=2), chain(cfg, 4)),
-        (lambda c: exact(c, params, toks, layout=layout), chain(cfg, 9)),
+        (
+            lambda c: jacobi(c, params, toks, layout=layout, d_forward=4, d_backward=2),
+            recurrence_layers(cfg, 4),
+        ),
+        (lambda c: exact(c, params, toks, layout=layout), recurrence_layers(cfg, 9)),
     ):
         want, got = run(cfg.replace(attention_impl="einsum")), run(cfg.replace(attention_impl="xla"))
         assert_fp32_close(got.logits, want.logits, depth, "logits")

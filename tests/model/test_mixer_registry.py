@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from jaxtyping import Array, Float
 
+from t2mlr_jax.interop.parity import recurrence_layers
 from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.mixers import MIXERS, Mixer
 from t2mlr_jax.model.mixers.common import pre_norm
 from t2mlr_jax.model.spec import ParamSpec
 from t2mlr_jax.registry import Registry
-from tests.model.test_recurrence import chain
 from tests.tiny import exact, jacobi, plain, rel_err, tiny_config, tiny_params, tokens
 from tests.tolerance import assert_fp32_close
 
@@ -53,7 +53,7 @@ def test_a_registered_mixer_runs_in_jacobi_and_exact_mode(toy):
     toks = tokens(2, T)
     want = exact(toy, params, toks)
     got = jacobi(toy, params, toks, d_forward=T, d_backward=2)
-    assert_fp32_close(got.logits, want.logits, chain(toy, T), "jacobi")
+    assert_fp32_close(got.logits, want.logits, recurrence_layers(toy, T), "jacobi")
     assert rel_err(plain(toy, params, toks), want.logits) > 1e-2  # the recurrence is on
     # an analytic value: tanh(0.5) rounded in fp32, a few u = 6e-8
     np.testing.assert_allclose(want.gate_stats["recurrent_gate"][:, 1:], np.tanh(0.5), rtol=1e-6)

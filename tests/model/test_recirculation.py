@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2mlr_jax.interop.parity import recurrence_layers
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.generate import T2MLRDecoder, generate_with
 from t2mlr_jax.model.recirculation import (
@@ -25,7 +26,6 @@ from t2mlr_jax.model.recirculation import (
 )
 from t2mlr_jax.model.recirculation_mix import Recirculation
 from t2mlr_jax.model.recurrence import make_layout
-from tests.model.test_recurrence import chain
 from tests.tiny import exact, jacobi, plain, tiny_config, tiny_params, tokens
 from tests.tolerance import assert_fp32_close
 
@@ -147,7 +147,7 @@ def test_decoding_with_the_cache_equals_serial_scoring(prefill):
 @pytest.mark.numerics
 def test_single_stack_is_t2mlr_with_a_parameter_free_mixer():
     by_token = _single(RC, "exact")
-    depth = chain(single_stack_model(CFG, RC), TOKENS.shape[1])
+    depth = recurrence_layers(single_stack_model(CFG, RC), TOKENS.shape[1])
     assert_fp32_close(_single(RC, "jacobi"), by_token, depth, "jacobi")
     reference = plain(CFG, PARAMS, TOKENS)
     assert_fp32_close(by_token[:, 0], reference[:, 0], CFG.num_layers, "first token")  # untouched

@@ -4,13 +4,15 @@ semantics on gradients (the gradient reaches back through exactly the last B ref
 Bounds (tests/tolerance.py): Jacobi and cached decoding are held to the float64 rule against the naive
 float64 recurrence (tests/reference.py), measured against the exact recurrence's own fp32 error; the other
 fp32 pairs (γ = 0 against the backbone, gradients, packed rows against rows alone) to the depth rule, the
-depth counted by `chain`: the recurrence's window once per token, a gradient twice its forward."""
+depth counted by `recurrence_layers` (t2mlr_jax/interop/parity.py): the recurrence's window once per
+token (a Jacobi pass counts as a token), a gradient twice its forward."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2mlr_jax.interop.parity import recurrence_layers
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.fusion import fuse, update_cache
@@ -22,15 +24,6 @@ from tests.tolerance import assert_fp32_close, assert_near_f64
 T = 12
 CFG = tiny_config()
 _decode_step = jax.jit(decode_step, static_argnums=0)
-
-
-def chain(cfg, t):
-    """Blocks on the exact recurrence's longest path over t tokens: R carries each token's output of block
-    l_end into the next token's block l_start, so the window's blocks count once per token, the others
-    once (a Jacobi pass counts as a token: D passes reach as deep as D tokens)."""
-    l_start, l_end = cfg.layer_range
-    window = l_end - l_start + 1
-    return t * window + cfg.num_layers - window
 
 
 def truth(cfg, params, toks, layout=None):
@@ -72,7 +65,7 @@ def test_jacobi_with_enough_passes_equals_exact_equals_decode(l_range):
     cfg = tiny_config().with_recurrence(l_start=l_range[0], l_end=l_range[1])
     params = tiny_params(cfg, gamma=0.8)
     toks = tokens(2, T)
-    want, f64, depth = exact(cfg, params, toks), truth(cfg, params, toks), chain(cfg, T)
+    want, f64, depth = exact(cfg, params, toks), truth(cfg, params, toks), recurrence_layers(cfg, T)
     got = jacobi(cfg, params, toks, d_forward=T, d_backward=2)
     assert_near_f64(got.logits, want.logits, f64, depth, "jacobi")
     assert_near_f64(decode_logits(cfg, params, toks), want.logits, f64, depth, "decode")
@@ -105,7 +98,7 @@ def test_t2mlr_on_nanochat_blocks_modes_agree(l_range):
     cfg = tiny_config(**NANOCHAT_PARTS).with_recurrence(l_start=l_range[0], l_end=l_range[1])
     params = tiny_params(cfg, gamma=0.8)
     toks = tokens(2, T)
-    want, f64, depth = exact(cfg, params, toks).logits, truth(cfg, params, toks), chain(cfg, T)
+    want, f64, depth = exact(cfg, params, toks).logits, truth(cfg, params, toks), recurrence_layers(cfg, T)
     assert_near_f64(jacobi(cfg, params, toks, d_forward=T, d_backward=2).logits, want, f64, depth, "jacobi")
     assert_near_f64(decode_logits(cfg, params, toks), want, f64, depth, "decode")
     backbone_logits = plain(cfg, tiny_params(cfg), toks)  # γ = 0: the backbone
@@ -121,7 +114,7 @@ def test_few_jacobi_passes_are_exact_only_before_position_d():
     got = jacobi(CFG, params, toks, d_forward=d, d_backward=1).logits
     # positions t < d: d passes reach as deep as the recurrence over d tokens
     scale = float(np.abs(want).max())  # the largest logit, as the positions after D are measured
-    assert_fp32_close(got[:, :d], want[:, :d], chain(CFG, d), "positions < D", scale=scale)
+    assert_fp32_close(got[:, :d], want[:, :d], recurrence_layers(CFG, d), "positions < D", scale=scale)
     per_position = np.abs(np.asarray(got - want)).max(axis=(0, 2)) / np.abs(want).max()
     assert per_position[d:].min() > 1e-4  # the later ones are not yet the recurrence
 
@@ -143,7 +136,7 @@ def test_jacobi_full_gradient_equals_exact_full_bptt():
     toks = tokens(2, 8)
     g_jacobi = ce_grad(lambda p: jacobi(CFG, p, toks, d_forward=8, d_backward=8).logits, params, toks)
     g_exact = ce_grad(lambda p: exact(CFG, p, toks).logits, params, toks)
-    depth = 2 * chain(CFG, 8)  # forward and back
+    depth = 2 * recurrence_layers(CFG, 8)  # forward and back
     for path, a in jax.tree_util.tree_leaves_with_path(g_jacobi):  # each leaf at its own scale
         assert_fp32_close(a, _get(g_exact, path), depth, jax.tree_util.keystr(path))
 
@@ -188,7 +181,7 @@ def test_gradient_truncation_matches_the_spec(d, b):
     toks = tokens(2, 8)
     g = ce_grad(lambda p: jacobi(CFG, p, toks, d_forward=d, d_backward=b).logits, params, toks)
     g_ref = ce_grad(lambda p: reference_jacobi(CFG, p, toks, d, b), params, toks)
-    depth = 2 * chain(CFG, d)  # D passes forward, and back
+    depth = 2 * recurrence_layers(CFG, d)  # D passes forward, and back
     for path, a in jax.tree_util.tree_leaves_with_path(g):  # each leaf at its own scale
         assert_fp32_close(a, _get(g_ref, path), depth, jax.tree_util.keystr(path))
 
@@ -213,7 +206,9 @@ def test_b0_lower_layers_get_gradient_only_through_the_final_pass():
     g = ce_grad(lambda p: jacobi(CFG, p, toks, d_forward=4, d_backward=0).logits, params, toks)
     g_ref = ce_grad(final_pass_only, params, toks)
     lower = lambda t: jax.tree.map(lambda a: a[:1], t["layers"])
-    depth = 2 * chain(CFG, 4)  # R<D> after 4 passes, then forward and back (each leaf at its own scale)
+    depth = 2 * recurrence_layers(
+        CFG, 4
+    )  # R<D> after 4 passes, then forward and back (each leaf at its own scale)
     for path, a in jax.tree_util.tree_leaves_with_path(lower(g)):
         assert_fp32_close(a, _get(lower(g_ref), path), depth, jax.tree_util.keystr(path))
     assert max(float(np.abs(a).max()) for a in jax.tree.leaves(lower(g))) > 0
@@ -242,11 +237,11 @@ def test_exact_truncated_bptt_equals_jacobi_gradient(bptt):
     toks = tokens(2, 6)
     g_exact = ce_grad(lambda p: exact(CFG, p, toks, bptt=bptt).logits, params, toks)
     g_jacobi = ce_grad(lambda p: jacobi(CFG, p, toks, d_forward=6, d_backward=bptt).logits, params, toks)
-    depth = 2 * chain(CFG, 6)  # forward and back
+    depth = 2 * recurrence_layers(CFG, 6)  # forward and back
     for path, a in jax.tree_util.tree_leaves_with_path(g_exact):  # each leaf at its own scale
         assert_fp32_close(a, _get(g_jacobi, path), depth, jax.tree_util.keystr(path))
     values = exact(CFG, params, toks, bptt=bptt).logits
-    assert_fp32_close(values, exact(CFG, params, toks).logits, chain(CFG, 6), "values")
+    assert_fp32_close(values, exact(CFG, params, toks).logits, recurrence_layers(CFG, 6), "values")
 
 
 def packed_and_alone(cfg, params, forward, lengths=(5, 3, 4)):
@@ -272,7 +267,9 @@ def test_packed_documents_equal_documents_alone(mode):
     }[mode]
     params = tiny_params(CFG, gamma=0.8)
     logits, alone = packed_and_alone(CFG, params, forward)
-    depth = CFG.num_layers if mode == "backbone" else chain(CFG, 5)  # the longest document: 5 tokens
+    depth = (
+        CFG.num_layers if mode == "backbone" else recurrence_layers(CFG, 5)
+    )  # the longest document: 5 tokens
     assert_fp32_close(logits, alone, depth, "packed")
 
 
@@ -288,7 +285,7 @@ def test_mixed_control_flow_rows_behave_as_if_alone():
     layout = make_layout(toks, pos, seg, cf)
     want = exact(CFG, params, toks, layout=layout).logits
     got = jacobi(CFG, params, toks, layout=layout, d_forward=8, d_backward=0).logits
-    real, depth = np.asarray(seg, bool), chain(CFG, 8)
+    real, depth = np.asarray(seg, bool), recurrence_layers(CFG, 8)
     assert_fp32_close(np.asarray(got)[real], np.asarray(want)[real], depth, "jacobi")
     for i in range(3):
         n = int(seg[i].sum())
