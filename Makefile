@@ -39,7 +39,7 @@ test-fast: lint
 
 # The numerics tests (setup.cfg's marker: fp32 equalities under derived bounds, tests/tolerance.py) under the
 # native instruction set, AVX2 and SSE4.2, then each bound's headroom (error / bound) per set, tabulated.
-ISA_RUNS ?= runs/isa
+ISA_RUNS ?= $(CURDIR)/runs/isa
 test-isa: $(VENV)/.test
 	mkdir -p $(ISA_RUNS) && rm -f $(ISA_RUNS)/*.jsonl
 	failed=0; for isa in native AVX2 SSE4_2; do \
