@@ -55,19 +55,19 @@ Sizes (nanochat: karpathy/nanochat's own GPT, --release_src a checkout of it at
 window; prefill 4) and d12, its default GPTConfig (as lrt's d12, windows 768 / 2048; tokens 1 x 64).
 
 Pass / fail, per size: each figure within its bound, derived from the depth of its path rather than
-fixed (t2mlr_jax.interop.parity: fp32 round-off follows the instruction set XLA:CPU compiles for, so a
+fixed (t2mlr_jax.interop.parity; fp32 round-off follows the instruction set XLA:CPU compiles for, so a
 fixed bound that holds on one CPU fails on another): max |Δ| <= 4 x blocks x u x max |release logit| for
 the logits, each training pass's and the cached decode, u = 2^-24 and blocks = 2 x layers + 2 on the
-longest path from the tokens (a plain model's L layers; T²MLR's exact recurrence L + (T - 1) W over a W-layer
-window, its Jacobi iteration L + D W; the LRT's sequential inference T L, its training (1 + N) L;
-PonderLM-2's passes x L); each gradient relative to its max |release gradient| within twice its training
-forward's blocks (a parameter whose release gradient is all zero: max |Δ| <= 1e-10, reported apart); |Δ
-loss| <= 2 x the training logits' bound + 4 u |loss|; the export's state dict equal and the release's
-logits on it bitwise equal to those on its own checkpoint. Each figure's error / bound is its "ratio",
-the table's last figure column the size's worst. At t2mlr's smollm135m (L 30, W 6, T 64, D 16), the
-logits' bound is 1.9e-4 of max |logit| (408 layers, 818 blocks: the exact recurrence) and the Jacobi
-training forward's 6.1e-5 (126 layers), its gradients' 1.2e-4; a float64
-run of the release decides where a row has little room (docs/interop.md).
+longest path from the tokens (a plain model's L layers; T²MLR's exact recurrence L + (T - 1) W over a
+W-layer window, its Jacobi iteration L + D W; the LRT's sequential inference T L, its training (1 + N) L;
+PonderLM-2's passes x L); each gradient within twice its training forward's blocks, relative to its
+layer's largest |release gradient| (a parameter whose release gradient is all zero: max |Δ| <= 1e-10,
+reported apart); |Δ loss| <= 2 x the training logits' bound + 4 u |loss|; the export's state dict equal
+and the release's logits on it bitwise equal to those on its own checkpoint. Each figure's error / bound
+is its "ratio", the table's "worst error / bound" the size's largest. At t2mlr's smollm135m (L 30, W 6, T
+64, D 16) the logits' bound is 2.0e-4 of max |logit| (408 layers: the exact recurrence), the Jacobi
+training forward's 6.1e-5 (126 layers) and the gradients' 1.2e-4; where a row has little room a float64
+run of the release decides (docs/interop.md).
 
 Writes OUT/parity.json (every figure, the release's commit, torch / jax versions, sizes, the command) and
 OUT/parity.md (one table row per size), and prints the table. OUT must be new or empty, unless

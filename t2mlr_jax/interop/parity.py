@@ -111,17 +111,22 @@ def layer_of(key: str) -> str:
     return key if numeric is None else ".".join(parts[: numeric + 1])
 
 
-def gradient_scales(tops: Mapping[str, float]) -> dict[str, float]:
-    """Each key's gradient scale, from `tops` (key -> its max |release gradient|): the largest over its
-    layer's keys (`layer_of`). A weight's gradient is a sum over positions (a gain's over channels too) of
-    products of the layer's back-propagated errors and its activations: its round-off is made at those
-    products' size, which the layer's largest gradient shows, while a sum that cancels can end far below it
-    (the T²MLR fixture's ReZero gain rezero_gamma_input_gate: 8.3e-3 at D 3 against its twin's 0.48, and
-    its error 270-400 u of its own size under SSE4.2 and natively)."""
+def gradient_scales(tops: Mapping[str, float], sizes: Mapping[str, int]) -> dict[str, float]:
+    """Each key's gradient scale, from `tops` (key -> its max |release gradient|) and `sizes` (key -> its
+    entries): a weight's gradient is a sum over positions of products of its layer's back-propagated
+    errors and activations, its round-off made at those products' size, which the largest gradient of its
+    layer (`layer_of`) shows, while a sum that cancels can end far below it; a gain (at most one entry per
+    layer: ReZero's gammas, nanochat's resid / x0 / smear / backout lambdas) sums over every position and
+    channel of the stream, and is held to the model's largest gradient (the LRT release's d12 x0_lambdas:
+    max 1.35e-2 against the model's 0.15, its error 250 u of its own size; the T²MLR fixture's
+    rezero_gamma_input_gate: 8.3e-3 at D 3 against its twin's 0.48, its error 270-400 u of its own)."""
     layers: dict[str, float] = {}
     for key, top in tops.items():
         layers[layer_of(key)] = max(layers.get(layer_of(key), 0.0), top)
-    return {key: layers[layer_of(key)] for key in tops}
+    numbered = {layer for layer in layers if layer[-1].isdigit()}
+    count = len({layer.rsplit(".", 1)[1] for layer in numbered}) or 1
+    model = max(tops.values(), default=0.0)
+    return {key: model if sizes[key] <= count else layers[layer_of(key)] for key in tops}
 
 
 def loss_bound(train_bound: float, loss: float) -> float:
@@ -356,8 +361,9 @@ def loss_and_gradient_figures(
     our_keys = {k.removeprefix(GRAD) for k in ours if k.startswith(GRAD)}
     their_keys = {k.removeprefix(GRAD) for k in theirs if k.startswith(GRAD)}
     relative, zero = {}, {}
-    tops = {key: float(np.abs(np.asarray(theirs[GRAD + key])).max()) for key in our_keys & their_keys}
-    scales = gradient_scales(tops)
+    common = our_keys & their_keys
+    tops = {key: float(np.abs(np.asarray(theirs[GRAD + key])).max()) for key in common}
+    scales = gradient_scales(tops, {key: int(np.size(theirs[GRAD + key])) for key in common})
     for key in sorted(our_keys & their_keys):
         diff = max_abs_diff(ours[GRAD + key], theirs[GRAD + key])
         if tops[key] == 0:

@@ -18,7 +18,7 @@ from transformers import (
     Qwen3Config,
 )
 
-from t2mlr_jax.interop.parity import blocks, gradient_scales, loss_bound, relative_bound
+from t2mlr_jax.interop.parity import gradient_scales, loss_bound, relative_bound
 from tests.tolerance import assert_fp32_close, max_error, record, scale_of
 
 
@@ -167,16 +167,18 @@ def assert_parity(got, want, layers: int, what: str, scale: float | None = None)
     """`got` and `want`, two fp32 evaluations of one model (ours, a release's or torch's), within the depth
     rule for a path `layers` layers deep, relative to `scale` (default max |want|); returns the error."""
     scale = None if scale is None else float(scale)  # a numpy scalar would not reach the JSON record
-    return assert_fp32_close(got, want, blocks(layers), what, scale)
+    return assert_fp32_close(got, want, layers, what, scale)
 
 
 def assert_grads_parity(ours: dict, theirs: dict, layers: int, what: str = "gradient") -> None:
-    """Every key's gradient within the depth rule of its path: the training forward (`layers` deep) and
-    back, twice its blocks, relative to its layer's max |release gradient| (parity.gradient_scales)."""
+    """Every key's gradient within the depth rule of its path, the training forward (`layers` deep) and
+    back: twice its blocks (parity.gradient_bound; 2 L + 1 layers' blocks), relative to its layer's max
+    |release gradient|, a gain's to the model's (parity.gradient_scales)."""
     assert sorted(ours) == sorted(theirs)
-    scales = gradient_scales({key: float(np.abs(value).max()) for key, value in theirs.items()})
+    tops = {key: float(np.abs(value).max()) for key, value in theirs.items()}
+    scales = gradient_scales(tops, {key: int(np.size(value)) for key, value in theirs.items()})
     for key, value in theirs.items():
-        assert_fp32_close(ours[key], value, 2 * blocks(layers), f"{what} {key}", scales[key])
+        assert_fp32_close(ours[key], value, 2 * layers + 1, f"{what} {key}", scales[key])
 
 
 def assert_loss_parity(ours, theirs, train_logits, layers: int, what: str = "loss") -> float:
