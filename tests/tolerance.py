@@ -49,7 +49,7 @@ def scale_of(reference) -> float:
 
 def fp32_bound(depth: int, scale: float) -> float:
     """The depth rule's bound on |a - b| for two fp32 paths `depth` layers deep, values up to `scale`."""
-    return PER_BLOCK * blocks(depth) * U * scale
+    return float(PER_BLOCK * blocks(depth) * U * scale)
 
 
 def max_error(a, b) -> float:
