@@ -46,6 +46,24 @@ def table(runs: dict[str, dict]) -> list[str]:
     return lines
 
 
+def by_file(runs: dict[str, dict]) -> list[str]:
+    """Each test file's bounds: how many, and the worst error / bound under each set."""
+    names, files = list(runs), {}
+    for name, run in runs.items():
+        for (test, _), ratio in run.items():
+            worst = files.setdefault(test.split("::")[0].removeprefix("tests/"), {})
+            worst[name] = max(worst.get(name, 0.0), ratio)
+    counts = {}
+    for test, _ in {key for run in runs.values() for key in run}:
+        file = test.split("::")[0].removeprefix("tests/")
+        counts[file] = counts.get(file, 0) + 1
+    lines = ["| file | bounds | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
+    for file in sorted(files, key=lambda f: -max(files[f].values())):
+        cells = [f"{files[file][name]:.3f}" if name in files[file] else "-" for name in names]
+        lines.append(f"| `{file}` | {counts[file]} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -67,6 +85,12 @@ def main() -> None:
     lines = [
         "Largest error / bound: " + ", ".join(f"{name} {value:.3f}" for name, value in worst.items()),
         f"Moved between the sets: {len(moved)} of {len(moves(bounds))} bounds{most}",
+        "",
+        "By file (the worst error / bound of its bounds):",
+        "",
+        *by_file(bounds),
+        "",
+        "Every bound:",
         "",
         *table(bounds),
         "",
