@@ -19,7 +19,7 @@ from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.parallel.mesh import make_mesh
 from t2mlr_jax.train import build_data, init_from, trainer
 from tests.in_process import run_main
-from tests.tolerance import fp32_bound
+from tests.tolerance import assert_within, fp32_bound
 
 build = build_data.build_data_source
 
@@ -113,7 +113,7 @@ def test_eval_mode_scores_a_gguf_with_only_eval_text_as_transformers(
     # 1-Lipschitz in the max norm), the depth rule (tests/tolerance.py) over its layers at its largest logit;
     # the perplexity's log and bits per byte (relative to a mean NLL above 1) by no more.
     bound = 2 * fp32_bound(model.config.num_hidden_layers, float(logits.abs().max()))
-    assert abs(metrics["loss"] - reference["loss"]) <= bound, (metrics["loss"], reference["loss"])
+    assert_within(abs(metrics["loss"] - reference["loss"]), bound, "loss")
     assert reference["loss"] > 1
     for key in ("perplexity", "bpb"):
-        assert abs(math.log(metrics[key] / reference[key])) <= bound, (key, metrics[key], reference[key])
+        assert_within(abs(math.log(metrics[key] / reference[key])), bound, f"log {key}")

@@ -82,6 +82,12 @@ def in_float64(fn, *args):
         return jax.device_get(fn(*jax.tree.map(widen, args)))
 
 
+def assert_within(error: float, bound: float, what: str) -> float:
+    """A figure derived from fp32 paths (a loss, a metric's log) within a bound derived from the rules;
+    recorded like every check; returns the error."""
+    return _check(float(error), float(bound), what)
+
+
 def _check(error: float, bound: float, what: str) -> float:
     record(what, error, bound)
     assert error <= bound, f"{what}: max |error| {error:.3g} > its bound {bound:.3g} ({error / bound:.2f}x)"
@@ -92,7 +98,7 @@ def record(what: str, error: float, bound: float) -> None:
     """One check's headroom, appended to $T2MLR_HEADROOM when set (both xdist workers may append)."""
     path = os.environ.get("T2MLR_HEADROOM")
     if path:
-        test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0].split("@")[0]  # no xdist group
         line = json.dumps({"test": test, "what": what, "error": error, "bound": bound}) + "\n"
         with open(path, "a") as out:
             out.write(line)
