@@ -38,7 +38,7 @@ import os
 import jax
 import numpy as np
 
-from t2mlr_jax.interop.parity import PER_BLOCK, U, blocks
+from t2mlr_jax.interop.parity import PER_BLOCK, U, blocks, max_abs_diff
 
 MULTIPLE = 4  # the float64 rule: how much worse than the fp32 reference path a path may be
 
@@ -52,14 +52,10 @@ def fp32_bound(depth: int, scale: float) -> float:
     return float(PER_BLOCK * blocks(depth) * U * scale)
 
 
-def max_error(a, b) -> float:
-    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
-
-
 def assert_fp32_close(got, want, depth: int, what: str = "values", scale: float | None = None) -> float:
     """`got` and `want`, two fp32 paths `depth` layers deep, agree to the depth rule; returns the error."""
     bound = fp32_bound(depth, scale_of(want) if scale is None else scale)
-    return _check(max_error(got, want), bound, what)
+    return _check(max_abs_diff(got, want), bound, what)
 
 
 def assert_near_f64(
@@ -70,8 +66,8 @@ def assert_near_f64(
     magnitudes (summation's condition), not the result's."""
     assert np.asarray(exact).dtype == np.float64, f"{what}: the exact values are {np.asarray(exact).dtype}"
     scale = scale_of(exact) if scale is None else scale
-    bound = MULTIPLE * max_error(reference, exact) + blocks(depth) * U * scale
-    return _check(max_error(got, exact), bound, what)
+    bound = MULTIPLE * max_abs_diff(reference, exact) + blocks(depth) * U * scale
+    return _check(max_abs_diff(got, exact), bound, what)
 
 
 def in_float64(fn, *args):

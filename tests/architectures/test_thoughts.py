@@ -17,6 +17,7 @@ import pytest
 
 from t2mlr_jax.architectures import ARCHITECTURES, lrt, lrt_forward, thought_slots
 from t2mlr_jax.experiment import resolve
+from t2mlr_jax.interop.parity import max_abs_diff
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.recurrence import Layout, Output, make_layout
@@ -24,7 +25,7 @@ from t2mlr_jax.train.init_from import architecture
 from tests import reference
 from tests.architectures.test_lrt import LAYOUT, NANO, STATE, TOKS, B, _params, exact, refine
 from tests.tiny import tiny_experiment
-from tests.tolerance import assert_fp32_close, assert_near_f64, max_error
+from tests.tolerance import assert_fp32_close, assert_near_f64
 from tests.train.test_build_data import load_config
 from tests.train.tiny_task import tiny_batch
 
@@ -75,7 +76,7 @@ def test_cached_decoding_equals_enough_parallel_refinement_passes(cfg, k):
     passes = refine_k(cfg, params, TOKS4, LAYOUT4, N * (k + 1), k).logits
     assert len(passes) == N * (k + 1)  # one logits per refinement pass: the initialisation pass has none
     assert_near_f64(passes[-1], want, _truth(cfg, params, LAYOUT4, k), depth, "refinement passes")
-    assert max_error(passes[0], want) > 1e-3  # one refinement is not yet the recurrence
+    assert max_abs_diff(passes[0], want) > 1e-3  # one refinement is not yet the recurrence
     # Cached decoding, fed the same tokens (a 2-token prompt, then one per step; one document per row, as
     # generation runs), gives the exact recurrence's logits.
     decoded = generation.teacher_forced(lrt_forward.LRTDecoder(cfg, k), (params, {"mlp": STATE}), TOKS4, 2)

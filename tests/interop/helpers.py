@@ -18,8 +18,8 @@ from transformers import (
     Qwen3Config,
 )
 
-from t2mlr_jax.interop.parity import gradient_scales, loss_bound, relative_bound
-from tests.tolerance import assert_fp32_close, max_error, record, scale_of
+from t2mlr_jax.interop.parity import gradient_scales, loss_bound, max_abs_diff, relative_bound
+from tests.tolerance import assert_fp32_close, assert_within, record, scale_of
 
 
 def tiny_llama_config(kv_heads: int = 2, tied: bool = True) -> LlamaConfig:
@@ -163,13 +163,6 @@ def save_release_style(
 # output's longest path), the same rule tools/release_parity.py holds the releases to.
 
 
-def assert_parity(got, want, layers: int, what: str, scale: float | None = None) -> float:
-    """`got` and `want`, two fp32 evaluations of one model (ours, a release's or torch's), within the depth
-    rule for a path `layers` layers deep, relative to `scale` (default max |want|); returns the error."""
-    scale = None if scale is None else float(scale)  # a numpy scalar would not reach the JSON record
-    return assert_fp32_close(got, want, layers, what, scale)
-
-
 def assert_grads_parity(ours: dict, theirs: dict, layers: int, what: str = "gradient") -> None:
     """Every key's gradient within the depth rule of its path, the training forward (`layers` deep) and
     back: twice its blocks (parity.gradient_bound; 2 L + 1 layers' blocks), relative to its layer's max
@@ -185,10 +178,7 @@ def assert_loss_parity(ours, theirs, train_logits, layers: int, what: str = "los
     """|Δ loss| within parity.loss_bound: 2 x the training logits' bound (`train_logits` the release's,
     `layers` their path) plus one block of the loss's own round-off."""
     bound = loss_bound(relative_bound(layers) * scale_of(train_logits), float(theirs))
-    error = abs(float(ours) - float(theirs))
-    record(what, error, bound)
-    assert error <= bound, f"{what}: |Δ| {error:.3g} > its bound {bound:.3g}"
-    return error
+    return assert_within(abs(float(ours) - float(theirs)), bound, what)
 
 
 def assert_planted_fails(
@@ -196,7 +186,7 @@ def assert_planted_fails(
 ) -> None:
     """A planted mistake (a moved weight, a convention dropped) fails: its error is above its own margin
     (absolute) and above the depth rule's bound that the unchanged model is held to."""
-    error = max_error(got, want)
+    error = max_abs_diff(got, want)
     bound = relative_bound(layers) * (scale_of(want) if scale is None else scale)
     assert error > margin and error > bound, f"{what}: planted error {error:.3g} <= {max(margin, bound):.3g}"
 

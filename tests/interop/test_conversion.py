@@ -33,7 +33,6 @@ from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.recurrence import exact_forward, make_layout
 from tests.interop.helpers import (
     ReleaseGatedMixer,
-    assert_parity,
     assert_planted_fails,
     save_release_style,
     state_dicts_identical,
@@ -42,6 +41,7 @@ from tests.interop.helpers import (
     trees_identical,
 )
 from tests.tiny import interop_config, random_params
+from tests.tolerance import assert_fp32_close
 
 TOKENS = np.random.default_rng(0).integers(0, 61, (2, 10))
 
@@ -80,13 +80,13 @@ def test_hf_logits_match_transformers(tmp_path, kv_heads, tied):
     ours = np.asarray(backbone.forward(cfg, params, jnp.asarray(TOKENS)))
     with torch.no_grad():
         theirs = model(torch.as_tensor(TOKENS)).logits.numpy()
-    assert_parity(ours, theirs, cfg.num_layers, "logits")
+    assert_fp32_close(ours, theirs, cfg.num_layers, "logits")
     # ... and transformers loads our export unchanged, computing the same logits.
     save_hf(cfg, params, tmp_path / "export")
     reloaded = LlamaForCausalLM.from_pretrained(tmp_path / "export", dtype=torch.float32).eval()
     with torch.no_grad():
         exported = reloaded(torch.as_tensor(TOKENS)).logits.numpy()
-    assert_parity(exported, ours, cfg.num_layers, "transformers on our export")
+    assert_fp32_close(exported, ours, cfg.num_layers, "transformers on our export")
 
 
 def test_sharded_safetensors_and_plain_bin_load(tmp_path):
@@ -158,7 +158,7 @@ def assert_matches_torch_reference(cfg, params, folder):
             make_layout(jnp.asarray(TOKENS), control_flow=jnp.asarray(control)),
         )
         theirs = reference(torch.as_tensor(TOKENS), torch.as_tensor(control)).numpy()
-        assert_parity(ours, theirs, layers, "exact recurrence vs the torch reference")
+        assert_fp32_close(ours, theirs, layers, "exact recurrence vs the torch reference")
     return np.asarray(backbone.forward(cfg, params, jnp.asarray(TOKENS))), theirs
 
 
@@ -192,7 +192,7 @@ def test_the_torch_reference_needs_no_jax(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     ours = exact_logits(cfg, params, jnp.asarray(TOKENS), make_layout(jnp.asarray(TOKENS)))
     layers = path_layers(cfg, params, TOKENS.shape[1])["logits"]
-    assert_parity(ours, np.load(tmp_path / "logits.npy"), layers, "torch reference without jax")
+    assert_fp32_close(ours, np.load(tmp_path / "logits.npy"), layers, "torch reference without jax")
 
 
 @pytest.mark.numerics
@@ -216,7 +216,7 @@ def test_release_written_folder_imports_and_round_trips(tmp_path):
     ours = np.asarray(exact_logits(loaded_cfg, params, jnp.asarray(TOKENS), make_layout(jnp.asarray(TOKENS))))
     reference = T2MLRReference.from_pretrained(tmp_path / "release")(torch.as_tensor(TOKENS)).numpy()
     layers = path_layers(loaded_cfg, params, TOKENS.shape[1])["logits"]
-    assert_parity(ours, reference, layers, "release-written folder vs the torch reference")
+    assert_fp32_close(ours, reference, layers, "release-written folder vs the torch reference")
 
 
 def test_settings_a_release_config_omits_take_the_release_defaults():
@@ -261,7 +261,7 @@ def test_every_release_mixer_round_trips_and_matches_the_torch_reference(tmp_pat
     assert cfg_back == cfg and trees_identical(params_back, params)
     plain, theirs = assert_matches_torch_reference(cfg, params, tmp_path / "t2mlr")
     if mixer == "none":  # the plain transformer: its forward is the reference's, its 4 layers deep
-        assert_parity(plain, theirs, cfg.num_layers, "mixer none: the plain forward")
+        assert_fp32_close(plain, theirs, cfg.num_layers, "mixer none: the plain forward")
     else:
         layers = path_layers(cfg, params, TOKENS.shape[1])["logits"]
         assert_planted_fails(plain, theirs, layers, 1e-2, f"mixer {mixer}: the plain forward")

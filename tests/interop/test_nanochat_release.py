@@ -38,8 +38,9 @@ from t2mlr_jax.model import backbone
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train import init_from
-from tests.interop.helpers import assert_grads_parity, assert_loss_parity, assert_parity, assert_planted_fails
+from tests.interop.helpers import assert_grads_parity, assert_loss_parity, assert_planted_fails
 from tests.tiny import score
+from tests.tolerance import assert_fp32_close
 
 FIXTURE = Path(__file__).parent / "fixtures/lrt_release_vanilla"
 RELEASE = dict(np.load(FIXTURE / "release.npz"))
@@ -71,7 +72,7 @@ def test_the_release_checkpoint_reads_as_our_nanochat_backbone():
 def test_logits_match_the_release(imported):
     cfg, params = imported
     assert path_layers(cfg, params, TOKENS.shape[1])["logits"] == LAYERS
-    assert_parity(backbone.forward(cfg, params, TOKENS), RELEASE["logits"], LAYERS, "logits")
+    assert_fp32_close(backbone.forward(cfg, params, TOKENS), RELEASE["logits"], LAYERS, "logits")
 
 
 @pytest.mark.numerics
@@ -89,7 +90,9 @@ def test_loss_and_every_gradient_match_the_release(imported):
 def test_cached_decode_matches_the_releases(imported):
     cfg, params = imported
     decoded = teacher_forced(T2MLRDecoder(cfg), params, TOKENS, PREFILL)
-    assert_parity(decoded, RELEASE["decode"], LAYERS, "cached decode", scale=np.abs(RELEASE["logits"]).max())
+    assert_fp32_close(
+        decoded, RELEASE["decode"], LAYERS, "cached decode", scale=np.abs(RELEASE["logits"]).max()
+    )
 
 
 @pytest.mark.numerics
@@ -162,9 +165,9 @@ def test_the_interleaved_model_is_our_lrt_and_its_sequential_logits_match(interl
     ]
     tokens = jnp.asarray(SEQUENTIAL["tokens"])
     exact = lrt_forward.exact_forward(lrt, params, tokens, make_layout(tokens)).logits
-    assert_parity(exact, SEQUENTIAL["logits"], SEQUENTIAL_LAYERS, "sequential logits")
+    assert_fp32_close(exact, SEQUENTIAL["logits"], SEQUENTIAL_LAYERS, "sequential logits")
     decoded = teacher_forced(lrt_forward.LRTDecoder(lrt), (params, {}), tokens, PREFILL)
-    assert_parity(decoded, SEQUENTIAL["logits"], SEQUENTIAL_LAYERS, "cached decode")
+    assert_fp32_close(decoded, SEQUENTIAL["logits"], SEQUENTIAL_LAYERS, "cached decode")
     # the triple gate's split matters: swapping its local and feedback halves moves the logits
     gate = params["lrt"]["gate"]
     k = lrt.model.num_kv_heads
@@ -205,7 +208,7 @@ def test_arch_lrt_starts_from_the_releases_interleaved_checkpoint():
     loaded = jax.tree.map(jnp.asarray, init_from.start_weights(typed, arch)())  # host arrays, placed
     params = {**arch.init(jax.random.PRNGKey(0)), **loaded}
     logits = score(arch, params, jnp.asarray(SEQUENTIAL["tokens"]))
-    assert_parity(logits, SEQUENTIAL["logits"], SEQUENTIAL_LAYERS, "arch lrt's evaluation")
+    assert_fp32_close(logits, SEQUENTIAL["logits"], SEQUENTIAL_LAYERS, "arch lrt's evaluation")
 
 
 @pytest.mark.slow
@@ -219,7 +222,7 @@ def test_interleaved_training_matches_the_releases_training_step(interleaved):
     tokens = jnp.asarray(SEQUENTIAL["tokens"])
     refresh_loss, refresh_logits = interleaved_forward(lrt, params, tokens, PASSES, True)
     for p, ours in enumerate(refresh_logits):
-        assert_parity(ours, SEQUENTIAL[f"refresh_logits:{p}"], TRAIN_LAYERS, f"refresh pass {p}")
+        assert_fp32_close(ours, SEQUENTIAL[f"refresh_logits:{p}"], TRAIN_LAYERS, f"refresh pass {p}")
     passes = [SEQUENTIAL[f"train_logits:{p}"] for p in range(1 + PASSES)]
     deepest = max(np.abs(pass_logits).max() for pass_logits in passes)  # the loss's logits' scale
     refresh = max(np.abs(SEQUENTIAL[f"refresh_logits:{p}"]).max() for p in range(1 + PASSES))
@@ -228,7 +231,7 @@ def test_interleaved_training_matches_the_releases_training_step(interleaved):
     assert len(logits) == len(SEQUENTIAL["pass_losses"]) == 1 + PASSES == 3
     targets = [tokens[:, 1:]] + [tokens[:, 1 + i :: PASSES] for i in range(PASSES)]
     for p, (ours, target) in enumerate(zip(logits, targets, strict=True)):
-        assert_parity(ours, passes[p], TRAIN_LAYERS, f"training pass {p}")
+        assert_fp32_close(ours, passes[p], TRAIN_LAYERS, f"training pass {p}")
         ce = optax.softmax_cross_entropy_with_integer_labels(ours, target).mean()
         assert_loss_parity(ce, SEQUENTIAL["pass_losses"][p], passes[p], TRAIN_LAYERS, f"pass {p} loss")
     assert_loss_parity(loss, SEQUENTIAL["loss"], deepest, TRAIN_LAYERS)
@@ -246,7 +249,7 @@ def test_a_perturbed_feedback_weight_fails_the_training_check(interleaved):
     key = "interleaved_key_projections.1.W_v.weight"
     params = from_nanochat_state(lrt.model, {**state, key: state[key] + 1e-2}, interleaved=True)
     (_, logits), grads = interleaved_training(lrt, params, jnp.asarray(SEQUENTIAL["tokens"]), PASSES, False)
-    assert_parity(logits[0], SEQUENTIAL["train_logits:0"], TRAIN_LAYERS, "unmoved pass 0")
+    assert_fp32_close(logits[0], SEQUENTIAL["train_logits:0"], TRAIN_LAYERS, "unmoved pass 0")
     assert_planted_fails(logits[1], SEQUENTIAL["train_logits:1"], TRAIN_LAYERS, 1e-3, "moved pass 1")
     moved = to_nanochat_state(lrt.model, grads)["transformer.h.0.attn.c_q.weight"]
     theirs = SEQUENTIAL["grad:transformer.h.0.attn.c_q.weight"]
