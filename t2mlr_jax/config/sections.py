@@ -75,11 +75,11 @@ class Sectioned:
 
 
 def non_negative_rates(where: str, settings) -> None:
-    """Every learning rate (a field named lr, *_lr or *_lr_multiplier) >= 0 and finite: a negative rate
-    would ascend the loss without a word."""
+    """Every learning rate (a field named lr, lr_multiplier, *_lr or *_lr_multiplier) >= 0 and finite: a
+    negative rate would ascend the loss without a word."""
     for field in dataclasses.fields(settings):
         value = getattr(settings, field.name)
-        if (field.name == "lr" or field.name.endswith(("_lr", "_lr_multiplier"))) and not (
+        if (field.name in ("lr", "lr_multiplier") or field.name.endswith(("_lr", "_lr_multiplier"))) and not (
             0 <= float(value) < float("inf")
         ):
             raise ValueError(f"{where}.{field.name} must be >= 0 (and finite), got {value}")
@@ -127,6 +127,9 @@ class Optimizer(Sectioned):
 
     name: str = "adamw"  # adamw | muon
     lr: float = 5e-4  # the schedule's peak (adamw: its lr; muon: only normalises, multiplier = schedule / lr)
+    # every rate of the recipe x this (adamw's lr, each muon group's): the one knob an LR sweep turns
+    # (experiments/lr_sweep.py), so that a recipe's rates keep their ratios
+    lr_multiplier: float = 1.0
     schedule: str = "cosine"  # cosine | wsd | constant | linear_decay
     warmup_ratio: float = 0.05
     min_lr_ratio: float = 0.01

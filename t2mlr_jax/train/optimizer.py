@@ -99,9 +99,10 @@ register_schedule(
 
 def make_schedule(opt: Optimizer, total_steps: int) -> optax.Schedule:
     """Linear warmup from 0, then the registered schedule `opt.schedule` (the values of HF's LambdaLR
-    schedules at the same step index)."""
+    schedules at the same step index), peaking at lr x lr_multiplier (muon's groups scale by schedule / lr,
+    so the multiplier reaches every one of them)."""
     shape = SCHEDULES.get(opt.schedule)
-    peak, floor = float(opt.lr), float(opt.min_lr_ratio)
+    peak, floor = float(opt.lr) * float(opt.lr_multiplier), float(opt.min_lr_ratio)
     warm = warmup_steps(opt, total_steps)
     decay_start = shape.decay_start(opt, total_steps, warm)
     decay_len = max(total_steps - decay_start, 1)
@@ -219,6 +220,9 @@ class Muon:
     b1: float = 0.9  # the Adam groups' betas (nanochat's recipe 0.8, 0.95)
     b2: float = 0.95
     weight_decay: float = 0.01  # the matrices' only, x (12 / layers)^2
+    # the depth `layers` that rule reads: 0 = the model's own (nanochat); fixed, every depth of a comparison
+    # decays alike (at 12: weight_decay as given)
+    decay_depth: int = 0
     momentum_start: float = 0.85  # Muon momentum, linear from start to end over the first warmup steps
     momentum_end: float = 0.95
     momentum_warmup_steps: int = 300
@@ -229,7 +233,7 @@ class Muon:
         for field in ("momentum_start", "momentum_end", "b1", "b2"):
             if not 0.0 <= float(getattr(self, field)) < 1.0:
                 raise ValueError(f"optimizer.muon.{field} must be in [0, 1), got {getattr(self, field)}")
-        for field in ("weight_decay", "batch_tokens", "momentum_warmup_steps"):
+        for field in ("weight_decay", "batch_tokens", "momentum_warmup_steps", "decay_depth"):
             if getattr(self, field) < 0:
                 raise ValueError(f"optimizer.muon.{field} must be >= 0, got {getattr(self, field)}")
 
@@ -311,8 +315,8 @@ def muon_group_lrs(m: Muon, specs: dict) -> dict[str, float]:
 
 def muon_weight_decay(m: Muon, specs: dict) -> float:
     """The Muon matrices' decoupled decay (x the lr, so it anneals with the schedule):
-    weight_decay x (12 / num_layers) ** 2."""
-    return float(m.weight_decay) * (REFERENCE_DEPTH / muon_depth(specs)) ** 2
+    weight_decay x (12 / num_layers) ** 2, num_layers = decay_depth when set."""
+    return float(m.weight_decay) * (REFERENCE_DEPTH / (m.decay_depth or muon_depth(specs))) ** 2
 
 
 def momentum_schedule(m: Muon) -> optax.Schedule:

@@ -207,6 +207,8 @@ def test_weight_decay_only_on_matrices_scaled_by_depth_and_lr():
     """Zero gradients: only the decay moves anything, -lr(t) x wd x (12 / L)^2 x p on the matrices."""
     o = opt(weight_decay=0.1, schedule="linear_decay", decay_ratio=1.0)  # multiplier 1 - step / 10
     assert muon_weight_decay(o.muon, SPECS) == pytest.approx(0.1 * (12 / L) ** 2)
+    # a fixed decay_depth: every depth decays alike (a comparison on depth keeps decay out of it)
+    assert muon_weight_decay(opt(weight_decay=0.2, decay_depth=12).muon, SPECS) == pytest.approx(0.2)
     tx = make_optimizer(o, SPECS, 10)
     zeros = jax.tree.map(jnp.zeros_like, PARAMS)
     u0, state = step(tx, zeros)
