@@ -21,8 +21,9 @@ Scales: `paper` is the 16-layer reference of configs/lrt_nanochat.py (its Muon r
 give); `cpu` its CPU preset (offline Shakespeare, the SmolLM2 tokenizer) at 2 layers, 64 wide, 1-4
 minutes per row on 2 cores: 60 steps of 4 rows, 64 held-out eval rows, and P in {1, 2} w.p. (0.5, 0.5)
 instead of the paper's {1, 2, 3, 4} (every distinct (K, P) draw compiles its own train step); `study` the
-cpu shapes over a 512-token BPE of the training plays (see STUDY_VOCAB), for the seeded, FLOP-matched,
-equal-data study of experiments/lrt_comparison.py --preset=study.
+cpu shapes over a 512-token BPE of the training plays (see STUDY_VOCAB) with the study's recipe
+(STUDY_RECIPE), for the seeded, equal-steps, equal-data study of experiments/lrt_comparison.py
+--preset=study.
 experiments/lrt_comparison.py trains and tabulates the rows.
 """
 
@@ -75,13 +76,23 @@ CPU_STEPS, CPU_BATCH = 60, 4  # the same steps for every row; 4 rows of 64 refer
 CPU_EVAL_EXAMPLES = 64  # held-out rows of 64 tokens (4k tokens), the same for every row
 # The study scale (experiments/lrt_comparison.py --preset=study): the cpu shapes over a byte-level BPE of
 # STUDY_VOCAB tokens trained on the training plays (the command trains it: data.tokenizer), so that the
-# blocks, not the head, carry the compute (the head is at most ~24% of a row's training FLOPs), bits per
-# byte as nanochat's evaluation counts them, 16 rows of 64 tokens per step (the per-step cost is then
-# compute, not dispatch), 128 held-out rows. The command FLOP-matches every row to the double-depth
-# transformer's STUDY_STEPS and caps every row's unique text at what the row reading least reads (LRT 3x).
+# blocks, not the head, carry the compute, bits per byte as nanochat's evaluation counts them, 16 rows of 64
+# tokens per step, 128 held-out rows; every row the same STUDY_STEPS (Tables 1-3's protocol), Figure 3's
+# rows also FLOP-matched to the double-depth transformer's STUDY_STEPS.
 STUDY_VOCAB = 512
-STUDY_STEPS, STUDY_BATCH, STUDY_EVAL_EXAMPLES = 500, 16, 128
+STUDY_STEPS, STUDY_BATCH, STUDY_EVAL_EXAMPLES = 250, 16, 128
 STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
+# The study's recipe, fixed before any row ran (docs/recipes.md): nanochat's rates (its 2^19-token batch
+# scaling off) times one multiplier, chosen by experiments/lr_sweep.py on vanilla1x alone (held-out BPB,
+# seeds 100 and 101); 5% warmup and clipping at 1.0, which nanochat's recipe has neither of; Muon's weight
+# decay 0.2 at every depth (decay_depth 12: the depth rule would decay the 2-layer rows 9x the 6-layer ones).
+STUDY_LR_MULTIPLIER = 1.0
+STUDY_RECIPE = {
+    "optimizer.lr_multiplier": STUDY_LR_MULTIPLIER,
+    "optimizer.warmup_ratio": 0.05,
+    "optimizer.grad_clip": 1.0,
+    "optimizer.muon.decay_depth": 12,
+}
 DOUBLE_DEPTH_PARAMS = 1.92 * 0.805e9  # Table 1's data-ratio reference: the 2x-depth vanilla model
 DATA_RATIO = 10
 
@@ -114,6 +125,8 @@ def get_config(arg=None):
         config.eval.num_examples = CPU_EVAL_EXAMPLES
         config.train.keep_checkpoints = 1  # 16 rows x 3 checkpoints of params + Muon state: ~3 GB
     if scale == "study":
+        for path, value in STUDY_RECIPE.items():
+            set_path(config, path, value)
         model.vocab_size, config.data.tokenizer = STUDY_VOCAB, ""
         config.train.steps, config.train.batch_size = STUDY_STEPS, STUDY_BATCH
         config.eval.num_examples = STUDY_EVAL_EXAMPLES
@@ -141,6 +154,13 @@ def trained_thoughts(config) -> tuple[int, ...]:
     """The thought counts K a row's config trains with ((0,) for architectures without thought slots)."""
     section = config.get(config.arch)
     return tuple(section.thoughts) if section is not None and "thoughts" in section else (0,)
+
+
+def vocab_targets_per_row(config) -> float:
+    """The vocabulary tokens a training row supervises, averaged over the K drawn uniformly per step: a
+    thought row of seq_len slots at K holds seq_len // (K + 1) of them (Table 2's data accounting)."""
+    ks = trained_thoughts(config)
+    return sum(config.data.seq_len // (k + 1) for k in ks) / len(ks)
 
 
 def decode_thoughts(config) -> int:

@@ -20,12 +20,22 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
-from experiments.analysis_common import ROOT, OneLineParser, check_run, fail, setup_jax, train_run
+from experiments.analysis_common import (
+    ROOT,
+    OneLineParser,
+    check_run,
+    fail,
+    pretokenize,
+    setup_jax,
+    study_tokenizer,
+    train_run,
+)
 from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.plots import save, subplots
 from t2mlr_jax.analysis.preregistration import commit, recipe
@@ -80,6 +90,13 @@ def parse_args(argv: list[str]):
     parser.add_argument("--multipliers", default="0.25,0.5,1,2,4", help="the grid of lr multipliers")
     parser.add_argument("--seeds", default="100,101", help="sweep seeds (none a comparison reports)")
     parser.add_argument("--metric", default="loss", help="the summary's eval metric the rule compares")
+    parser.add_argument(
+        "--study_vocab",
+        type=int,
+        default=0,
+        help="> 0: train on the studies' byte-level BPE of this many tokens (trained on the training plays "
+        "into <out>/tokenizer, as the studies do), the text as token stores in <out>/data",
+    )
     parser.add_argument("--workers", type=int, default=1, help="processes training cells side by side")
     parser.add_argument("--shard", help="I/N: train only every N-th cell from the I-th, tabulate nothing")
     parser.add_argument("--out", required=True, help="output directory")
@@ -106,6 +123,9 @@ def cell_config(args, multiplier: float, seed: int):
     config = config_module(ROOT / path).get_config(presets or None)
     for dotted, value in args.set:
         set_path(config, dotted, value)
+    if args.study_vocab:
+        config.data.tokenizer = study_tokenizer(Path(args.out), args.study_vocab)
+        pretokenize(config, Path(args.out) / "data")
     config.optimizer.lr_multiplier = multiplier
     config.seed = seed
     return config
@@ -184,7 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         for m, s in shard_of(units, args.shard):
             check_run(cell_config(args, m, s), cell_dir(out, m, s))
-    except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
+    except (ValueError, KeyError, TypeError, FileNotFoundError, subprocess.CalledProcessError) as e:
         fail(e)
     setup_jax(out)
     workers = 1 if args.shard else min(args.workers, len(units))

@@ -14,20 +14,28 @@ K, and every row trained with sampled K (tt1, tt2, no_cross, no_kv) also at each
       --tokenizer=...                                                     # the paper's sizes (accelerators)
 
 --preset=study is the protocol (t2mlr_jax.analysis.protocol): a 512-token BPE of the training plays
-(trained into <out>/tokenizer), seeds 0, 1, 2, every row FLOP-matched to the double-depth transformer's
-steps (or --flop_budget) and capped at the same unique text (data.train_tokens: what the row reading least
-of the stream reads, of all rows, whatever --rows selects; the others revisit it), and the papers' claims
-(lrt_comparison_rows.CLAIMS) judged by their paired differences over seeds. It runs its rows in 2 worker
-processes (--workers; each is this command with --shard=I/N, its output in <out>/worker<I>.log), then
-tabulates. Resumable per row and seed: a finished one is read back, one stopped mid-training resumes from its
-checkpoints, per-K and parallel evaluations are kept in its folder. Raw text is tokenized once into token
-stores in <out>/data; <out>/.jax_cache keeps compiled steps.
+(trained into <out>/tokenizer), seeds 0, 1, 2, the recipe fixed before any row ran (STUDY_RECIPE: one LR
+multiplier over nanochat's rates, chosen on vanilla1x alone by experiments/lr_sweep.py; warmup, clipping,
+one Muon weight decay for every depth), every row at the same steps (Tables 1-3's protocol) and Figure 3's
+rows also FLOP-matched to the double-depth transformer's steps (or --flop_budget); the equal-steps rows
+capped at the same unique text (data.train_tokens: what the row reading least of the stream reads, of all
+rows, whatever --rows selects; the others revisit it), and the papers' claims (lrt_comparison_rows.CLAIMS)
+judged by their paired differences over seeds, each under its own table's protocol. Before training it writes
+<out>/preregistration.json (every run's recipe, the claims and their margins, the commit) and judges no
+claim whose runs were trained under another recipe. A run whose training loss exceeds ln V after step 10
+has diverged: counted and shown, never dropped. It runs its rows in 2 worker processes (--workers; each is
+this command with --shard=I/N, its output in <out>/worker<I>.log), then tabulates. Resumable per row and
+seed: a finished one is read back, one stopped mid-training resumes from its checkpoints, per-K and
+parallel evaluations are kept in its folder. Raw text is tokenized once into token stores in <out>/data;
+<out>/.jax_cache keeps compiled steps.
 
 Writes, in --out (default runs/lrt_comparison_<preset>):
   rows.jsonl    one line per (row, seed) as it finishes
+  preregistration.json  written before training: recipes, claims, margins, seeds, commit
   results.json  per row: label, arch, params (and over vanilla1x), training FLOPs, steps, unique and read
-                tokens, head share, decode blocks per token, BPB (exact, parallel, the training log's) and
-                at every evaluated K, means and per seed; the claims judged per table
+                tokens, vocabulary targets, head share, decode blocks per token, BPB (exact, parallel, the
+                training log's) and at every evaluated K, whether each seed diverged, means and per seed;
+                the claims judged per table (refused ones with the reason); the commit
   results.md    Table 1 (params, decode blocks, FLOPs, BPB ± 95%), Table 2 (BPB vs evaluation K), Table 3
                 (ablations against tt1), the protocol per row, the claims; also printed
   results.png   BPB vs training FLOPs, BPB vs evaluation K for the sampled-K rows, each claim's interval
@@ -51,16 +59,23 @@ from experiments.analysis_common import ROOT, evaluated, fail, pretokenize, setu
 from experiments.lrt_comparison_report import bpb_text, write_results
 from experiments.lrt_comparison_rows import (
     CLAIMS,
+    FIGURE3,
+    PARITY_MARGIN,
     REFERENCE,
     ROWS,
     ROWS_CONFIG,
     at_k,
+    base_row,
     check_data_paths,
     decode_blocks,
+    flop_matched,
     paper_order,
     row_config,
+    trained_name,
 )
 from t2mlr_jax import cpu_runtime
+from t2mlr_jax.analysis.preregistration import PREREGISTRATION
+from t2mlr_jax.analysis.recipe_rule import count_diverged
 from t2mlr_jax.train.local_workers import WorkerFailed, parse_shard, run_workers, shard_of, with_pythonpath
 
 COMMAND = "python -m experiments.lrt_comparison"
@@ -156,18 +171,22 @@ def parallel_overrides(config) -> dict | None:
     return None
 
 
-def _last_train_bpb(workdir: Path) -> float | None:
-    """The training log's last bits per byte (the parallel form, on the text it trains on)."""
+def _train_log(workdir: Path, key: str) -> list[tuple[int, float]]:
+    """(step, value) of a metric the training log records (the parallel form, on the text it trains on)."""
     from t2mlr_jax.analysis.run_logs import read_metrics
 
-    train = [m for m in read_metrics(workdir / "metrics.jsonl") if m.get("split") == "train" and "bpb" in m]
-    return train[-1]["bpb"] if train else None
+    return [
+        (m["step"], m[key])
+        for m in read_metrics(workdir / "metrics.jsonl")
+        if m["split"] == "train" and key in m
+    ]
 
 
 def run_seed(row: str, config, workdir: Path, eval_thoughts: tuple[int, ...]) -> dict:
     """Train (or resume, or skip) one row at one seed and evaluate it: exact recurrence at its K, the
     parallel refinement at its K, and, trained with sampled K, exact at each K of eval_thoughts. Its
     figures, with `new` = whether anything was computed now (or `stopped_by` when a signal stopped it)."""
+    from t2mlr_jax.analysis.recipe_rule import diverged
     from t2mlr_jax.experiment import resolve
     from t2mlr_jax.storage.workdir import SUMMARY
     from t2mlr_jax.train.build_data import build_data_source
@@ -201,6 +220,7 @@ def run_seed(row: str, config, workdir: Path, eval_thoughts: tuple[int, ...]) ->
     if parallel:
         metrics, fresh = evaluated(config, workdir, data, "parallel", parallel)
         bpb_parallel, new = metrics["bpb"], new or fresh
+    train_bpb = _train_log(workdir, "bpb")
     return {
         "params": summary["num_params"],
         "steps": summary["steps"],
@@ -208,11 +228,15 @@ def run_seed(row: str, config, workdir: Path, eval_thoughts: tuple[int, ...]) ->
         "train_flops": summary.get("train_flops"),
         "train_tokens_read": summary.get("train_tokens_read"),
         "train_tokens_unique": summary.get("train_tokens_unique"),
+        "vocab_targets": round(
+            summary["steps"] * config.train.batch_size * ROWS_CONFIG.vocab_targets_per_row(config)
+        ),
         "bpb": summary["eval"]["bpb"],
         "loss": summary["eval"]["loss"],
         "bpb_by_k": {str(k): bpb_by_k[k] for k in sorted(bpb_by_k)},
         "bpb_parallel": bpb_parallel,
-        "train_bpb": _last_train_bpb(workdir),
+        "train_bpb": train_bpb[-1][1] if train_bpb else None,
+        "diverged": diverged(_train_log(workdir, "loss"), config.model.vocab_size),
         "new": new,
     }
 
@@ -236,10 +260,12 @@ def _mean(values) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def row_result(row: str, config, by_seed: dict[int, dict], reference_params: int) -> dict:
-    """One row over its seeds: the per-seed figures under `seeds`, their means at the top level."""
+def row_result(name: str, config, by_seed: dict[int, dict], reference_params: int) -> dict:
+    """One run name (a row, or a row trained FLOP-matched) over its seeds: the per-seed figures under
+    `seeds`, their means at the top level."""
     from t2mlr_jax.analysis.protocol import interval
 
+    row = base_row(name)
     first = next(iter(by_seed.values()))
     bpbs = [r["bpb"] for r in by_seed.values()]
     ks = first["bpb_by_k"]
@@ -251,7 +277,7 @@ def row_result(row: str, config, by_seed: dict[int, dict], reference_params: int
         "params_ratio": first["params"] / reference_params,
         "layers": config.model.num_layers,
         **decode_blocks(row, config),
-        **{key: first[key] for key in ("flops_per_step", "train_flops", "steps")},
+        **{key: first[key] for key in ("flops_per_step", "train_flops", "steps", "vocab_targets")},
         **{key: first[key] for key in ("train_tokens_read", "train_tokens_unique")},
         "head_share": head_share_of(config),
         "thoughts_trained": list(ROWS_CONFIG.trained_thoughts(config)),
@@ -262,45 +288,82 @@ def row_result(row: str, config, by_seed: dict[int, dict], reference_params: int
         "train_bpb": _mean(r["train_bpb"] for r in by_seed.values()),
         "loss": _mean(r["loss"] for r in by_seed.values()),
         "bpb_by_k": {k: _mean(r["bpb_by_k"][k] for r in by_seed.values()) for k in ks},
+        "diverged_seeds": [int(s) for s, r in by_seed.items() if r["diverged"]],
         "seeds": {str(seed): r for seed, r in by_seed.items()},
     }
 
 
-def comparisons(results: dict) -> dict:
+def comparisons(results: dict, refused_runs=lambda name: []) -> dict:
     """The papers' claims (lrt_comparison_rows.CLAIMS) judged on the seeds: per table, the protocol's
-    comparison of the claims whose rows all ran."""
+    comparison of the claims whose runs all exist. A claim one of whose runs `refused_runs` names (trained
+    under another recipe than the pre-registered one) is not judged: listed under "refused" with why."""
     from t2mlr_jax.analysis.protocol import compare
 
     values = {}
-    for row, r in results.items():
-        values[row] = {int(s): v["bpb"] for s, v in r["seeds"].items()}
+    for name, r in results.items():
+        values[name] = {int(s): v["bpb"] for s, v in r["seeds"].items()}
         if len(r["thoughts_trained"]) > 1:
             for k in next(iter(r["seeds"].values()))["bpb_by_k"]:
-                values[at_k(row, int(k))] = {int(s): v["bpb_by_k"][k] for s, v in r["seeds"].items()}
+                values[at_k(name, int(k))] = {int(s): v["bpb_by_k"][k] for s, v in r["seeds"].items()}
     judged = {}
     for table, claims in CLAIMS.items():
         ran = [c for c in claims if c.row in values and c.baseline in values]
-        if ran:
-            used = {name: values[name] for c in ran for name in (c.row, c.baseline)}
-            judged[table] = compare(used, ran)
+        refused = {}
+        for c in ran:
+            why = [w for name in (c.row, c.baseline) for w in refused_runs(trained_name(name))]
+            if why:
+                refused[f"{c.row} vs {c.baseline}"] = why
+        judge = [c for c in ran if f"{c.row} vs {c.baseline}" not in refused]
+        if judge:
+            used = {name: values[name] for c in judge for name in (c.row, c.baseline)}
+            judged[table] = compare(used, judge)
+        if refused:
+            judged.setdefault(
+                table, {"rows": {}, "claims": [], "noise_floor": float("nan"), "noise_rows": []}
+            )
+            judged[table]["refused"] = refused
     return judged
 
 
-def equal_data(args: argparse.Namespace) -> int:
-    """The unique training tokens every row gets: what the row reading least of the stream reads in its
-    steps (its FLOP-matched steps under --flop_budget), over every row of the comparison, so that any
-    --rows trains on the same text, the other rows revisiting it as epochs."""
+def resolved(config):
+    """The typed config a run trains: with train.flop_budget, the steps it affords."""
     from t2mlr_jax.architectures import build_architecture
     from t2mlr_jax.experiment import resolve
-    from t2mlr_jax.train.trainer import flops_per_step, steps_for_budget, tokens_read
+    from t2mlr_jax.train.trainer import flops_per_step, steps_for_budget
 
-    read = []
-    for row in ROWS:
-        typed = resolve(row_config(row, args))
-        if typed.train.flop_budget:
-            typed = steps_for_budget(typed, flops_per_step(typed, build_architecture(typed)), ROWS[row].arch)
-        read.append(tokens_read(typed, typed.train.steps)["train_tokens_read"])
-    return min(read)
+    typed = resolve(config)
+    if typed.train.flop_budget:
+        typed = steps_for_budget(typed, flops_per_step(typed, build_architecture(typed)), config.arch)
+    return typed
+
+
+def run_configs(rows: list[str], args: argparse.Namespace, budget: float) -> dict:
+    """Each run's config by name: every row at the comparison's steps (or --flop_budget outside a study),
+    and with a Figure 3 `budget` its rows also FLOP-matched (`flop_matched(row)`)."""
+    configs = {row: row_config(row, args) for row in rows}
+    for row in FIGURE3 if budget else ():
+        if row in rows:
+            configs[flop_matched(row)] = row_config(row, args)
+            configs[flop_matched(row)].train.flop_budget = budget
+    return configs
+
+
+def equal_data(args: argparse.Namespace) -> int:
+    """The unique training tokens every row gets (Tables 1-3's protocol): what the row reading least of the
+    stream reads in its steps, over every row of the comparison, so that any --rows trains on the same
+    text, the other rows revisiting it as epochs. (Figure 3's FLOP-matched runs read the stream as far as
+    their steps take them: the double-depth transformer sees about twice the others' unique text, as in the
+    paper.)"""
+    from t2mlr_jax.train.trainer import tokens_read
+
+    typed = [resolved(c) for c in run_configs(list(ROWS), args, 0.0).values()]
+    return min(tokens_read(t, t.train.steps)["train_tokens_read"] for t in typed)
+
+
+def run_dir(out: Path, name: str, seed: int) -> Path:
+    """Where a run trains: <out>/<row>/seed<S>, a FLOP-matched one under <out>/flops/."""
+    row = base_row(name)
+    return out / ("flops" if name != row else "") / row / f"seed{seed}"
 
 
 def worker_command(argv: list[str], shard: tuple[int, int], tokenizer: str) -> list[str]:
@@ -317,7 +380,6 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out or f"runs/lrt_comparison_{args.preset}")
     seeds = args.seeds or ((0, 1, 2) if study else (0,))
     workers = (2 if study else 1) if args.workers is None else args.workers
-    workers = 1 if args.shard else min(len(rows), workers)
     started = time.time()
     try:  # every config built and checked before anything is compiled
         if workers < 1:
@@ -326,44 +388,71 @@ def main(argv: list[str] | None = None) -> dict:
             out.mkdir(parents=True, exist_ok=True)
             args.tokenizer = study_tokenizer(out, ROWS_CONFIG.STUDY_VOCAB)
         check_data_paths(row_config(rows[0], args), args.preset)
+        from t2mlr_jax.analysis.preregistration import commit, preregister, recipe, unregistered
         from t2mlr_jax.analysis.protocol import check_seeds
         from t2mlr_jax.architectures import build_architecture
+        from t2mlr_jax.config import to_dict
         from t2mlr_jax.experiment import resolve
         from t2mlr_jax.train.build_data import build_data_source
         from t2mlr_jax.train.trainer import flops_per_step
 
-        if study:
+        budget = 0.0
+        if study:  # Tables 1-3 at equal steps; Figure 3's budget: the reference's steps at its FLOPs per step
             check_seeds(seeds)
-        if study and not args.flop_budget:  # Figure 3's protocol: the reference's steps at its FLOPs per step
-            typed = resolve(row_config(ROWS_CONFIG.STUDY_REFERENCE, args))
-            args.flop_budget = typed.train.steps * flops_per_step(typed, build_architecture(typed))
-        configs = {row: row_config(row, args) for row in rows}
-        for config in configs.values():
-            build_architecture(resolve(config))
-        build_data_source(resolve(configs[rows[0]]))  # paths and tokenizer
+            budget, args.flop_budget = args.flop_budget, 0.0
+            if not budget:
+                typed = resolve(row_config(ROWS_CONFIG.STUDY_REFERENCE, args))
+                budget = typed.train.steps * flops_per_step(typed, build_architecture(typed))
+        configs = run_configs(rows, args, budget)
+        typed = {name: resolved(config) for name, config in configs.items()}
+        # a FLOP-matched run at its row's own steps (the reference) is that row's run
+        aliases = {
+            name: base_row(name)
+            for name in configs
+            if name != base_row(name) and typed[name].train.steps == typed[base_row(name)].train.steps
+        }
+        trained = [name for name in configs if name not in aliases]
+        build_data_source(typed[rows[0]])  # paths and tokenizer
         reference = build_architecture(
             resolve(row_config(REFERENCE, args))
         ).num_params()  # Table 1's normaliser
         unique = equal_data(args) if study else 0
-        for row, config in configs.items():
-            config.data.train_tokens = unique
+        for name, config in configs.items():
+            config.data.train_tokens = unique if name in rows else 0
             try:  # here, not in a worker minutes later
-                resolve(config)
+                typed[name] = resolved(config)
             except ValueError as e:
-                raise ValueError(f"{row}: the budget's equal-data cap is below one batch: {e}") from None
+                raise ValueError(f"{name}: the budget's equal-data cap is below one batch: {e}") from None
         out.mkdir(parents=True, exist_ok=True)
         if args.preset != "paper":
             for config in configs.values():
                 pretokenize(config, out / "data")
+        registration = None
+        if study and not args.shard:
+            registration = preregister(
+                out,
+                {name: recipe(to_dict(typed[name])) for name in trained},
+                [c for claims in CLAIMS.values() for c in claims],
+                {
+                    "command": " ".join([COMMAND, *argv]),
+                    "seeds": list(seeds),
+                    "rows": rows,
+                    "flop_budget": budget,
+                    "parity_margin_bpb": PARITY_MARGIN,
+                    "recipe": ROWS_CONFIG.STUDY_RECIPE,
+                },
+            )
     except (ValueError, KeyError, FileNotFoundError, subprocess.CalledProcessError) as e:
         fail(e)
     setup_jax(out)  # the compilation cache; no warning that a CPU cannot donate the step's buffers
     import jax
 
     device = jax.devices()[0]
+    workers = 1 if args.shard else min(len(trained), workers)
     meta = {
         "preset": args.preset,
         "command": " ".join([COMMAND, *argv]),
+        "commit": registration["commit"] if registration else commit(ROOT),
         "device": f"{device.platform}: {device.device_kind}",
         "jax": jax.__version__,
         "python": platform.python_version(),
@@ -371,6 +460,7 @@ def main(argv: list[str] | None = None) -> dict:
         "seeds": list(seeds),
         "workers": workers,
         "flop_budget": args.flop_budget,
+        "figure3_budget": budget or None,
         "budget_reference": ROWS_CONFIG.STUDY_REFERENCE if study else None,
         "train_tokens_unique": unique or None,
         "tokenizer": configs[rows[0]].data.tokenizer,
@@ -378,14 +468,15 @@ def main(argv: list[str] | None = None) -> dict:
         "bpb_masking": configs[rows[0]].eval.bpb_masking,
         "eval_thoughts": list(args.eval_thoughts),
         "reference_params": reference,
+        "recipe": ROWS_CONFIG.STUDY_RECIPE if study else None,
         "cpus": os.cpu_count(),
     }
-    journal = out / "rows.jsonl"  # a line per (row, seed) trained or evaluated, by whichever process
+    journal = out / "rows.jsonl"  # a line per (run, seed) trained or evaluated, by whichever process
     logged = len(journal.read_text().splitlines()) if journal.exists() else 0
     if workers > 1:
         shards = [(i, workers) for i in range(workers)]
         commands = [worker_command(argv, shard, configs[rows[0]].data.tokenizer) for shard in shards]
-        unit_dirs = [out / row / f"seed{seed}" for seed in seeds for row in rows]
+        unit_dirs = [run_dir(out, name, seed) for seed in seeds for name in trained]
         try:
             finished = run_workers(commands, out, unit_dirs, env=with_pythonpath(ROOT))
         except WorkerFailed as e:
@@ -393,45 +484,61 @@ def main(argv: list[str] | None = None) -> dict:
         if not finished:
             tqdm.write("stopped by a signal; rerun to resume")
             return {"meta": meta, "rows": {}}
-    by_row = {row: {} for row in rows}
-    units = [(seed, row) for seed in seeds for row in shard_of(rows, args.shard)]  # a table per seed first
-    for seed, row in tqdm(units, desc="rows x seeds", file=sys.stderr):
+    by_name = {name: {} for name in trained}
+    units = [
+        (seed, name) for seed in seeds for name in shard_of(trained, args.shard)
+    ]  # a table per seed first
+    for seed, name in tqdm(units, desc="runs x seeds", file=sys.stderr):
         unit_start = time.time()
-        config = configs[row].copy_and_resolve_references()
+        config = configs[name].copy_and_resolve_references()
         config.seed = seed
+        own_k = args.eval_thoughts if name in rows else ()  # a FLOP-matched run: at its own K only
         try:
-            result = run_seed(row, config, out / row / f"seed{seed}", args.eval_thoughts)
+            result = run_seed(name, config, run_dir(out, name, seed), own_k)
         except (ValueError, KeyError, FileNotFoundError) as e:
             fail(e)
         if "stopped_by" in result:
-            tqdm.write(f"{row}: stopped by {result['stopped_by']} at step {result['step']}; rerun to resume")
+            tqdm.write(f"{name}: stopped by {result['stopped_by']} at step {result['step']}; rerun to resume")
             break
         seconds = round(time.time() - unit_start, 1)
         if result.pop("new"):
             with open(journal, "a") as f:
                 f.write(
-                    json.dumps({"row": row, "seed": seed, "seconds": seconds, **result}, default=str) + "\n"
+                    json.dumps({"row": name, "seed": seed, "seconds": seconds, **result}, default=str) + "\n"
                 )
-        by_row[row][seed] = result
-        tqdm.write(f"{row} seed {seed}: BPB {bpb_text(result['bpb'])} ({seconds:.0f} s)")
+        by_name[name][seed] = result
+        tqdm.write(f"{name} seed {seed}: BPB {bpb_text(result['bpb'])} ({seconds:.0f} s)")
     if args.shard:
         return {"meta": meta, "rows": {}}  # the tables are the whole command's
     meta["wall_seconds"] = round(time.time() - started, 1)
-    done = [row for row in rows if len(by_row[row]) == len(seeds)]
-    spent = {}  # seconds of the rows trained or evaluated in this invocation, by whichever process
+    by_name |= {alias: by_name[base] for alias, base in aliases.items()}
+    done = [name for name in configs if len(by_name[name]) == len(seeds)]
+    spent = {}  # seconds of the runs trained or evaluated in this invocation, by whichever process
     for line in journal.read_text().splitlines()[logged:] if journal.exists() else []:
         record = json.loads(line)
         spent[record["row"]] = spent.get(record["row"], 0.0) + record["seconds"]
-    meta["row_seconds"] = {row: round(spent[row], 1) for row in done if row in spent}
-    results = {row: row_result(row, configs[row], by_row[row], reference) for row in done}
+    meta["row_seconds"] = {name: round(spent[name], 1) for name in done if name in spent}
+    results = {name: row_result(name, configs[name], by_name[name], reference) for name in done}
     if not results:
         return {"meta": meta, "rows": {}}
+    meta["diverged"] = count_diverged(
+        {
+            f"{name}/seed{s}": r["diverged"]
+            for name in done
+            if name not in aliases
+            for s, r in by_name[name].items()
+        }
+    )
     judged = {}
-    if study and len(done) == len(rows):
+    if study and len(done) == len(configs):
         from t2mlr_jax.analysis.protocol import check_equal_data
 
-        check_equal_data({f"{r} seed {s}": v for r in results for s, v in results[r]["seeds"].items()})
-        judged = comparisons(results)
+        check_equal_data({f"{r} seed {s}": v for r in rows for s, v in results[r]["seeds"].items()})
+        registration = registration or json.loads((out / PREREGISTRATION).read_text())
+        refused = lambda name: unregistered(
+            registration, aliases.get(name, name), [run_dir(out, aliases.get(name, name), s) for s in seeds]
+        )
+        judged = comparisons(results, refused)
     markdown = write_results(out, meta, results, judged)
     print(markdown)
     return {"meta": meta, "rows": results, "claims": judged}

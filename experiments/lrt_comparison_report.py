@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from experiments.benchmarks.report import markdown_table
-from experiments.lrt_comparison_rows import FIXED_K, REFERENCE, TABLE3, paper_order
+from experiments.lrt_comparison_rows import FIGURE3, FIXED_K, REFERENCE, TABLE3, flop_matched, paper_order
 from t2mlr_jax.analysis.plots import interval_rows, subplots
 from t2mlr_jax.analysis.protocol import Interval, markdown
 
@@ -95,10 +95,42 @@ def table3(results: dict) -> str | None:
     return markdown_table(["Configuration", "BPB ↓", "Increase over full LRT (tt1)"], rows)
 
 
+def figure3(results: dict) -> str | None:
+    """Figure 3's rows at the study's steps and FLOP-matched: steps, FLOPs, data and BPB both ways."""
+    names = [n for n in FIGURE3 if n in results and flop_matched(n) in results]
+    if not names:
+        return None
+    header = ["Row", "Steps (equal steps)", "BPB, equal steps", "Steps (equal FLOPs)", "Train FLOPs"]
+    header += ["Vocabulary targets", "BPB, equal FLOPs"]
+    rows = []
+    for name in names:
+        r, f = results[name], results[flop_matched(name)]
+        equal_steps = [f"{r['label']} (`{name}`)", r["steps"], bpb_with_interval(r)]
+        rows.append(
+            [
+                *equal_steps,
+                f["steps"],
+                _flops(f["train_flops"]),
+                f"{f['vocab_targets']:,}",
+                bpb_with_interval(f),
+            ]
+        )
+    return markdown_table(header, rows)
+
+
 def protocol_table(results: dict) -> str:
-    """Per row, what the protocol matches and records: budget, head share, unique and read tokens, and
-    the train / held-out parallel / held-out exact BPB that separate generalization from the recurrence."""
-    header = ["Row", "Steps", "Train FLOPs", "Head share", "Unique tokens", "Tokens read"]
+    """Per row, what the protocol matches and records: budget, head share, unique and read tokens, the
+    vocabulary targets trained on, and the train / held-out parallel / held-out exact BPB that separate
+    generalization from the recurrence."""
+    header = [
+        "Row",
+        "Steps",
+        "Train FLOPs",
+        "Head share",
+        "Unique tokens",
+        "Tokens read",
+        "Vocabulary targets",
+    ]
     header += ["Train BPB (log)", "Held-out BPB, parallel", "Held-out BPB, exact"]
     rows = []
     for name in paper_order(results):
@@ -112,6 +144,7 @@ def protocol_table(results: dict) -> str:
                 f"{r['head_share']:.0%}",
                 tokens(r["train_tokens_unique"]),
                 tokens(r["train_tokens_read"]),
+                tokens(r["vocab_targets"]),
                 bpb_text(r["train_bpb"]),
                 bpb_text(r["bpb_parallel"]),
                 bpb_text(r["bpb"]),
@@ -130,12 +163,17 @@ def render(meta: dict, results: dict, judged: dict) -> str:
         f"# Depth versus time: the comparison ({meta['preset']})",
         "",
         f"`{meta['command']}` on {meta['device']}, jax {meta['jax']}; wall time {meta['wall_seconds']:.0f} s "
-        f"(this invocation). {_seeds_text(meta)}; "
+        f"(this invocation), commit `{meta['commit']}`. {_seeds_text(meta)}; "
         + (
-            f"FLOP-matched: {meta['flop_budget']:.3g} training FLOPs per row"
-            + (f" ({meta['budget_reference']}'s steps)." if meta["budget_reference"] else ".")
+            f"FLOP-matched: {meta['flop_budget']:.3g} training FLOPs per row."
             if meta["flop_budget"]
-            else "the same training steps for every row (Table 1's protocol)."
+            else "the same training steps for every row (Tables 1-3's protocol)"
+            + (
+                f"; Figure 3's rows also FLOP-matched at {meta['figure3_budget']:.3g} training FLOPs "
+                f"({meta['budget_reference']}'s steps)."
+                if meta["figure3_budget"]
+                else "."
+            )
         )
         + (
             f" Every row trains on the same first {meta['train_tokens_unique']:,} tokens of the stream "
@@ -172,6 +210,9 @@ def render(meta: dict, results: dict, judged: dict) -> str:
     t3 = table3(results)
     if t3:
         parts += ["", "## Table 3: ablations of the one-thought-token LRT (at K = 1)", "", t3]
+    f3 = figure3(results)
+    if f3:
+        parts += ["", "## Figure 3: 2L blocks per token, at equal steps and at equal training FLOPs", "", f3]
     parts += ["", "## The protocol per row", "", protocol_table(results)]
     parts += [
         "",
@@ -180,13 +221,24 @@ def render(meta: dict, results: dict, judged: dict) -> str:
         "same weights scored by the training-time parallel refinement (its largest P) and by the exact "
         "sequential recurrence; equal for rows without a recurrence.",
     ]
-    for table, comparison in judged.items():
+    if meta.get("recipe"):
+        recipe = ", ".join(f"`{k}={v}`" for k, v in meta["recipe"].items())
+        parts += ["", f"Recipe (every row, fixed before any ran): {recipe}."]
+    d = meta.get("diverged")
+    if d:
         parts += [
             "",
-            f"## {table}: the paper's claims, paired over seeds",
-            "",
-            markdown(comparison, "BPB", 4),
+            f"Diverged runs (training loss above ln V after step 10): {d['diverged']} of {d['of']}"
+            + (f": {', '.join(d['runs'])} (kept in every mean)." if d["runs"] else "."),
         ]
+    for table, comparison in judged.items():
+        parts += ["", f"## {table}: the paper's claims, paired over seeds", ""]
+        if comparison["claims"]:
+            parts += [markdown(comparison, "BPB", 4)]
+        for claim, why in comparison.get("refused", {}).items():
+            parts += [
+                f"- not judged, `{claim}`: trained under another recipe than pre-registered: {'; '.join(why)}"
+            ]
     timed = [f"`{n}` {meta['row_seconds'][n]:.0f}" for n in paper_order(results) if n in meta["row_seconds"]]
     if timed:
         parts += [
@@ -227,7 +279,7 @@ def plot(results: dict, judged: dict, path: Path) -> None:
     if sampled:
         right.legend(fontsize=8)
     judged_claims = [(table, c) for table, comparison in judged.items() for c in comparison["claims"]]
-    names = [f"T{t[-1]}: {c['row']} − {c['baseline']}" for t, c in judged_claims]
+    names = [f"{t[0]}{t[-1]}: {c['row']} − {c['baseline']}" for t, c in judged_claims]
     differences = [c["difference"] for _, c in judged_claims]
     interval_rows(claims, names, differences, xlabel="Δ BPB (paired over seeds, 95%)",
                   title="the papers' claims", zero=True)  # fmt: skip
@@ -236,7 +288,8 @@ def plot(results: dict, judged: dict, path: Path) -> None:
 
 
 def write_results(out: Path, meta: dict, results: dict, judged: dict) -> str:
-    payload = {"meta": meta, "rows": {n: results[n] for n in paper_order(results)}, "claims": judged}
+    order = paper_order(results) + [n for n in results if n not in paper_order(results)]
+    payload = {"meta": meta, "rows": {n: results[n] for n in order}, "claims": judged}
     (out / "results.json").write_text(json.dumps(payload, indent=1, default=str))
     text = render(meta, results, judged)
     (out / "results.md").write_text(text)

@@ -112,35 +112,55 @@ def test_two_rows_write_the_tables_and_the_figure(tmp_path, small_and_quick):
     assert len(journal.read_text().splitlines()) == 2 and again["meta"]["row_seconds"] == {}
 
 
-def test_study_rows_are_flop_matched_on_the_same_unique_text():
-    """--preset=study's matching, built without training: every row's steps spend the same FLOPs (head and
-    every pass counted), and the unique-text cap is what the row reading least of all the comparison's rows
-    reads, whatever --rows selects; no row reads less."""
+def test_study_rows_take_equal_steps_and_figure3_rows_equal_flops_too():
+    """--preset=study's matching, built without training: every row the same steps on the same unique text
+    (Tables 1-3), the cap what the row reading least reads, whatever --rows selects; Figure 3's rows also
+    trained at the steps that spend the double-depth transformer's FLOPs (head and every pass counted), the
+    reference itself at its own steps (one run, not two); and the study's recipe on every row."""
     from types import SimpleNamespace
 
     from t2mlr_jax.architectures import build_architecture
-    from t2mlr_jax.experiment import resolve
-    from t2mlr_jax.train.trainer import flops_per_step, steps_for_budget, tokens_read
+    from t2mlr_jax.train.trainer import flops_per_step, tokens_read
 
     args = SimpleNamespace(**dict.fromkeys(("steps", "batch_size", "eval_examples", "eval_batch_size"), None))
-    args.__dict__.update(preset="study", train_path=None, eval_path=None, tokenizer=None, flop_budget=1e11)
-    reads = {}
-    for row in lrt_comparison.ROWS:
-        config = lrt_comparison.row_config(row, args)
-        typed = resolve(config)
-        per_step = flops_per_step(typed, build_architecture(typed))
-        matched = steps_for_budget(typed, per_step, row)
-        assert matched.train.steps * per_step == pytest.approx(
-            args.flop_budget, rel=per_step / args.flop_budget
-        )
-        reads[row] = tokens_read(matched, matched.train.steps)["train_tokens_read"]
-        if row in ("vanilla1x", "lrt3x", "tt2"):
-            assert (
-                0 < lrt_comparison.head_share_of(config) <= 0.25
-            )  # the study's vocabulary keeps the head small
-    # the LRT 3x spends ~7x vanilla1x's FLOPs per token: it reads least, and caps every row
-    assert lrt_comparison.equal_data(args) == min(reads.values()) == reads["lrt3x"]
-    assert reads["vanilla1x"] > 6 * reads["lrt3x"]  # the cheap row revisits the same text (epochs)
+    args.__dict__.update(preset="study", train_path=None, eval_path=None, tokenizer=None, flop_budget=0.0)
+    reference = lrt_comparison.resolved(lrt_comparison.row_config("vanilla2x", args))
+    budget = reference.train.steps * flops_per_step(reference, build_architecture(reference))
+    configs = lrt_comparison.run_configs(list(lrt_comparison.ROWS), args, budget)
+    typed = {name: lrt_comparison.resolved(c) for name, c in configs.items()}
+    study = lrt_comparison.ROWS_CONFIG
+    assert {typed[row].train.steps for row in lrt_comparison.ROWS} == {study.STUDY_STEPS}
+    matched = {name for name in configs if name.endswith("@flops")}
+    assert matched == {f"{row}@flops" for row in lrt_comparison.FIGURE3}
+    for name in matched:
+        per_step = flops_per_step(typed[name], build_architecture(typed[name]))
+        assert typed[name].train.steps * per_step == pytest.approx(budget, rel=per_step / budget)
+    assert typed["vanilla2x@flops"].train.steps == typed["vanilla2x"].train.steps  # the reference: one run
+    assert typed["tt1@flops"].train.steps < study.STUDY_STEPS / 2  # ~2.6x vanilla2x's FLOPs per step
+    for row in ("vanilla1x", "lrt3x", "tt2"):
+        assert (
+            0 < lrt_comparison.head_share_of(configs[row]) <= 0.25
+        )  # the study's vocabulary keeps the head small
+    reads = {
+        row: tokens_read(typed[row], typed[row].train.steps)["train_tokens_read"]
+        for row in lrt_comparison.ROWS
+    }
+    assert lrt_comparison.equal_data(args) == min(reads.values()) == reads["vanilla1x"]
+    assert reads["fixed_k4"] == 5 * reads["vanilla1x"]  # thought rows read (K + 1) x the slots: epochs
+    for name in ("vanilla3x", "tt1@flops"):  # the recipe, fixed before any row ran
+        opt = typed[name].optimizer
+        assert (opt.lr_multiplier, opt.warmup_ratio, opt.grad_clip) == (study.STUDY_LR_MULTIPLIER, 0.05, 1.0)
+        assert (opt.sections["muon"].decay_depth, opt.sections["muon"].batch_tokens) == (12, 0)
+
+
+def test_vocabulary_targets_count_the_vocabulary_tokens_a_thought_row_supervises():
+    """At a drawn K a row of S slots supervises S // (K + 1) vocabulary tokens, K uniform over the trained
+    ones: tt2 (192 slots, K in {0, 1, 2}) (192 + 96 + 64) / 3, fixed K = 2 (192 slots) 64, vanilla 64."""
+    config = lambda row: lrt_comparison.ROWS_CONFIG.get_config(f"{row},study")
+    per_row = lrt_comparison.ROWS_CONFIG.vocab_targets_per_row
+    assert per_row(config("tt2")) == pytest.approx(352 / 3)
+    assert per_row(config("fixed_k2")) == per_row(config("vanilla1x")) == per_row(config("ponder1")) == 64
+    assert per_row(config("tt1")) == 96
 
 
 def test_claims_are_judged_per_table_on_the_rows_that_ran():
@@ -167,3 +187,22 @@ def test_claims_are_judged_per_table_on_the_rows_that_ran():
     assert set(table2) == {("tt1", "fixed_k1"), ("tt2", "tt2@K=0"), ("tt2@K=3", "tt2")}
     assert table2[("tt1", "fixed_k1")]["verdict"] == "reproduced at this scale"
     assert table2[("tt2", "tt2@K=0")]["difference"]["mean"] == pytest.approx(-0.10)
+    # Figure 3's claims read the FLOP-matched runs; parity claims are equivalence within PARITY_MARGIN
+    flops = {
+        "tt1@flops": row([3.000, 3.010, 2.990]),
+        "vanilla2x@flops": row([3.005, 3.012, 2.995]),  # within 0.02 on every seed, tightly
+        "ponder1@flops": row([3.20, 3.25, 3.15]),
+    }
+    figure3 = {(c["row"], c["baseline"]): c for c in lrt_comparison.comparisons(flops)["Figure 3"]["claims"]}
+    assert figure3[("tt1@flops", "ponder1@flops")]["verdict"] == "reproduced at this scale"
+    parity = figure3[("tt1@flops", "vanilla2x@flops")]
+    assert (parity["sign"], parity["margin"], parity["verdict"]) == (0, 0.02, "reproduced at this scale")
+    # a claim whose runs were trained under another recipe than pre-registered is not judged
+    refused = lrt_comparison.comparisons(
+        {**results, **flops}, lambda name: [f"{name}/seed1: optimizer"] * (name == "tt2")
+    )
+    assert refused["Table 2"]["refused"] == dict.fromkeys(
+        ("tt2 vs tt2@K=0", "tt2@K=3 vs tt2"), ["tt2/seed1: optimizer"] * 2
+    )
+    assert [(c["row"], c["baseline"]) for c in refused["Table 2"]["claims"]] == [("tt1", "fixed_k1")]
+    assert "Table 1" not in refused or not refused["Table 1"]["claims"]  # its one claim read tt2
