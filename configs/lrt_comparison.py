@@ -86,7 +86,7 @@ STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 # scaling off) times one multiplier, chosen by experiments/lr_sweep.py on vanilla1x alone (held-out BPB,
 # seeds 100 and 101); 5% warmup and clipping at 1.0, which nanochat's recipe has neither of; Muon's weight
 # decay 0.2 at every depth (decay_depth 12: the depth rule would decay the 2-layer rows 9x the 6-layer ones).
-STUDY_LR_MULTIPLIER = 1.0
+STUDY_LR_MULTIPLIER = 0.5
 STUDY_RECIPE = {
     "optimizer.lr_multiplier": STUDY_LR_MULTIPLIER,
     "optimizer.warmup_ratio": 0.05,

@@ -206,3 +206,22 @@ def test_claims_are_judged_per_table_on_the_rows_that_ran():
     )
     assert [(c["row"], c["baseline"]) for c in refused["Table 2"]["claims"]] == [("tt1", "fixed_k1")]
     assert "Table 1" not in refused or not refused["Table 1"]["claims"]  # its one claim read tt2
+
+
+def test_the_report_puts_figure3_rows_at_equal_steps_beside_equal_flops():
+    from experiments import lrt_comparison_report as report
+
+    def result(row, steps, bpb, targets):
+        return {"label": lrt_comparison.ROWS[row].label, "steps": steps, "bpb": bpb, "bpb_interval": None,
+                "train_flops": 1e12, "vocab_targets": targets}  # fmt: skip
+
+    results = {
+        "tt1": result("tt1", 250, 3.30, 384_000),
+        "tt1@flops": result("tt1", 95, 3.40, 145_920),
+        "vanilla2x": result("vanilla2x", 250, 3.20, 256_000),
+        "vanilla2x@flops": result("vanilla2x", 250, 3.20, 256_000),
+    }
+    table = report.figure3(results)
+    assert "| Transformer 2x (`vanilla2x`) | 250 | 3.2000 | 250 |" in table
+    assert "| LRT + 1 thought token (`tt1`) | 250 | 3.3000 | 95 | 1e+12 | 145,920 | 3.4000 |" in table
+    assert report.figure3({"tt1": results["tt1"]}) is None  # no FLOP-matched run: no table
