@@ -16,6 +16,8 @@ in its cells.jsonl.
   python -m experiments.recirculation_study --out=runs/recirc_study
 
 Writes, in --out (default runs/recirculation_study): each sweep's folder, and
+  preregistration.json  before anything runs: both sweeps' settings, the claims, the commit (a rerun into
+                the same --out with other settings is refused)
   results.json  per scheme (and the ramp) the chosen cell, its change on the selection and the report
                 windows with the interval, convergence, the verdict; the ramp's paired difference
   results.md    the table (also printed)
@@ -34,7 +36,8 @@ from pathlib import Path
 from experiments.analysis_common import ROOT, OneLineParser, fail, setup_jax
 from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.plots import interval_rows, subplots
-from t2mlr_jax.analysis.protocol import Interval, interval, verdict
+from t2mlr_jax.analysis.preregistration import preregister
+from t2mlr_jax.analysis.protocol import Claim, Interval, interval, verdict
 
 COMMAND = "python -m experiments.recirculation_study"
 SWEEPS = {"schemes": "study", "ramp": "study,ramp"}  # workdir -> configs/recirculation.py presets
@@ -47,6 +50,22 @@ def sweep_config(presets: str):
     from t2mlr_jax.experiment import resolve
 
     return resolve(config_module(ROOT / "configs" / "recirculation.py").get_config(presets))
+
+
+def claims(schemes: str) -> list[Claim]:
+    """The claims judged, fixed before anything runs: each scheme's chosen cell lowers perplexity against
+    the model without recirculation; the ramp lowers it further than the ratio scheme's chosen cell."""
+    rows = [Claim(scheme, "baseline", PAPER_CHANGE, -1) for scheme in schemes.split(",")]
+    return [*rows, Claim("ratio + ramp", "ratio", PAPER_RAMP, -1)]
+
+
+def sweep_recipe(config) -> dict:
+    """What a sweep's figures depend on (nothing is trained): the model, the grid, the text windows and the
+    seed that splits them."""
+    from t2mlr_jax.config import to_dict
+
+    settings = to_dict(config)
+    return {k: settings[k] for k in ("init_from", "recirculation", "data", "eval", "seed")}
 
 
 def judged(chosen: dict, label: str) -> dict:
@@ -83,10 +102,11 @@ def render(meta: dict, rows: list[dict], ramp: dict, baseline: dict) -> str:
     lines = [
         "# Recirculation on SmolLM2-135M: the claims, chosen on one split and reported on the other",
         "",
-        f"`{meta['command']}`, wall time {meta['wall_seconds']:.0f} s. Baseline perplexity "
-        f"{baseline['perplexity']:.3f} ({baseline.get('bpb', float('nan')):.4f} bits per byte) over "
-        f"{meta['windows']} windows of {meta['window']} tokens: each cell chosen on {meta['selection']} of "
-        f"them, reported on the other {meta['report']} with a 95% interval over those windows.",
+        f"`{meta['command']}` at commit `{meta['commit']}`, wall time {meta['wall_seconds']:.0f} s. "
+        f"Baseline perplexity {baseline['perplexity']:.3f} "
+        f"({baseline.get('bpb', float('nan')):.4f} bits per byte) over {meta['windows']} windows of "
+        f"{meta['window']} tokens: each cell chosen on {meta['selection']} of them, reported on the other "
+        f"{meta['report']} with a 95% interval over those windows.",
         "",
         "| scheme | chosen cell (α, s → d) | selection Δ% | report Δ% (95%) | paper | verdict |",
         "|---|---|---|---|---|---|",
@@ -132,10 +152,19 @@ def main(argv: list[str] | None = None) -> dict:
     out, started = Path(args.out), time.time()
     from t2mlr_jax.analysis.recirculation_sweep import checked, run_sweep
 
-    try:  # both sweeps checked before either loads or compiles anything
+    try:  # both sweeps checked, then pre-registered, before either loads or compiles anything
         configs = {name: sweep_config(presets) for name, presets in SWEEPS.items()}
         for config in configs.values():
             checked(config)
+        registration = preregister(
+            out,
+            {name: sweep_recipe(config) for name, config in configs.items()},
+            claims(configs["schemes"].recirculation.sweep_schemes),
+            {
+                "command": " ".join([COMMAND, *argv]),
+                "selection": "each scheme's best cell on the selection windows",
+            },
+        )  # another grid, text or split in the same --out: refused (RecipeMismatch), nothing run
     except (ValueError, KeyError, FileNotFoundError) as e:
         fail(e)
     setup_jax(out)
@@ -151,6 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
     selection = schemes["selection"]
     meta = {
         "command": " ".join([COMMAND, *argv]),
+        "commit": registration["commit"],
         "wall_seconds": round(time.time() - started, 1),
         "windows": schemes["settings"]["windows"]["count"],
         "window": schemes["settings"]["windows"]["length"],

@@ -281,6 +281,22 @@ def test_the_study_chooses_per_scheme_and_reports_on_the_other_split(tmp_path, c
     assert payload["ramp"]["difference"]["mean"] == pytest.approx(sum(paired) / 2)
     assert "| renorm |" in (tmp_path / "results.md").read_text()
     assert (tmp_path / "results.png").stat().st_size > 0
+    # pre-registered before anything ran: both sweeps' settings, the claims, the commit results.json carries
+    registered = json.loads((tmp_path / "preregistration.json").read_text())
+    assert (
+        set(registered["recipes"]) == {"schemes", "ramp"}
+        and registered["commit"] == payload["meta"]["commit"]
+    )
+    assert [(c["row"], c["baseline"]) for c in registered["claims"]][-2:] == [
+        ("renorm", "baseline"),
+        ("ratio + ramp", "ratio"),
+    ]
+    # another grid into the same --out is refused in one line, before anything is scored
+    configs["study"] = _config(checkpoint, **small, **{"recirculation.sweep_schemes": "ratio"})
+    before = (tmp_path / "results.json").read_text()
+    with pytest.raises(SystemExit) as refused:
+        study.main([f"--out={tmp_path}"])
+    assert refused.value.code == 2 and (tmp_path / "results.json").read_text() == before
     # a chosen cell whose parallel evaluation stopped at its cap still moving is marked, not judged
     chosen = json.loads((tmp_path / "schemes" / sweep.RESULTS).read_text())["best_by_scheme"]["ratio"]
     unconverged = study.judged({**chosen, "converged": False, "final_change": 0.03}, "ratio")
