@@ -89,6 +89,14 @@ def preset_config(preset: Preset, args: argparse.Namespace):
     return config
 
 
+def comma_list(text: str, kind: type = int) -> tuple:
+    """A flag's comma list of numbers ("0,1,2"); a bad entry is an argparse.ArgumentTypeError naming it."""
+    try:
+        return tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of {kind.__name__}s, got {text!r}") from None
+
+
 def fail(error: Exception | str) -> NoReturn:
     """Bad input: one line on stderr, exit status 2, no traceback (as main.py)."""
     print("error: " + " ".join(str(error).split()), file=sys.stderr)

@@ -30,6 +30,7 @@ from experiments.analysis_common import (
     ROOT,
     OneLineParser,
     check_run,
+    comma_list,
     fail,
     pretokenize,
     setup_jax,
@@ -54,21 +55,11 @@ from t2mlr_jax.train.local_workers import WorkerFailed, parse_shard, run_workers
 COMMAND = "python -m experiments.lr_sweep"
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"expected a comma list of numbers, got {text!r}") from None
+def _multipliers(text: str) -> tuple[float, ...]:
+    values = comma_list(text, float)
     if not values or any(not v > 0 for v in values) or len(set(values)) != len(values):
-        raise ValueError(f"--multipliers needs distinct values > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--multipliers needs distinct values > 0, got {text!r}")
     return tuple(sorted(values))
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"expected a comma list of integers, got {text!r}") from None
 
 
 def _setting(text: str) -> tuple[str, object]:
@@ -87,8 +78,15 @@ def parse_args(argv: list[str]):
     )
     parser.add_argument("--config", required=True, help="the baseline row: <config file>[:presets]")
     parser.add_argument("--set", action="append", default=[], help="<dotted.path>=<value> (repeatable)")
-    parser.add_argument("--multipliers", default="0.25,0.5,1,2,4", help="the grid of lr multipliers")
-    parser.add_argument("--seeds", default="100,101", help="sweep seeds (none a comparison reports)")
+    parser.add_argument(
+        "--multipliers",
+        type=_multipliers,
+        default=(0.25, 0.5, 1.0, 2.0, 4.0),
+        help="the grid of lr multipliers",
+    )
+    parser.add_argument(
+        "--seeds", type=comma_list, default=(100, 101), help="sweep seeds (none a comparison reports)"
+    )
     parser.add_argument("--metric", default="loss", help="the summary's eval metric the rule compares")
     parser.add_argument(
         "--study_vocab",
@@ -102,7 +100,6 @@ def parse_args(argv: list[str]):
     parser.add_argument("--out", required=True, help="output directory")
     args = parser.parse_args(argv)
     try:
-        args.multipliers, args.seeds = _floats(args.multipliers), _ints(args.seeds)
         args.set = [_setting(s) for s in args.set]
         args.shard = parse_shard(args.shard) if args.shard else None
         if not args.seeds:

@@ -55,7 +55,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from experiments.analysis_common import ROOT, evaluated, fail, pretokenize, setup_jax, study_tokenizer
+from experiments.analysis_common import (
+    ROOT,
+    comma_list,
+    evaluated,
+    fail,
+    pretokenize,
+    setup_jax,
+    study_tokenizer,
+)
 from experiments.lrt_comparison_report import bpb_text, write_results
 from experiments.lrt_comparison_rows import (
     CLAIMS,
@@ -82,10 +90,7 @@ COMMAND = "python -m experiments.lrt_comparison"
 
 
 def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}") from None
+    values = comma_list(text)
     if any(v < 0 for v in values):
         raise argparse.ArgumentTypeError(f"thought counts must be >= 0, got {text!r}")
     return values

@@ -46,6 +46,7 @@ from tqdm import tqdm
 from experiments.analysis_common import (
     ROOT,
     OneLineParser,
+    comma_list,
     evaluated,
     fail,
     pretokenize,
@@ -171,13 +172,6 @@ PARTS = {
 }
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}") from None
-
-
 def _parts(text: str) -> tuple[str, ...]:
     parts = tuple(p.strip() for p in text.split(",") if p.strip())
     unknown = [p for p in parts if p not in PARTS]
@@ -193,7 +187,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--parts", type=_parts, default=tuple(PARTS), help=f"comma list of {','.join(PARTS)}")
-    parser.add_argument("--seeds", type=_ints, default=(0, 1, 2), help="config.seed values (at least 3)")
+    parser.add_argument("--seeds", type=comma_list, default=(0, 1, 2), help="config.seed values (at least 3)")
     parser.add_argument("--out", default="runs/t2mlr_study", help="output directory")
     return parser.parse_args(argv)
 
