@@ -17,9 +17,9 @@ K, and every row trained with sampled K (tt1, tt2, no_cross, no_kv) also at each
 (trained into <out>/tokenizer), seeds 0, 1, 2, the recipe fixed before any row ran (STUDY_RECIPE: one LR
 multiplier over nanochat's rates, chosen on vanilla1x alone by experiments/lr_sweep.py; warmup, clipping,
 one Muon weight decay for every depth), every row at the same steps (Tables 1-3's protocol) and Figure 3's
-rows also FLOP-matched to the double-depth transformer's steps (or --flop_budget); the equal-steps rows
-capped at the same unique text (data.train_tokens: what the row reading least of the stream reads, of all
-rows, whatever --rows selects; the others revisit it), and the papers' claims (lrt_comparison_rows.CLAIMS)
+rows also FLOP-matched to the double-depth transformer's steps (or --flop_budget), all on the same capped
+unique text (data.train_tokens: what the row reading least of the stream in the study's steps reads, of
+all rows, whatever --rows selects; the others revisit it), and the papers' claims (lrt_comparison_rows.CLAIMS)
 judged by their paired differences over seeds, each under its own table's protocol. Before training it writes
 <out>/preregistration.json (every run's recipe, the claims and their margins, the commit) and judges no
 claim whose runs were trained under another recipe. A run whose training loss exceeds ln V after step 10
@@ -356,9 +356,10 @@ def run_configs(rows: list[str], args: argparse.Namespace, budget: float) -> dic
 def equal_data(args: argparse.Namespace) -> int:
     """The unique training tokens every row gets (Tables 1-3's protocol): what the row reading least of the
     stream reads in its steps, over every row of the comparison, so that any --rows trains on the same
-    text, the other rows revisiting it as epochs. (Figure 3's FLOP-matched runs read the stream as far as
-    their steps take them: the double-depth transformer sees about twice the others' unique text, as in the
-    paper.)"""
+    text, the other rows revisiting it as epochs. Figure 3's FLOP-matched runs draw on the same capped text:
+    one that reads less in its fewer steps sees less of it (the double-depth transformer about twice the
+    one-thought LRT's unique text, as in the paper), and none reads text the others could not (an uncapped
+    run would read further plays, and their order by seed: a second source of variance)."""
     from t2mlr_jax.train.trainer import tokens_read
 
     typed = [resolved(c) for c in run_configs(list(ROWS), args, 0.0).values()]
@@ -423,7 +424,7 @@ def main(argv: list[str] | None = None) -> dict:
         ).num_params()  # Table 1's normaliser
         unique = equal_data(args) if study else 0
         for name, config in configs.items():
-            config.data.train_tokens = unique if name in rows else 0
+            config.data.train_tokens = unique
             try:  # here, not in a worker minutes later
                 typed[name] = resolved(config)
             except ValueError as e:
