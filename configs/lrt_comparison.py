@@ -84,13 +84,14 @@ STUDY_STEPS, STUDY_BATCH, STUDY_EVAL_EXAMPLES = 250, 16, 128
 STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 # The study's recipe, fixed before any row ran (docs/recipes.md): nanochat's rates (its 2^19-token batch
 # scaling off) times one multiplier, chosen by experiments/lr_sweep.py on vanilla1x alone as the study
-# trains it (its data cap too; held-out BPB, seeds 100 and 101); 5% warmup and clipping at 1.0, which
-# nanochat's recipe has neither of; Muon's weight decay 0.2 at every depth (decay_depth 12: the depth rule
-# would decay the 2-layer rows 9x the 6-layer ones).
+# trains it (its data cap too; held-out BPB, seeds 100 and 101); 20% warmup and clipping at 1.0, which
+# nanochat's recipe has neither of (at 5% warmup, ending at step 12, 5 of the first study's 69 runs spiked
+# above ln V right after it: docs/recipes.md); Muon's weight decay 0.2 at every depth (decay_depth 12: the
+# depth rule would decay the 2-layer rows 9x the 6-layer ones).
 STUDY_LR_MULTIPLIER = 0.5
 STUDY_RECIPE = {
     "optimizer.lr_multiplier": STUDY_LR_MULTIPLIER,
-    "optimizer.warmup_ratio": 0.05,
+    "optimizer.warmup_ratio": 0.2,
     "optimizer.grad_clip": 1.0,
     "optimizer.muon.decay_depth": 12,
 }

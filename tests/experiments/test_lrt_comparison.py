@@ -149,7 +149,7 @@ def test_study_rows_take_equal_steps_and_figure3_rows_equal_flops_too():
     assert reads["fixed_k4"] == 5 * reads["vanilla1x"]  # thought rows read (K + 1) x the slots: epochs
     for name in ("vanilla3x", "tt1@flops"):  # the recipe, fixed before any row ran
         opt = typed[name].optimizer
-        assert (opt.lr_multiplier, opt.warmup_ratio, opt.grad_clip) == (study.STUDY_LR_MULTIPLIER, 0.05, 1.0)
+        assert (opt.lr_multiplier, opt.warmup_ratio, opt.grad_clip) == (study.STUDY_LR_MULTIPLIER, 0.2, 1.0)
         assert (opt.sections["muon"].decay_depth, opt.sections["muon"].batch_tokens) == (12, 0)
 
 
