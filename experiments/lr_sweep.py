@@ -47,7 +47,7 @@ from t2mlr_jax.analysis.recipe_rule import (
     diverged,
     sweep_means,
 )
-from t2mlr_jax.analysis.run_logs import HIGHER_IS_BETTER, LOWER_IS_BETTER, read_metrics
+from t2mlr_jax.analysis.run_logs import HIGHER_IS_BETTER, LOWER_IS_BETTER, metric_trajectory
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.storage.workdir import SUMMARY
 from t2mlr_jax.train.local_workers import WorkerFailed, parse_shard, run_workers, shard_of, with_pythonpath
@@ -139,12 +139,9 @@ def cell_result(config, workdir: Path, metric: str) -> dict:
     summary = train_run(config, workdir)
     if "stopped_by" in summary:
         return summary
-    losses = [
-        (m["step"], m["loss"]) for m in read_metrics(workdir / "metrics.jsonl") if m["split"] == "train"
-    ]
     return {
         "metric": summary["eval"][metric],
-        "diverged": diverged(losses, resolve(config).model.vocab_size),
+        "diverged": diverged(metric_trajectory(workdir, "train", "loss"), resolve(config).model.vocab_size),
         "steps": summary["steps"],
     }
 

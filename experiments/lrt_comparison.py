@@ -84,6 +84,7 @@ from experiments.lrt_comparison_rows import (
 from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.preregistration import PREREGISTRATION
 from t2mlr_jax.analysis.recipe_rule import count_diverged
+from t2mlr_jax.analysis.run_logs import metric_trajectory
 from t2mlr_jax.train.local_workers import WorkerFailed, parse_shard, run_workers, shard_of, with_pythonpath
 
 COMMAND = "python -m experiments.lrt_comparison"
@@ -176,17 +177,6 @@ def parallel_overrides(config) -> dict | None:
     return None
 
 
-def _train_log(workdir: Path, key: str) -> list[tuple[int, float]]:
-    """(step, value) of a metric the training log records (the parallel form, on the text it trains on)."""
-    from t2mlr_jax.analysis.run_logs import read_metrics
-
-    return [
-        (m["step"], m[key])
-        for m in read_metrics(workdir / "metrics.jsonl")
-        if m["split"] == "train" and key in m
-    ]
-
-
 def run_seed(row: str, config, workdir: Path, eval_thoughts: tuple[int, ...]) -> dict:
     """Train (or resume, or skip) one row at one seed and evaluate it: exact recurrence at its K, the
     parallel refinement at its K, and, trained with sampled K, exact at each K of eval_thoughts. Its
@@ -225,7 +215,7 @@ def run_seed(row: str, config, workdir: Path, eval_thoughts: tuple[int, ...]) ->
     if parallel:
         metrics, fresh = evaluated(config, workdir, data, "parallel", parallel)
         bpb_parallel, new = metrics["bpb"], new or fresh
-    train_bpb = _train_log(workdir, "bpb")
+    train_bpb = metric_trajectory(workdir, "train", "bpb")
     return {
         "params": summary["num_params"],
         "steps": summary["steps"],
@@ -241,7 +231,7 @@ def run_seed(row: str, config, workdir: Path, eval_thoughts: tuple[int, ...]) ->
         "bpb_by_k": {str(k): bpb_by_k[k] for k in sorted(bpb_by_k)},
         "bpb_parallel": bpb_parallel,
         "train_bpb": train_bpb[-1][1] if train_bpb else None,
-        "diverged": diverged(_train_log(workdir, "loss"), config.model.vocab_size),
+        "diverged": diverged(metric_trajectory(workdir, "train", "loss"), config.model.vocab_size),
         "new": new,
     }
 

@@ -57,6 +57,7 @@ from experiments.analysis_common import (
 from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.plots import interval_rows, subplots
 from t2mlr_jax.analysis.protocol import Claim, check_seeds, compare, markdown
+from t2mlr_jax.analysis.run_logs import metric_trajectory
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.storage.workdir import SUMMARY
 
@@ -229,14 +230,6 @@ def text_settings(out: Path, rows: list[str]) -> dict:
     }
 
 
-def trajectory(workdir: Path, split: str, key: str) -> list[tuple[int, float]]:
-    """(step, value) of one logged metric over training (metrics.jsonl)."""
-    from t2mlr_jax.analysis.run_logs import read_metrics
-
-    logged = read_metrics(workdir / "metrics.jsonl")
-    return [(m["step"], m[key]) for m in logged if m.get("split") == split and key in m]
-
-
 def run_seed(name: str, config, workdir: Path) -> dict:
     """Train (or read back) one row at one seed, evaluate it the row's other ways; its figures."""
     from t2mlr_jax.experiment import resolve
@@ -260,8 +253,8 @@ def run_seed(name: str, config, workdir: Path) -> dict:
         )
         result[f"eval@{evaluation}"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     if config.train.eval_every:  # S5's rows: evaluated during training
-        result["exact_match_over_training"] = trajectory(workdir, "eval", "exact_match")
-    gamma = trajectory(workdir, "train", GAMMA)
+        result["exact_match_over_training"] = metric_trajectory(workdir, "eval", "exact_match")
+    gamma = metric_trajectory(workdir, "train", GAMMA)
     if gamma:
         opened = [step for step, g in gamma if abs(g) > OPEN]
         result |= {

@@ -58,6 +58,13 @@ def read_metrics(path: Path) -> list[dict]:
     return records
 
 
+def metric_trajectory(workdir: Path, split: str, key: str) -> list[tuple[int, float]]:
+    """(step, value) of one metric a run logged in `split` ("train", "eval") over training."""
+    return [
+        (m["step"], m[key]) for m in read_metrics(Path(workdir) / METRICS) if m["split"] == split and key in m
+    ]
+
+
 def run_folders(workdir: Path) -> list[Path]:
     if not workdir.is_dir():
         raise ReportError(f"{workdir} is not a directory")
