@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
         "metric": args.metric,
         "lower_is_better": lower,
         "base_rates": rates,
-        "commit": commit(ROOT),
+        "commit": commit(),
         "diverged": count_diverged(bad),
     }
     means = sweep_means(values)

@@ -321,14 +321,16 @@ def comparisons(results: dict, refused_runs=lambda name: []) -> dict:
 
 
 def resolved(config):
-    """The typed config a run trains: with train.flop_budget, the steps it affords."""
+    """The typed config a run trains: with train.flop_budget, the steps it affords. Its architecture is
+    built on the way, so that a row that cannot be built fails before anything compiles."""
     from t2mlr_jax.architectures import build_architecture
     from t2mlr_jax.experiment import resolve
     from t2mlr_jax.train.trainer import flops_per_step, steps_for_budget
 
     typed = resolve(config)
+    arch = build_architecture(typed)
     if typed.train.flop_budget:
-        typed = steps_for_budget(typed, flops_per_step(typed, build_architecture(typed)), config.arch)
+        typed = steps_for_budget(typed, flops_per_step(typed, arch), config.arch)
     return typed
 
 
@@ -400,7 +402,18 @@ def main(argv: list[str] | None = None) -> dict:
                 typed = resolve(row_config(ROWS_CONFIG.STUDY_REFERENCE, args))
                 budget = typed.train.steps * flops_per_step(typed, build_architecture(typed))
         configs = run_configs(rows, args, budget)
-        typed = {name: resolved(config) for name, config in configs.items()}
+        build_data_source(resolve(configs[rows[0]]))  # paths and tokenizer
+        reference = build_architecture(
+            resolve(row_config(REFERENCE, args))
+        ).num_params()  # Table 1's normaliser
+        unique = equal_data(args) if study else 0
+        typed = {}
+        for name, config in configs.items():
+            config.data.train_tokens = unique
+            try:  # here, not in a worker minutes later
+                typed[name] = resolved(config)
+            except ValueError as e:
+                raise ValueError(f"{name}: the budget's equal-data cap is below one batch: {e}") from None
         # a FLOP-matched run at its row's own steps (the reference) is that row's run
         aliases = {
             name: base_row(name)
@@ -408,17 +421,6 @@ def main(argv: list[str] | None = None) -> dict:
             if name != base_row(name) and typed[name].train.steps == typed[base_row(name)].train.steps
         }
         trained = [name for name in configs if name not in aliases]
-        build_data_source(typed[rows[0]])  # paths and tokenizer
-        reference = build_architecture(
-            resolve(row_config(REFERENCE, args))
-        ).num_params()  # Table 1's normaliser
-        unique = equal_data(args) if study else 0
-        for name, config in configs.items():
-            config.data.train_tokens = unique
-            try:  # here, not in a worker minutes later
-                typed[name] = resolved(config)
-            except ValueError as e:
-                raise ValueError(f"{name}: the budget's equal-data cap is below one batch: {e}") from None
         out.mkdir(parents=True, exist_ok=True)
         if args.preset != "paper":
             for config in configs.values():
@@ -448,7 +450,7 @@ def main(argv: list[str] | None = None) -> dict:
     meta = {
         "preset": args.preset,
         "command": " ".join([COMMAND, *argv]),
-        "commit": registration["commit"] if registration else commit(ROOT),
+        "commit": registration["commit"] if registration else commit(),
         "device": f"{device.platform}: {device.device_kind}",
         "jax": jax.__version__,
         "python": platform.python_version(),

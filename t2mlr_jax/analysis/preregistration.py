@@ -25,9 +25,13 @@ class RecipeMismatch(ValueError):
     """The study's --out was pre-registered with other recipes or claims than this command's."""
 
 
-def commit(root: Path | None = None) -> str:
-    """The checkout's HEAD, "+dirty" when tracked files differ from it ("unknown" outside a git checkout)."""
-    git = ["git", *(["-C", str(root)] if root else [])]
+REPO = Path(__file__).resolve().parents[2]  # the checkout this package runs from
+
+
+def commit(root: Path = REPO) -> str:
+    """The checkout's HEAD, "+dirty" when tracked files differ from it ("unknown" outside a git checkout);
+    by default this package's own checkout, wherever the command runs from."""
+    git = ["git", "-C", str(root)]
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode:
         return "unknown"
