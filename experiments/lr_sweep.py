@@ -115,7 +115,9 @@ def parse_args(argv: list[str]):
     return args
 
 
-def cell_config(args, multiplier: float, seed: int):
+def baseline_config(args):
+    """The baseline row as --config, --set and --study_vocab make it (its tokenizer and token stores
+    prepared once); every cell is a copy."""
     path, _, presets = args.config.partition(":")
     config = config_module(ROOT / path).get_config(presets or None)
     for dotted, value in args.set:
@@ -123,6 +125,11 @@ def cell_config(args, multiplier: float, seed: int):
     if args.study_vocab:
         config.data.tokenizer = study_tokenizer(Path(args.out), args.study_vocab)
         pretokenize(config, Path(args.out) / "data")
+    return config
+
+
+def cell_config(baseline, multiplier: float, seed: int):
+    config = baseline.copy_and_resolve_references()
     config.optimizer.lr_multiplier = multiplier
     config.seed = seed
     return config
@@ -196,8 +203,9 @@ def main(argv: list[str] | None = None) -> dict:
     units = [(m, s) for m in args.multipliers for s in args.seeds]
     try:  # every cell's config built and checked before anything compiles
         out.mkdir(parents=True, exist_ok=True)
+        baseline = baseline_config(args)
         for m, s in shard_of(units, args.shard):
-            check_run(cell_config(args, m, s), cell_dir(out, m, s))
+            check_run(cell_config(baseline, m, s), cell_dir(out, m, s))
     except (ValueError, KeyError, TypeError, FileNotFoundError, subprocess.CalledProcessError) as e:
         fail(e)
     setup_jax(out)
@@ -217,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
     for m, s in tqdm(shard_of(units, args.shard), desc="lr sweep cells", file=sys.stderr):
         workdir = cell_dir(out, m, s)
         fresh = not (workdir / SUMMARY).exists()
-        result = cell_result(cell_config(args, m, s), workdir, args.metric)
+        result = cell_result(cell_config(baseline, m, s), workdir, args.metric)
         if "stopped_by" in result:
             tqdm.write(f"stopped by {result['stopped_by']} at step {result['step']}; rerun to resume")
             return {}
@@ -236,7 +244,7 @@ def main(argv: list[str] | None = None) -> dict:
     from t2mlr_jax.config import to_dict
     from t2mlr_jax.experiment import resolve
 
-    base = recipe(to_dict(resolve(cell_config(args, 1.0, args.seeds[0]))))["optimizer"]
+    base = recipe(to_dict(resolve(baseline)))["optimizer"]
     rates = {"lr": base["lr"]} | (
         {k: v for k, v in base["muon"].items() if k.endswith("_lr")} if base["name"] == "muon" else {}
     )
