@@ -30,6 +30,7 @@ experiments/lrt_comparison.py trains and tabulates the rows.
 import dataclasses
 from pathlib import Path
 
+from t2mlr_jax.analysis.recipe_rule import stable_multiplier
 from t2mlr_jax.architectures.looped import block_order
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.experiment import resolve
@@ -87,11 +88,13 @@ STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 # trains it (its data cap too; held-out BPB, seeds 100 and 101); 20% warmup and clipping at 1.0, which
 # nanochat's recipe has neither of (at 5% warmup, ending at step 12, 5 of the first study's 69 runs spiked
 # above ln V right after it: docs/recipes.md); Muon's weight decay 0.2 at every depth (decay_depth 12: the
-# depth rule would decay the 2-layer rows 9x the 6-layer ones). The rule's second step (recipe_rule.
-# stable_multiplier): the swept multiplier halved until every row, probed on the sweep seeds, trains without
-# diverging (docs/recipes.md: at x0.5 the thought rows spiked above ln V).
-SWEPT_LR_MULTIPLIER, STABILITY_HALVINGS = 0.5, 1
-STUDY_LR_MULTIPLIER = SWEPT_LR_MULTIPLIER * 0.5**STABILITY_HALVINGS
+# depth rule would decay the 2-layer rows 9x the 6-layer ones). The rule's stability step
+# (recipe_rule.stable_multiplier): the swept multiplier halved until every row, probed on the sweep seeds
+# (lrt_comparison --preset=study --seeds=100,101), trains without diverging; STABILITY_PROBES records each
+# probe's diverged runs (x0.5: the first study under the rule, seeds 0-2, 21 of 69: docs/recipes.md).
+SWEPT_LR_MULTIPLIER = 0.5
+STABILITY_PROBES = {0.5: 21}
+STUDY_LR_MULTIPLIER = stable_multiplier(SWEPT_LR_MULTIPLIER, STABILITY_PROBES)
 STUDY_RECIPE = {
     "optimizer.lr_multiplier": STUDY_LR_MULTIPLIER,
     "optimizer.warmup_ratio": 0.2,

@@ -1,7 +1,8 @@
 """The rule every study's recipe is chosen by, fixed before any comparison runs, so that no row is tuned
 toward a result: one learning-rate multiplier over all of a recipe's rates (optimizer.lr_multiplier),
 swept on the baseline row only, on seeds no comparison uses; the multiplier with the best mean held-out
-metric is recorded in the config and used unchanged for every row. A run whose training loss rises above
+metric is the swept one; it is halved (for every row alike) until each row of the study, probed on the
+sweep seeds, trains without diverging, and that is recorded in the config and used unchanged. A run whose training loss rises above
 ln V (a uniform guess) after its first `AFTER_STEP` steps has diverged: it is counted and shown, never
 dropped, and a sweep never chooses a multiplier at which any seed diverged."""
 
@@ -49,3 +50,15 @@ def choose_multiplier(
         raise ValueError("every multiplier of the sweep diverged on some seed: widen the grid downward")
     sign = 1 if lower_is_better else -1
     return min(sorted(means), key=lambda m: sign * means[m])
+
+
+def stable_multiplier(swept: float, diverged_at: Mapping[float, int]) -> float:
+    """The rule's stability step: the swept multiplier, halved while a probe of every row of the study on
+    the sweep seeds had diverged runs (`diverged_at`: probed multiplier -> how many diverged). The answer is
+    the study's multiplier once `diverged_at` shows it at 0, else the next one to probe."""
+    if swept <= 0:
+        raise ValueError(f"the swept multiplier must be > 0, got {swept}")
+    multiplier = swept
+    while diverged_at.get(multiplier, 0) > 0:
+        multiplier /= 2
+    return multiplier

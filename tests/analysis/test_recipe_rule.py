@@ -7,7 +7,7 @@ import pytest
 
 from t2mlr_jax.analysis import preregistration as prereg
 from t2mlr_jax.analysis.protocol import Claim
-from t2mlr_jax.analysis.recipe_rule import choose_multiplier, count_diverged, diverged
+from t2mlr_jax.analysis.recipe_rule import choose_multiplier, count_diverged, diverged, stable_multiplier
 from t2mlr_jax.config.sections import Optimizer
 from t2mlr_jax.storage.checkpoint import write_run_config
 from t2mlr_jax.train.optimizer import make_schedule
@@ -36,6 +36,15 @@ def test_the_rule_chooses_the_best_mean_never_a_diverged_multiplier():
         choose_multiplier({1.0: {0: 1.0}, 2.0: {1: 1.0}})
     with pytest.raises(ValueError, match="every multiplier"):
         choose_multiplier({1.0: {0: 1.0}}, diverged_cells=[1.0])
+
+
+def test_the_swept_multiplier_halves_until_no_probed_row_diverges():
+    assert stable_multiplier(0.5, {}) == 0.5  # nothing probed yet: the swept one is the first probe
+    assert stable_multiplier(0.5, {0.5: 0}) == 0.5
+    assert stable_multiplier(0.5, {0.5: 21}) == 0.25  # the next probe
+    assert stable_multiplier(0.5, {0.5: 21, 0.25: 3, 0.125: 0}) == 0.125
+    with pytest.raises(ValueError, match="> 0"):
+        stable_multiplier(0.0, {})
 
 
 def test_one_multiplier_scales_every_rate_of_a_recipe():
