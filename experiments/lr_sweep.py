@@ -42,6 +42,7 @@ from t2mlr_jax.analysis.plots import save, subplots
 from t2mlr_jax.analysis.preregistration import commit, recipe
 from t2mlr_jax.analysis.recipe_rule import (
     AFTER_STEP,
+    SWEEP_SEEDS,
     choose_multiplier,
     count_diverged,
     diverged,
@@ -85,7 +86,7 @@ def parse_args(argv: list[str]):
         help="the grid of lr multipliers",
     )
     parser.add_argument(
-        "--seeds", type=comma_list, default=(100, 101), help="sweep seeds (none a comparison reports)"
+        "--seeds", type=comma_list, default=SWEEP_SEEDS, help="sweep seeds (none a comparison reports)"
     )
     parser.add_argument("--metric", default="loss", help="the summary's eval metric the rule compares")
     parser.add_argument(

@@ -83,7 +83,7 @@ from experiments.lrt_comparison_rows import (
 )
 from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.preregistration import PREREGISTRATION
-from t2mlr_jax.analysis.recipe_rule import count_diverged
+from t2mlr_jax.analysis.recipe_rule import SWEEP_SEEDS, count_diverged
 from t2mlr_jax.analysis.run_logs import metric_trajectory
 from t2mlr_jax.train.local_workers import WorkerFailed, parse_shard, run_workers, shard_of, with_pythonpath
 
@@ -156,6 +156,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=_shard_arg,
         help="I/N: train and evaluate only the rows in shard I of N (every N-th row from the I-th, all "
         "seeds) and write no tables; --workers runs its shards this way, a rerun without it tabulates",
+    )
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="the recipe rule's stability probe (recipe_rule.stable_multiplier) of the study: each run at "
+        "the sweep seeds (default 100,101), writing only <out>/probe.json (its diverged runs), no claims",
     )
     parser.add_argument("--steps", type=int, help="train.steps of every row (default: the preset's)")
     parser.add_argument("--batch_size", type=int, help="train.batch_size (default: the preset's)")
@@ -376,12 +382,14 @@ def main(argv: list[str] | None = None) -> dict:
     study = args.preset == "study"
     rows = resolve_rows(args.rows or ",".join(ROWS))
     out = Path(args.out or f"runs/lrt_comparison_{args.preset}")
-    seeds = args.seeds or ((0, 1, 2) if study else (0,))
+    seeds = args.seeds or (SWEEP_SEEDS if args.probe else (0, 1, 2) if study else (0,))
     workers = (2 if study else 1) if args.workers is None else args.workers
     started = time.time()
     try:  # every config built and checked before anything is compiled
         if workers < 1:
             raise ValueError(f"--workers must be at least 1, got {args.workers}")
+        if args.probe and not study:
+            raise ValueError("--probe probes the study's recipe: give --preset=study")
         if study and not args.tokenizer:
             out.mkdir(parents=True, exist_ok=True)
             args.tokenizer = study_tokenizer(out, ROWS_CONFIG.STUDY_VOCAB)
@@ -396,7 +404,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         budget = 0.0
         if study:  # Tables 1-3 at equal steps; Figure 3's budget: the reference's steps at its FLOPs per step
-            check_seeds(seeds)
+            if not args.probe:
+                check_seeds(seeds)
             budget, args.flop_budget = args.flop_budget, 0.0
             if not budget:
                 typed = resolve(row_config(ROWS_CONFIG.STUDY_REFERENCE, args))
@@ -426,7 +435,7 @@ def main(argv: list[str] | None = None) -> dict:
             for config in configs.values():
                 pretokenize(config, out / "data")
         registration = None
-        if study and not args.shard:
+        if study and not args.shard and not args.probe:
             registration = preregister(
                 out,
                 {name: recipe(to_dict(typed[name])) for name in trained},
@@ -527,6 +536,12 @@ def main(argv: list[str] | None = None) -> dict:
             for s, r in by_name[name].items()
         }
     )
+    if args.probe:  # divergence only: the probe's seeds judge nothing
+        probe = {"multiplier": ROWS_CONFIG.STUDY_LR_MULTIPLIER, **meta}
+        (out / "probe.json").write_text(json.dumps(probe, indent=1))
+        bad = meta["diverged"]
+        print(f"probe at x{probe['multiplier']:g}: {bad['diverged']} of {bad['of']} diverged {bad['runs']}")
+        return {"meta": meta, "rows": {}}
     judged = {}
     if study and len(done) == len(configs):
         from t2mlr_jax.analysis.protocol import check_equal_data

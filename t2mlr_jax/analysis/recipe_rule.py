@@ -2,9 +2,9 @@
 toward a result: one learning-rate multiplier over all of a recipe's rates (optimizer.lr_multiplier),
 swept on the baseline row only, on seeds no comparison uses; the multiplier with the best mean held-out
 metric is the swept one; it is halved (for every row alike) until each row of the study, probed on the
-sweep seeds, trains without diverging, and that is recorded in the config and used unchanged. A run whose training loss rises above
-ln V (a uniform guess) after its first `AFTER_STEP` steps has diverged: it is counted and shown, never
-dropped, and a sweep never chooses a multiplier at which any seed diverged."""
+sweep seeds, trains without diverging, and that is recorded in the config and used unchanged. A run whose
+training loss rises above ln V (a uniform guess) after its first `AFTER_STEP` steps has diverged: it is
+counted and shown, never dropped, and a sweep never chooses a multiplier at which any seed diverged."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 AFTER_STEP = 10  # warmup's overshoot is allowed this long
+SWEEP_SEEDS = (100, 101)  # the sweeps' and probes' seeds: no comparison reports them
 
 
 def diverged(losses: Sequence[tuple[int, float]], vocab_size: int, after: int = AFTER_STEP) -> bool:
