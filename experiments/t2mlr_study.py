@@ -1,41 +1,51 @@
 #!/usr/bin/env python
 """T²MLR's headline claims at CPU scale, measured with the protocol (t2mlr_jax.analysis.protocol): every row
-trained with three seeds (init and data order) by the framework's own trainer, each claim judged by the
-paired difference to its baseline with its 95% interval, the seed-to-seed noise floor beside it.
+trained with several seeds (init and data order) by the framework's own trainer, each claim judged by the
+paired difference to its baseline with its 95% interval, the seed-to-seed noise floor beside it. Every
+recipe was fixed by the rule (t2mlr_jax.analysis.recipe_rule, docs/recipes.md) before any row ran: one LR
+multiplier swept on the parameter-matched transformer alone, halved while a probe of every row on the sweep
+seeds diverges (--probe).
 
 Parts (--parts, default all three):
-  s5      S5-retrieval's parity (configs/s5_retrieval_t2mlr.py:cpu, 800 steps, the same steps for every
-          row): T²MLR against the parameter-matched transformer and the parameter-matched looped
+  s5      S5-retrieval's parity (`make demo`'s recipe, configs/s5_retrieval_t2mlr.py:demo: 1500 steps,
+          seeds 0-2): T²MLR against the parameter-matched transformer and the parameter-matched looped
           transformer (the whole stack twice); exact match on held-out rows of up to 10 actions, longer than
           any trained on (paper Sec. 3.2: T²MLR solves S5-retrieval where transformers fail)
-  table6  Table 6 on the same task, where the gate opens (γ_rec starts at 0.1; its trajectory is plotted):
-          T²MLR trained with the Jacobi forward (D 8 < the 26-token training rows, B 4) against the exact
-          recurrence with full backpropagation through time (s5's T²MLR runs), both evaluated exactly, and
-          the Jacobi-trained weights evaluated with the Jacobi forward too; eval loss. The paper claims no
-          difference (gaps of 0.001-0.0045 nats): a claim of none is reproduced only when the whole interval
-          lies within ±0.0045
-  text    small text pretraining (configs/smollm135m_t2mlr.py:cpu's 4 x 64 model, the gate starting as in
-          s5) on the training plays through a 512-token BPE trained on them: T²MLR against the
-          parameter-matched transformer at the same steps (Table 6's vanilla column) and against the
-          transformer given T²MLR's training FLOPs (Table 12's compute-matched baseline), all three on the
-          same unique text (the FLOP-matched one revisits it: epochs); held-out bits per byte (nanochat's
-          masking) on The Tempest and The Winter's Tale
+  table6  Table 6 on the same task (seeds 0-2): T²MLR trained with the Jacobi forward (D 8 < the 26-token
+          training rows, B 4) against the exact recurrence with full backpropagation through time (s5's
+          T²MLR runs), both evaluated exactly, and the Jacobi-trained weights evaluated with the Jacobi
+          forward too; eval loss. The paper claims no difference (gaps of 0.001-0.0045 nats): a claim of
+          none is reproduced only when the whole interval lies within ±0.0045
+  text    small text pretraining (configs/t2mlr_text_study.py, seeds 0-4): 8 layers with the middle quarter
+          recurrent, 256-token rows, 20 training tokens per parameter, T²MLR Jacobi-trained at D 16, B 4
+          (evaluated exactly and with the Jacobi forward) against the parameter-matched transformer at the
+          same steps on the same text (Table 6's vanilla column); held-out bits per byte (nanochat's masking)
+          on 256 rows of The Tempest and The Winter's Tale
 
-  python -m experiments.t2mlr_study                       # all three parts, ~35 min on 2 cores
+  python -m experiments.t2mlr_study                       # all three parts, under an hour on 2 cores
   python -m experiments.t2mlr_study --parts=s5 --seeds=0,1,2,3,4
+  python -m experiments.t2mlr_study --probe               # the rule's stability probe: seeds 100, 101
 
+Before training it writes <out>/preregistration.json (every row's recipe, the claims and their margins, the
+commit) and judges no claim whose runs were trained under another recipe. A run whose training loss exceeds
+ln V after step 10 has diverged: counted and shown, never dropped. Its runs train in 2 worker processes
+(--workers; each this command with --shard=I/N, its output in <out>/worker<I>.log), then it tabulates.
 Resumable: every (row, seed) trains into <out>/<row>/seed<s>/ (a finished one is read back, a stopped one
 resumes from its checkpoints). Writes, in --out (default runs/t2mlr_study):
+  preregistration.json  written before training
   rows.jsonl    one line per (row, seed) as it finishes
-  results.json  meta, each row's figures per seed, each part's comparison (rows, claims, verdicts)
+  results.json  meta (with the commit and the diverged runs), each row's figures per seed, each part's
+                comparison (rows, claims, verdicts)
   results.md    one table per part (also printed)
   results.png   each part's rows with their intervals, and tanh γ_rec over training per T²MLR run
+  probe.json    with --probe only (and nothing else): the diverged runs at the sweep seeds
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,30 +66,19 @@ from experiments.analysis_common import (
 )
 from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.plots import interval_rows, subplots
+from t2mlr_jax.analysis.preregistration import PREREGISTRATION, commit, preregister, recipe, unregistered
 from t2mlr_jax.analysis.protocol import Claim, check_seeds, compare, markdown
+from t2mlr_jax.analysis.recipe_rule import SWEEP_SEEDS, count_diverged, diverged
 from t2mlr_jax.analysis.run_logs import metric_trajectory
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.storage.workdir import SUMMARY
+from t2mlr_jax.train.local_workers import WorkerFailed, parse_shard, run_workers, shard_of, with_pythonpath
 
 COMMAND = "python -m experiments.t2mlr_study"
-S5, TEXT = "configs/s5_retrieval_t2mlr.py:cpu", "configs/smollm135m_t2mlr.py:cpu"
-TEXT_VOCAB = 512
+S5, TEXT = "configs/s5_retrieval_t2mlr.py:demo", "configs/t2mlr_text_study.py"
 GAMMA = "tanh_rezero_gamma_recurrent_gate"  # the trainer's log of tanh γ_rec
 OPEN = 0.1  # |tanh γ_rec| beyond which the recurrent path counts as opened
 TABLE6_MARGIN = 0.0045  # nats: the paper's largest Jacobi-vs-exact gap (Table 6, 1B)
-# The text part: 4 x 64 on 64-token rows, 8 per step; the gate starts as in S5's cpu preset (γ_rec 0.1:
-# from 0 it stays shut at this budget, experiments/gate_opening.py).
-TEXT_SETTINGS = {
-    "model.vocab_size": TEXT_VOCAB,
-    "model.recurrence.gamma_recurrent_init": 0.1,
-    "eval.bpb_masking": "nanochat",
-    "eval.require_bpb": True,
-    "train.steps": 400,
-    "train.batch_size": 8,
-    "train.log_every": 10,
-    "eval.num_examples": 128,
-    "eval.batch_size": 64,
-}
 
 
 class Row(NamedTuple):
@@ -94,13 +93,14 @@ class Part(NamedTuple):
     metric: str  # the summary's eval metric
     title: str
     claims: tuple[Claim, ...]
+    seeds: tuple[int, ...]  # the part's seeds unless --seeds gives others
     extra: tuple[str, ...] = ()  # "<row>@<eval>" values judged besides the rows
 
 
 JACOBI_EVAL = {"t2mlr.eval_mode": "jacobi"}
-S5_EVERY = {"train.eval_every": 100}  # exact match over training (how soon each seed learns parity)
+S5_EVERY = {"train.eval_every": 250}  # exact match over training (how soon each seed learns parity)
 ROWS = {
-    "s5_t2mlr": Row(S5, S5_EVERY, "T²MLR (exact recurrence, full BPTT)"),
+    "s5_t2mlr": Row(S5, {**S5_EVERY, "arch": "t2mlr"}, "T²MLR (exact recurrence, full BPTT)"),
     "s5_transformer": Row(
         S5, {**S5_EVERY, "arch": "transformer", "baseline.param_match": True}, "transformer, param-matched"
     ),
@@ -120,6 +120,7 @@ ROWS = {
         S5,
         {
             **S5_EVERY,
+            "arch": "t2mlr",
             "t2mlr.forward_mode": "jacobi",
             "model.recurrence.d_forward": 8,
             "model.recurrence.d_backward": 4,
@@ -127,12 +128,12 @@ ROWS = {
         "T²MLR (Jacobi training, D 8, B 4)",
         {"jacobi": JACOBI_EVAL},
     ),
-    "text_t2mlr": Row(TEXT, TEXT_SETTINGS, "T²MLR (1, 2), Jacobi D 4 B 2"),
-    "text_transformer": Row(TEXT, {**TEXT_SETTINGS, "arch": "transformer"}, "transformer, param-matched"),
-    "text_transformer_flops": Row(
-        TEXT, {**TEXT_SETTINGS, "arch": "transformer"}, "transformer, param-matched, T²MLR's training FLOPs"
+    "text_t2mlr": Row(
+        f"{TEXT}:t2mlr", {}, "T²MLR (4, 5) of 8, Jacobi-trained D 16 B 4, exact eval", {"jacobi": JACOBI_EVAL}
     ),
+    "text_transformer": Row(f"{TEXT}:transformer", {}, "transformer, param-matched"),
 }
+S5_SEEDS, TEXT_SEEDS = (0, 1, 2), (0, 1, 2, 3, 4)
 PARTS = {
     "s5": Part(
         ("s5_t2mlr", "s5_transformer", "s5_looped"),
@@ -142,6 +143,7 @@ PARTS = {
             Claim("s5_t2mlr", "s5_transformer", "solves S5-retrieval, transformers fail (Sec. 3.2)", 1),
             Claim("s5_t2mlr", "s5_looped", "T²MLR above looped baselines (Table 2)", 1),
         ),
+        S5_SEEDS,
     ),
     "table6": Part(
         ("s5_t2mlr", "s5_t2mlr_jacobi"),
@@ -159,18 +161,19 @@ PARTS = {
                 TABLE6_MARGIN,
             ),
         ),
+        S5_SEEDS,
         ("s5_t2mlr_jacobi@jacobi",),
     ),
     "text": Part(
-        ("text_t2mlr", "text_transformer", "text_transformer_flops"),
+        ("text_t2mlr", "text_transformer"),
         "bpb",
         "Small text pretraining: held-out bits per byte (lower is better)",
-        (
-            Claim("text_t2mlr", "text_transformer", "loss 3.9083 vs 3.9514 (−0.043, Table 6)", -1),
-            Claim("text_transformer_flops", "text_t2mlr", "avg. acc. 45.30 vs 44.14 (Table 12)", -1),
-        ),
+        (Claim("text_t2mlr", "text_transformer", "loss 3.9083 vs 3.9514 (−0.043, Table 6)", -1),),
+        TEXT_SEEDS,
+        ("text_t2mlr@jacobi",),
     ),
 }
+TEXT_VOCAB = config_module(ROOT / TEXT).VOCAB
 
 
 def _parts(text: str) -> tuple[str, ...]:
@@ -188,13 +191,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--parts", type=_parts, default=tuple(PARTS), help=f"comma list of {','.join(PARTS)}")
-    parser.add_argument("--seeds", type=comma_list, default=(0, 1, 2), help="config.seed values (at least 3)")
+    parser.add_argument(
+        "--seeds", type=comma_list, help="config.seed values of every part (default: each part's own)"
+    )
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="the rule's stability probe: every row at the sweep seeds (default 100,101), writing only "
+        "<out>/probe.json (its diverged runs), no claims",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="processes training runs side by side")
+    parser.add_argument("--shard", help="I/N: train only every N-th run from the I-th, tabulate nothing")
     parser.add_argument("--out", default="runs/t2mlr_study", help="output directory")
     return parser.parse_args(argv)
 
 
+def part_seeds(args: argparse.Namespace, part: str) -> tuple[int, ...]:
+    return args.seeds or (SWEEP_SEEDS if args.probe else PARTS[part].seeds)
+
+
 def row_config(name: str, seed: int, settings: dict):
-    """The row's config at `seed`, with the study's own `settings` (its tokenizer, text, budgets) on top."""
+    """The row's config at `seed`, with the study's own `settings` (its tokenizer and token stores) on top."""
     row = ROWS[name]
     path, _, presets = row.config.partition(":")
     config = config_module(ROOT / path).get_config(presets or None)
@@ -204,30 +221,13 @@ def row_config(name: str, seed: int, settings: dict):
     return config
 
 
-def text_settings(out: Path, rows: list[str]) -> dict:
-    """Per text row: the study's tokenizer and plays (as token stores), the same unique text for all (what
-    T²MLR reads in its steps), and the FLOP-matched transformer's budget (T²MLR's training FLOPs)."""
-    from configs.recipes import shakespeare_split
-    from t2mlr_jax.architectures import build_architecture
-    from t2mlr_jax.experiment import resolve
-    from t2mlr_jax.train.trainer import flops_per_step, tokens_read
-
-    train, heldout = shakespeare_split()
-    common = {
-        "data.tokenizer": study_tokenizer(out, TEXT_VOCAB),
-        "data.train_path": train,
-        "data.eval_path": heldout,
-    }
-    t2mlr = row_config("text_t2mlr", 0, common)
-    pretokenize(t2mlr, out / "data")  # points its paths at the token stores
-    common |= {"data.train_path": t2mlr.data.train_path, "data.eval_path": t2mlr.data.eval_path}
-    typed = resolve(t2mlr)
-    common["data.train_tokens"] = tokens_read(typed, typed.train.steps)["train_tokens_read"]
-    budget = typed.train.steps * flops_per_step(typed, build_architecture(typed))
-    return {
-        row: {**common, **({"train.flop_budget": budget} if row == "text_transformer_flops" else {})}
-        for row in rows
-    }
+def text_settings(out: Path) -> dict:
+    """The text rows' data: the study's BPE (trained into <out>/tokenizer) and the plays as token stores in
+    <out>/data; both rows read the same text in the same order (the same steps, rows and seed)."""
+    settings = {"data.tokenizer": study_tokenizer(out, TEXT_VOCAB)}
+    config = row_config("text_t2mlr", 0, settings)
+    pretokenize(config, out / "data")  # points its paths at the token stores
+    return settings | {"data.train_path": config.data.train_path, "data.eval_path": config.data.eval_path}
 
 
 def run_seed(name: str, config, workdir: Path) -> dict:
@@ -246,6 +246,7 @@ def run_seed(name: str, config, workdir: Path) -> dict:
             for k in ("flops_per_step", "train_flops", "train_tokens_read", "train_tokens_unique")
         },
         "eval": {k: v for k, v in summary["eval"].items() if isinstance(v, (int, float))},
+        "diverged": diverged(metric_trajectory(workdir, "train", "loss"), config.model.vocab_size),
     }
     for evaluation, overrides in ROWS[name].evals.items():
         metrics, _ = evaluated(
@@ -274,31 +275,53 @@ def values_of(part: Part, results: dict) -> dict:
     return values
 
 
+def judge(part: Part, results: dict, refused_runs) -> dict:
+    """The part's comparison, the claims one of whose rows `refused_runs` names (trained under another
+    recipe than the pre-registered one) listed under "refused" with why instead of judged."""
+    refused = {}
+    for c in part.claims:
+        why = [w for name in (c.row, c.baseline) for w in refused_runs(name.split("@")[0])]
+        if why:
+            refused[f"{c.row} vs {c.baseline}"] = why
+    claims = [c for c in part.claims if f"{c.row} vs {c.baseline}" not in refused]
+    return compare(values_of(part, results), claims) | ({"refused": refused} if refused else {})
+
+
 def render(meta: dict, results: dict, judged: dict) -> str:
+    bad = meta["diverged"]
     lines = [
         "# T²MLR's claims at CPU scale",
         "",
-        f"`{meta['command']}`: seeds {', '.join(map(str, meta['seeds']))}; "
-        f"wall time {meta['wall_seconds']:.0f} s.",
+        f"`{meta['command']}` at commit {meta['commit']}; wall time {meta['wall_seconds']:.0f} s "
+        f"({meta['workers']} workers). Diverged runs (training loss > ln V after step 10): "
+        f"{bad['diverged']} of {bad['of']}" + (f" ({', '.join(bad['runs'])})" if bad["runs"] else "") + ".",
     ]
     for part_name, comparison in judged.items():
         part = PARTS[part_name]
-        lines += ["", f"## {part.title}", ""]
+        seeds = ", ".join(map(str, meta["seeds"][part_name]))
+        lines += ["", f"## {part.title}", "", f"Seeds {seeds}."]
         lines += [f"- `{row}`: {ROWS[row].label}" for row in part.rows]
         lines += ["", markdown(comparison, part.metric, 4)]
+        for claim in comparison["claims"]:  # what the interval can resolve, next to the baseline's level
+            half = (claim["difference"]["high"] - claim["difference"]["low"]) / 2
+            level = abs(comparison["rows"][claim["baseline"]]["mean"])
+            lines += [
+                f"`{claim['row']}` vs `{claim['baseline']}` resolves ±{half:.4f} "
+                + (f"({100 * half / level:.1f}% of the baseline's {part.metric})." if level else ".")
+            ]
+        for claim, why in comparison.get("refused", {}).items():
+            lines += [f"Not judged, `{claim}`: trained under another recipe than the registered one: {why}."]
         steps = {row: sorted({r["steps"] for r in results[row].values()}) for row in part.rows}
         lines += ["Steps: " + ", ".join(f"`{row}` {'/'.join(map(str, s))}" for row, s in steps.items()) + "."]
         first = {row: next(iter(results[row].values())) for row in part.rows}
-        if any(f["train_flops"] for f in first.values()):
-            lines += [
-                "Training FLOPs / unique tokens / tokens read: "
-                + "; ".join(
-                    f"`{row}` {f['train_flops']:.3g} / {f['train_tokens_unique'] or '—'} / "
-                    f"{f['train_tokens_read'] or '—'}"
-                    for row, f in first.items()
-                )
-                + "."
-            ]
+        lines += [
+            "Parameters / training FLOPs / tokens read: "
+            + "; ".join(
+                f"`{row}` {f['params']:,} / {f['train_flops'] or 0:.3g} / {f['train_tokens_read'] or '—'}"
+                for row, f in first.items()
+            )
+            + "."
+        ]
         gates = {row: rs for row in part.rows if "gamma_final" in (rs := results[row])[next(iter(rs))]}
         for row, rs in gates.items():
             opened = [r["gamma_opened_at"] for r in rs.values()]
@@ -336,53 +359,115 @@ def plot(judged: dict, results: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+# The costliest runs first, so that sharding every N-th run deals them out evenly between the workers.
+COST_ORDER = ("text_t2mlr", "text_transformer", "s5_t2mlr_jacobi", "s5_t2mlr", "s5_looped", "s5_transformer")
+
+
+def units_of(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """Every (row, seed) the parts train, once each (a row in two parts trains once per seed)."""
+    units = {
+        (row.split("@")[0], seed)
+        for part in args.parts
+        for row in PARTS[part].rows + PARTS[part].extra
+        for seed in part_seeds(args, part)
+    }
+    return sorted(units, key=lambda u: (COST_ORDER.index(u[0]), u[1]))
+
+
+def run_dir(out: Path, row: str, seed: int) -> Path:
+    return out / row / f"seed{seed}"
+
+
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     out = Path(args.out)
     started = time.time()
-    rows = list(
-        dict.fromkeys(
-            row
-            for part in args.parts
-            for row in PARTS[part].rows + tuple(e.split("@")[0] for e in PARTS[part].extra)
-        )
-    )
+    units = units_of(args)
+    rows = list(dict.fromkeys(row for row, _ in units))
+    registration = None
     try:  # every config built and checked before anything is compiled
-        check_seeds(args.seeds)
+        shard = parse_shard(args.shard) if args.shard else None
+        if args.workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {args.workers}")
+        if not args.probe:
+            for part in args.parts:
+                check_seeds(part_seeds(args, part))
         out.mkdir(parents=True, exist_ok=True)
-        text_rows = [row for row in rows if row.startswith("text_")]
-        settings = {row: {} for row in rows} | (text_settings(out, text_rows) if text_rows else {})
+        text = text_settings(out) if any(row.startswith("text_") for row in rows) else {}
+        settings = {row: text if row.startswith("text_") else {} for row in rows}
+        from t2mlr_jax.config import to_dict
         from t2mlr_jax.experiment import resolve
         from t2mlr_jax.train.build_data import build_data_source
         from t2mlr_jax.train.trainer import Run
 
+        recipes = {}
         for row in rows:
-            config = row_config(row, args.seeds[0], settings[row])
-            typed = resolve(config)
-            Run(typed, out / row / f"seed{args.seeds[0]}", build_data_source(typed), config.arch)
-    except (ValueError, KeyError, FileNotFoundError) as e:
+            typed = resolve(row_config(row, 0, settings[row]))
+            recipes[row] = recipe(to_dict(typed))
+        for row, seed in shard_of(units, shard):
+            typed = resolve(row_config(row, seed, settings[row]))
+            Run(typed, run_dir(out, row, seed), build_data_source(typed), typed.arch)
+        if not args.probe and not shard:
+            registration = preregister(
+                out,
+                recipes,
+                [c for part in args.parts for c in PARTS[part].claims],
+                {"command": " ".join([COMMAND, *argv]), "parts": list(args.parts),
+                 "seeds": {part: list(part_seeds(args, part)) for part in args.parts}},
+            )  # fmt: skip
+    except (ValueError, KeyError, FileNotFoundError, subprocess.CalledProcessError) as e:
         fail(e)
     setup_jax(out)
+    workers = 1 if shard else min(args.workers, len(units))
+    if workers > 1:
+        commands = [
+            [sys.executable, "-m", "experiments.t2mlr_study", *argv, f"--shard={i}/{workers}"]
+            for i in range(workers)
+        ]
+        try:
+            if not run_workers(commands, out, [run_dir(out, *u) for u in units], env=with_pythonpath(ROOT)):
+                tqdm.write("stopped by a signal; rerun to resume")
+                return {}
+        except WorkerFailed as e:
+            fail(e)
     results = {row: {} for row in rows}
-    for seed, row in tqdm([(s, r) for s in args.seeds for r in rows], desc="rows x seeds", file=sys.stderr):
-        unit, workdir = time.time(), out / row / f"seed{seed}"
+    for row, seed in tqdm(shard_of(units, shard), desc="rows x seeds", file=sys.stderr):
+        unit, workdir = time.time(), run_dir(out, row, seed)
         fresh = not (workdir / SUMMARY).exists()
         result = run_seed(row, row_config(row, seed, settings[row]), workdir)
         if "stopped_by" in result:
             tqdm.write(f"{row}: stopped by {result['stopped_by']} at step {result['step']}; rerun to resume")
             return {}
         results[row][seed] = result
-        if not fresh:
-            continue
-        with open(out / "rows.jsonl", "a") as f:
-            f.write(
-                json.dumps({"row": row, "seed": seed, "seconds": round(time.time() - unit, 1), **result})
-                + "\n"
-            )
-    judged = {part: compare(values_of(PARTS[part], results), PARTS[part].claims) for part in args.parts}
-    meta = {"command": " ".join([COMMAND, *argv]), "seeds": list(args.seeds), "parts": list(args.parts),
-            "wall_seconds": round(time.time() - started, 1)}  # fmt: skip
+        if fresh:
+            with open(out / "rows.jsonl", "a") as f:
+                line = {"row": row, "seed": seed, "seconds": round(time.time() - unit, 1), **result}
+                f.write(json.dumps(line) + "\n")
+    if shard:
+        return {}
+    meta = {
+        "command": " ".join([COMMAND, *argv]),
+        "commit": registration["commit"] if registration else commit(),
+        "parts": list(args.parts),
+        "seeds": {part: list(part_seeds(args, part)) for part in args.parts},
+        "workers": workers,
+        "wall_seconds": round(time.time() - started, 1),
+        "diverged": count_diverged({f"{row}/seed{s}": r["diverged"] for row, rs in results.items()
+                                    for s, r in rs.items()}),
+    }  # fmt: skip
+    if args.probe:  # divergence only: the probe's seeds judge nothing
+        (out / "probe.json").write_text(json.dumps(meta, indent=1))
+        bad = meta["diverged"]
+        print(f"probe: {bad['diverged']} of {bad['of']} runs diverged {bad['runs']}")
+        return {"meta": meta}
+    registration = registration or json.loads((out / PREREGISTRATION).read_text())
+    judged = {}
+    for name in args.parts:
+        part, seeds = PARTS[name], part_seeds(args, name)
+        in_part = {row: {s: r for s, r in rs.items() if s in seeds} for row, rs in results.items()}
+        refused = lambda row: unregistered(registration, row, [run_dir(out, row, s) for s in seeds])
+        judged[name] = judge(part, in_part, refused)
     payload = {"meta": meta, "rows": results, "claims": judged}
     (out / "results.json").write_text(json.dumps(payload, indent=1, default=str))
     text = render(meta, results, judged)

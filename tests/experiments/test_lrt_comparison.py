@@ -42,7 +42,7 @@ def test_help_lists_the_flags(capsys):
         lrt_comparison.main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--preset", "--rows", "--out", "--flop_budget", "--eval_thoughts", "--seeds", "--steps"):
+    for flag in ("--preset", "--rows", "--out", "--flop_budget", "--eval_thoughts", "--seeds", "--probe"):
         assert flag in out
     with pytest.raises(SystemExit, match="unknown"):
         lrt_comparison.resolve_rows("tt1,tt3")
@@ -62,6 +62,9 @@ def test_paper_preset_without_data_fails_in_one_line(tmp_path, capsys):
         exit_info.value.code == 2
         and capsys.readouterr().err == "error: --workers must be at least 1, got 0\n"
     )
+    with pytest.raises(SystemExit) as exit_info:  # the probe checks the study's recipe only
+        lrt_comparison.main(["--preset=cpu", "--probe", f"--out={tmp_path / 'out'}"])
+    assert exit_info.value.code == 2 and "give --preset=study" in capsys.readouterr().err
 
 
 @pytest.mark.slow
