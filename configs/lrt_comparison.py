@@ -90,10 +90,11 @@ STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 # above ln V right after it: docs/recipes.md); Muon's weight decay 0.2 at every depth (decay_depth 12: the
 # depth rule would decay the 2-layer rows 9x the 6-layer ones). The rule's stability step
 # (recipe_rule.stable_multiplier): the swept multiplier halved until every row, probed on the sweep seeds
-# (lrt_comparison --preset=study --seeds=100,101), trains without diverging; STABILITY_PROBES records each
-# probe's diverged runs (x0.5: the first study under the rule, seeds 0-2, 21 of 69: docs/recipes.md).
+# (lrt_comparison --preset=study --probe), trains without diverging; STABILITY_PROBES records each probe's
+# diverged runs (x0.5: the first study under the rule, seeds 0-2, 21 of 69; x0.25: stopped at its first,
+# fixed_k1 seed 100 at step 21: docs/recipes.md).
 SWEPT_LR_MULTIPLIER = 0.5
-STABILITY_PROBES = {0.5: 21}
+STABILITY_PROBES = {0.5: 21, 0.25: 1}
 STUDY_LR_MULTIPLIER = stable_multiplier(SWEPT_LR_MULTIPLIER, STABILITY_PROBES)
 STUDY_RECIPE = {
     "optimizer.lr_multiplier": STUDY_LR_MULTIPLIER,
