@@ -38,8 +38,12 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 def open_gguf(path: Path | str):
     """The parsed file (a `gguf.GGUFReader`; parsing the metadata takes seconds, so reuse it). The reader
-    maps every tensor as it parses, so a file cut short fails here, before any weight is read."""
-    from gguf import GGUFReader
+    maps every tensor as it parses, so a file cut short fails here, before any weight is read. The gguf
+    package is in the [torch] extra, so a base install meets a one-line error here, not a traceback."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise ValueError(f"{path}: reading GGUF needs the gguf package: pip install -e '.[torch]'") from None
 
     try:
         return GGUFReader(str(path))

