@@ -92,9 +92,10 @@ STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 # (recipe_rule.stable_multiplier): the swept multiplier halved until every row, probed on the sweep seeds
 # (lrt_comparison --preset=study --probe), trains without diverging; STABILITY_PROBES records each probe's
 # diverged runs (x0.5: the first study under the rule, seeds 0-2, 21 of 69; x0.25: stopped at its first,
-# fixed_k1 seed 100 at step 21: docs/recipes.md).
+# fixed_k1 seed 100 at step 21; x0.125: stopped after 15 runs, tt1, no_cross and fixed_k1 at seed 100,
+# steps 28-36: docs/recipes.md).
 SWEPT_LR_MULTIPLIER = 0.5
-STABILITY_PROBES = {0.5: 21, 0.25: 1}
+STABILITY_PROBES = {0.5: 21, 0.25: 1, 0.125: 3}
 STUDY_LR_MULTIPLIER = stable_multiplier(SWEPT_LR_MULTIPLIER, STABILITY_PROBES)
 STUDY_RECIPE = {
     "optimizer.lr_multiplier": STUDY_LR_MULTIPLIER,
