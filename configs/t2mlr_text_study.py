@@ -31,7 +31,7 @@ SEQ_LEN, BATCH, TOKENS_PER_PARAM = 256, 8, 20
 T2MLR_PARAMS = 70_922  # the T²MLR row's parameters (the transformer is widened to them): they set the steps
 STEPS = -(-TOKENS_PER_PARAM * T2MLR_PARAMS // (SEQ_LEN * BATCH))
 BASE_LR = 3e-3
-SWEPT_LR_MULTIPLIER = 1.0
+SWEPT_LR_MULTIPLIER = 4.0  # experiments/lr_sweep.py on the transformer preset (docs/recipes.md): 12e-3
 STABILITY_PROBES: dict[float, int] = {}
 VOCAB = 512
 
