@@ -146,13 +146,23 @@ class Backbone:
         own = slot.thought and self.lrt.thought_slots and "thought_vocabulary_gates" not in self.bugs
         return self.p["lrt"][name + "_thought" if own else name]
 
+    def _scalars(self, slot):
+        """The resid / x0 scalars at every layer: an LRT thought slot's own (PonderLM-2's share them)."""
+        names = ("resid_lambdas", "x0_lambdas")
+        fb = self.lrt
+        if fb is not None and fb.feedback != "none" and slot.thought and fb.thought_slots:
+            if "thought_vocabulary_gates" not in self.bugs:
+                return [self.p["lrt"][name + "_thought"] for name in names]
+        return [self.p[name] for name in names]
+
     def block(self, i, h, slot: Slot, keys: list, keep: bool = True):
         """Weight layer i on one slot; its key / value joins `keys` (kept for later slots when `keep`,
         else seen by this slot only)."""
         cfg, p, fb = self.cfg, self.layer(i), self.lrt
         a = p["self_attn"]
         if cfg.resid_scalars:
-            h = self.p["resid_lambdas"][i] * h + self.p["x0_lambdas"][i] * slot.x0
+            alpha, beta = self._scalars(slot)
+            h = alpha[i] * h + beta[i] * slot.x0
         memory = slot.memory if fb is not None and fb.feedback != "none" else None
         if memory is not None and fb.feedback in ("both", "residual"):
             h = h + self._feedback("gamma", slot)[i] * memory

@@ -42,6 +42,8 @@ from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.recurrence import Layout, Output, scan_over_tokens
 from t2mlr_jax.model.spec import ParamSpec, constant
 
+THOUGHT_SCALARS = ("resid_lambdas", "x0_lambdas")  # backbone scalars of which thought slots have their own
+
 
 @dataclasses.dataclass(frozen=True)
 class LRTConfig:
@@ -66,13 +68,17 @@ class LRTConfig:
 
 def lrt_specs(cfg: LRTConfig) -> dict:
     """The backbone's table plus params["lrt"]: gamma [L], the gate W_g [L, C, 2K] (local, feedback), the
-    thought slots' own gamma_thought / gate_thought, and the feedback projections [L, D, K, E] (or
-    [D, K, E] when shared), initialised like v_proj."""
+    thought slots' own gamma_thought / gate_thought (and resid / x0 scalars, the spec's "scales separate for
+    vocabulary vs thought positions", specified as the backbone's), and the feedback projections
+    [L, D, K, E] (or [D, K, E] when shared), initialised like v_proj."""
     model = cfg.model
     d, k, e = model.hidden_size, model.num_kv_heads, model.head_dim
     specs = param_specs(model)
     kinds = ("", "_thought") if cfg.thought_slots else ("",)
     lrt = {}
+    if cfg.thought_slots and model.resid_scalars and cfg.feedback != "none":
+        for name in THOUGHT_SCALARS:
+            lrt[name + "_thought"] = specs[name]
     if cfg.residual:
         for kind in kinds:
             lrt["gamma" + kind] = ParamSpec((model.num_layers,), ("layers",), constant(0.1), "scalar")
@@ -98,6 +104,14 @@ def _own(p: dict, inputs: dict, name: str, value_of):
         return value
     thought = inputs["thought"].reshape(inputs["thought"].shape + (1,) * (value.ndim - 2))
     return jnp.where(thought, value_of(p[name + "_thought"]), value)
+
+
+def _scalars(p, inputs, resid):
+    """The resid / x0 scalars (alpha, beta) of each slot: the thought slots' own where the call has them."""
+    if "thought" not in inputs:
+        return resid
+    thought = inputs["thought"][..., None]
+    return tuple(jnp.where(thought, p[name + "_thought"], r) for name, r in zip(THOUGHT_SCALARS, resid))
 
 
 def _residual(p, inputs, h):
@@ -146,6 +160,7 @@ def feedback(
         _residual if cfg.residual else None,
         _kv if cfg.kv else None,
         _capture if capture else None,
+        _scalars if "resid_lambdas_thought" in lrt else None,
     )
 
 

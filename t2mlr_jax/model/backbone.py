@@ -74,6 +74,8 @@ class Feedback(NamedTuple):
       [start:end] and scans it with the block params, so each fn sees its own layer's slice (or None).
     inputs: a per-call pytree shared by every block (e.g. a memory m [B, T, D] for this call's tokens).
     residual_fn(p, inputs, h) -> h: the stream entering the block (cast back to h's dtype).
+    scalars_fn(p, inputs, (alpha, beta)) -> (alpha, beta): the resid / x0 scalars each slot uses in this
+      block (broadcast against [B, T, D]), where some slots have their own (the LRT's thought slots).
     kv_fn(p, inputs, x, k, v) -> (k, v): x [B, T, D] is the block's normed input, k, v [B, T, K, E]
       straight from k_proj / v_proj, before QK-norm and RoPE; the result is what the cache stores.
     capture_fn(p, inputs, x, k, v) -> a pytree of the block's values the caller wants back (k, v as kv_fn
@@ -86,6 +88,7 @@ class Feedback(NamedTuple):
     residual_fn: Callable | None = None
     kv_fn: Callable | None = None
     capture_fn: Callable | None = None
+    scalars_fn: Callable | None = None
 
 
 def advance(cache: KVCache, num_tokens: int) -> KVCache:
@@ -297,9 +300,12 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
     `kv` is (every layer's cached k slots, v slots, this layer's row, write index or slots) with a cache,
     else None (and None comes back).
     """
-    if layer.resid is not None:
-        h = (layer.resid[0] * h + layer.resid[1] * step.x0).astype(h.dtype)
     fb = step.feedback
+    if layer.resid is not None:
+        alpha, beta = layer.resid
+        if fb is not None and fb.scalars_fn is not None:
+            alpha, beta = fb.scalars_fn(layer.feedback, fb.inputs, layer.resid)
+        h = (alpha * h + beta * step.x0).astype(h.dtype)
     if fb is not None and fb.residual_fn is not None:
         h = fb.residual_fn(layer.feedback, fb.inputs, h).astype(h.dtype)
     norm = lambda x, name: rms_norm(x, p.get(name), cfg.norm_eps, cfg.norm_offset)

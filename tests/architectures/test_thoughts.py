@@ -459,5 +459,9 @@ def test_the_table3_ablation_rows_build_what_they_name(stub, row, feedback, cros
     assert (cfg.feedback, cfg.cross_token, cfg.thought_slots) == (feedback, cross_token, True)
     assert ("gate_thought" in model.specs["lrt"]) == (feedback == "both")
     assert "gamma_thought" in model.specs["lrt"]
+    # the spec's "scales separate for vocabulary vs thought positions": the resid / x0 scalars too, each
+    # specified (init, optimizer role) as the backbone's own
+    for name in lrt_forward.THOUGHT_SCALARS:
+        assert model.specs["lrt"][name + "_thought"] == model.specs[name]
     _apply(model, {name: a[:, : config.data.eval_seq_len] for name, a in batch.items() if a.ndim == 2})
     assert (stub.calls[-1]["run"], stub.calls[-1]["thoughts"]) == ("exact", 1)
