@@ -95,8 +95,8 @@ STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 # fixed_k1 seed 100 at step 21; x0.125: stopped after 15 runs, tt1, no_cross and fixed_k1 at seed 100,
 # steps 28-36; x0.0625: stopped after 5 thought rows, tt1, no_cross and no_kv at seed 100, step 42). Each
 # halving moved the thought rows' spikes later, not away: a thought slot's copy of its input state flips
-# sign as the x0 scalars it shares with the vocabulary slots and its own gamma drift negative; the study is
-# not rerun until the thought slots have their own scalars (docs/recipes.md, the LRT study).
+# sign as its scalars drift negative, moved by Adam's momentum on the steps without thoughts, where they
+# have no gradient; the study is not rerun until such a step leaves them as they were (docs/recipes.md).
 SWEPT_LR_MULTIPLIER = 0.5
 STABILITY_PROBES = {0.5: 21, 0.25: 1, 0.125: 3, 0.0625: 3}
 STUDY_LR_MULTIPLIER = stable_multiplier(SWEPT_LR_MULTIPLIER, STABILITY_PROBES)
