@@ -91,14 +91,13 @@ STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 # depth rule would decay the 2-layer rows 9x the 6-layer ones). The rule's stability step
 # (recipe_rule.stable_multiplier): the swept multiplier halved until every row, probed on the sweep seeds
 # (lrt_comparison --preset=study --probe), trains without diverging; STABILITY_PROBES records each probe's
-# diverged runs (x0.5: the first study under the rule, seeds 0-2, 21 of 69; x0.25: stopped at its first,
-# fixed_k1 seed 100 at step 21; x0.125: stopped after 15 runs, tt1, no_cross and fixed_k1 at seed 100,
-# steps 28-36; x0.0625: stopped after 5 thought rows, tt1, no_cross and no_kv at seed 100, step 42). Each
-# halving moved the thought rows' spikes later, not away: a thought slot's copy of its input state flips
-# sign as its scalars drift negative, moved by Adam's momentum on the steps without thoughts, where they
-# have no gradient; the study is not rerun until such a step leaves them as they were (docs/recipes.md).
+# diverged runs. Before the thought slots had their own resid / x0 scalars and a step left the parameters
+# it did not use as they were (optimizer.skip_unused), the thought rows spiked at every multiplier down to
+# x1/16 (a thought slot's copy of its input flipped sign, pushed by Adam's momentum on steps without
+# thoughts: docs/recipes.md); those probes are void for the rows as they are now, which start again at x0.5
+# (x0.5: stopped after 5 thought rows at seed 100, fixed_k1 above ln V at step 16, once).
 SWEPT_LR_MULTIPLIER = 0.5
-STABILITY_PROBES = {0.5: 21, 0.25: 1, 0.125: 3, 0.0625: 3}
+STABILITY_PROBES = {0.5: 1}
 STUDY_LR_MULTIPLIER = stable_multiplier(SWEPT_LR_MULTIPLIER, STABILITY_PROBES)
 STUDY_RECIPE = {
     "optimizer.lr_multiplier": STUDY_LR_MULTIPLIER,

@@ -399,18 +399,43 @@ def muon(opt: Optimizer, specs: dict, schedule: optax.Schedule) -> optax.Gradien
 register_optimizer("muon", muon, Muon)
 
 
+def skip_unused(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+    """PyTorch's optimizers skip a parameter whose gradient is None (not used in the step); optax's keep
+    stepping along its momentum on a zero gradient. This gives a parameter leaf whose whole gradient is
+    zero (one the step did not use: the LRT's thought-slot scalars on a step drawing K = 0) no update and
+    its optimizer state as it was. A state leaf belongs to the parameter whose path ends its own (optax's
+    moments mirror the parameter tree); counts and other state advance as before."""
+
+    def update(updates, state, params=None):
+        new_updates, new_state = inner.update(updates, state, params)
+        grads = dict(jax.tree_util.tree_flatten_with_path(updates)[0])
+        used = {path: jnp.any(g != 0) for path, g in grads.items()}
+
+        def keep(path, new, old):
+            owners = [p for p in grads if tuple(path[-len(p) :]) == p and grads[p].shape == new.shape]
+            return jnp.where(used[max(owners, key=len)], new, old) if owners else new
+
+        new_state = jax.tree_util.tree_map_with_path(keep, new_state, state)
+        new_updates = jax.tree_util.tree_map_with_path(
+            lambda path, u: jnp.where(used[path], u, jnp.zeros_like(u)), new_updates
+        )
+        return new_updates, new_state
+
+    return optax.GradientTransformation(inner.init, update)
+
+
 def make_optimizer(opt: Optimizer, specs: dict, total_steps: int) -> optax.GradientTransformation:
-    """clip -> the registered optimizer `opt.name` (schedule, masks from the parameter table `specs`) ->
-    per-group LR multiplier. Frozen parameters' gradients are zeroed before the clip (so they stay out of
-    the global norm) and their updates after the optimizer (so decoupled decay never moves them); with
-    none frozen the chain is unchanged."""
+    """clip -> the registered optimizer `opt.name` (schedule, masks from the parameter table `specs`; a
+    parameter the step did not use left as it was, `skip_unused`) -> per-group LR multiplier. Frozen
+    parameters' gradients are zeroed before the clip (so they stay out of the global norm) and their updates
+    after the optimizer (so decoupled decay never moves them); with none frozen the chain is unchanged."""
     build = OPTIMIZERS.get(opt.name)
     frozen = frozen_mask(specs)
     freeze = [optax.masked(optax.set_to_zero(), frozen)] if any(jax.tree.leaves(frozen)) else []
     parts = [*freeze]
     if opt.grad_clip:
         parts.append(clip_by_global_norm(float(opt.grad_clip)))
-    parts.append(build(opt, specs, make_schedule(opt, total_steps)))
+    parts.append(skip_unused(build(opt, specs, make_schedule(opt, total_steps))))
     if opt.gate_lr_multiplier != 1.0:
         parts.append(_scale_by_tree(lr_multipliers(specs, float(opt.gate_lr_multiplier))))
     return optax.chain(*parts, *freeze)

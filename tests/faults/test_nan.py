@@ -1,4 +1,4 @@
-"""A diverging run (learning rate 1e8) never applies or saves a non-finite step: it stops naming the step
+"""A diverging run (learning rate 1e30) never applies or saves a non-finite step: it stops naming the step
 (exit status 1 from main.py, one error line), or, with train.nan_policy=skip, logs and skips such steps up
 to train.nan_skip_limit."""
 
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.xdist_group("faults"), pytest.mark.slow]
 
 def _diverging(**train):
     cfg = config(**train)
-    cfg.optimizer.lr = 1e8  # the third step's loss and gradient overflow
+    cfg.optimizer.lr = 1e30  # the third step's gradient overflows
     return cfg
 
 
@@ -27,7 +27,7 @@ def _finite(state) -> bool:
 
 
 def test_a_non_finite_step_stops_the_run_and_every_checkpoint_stays_finite(tmp_path):
-    stopped = r"^step 3: non-finite loss and gradient norm .* checkpoint \(step 2\)"
+    stopped = r"^step 3: non-finite gradient norm .* checkpoint \(step 2\)"
     with pytest.raises(NonFiniteError, match=stopped):
         train_tiny(tmp_path, _diverging())
     state, step = restore_state(run(tmp_path, _diverging()))
@@ -53,7 +53,7 @@ def test_the_skip_policy_skips_and_logs_up_to_its_limit(tmp_path):
     out = main(
         f"--config={S5}:cpu",
         *TINY,
-        "--config.optimizer.lr=1e6",
+        "--config.optimizer.lr=1e30",
         "--config.train.steps=8",
         "--config.model.recurrence.d_forward=2",  # a smaller step to compile
         "--config.model.recurrence.d_backward=1",

@@ -204,17 +204,22 @@ def test_linear_decay_is_flat_then_linear_to_the_floor():
 
 
 def test_weight_decay_only_on_matrices_scaled_by_depth_and_lr():
-    """Zero gradients: only the decay moves anything, -lr(t) x wd x (12 / L)^2 x p on the matrices."""
+    """The decay is what a decaying optimizer's updates add to those of one without it, on the same
+    gradients: -lr(t) x wd x (12 / L)^2 x p on the matrices, nothing elsewhere."""
     o = opt(weight_decay=0.1, schedule="linear_decay", decay_ratio=1.0)  # multiplier 1 - step / 10
     assert muon_weight_decay(o.muon, SPECS) == pytest.approx(0.1 * (12 / L) ** 2)
     # a fixed decay_depth: every depth decays alike (a comparison on depth keeps decay out of it)
     assert muon_weight_decay(opt(weight_decay=0.2, decay_depth=12).muon, SPECS) == pytest.approx(0.2)
-    tx = make_optimizer(o, SPECS, 10)
-    zeros = jax.tree.map(jnp.zeros_like, PARAMS)
-    u0, state = step(tx, zeros)
-    u1, _ = step(tx, zeros, state=state)
+    grads = jax.tree.map(jnp.ones_like, PARAMS)
+
+    def two_steps(o):
+        tx = make_optimizer(o, SPECS, 10)
+        u0, state = step(tx, grads)
+        return u0, step(tx, grads, state=state)[0]
+
+    decayed, plain = two_steps(o), two_steps(opt(schedule="linear_decay", decay_ratio=1.0))
     labels = muon_labels(SPECS)
-    for u, mult in ((u0, 1.0), (u1, 0.9)):
+    for u, mult in ((jax.tree.map(jnp.subtract, d, q), m) for d, q, m in zip(decayed, plain, (1.0, 0.9))):
         for up, p, label in zip(jax.tree.leaves(u), jax.tree.leaves(PARAMS), jax.tree.leaves(labels)):
             expect = -0.02 * mult * 0.1 * 36 * p if label == "muon" else jnp.zeros_like(p)
             np.testing.assert_allclose(up, expect, rtol=1e-5, atol=1e-8)
@@ -275,3 +280,33 @@ def test_muon_is_selectable_for_every_architecture(arch):
     assert jax.tree.map(lambda u: u.shape, updates) == jax.tree.map(lambda p: p.shape, params)
     labels = jax.tree.leaves(muon_labels(specs))
     assert "muon" in labels and len(set(labels)) > 1
+
+
+def test_a_parameter_the_step_did_not_use_stays_as_it_was():
+    """PyTorch's semantics (a parameter whose gradient is None is skipped), which optax's Adam and Muon lack:
+    after a step that used every parameter, a step whose gradient is all zero at some leaves (a Muon
+    matrix, an Adam scalar; the LRT's thought-slot parameters on a K = 0 step) leaves those leaves and
+    their moments exactly as they were, while the other leaves move on."""
+    tx = make_optimizer(opt(grad_clip=1.0), SPECS, 10)
+    grads = jax.tree.map(jnp.ones_like, PARAMS)
+    _, state = step(tx, grads)
+    idle = {**grads, "mixer": {**grads["mixer"], "kernel": jnp.zeros((2 * D, D)), "alpha": jnp.zeros((1,))}}
+    updates, after = step(tx, idle, state=state)
+    assert not np.any(np.asarray(updates["mixer"]["kernel"])) and not np.any(
+        np.asarray(updates["mixer"]["alpha"])
+    )
+    assert np.all(np.asarray(updates["mixer"]["rezero_gamma"]) != 0) and np.any(
+        np.asarray(updates["lm_head"])
+    )
+    moved = 0
+    for (path, old), new in zip(jax.tree_util.tree_flatten_with_path(state)[0], jax.tree.leaves(after)):
+        name = jax.tree_util.keystr(path)
+        if name.endswith("['mixer']['kernel']") or name.endswith("['mixer']['alpha']"):
+            np.testing.assert_array_equal(new, old, err_msg=name)
+        elif ".mu" in name:
+            moved += not np.array_equal(new, old)
+    assert moved >= 5  # the used leaves' moments did move
+    # optax alone would have moved the idle leaves along their momentum
+    plain = optax.adam(0.1)
+    s = plain.update(grads, plain.init(PARAMS), PARAMS)[1]
+    assert np.any(np.asarray(plain.update(idle, s, PARAMS)[0]["mixer"]["alpha"]))
