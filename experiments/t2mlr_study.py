@@ -302,12 +302,13 @@ def render(meta: dict, results: dict, judged: dict) -> str:
         lines += ["", f"## {part.title}", "", f"Seeds {seeds}."]
         lines += [f"- `{row}`: {ROWS[row].label}" for row in part.rows]
         lines += ["", markdown(comparison, part.metric, 4)]
-        for claim in comparison["claims"]:  # what the interval can resolve, next to the baseline's level
+        for claim in comparison["claims"]:  # what the interval can resolve; for BPB, relative to its level
             half = (claim["difference"]["high"] - claim["difference"]["low"]) / 2
             level = abs(comparison["rows"][claim["baseline"]]["mean"])
+            relative = part.metric == "bpb" and level  # a fraction of an accuracy or a ~0 loss says nothing
             lines += [
-                f"`{claim['row']}` vs `{claim['baseline']}` resolves ±{half:.4f} "
-                + (f"({100 * half / level:.1f}% of the baseline's {part.metric})." if level else ".")
+                f"`{claim['row']}` vs `{claim['baseline']}` resolves ±{half:.4f}"
+                + (f" ({100 * half / level:.1f}% of the baseline's {part.metric})." if relative else ".")
             ]
         for claim, why in comparison.get("refused", {}).items():
             lines += [f"Not judged, `{claim}`: trained under another recipe than the registered one: {why}."]

@@ -141,18 +141,20 @@ class Backbone:
     def head(self, h):
         return self.unembed(self.final_norm(h))
 
+    def _own(self, slot) -> bool:
+        """Whether this slot is an LRT thought slot with parameters of its own (PonderLM-2's share them)."""
+        own = slot.thought and self.lrt is not None and self.lrt.thought_slots
+        return bool(own) and "thought_vocabulary_gates" not in self.bugs
+
     def _feedback(self, name, slot):
         """This slot's LRT parameter `name` at every layer: the thought slots' own where they have one."""
-        own = slot.thought and self.lrt.thought_slots and "thought_vocabulary_gates" not in self.bugs
-        return self.p["lrt"][name + "_thought" if own else name]
+        return self.p["lrt"][name + "_thought" if self._own(slot) else name]
 
     def _scalars(self, slot):
-        """The resid / x0 scalars at every layer: an LRT thought slot's own (PonderLM-2's share them)."""
+        """The resid / x0 scalars at every layer: an LRT thought slot's own where it has them."""
         names = ("resid_lambdas", "x0_lambdas")
-        fb = self.lrt
-        if fb is not None and fb.feedback != "none" and slot.thought and fb.thought_slots:
-            if "thought_vocabulary_gates" not in self.bugs:
-                return [self.p["lrt"][name + "_thought"] for name in names]
+        if self._own(slot) and self.lrt.feedback != "none":
+            return [self.p["lrt"][name + "_thought"] for name in names]
         return [self.p[name] for name in names]
 
     def block(self, i, h, slot: Slot, keys: list, keep: bool = True):
