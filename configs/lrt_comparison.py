@@ -97,9 +97,10 @@ STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 # thoughts: docs/recipes.md); those probes are void for the rows as they are now, which start again at x0.5
 # (x0.5: stopped after 5 thought rows at seed 100, fixed_k1 above ln V at step 16, once; x0.25: stopped
 # after every row at seed 100 and 3 at 101, fixed_k1-fixed_k4 above ln V at step 21, the thought slot's
-# copy of its input crossing zero under its scalars' own gradients: docs/recipes.md).
+# copy of its input crossing zero under its scalars' own gradients: docs/recipes.md; x0.125, the fixed-K
+# rows first: fixed_k2 seed 101 above ln V at step 28, the other seven spiking there below it).
 SWEPT_LR_MULTIPLIER = 0.5
-STABILITY_PROBES = {0.5: 1, 0.25: 4}
+STABILITY_PROBES = {0.5: 1, 0.25: 4, 0.125: 1}
 STUDY_LR_MULTIPLIER = stable_multiplier(SWEPT_LR_MULTIPLIER, STABILITY_PROBES)
 STUDY_RECIPE = {
     "optimizer.lr_multiplier": STUDY_LR_MULTIPLIER,
