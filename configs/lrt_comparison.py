@@ -98,9 +98,10 @@ STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 # (x0.5: stopped after 5 thought rows at seed 100, fixed_k1 above ln V at step 16, once; x0.25: stopped
 # after every row at seed 100 and 3 at 101, fixed_k1-fixed_k4 above ln V at step 21, the thought slot's
 # copy of its input crossing zero under its scalars' own gradients: docs/recipes.md; x0.125, the fixed-K
-# rows first: fixed_k2 seed 101 above ln V at step 28, the other seven spiking there below it).
+# rows first: fixed_k2 seed 101 above ln V at step 28, the other seven spiking there below it; x0.0625:
+# every row on both seeds, none above ln V, the fixed-K rows still spiking below it at step 37).
 SWEPT_LR_MULTIPLIER = 0.5
-STABILITY_PROBES = {0.5: 1, 0.25: 4, 0.125: 1}
+STABILITY_PROBES = {0.5: 1, 0.25: 4, 0.125: 1, 0.0625: 0}
 STUDY_LR_MULTIPLIER = stable_multiplier(SWEPT_LR_MULTIPLIER, STABILITY_PROBES)
 STUDY_RECIPE = {
     "optimizer.lr_multiplier": STUDY_LR_MULTIPLIER,
