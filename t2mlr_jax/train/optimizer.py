@@ -405,9 +405,8 @@ def skip_unused(inner: optax.GradientTransformation) -> optax.GradientTransforma
     zero (one the step did not use: the LRT's thought-slot scalars on a step drawing K = 0) no update and
     its optimizer state as it was. A state leaf belongs to the parameter whose path ends its own (optax's
     moments mirror the parameter tree); counts and other state advance as before. A used leaf's whole
-    gradient is exactly zero only behind a zero-initialised projection or gate on the first step, where
-    the moments are still zero: it then loses only that step's decoupled decay (none under a warmup from
-    0)."""
+    gradient is exactly zero only behind a zero-initialised projection or gate, until that has moved (a step
+    or two): its moments are still zero then, so it loses only those steps' decoupled decay."""
 
     def update(updates, state, params=None):
         new_updates, new_state = inner.update(updates, state, params)
