@@ -91,15 +91,9 @@ STUDY_REFERENCE = "vanilla2x"  # the paper's reference for training budgets
 # depth rule would decay the 2-layer rows 9x the 6-layer ones). The rule's stability step
 # (recipe_rule.stable_multiplier): the swept multiplier halved until every row, probed on the sweep seeds
 # (lrt_comparison --preset=study --probe), trains without diverging; STABILITY_PROBES records each probe's
-# diverged runs. Before the thought slots had their own resid / x0 scalars and a step left the parameters
-# it did not use as they were (optimizer.skip_unused), the thought rows spiked at every multiplier down to
-# x1/16 (a thought slot's copy of its input flipped sign, pushed by Adam's momentum on steps without
-# thoughts: docs/recipes.md); those probes are void for the rows as they are now, which start again at x0.5
-# (x0.5: stopped after 5 thought rows at seed 100, fixed_k1 above ln V at step 16, once; x0.25: stopped
-# after every row at seed 100 and 3 at 101, fixed_k1-fixed_k4 above ln V at step 21, the thought slot's
-# copy of its input crossing zero under its scalars' own gradients: docs/recipes.md; x0.125, the fixed-K
-# rows first: fixed_k2 seed 101 above ln V at step 28, the other seven spiking there below it; x0.0625:
-# every row on both seeds, none above ln V, the fixed-K rows still spiking below it at step 37).
+# diverged runs, docs/recipes.md says where and why (the thought rows' copy of their input crossing zero).
+# The probes before the thought slots had their own resid / x0 scalars and optimizer.skip_unused are void
+# for the rows as they are now, which started again at x0.5.
 SWEPT_LR_MULTIPLIER = 0.5
 STABILITY_PROBES = {0.5: 1, 0.25: 4, 0.125: 1, 0.0625: 0}
 STUDY_LR_MULTIPLIER = stable_multiplier(SWEPT_LR_MULTIPLIER, STABILITY_PROBES)
