@@ -22,6 +22,7 @@ untrained init_from model), generations.jsonl (generate). `python tools/report.p
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -89,16 +90,14 @@ def _seeds() -> list[int]:
     return seeds
 
 
-def _check_workers(mode: str) -> None:
-    import jax
-
+def _check_workers(mode: str, several_processes: bool) -> None:
     if _WORKERS.value < 1:
         raise ValueError(f"--workers must be at least 1, got {_WORKERS.value}")
     if (_WORKERS.value > 1 or _SHARD.value) and mode != "train":
         raise ValueError(f"--workers and --shard are for --mode=train, not --mode={mode}")
     if _SHARD.value:
         parse_shard(_SHARD.value)
-    if _WORKERS.value > 1 and jax.process_count() > 1:
+    if _WORKERS.value > 1 and several_processes:
         raise ValueError("--workers starts local processes; a multi-host launch already runs one per host")
 
 
@@ -115,10 +114,39 @@ def _training_free(config):
     return STUDIES.get(names[0]) if names[0] in STUDIES else None
 
 
-def _setup(config, workdir: Path, mode: str, seeds: list[int]):
+def _plan(config, workdir: Path, seeds: list[int]) -> dict:
+    """run -> (architecture, its config, its workdir): one per architecture, or per architecture and seed."""
+    from t2mlr_jax.architectures import arch_names
+
+    names = arch_names(config)
+    if seeds:
+        return {
+            f"{name}/seed{s}": (name, config.replace(seed=s), workdir / name / f"seed{s}")
+            for name in names
+            for s in seeds
+        }
+    return {name: (name, config, workdir / name if len(names) > 1 else workdir) for name in names}
+
+
+def _worker_count(runs: int) -> int:
+    """The processes --workers trains `runs` runs in (1: this one)."""
+    return 1 if _SHARD.value else min(_WORKERS.value, runs)
+
+
+def _written_folders(plan: dict, workdir: Path, mode: str) -> list[Path]:
+    """The folders this command writes, each locked before anything is read or built: the comparison's
+    workdir, then every run this process trains, evaluates or samples (a --workers parent's workers lock
+    their own)."""
+    shard = parse_shard(_SHARD.value) if _SHARD.value else None
+    comparison = [workdir] if len(plan) > 1 and not shard else []
+    if mode == "train" and _worker_count(len(plan)) > 1:
+        return comparison
+    return comparison + [plan[key][2] for key in shard_of(list(plan), shard)]
+
+
+def _setup(config, plan: dict, mode: str):
     """Build and check every run before anything is compiled: one clear error on bad input. eval and
     generate need only the eval data."""
-    from t2mlr_jax.architectures import arch_names
     from t2mlr_jax.train.build_data import build_data_source
     from t2mlr_jax.train.data_source import check_prompts_fit
     from t2mlr_jax.train.init_from import require_init_from
@@ -128,16 +156,6 @@ def _setup(config, workdir: Path, mode: str, seeds: list[int]):
         require_init_from(config)
     if mode == "eval" and config.eval.lm_eval_tasks:
         _benchmarks(config)  # unknown task names fail here, before anything is loaded or compiled
-    names = arch_names(config)
-    # run -> (architecture, its config, its workdir): one per architecture, or per architecture and seed
-    if seeds:
-        plan = {
-            f"{name}/seed{s}": (name, config.replace(seed=s), workdir / name / f"seed{s}")
-            for name in names
-            for s in seeds
-        }
-    else:
-        plan = {name: (name, config, workdir / name if len(names) > 1 else workdir) for name in names}
     if mode != "train":
         for _, run_config, path in plan.values():
             check_loadable(path, run_config)
@@ -164,7 +182,7 @@ def _train(config, workdir: Path, runs: dict) -> None:
     started = time.time()
     summaries = {}
     shard = parse_shard(_SHARD.value) if _SHARD.value else None
-    if _WORKERS.value > 1 and not shard:
+    if _worker_count(len(runs)) > 1:
         _train_in_workers(workdir, runs)
         summaries = {name: json.loads((run.workdir / SUMMARY).read_text()) for name, run in runs.items()}
     for name in shard_of(list(runs), shard) if not summaries else ():
@@ -210,7 +228,7 @@ def _train(config, workdir: Path, runs: dict) -> None:
 def _train_in_workers(workdir: Path, runs: dict) -> None:
     """--workers: the runs trained by shards of this command side by side; exits RESUMABLE when a signal
     stopped them."""
-    count = min(_WORKERS.value, len(runs))
+    count = _worker_count(len(runs))
     print(
         f"training {len(runs)} runs in {count} processes (their output: {workdir}/worker<I>.log)", flush=True
     )
@@ -260,6 +278,7 @@ def _task_index(names: str, include_path: str):
 
 def _evaluate(runs: dict, config) -> None:
     from t2mlr_jax.parallel.multihost import is_lead_host
+    from t2mlr_jax.storage.workdir import write_atomic
     from t2mlr_jax.train.trainer import restore_state, run_eval
 
     for name, run in runs.items():
@@ -274,7 +293,7 @@ def _evaluate(runs: dict, config) -> None:
         path = run.workdir / f"eval_step{step}.json"
         if is_lead_host():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(metrics, indent=2, default=str))
+            write_atomic(path, json.dumps(metrics, indent=2, default=str))
         print(f"{name} @ {_source(run, step)}: {_metrics_line(metrics, config)}{windows} -> {path}")
 
 
@@ -320,9 +339,10 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     from t2mlr_jax.experiment import resolve
-    from t2mlr_jax.parallel.multihost import initialize_distributed
+    from t2mlr_jax.parallel.multihost import initialize_distributed, is_lead_host
     from t2mlr_jax.storage.checkpoint import AllCorruptError
-    from t2mlr_jax.storage.workdir_lock import WorkdirLockedError
+    from t2mlr_jax.storage.full_disk import NoSpaceError
+    from t2mlr_jax.storage.workdir_lock import WorkdirLockedError, WorkdirUnwritableError, workdir_lock
     from t2mlr_jax.train import startup
     from t2mlr_jax.train.compilation_cache import enable_compilation_cache
     from t2mlr_jax.train.local_workers import WorkerFailed
@@ -336,31 +356,38 @@ def main(argv):
     except (ValueError, KeyError) as e:
         fail(e)
     workdir = Path(_WORKDIR.value or Path("workdir") / config.name)
-    try:
-        initialize_distributed()  # multi-process launches (TPU pod, SLURM, explicit); nothing on one host
-        enable_compilation_cache(config.compilation_cache)
-        training_free = _training_free(config)
-        if training_free is not None and _MODE.value == "train":
-            print(f"{config.arch} has nothing to train: running its sweep into {workdir}", flush=True)
-            training_free(config, workdir)
-            return
-        _check_workers(_MODE.value)
-        runs = _setup(config, workdir, _MODE.value, _seeds())
-        startup.mark("config")
-    except (ValueError, KeyError, FileNotFoundError) as e:
-        fail(e)
-    try:
-        {
-            "train": lambda: _train(config, workdir, runs),
-            "eval": lambda: _evaluate(runs, config),
-            "generate": lambda: _generate(runs, _NUM_GENERATE.value),
-        }[_MODE.value]()
-    except (NoCheckpointError, WorkdirLockedError, AllCorruptError) as e:
-        fail(e)
-    except WorkerFailed as e:
-        fail(e, status=1)
-    except NonFiniteError as e:  # not bad input: the run diverged
-        fail(e, status=1)
+    with contextlib.ExitStack() as locks:
+        try:
+            several = initialize_distributed()  # multi-process launches (TPU pod, SLURM, explicit)
+            lead = is_lead_host() if several else True
+            training_free = _training_free(config) if _MODE.value == "train" else None
+            _check_workers(_MODE.value, several)
+            plan = _plan(config, workdir, _seeds())
+            # every folder this command writes is locked before anything else: a refused command changes
+            # nothing, prints nothing else, and is refused at once
+            for folder in [workdir] if training_free else _written_folders(plan, workdir, _MODE.value):
+                locks.enter_context(workdir_lock(folder, lead=lead))
+            enable_compilation_cache(config.compilation_cache)
+            if training_free is not None:
+                print(f"{config.arch} has nothing to train: running its sweep into {workdir}", flush=True)
+                training_free(config, workdir)
+                return
+            runs = _setup(config, plan, _MODE.value)
+            startup.mark("config")
+        except (ValueError, KeyError, FileNotFoundError, WorkdirLockedError, WorkdirUnwritableError) as e:
+            fail(e)
+        try:
+            {
+                "train": lambda: _train(config, workdir, runs),
+                "eval": lambda: _evaluate(runs, config),
+                "generate": lambda: _generate(runs, _NUM_GENERATE.value),
+            }[_MODE.value]()
+        except (NoCheckpointError, WorkdirLockedError, AllCorruptError) as e:
+            fail(e)
+        except WorkerFailed as e:
+            fail(e, status=1)
+        except (NonFiniteError, NoSpaceError) as e:  # not bad input: the run diverged, or the disk is full
+            fail(e, status=1)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from ml_collections import config_flags  # noqa: E402
 
 from t2mlr_jax import cpu_runtime  # noqa: E402
 from t2mlr_jax.config.cli import fail, parse_flags  # noqa: E402
+from t2mlr_jax.storage.workdir import write_atomic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -142,8 +143,8 @@ def main(argv):
                 tqdm.tqdm.write(f"error: {failed[-1]}", file=sys.stderr)
                 record["error"] = failed[-1]
         records.append(record)
-    (out / "aot.json").write_text(json.dumps({"setting": setting, "programs": records}, indent=2))
-    (out / "aot.md").write_text(_markdown(setting, records))
+    write_atomic(out / "aot.json", json.dumps({"setting": setting, "programs": records}, indent=2))
+    write_atomic(out / "aot.md", _markdown(setting, records))
     print((out / "aot.md").read_text())
     print(f"-> {out / 'aot.json'}, {out / 'aot.md'}")
     if failed:

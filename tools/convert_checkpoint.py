@@ -265,14 +265,12 @@ def exported(args, cfg, params) -> tuple:
     return cfg, params
 
 
-def verify_conversion(args, cfg, params, text_tokens) -> dict:
-    """Run --verify, write and print its report."""
-    from t2mlr_jax.interop.verify import report_sections, verify
+def verify_conversion(args, cfg, params, text_tokens, written: Path) -> dict:
+    """--verify's report, against the torch side (the source, or the export `written` for args.target)."""
+    from t2mlr_jax.interop.verify import verify
 
     torch_side = (
-        (args.source_format, args.source)
-        if args.target_format == "orbax"
-        else (args.target_format, args.target)
+        (args.source_format, args.source) if args.target_format == "orbax" else (args.target_format, written)
     )
     report = verify(
         cfg,
@@ -291,8 +289,16 @@ def verify_conversion(args, cfg, params, text_tokens) -> dict:
         target=str(args.target),
         target_format=args.target_format,
     )
+    return report
+
+
+def write_report(args, report: dict) -> None:
+    """Write (whole or not at all) and print --verify's report."""
+    from t2mlr_jax.interop.verify import report_sections
+    from t2mlr_jax.storage.workdir import write_atomic
+
     report_path = args.report or args.target.with_name(args.target.name + ".verify.json")
-    report_path.write_text(json.dumps(report, indent=2) + "\n")
+    write_atomic(report_path, json.dumps(report, indent=2) + "\n")
     for label, section in report_sections(report):
         print(
             f"{label}: max |logit difference| = {section['max_abs_logit_diff']:.3g} "
@@ -300,42 +306,45 @@ def verify_conversion(args, cfg, params, text_tokens) -> dict:
             f"tolerance {args.tolerance:g})"
         )
     print(f"report: {report_path}")
-    return report
 
 
 def run(args) -> int:
+    from t2mlr_jax.interop.files import staged_folder
     from t2mlr_jax.interop.model_card import write_model_card
     from t2mlr_jax.interop.verify import report_sections
 
     check_paths(args)
     tokenizer = resolve_tokenizer(args)
     text_tokens = verify_text_tokens(args, tokenizer) if args.verify_text else None
-    cfg, params = convert(args, tokenizer)
-    print(f"wrote {args.target_format} checkpoint to {args.target}")
     exporting = args.target_format != "orbax"
-    if (
-        exporting and tokenizer is None and args.target_format != "nanochat"
-    ):  # nanochat's is not in its checkpoints
+    with staged_folder(args.target) as stage:  # a kill leaves no half-written target
+        cfg, params = convert(argparse.Namespace(**{**vars(args), "target": stage}), tokenizer)
+        target_cfg, target_params = exported(args, cfg, params)
+        report = (
+            verify_conversion(args, target_cfg, target_params, text_tokens, stage) if args.verify else None
+        )
+        if exporting:  # after verifying, so that the card shows its figures
+            write_model_card(
+                stage,
+                cfg,
+                target_params,
+                layout=args.target_format,
+                source=str(args.source),
+                source_format=args.source_format,
+                tokenizer=None if tokenizer is None else tokenizer.source,
+                report=report,
+            )
+    print(f"wrote {args.target_format} checkpoint to {args.target}")
+    if exporting and tokenizer is None and args.target_format != "nanochat":  # nanochat's: not in checkpoints
         print(
             f"warning: {args.target} has no tokenizer files ({args.source} records no tokenizer); "
             "convert again with --tokenizer PATH (a .gguf, tokenizer.json or its folder) to add them",
             file=sys.stderr,
         )
-    target_cfg, target_params = exported(args, cfg, params)
-    report = verify_conversion(args, target_cfg, target_params, text_tokens) if args.verify else None
-    if exporting:  # after verifying, so that the card shows its figures
-        write_model_card(
-            args.target,
-            cfg,
-            target_params,
-            layout=args.target_format,
-            source=str(args.source),
-            source_format=args.source_format,
-            tokenizer=None if tokenizer is None else tokenizer.source,
-            report=report,
-        )
-    passed = report is None or all(section["passed"] for _, section in report_sections(report))
-    return 0 if passed else 1
+    if report is None:
+        return 0
+    write_report(args, report)
+    return 0 if all(section["passed"] for _, section in report_sections(report)) else 1
 
 
 def main(argv=None) -> int:

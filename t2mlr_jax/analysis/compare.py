@@ -10,7 +10,7 @@ import numpy as np
 
 from t2mlr_jax.analysis.plots import save, subplots
 from t2mlr_jax.parallel.multihost import is_lead_host
-from t2mlr_jax.storage.workdir import SUMMARY  # same name at the top of the workdir
+from t2mlr_jax.storage.workdir import SUMMARY, write_atomic  # SUMMARY: same name atop the workdir
 
 PLOT = "accuracy_vs_length.png"
 
@@ -74,7 +74,7 @@ def write_comparison(
     result = {"title": title, "runs": table}
     if not is_lead_host():
         return result
-    (workdir / SUMMARY).write_text(json.dumps(result, indent=2, default=str))
+    write_atomic(workdir / SUMMARY, json.dumps(result, indent=2, default=str))
     fig, axes = subplots(1, 2, figsize=(11, 4))
     for arch, row in table.items():
         bins = sorted(row["by_length"], key=int)

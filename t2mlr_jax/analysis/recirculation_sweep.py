@@ -51,6 +51,7 @@ from t2mlr_jax.config.convert import to_dict
 from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.recirculation_mix import Recirculation
+from t2mlr_jax.storage.workdir import write_atomic
 from t2mlr_jax.train import init_from, startup
 
 CELLS, RESULTS = "cells.jsonl", "results.json"
@@ -243,7 +244,7 @@ def run_sweep(config: Experiment, workdir: Path) -> dict:
         "evaluated_now": len(pending),
         "reused": len(cells) - len(pending),
     }
-    (workdir / RESULTS).write_text(json.dumps(results, indent=2) + "\n")
+    write_atomic(workdir / RESULTS, json.dumps(results, indent=2) + "\n")
     write_plots(workdir, results)
     print(summary(results), flush=True)
     return results

@@ -5,6 +5,7 @@ absl flags with `--config=configs/x.py[:preset]` and `--config.<section>.<field>
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 from typing import NoReturn
 
@@ -35,8 +36,29 @@ def parse_flags(argv: list[str], config_flag, default_config: str) -> list[str]:
         cause = e
         while cause.__cause__ or cause.__context__:  # config_flags wraps the config file's own error
             cause = cause.__cause__ or cause.__context__
+        line = _config_line(cause, _config_path(argv, default_config))
+        if line:
+            fail(f"{line}: {type(cause).__name__}: {cause.msg if isinstance(cause, SyntaxError) else cause}")
         where = str(e).split(": ", 1)[0] + ": " if str(e).startswith("flag --") and cause is not e else ""
         fail(where + " ".join(str(cause).split()))
+
+
+def _config_path(argv: list[str], default_config: str) -> Path:
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    return Path((given[-1] if given else default_config).partition(":")[0])
+
+
+def _config_line(error: BaseException, path: Path) -> str | None:
+    """'config file F, line N' where the config file itself raised `error` (its deepest frame there)."""
+    target = path.resolve()
+    if isinstance(error, SyntaxError) and error.filename and Path(error.filename).resolve() == target:
+        return f"config file {path}, line {error.lineno}"
+    lines = [
+        n
+        for frame, n in traceback.walk_tb(error.__traceback__)
+        if Path(frame.f_code.co_filename).resolve() == target
+    ]
+    return f"config file {path}, line {lines[-1]}" if lines else None
 
 
 def config_problem(argv: list[str], default_config: str) -> str | None:
@@ -45,10 +67,11 @@ def config_problem(argv: list[str], default_config: str) -> str | None:
     from t2mlr_jax.registry import did_you_mean
 
     given = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    path, _, preset = (given[-1] if given else default_config).partition(":")
-    if not Path(path).is_file():
+    preset = (given[-1] if given else default_config).partition(":")[2]
+    path = _config_path(argv, default_config)
+    if not path.is_file():
         known = [p.name for p in Path(default_config).parent.glob("*.py")]
-        return f"config file {path!r} does not exist{did_you_mean(Path(path).name, known)}"
+        return f"config file {str(path)!r} does not exist{did_you_mean(path.name, known)}"
     overrides = [a[len("--config.") :].split("=", 1)[0] for a in argv if a.startswith("--config.")]
     if not overrides:
         return None

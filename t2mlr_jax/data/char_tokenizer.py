@@ -34,6 +34,7 @@ class S5CharTokenizer:
         self._ids = {tok: i for i, tok in enumerate(self.tokens)}
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = range(4)
         self.special_ids = frozenset(range(len(SPECIAL_TOKENS)))
+        self.textless_ids = self.special_ids | {self._ids[" "]}  # what the degenerate-data checks skip
 
     @property
     def vocab_size(self) -> int:

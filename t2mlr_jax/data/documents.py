@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
 
 DOCUMENT_SUFFIXES = (".txt", ".jsonl", ".parquet")
 
@@ -37,16 +39,41 @@ def list_files(paths: str | Sequence[str], suffixes: Sequence[str]) -> list[str]
     return files
 
 
+def read_text(file: str | Path) -> str:
+    """A file's text; ValueError naming the file, line and byte where it is not UTF-8."""
+    data = Path(file).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(
+            f"{file}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+        ) from None
+
+
+def parse_json(text: str, file: str | Path, first_line: int = 1) -> Any:
+    """`text` (of `file`, from its line `first_line`) as JSON; ValueError naming the file and line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        line = first_line + e.lineno - 1
+        raise ValueError(f"{file}:{line}: not valid JSON ({e.msg}, column {e.colno})") from None
+
+
+def _json_lines(file: str) -> Iterator[tuple[int, Any]]:
+    """(line number, object) for each non-blank line of a .jsonl file."""
+    for line_no, line in enumerate(read_text(file).split("\n"), 1):
+        if line.strip():
+            yield line_no, parse_json(line, file, line_no)
+
+
 def iter_documents(file: str, *, text_key: str = "text") -> Iterator[str]:
     """The documents of one file: a whole .txt, the `text_key` of each .jsonl line / .parquet row."""
     if file.endswith(".txt"):
-        with open(file, encoding="utf-8") as f:
-            yield f.read()
+        yield read_text(file)
     elif file.endswith(".jsonl"):
-        with open(file, encoding="utf-8") as f:
-            for line_no, line in enumerate(f, 1):
-                if line.strip():
-                    yield _text_field(json.loads(line), text_key, f"{file}:{line_no}")
+        for line_no, row in _json_lines(file):
+            yield _text_field(row, text_key, f"{file}:{line_no}")
     elif file.endswith(".parquet"):
         import pyarrow.parquet as pq
 
@@ -69,11 +96,9 @@ def read_records(file: str) -> list[dict]:
     """All records of a .jsonl, .json (a list, or {"data": [...]}) or .parquet file."""
     list_files(file, (".jsonl", ".json", ".parquet"))
     if file.endswith(".jsonl"):
-        with open(file, encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
+        records = [row for _, row in _json_lines(file)]
     elif file.endswith(".json"):
-        with open(file, encoding="utf-8") as f:
-            loaded = json.load(f)
+        loaded = parse_json(read_text(file), file)
         records = loaded.get("data") if isinstance(loaded, dict) else loaded
     else:
         import pyarrow.parquet as pq

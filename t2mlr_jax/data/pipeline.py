@@ -151,27 +151,29 @@ def _check_store_tokenizer(metadata: TokenStoreMetadata, tokenizer: TextTokenize
 #
 # Training repeats its data forever, so too little data does not fail: it trains on a few tokens over and
 # over, or (a whitespace file, empty texts, empty responses) on EOS alone. One batch is what the data must
-# hold before it repeats: text, batch_size x seq_len tokens that are not special (EOS, chat markers; the
-# packed stream adds an EOS per document on top); task and file examples, batch_size examples (one per row,
-# as they are unpacked), one of which supervises a token that is not special. Both read the data in order
-# only until that is met: one batch's tokenization at start-up, whatever the corpus size.
+# hold before it repeats: text, batch_size x seq_len tokens that carry text (not special tokens such as EOS
+# or chat markers, not whitespace alone; the packed stream adds an EOS per document on top); task and file
+# examples, batch_size examples (one per row, as they are unpacked), one of which supervises a token that
+# carries text. Evaluation text must hold one such token. Both read the data in order only until that is
+# met: one batch's tokenization at start-up, whatever the corpus size.
 
 
-def _not_special(ids: Int[np.ndarray, " n"], special_ids: Collection[int]) -> np.ndarray:
-    return ~np.isin(ids, list(special_ids))
+def _carries_text(ids: Int[np.ndarray, " n"], textless_ids: Collection[int]) -> np.ndarray:
+    return ~np.isin(ids, list(textless_ids))
 
 
 def _require_tokens(
-    documents: Iterable[Int[np.ndarray, " n"]], special_ids: Collection[int], min_tokens: int, where: str
+    documents: Iterable[Int[np.ndarray, " n"]], textless_ids: Collection[int], min_tokens: int, where: str
 ) -> None:
     count = 0
     for ids in documents:
-        count += int(np.count_nonzero(_not_special(ids, special_ids)))
+        count += int(np.count_nonzero(_carries_text(ids, textless_ids)))
         if count >= min_tokens:
             return
+    need = "one" if min_tokens == 1 else f"one batch ({min_tokens} = batch size x seq_len)"
     raise ValueError(
-        f"the training text {where} holds {count} tokens besides special tokens (EOS), fewer than one "
-        f"batch ({min_tokens} = batch size x seq_len): give more text or a smaller batch"
+        f"the text {where} holds {count} tokens that carry text (not whitespace alone, not special tokens "
+        f"such as EOS), fewer than {need}: give more text" + (" or a smaller batch" if min_tokens > 1 else "")
     )
 
 
@@ -191,7 +193,7 @@ def first_tokens(examples: grain.MapDataset, max_tokens: int, where: str) -> gra
 
 
 def _require_examples(
-    records: Sequence[dict], encode: Callable, special_ids: Collection[int], min_examples: int, where: str
+    records: Sequence[dict], encode: Callable, textless_ids: Collection[int], min_examples: int, where: str
 ) -> None:
     if len(records) < min_examples:
         raise ValueError(
@@ -200,10 +202,11 @@ def _require_examples(
         )
     for i in range(len(records)):
         example = encode(records[i])
-        if np.any((example["loss_mask"] > 0) & _not_special(example["targets"], special_ids)):
+        if np.any((example["loss_mask"] > 0) & _carries_text(example["targets"], textless_ids)):
             return
     raise ValueError(
-        f"no example of the training data {where} supervises a token besides special tokens (EOS): "
+        f"no example of the training data {where} supervises a token that carries text (not whitespace "
+        "alone, not special tokens such as EOS): "
         "are its responses empty?"
     )
 
@@ -331,7 +334,7 @@ def file_batches(
 ) -> grain.IterDataset:
     """Batches of records read from `path` in one of RECORD_FORMATS (gsm8k_aug, hotpotqa, prompt_response,
     s5_retrieval). `min_examples` (training: the batch size): the file must hold one batch of examples,
-    one of which supervises a token that is not special (see "Training data holds one batch")."""
+    one of which supervises a token that carries text (see "Training data holds one batch")."""
     text_tokenizer = _as_text_tokenizer(tokenizer)
     encode = record_encoder(
         format, text_tokenizer, chat=chat, all_recurrent=all_recurrent, prompt_loss=prompt_loss
@@ -340,7 +343,7 @@ def file_batches(
     _check_vocab(token_ids.vocab_size, vocab_size)
     records = load_records(path)
     if min_examples:
-        _require_examples(records, encode, token_ids.special_ids, min_examples, path)
+        _require_examples(records, encode, token_ids.textless_ids, min_examples, path)
     examples = grain.MapDataset.source(records).map(encode)
     batches = batch_examples(
         examples,
@@ -381,7 +384,7 @@ def text_batches(
     tokenizer the batches carry `target_bytes`; a token store then needs the tokenizer it was written
     with. `documents` instead of `paths`: any random-access sequence of raw documents (e.g.
     tfds_source.TfdsDocuments), read lazily and tokenized on the fly. `min_tokens` (training: batch_size x
-    seq_len): the text must hold one batch of tokens that are not special (see "Training data holds one
+    seq_len): the text must hold this many tokens that carry text (see "Training data holds one
     batch"), counted on its first documents. `max_tokens` (data.train_tokens): only the stream's first
     this many tokens, the document that crosses the mark cut there."""
     if packing not in TEXT_PACKINGS:
@@ -403,9 +406,9 @@ def text_batches(
                 _check_store_tokenizer(read_metadata(store), text_tokenizer)
         eos_id = source.metadata.eos_id
         if min_tokens:
-            special_ids = text_tokenizer.special_ids if text_tokenizer else {eos_id}
+            textless_ids = text_tokenizer.textless_ids if text_tokenizer else {eos_id}
             documents_ids = (source[i] for i in range(len(source)))
-            _require_tokens(documents_ids, special_ids, min_tokens, ", ".join(path_list))
+            _require_tokens(documents_ids, textless_ids, min_tokens, ", ".join(path_list))
         examples = grain.MapDataset.source(source).map(lambda ids: document_example(ids, eos_id))
     else:
         if text_tokenizer is None:
@@ -422,7 +425,7 @@ def text_batches(
         if min_tokens:
             where = ", ".join(path_list) or getattr(documents, "spec", "the documents given")
             documents_ids = (text_tokenizer.encode(documents[i]) for i in range(len(documents)))
-            _require_tokens(documents_ids, text_tokenizer.special_ids, min_tokens, where)
+            _require_tokens(documents_ids, text_tokenizer.textless_ids, min_tokens, where)
         examples = grain.MapDataset.source(documents).map(
             lambda doc: document_example(text_tokenizer.encode(doc), text_tokenizer.eos_id)
         )

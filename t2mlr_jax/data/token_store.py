@@ -13,7 +13,7 @@ import grain
 import numpy as np
 from jaxtyping import Int
 
-from t2mlr_jax.data.documents import iter_documents
+from t2mlr_jax.data.documents import iter_documents, parse_json, read_text
 
 METADATA_FILE = "metadata.json"
 FORMAT = "t2mlr-token-documents-v1"
@@ -115,9 +115,8 @@ def read_metadata(store_dir: str) -> TokenStoreMetadata:
     path = os.path.join(store_dir, METADATA_FILE)
     if not os.path.isfile(path):
         raise ValueError(f"{store_dir!r} has no {METADATA_FILE}; write it with tools/prepare_text.py")
-    with open(path, encoding="utf-8") as f:
-        raw = json.load(f)
-    if raw.get("format") != FORMAT:
+    raw = parse_json(read_text(path), path)
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise ValueError(f"{path} is not a {FORMAT} metadata file")
     raw["files"] = tuple(raw["files"])
     return TokenStoreMetadata(**raw)

@@ -9,13 +9,13 @@ import dataclasses
 import functools
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import tokenizers
 from jaxtyping import Int
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 
+from t2mlr_jax.data.documents import parse_json, read_text
 from t2mlr_jax.data.gguf_metadata import read_gguf_metadata
 
 # llama.cpp token types (gguf.TokenType): CONTROL tokens are special; USER_DEFINED ones are matched whole.
@@ -58,6 +58,13 @@ class TextTokenizer:
         return frozenset(i for i, token in added.items() if token.special) | {self.eos_id}
 
     @functools.cached_property
+    def textless_ids(self) -> frozenset[int]:
+        """The special ids and those that decode to whitespace alone: what the degenerate-data checks do not
+        count as text."""
+        texts = self.backend.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=False)
+        return self.special_ids | {i for i, text in enumerate(texts) if not text.strip()}
+
+    @functools.cached_property
     def byte_lengths(self) -> Int[np.ndarray, " vocab"]:
         """`token_byte_lengths(self)`, computed once per tokenizer."""
         return token_byte_lengths(self)
@@ -89,7 +96,7 @@ def load_tokenizer(path: str, *, eos_token: str | None = None) -> TextTokenizer:
             raise ValueError(f"no tokenizer.json in {path!r}")
         backend, eos_id, bos_id = tokenizers.Tokenizer.from_file(file), None, None
         config_file = os.path.join(os.path.dirname(file), "tokenizer_config.json")
-        config = json.loads(Path(config_file).read_text("utf-8")) if os.path.isfile(config_file) else {}
+        config = parse_json(read_text(config_file), config_file) if os.path.isfile(config_file) else {}
     if eos_token := eos_token or token_name(config.get("eos_token")):
         eos_id = _token_id(backend, eos_token, "EOS", path)
     if bos_token := token_name(config.get("bos_token")):

@@ -10,7 +10,7 @@ from their headers alone, before anything else is done.
 Every export writes into an empty (or new) folder: `check_export_target` refuses any other before
 anything is converted, unless the caller asks to overwrite; then `clear_model_files` removes the files
 that the new model's readers would otherwise find beside it (MODEL_FILES and any weight shard), leaving
-anything else in the folder alone.
+anything else in the folder alone. Exports are written whole or not at all (`staged_folder`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import zipfile
 from collections.abc import Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +293,37 @@ def clear_model_files(folder: Path | str) -> None:
     with it); other files stay."""
     for path in stale_model_files(folder):
         path.unlink()
+
+
+@contextmanager
+def staged_folder(target: Path | str):
+    """A sibling folder to write an export into, put in `target`'s place only once the block completes: a
+    kill leaves `target` absent, as it was, or the whole new export, never half of one. An existing target
+    (an --overwrite) is copied in first, so that the writer replaces its model there as it would in place.
+    A stage left by an export cut short is removed; a target a kill left set aside mid-swap is put back."""
+    target = Path(target).absolute()
+    stage, replaced = (
+        target.with_name(f".{target.name}.partial"),
+        target.with_name(f".{target.name}.replaced"),
+    )
+    if replaced.exists():  # killed between the swap's two renames: the old target is whole
+        if target.exists():
+            shutil.rmtree(replaced)
+        else:
+            replaced.rename(target)
+    if stage.exists():
+        shutil.rmtree(stage)
+    if target.is_dir():
+        shutil.copytree(target, stage, symlinks=True)
+    else:
+        stage.mkdir(parents=True)
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    if target.exists():
+        target.rename(replaced)
+    stage.rename(target)
+    if replaced.exists():
+        shutil.rmtree(replaced)

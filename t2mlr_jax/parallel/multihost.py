@@ -14,10 +14,11 @@ from jax.sharding import Mesh
 from t2mlr_jax.parallel.placement import batch_sharding
 
 
-def initialize_distributed() -> None:
+def initialize_distributed() -> bool:
     """`jax.distributed.initialize` where a multi-process launch is detected: TPU pod VMs, SLURM, or an
     explicit JAX_COORDINATOR_ADDRESS (host:port of process 0) with JAX_NUM_PROCESSES and JAX_PROCESS_ID
-    (any cluster; also several CPU processes on one machine). Nothing on a single host."""
+    (any cluster; also several CPU processes on one machine). Nothing on a single host. Whether this is one
+    process of several (else it is the lead, told without starting a backend)."""
     on_tpu_pod = bool(os.environ.get("TPU_WORKER_HOSTNAMES", "").count(","))
     on_slurm = int(os.environ.get("SLURM_NTASKS", "1")) > 1
     if "JAX_COORDINATOR_ADDRESS" in os.environ:
@@ -32,8 +33,11 @@ def initialize_distributed() -> None:
         jax.distributed.initialize(
             num_processes=int(os.environ["JAX_NUM_PROCESSES"]), process_id=int(os.environ["JAX_PROCESS_ID"])
         )
-    elif on_tpu_pod or on_slurm:
+        return True
+    if on_tpu_pod or on_slurm:
         jax.distributed.initialize()
+        return True
+    return False
 
 
 def is_lead_host() -> bool:

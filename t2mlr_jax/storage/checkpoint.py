@@ -27,7 +27,6 @@ import dataclasses
 import functools
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,7 +39,8 @@ from t2mlr_jax.config.sections import Baseline, Data
 from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
 from t2mlr_jax.parallel.multihost import to_host
-from t2mlr_jax.storage.workdir import CORRUPT, RUN_CONFIG, saved_steps
+from t2mlr_jax.storage import full_disk
+from t2mlr_jax.storage.workdir import CORRUPT, RUN_CONFIG, move_aside, saved_steps, write_atomic
 
 IDENTITY_SECTIONS = ("arch", "model", "baseline", "data", "seed")
 SETTINGS = "settings"  # run_config.json's record of the whole config of the last session
@@ -136,9 +136,7 @@ def write_run_config(workdir: Path, identity: dict, settings: dict | None = None
     if settings is not None:
         record[SETTINGS] = _as_stored(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
-    tmp.replace(path)  # atomic: a crash leaves the old record or the new one
+    write_atomic(path, json.dumps(record, indent=2, sort_keys=True))
 
 
 def _as_stored(tree: Any) -> Any:
@@ -326,6 +324,8 @@ class Checkpointer:
         JSON-able metrics of the steps since the last logged one."""
         if not (force or self.due(step)):
             return False
+        self._manager.wait_until_finished()  # the previous save is on disk (or its error raised here)
+        full_disk.require_space(self.directory, self._save_bytes(state))
         state = jax.tree.map(lambda x: x.copy(), state)
         core, model_state = _split(state)
         meta = {
@@ -343,6 +343,14 @@ class Checkpointer:
         if jax.tree.leaves(model_state):  # orbax refuses an empty item
             items["model_state"] = ocp.args.StandardSave(model_state)
         return self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+
+    def _save_bytes(self, state: Any) -> int:
+        """What a save writes: the newest finished checkpoint's size, else the state's bytes and a margin
+        for orbax's metadata (measured: ~40 kB and <10% on a tiny state)."""
+        steps = self.steps()
+        if steps and (self.directory / str(steps[-1])).is_dir():
+            return full_disk.folder_bytes(self.directory / str(steps[-1]))
+        return int(1.1 * sum(x.nbytes for x in jax.tree.leaves(state))) + 2**16
 
     def restore_latest(
         self,
@@ -392,13 +400,7 @@ class Checkpointer:
     def _set_aside(self, steps: list[int]) -> None:
         """Move these step folders to workdir/corrupt_checkpoints/ (never deleted, never overwritten)."""
         for step in steps:
-            target = self.directory.parent / CORRUPT / str(step)
-            for n in range(1, 1000):  # the same step may go bad twice: never overwrite the first
-                if not target.exists():
-                    break
-                target = target.with_name(f"{step}-{n}")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(self.directory / str(step)), str(target))
+            target = move_aside(self.directory / str(step), self.directory.parent / CORRUPT)
             logging.warning("unreadable checkpoint %s moved to %s", self.directory / str(step), target)
         if steps:
             self._manager.reload()

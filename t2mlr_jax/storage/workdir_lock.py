@@ -26,6 +26,21 @@ class WorkdirLockedError(RuntimeError):
     """Another live session trains in this workdir."""
 
 
+class WorkdirUnwritableError(RuntimeError):
+    """The workdir (or a folder above it) cannot be created or written: read-only, no permission."""
+
+
+_HELD: set[Path] = set()  # the lock files this process holds: flock is per open file, so a second open in
+# the same process would refuse its own holder (main.py locks, then trainer.train locks again)
+
+
+def _unwritable(folder: Path, error: OSError) -> WorkdirUnwritableError:
+    return WorkdirUnwritableError(
+        f"{folder} cannot be written ({error.strerror or error}): give a --workdir this user can write. "
+        "Nothing was changed."
+    )
+
+
 def _holder(workdir: Path) -> str:
     owner = lock_owner(workdir)
     if owner is None:  # the owner is still writing its record
@@ -36,9 +51,15 @@ def _holder(workdir: Path) -> str:
 
 def _acquire(path: Path) -> int | None:
     """The open, locked file descriptor of `path`; None where the file system has no `flock`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _unwritable(Path(e.filename or path.parent), e) from None
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise _unwritable(path.parent, e) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -57,28 +78,38 @@ def _acquire(path: Path) -> int | None:
             pass
         os.close(fd)
     record = {"pid": os.getpid(), "host": socket.gethostname(), "time": round(time.time(), 3)}
-    os.ftruncate(fd, 0)
-    os.write(fd, json.dumps(record).encode())
-    os.fsync(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(record).encode())
+        os.fsync(fd)
+    except OSError as e:  # a full disk: nothing of this session was written yet
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise _unwritable(path.parent, e) from None
     return fd
 
 
 @contextmanager
 def workdir_lock(workdir: Path | str, *, lead: bool = True):
     """Hold workdir/train.lock for the block; WorkdirLockedError (nothing written) if a live session holds
-    it. `lead`: whether this process writes the workdir (process 0 of a multi-host job); others skip."""
-    if not lead:
+    it, WorkdirUnwritableError if the folder cannot be written. `lead`: whether this process writes the
+    workdir (process 0 of a multi-host job); others skip. Re-entrant within a process."""
+    path = Path(workdir).absolute() / LOCK
+    if not lead or path in _HELD:
         yield
         return
-    path = Path(workdir).absolute() / LOCK
     created = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
-    fd = _acquire(path)
     try:
-        yield
+        fd = _acquire(path)
+        _HELD.add(path)
+        try:
+            yield
+        finally:
+            _HELD.discard(path)
+            if fd is not None:
+                path.unlink(missing_ok=True)  # before the unlock: a waiting newcomer then sees no stale file
+                os.close(fd)
     finally:
-        if fd is not None:
-            path.unlink(missing_ok=True)  # before the unlock: a waiting newcomer then sees no stale file
-            os.close(fd)
         for folder in created:  # a session that wrote nothing leaves no workdir behind
             if folder.exists() and not any(folder.iterdir()):
                 folder.rmdir()

@@ -197,10 +197,8 @@ def build_data_source(config: Experiment, *, train: bool = True) -> DataSource:
             if train
             else None
         )
-        eval_input = text_input(d.eval_source, "eval_path")
-        evaluation = lambda: itertools.islice(
-            iter(batches(eval_input, **eval_pass)), max(1, e.num_examples // e.batch_size)
-        )
+        eval_text = batches(text_input(d.eval_source, "eval_path"), **eval_pass, min_tokens=1)
+        evaluation = lambda: itertools.islice(iter(eval_text), max(1, e.num_examples // e.batch_size))
         scorer = _continues
 
     generation_examples = None

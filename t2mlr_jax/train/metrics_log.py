@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from t2mlr_jax.parallel.multihost import is_lead_host
-from t2mlr_jax.storage.workdir import METRICS
+from t2mlr_jax.storage.workdir import METRICS, write_atomic
 
 
 def json_safe(value: Any) -> Any:
@@ -35,9 +35,7 @@ def _truncate(path: Path, last_step: int) -> None:
             continue
         if record.get("step", 0) <= last_step:
             kept.append(line + "\n")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(kept))
-    tmp.replace(path)
+    write_atomic(path, "".join(kept))
 
 
 class MetricsLog:

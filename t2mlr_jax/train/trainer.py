@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import signal
 import time
 from contextlib import contextmanager
@@ -35,7 +36,19 @@ from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
 from t2mlr_jax.parallel.placement import place
 from t2mlr_jax.storage import checkpoint as ckpt
-from t2mlr_jax.storage.workdir import CHECKPOINTS, SUMMARY, log_session, saved_steps
+from t2mlr_jax.storage import full_disk
+from t2mlr_jax.storage.workdir import (
+    CHECKPOINTS,
+    CORRUPT,
+    METRICS,
+    SUMMARY,
+    check_checkpoints,
+    log_session,
+    move_aside,
+    read_sessions,
+    saved_steps,
+    write_atomic,
+)
 from t2mlr_jax.storage.workdir_lock import workdir_lock
 from t2mlr_jax.train import init_from, startup
 from t2mlr_jax.train.data_source import DataSource, check_fits, check_generation
@@ -73,6 +86,7 @@ class Run:
         check_batch(config.train.batch_size, self.mesh, config.train.grad_accum)
         if self.arch.backbone is not None and self.arch.backbone.routed_experts:
             check_experts(self.arch.backbone.routed_experts, self.mesh)
+        check_checkpoints(self.workdir / CHECKPOINTS)
         ckpt.check_workdir(self.workdir, self.identity)
         self.changes = ckpt.changed_settings(self.workdir, self.settings)
         self.programs = Programs(config, self.arch, self.mesh)
@@ -284,8 +298,38 @@ def train(run: Run) -> dict:
     session holds the workdir's lock throughout (WorkdirLockedError before anything is read or written if
     another live session holds it) and records in sessions.jsonl where it started and how it ended."""
     lead = is_lead_host()
-    with workdir_lock(run.workdir, lead=lead):
-        return _train(run, lead)
+    with workdir_lock(run.workdir, lead=lead), full_disk.told_once():
+        try:
+            return _train(run, lead)
+        except Exception as e:
+            if not full_disk.is_no_space(e):
+                raise
+            raise _out_of_space(run, e, lead) from None
+
+
+def _out_of_space(run: Run, error: Exception, lead: bool) -> full_disk.NoSpaceError:
+    """A write found no space: the save it cut short removed, the session record closed (where there is
+    room for its line), and the one line that says so."""
+    path, wanted = full_disk.where_and_wanted(error)
+    checkpoints = run.workdir / CHECKPOINTS
+    removed = full_disk.remove_unfinished_saves(checkpoints) if lead else []
+    steps = saved_steps(checkpoints)
+    sessions = read_sessions(run.workdir) if lead else []
+    if sessions and sessions[-1]["event"] == "start" and sessions[-1]["pid"] == os.getpid():
+        try:
+            log_session(run.workdir, "end", steps[-1] if steps else 0, how="no_space")
+        except OSError:  # still full: the record shows a start without its end, as a kill's would
+            pass
+    needed = f" (it needs {wanted} bytes)" if wanted else ""
+    if removed:
+        cut = ", ".join(p.name.split(".")[0] for p in removed)
+        size = steps and f" (a checkpoint takes {full_disk.folder_bytes(checkpoints / str(steps[-1]))} bytes)"
+        needed += f"; the unfinished save of step {cut} was removed{size or ''}"
+    kept = f"the last checkpoint (step {steps[-1]}) is intact" if steps else "no checkpoint was saved yet"
+    return full_disk.NoSpaceError(
+        f"no space left on device writing {path or run.workdir}{needed}; {kept}. Free space and rerun the "
+        "same command to resume"
+    )
 
 
 def _train(run: Run, lead: bool) -> dict:
@@ -295,6 +339,10 @@ def _train(run: Run, lead: bool) -> dict:
     checkpointer = run.checkpointer() if resuming else None
     state, restored = run.restore_or_init(checkpointer)
     checkpointer = checkpointer or run.checkpointer()
+    if lead and resuming and restored is None:  # train.restart_if_all_corrupt: the history moves aside too
+        for path in (run.workdir / METRICS, run.workdir / SUMMARY):
+            if path.exists():
+                logging.warning("%s moved to %s", path, move_aside(path, run.workdir / CORRUPT))
     if lead:
         ckpt.write_run_config(run.workdir, run.identity, run.settings)
         log_session(run.workdir, "start", int(state.step))
@@ -421,7 +469,7 @@ def _train(run: Run, lead: bool) -> dict:
         "eval": results,
     }
     if lead:
-        (run.workdir / SUMMARY).write_text(json.dumps(json_safe(summary), indent=2))
+        write_atomic(run.workdir / SUMMARY, json.dumps(json_safe(summary), indent=2))
         log_session(run.workdir, "end", final_step, how="finished")
     return summary
 

@@ -5,6 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, iter_documents, list_files, read_records
+from t2mlr_jax.data.token_store import METADATA_FILE, read_metadata
 
 
 def test_reads_txt_jsonl_and_parquet_documents(tmp_path):
@@ -47,3 +48,27 @@ def test_bad_document_inputs_raise(tmp_path):
     (tmp_path / "empty.json").write_text("[]")
     with pytest.raises(ValueError, match="holds no records"):
         read_records(str(tmp_path / "empty.json"))
+
+
+def test_a_file_that_does_not_parse_is_named_with_its_line(tmp_path):
+    """Garbage JSONL, a JSON file cut short, text that is not UTF-8, a token store's garbled metadata: each
+    error names the file and the line (json's and the codec's own messages named neither)."""
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text('{"text": "fine"}\n\nnot json at all\n')
+    for read in (lambda p: list(iter_documents(p)), read_records):
+        with pytest.raises(ValueError, match=rf"^{garbage}:3: not valid JSON \(Expecting value, column 1\)$"):
+            read(str(garbage))
+    cut = tmp_path / "cut.json"
+    cut.write_text('[\n  {"prompt": "a",\n')
+    with pytest.raises(ValueError, match=rf"^{cut}:3: not valid JSON"):
+        read_records(str(cut))
+    for name in ("latin1.txt", "latin1.jsonl"):
+        path = tmp_path / name
+        path.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
+        with pytest.raises(ValueError, match=rf"^{path}:2: not UTF-8 text \(byte 0xe9 at offset 28\)$"):
+            list(iter_documents(str(path)))
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / METADATA_FILE).write_text("{garbled")
+    with pytest.raises(ValueError, match=rf"^{store / METADATA_FILE}:1: not valid JSON"):
+        read_metadata(str(store))

@@ -341,15 +341,21 @@ def test_bad_inputs_raise_clear_errors(tmp_path, smollm2, token_store):
 def test_training_text_of_less_than_one_batch_is_refused(
     tmp_path, monkeypatch, smollm2, token_store, play_texts
 ):
-    """A whitespace file, empty texts, or a corpus shorter than one batch of non-special tokens trains on
-    EOS or on a few tokens repeated: refused, naming the file. Only the first documents are read."""
+    """A whitespace file (of any size), empty texts, or a corpus shorter than one batch of tokens that carry
+    text trains on EOS, whitespace or a few tokens repeated: refused, naming the file. Only the first
+    documents are read. Evaluation text must hold one token that carries text."""
     (tmp_path / "blank.txt").write_text("  \n\n   \n")
+    (tmp_path / "big_blank.txt").write_text(" \t \n\n\t  " * 1000)  # 9 kB: its whitespace tokens are no text
     (tmp_path / "empty_texts.jsonl").write_text('{"text": ""}\n' * 500)
     (tmp_path / "markers.jsonl").write_text('{"text": "<|im_end|><|endoftext|>"}\n' * 500)
-    for name in ("blank.txt", "empty_texts.jsonl", "markers.jsonl"):
+    for name in ("blank.txt", "big_blank.txt", "empty_texts.jsonl", "markers.jsonl"):
         path = str(tmp_path / name)
-        with pytest.raises(ValueError, match=f"the training text {path} holds [0-9] tokens besides special"):
+        with pytest.raises(ValueError, match=f"^the text {path} holds 0 tokens that carry text .* one batch"):
             text_batches(path, tokenizer=smollm2, batch_size=2, seq_len=8, min_tokens=16)
+    eval_blank = tmp_path / "eval_blank.txt"
+    eval_blank.write_text(" \n\t  \n  \t\n")  # 12 bytes: was scored on its 4 whitespace tokens
+    with pytest.raises(ValueError, match=f"^the text {eval_blank} holds 0 tokens that carry text .* than one:"):
+        text_batches(str(eval_blank), tokenizer=smollm2, batch_size=2, seq_len=8, min_tokens=1)
     store_tokens = sum(
         len(smollm2.encode(t)) for t in play_texts + ["A short one.", "Another short document here."]
     )
@@ -371,7 +377,7 @@ def test_training_records_of_less_than_one_batch_or_only_eos_are_refused(tmp_pat
     path.write_text("".join(json.dumps({"prompt": f"Say {i}", "response": ""}) + "\n" for i in range(8)))
     kwargs = dict(format="prompt_response", tokenizer=smollm2, batch_size=4, seq_len=32)
     with pytest.raises(
-        ValueError, match=f"no example of the training data {path} supervises a token besides"
+        ValueError, match=f"no example of the training data {path} supervises a token that carries text"
     ):
         file_batches(str(path), **kwargs, min_examples=4)
     with pytest.raises(ValueError, match=f"the training data {path} holds 8 examples, fewer than one batch"):

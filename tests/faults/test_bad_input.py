@@ -21,6 +21,8 @@ def _bad_inputs(tmp_path):
     empty.write_text("")
     empty_texts = tmp_path / "empty_texts.jsonl"
     empty_texts.write_text('{"text": ""}\n' * 100)
+    raising = tmp_path / "raising.py"
+    raising.write_text("def get_config(preset=None):\n    width = 8\n    return width * undefined_name\n")
     gsm = os.path.join(ROOT, "configs", "gsm8k.py") + ":cpu"
     text = os.path.join(ROOT, "configs", "smollm135m_t2mlr.py") + ":cpu"
     return {
@@ -31,8 +33,8 @@ def _bad_inputs(tmp_path):
         "empty file": ([f"--config={gsm}", f"--config.data.train_path={empty}"], "empty file"),
         "empty texts": (  # trained on EOS alone before
             [f"--config={text}", f"--config.data.train_path={empty_texts}", "--config.train.batch_size=8"],
-            f"the training text {empty_texts} holds 0 tokens besides special tokens (EOS), fewer than one "
-            "batch (512 = batch size x seq_len)",
+            f"the text {empty_texts} holds 0 tokens that carry text (not whitespace alone, not special tokens "
+            "such as EOS), fewer than one batch (512 = batch size x seq_len)",
         ),
         "too long": (
             [f"--config={S5}:cpu", "--config.model.max_seq_len=16"],
@@ -45,6 +47,10 @@ def _bad_inputs(tmp_path):
         ),
         "unknown preset": ([f"--config={S5}:cpux"], "unknown preset 'cpux' (did you mean 'cpu'?)"),
         "missing config": (["--config=configs/s5_retrival.py"], "does not exist"),
+        "a config that raises": (
+            [f"--config={raising}"],
+            f"config file {raising}, line 3: NameError: name 'undefined_name' is not defined",
+        ),
         "bad value": ([f"--config={S5}:cpu", "--config.train.steps=abc"], "flag --config.train.steps=abc"),
         "unknown flag": (["--workdirr=x"], "Did you mean: workdir"),
         "empty init_from": (  # trained a finetuning config from random weights before
@@ -88,6 +94,7 @@ def _bad_inputs(tmp_path):
         "config typo",
         "unknown preset",
         "missing config",
+        "a config that raises",
         "bad value",
         "unknown flag",
         "empty init_from",

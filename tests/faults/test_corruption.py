@@ -1,7 +1,8 @@
 """Five kinds of damaged checkpoint are each set aside (moved to corrupt_checkpoints/, never deleted);
 training falls back past them to the last good one, saves their steps again, and ends bitwise where the
 uninterrupted run ends, with the same metrics log. When every checkpoint is corrupt, the run refuses to
-start over unless asked to."""
+start over unless asked to (and then moves them and the run's metrics aside); only some corrupt, the run
+resumes from the newest good one. Anything in checkpoints/ this trainer did not write is refused, untouched."""
 
 import shutil
 import signal
@@ -9,11 +10,13 @@ import signal
 import pytest
 
 from t2mlr_jax.storage.checkpoint import AllCorruptError
+from t2mlr_jax.storage.workdir import UnexpectedCheckpointError
 from tests.faults.tiny_run import (
     assert_same_state,
     config,
     final_state,
     records,
+    run,
     signalling_source,
     train_tiny,
 )
@@ -89,8 +92,44 @@ def test_every_checkpoint_corrupt_is_refused_unless_a_restart_is_asked_for(stopp
     restart = config()
     restart.train.restart_if_all_corrupt = True
     train_tiny(stopped, restart)
-    assert sorted(p.name for p in (stopped / "corrupt_checkpoints").iterdir()) == [
-        str(s) for s in range(2, 8)
-    ]
+    aside = stopped / "corrupt_checkpoints"
+    assert sorted(p.name for p in aside.iterdir()) == [*(str(s) for s in range(2, 8)), "metrics.jsonl"]
+    assert (aside / "metrics.jsonl").read_bytes() == before[stopped / "metrics.jsonl"]  # history moved too
     assert_same_state(straight[0], final_state(stopped))  # from step 0, as the straight run
     assert records(stopped) == straight[1]
+
+
+@pytest.mark.parametrize("corrupt", [(7,), (2,), (7, 5, 3)], ids=["newest", "oldest", "every second"])
+def test_some_checkpoints_corrupt_resume_from_the_newest_good_one(stopped, straight, corrupt):
+    for step in corrupt:
+        _flip(stopped / "checkpoints" / str(step))
+    train_tiny(stopped)
+    set_aside = [7] if 7 in corrupt else []  # only those newer than the one restored: older ones age out
+    assert [int(p.name) for p in (stopped / "corrupt_checkpoints").glob("*")] == set_aside
+    assert_same_state(straight[0], final_state(stopped))
+    assert records(stopped) == straight[1]
+
+
+def _files_for_steps(checkpoints):  # every step folder replaced by a file of its name
+    for folder in list(checkpoints.iterdir()):
+        shutil.rmtree(folder)
+        folder.write_text("not a checkpoint")
+
+
+STRAYS = {
+    "step folders replaced by files": _files_for_steps,
+    "a file of ours": lambda checkpoints: (checkpoints / "notes.txt").write_text("mine"),
+    "a folder of another name": lambda checkpoints: (checkpoints / "7-old").mkdir(),
+    "checkpoints a file": lambda checkpoints: shutil.rmtree(checkpoints) or checkpoints.write_text("x"),
+}
+
+
+@pytest.mark.parametrize("stray", list(STRAYS))
+def test_what_is_not_a_checkpoint_is_refused_and_nothing_changes(stopped, stray):
+    """A checkpoints folder holding what this trainer did not write is not "no checkpoint": starting over
+    would delete it and overwrite metrics.jsonl. Refused, naming it, before anything is built."""
+    STRAYS[stray](stopped / "checkpoints")
+    before = {p: p.read_bytes() for p in stopped.rglob("*") if p.is_file()}
+    with pytest.raises(UnexpectedCheckpointError, match=r"^/.* is a (file|folder) this trainer did not write"):
+        run(stopped)
+    assert {p: p.read_bytes() for p in stopped.rglob("*") if p.is_file()} == before

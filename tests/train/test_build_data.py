@@ -74,6 +74,9 @@ def test_text_config_batches_carry_target_bytes_for_bits_per_byte(tmp_path):
     for batch in (train, evaluation):
         validate_batch(batch, vocab_size=config.model.vocab_size)
         assert batch["target_bytes"].sum() > batch["loss_mask"].sum()  # several bytes per token
+    (tmp_path / "eval.txt").write_text(" \n\t  \n  \t\n")  # whitespace: was scored on its 4 tokens
+    with pytest.raises(ValueError, match=f"^the text {tmp_path / 'eval.txt'} holds 0 tokens that carry text"):
+        build_data_source(resolve(config), train=False)  # refused when the data is built, not at its eval
 
 
 def test_asking_for_bits_per_byte_without_a_byte_level_tokenizer_stops_before_any_batch():
