@@ -354,7 +354,8 @@ def test_training_text_of_less_than_one_batch_is_refused(
             text_batches(path, tokenizer=smollm2, batch_size=2, seq_len=8, min_tokens=16)
     eval_blank = tmp_path / "eval_blank.txt"
     eval_blank.write_text(" \n\t  \n  \t\n")  # 12 bytes: was scored on its 4 whitespace tokens
-    with pytest.raises(ValueError, match=f"^the text {eval_blank} holds 0 tokens that carry text .* than one:"):
+    only_text = f"^the text {eval_blank} holds 0 tokens that carry text .* than one:"
+    with pytest.raises(ValueError, match=only_text):
         text_batches(str(eval_blank), tokenizer=smollm2, batch_size=2, seq_len=8, min_tokens=1)
     store_tokens = sum(
         len(smollm2.encode(t)) for t in play_texts + ["A short one.", "Another short document here."]

@@ -33,8 +33,8 @@ def _bad_inputs(tmp_path):
         "empty file": ([f"--config={gsm}", f"--config.data.train_path={empty}"], "empty file"),
         "empty texts": (  # trained on EOS alone before
             [f"--config={text}", f"--config.data.train_path={empty_texts}", "--config.train.batch_size=8"],
-            f"the text {empty_texts} holds 0 tokens that carry text (not whitespace alone, not special tokens "
-            "such as EOS), fewer than one batch (512 = batch size x seq_len)",
+            f"the text {empty_texts} holds 0 tokens that carry text (not whitespace alone, not special "
+            "tokens such as EOS), fewer than one batch (512 = batch size x seq_len)",
         ),
         "too long": (
             [f"--config={S5}:cpu", "--config.model.max_seq_len=16"],

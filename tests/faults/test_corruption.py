@@ -2,7 +2,8 @@
 training falls back past them to the last good one, saves their steps again, and ends bitwise where the
 uninterrupted run ends, with the same metrics log. When every checkpoint is corrupt, the run refuses to
 start over unless asked to (and then moves them and the run's metrics aside); only some corrupt, the run
-resumes from the newest good one. Anything in checkpoints/ this trainer did not write is refused, untouched."""
+resumes from the newest good one. Anything in checkpoints/ this trainer did not write is refused,
+untouched."""
 
 import shutil
 import signal
@@ -130,6 +131,7 @@ def test_what_is_not_a_checkpoint_is_refused_and_nothing_changes(stopped, stray)
     would delete it and overwrite metrics.jsonl. Refused, naming it, before anything is built."""
     STRAYS[stray](stopped / "checkpoints")
     before = {p: p.read_bytes() for p in stopped.rglob("*") if p.is_file()}
-    with pytest.raises(UnexpectedCheckpointError, match=r"^/.* is a (file|folder) this trainer did not write"):
+    refused = r"^/.* is a (file|folder) this trainer did not write"
+    with pytest.raises(UnexpectedCheckpointError, match=refused):
         run(stopped)
     assert {p: p.read_bytes() for p in stopped.rglob("*") if p.is_file()} == before
