@@ -33,8 +33,6 @@ from pathlib import Path
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from t2mlr_jax import cpu_runtime
-from t2mlr_jax.config.cli import fail, parse_flags
 from t2mlr_jax.train.local_workers import parse_shard, shard_of
 
 DEMO_CONFIG = str(Path(__file__).resolve().parent / "configs" / "s5_retrieval_t2mlr.py") + ":demo"
@@ -77,7 +75,40 @@ RESUMABLE = 75  # exit status of a run stopped by SIGTERM / SIGINT after saving 
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
+    from t2mlr_jax.config.cli import parse_flags
+
     return parse_flags(argv, _CONFIG, DEMO_CONFIG)
+
+
+def _flag_value(argv: list[str], name: str) -> str | None:
+    """The last value of --name=V or --name V in `argv`, read before absl parses it."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+        elif arg == f"--{name}" and i + 1 < len(argv):
+            value = argv[i + 1]
+    return value
+
+
+def _named_workdir_lock(argv: list[str]):
+    """The --workdir the command line names, locked before anything heavy is imported: a second writer is
+    refused in a fraction of a second, having read and written nothing. main() locks it again (re-entrant)
+    with every other folder it writes. Not for --help, a --shard worker (its parent holds the workdir) or
+    one process of a multi-process launch (whether it is the lead, the one that locks, takes JAX to tell)."""
+    from t2mlr_jax.parallel.launch import several_processes
+    from t2mlr_jax.storage.workdir_lock import WorkdirLockedError, WorkdirUnwritableError, workdir_lock
+
+    workdir = _flag_value(argv, "workdir")
+    helping = any(arg.startswith(("-h", "-?", "--help")) for arg in argv[1:])
+    held = contextlib.ExitStack()
+    if workdir and not helping and not _flag_value(argv, "shard") and not several_processes():
+        try:
+            held.enter_context(workdir_lock(workdir))
+        except (WorkdirLockedError, WorkdirUnwritableError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
+    return held
 
 
 def _seeds() -> list[int]:
@@ -338,6 +369,7 @@ def _source(run, step: int) -> str:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from t2mlr_jax.config.cli import fail
     from t2mlr_jax.experiment import resolve
     from t2mlr_jax.parallel.multihost import initialize_distributed, is_lead_host
     from t2mlr_jax.storage.checkpoint import AllCorruptError
@@ -391,5 +423,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cpu_runtime.tune()  # before JAX starts its backend, which reads XLA_FLAGS
-    app.run(main, flags_parser=_parse_flags)
+    with _named_workdir_lock(sys.argv):
+        from t2mlr_jax import cpu_runtime
+
+        cpu_runtime.tune()  # before JAX starts its backend, which reads XLA_FLAGS
+        app.run(main, flags_parser=_parse_flags)

@@ -11,16 +11,17 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 
+from t2mlr_jax.parallel.launch import several_processes
 from t2mlr_jax.parallel.placement import batch_sharding
 
 
 def initialize_distributed() -> bool:
-    """`jax.distributed.initialize` where a multi-process launch is detected: TPU pod VMs, SLURM, or an
-    explicit JAX_COORDINATOR_ADDRESS (host:port of process 0) with JAX_NUM_PROCESSES and JAX_PROCESS_ID
-    (any cluster; also several CPU processes on one machine). Nothing on a single host. Whether this is one
-    process of several (else it is the lead, told without starting a backend)."""
-    on_tpu_pod = bool(os.environ.get("TPU_WORKER_HOSTNAMES", "").count(","))
-    on_slurm = int(os.environ.get("SLURM_NTASKS", "1")) > 1
+    """`jax.distributed.initialize` where a multi-process launch is detected (`launch.several_processes`),
+    with JAX_COORDINATOR_ADDRESS (host:port of process 0), JAX_NUM_PROCESSES and JAX_PROCESS_ID where the
+    launch is explicit. Nothing on a single host. Whether this is one process of several (else it is the
+    lead, told without starting a backend)."""
+    if not several_processes():
+        return False
     if "JAX_COORDINATOR_ADDRESS" in os.environ:
         missing = [v for v in ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID") if v not in os.environ]
         if missing:
@@ -33,11 +34,9 @@ def initialize_distributed() -> bool:
         jax.distributed.initialize(
             num_processes=int(os.environ["JAX_NUM_PROCESSES"]), process_id=int(os.environ["JAX_PROCESS_ID"])
         )
-        return True
-    if on_tpu_pod or on_slurm:
+    else:
         jax.distributed.initialize()
-        return True
-    return False
+    return True
 
 
 def is_lead_host() -> bool:

@@ -5,6 +5,8 @@ from tokenizers import models
 
 from t2mlr_jax.data.tokenizer import load_tokenizer, token_byte_lengths
 
+pytestmark = pytest.mark.xdist_group("gguf_tokenizer")  # its module fixtures, built by one worker
+
 
 @pytest.fixture(scope="module")
 def reference(gguf_path):

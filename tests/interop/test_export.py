@@ -32,6 +32,9 @@ TEXT = (
 FLOAT32_EPS = float(np.float32(1e-5))  # what a GGUF's norm_eps reads as: 9.999999747378752e-06
 
 
+pytestmark = pytest.mark.xdist_group("export")  # its module fixtures, built by one worker
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     return load_tokenizer(GGUF)

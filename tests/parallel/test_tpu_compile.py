@@ -22,7 +22,7 @@ from t2mlr_jax.parallel.mesh import target_platform
 from t2mlr_jax.train import aot
 from t2mlr_jax.train.programs import Programs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tpu_compile")]  # one worker compiles the fixture
 
 SPLASH = {"splash_mha_fwd_residuals", "splash_mha_dq_no_residuals", "splash_mha_dkv_no_residuals"}
 TINY = {  # dims that tile the TPU's (8, 128) layout, none a token count (weights and activations apart)
