@@ -67,6 +67,9 @@ def session_text(how: str, session: dict, last_step: int, latest: int | None, st
     if how in ("SIGTERM", "SIGINT"):
         step = session["end"]["step"]
         return f"stopped by {how} at step {step} after saving, resumable (rerun the same command)"
+    if how == "no_space":
+        step = session["end"]["step"]
+        return f"stopped by a full disk, its last checkpoint at step {step}; resumable once there is space"
     if how == "running":
         return f"running (pid {session['start']['pid']} on this host), last logged step {last_step}"
     if how == "killed":

@@ -197,6 +197,12 @@ ENDINGS = {  # case -> (sessions.jsonl lines, extra metrics.jsonl lines, how, wh
         "SIGTERM",
         "stopped by SIGTERM at step 30 after saving, resumable",
     ),
+    "full disk": (
+        [dead_start(0, 1000.0), end("no_space", 30, 1070.0)],
+        [],
+        "no_space",
+        "stopped by a full disk, its last checkpoint at step 30; resumable once there is space",
+    ),
     "killed": (
         [dead_start(0, 1000.0)],
         [],
