@@ -100,15 +100,23 @@ def test_every_checkpoint_corrupt_is_refused_unless_a_restart_is_asked_for(stopp
     assert records(stopped) == straight[1]
 
 
-@pytest.mark.parametrize("corrupt", [(7,), (2,), (7, 5, 3)], ids=["newest", "oldest", "every second"])
-def test_some_checkpoints_corrupt_resume_from_the_newest_good_one(stopped, straight, corrupt):
+@pytest.mark.parametrize(
+    "corrupt, resumed", [((7,), 6), ((2,), 7), ((7, 5, 3), 6)], ids=["newest", "oldest", "every second"]
+)
+def test_some_checkpoints_corrupt_resume_from_the_newest_good_one(stopped, corrupt, resumed):
+    """Which checkpoint a session resumes from and what it sets aside (training on from there is the
+    fallback test's, bitwise)."""
     for step in corrupt:
         _flip(stopped / "checkpoints" / str(step))
-    train_tiny(stopped)
+    tiny = run(stopped)
+    checkpointer = tiny.checkpointer()
+    try:
+        _, restored = tiny.restore_or_init(checkpointer)
+    finally:
+        checkpointer.close()
+    assert restored.step == resumed
     set_aside = [7] if 7 in corrupt else []  # only those newer than the one restored: older ones age out
     assert [int(p.name) for p in (stopped / "corrupt_checkpoints").glob("*")] == set_aside
-    assert_same_state(straight[0], final_state(stopped))
-    assert records(stopped) == straight[1]
 
 
 def _files_for_steps(checkpoints):  # every step folder replaced by a file of its name
