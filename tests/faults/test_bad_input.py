@@ -1,8 +1,9 @@
-"""Bad input to main.py (missing or empty data, less than one batch of it, a model that cannot hold the
-data, config typos, bad values, nothing to evaluate, a negative learning rate, B > D): one `error:` line,
-exit status 2, before anything compiles, and no workdir created. The headline config without data says
-what it is and how to get data; a :cpu preset without its offline packages names the pip line that brings
-them."""
+"""Bad input to main.py (missing or empty data, less than one batch of it or whitespace of any size,
+evaluation text without a token that carries text, a data file or config file that does not parse or
+raises, named with its line, a model that cannot hold the data, config typos, bad values, nothing to
+evaluate, a negative learning rate, B > D): one `error:` line, exit status 2, before anything compiles,
+and no workdir created. The headline config without data says what it is and how to get data; a :cpu
+preset without its offline packages names the pip line that brings them."""
 
 import importlib.util
 import os
@@ -21,6 +22,14 @@ def _bad_inputs(tmp_path):
     empty.write_text("")
     empty_texts = tmp_path / "empty_texts.jsonl"
     empty_texts.write_text('{"text": ""}\n' * 100)
+    blank = tmp_path / "blank.txt"
+    blank.write_text(" \t \n\n\t  " * 1000)  # 9 kB of whitespace: trained before, its tokens taken for text
+    eval_blank = tmp_path / "eval_blank.txt"
+    eval_blank.write_text(" \n\t  \n  \t\n")  # 12 bytes: scored on 4 whitespace tokens before
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("not json\n" * 50)
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes(b"caf\xe9 " * 2000)
     raising = tmp_path / "raising.py"
     raising.write_text("def get_config(preset=None):\n    width = 8\n    return width * undefined_name\n")
     gsm = os.path.join(ROOT, "configs", "gsm8k.py") + ":cpu"
@@ -35,6 +44,23 @@ def _bad_inputs(tmp_path):
             [f"--config={text}", f"--config.data.train_path={empty_texts}", "--config.train.batch_size=8"],
             f"the text {empty_texts} holds 0 tokens that carry text (not whitespace alone, not special "
             "tokens such as EOS), fewer than one batch (512 = batch size x seq_len)",
+        ),
+        "whitespace text": (
+            [f"--config={text}", f"--config.data.train_path={blank}"],
+            f"the text {blank} holds 0 tokens that carry text",
+        ),
+        "whitespace eval text": (
+            [f"--config={text}", f"--config.data.eval_path={eval_blank}"],
+            f"the text {eval_blank} holds 0 tokens that carry text (not whitespace alone, not special tokens "
+            "such as EOS), fewer than one:",
+        ),
+        "garbage JSONL": (
+            [f"--config={text}", f"--config.data.train_path={garbage}"],
+            f"{garbage}:1: not valid JSON",
+        ),
+        "text not UTF-8": (
+            [f"--config={text}", f"--config.data.train_path={latin1}"],
+            f"{latin1}:1: not UTF-8 text (byte 0xe9 at offset 3)",
         ),
         "too long": (
             [f"--config={S5}:cpu", "--config.model.max_seq_len=16"],
@@ -89,6 +115,10 @@ def _bad_inputs(tmp_path):
         "missing data",
         "empty file",
         "empty texts",
+        "whitespace text",
+        "whitespace eval text",
+        "garbage JSONL",
+        "text not UTF-8",
         "too long",
         "vocab",
         "config typo",
