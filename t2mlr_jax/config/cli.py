@@ -36,16 +36,18 @@ def parse_flags(argv: list[str], config_flag, default_config: str) -> list[str]:
         cause = e
         while cause.__cause__ or cause.__context__:  # config_flags wraps the config file's own error
             cause = cause.__cause__ or cause.__context__
-        line = _config_line(cause, _config_path(argv, default_config))
+        line = _config_line(cause, _config_arg(argv, default_config)[0])
         if line:
             fail(f"{line}: {type(cause).__name__}: {cause.msg if isinstance(cause, SyntaxError) else cause}")
         where = str(e).split(": ", 1)[0] + ": " if str(e).startswith("flag --") and cause is not e else ""
         fail(where + " ".join(str(cause).split()))
 
 
-def _config_path(argv: list[str], default_config: str) -> Path:
+def _config_arg(argv: list[str], default_config: str) -> tuple[Path, str]:
+    """(the config file, its presets) that --config names, else the default's."""
     given = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    return Path((given[-1] if given else default_config).partition(":")[0])
+    path, _, preset = (given[-1] if given else default_config).partition(":")
+    return Path(path), preset
 
 
 def _config_line(error: BaseException, path: Path) -> str | None:
@@ -66,9 +68,7 @@ def config_problem(argv: list[str], default_config: str) -> str | None:
     from t2mlr_jax.config.edit import config_module, dotted_keys
     from t2mlr_jax.registry import did_you_mean
 
-    given = [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    preset = (given[-1] if given else default_config).partition(":")[2]
-    path = _config_path(argv, default_config)
+    path, preset = _config_arg(argv, default_config)
     if not path.is_file():
         known = [p.name for p in Path(default_config).parent.glob("*.py")]
         return f"config file {str(path)!r} does not exist{did_you_mean(path.name, known)}"

@@ -32,25 +32,29 @@ def _chain(error: BaseException):
         error = error.__cause__ or error.__context__
 
 
+def _tensorstore_says_no_space(text: str) -> bool:
+    code = _TENSORSTORE.search(text)
+    return bool(code) and int(code.group(1)) in NO_SPACE
+
+
+def _says_no_space(error: BaseException) -> bool:
+    """Whether this one error (not what caused it) is a write that found no space."""
+    is_os_error = isinstance(error, OSError) and error.errno in NO_SPACE
+    return is_os_error or _tensorstore_says_no_space(str(error))
+
+
 def is_no_space(error: BaseException) -> bool:
     """Whether `error` (or what caused it) is a write that found no space."""
-    for e in _chain(error):
-        if isinstance(e, OSError) and e.errno in NO_SPACE:
-            return True
-        code = _TENSORSTORE.search(str(e))
-        if code and int(code.group(1)) in NO_SPACE:
-            return True
-    return False
+    return any(_says_no_space(e) for e in _chain(error))
 
 
 def where_and_wanted(error: BaseException) -> tuple[str | None, int | None]:
     """(the path whose write failed, the bytes that write wanted), each None where the error does not say."""
-    for e in _chain(error):
+    for e in filter(_says_no_space, _chain(error)):
         if isinstance(e, OSError) and e.errno in NO_SPACE:
             return e.filename and str(e.filename), getattr(e, "wanted", None)
         path, wanted = _FAILED_PATH.search(str(e)), _WANTED.search(str(e))
-        if path or wanted:
-            return path and path.group(1), wanted and int(wanted.group(1))
+        return path and path.group(1), wanted and int(wanted.group(1))
     return None, None
 
 
@@ -84,8 +88,7 @@ def folder_bytes(folder: Path) -> int:
 class _DropNoSpace(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info and record.exc_info[1]
-        code = _TENSORSTORE.search(record.getMessage())
-        return not ((code and int(code.group(1)) in NO_SPACE) or (error and is_no_space(error)))
+        return not (_tensorstore_says_no_space(record.getMessage()) or (error and is_no_space(error)))
 
 
 @contextmanager

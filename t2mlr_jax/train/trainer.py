@@ -323,8 +323,12 @@ def _out_of_space(run: Run, error: Exception, lead: bool) -> full_disk.NoSpaceEr
     needed = f" (it needs {wanted} bytes)" if wanted else ""
     if removed:
         cut = ", ".join(p.name.split(".")[0] for p in removed)
-        size = steps and f" (a checkpoint takes {full_disk.folder_bytes(checkpoints / str(steps[-1]))} bytes)"
-        needed += f"; the unfinished save of step {cut} was removed{size or ''}"
+        size = (
+            f" (a checkpoint takes {full_disk.folder_bytes(checkpoints / str(steps[-1]))} bytes)"
+            if steps
+            else ""
+        )
+        needed += f"; the unfinished save of step {cut} was removed{size}"
     kept = f"the last checkpoint (step {steps[-1]}) is intact" if steps else "no checkpoint was saved yet"
     return full_disk.NoSpaceError(
         f"no space left on device writing {path or run.workdir}{needed}; {kept}. Free space and rerun the "
