@@ -19,6 +19,7 @@ sizes take minutes each and several GB of memory: --jobs runs rows side by side 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import subprocess
@@ -30,6 +31,7 @@ from typing import NamedTuple
 from tqdm import tqdm
 
 from t2mlr_jax import cpu_runtime
+from t2mlr_jax.parallel.chips import chip_of
 from t2mlr_jax.parallel.compiled_report import hlo_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,8 +50,9 @@ class Row(NamedTuple):
     overrides: tuple[str, ...] = ()
 
 
-# Pods: one row of 2048 tokens per data-parallel device; parameters and optimizer state over fsdp
-# (experts over `expert`). The train step is compiled without gradient accumulation.
+# Pods: rows of 2048 tokens, one per data-parallel device (and 4 and 8 for the T²MLR sizes); parameters
+# and optimizer state over fsdp (experts over `expert`). The train step is compiled without gradient
+# accumulation.
 PODS = {"v5e-256": ("v5e:16x16", "data:16,fsdp:16", 256), "v5p-64": ("v5p:4x4x4", "fsdp:64", 64)} | {
     "v6e-64": ("v6e:8x8", "fsdp:64", 64)
 }
@@ -69,20 +72,25 @@ LARGER = {"3B": THREE_B, "3B-remat": (*THREE_B, "remat=full"), "8B-remat": (*EIG
 NO_ACC = ("--config.train.grad_accum=1",)
 
 
+ROWS_PER_CHIP = (1, 4, 8)  # the T²MLR sizes' train steps at each; `_x4`, `_x8` name the rows beyond one
+
+
 def pod_rows() -> list[Row]:
     rows = [
         Row(
-            f"{size}_{pod}",
+            f"{size}_{pod}" + (f"_x{per_chip}" if per_chip > 1 else ""),
             config,
             "t2mlr,transformer",
             topology,
             mesh,
-            batch,
+            batch * per_chip,
             2048,
-            overrides=NO_ACC,
+            "train,decode" if per_chip == 1 else "train",
+            NO_ACC,
         )
         for size, config in T2MLR_SIZES.items()
         for pod, (topology, mesh, batch) in PODS.items()
+        for per_chip in ROWS_PER_CHIP
     ]
     rows += [
         Row(
@@ -143,7 +151,171 @@ def coverage_rows() -> list[Row]:
     return rows
 
 
-STUDIES = {"pods": pod_rows, "coverage": coverage_rows}
+# Calibration: MaxText's published measured runs (train step, bf16 compute, fp32 weights, AdamW), compiled
+# with our own backbone at their shapes (layers scanned, as MaxText's are) and estimated beside the
+# measurement. MaxText's model FLOPs convention (`maxtext_flops`) turns both into MFU.
+@dataclasses.dataclass(frozen=True)
+class Anchor:
+    name: str
+    pod: str  # MaxText's name, e.g. v5e-256
+    topology: str
+    mesh: str
+    batch: int  # rows: per_device_batch_size x chips
+    seq_len: int
+    model: dict  # ModelConfig fields
+    remat: str  # ours; MaxText's named in `differs`
+    mfu: float  # measured
+    source: str
+    differs: str  # what our compile does otherwise than theirs
+
+
+# MaxText's 2023 base model (its base.yml when the v5e / v5p tables were measured, commit 76bd53b0f):
+# relu MLP, MHA, head_dim 256, tied logits, vocab 32768; global_parameter_scale 16 doubles heads and MLP
+# and the layers (5120 wide, 32 x 256 heads, MLP 32768, 32 layers), 32 also the width (10240).
+MAXTEXT_2023 = dict(vocab_size=32768, head_dim=256, mlp="relu2", tie_embeddings=True, num_layers=32)
+SCALE_16 = dict(MAXTEXT_2023, hidden_size=5120, num_heads=32, num_kv_heads=32, mlp_dim=32768)
+SCALE_32 = dict(SCALE_16, hidden_size=10240)
+MIXTRAL_8X7B = dict(
+    vocab_size=32000,
+    hidden_size=4096,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    mlp_dim=14336,
+    num_layers=32,
+    tie_embeddings=False,
+    mlp="moe",
+    moe_experts=8,
+    moe_top_k=2,
+    moe_shared=0,
+    moe_capacity_factor=1.25,
+    max_seq_len=4096,
+)
+LLAMA31_8B = dict(
+    vocab_size=128256,
+    hidden_size=4096,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    mlp_dim=14336,
+    num_layers=32,
+    tie_embeddings=False,
+    max_seq_len=8192,
+)
+RELU = "relu² where MaxText's MLP is relu (the same matmuls)"
+CUSTOM = "remat full where MaxText's custom policy offloads the block input and q/k/v/o projections to host"
+MAXTEXT = "https://github.com/AI-Hypercomputer/maxtext"
+ANCHORS = (
+    Anchor(
+        "maxtext-16B_v5e-256",
+        "v5e-256",
+        "v5e:16x16",
+        "fsdp:256",
+        6 * 256,
+        2048,
+        SCALE_16,
+        "full",
+        0.6110,
+        f"{MAXTEXT} configs/v5e/README.md, 16b.sh",
+        RELU,
+    ),
+    Anchor(
+        "maxtext-32B_v5e-256",
+        "v5e-256",
+        "v5e:16x16",
+        "fsdp:256",
+        4 * 256,
+        2048,
+        SCALE_32,
+        "full",
+        0.6686,
+        f"{MAXTEXT} configs/v5e/README.md, 32b.sh",
+        RELU,
+    ),
+    Anchor(
+        "maxtext-32B_v5p-128",
+        "v5p-128",
+        "v5p:4x4x4",
+        "fsdp:16,tensor:4",
+        8 * 64,
+        2048,
+        SCALE_32,
+        "dots",
+        0.7147,
+        f"{MAXTEXT} configs/v5p/README.md, 32b.sh",
+        RELU + "; remat dots (matmul outputs kept) for MaxText's minimal",
+    ),
+    Anchor(
+        "mixtral-8x7B_v6e-256",
+        "v6e-256",
+        "v6e:16x16",
+        "fsdp:256",
+        12 * 256,
+        4096,
+        MIXTRAL_8X7B,
+        "full",
+        0.3523,
+        f"{MAXTEXT} docs/reference/models/tiering.md; benchmarks mixtral_8x7b_dropped",
+        CUSTOM + "; our router is a sigmoid top-2 (Mixtral's a softmax), capacity 1.25 as theirs",
+    ),
+    Anchor(
+        "llama3.1-8B_v6e-256",
+        "v6e-256",
+        "v6e:16x16",
+        "fsdp:256",
+        4 * 256,
+        8192,
+        LLAMA31_8B,
+        "full",
+        0.4546,
+        f"{MAXTEXT} docs/reference/models/tiering.md; benchmarks llama3_1_8b_8192",
+        CUSTOM,
+    ),
+)
+
+
+def maxtext_flops(model: dict, seq_len: int) -> float:
+    """Training FLOPs per token as MaxText counts them for MFU (calculate_tflops_training_per_device, before
+    it halved causal attention; every anchor here predates that): 3 x the forward's weight matmuls
+    (q/k/v/o, the MLP's matrices, a MoE's top-k experts and its router, the logits) and 3 x full
+    (non-causal) attention, 4 x seq x heads x head_dim per layer."""
+    d, heads, kv, hd, f = (
+        model[k] for k in ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
+    )
+    matrices = 2 if model.get("mlp") == "relu2" else 3
+    mlp = 2 * d * f * matrices
+    if model.get("mlp") == "moe":
+        mlp = mlp * model["moe_top_k"] + 2 * d * model["moe_experts"]
+    layer = 2 * d * (heads + 2 * kv) * hd + 2 * heads * hd * d + mlp
+    weights = model["num_layers"] * layer + 2 * d * model["vocab_size"]
+    attention = model["num_layers"] * 4 * seq_len * heads * hd
+    return 3 * (weights + attention)
+
+
+def calibration_rows() -> list[Row]:
+    return [
+        Row(
+            a.name,
+            "configs/smollm1b_t2mlr.py",
+            "transformer",
+            a.topology,
+            a.mesh,
+            a.batch,
+            a.seq_len,
+            "train",
+            (
+                *NO_ACC,
+                "--config.baseline.param_match=False",
+                "--config.model.scan_layers=True",
+                f"--config.model.remat={a.remat}",
+                *(f"--config.model.{k}={v}" for k, v in a.model.items()),
+            ),
+        )
+        for a in ANCHORS
+    ]
+
+
+STUDIES = {"pods": pod_rows, "coverage": coverage_rows, "calibration": calibration_rows}
 
 
 def command(row: Row, out: Path) -> list[str]:
@@ -181,12 +353,11 @@ def reported(result: dict, folder: Path) -> dict:
     for p in result["programs"]:
         if "roofline" not in p:
             continue
+        if "device_coords" not in p:
+            raise ValueError(f"{folder / 'aot.json'} predates the link and HBM counts: rerun with --force")
         with gzip.open(folder / "hlo" / f"{p['arch']}_{p['program']}.hlo.gz", "rt") as f:
             hlo = f.read()
-        xla_bytes = p["cost"].get(
-            "xla_bytes_accessed", p["cost"]["bytes_accessed"]
-        )  # (kept before the loops')
-        cost = {"flops": p["cost"]["xla_flops"], "bytes_accessed": xla_bytes}
+        cost = {"flops": p["cost"]["xla_flops"], "bytes_accessed": p["cost"]["xla_bytes_accessed"]}
         p.update(
             hlo_report(
                 hlo,
@@ -196,6 +367,8 @@ def reported(result: dict, folder: Path) -> dict:
                 p["devices"],
                 p["devices_per_chip"],
                 p["roofline"]["model_flops"],
+                p["device_coords"],
+                p["memory"]["available_hbm_bytes"],
             )
         )
     return result
@@ -255,7 +428,8 @@ def train_table(results: list[dict]) -> str:
     """The README's table: one line per (row, arch) train step, with its pod, mesh, per-chip memory
     against HBM, the estimate and the collectives per step."""
     lines = [
-        "| row | arch | mesh | GiB / chip (HBM) | fits | est. step (bound) | MFU | collectives per step |",
+        "| row | arch | mesh | GiB / chip (available) | fits | est. step (bound) | MFU | collectives "
+        "per step |",
         "|---" * 8 + "|",
     ]
     for result in results:
@@ -268,7 +442,7 @@ def train_table(results: list[dict]) -> str:
                 lines.append(f"{where} | {_refused(p) or '**failed**: ' + p.get('error', '')[:120]} ||||")
                 continue
             memory, line = p["memory"], p["roofline"]
-            gib = f"{memory['total_bytes'] / 2**30:.1f} / {memory['hbm_bytes'] / 2**30:.0f}"
+            gib = f"{memory['total_bytes'] / 2**30:.1f} / {memory['available_hbm_bytes'] / 2**30:.2f}"
             collectives = ", ".join(f"{v['count']} {k}" for k, v in p["collectives"].items() if v["count"])
             lines.append(
                 f"{where} | {gib} | {'yes' if memory['fits'] else '**no**'} | "
@@ -299,6 +473,52 @@ def train_ratios(results: list[dict]) -> str:
                 f"{t2['model_flops'] / tf['model_flops']:.2f}× | {t2['bound']} | {tf['bound']} |"
             )
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
+def shapes(a: Anchor) -> str:
+    m = a.model
+    heads = f"{m['num_heads']} x {m['head_dim']} heads" + (
+        " (MHA)" if m["num_kv_heads"] == m["num_heads"] else f", {m['num_kv_heads']} kv"
+    )
+    mlp = f"{m.get('mlp', 'swiglu')} {m['mlp_dim']}"
+    if m.get("mlp") == "moe":
+        mlp = f"{m['moe_experts']} swiglu experts {m['mlp_dim']}, top {m['moe_top_k']}"
+    vocab = f"vocab {m['vocab_size']}" + (" tied" if m["tie_embeddings"] else "")
+    return (
+        f"{m['num_layers']} x {m['hidden_size']}, {heads}, {mlp}, {vocab}; {a.batch} x {a.seq_len} tokens, "
+        f"{a.mesh}, remat {a.remat}"
+    )
+
+
+def calibration_table(results: list[dict]) -> str:
+    """Per anchor: the measured MFU beside our estimate of the same run, both on MaxText's FLOP count
+    (`maxtext_flops`): the roofline (the largest of compute, memory and communication time: perfect
+    overlap) and the serial bound (their sum: no overlap), which bracket the step when the count of each
+    is right; the difference is the roofline's, in MFU points."""
+    anchors = {a.name: a for a in ANCHORS}
+    lines = [
+        "| anchor | measured MFU | roofline estimate | difference | serial bound | bound | "
+        "measured / estimated step | our shapes | differs from MaxText |",
+        "|---" * 9 + "|",
+    ]
+    for result in results:
+        a = anchors[result["row"]["name"]]
+        train = [p for p in result.get("programs", []) if p["program"] == "train" and "roofline" in p]
+        if not train:
+            lines.append(
+                f"| {a.name} | {100 * a.mfu:.1f}% | **not compiled**: {result.get('error', '')} |||||||"
+            )
+            continue
+        line, peak = train[0]["roofline"], chip_of(train[0]["device_kind"]).peak_flops
+        flops = maxtext_flops(a.model, a.seq_len) * a.batch * a.seq_len / train[0]["devices"]
+        serial = line["compute_s"] + line["memory_s"] + line["communication_s"]
+        estimate = flops / (line["step_s"] * peak)
+        lines.append(
+            f"| {a.name} | {100 * a.mfu:.1f}% | {100 * estimate:.1f}% | {100 * (estimate - a.mfu):+.1f} | "
+            f"{100 * flops / (serial * peak):.1f}% | {line['bound']} | {estimate / a.mfu:.2f} | "
+            f"{shapes(a)} | {a.differs} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -332,7 +552,9 @@ def main(argv: list[str] | None = None) -> int:
             tqdm(pool.map(lambda r: run_row(r, out, args.force), rows), total=len(rows), unit="row")
         )
     (out / "scaling.json").write_text(json.dumps(results, indent=2))
-    markdown = "\n".join(filter(None, (train_table(results), train_ratios(results), table(results))))
+    tables = (calibration_table(results),) if args.study == "calibration" else ()
+    tables += (train_table(results), train_ratios(results), table(results))
+    markdown = "\n".join(filter(None, tables))
     (out / "scaling.md").write_text(f"# TPU {args.study}\n\n" + markdown)
     print(markdown)
     print(f"-> {out / 'scaling.json'}, {out / 'scaling.md'}")

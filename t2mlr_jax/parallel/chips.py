@@ -7,7 +7,13 @@ Every figure is the vendor's public per-chip value, read off the page named in `
 - HBM bandwidth: bytes/s, decimal (GBps = 1e9);
 - interconnect: the bidirectional aggregate bytes/s of one chip over all its ICI ports (TPU) or NVLink
   (GPU), as Google's and NVIDIA's tables give it. Older Google pages gave v5e 1600 Gbps and v5p 4800 Gbps,
-  half the bidirectional 400 GBps and 1200 GBps they state now.
+  half the bidirectional 400 GBps and 1200 GBps they state now;
+- ICI ports: a TPU chip's links, one per torus neighbour: 4 on the 2-D tori (v5e, v6e: "ICI ports per
+  chip 4", "2D torus"), 6 on the 3-D ones (v4, v5p: "3D torus"); each link carries interconnect / (2 x
+  ports) each way (v5e 50 GB/s, v5p and v6e 100 GB/s). None: a switch (NVLink), one link each way at half
+  the bidirectional figure. Wraparound (`Chip.wraps`): a 2-D pod is a 16 x 16 torus, so an axis of 16
+  chips closes into a ring; a 3-D slice of whole 4x4x4 cubes is a full 3-D torus ("All 4x4x4 and larger
+  slices have full 3D torus", the v5p page), smaller ones are open.
 
 A device is not always a chip: a v4 topology built here (`v4:2x2x2`) has two devices per chip, one per
 TensorCore (no megacore), and each gets half the chip (`Chip.split`).
@@ -28,6 +34,18 @@ class Chip:
     hbm_bytes_per_s: float
     interconnect_bytes_per_s: float  # bidirectional, all ports of the chip together
     source: str
+    ici_ports: int | None = None  # torus links per chip; None: a switch
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        """One direction of one link."""
+        return self.interconnect_bytes_per_s / (2 * (self.ici_ports or 1))
+
+    def wraps(self, extents: tuple[int, ...]) -> tuple[bool, ...]:
+        """Per torus axis of a slice `extents` chips long, whether wraparound links close it into a ring."""
+        if self.ici_ports == 6:
+            return (all(e % 4 == 0 for e in extents),) * len(extents)
+        return tuple(e == 16 for e in extents)
 
     def split(self, devices_per_chip: int) -> Chip:
         """One device's share when a chip is `devices_per_chip` devices."""
@@ -52,11 +70,22 @@ CHIPS: dict[str, Chip] = {
         # to bidirectional like v5e's and v5p's.
         600e9,
         "https://cloud.google.com/tpu/docs/v4",
+        ici_ports=6,
     ),
-    "TPU v5 lite": Chip("TPU v5e", 197e12, 16 * GIB, 819e9, 400e9, "https://cloud.google.com/tpu/docs/v5e"),
-    "TPU v5": Chip("TPU v5p", 459e12, 95 * GIB, 2765e9, 1200e9, "https://cloud.google.com/tpu/docs/v5p"),
+    "TPU v5 lite": Chip(
+        "TPU v5e", 197e12, 16 * GIB, 819e9, 400e9, "https://cloud.google.com/tpu/docs/v5e", ici_ports=4
+    ),
+    "TPU v5": Chip(
+        "TPU v5p", 459e12, 95 * GIB, 2765e9, 1200e9, "https://cloud.google.com/tpu/docs/v5p", ici_ports=6
+    ),
     "TPU v6 lite": Chip(
-        "TPU v6e (Trillium)", 918e12, 32 * GIB, 1638e9, 800e9, "https://cloud.google.com/tpu/docs/v6e"
+        "TPU v6e (Trillium)",
+        918e12,
+        32 * GIB,
+        1638e9,
+        800e9,
+        "https://cloud.google.com/tpu/docs/v6e",
+        ici_ports=4,
     ),
     "NVIDIA H100 80GB HBM3": Chip(
         "H100 SXM", 989.4e12, 80e9, 3.35e12, 900e9, "https://www.nvidia.com/en-us/data-center/h100/"

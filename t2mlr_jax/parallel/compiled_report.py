@@ -4,24 +4,25 @@ All figures are per device: XLA compiles one SPMD program that every device runs
 analysis and its cost analysis describe that program (a matmul sharded over 4 devices reports a quarter
 of the 1-device FLOPs; tests/parallel/test_compiled_report.py checks it).
 
-XLA's cost analysis counts a while body once, whatever its trip count (a 6-layer scan on v5e:2x2: 34.0
-MFLOP forward, unrolled 201.5 MFLOP): under a scan over layers its FLOPs and bytes are those of one layer
-plus the rest. So the report also counts the matmul FLOPs itself, every trip included (hlo_flops.py), and
-lists the loops' trip counts (`while_trip_counts`); its bytes accessed stay XLA's, a lower bound when
-there are loops.
+XLA's cost analysis counts a while body once, whatever its trip count, and charges every operand of every
+top-level op as memory traffic, VMEM buffers and whole sliced operands included. So the report counts
+from the optimised HLO itself, every loop trip included: the matmul FLOPs (hlo_flops.py), the Pallas
+kernels' FLOPs (splash attention, from their block grids), the HBM bytes as the chip moves them
+(hlo_bytes.py: only buffers in HBM) and each collective's time over the links it uses
+(hlo_collectives.py, interconnect.py); XLA's raw figures stay beside them.
 
 Memory: arguments + outputs - aliased + temporaries + generated code is what the program holds live. A
 donated argument whose buffer an output reuses is both an argument and an output; `alias` is that
-overlap, counted once.
+overlap, counted once. `fits` compares it with the HBM libtpu makes available to a program (v5e: 15.75
+of 16 GiB; tpu_topology.available_hbm_bytes), or the chip's HBM where no compiler says.
 
-Roofline (docs/tpu_compile.md): compute (the larger of XLA's FLOPs and the counted matmul FLOPs, over the
-peak), HBM traffic (XLA's bytes accessed over the HBM bandwidth) and interconnect traffic
-(hlo_collectives' ring `traffic_bytes` over the interconnect bandwidth) are each a time the step cannot
-beat; the estimate is the largest of the three, since XLA overlaps collectives with compute (async
-collectives) and compute with memory (pipelined fusions). It is a lower bound: perfect overlap, every
-interconnect port busy, peak FLOP/s. MFU = the caller's model FLOPs (t2mlr_jax/model/flops.py style, for
-the whole program on all devices) / (estimated step time x peak x devices): the MFU the program would
-reach at its roofline, an upper bound.
+Roofline (docs/tpu_compile.md): compute (FLOPs over the peak), memory (HBM bytes over the HBM bandwidth)
+and communication (the collectives' summed link time) are each a time the step cannot beat; the
+estimate is the largest of the three, since XLA overlaps collectives with compute (async collectives)
+and compute with memory (pipelined fusions). It is a lower bound: perfect overlap, peak FLOP/s. MFU =
+the caller's model FLOPs (for the whole program on all devices) / (estimated step time x peak x
+devices): the MFU the program would reach at its roofline, an upper bound (docs/tpu_compile.md has its
+calibration against measured runs).
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ import jax
 
 from t2mlr_jax.parallel.chips import GIB, Chip, chip_of
 from t2mlr_jax.parallel.hlo import executed, kernels, parse
-from t2mlr_jax.parallel.hlo_bytes import extra_loop_bytes
-from t2mlr_jax.parallel.hlo_collectives import KINDS, collectives, summary
-from t2mlr_jax.parallel.hlo_flops import matmul_flops
+from t2mlr_jax.parallel.hlo_bytes import hbm_bytes
+from t2mlr_jax.parallel.hlo_collectives import KINDS, collectives, each, in_loops, summary
+from t2mlr_jax.parallel.hlo_flops import kernel_flops, matmul_flops
+from t2mlr_jax.parallel.interconnect import Interconnect
+from t2mlr_jax.parallel.tpu_topology import available_hbm_bytes
 
 GB = 1e9
 MEMORY_FIELDS = (
@@ -48,9 +51,19 @@ MEMORY_FIELDS = (
 
 
 def program_devices(compiled: jax.stages.Compiled) -> list:
-    """The devices a compiled program runs on, read off its argument and result shardings."""
+    """The devices a compiled program runs on, in its partition-id order (the order of its mesh, which
+    its collectives' replica groups number), read off its argument and result shardings."""
     shardings = jax.tree.leaves((compiled.input_shardings, compiled.output_shardings))
+    meshes = [s.mesh for s in shardings if isinstance(s, jax.sharding.NamedSharding)]
+    if meshes and not meshes[0].empty:
+        return list(meshes[0].devices.flat)
     return sorted({d for s in shardings for d in s.device_set}, key=lambda d: d.id)
+
+
+def device_coords(devices: Sequence) -> list[list[int]] | None:
+    """Each device's torus coordinates (TPU), in the given order; None where devices have none."""
+    coords = [getattr(d, "coords", None) for d in devices]
+    return None if any(c is None for c in coords) else [list(c) for c in coords]
 
 
 def devices_per_chip(devices: Sequence) -> int:
@@ -76,8 +89,8 @@ def memory_per_device(compiled: jax.stages.Compiled) -> dict[str, int]:
 
 def roofline(
     flops: float,
-    bytes_accessed: float,
-    traffic_bytes: float,
+    memory_bytes: float,
+    communication_s: float,
     device: Chip,
     devices: int,
     model_flops: float | None,
@@ -85,8 +98,8 @@ def roofline(
     """Step-time lower bound of a program on `devices` devices, each with `device`'s share of a chip."""
     times = {
         "compute": flops / device.peak_flops,
-        "memory": bytes_accessed / device.hbm_bytes_per_s,
-        "communication": traffic_bytes / device.interconnect_bytes_per_s,
+        "memory": memory_bytes / device.hbm_bytes_per_s,
+        "communication": communication_s,
     }
     bound = max(times, key=times.get)
     step = times[bound]
@@ -108,6 +121,8 @@ def compiled_report(compiled: jax.stages.Compiled, model_flops: float | None = N
         len(devices),
         devices_per_chip(devices),
         model_flops,
+        device_coords(devices),
+        available_hbm_bytes(devices[0]),
     )
 
 
@@ -119,40 +134,56 @@ def hlo_report(
     devices: int,
     per_chip: int = 1,
     model_flops: float | None = None,
+    coords: list[list[int]] | None = None,
+    available_hbm: float | None = None,
 ) -> dict:
     """`compiled_report` from what a compile leaves: its HLO text, `memory_per_device`, XLA's cost
-    ({"flops", "bytes_accessed"}) and its devices; so a kept HLO is reported again by the current code
-    without compiling it again (experiments/tpu_scaling.py)."""
+    ({"flops", "bytes_accessed"}), its devices (kind, count, torus coordinates in partition order) and
+    the HBM libtpu made available; so a kept HLO is reported again by the current code without compiling
+    it again (experiments/tpu_scaling.py)."""
     device = chip_of(device_kind).split(per_chip)
+    network = Interconnect.of(device, coords)
     module = parse(hlo_text)
     runs, loops = executed(module)
-    table = summary(collectives(runs, devices))
-    matmuls = matmul_flops(runs)
-    flops = max(xla_cost["flops"], matmuls)
-    bytes_accessed = xla_cost["bytes_accessed"] + extra_loop_bytes(module, runs)
-    traffic = sum(row["traffic_bytes"] for row in table.values())
+    found = collectives(runs, devices)
+    table, ops = summary(found, network), each(found, network)
+    matmuls, kernel = matmul_flops(runs), kernel_flops(runs)
+    flops = max(xla_cost["flops"], matmuls + kernel)
+    hbm = hbm_bytes(module, runs)
+    communication = sum(row["seconds"] for row in table.values())
     live = {k: memory[k] for k in MEMORY_FIELDS}
+    allocatable = available_hbm or device.hbm_bytes
     return {
         "device_kind": device_kind,
         "chip": device.name,
         "chip_source": device.source,
         "devices": devices,
         "devices_per_chip": per_chip,
-        "memory": {**live, "hbm_bytes": device.hbm_bytes, "fits": live["total_bytes"] <= device.hbm_bytes},
+        "device_coords": coords,
+        "memory": {
+            **live,
+            "hbm_bytes": device.hbm_bytes,
+            "available_hbm_bytes": allocatable,
+            "fits": live["total_bytes"] <= allocatable,
+        },
         "cost": {
             "flops": flops,
             "xla_flops": xla_cost["flops"],
             "matmul_flops": matmuls,
-            "bytes_accessed": bytes_accessed,
+            "kernel_flops": kernel,
+            "hbm_bytes": hbm,
             "xla_bytes_accessed": xla_cost["bytes_accessed"],
-            "traffic_bytes": traffic,
+            "traffic_bytes": sum(row["traffic_bytes"] for row in table.values()),
         },
         "collectives": table,
+        "collective_ops": ops,
+        "collectives_in_loops": in_loops(ops),
+        "link_bytes_per_s": network.link_bytes_per_s,
         "kernels": kernels(hlo_text),
         "while_trip_counts": loops,
         "roofline": {
             "model_flops": model_flops,
-            **roofline(flops, bytes_accessed, traffic, device, devices, model_flops),
+            **roofline(flops, hbm, communication, device, devices, model_flops),
         },
     }
 
@@ -160,7 +191,7 @@ def hlo_report(
 COLUMNS = (
     "program",
     "devices",
-    "memory / HBM (GiB)",
+    "memory / available HBM (GiB)",
     "fits",
     "TFLOP",
     "HBM GB",
@@ -188,10 +219,10 @@ def markdown_row(program: str, report: dict) -> str:
     cells = [
         program,
         f"{report['devices']} x {report['chip']}",
-        f"{memory['total_bytes'] / GIB:.2f} / {memory['hbm_bytes'] / GIB:.0f}",
+        f"{memory['total_bytes'] / GIB:.2f} / {memory['available_hbm_bytes'] / GIB:.2f}",
         "yes" if memory["fits"] else "**no**",
         f"{cost['flops'] / 1e12:.3g}",
-        f"{cost['bytes_accessed'] / GB:.3g}",
+        f"{cost['hbm_bytes'] / GB:.3g}",
         *kinds,
         f"{cost['traffic_bytes'] / GB:.3g}",
         *(f"{1e3 * line[k]:.3g}" for k in ("compute_s", "memory_s", "communication_s", "step_s")),

@@ -18,7 +18,10 @@ COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*->.*\{\s*$")
 # `  [ROOT] %name = <type> opcode(operands), attributes`: the type may be a tuple, so the opcode is the
 # first word after whitespace that opens a parenthesis.
 INSTRUCTION = re.compile(r"^\s+(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+?)\s+([a-z][\w\-]*)\((.*)$")
-ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
+ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\](\{[^}]*\})?")
+# A layout's memory space: `{1,0:T(8,128)(2,1)S(1)}` is in space 1 (TPU: VMEM); no S(n): space 0, HBM
+MEMORY_SPACE = re.compile(r"S\((\d+)\)")
+HBM = 0
 CALLEE = re.compile(r"\b(calls|to_apply|body|condition|true_computation|false_computation)=%?([\w.\-]+)")
 BRANCHES = re.compile(r"\bbranch_computations=\{([^}]*)\}")
 # a computation's last line; v5p's SparseCore offloads name their thread: `}, execution_thread="sparsecore"`
@@ -69,15 +72,22 @@ def dims(hlo_type: str) -> list[int]:
     return [int(d) for d in ARRAY.search(hlo_type).group(2).split(",") if d]
 
 
-def type_bytes(hlo_type: str) -> float:
-    """Bytes of an HLO type (a tuple: its arrays summed): elements times the bits in the dtype's name
-    (bf16: 16, f8e4m3fn: 8, c64: 64), pred one byte; layouts ({1,0:T(8,128)}) are ignored."""
-    total = 0.0
-    for dtype, shape in ARRAY.findall(hlo_type):
+def arrays(hlo_type: str) -> list[tuple[float, int]]:
+    """(bytes, memory space) of each array of an HLO type (a tuple: each of its arrays, in order): elements
+    times the bits in the dtype's name (bf16: 16, f8e4m3fn: 8, c64: 64), pred one byte."""
+    found = []
+    for dtype, shape, layout in ARRAY.findall(hlo_type):
         digits = re.search(r"\d+", dtype)
         bits = 8 if dtype == "pred" else int(digits.group()) if digits else 0
-        total += math.prod(int(d) for d in shape.split(",") if d) * bits / 8
-    return total
+        space = MEMORY_SPACE.search(layout)
+        size = math.prod(int(d) for d in shape.split(",") if d) * bits / 8
+        found.append((size, int(space.group(1)) if space else HBM))
+    return found
+
+
+def type_bytes(hlo_type: str, space: int | None = None) -> float:
+    """Bytes of an HLO type (a tuple: its arrays summed), or of its arrays in memory `space` only."""
+    return sum((size for size, where in arrays(hlo_type) if space is None or where == space), 0.0)
 
 
 def parse(hlo_text: str) -> Module:

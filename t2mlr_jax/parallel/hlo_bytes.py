@@ -1,17 +1,37 @@
-"""HBM traffic of a compiled program's loops, which XLA's cost analysis counts once per loop body whatever
-its trip count (t2mlr_jax/parallel/compiled_report.py adds the other trips to XLA's bytes accessed).
+"""HBM traffic of a compiled program, counted as the chip moves it: every executed instruction (every loop
+trip included) reads its operands and writes its result, each only where the buffer lives in HBM.
 
-An instruction that runs on its own (not inside a fusion) reads its operands and writes its result, each
-from HBM: its bytes are their sizes, with two exceptions XLA's analysis makes too. A fusion parameter that
-the fusion only dynamic-slices reads the slices (a scan over stacked layer weights reads one layer per
-trip), and a dynamic-update-slice (in place) writes and reads its update, not the whole buffer. Ops that
-move no data (tuples, bitcasts, parameters, constants, a loop or conditional itself, the done half of an
-async pair) cost nothing.
+XLA's cost analysis ("bytes accessed") charges every operand and result of every top-level instruction,
+once per loop body whatever its trip count, including buffers that memory-space assignment placed in
+VMEM (layout `S(1)`: their HBM side is the prefetch or eviction that filled or emptied them, counted
+there) and the whole operand of each async slice. Here, per instruction outside a fusion:
+- an array in memory space 0 (HBM) is read or written; one in another space (VMEM, SMEM, sync flags) is
+  not HBM traffic;
+- `copy-start` moves its operand to its destination (result element 0): each side that is in HBM;
+- `slice-start` reads, of its operand, only the slice (its destination) and writes the destination;
+- another `-start` (collective-permute, all-gather, ...) reads its operands and writes its result's
+  arrays after the operand aliases it begins with; the `-done` half moves nothing new;
+- a fusion parameter only sliced or dynamic-sliced inside the fusion reads the slices (a scan over
+  stacked layer weights reads one layer per trip);
+- a dynamic-update-slice (or a fusion rooted in one) is in place: it reads and writes its update;
+- ops that move no data (tuples, bitcasts, parameters, constants, a loop or conditional itself) cost
+  nothing.
+Kernels (Pallas custom calls) are charged their operands and results once: what they re-read from HBM
+inside their grid is not visible in the HLO.
 """
 
 from __future__ import annotations
 
-from t2mlr_jax.parallel.hlo import CALLEE, Computation, Executed, Instruction, Module, type_bytes
+from t2mlr_jax.parallel.hlo import (
+    CALLEE,
+    HBM,
+    Computation,
+    Executed,
+    Instruction,
+    Module,
+    arrays,
+    type_bytes,
+)
 
 FREE = {
     "parameter",
@@ -27,6 +47,8 @@ FREE = {
     "replica-id",
     "opt-barrier",
 }
+SLICES = ("slice", "dynamic-slice")
+VMEM = 1  # TPU's memory space 1
 
 
 def _fused(module: Module, instruction: Instruction) -> Computation | None:
@@ -34,8 +56,20 @@ def _fused(module: Module, instruction: Instruction) -> Computation | None:
     return module.computations.get(called[0]) if instruction.opcode == "fusion" and called else None
 
 
-def _operand_bytes(module: Module, host: Computation, instruction: Instruction) -> float:
-    """What an instruction reads: each operand whole, or what its fusion slices of it."""
+def _users(computation: Computation, name: str) -> list[Instruction]:
+    return [i for i in computation.instructions.values() if name in i.operands]
+
+
+def _hbm(sizes: list[tuple[float, int]]) -> float:
+    return sum((size for size, space in sizes if space == HBM), 0.0)
+
+
+def _operand_types(host: Computation, instruction: Instruction) -> list[str]:
+    return [host.instructions[name].type for name in instruction.operands if name in host.instructions]
+
+
+def _read_bytes(module: Module, host: Computation, instruction: Instruction) -> float:
+    """What an instruction reads from HBM: each operand in HBM whole, or the slices its fusion takes."""
     fused = _fused(module, instruction)
     params = {}
     if fused is not None:
@@ -48,46 +82,57 @@ def _operand_bytes(module: Module, host: Computation, instruction: Instruction) 
         if operand is None:
             continue
         users = [] if position not in params else _users(fused, params[position])
-        if users and all(u.opcode == "dynamic-slice" and u.operands[0] == params[position] for u in users):
-            total += sum(type_bytes(u.type) for u in users)
+        if users and all(u.opcode in SLICES and u.operands[0] == params[position] for u in users):
+            if type_bytes(operand.type, HBM):
+                total += sum(type_bytes(u.type) for u in users)
         else:
-            total += type_bytes(operand.type)
+            total += type_bytes(operand.type, HBM)
     return total
 
 
-def _users(computation: Computation, name: str) -> list[Instruction]:
-    return [i for i in computation.instructions.values() if name in i.operands]
-
-
 def instruction_bytes(module: Module, run: Executed) -> float:
-    """HBM bytes one execution of `run`'s instruction moves (0 for one fused into another)."""
+    """HBM bytes one execution of `run`'s instruction moves (see the module docstring)."""
     instruction, host = run.instruction, run.computation
-    if instruction.opcode in FREE or instruction.opcode.endswith("-done"):
+    opcode = instruction.opcode
+    if opcode in FREE or opcode.endswith("-done"):
         return 0.0
+    result = arrays(instruction.type)
+    if opcode == "copy-start":  # (destination, source alias, context)
+        return _hbm(arrays(" ".join(_operand_types(host, instruction)))) + _hbm(result[:1])
+    if opcode.endswith("-start"):  # (operand aliases..., destination, contexts in sync-flag memory)
+        operands = arrays(" ".join(_operand_types(host, instruction)))
+        destination = [a for a in result[len(operands) :] if a[1] in (HBM, VMEM)]
+        if opcode == "slice-start":  # reads of its operand only the slice it takes
+            return sum(size for size, _ in destination) * (_hbm(operands) > 0) + _hbm(destination)
+        return _hbm(operands) + _hbm(destination)
     fused = _fused(module, instruction)
     in_place = fused is not None and fused.root is not None and fused.root.opcode == "dynamic-update-slice"
-    if instruction.opcode == "dynamic-update-slice" or in_place:
-        root = instruction if not in_place else fused.root
-        computation = host if not in_place else fused
-        update = computation.instructions.get(root.operands[1])
-        return 2.0 * (type_bytes(update.type) if update is not None else 0.0)
-    return type_bytes(instruction.type) + _operand_bytes(module, host, instruction)
+    if opcode == "dynamic-update-slice" or in_place:
+        root, computation = (fused.root, fused) if in_place else (instruction, host)
+        buffer, update = (computation.instructions.get(name) for name in root.operands[:2])
+        size = type_bytes(update.type) if update is not None else 0.0
+        read = size if update is not None and type_bytes(update.type, HBM) else 0.0
+        return read + (size if buffer is None or type_bytes(buffer.type, HBM) else 0.0)
+    return _hbm(result) + _read_bytes(module, host, instruction)
 
 
-def extra_loop_bytes(module: Module, executed: list[Executed]) -> float:
-    """The HBM bytes of every loop trip after the first: what XLA's once-per-body count leaves out."""
-    fused = {
+def fused_computations(module: Module) -> set[str]:
+    """Computations that run inside their caller: fusions' bodies and reducers (a `call`'s or an async
+    op's callee runs on its own)."""
+    return {
         name
         for c in module.computations.values()
         for i in c.instructions.values()
         for role, name in CALLEE.findall(i.rest)
-        if role in ("calls", "to_apply")
+        if (role == "calls" and i.opcode == "fusion") or (role == "to_apply" and i.opcode != "call")
     }
-    return (
-        sum(
-            (run.executions - 1.0) * instruction_bytes(module, run)
-            for run in executed
-            if run.executions > 1 and run.computation.name not in fused
-        )
-        + 0.0
+
+
+def hbm_bytes(module: Module, executed: list[Executed]) -> float:
+    """HBM bytes one run of the program moves, every loop trip included."""
+    inside = fused_computations(module)
+    return sum(
+        run.executions * instruction_bytes(module, run)
+        for run in executed
+        if run.computation.name not in inside
     )

@@ -1,4 +1,5 @@
-"""The collectives of a compiled program, from its executed HLO instructions (t2mlr_jax/parallel/hlo.py).
+"""The collectives of a compiled program, from its executed HLO instructions (t2mlr_jax/parallel/hlo.py),
+and the time each takes over the links it uses (t2mlr_jax/parallel/interconnect.py).
 
 What is counted, per kind (all-gather, reduce-scatter, all-reduce, all-to-all, collective-permute):
 - `ops`: the distinct collectives in the program text. A synchronous op counts once; an async pair counts
@@ -14,6 +15,10 @@ What is counted, per kind (all-gather, reduce-scatter, all-reduce, all-to-all, c
 - `traffic_bytes`: what one device sends over the interconnect for them, with ring algorithms over a
   group of n devices and result R: all-gather and all-to-all R (n-1)/n, reduce-scatter R (n-1) (its input
   is n R), all-reduce 2 R (n-1)/n (a reduce-scatter then an all-gather), collective-permute R.
+- `seconds`: traffic over the links the op's groups use (interconnect.py), summed over executions.
+
+Replica groups are read in every form the HLO prints: `{{0,1},{2,3}}`, iota `[G,S]<=[dims]T(perm)`, and
+`mesh['a'=n,...]` (optionally `device_ids=(iota)`) `{'axes'}`; none given: all devices, one group.
 """
 
 from __future__ import annotations
@@ -22,19 +27,69 @@ import dataclasses
 import math
 import re
 
+import numpy as np
+
 from t2mlr_jax.parallel.hlo import Executed, Instruction, type_bytes
+from t2mlr_jax.parallel.interconnect import Interconnect, Route
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 CHANNEL = re.compile(r"\bchannel_id=(\d+)")
-REPLICA_GROUPS = re.compile(r"\breplica_groups=(\{\{[\d,]*\}|\[[\d,]+\]<=|mesh\[([^\]]*)\]\s*\{([^}]*)\})")
+IOTA = r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?"
+MESH = re.compile(r"mesh\[([^\]]*)\](?:,\s*device_ids=\(\[([\d,]+)\](?:T\(([\d,]+)\))?\))?\s*\{([^}]*)\}")
+PAIRS = re.compile(r"\bsource_target_pairs=\{((?:\{\d+,\d+\},?)*)\}")
+OP_NAME = re.compile(r'\bop_name="([^"]*)"')
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in re.findall(r"\d+", text)]
+
+
+def _iota(dims: list[int], perm: str | None) -> np.ndarray:
+    ids = np.arange(math.prod(dims)).reshape(dims)
+    return ids.transpose(_ints(perm)) if perm else ids
+
+
+def replica_groups(instruction: Instruction, num_devices: int) -> np.ndarray:
+    """A collective's groups of devices (partition ids), [groups, size]; a collective-permute's
+    source-target pairs, [pairs, 2]."""
+    rest = instruction.rest
+    if pairs := PAIRS.search(rest):
+        return np.array(_ints(pairs.group(1)), dtype=int).reshape(-1, 2)
+    at = rest.find("replica_groups=")
+    text = rest[at + len("replica_groups=") :] if at >= 0 else "{}"
+    if text.startswith("{{"):
+        groups = re.match(r"\{((?:\{[\d,]*\},?)*)\}", text).group(1)
+        return np.array([_ints(g) for g in re.findall(r"\{([\d,]*)\}", groups)], dtype=int)
+    if iota := re.match(IOTA, text):
+        shape, dims, perm = iota.groups()
+        return _iota(_ints(dims), perm).reshape(_ints(shape))
+    if mesh := MESH.match(text):
+        axes = re.findall(r"'(\w+)'=(\d+)", mesh.group(1))
+        names, sizes = [a for a, _ in axes], [int(n) for _, n in axes]
+        ids = _iota(_ints(mesh.group(2)), mesh.group(3)) if mesh.group(2) else np.arange(math.prod(sizes))
+        grouped = [names.index(a) for a in re.findall(r"'(\w+)'", mesh.group(4))]
+        order = [i for i in range(len(names)) if i not in grouped] + grouped
+        size = math.prod(sizes[i] for i in grouped)
+        return ids.reshape(sizes).transpose(order).reshape(-1, size)
+    return np.arange(num_devices)[None, :]
 
 
 @dataclasses.dataclass(frozen=True)
 class Collective:
     kind: str
     result_bytes: float
-    group_size: int
+    groups: np.ndarray  # [groups, size] partition ids; a collective-permute: [pairs, 2]
     executions: int
+    host: str  # the loops it runs in (hlo.Executed.host)
+    op_name: str  # the jax operation it was lowered from, when the HLO names one
+
+    @property
+    def group_size(self) -> int:
+        return 2 if self.kind == "collective-permute" else int(self.groups.shape[1])
+
+    @property
+    def in_loop(self) -> bool:
+        return "/" in self.host
 
     @property
     def traffic_bytes(self) -> float:
@@ -48,20 +103,9 @@ class Collective:
         }[self.kind]
         return share * self.executions
 
-
-def group_size(instruction: Instruction, num_devices: int) -> int:
-    """Devices in each of a collective's groups: `{{0,1,..},..}`, iota `[groups,size]<=[..]` or
-    `mesh[axis=size,..] {axes}`; none given: all devices."""
-    groups = REPLICA_GROUPS.search(instruction.rest)
-    if groups is None:
-        return num_devices
-    text = groups.group(1)
-    if text.startswith("{{"):
-        return len(text[2:-1].split(","))
-    if text.startswith("["):
-        return int(text[1:-3].split(",")[-1])
-    sizes = dict(re.findall(r"'(\w+)'=(\d+)", groups.group(2)))
-    return math.prod(int(sizes[a]) for a in re.findall(r"'(\w+)'", groups.group(3)))
+    def route(self, network: Interconnect) -> Route:
+        members = self.groups.reshape(-1) if self.kind == "collective-permute" else self.groups[0]
+        return network.route(self.kind, members)
 
 
 def collectives(executed: list[Executed], num_devices: int) -> list[Collective]:
@@ -77,18 +121,89 @@ def collectives(executed: list[Executed], num_devices: int) -> list[Collective]:
             kind, result = "reduce-scatter", computation.root.type
         channel = CHANNEL.search(instruction.rest)
         key = (channel.group(1), run.host) if channel else (computation.name, instruction.name, run.host)
-        size = group_size(instruction, num_devices)
-        found.setdefault(key, Collective(kind, type_bytes(result), size, run.executions))
+        if key in found:
+            continue
+        # an async pair's groups and name are on its start
+        start = (
+            computation.instructions.get(instruction.operands[0])
+            if instruction.opcode.endswith("-done")
+            else None
+        )
+        source = start or instruction
+        name = OP_NAME.search(source.rest)
+        found[key] = Collective(
+            kind,
+            type_bytes(result),
+            replica_groups(source, num_devices),
+            run.executions,
+            run.host,
+            name.group(1) if name else "",
+        )
     return list(found.values())
 
 
-def summary(found: list[Collective]) -> dict[str, dict[str, int | float]]:
-    """Per kind: distinct `ops`, executed `count`, result `bytes` and interconnect `traffic_bytes`."""
-    table = {kind: {"ops": 0, "count": 0, "bytes": 0.0, "traffic_bytes": 0.0} for kind in KINDS}
+def summary(found: list[Collective], network: Interconnect) -> dict[str, dict[str, int | float]]:
+    """Per kind: distinct `ops`, executed `count`, result `bytes`, interconnect `traffic_bytes` and the
+    `seconds` they take over their links."""
+    table = {
+        kind: {"ops": 0, "count": 0, "bytes": 0.0, "traffic_bytes": 0.0, "seconds": 0.0} for kind in KINDS
+    }
     for c in found:
         row = table[c.kind]
         row["ops"] += 1
         row["count"] += c.executions
         row["bytes"] += c.result_bytes * c.executions
         row["traffic_bytes"] += c.traffic_bytes
+        row["seconds"] += network.seconds(c.traffic_bytes, c.route(network))
     return table
+
+
+def each(found: list[Collective], network: Interconnect) -> list[dict]:
+    """One record per distinct collective: its kind, executions, bytes per execution, group size, the torus
+    axes and links its groups use, its time over all executions, its loop and its jax operation."""
+    records = []
+    for c in found:
+        route = c.route(network)
+        records.append(
+            {
+                "kind": c.kind,
+                "count": c.executions,
+                "bytes": c.result_bytes,
+                "group_size": c.group_size,
+                "axes": list(route.axes),
+                "links": route.links,
+                "hops": route.hops,
+                "seconds": network.seconds(c.traffic_bytes, route),
+                "loop": c.host if c.in_loop else None,
+                "op_name": c.op_name,
+            }
+        )
+    return records
+
+
+def in_loops(records: list[dict]) -> list[dict]:
+    """The collectives that run inside loops, per (loop, kind): distinct ops, executions (ops x trips),
+    bytes, seconds and the jax operations they come from: what a loop re-sends on every trip."""
+    table: dict[tuple[str, str], dict] = {}
+    for r in records:
+        if r["loop"] is None:
+            continue
+        row = table.setdefault(
+            (r["loop"], r["kind"]),
+            {
+                "loop": r["loop"],
+                "kind": r["kind"],
+                "ops": 0,
+                "count": 0,
+                "bytes": 0.0,
+                "seconds": 0.0,
+                "op_names": [],
+            },
+        )
+        row["ops"] += 1
+        row["count"] += r["count"]
+        row["bytes"] += r["bytes"] * r["count"]
+        row["seconds"] += r["seconds"]
+        if r["op_name"] and r["op_name"] not in row["op_names"]:
+            row["op_names"].append(r["op_name"])
+    return list(table.values())

@@ -19,6 +19,8 @@ import numpy as np
 
 from t2mlr_jax.parallel.hlo import Executed, Instruction, dims
 
+ARRAY_START = re.compile(r"^[a-z]\w*\[")  # an array type (a tuple starts with a parenthesis)
+
 
 def count(rest: str, name: str) -> int:
     found = re.search(rf"\b{name}=(\d+)", rest)
@@ -81,3 +83,39 @@ def matmul_flops(executed: list[Executed]) -> float:
         for run in executed
         if is_matmul(run.instruction)
     )
+
+
+# Matmuls per (q block, kv block) of splash attention's kernels: forward s = q k^T, o = p v; the dq pass
+# s, dp = do v^T, dq = ds k; the dkv pass s, dp, dv = p^T do, dk = ds^T q; a fused backward all five.
+SPLASH_MATMULS = {"fwd": 2, "dq": 3, "dkv": 4, "bwd": 5}
+SPLASH = re.compile(r"^splash_\w*?_(fwd|dq|dkv|bwd)(?:_|$)")
+
+
+def causal_fraction(q_blocks: int, kv_blocks: int, q_len: int, kv_len: int) -> float:
+    """The share of (q block, kv block) pairs a causal mask leaves for the kernel to compute (diagonal
+    blocks whole: the matrix unit does them)."""
+    q_block, kv_block = q_len / q_blocks, kv_len / kv_blocks
+    kept = sum(min(kv_blocks, math.ceil((i + 1) * q_block / kv_block)) for i in range(q_blocks))
+    return kept / (q_blocks * kv_blocks)
+
+
+def kernel_flops(executed: list[Executed]) -> float:
+    """FLOPs of splash attention's Pallas kernels (custom calls, which XLA's cost and the matmul count do
+    not see): per call, matmuls x 2 x heads x q length x kv length x head width x the causal share of its
+    block grid. Operands: the block mask [.., q blocks, kv blocks] first, then q [heads, q, d] and k
+    [kv heads, kv, d]. Every attention here is causal (a sliding window computes fewer blocks: an upper
+    bound there)."""
+    total = 0.0
+    for run in executed:
+        instruction = run.instruction
+        kind = SPLASH.match(instruction.name)
+        if instruction.opcode != "custom-call" or kind is None:
+            continue
+        types = [run.computation.instructions[name].type for name in instruction.operands]
+        shapes = [(t.split("[", 1)[0], dims(t)) for t in types if ARRAY_START.match(t)]
+        grid = next((s for dtype, s in shapes if dtype.startswith(("s", "u")) and len(s) == 3), None)
+        q, k = [s for dtype, s in shapes if dtype.startswith(("bf", "f")) and len(s) == 3][:2]
+        fraction = causal_fraction(grid[1], grid[2], q[1], k[1]) if grid else 1.0
+        matmuls = SPLASH_MATMULS[kind.group(1)]
+        total += matmuls * 2.0 * q[0] * q[1] * k[1] * q[2] * fraction * run.executions
+    return total

@@ -9,7 +9,6 @@ mesh's devices). Nothing runs: the compiled programs are for their memory, cost 
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections.abc import Hashable
 from typing import Any
@@ -21,7 +20,7 @@ from t2mlr_jax.architectures import Architecture
 from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
 from t2mlr_jax.parallel.rules import MESH_AXES
-from t2mlr_jax.parallel.tpu_topology import topology_devices
+from t2mlr_jax.parallel.tpu_topology import OUT_OF_HBM, UNITS, topology_devices
 from t2mlr_jax.train.programs import Programs
 
 PROGRAMS = ("train", "eval", "decode", "jacobi_prefill")
@@ -45,13 +44,6 @@ def topology_mesh(topology: str, mesh: str) -> Mesh:
         return make_mesh(**parse_mesh(mesh), devices=devices)
     except (ValueError, NotImplementedError) as e:  # (NotImplementedError: no layout on the torus)
         raise ValueError(f"--mesh={mesh!r} on {topology} ({len(devices)} chips): {e}") from None
-
-
-# libtpu refuses a program whose temporaries exceed the chip's HBM, saying how much they need
-OUT_OF_HBM = re.compile(
-    r"RESOURCE_EXHAUSTED: .*?temporaries \(([\d.]+)([KMGT])\) exceeds available HBM \(([\d.]+)([KMGT])\)"
-)
-UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 @dataclasses.dataclass

@@ -6,7 +6,7 @@ import pytest
 
 from experiments import tpu_scaling
 
-CHIPS = {"v5e:2x2": 4, "v5e:16x16": 256, "v5p:4x4x4": 64, "v6e:8x8": 64}
+CHIPS = {"v5e:2x2": 4, "v5e:16x16": 256, "v5p:4x4x4": 64, "v6e:8x8": 64, "v6e:16x16": 256}
 
 
 @pytest.mark.parametrize("study", sorted(tpu_scaling.STUDIES))

@@ -20,10 +20,11 @@ from t2mlr_jax.parallel.compiled_report import (
     roofline,
 )
 from t2mlr_jax.parallel.hlo import executed, kernels, parse, type_bytes
-from t2mlr_jax.parallel.hlo_bytes import extra_loop_bytes
+from t2mlr_jax.parallel.hlo_bytes import fused_computations, hbm_bytes, instruction_bytes
 from t2mlr_jax.parallel.hlo_collectives import collectives, summary
 from t2mlr_jax.parallel.hlo_flops import matmul_flops
-from t2mlr_jax.parallel.tpu_topology import topology_devices
+from t2mlr_jax.parallel.interconnect import Interconnect
+from t2mlr_jax.parallel.tpu_topology import available_hbm_bytes, topology_devices
 
 tpu_devices = functools.cache(topology_devices)  # one topology build per test session
 
@@ -63,21 +64,37 @@ def test_sharded_sgd_step_gathers_the_weight_and_scatters_its_gradient():
     back to w's [128,1024] shard once; every figure is one device's."""
     report = compiled_report(compile_on(tpu_devices("v5e:2x2"), sgd_step, [W, X], out_spec=W[2]))
     table = report["collectives"]
+    # a v5e 2x2 is an open 2-D torus (no wraparound below 16 chips an axis): fsdp:4 spans both axes, one
+    # link each way along each, 50 GB/s a link
+    shard = 128 * 1024 * 2
+    seconds = 3 * shard / (2 * 50e9)
     assert table["all-gather"] == {
         "ops": 1,
         "count": 1,
-        "bytes": 512 * 1024 * 2,
-        "traffic_bytes": 3 * 128 * 1024 * 2,
+        "bytes": 4 * shard,
+        "traffic_bytes": 3 * shard,
+        "seconds": pytest.approx(seconds),
     }
     assert table["reduce-scatter"] == {
         "ops": 1,
         "count": 1,
-        "bytes": 128 * 1024 * 2,
-        "traffic_bytes": 3 * 128 * 1024 * 2,
+        "bytes": shard,
+        "traffic_bytes": 3 * shard,
+        "seconds": pytest.approx(seconds),
     }
     assert table["all-reduce"]["count"] == table["all-to-all"]["count"] == 0
+    assert report["roofline"]["communication_s"] == pytest.approx(2 * seconds)
+    assert [(op["axes"], op["links"], op["loop"]) for op in report["collective_ops"]] == [
+        ([0, 1], 2, None)
+    ] * 2
     assert report["memory"]["argument_bytes"] == (128 * 1024 + 64 * 512) * 2
     assert report["memory"]["fits"] and report["chip"] == "TPU v5e" and report["devices"] == 4
+    # libtpu lets a program use 15.75 of the v5e's 16 GiB
+    assert (
+        report["memory"]["available_hbm_bytes"]
+        == available_hbm_bytes(tpu_devices("v5e:2x2")[0])
+        == 15.75 * 2**30
+    )
 
 
 def test_cost_analysis_is_per_device_and_counts_a_loop_body_once():
@@ -193,7 +210,7 @@ def test_collectives_and_matmuls_read_off_handwritten_hlo():
     # (its result [32,16], not its workspace) contracting 8
     convolutions = 2 * 16 * 4 * 4 * 3 + 2 * 32 * 4 * 8 * 1
     assert matmul_flops(runs) == 2 * 32 * 8 * 8 * 9 + convolutions + 2 * 32 * 16 * 8
-    table = summary(collectives(runs, num_devices=8))
+    table = summary(collectives(runs, num_devices=8), Interconnect(link_bytes_per_s=1.0))  # a switch
     # the async pair once, at its done; two fusions holding channel 9 once
     assert table["all-gather"]["ops"] == 2 and table["all-gather"]["count"] == 2
     assert table["all-gather"]["bytes"] == 2 * 64 * 8 * 2
@@ -203,8 +220,15 @@ def test_collectives_and_matmuls_read_off_handwritten_hlo():
         "count": 1,
         "bytes": (32 * 8 + 8) * 4,
         "traffic_bytes": 1056 * 2 * 3 / 4,
+        "seconds": 1056 * 2 * 3 / 4,  # one link each way at 1 B/s
     }
-    assert table["reduce-scatter"] == {"ops": 1, "count": 1, "bytes": 4 * 8 * 4, "traffic_bytes": 128 * 7}
+    assert table["reduce-scatter"] == {
+        "ops": 1,
+        "count": 1,
+        "bytes": 4 * 8 * 4,
+        "traffic_bytes": 128 * 7,
+        "seconds": 128 * 7,
+    }
     assert table["collective-permute"]["traffic_bytes"] == 32 * 8 * 4
     # one all-to-all in three loops' shared body: 5 trips, 1 (unreadable) and 3 (annotated)
     assert table["all-to-all"]["ops"] == 3 and table["all-to-all"]["count"] == 5 + 1 + 3
@@ -282,12 +306,178 @@ ENTRY %main (stack: f32[4,8,8], buffer: f32[4,8]) -> f32[4,8] {
 """
 
 
-def test_loop_trips_after_the_first_add_their_hbm_bytes():
+def test_every_loop_trip_moves_its_hbm_bytes():
     """Per trip: the fusion reads its layer (8x8, not the 4-layer stack) and the scalar index, writes
     8x8; the slice reads 8x8 and writes 1x8; the in-place write moves its 1x8 row twice; the add and the
-    condition's compare read and write scalars. XLA counts one trip: three more are added."""
+    condition's compare read and write scalars. XLA counts one trip; the count here all four."""
     module = parse(LOOP_HLO)
     runs, loops = executed(module)
     assert loops == [4]
     per_trip = (64 + 1 + 64) * 4 + (64 + 8) * 4 + 2 * 8 * 4 + 3 * 4 + (4 + 4 + 1)
-    assert extra_loop_bytes(module, runs) == 3 * per_trip
+    assert hbm_bytes(module, runs) == 4 * per_trip
+
+
+SPACES_HLO = """HloModule spaces
+
+%fused_sum (p0: f32[64,128], p1: f32[64,128]) -> f32[64,128] {
+  %p0 = f32[64,128]{1,0:T(8,128)S(1)} parameter(0)
+  %p1 = f32[64,128]{1,0:T(8,128)} parameter(1)
+  ROOT %s = f32[64,128]{1,0:T(8,128)S(1)} add(%p0, %p1)
+}
+
+%take_rows (p: f32[64,128]) -> f32[8,128] {
+  %p = f32[64,128]{1,0:T(8,128)} parameter(0)
+  ROOT %r = f32[8,128]{1,0:T(8,128)} slice(%p), slice={[0:8], [0:128]}
+}
+
+ENTRY %main (a: f32[64,128], b: f32[64,128], big: f32[512,128]) -> f32[8,128] {
+  %a = f32[64,128]{1,0:T(8,128)} parameter(0)
+  %b = f32[64,128]{1,0:T(8,128)} parameter(1)
+  %big = f32[512,128]{1,0:T(8,128)} parameter(2)
+  %cs = (f32[64,128]{1,0:T(8,128)S(1)}, f32[64,128]{1,0:T(8,128)}, u32[]{:S(2)}) copy-start(%a)
+  %cd = f32[64,128]{1,0:T(8,128)S(1)} copy-done(%cs)
+  %sum = f32[64,128]{1,0:T(8,128)S(1)} fusion(%cd, %b), kind=kLoop, calls=%fused_sum
+  %ss = ((f32[512,128]{1,0:T(8,128)}), f32[64,128]{1,0:T(8,128)S(1)}, s32[]{:S(2)}) slice-start(%big), slice={[0:64], [0:128]}
+  %sd = f32[64,128]{1,0:T(8,128)S(1)} slice-done(%ss)
+  %cps = (f32[64,128]{1,0:T(8,128)S(1)}, f32[64,128]{1,0:T(8,128)}, u32[]{:S(2)}, u32[]{:S(2)}) collective-permute-start(%sum), channel_id=1, source_target_pairs={{0,1},{1,0}}
+  %cpd = f32[64,128]{1,0:T(8,128)} collective-permute-done(%cps)
+  %prod = f32[64,128]{1,0:T(8,128)} multiply(%sd, %cpd)
+  ROOT %rows = f32[8,128]{1,0:T(8,128)} fusion(%prod), kind=kLoop, calls=%take_rows
+}
+"""  # noqa: E501
+
+
+def test_hbm_bytes_count_only_buffers_in_hbm():
+    """A [64,128] f32 buffer is 32 KiB. The prefetch reads `a` from HBM into VMEM (S(1)); the fusion adds
+    the VMEM copy to `b`, reading only `b` from HBM and writing VMEM; the async slice reads 64 of `big`'s
+    512 rows; the permute reads VMEM and lands in HBM; the multiply reads one HBM operand and writes HBM;
+    the last fusion reads the 8 rows it slices and writes them. XLA would charge every operand and result
+    whole, VMEM and all of `big` included."""
+    module = parse(SPACES_HLO)
+    runs, _ = executed(module)
+    by_name = {run.instruction.name: instruction_bytes(module, run) for run in runs}
+    block = 64 * 128 * 4
+    assert by_name["cs"] == block and by_name["cd"] == 0  # HBM -> VMEM: the read once
+    assert by_name["sum"] == block  # `b` only
+    assert by_name["ss"] == block and by_name["sd"] == 0  # the slice, not the 512 rows
+    assert by_name["cps"] == block and by_name["cpd"] == 0  # the HBM destination
+    assert by_name["prod"] == 2 * block
+    assert by_name["rows"] == 2 * 8 * 128 * 4
+    assert fused_computations(module) == {"fused_sum", "take_rows"}
+    assert hbm_bytes(module, runs) == 6 * block + 2 * 8 * 128 * 4
+
+
+def test_collectives_take_the_links_of_the_torus_axes_they_span():
+    """Rings along whole wrapped axes send both ways (2 links per axis), open lines one way; strided
+    members share links; an all-to-all's bytes travel the mean distance; a permute its longest hop."""
+    v5e, v5p = chip_of("TPU v5 lite"), chip_of("TPU v5")
+    assert v5e.link_bytes_per_s == 50e9 and v5p.link_bytes_per_s == 100e9
+    pod = Interconnect.of(v5e, [(x, y, 0) for y in range(16) for x in range(16)])  # id = x + 16 y
+    assert pod.wrap == (True, True, False)
+    row, column, strided = list(range(16)), list(range(0, 256, 16)), list(range(0, 16, 2))
+    assert pod.route("all-gather", row) == (route := pod.route("all-gather", row)) and route.axes == (0,)
+    assert (route.links, route.hops) == (2, 1.0)
+    assert pod.route("all-reduce", column).axes == (1,)
+    assert (pod.route("all-reduce", range(256)).links, pod.route("all-gather", strided).links) == (4, 1)
+    assert pod.route("all-gather", strided).hops == 2.0  # every second chip: each link carries two rings
+    assert pod.seconds(1e9, pod.route("all-gather", row)) == pytest.approx(1e9 / (2 * 50e9))
+    shift = [i for x in range(16) for i in (x, (x + 3) % 16)]  # source-target pairs
+    assert (pod.route("collective-permute", shift).links, pod.route("collective-permute", shift).hops) == (
+        1,
+        3,
+    )
+    small = Interconnect.of(v5e, [(x, y, 0) for y in range(4) for x in range(4)])
+    assert small.wrap == (False, False, False) and small.route("all-gather", range(4)).links == 1
+    cube = Interconnect.of(v5p, [(x, y, z) for z in range(4) for y in range(4) for x in range(4)])
+    assert cube.wrap == (True,) * 3 and cube.route("all-gather", range(4)).links == 2
+    assert cube.route("all-to-all", range(4)).hops == pytest.approx(4 / 3)  # distances 1, 2, 1 on a ring
+    assert Interconnect.of(v5p, [(x, y, 0) for y in range(2) for x in range(2)]).wrap == (False, False, False)
+    switch = Interconnect.of(chip_of("NVIDIA H100 80GB HBM3"), None)
+    assert switch.link_bytes_per_s == 450e9 and switch.route("all-gather", range(8)).links == 1
+
+
+def test_replica_groups_in_every_printed_form():
+    from t2mlr_jax.parallel.hlo import Instruction
+    from t2mlr_jax.parallel.hlo_collectives import replica_groups
+
+    def groups(attributes):
+        return replica_groups(Instruction("x", "f32[8]", "all-gather", f"%a), {attributes}"), 8).tolist()
+
+    mesh = "replica_groups=mesh['axis_0'=4,'axis_1'=2], device_ids=([2,4]T(1,0)) {'axis_0'}, dimensions={0}"
+    assert groups(mesh) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert groups("replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_1'}") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert groups("replica_groups=[2,4]<=[4,2]T(1,0), dimensions={0}") == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert groups("replica_groups=[4,2]<=[8]") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert groups("replica_groups={{0,2},{1,3}}, dimensions={0}") == [[0, 2], [1, 3]]
+    assert groups("replica_groups={}") == groups("channel_id=3") == [list(range(8))]
+    assert groups("source_target_pairs={{0,1},{1,0}}") == [[0, 1], [1, 0]]
+
+
+def test_splash_kernels_count_the_blocks_a_causal_mask_keeps():
+    from t2mlr_jax.parallel.hlo_flops import causal_fraction, kernel_flops
+
+    assert causal_fraction(16, 16, 2048, 2048) == 136 / 256  # the diagonal blocks whole
+    assert causal_fraction(4, 2, 512, 512) == 3 / 4
+    hlo = """HloModule k
+
+%body (p: (s32[], bf16[4,256,64])) -> (s32[], bf16[4,256,64]) {
+  %p = (s32[], bf16[4,256,64]) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %q = bf16[4,256,64]{2,1,0} get-tuple-element(%p), index=1
+  %mask = s8[1,2,2]{2,1,0} constant({...})
+  %k = bf16[2,256,64]{2,1,0} slice(%q), slice={[0:2], [0:256], [0:64]}
+  %splash_mha_fwd_residuals.3 = (bf16[4,256,64]{2,1,0}, f32[4,256]{1,0}) custom-call(%mask, %q, %k, %k), custom_call_target="tpu_custom_call"
+  %splash_mha_dkv_no_residuals = (bf16[2,256,64]{2,1,0}) custom-call(%mask, %q, %k, %k), custom_call_target="tpu_custom_call"
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  ROOT %t = (s32[], bf16[4,256,64]) tuple(%next, %q)
+}
+
+%cond (p.1: (s32[], bf16[4,256,64])) -> pred[] {
+  %p.1 = (s32[], bf16[4,256,64]) parameter(0)
+  %c = s32[] get-tuple-element(%p.1), index=0
+  %n = s32[] constant(3)
+  ROOT %lt = pred[] compare(%c, %n), direction=LT
+}
+
+ENTRY %main (q: bf16[4,256,64]) -> bf16[4,256,64] {
+  %q = bf16[4,256,64]{2,1,0} parameter(0)
+  %zero = s32[] constant(0)
+  %init = (s32[], bf16[4,256,64]) tuple(%zero, %q)
+  %loop = (s32[], bf16[4,256,64]) while(%init), condition=%cond, body=%body
+  ROOT %out = bf16[4,256,64]{2,1,0} get-tuple-element(%loop), index=1
+}
+"""  # noqa: E501
+    runs, loops = executed(parse(hlo))
+    assert loops == [3]
+    # 3 trips x (forward 2 + dkv 4 matmuls) x 2 x 4 heads x 256 x 256 x 64 x the 3 of 4 blocks kept
+    assert kernel_flops(runs) == 3 * (2 + 4) * 2 * 4 * 256 * 256 * 64 * 3 / 4
+
+
+def test_a_vmem_buffer_of_a_real_compile_is_not_hbm_traffic():
+    """A two-layer MLP's gradient compiled for v5e:2x2: memory-space assignment puts its small
+    activations in VMEM (S(1)); an op reading and writing only VMEM moves no HBM bytes, and the count is
+    below XLA's bytes accessed, which charges them."""
+
+    def loss(w1, w2, x):
+        h = jnp.tanh(x @ w1)
+        return jnp.sum((jnp.tanh(h @ w2) * 2 + h).astype(jnp.float32))
+
+    square, rows = ((512, 512), jnp.bfloat16, P()), ((256, 512), jnp.bfloat16, P("fsdp", None))
+    compiled = compile_on(tpu_devices("v5e:2x2"), jax.grad(loss, argnums=(0, 1)), [square, square, rows])
+    module = parse(compiled.as_text())
+    runs, _ = executed(module)
+    inside = fused_computations(module)
+    vmem_only = [
+        run
+        for run in runs
+        if run.computation.name not in inside
+        and run.instruction.opcode == "fusion"
+        and type_bytes(run.instruction.type) > 0
+        and type_bytes(run.instruction.type, 0) == 0
+        and all(type_bytes(run.computation.instructions[o].type, 0) == 0 for o in run.instruction.operands)
+    ]
+    assert vmem_only and all(instruction_bytes(module, run) == 0 for run in vmem_only)
+    report = compiled_report(compiled)
+    weights_in = 2 * 512 * 512 * 2  # read from HBM at least once
+    assert weights_in < report["cost"]["hbm_bytes"] < report["cost"]["xla_bytes_accessed"]
