@@ -20,7 +20,12 @@ def test_every_row_is_named_once_and_its_mesh_covers_its_topology(study):
 
 
 def _program(arch, step_s, model_flops, fits=True, refused=False):
-    memory = {"total_bytes": 3 * 2**30, "hbm_bytes": 16 * 2**30, "temp_bytes": 40 * 2**30, "fits": fits}
+    memory = {
+        "total_bytes": 3 * 2**30,
+        "available_hbm_bytes": 15.75 * 2**30,
+        "temp_bytes": 40 * 2**30,
+        "fits": fits,
+    }
     if refused:
         return {"arch": arch, "program": "train", "memory": memory}
     return {
@@ -46,8 +51,8 @@ def test_the_tables_give_each_train_step_its_memory_estimate_and_ratio():
     ]
     train = tpu_scaling.train_table(results)
     assert (
-        "| 135M_v5e-256 | t2mlr | data:16,fsdp:16 | 3.0 / 16 | yes | 200 ms (memory) | 25% | 12 all-gather |"
-        in train
+        "| 135M_v5e-256 | t2mlr | data:16,fsdp:16 | 3.0 / 15.75 | yes | 200 ms (memory) | 25% | "
+        "12 all-gather |" in train
     )
     assert "| 3B_v5e-256_fsdp | t2mlr | data:16,fsdp:16 | > 40 (temporaries) | **no** ||||" in train
     ratios = tpu_scaling.train_ratios(results)
@@ -58,3 +63,29 @@ def test_the_tables_give_each_train_step_its_memory_estimate_and_ratio():
 def test_an_unknown_row_is_one_line_before_anything_compiles(capsys, tmp_path):
     assert tpu_scaling.main(["--study=pods", "--rows=135M_v5e-256,70B_v5e-256", f"--out={tmp_path}"]) == 2
     assert "70B_v5e-256" in capsys.readouterr().err and not any(tmp_path.iterdir())
+
+
+def test_maxtext_flops_match_its_published_step_logs():
+    """tpu-recipes' logged steps on v6e-256: TFLOP/s/device x seconds is the FLOPs MaxText counts per device
+    and step (Llama 3.1 8B: 4 rows of 8192; Mixtral 8x7B: 12 rows of 4096)."""
+    llama = tpu_scaling.maxtext_flops(tpu_scaling.LLAMA31_8B, 8192) * 4 * 8192
+    mixtral = tpu_scaling.maxtext_flops(tpu_scaling.MIXTRAL_8X7B, 4096) * 12 * 4096
+    assert llama == pytest.approx(417.397e12 * 4.546, rel=1e-3)
+    assert mixtral == pytest.approx(302.311e12 * 13.484, rel=1e-3)
+
+
+def test_the_calibration_table_puts_the_estimate_beside_the_measurement():
+    anchor = tpu_scaling.ANCHORS[0]  # 16B on v5e-256, measured 61.1%
+    flops = tpu_scaling.maxtext_flops(anchor.model, anchor.seq_len) * anchor.batch * anchor.seq_len / 256
+    step = flops / (0.8 * 197e12)  # an estimate of 80% MFU, compute-bound, serial sum twice the step
+    line = {
+        "step_s": step,
+        "compute_s": step,
+        "memory_s": step / 2,
+        "communication_s": step / 2,
+        "bound": "compute",
+    }
+    program = {"program": "train", "roofline": line, "device_kind": "TPU v5 lite", "devices": 256}
+    table = tpu_scaling.calibration_table([{"row": {"name": anchor.name}, "programs": [program]}])
+    assert f"| {anchor.name} | 61.1% | 80.0% | +18.9 | 40.0% | compute | 1.31 |" in table
+    assert "32 x 5120, 32 x 256 heads (MHA), relu2 32768, vocab 32768 tied; 1536 x 2048 tokens" in table
