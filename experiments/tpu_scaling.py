@@ -22,6 +22,8 @@ import argparse
 import dataclasses
 import gzip
 import json
+import math
+import statistics
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -494,33 +496,52 @@ def shapes(a: Anchor) -> str:
     )
 
 
-def calibration_table(results: list[dict]) -> str:
-    """Per anchor: the measured MFU beside our estimate of the same run, both on MaxText's FLOP count
-    (`maxtext_flops`): the roofline (the largest of compute, memory and communication time: perfect
-    overlap) and the serial bound (their sum: no overlap), which bracket the step when the count of each
-    is right; the difference is the roofline's, in MFU points."""
-    anchors = {a.name: a for a in ANCHORS}
-    lines = [
-        "| anchor | measured MFU | roofline estimate | difference | serial bound | bound | "
-        "measured / estimated step | our shapes | differs from MaxText |",
-        "|---" * 9 + "|",
-    ]
+def _estimates(results: list[dict]) -> list[tuple[Anchor, dict | None, float, float]]:
+    """Per anchor: (anchor, its compiled train step or None, roofline MFU, serial-bound MFU), both on
+    MaxText's FLOP count."""
+    anchors, found = {a.name: a for a in ANCHORS}, []
     for result in results:
         a = anchors[result["row"]["name"]]
         train = [p for p in result.get("programs", []) if p["program"] == "train" and "roofline" in p]
         if not train:
-            lines.append(
-                f"| {a.name} | {100 * a.mfu:.1f}% | **not compiled**: {result.get('error', '')} |||||||"
-            )
+            found.append((a, None, math.nan, math.nan))
             continue
         line, peak = train[0]["roofline"], chip_of(train[0]["device_kind"]).peak_flops
         flops = maxtext_flops(a.model, a.seq_len) * a.batch * a.seq_len / train[0]["devices"]
         serial = line["compute_s"] + line["memory_s"] + line["communication_s"]
-        estimate = flops / (line["step_s"] * peak)
+        found.append((a, train[0], flops / (line["step_s"] * peak), flops / (serial * peak)))
+    return found
+
+
+def calibration_table(results: list[dict]) -> str:
+    """Per anchor: the measured MFU beside our estimate of the same run, both on MaxText's FLOP count
+    (`maxtext_flops`): the roofline (the largest of compute, memory and communication time: perfect
+    overlap) and the serial bound (their sum: no overlap). The calibrated estimate divides the roofline's
+    MFU by the median of measured / estimated step over the other anchors (leave-one-out: no anchor
+    calibrates itself); differences are in MFU points."""
+    found = _estimates(results)
+    ratios = {a.name: estimate / a.mfu for a, train, estimate, _ in found if train is not None}
+    lines = [
+        "| anchor | measured MFU | roofline | difference | serial bound | measured / estimated step | "
+        "calibrated | difference | fits | our shapes | differs from MaxText |",
+        "|---" * 11 + "|",
+    ]
+    for a, train, estimate, serial in found:
+        if train is None:
+            lines.append(f"| {a.name} | {100 * a.mfu:.1f}% | **not compiled** |||||||||")
+            continue
+        others = [r for name, r in ratios.items() if name != a.name]
+        calibrated = estimate / statistics.median(others) if others else math.nan
         lines.append(
             f"| {a.name} | {100 * a.mfu:.1f}% | {100 * estimate:.1f}% | {100 * (estimate - a.mfu):+.1f} | "
-            f"{100 * flops / (serial * peak):.1f}% | {line['bound']} | {estimate / a.mfu:.2f} | "
+            f"{100 * serial:.1f}% | {ratios[a.name]:.2f} | {100 * calibrated:.1f}% | "
+            f"{100 * (calibrated - a.mfu):+.1f} | {'yes' if train['memory']['fits'] else '**no**'} | "
             f"{shapes(a)} | {a.differs} |"
+        )
+    if ratios:
+        lines.append(
+            f"\nMedian measured / estimated step over the {len(ratios)} anchors: "
+            f"{statistics.median(ratios.values()):.2f} (`CALIBRATION`)."
         )
     return "\n".join(lines) + "\n"
 

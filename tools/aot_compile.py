@@ -12,10 +12,12 @@ trainer and the generator build them (t2mlr_jax/train/programs.py): the train st
 configured Jacobi D / B; an architecture that samples its per-step choice gets step 1's), the eval forward,
 the cached decode step against a --seq_len cache, and T²MLR's Jacobi prefill of a --seq_len prompt.
 Attention on TPU is the Pallas splash kernel under shard_map (its custom calls are counted).
-Per program and device: argument / output / temporary / total bytes against the chip's HBM, FLOPs and
-bytes accessed (XLA's cost analysis), the collectives of the compiled HLO (count and bytes), and a
-roofline estimate of its time and, for the train step, MFU (t2mlr_jax/parallel/compiled.py; chip facts
-with their sources in t2mlr_jax/parallel/chips.py). Written to --out: aot.json and aot.md.
+Per program and device: argument / output / temporary / total bytes against the HBM libtpu makes
+available, FLOPs (matmuls and splash kernels, every loop trip), HBM bytes (buffers that live in HBM) beside
+XLA's raw cost, each collective with the torus links it uses and its time, and a roofline estimate of the
+step and, for the train step, MFU (t2mlr_jax/parallel/compiled_report.py; chip facts with their sources
+in t2mlr_jax/parallel/chips.py; calibration against measured runs in docs/tpu_compile.md). Written to
+--out: aot.json, aot.md and the compiled HLO.
 
 Bad input (config, topology, mesh, batch) is one `error:` line and exit status 2 before anything
 compiles; a program that fails to compile is one line naming it and XLA's reason, the others still

@@ -74,18 +74,27 @@ def test_maxtext_flops_match_its_published_step_logs():
     assert mixtral == pytest.approx(302.311e12 * 13.484, rel=1e-3)
 
 
-def test_the_calibration_table_puts_the_estimate_beside_the_measurement():
-    anchor = tpu_scaling.ANCHORS[0]  # 16B on v5e-256, measured 61.1%
+def _anchor_result(anchor, mfu):
+    """A compiled anchor whose roofline is compute-bound at `mfu` on MaxText's count, serial sum twice."""
     flops = tpu_scaling.maxtext_flops(anchor.model, anchor.seq_len) * anchor.batch * anchor.seq_len / 256
-    step = flops / (0.8 * 197e12)  # an estimate of 80% MFU, compute-bound, serial sum twice the step
-    line = {
-        "step_s": step,
-        "compute_s": step,
-        "memory_s": step / 2,
-        "communication_s": step / 2,
-        "bound": "compute",
+    step = flops / (mfu * 197e12)
+    line = {"step_s": step, "compute_s": step, "memory_s": step / 2, "communication_s": step / 2}
+    program = {
+        "program": "train",
+        "roofline": {**line, "bound": "compute"},
+        "device_kind": "TPU v5 lite",
+        "devices": 256,
+        "memory": {"fits": True},
     }
-    program = {"program": "train", "roofline": line, "device_kind": "TPU v5 lite", "devices": 256}
-    table = tpu_scaling.calibration_table([{"row": {"name": anchor.name}, "programs": [program]}])
-    assert f"| {anchor.name} | 61.1% | 80.0% | +18.9 | 40.0% | compute | 1.31 |" in table
+    return {"row": {"name": anchor.name}, "programs": [program]}
+
+
+def test_the_calibration_table_puts_the_estimate_beside_the_measurement():
+    """Two anchors measured at 61.1% and 66.9%, both estimated at 80%: each is calibrated by the other's
+    measured / estimated ratio (leave-one-out), landing on the other's measurement."""
+    a16, a32 = tpu_scaling.ANCHORS[:2]
+    table = tpu_scaling.calibration_table([_anchor_result(a16, 0.8), _anchor_result(a32, 0.8)])
+    assert f"| {a16.name} | 61.1% | 80.0% | +18.9 | 40.0% | 1.31 | 66.9% | +5.8 | yes |" in table
+    assert f"| {a32.name} | 66.9% | 80.0% | +13.1 | 40.0% | 1.20 | 61.1% | -5.8 | yes |" in table
     assert "32 x 5120, 32 x 256 heads (MHA), relu2 32768, vocab 32768 tied; 1536 x 2048 tokens" in table
+    assert "Median measured / estimated step over the 2 anchors: 1.25" in table
