@@ -142,25 +142,10 @@ def collectives(executed: list[Executed], num_devices: int) -> list[Collective]:
     return list(found.values())
 
 
-def summary(found: list[Collective], network: Interconnect) -> dict[str, dict[str, int | float]]:
-    """Per kind: distinct `ops`, executed `count`, result `bytes`, interconnect `traffic_bytes` and the
-    `seconds` they take over their links."""
-    table = {
-        kind: {"ops": 0, "count": 0, "bytes": 0.0, "traffic_bytes": 0.0, "seconds": 0.0} for kind in KINDS
-    }
-    for c in found:
-        row = table[c.kind]
-        row["ops"] += 1
-        row["count"] += c.executions
-        row["bytes"] += c.result_bytes * c.executions
-        row["traffic_bytes"] += c.traffic_bytes
-        row["seconds"] += network.seconds(c.traffic_bytes, c.route(network))
-    return table
-
-
 def each(found: list[Collective], network: Interconnect) -> list[dict]:
     """One record per distinct collective: its kind, executions, bytes per execution, group size, the torus
-    axes and links its groups use, its time over all executions, its loop and its jax operation."""
+    axes and links its groups use, its traffic and time over all executions, its loop and its jax
+    operation."""
     records = []
     for c in found:
         route = c.route(network)
@@ -173,12 +158,29 @@ def each(found: list[Collective], network: Interconnect) -> list[dict]:
                 "axes": list(route.axes),
                 "links": route.links,
                 "hops": route.hops,
+                "traffic_bytes": c.traffic_bytes,
                 "seconds": network.seconds(c.traffic_bytes, route),
                 "loop": c.host if c.in_loop else None,
                 "op_name": c.op_name,
             }
         )
     return records
+
+
+def summary(records: list[dict]) -> dict[str, dict[str, int | float]]:
+    """Per kind: distinct `ops`, executed `count`, result `bytes`, interconnect `traffic_bytes` and the
+    `seconds` they take over their links."""
+    table = {
+        kind: {"ops": 0, "count": 0, "bytes": 0.0, "traffic_bytes": 0.0, "seconds": 0.0} for kind in KINDS
+    }
+    for r in records:
+        row = table[r["kind"]]
+        row["ops"] += 1
+        row["count"] += r["count"]
+        row["bytes"] += r["bytes"] * r["count"]
+        row["traffic_bytes"] += r["traffic_bytes"]
+        row["seconds"] += r["seconds"]
+    return table
 
 
 def in_loops(records: list[dict]) -> list[dict]:

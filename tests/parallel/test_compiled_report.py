@@ -21,7 +21,7 @@ from t2mlr_jax.parallel.compiled_report import (
 )
 from t2mlr_jax.parallel.hlo import executed, kernels, parse, type_bytes
 from t2mlr_jax.parallel.hlo_bytes import fused_computations, hbm_bytes, instruction_bytes
-from t2mlr_jax.parallel.hlo_collectives import collectives, summary
+from t2mlr_jax.parallel.hlo_collectives import collectives, each, summary
 from t2mlr_jax.parallel.hlo_flops import matmul_flops
 from t2mlr_jax.parallel.interconnect import Interconnect
 from t2mlr_jax.parallel.tpu_topology import available_hbm_bytes, topology_devices
@@ -210,7 +210,7 @@ def test_collectives_and_matmuls_read_off_handwritten_hlo():
     # (its result [32,16], not its workspace) contracting 8
     convolutions = 2 * 16 * 4 * 4 * 3 + 2 * 32 * 4 * 8 * 1
     assert matmul_flops(runs) == 2 * 32 * 8 * 8 * 9 + convolutions + 2 * 32 * 16 * 8
-    table = summary(collectives(runs, num_devices=8), Interconnect(link_bytes_per_s=1.0))  # a switch
+    table = summary(each(collectives(runs, num_devices=8), Interconnect(link_bytes_per_s=1.0)))  # a switch
     # the async pair once, at its done; two fusions holding channel 9 once
     assert table["all-gather"]["ops"] == 2 and table["all-gather"]["count"] == 2
     assert table["all-gather"]["bytes"] == 2 * 64 * 8 * 2
