@@ -3,7 +3,8 @@ while loops, and every instruction with how many times one run of the program ex
 
 A while loop's trip count is XLA's `known_trip_count` annotation where the text has one (GPU), else read
 off the loop itself: a condition `counter < N` (or <=) on a tuple element whose initial value is a
-constant (TPU keeps no annotation in its text). A loop whose count cannot be read counts once (its trip
+constant and which the body's root raises by a constant (TPU keeps no annotation in its text; its
+windowed einsums count by 2). A loop whose count cannot be read counts once (its trip
 count: None). Both branches of a conditional count, an upper bound.
 """
 
@@ -122,9 +123,22 @@ def constant_value(computation: Computation, name: str) -> int | None:
     return int(value) if re.fullmatch(r"-?\d+", value) else None
 
 
+def _step(module: Module, loop: Instruction, index: int) -> int:
+    """How much a loop's body adds to its counter (tuple element `index`) per trip: `counter + c` read
+    off the body's root; 1 where the update is not that form. XLA's windowed einsums count by 2."""
+    body = module.computations[re.search(r"\bbody=%?([\w.\-]+)", loop.rest).group(1)]
+    if body.root is None or body.root.opcode != "tuple" or index >= len(body.root.operands):
+        return 1
+    update = body.instructions.get(body.root.operands[index])
+    if update is None or update.opcode != "add":
+        return 1
+    steps = [constant_value(body, name) for name in update.operands]
+    return next((int(c) for c in steps if c is not None and c > 0), 1)
+
+
 def trip_count(module: Module, host: Computation, loop: Instruction) -> int | None:
     """Trips of a while loop: XLA's annotation, else `counter < N` (or <=) on a counter that starts at a
-    constant."""
+    constant and grows by a constant step."""
     if annotated := TRIP_COUNT.search(loop.rest):
         return int(annotated.group(1))
     condition = module.computations[re.search(r"\bcondition=%?([\w.\-]+)", loop.rest).group(1)]
@@ -151,7 +165,9 @@ def trip_count(module: Module, host: Computation, loop: Instruction) -> int | No
     start = constant_value(host, init.operands[int(index.group(1))])
     if start is None:
         return None
-    trips = bound - start + (direction == "LE")
+    step = _step(module, loop, int(index.group(1)))
+    span = bound - start + (direction == "LE")
+    trips = -(-span // step)  # ceil
     return trips if trips > 0 else None
 
 

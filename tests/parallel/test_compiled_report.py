@@ -315,6 +315,10 @@ def test_every_loop_trip_moves_its_hbm_bytes():
     assert loops == [4]
     per_trip = (64 + 1 + 64) * 4 + (64 + 8) * 4 + 2 * 8 * 4 + 3 * 4 + (4 + 4 + 1)
     assert hbm_bytes(module, runs) == 4 * per_trip
+    # a counter raised by 2 (XLA's windowed einsums) runs half the trips
+    module = parse(LOOP_HLO.replace("%one = s32[] constant(1)", "%one = s32[] constant(2)"))
+    runs, loops = executed(module)
+    assert loops == [2] and hbm_bytes(module, runs) == 2 * per_trip
 
 
 SPACES_HLO = """HloModule spaces
