@@ -51,7 +51,7 @@ def test_the_tables_give_each_train_step_its_memory_estimate_and_ratio():
     ]
     train = tpu_scaling.train_table(results)
     assert (
-        "| 135M_v5e-256 | t2mlr | data:16,fsdp:16 | 3.0 / 15.75 | yes | 200 ms (memory) | 25% | "
+        "| 135M_v5e-256 | t2mlr | data:16,fsdp:16 | 3.0 / 15.75 | yes | 200 ms (memory) | 25% (19%) | "
         "12 all-gather |" in train
     )
     assert "| 3B_v5e-256_fsdp | t2mlr | data:16,fsdp:16 | > 40 (temporaries) | **no** ||||" in train
