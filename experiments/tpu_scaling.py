@@ -406,8 +406,8 @@ def _refused(p: dict) -> str | None:
 def table(results: list[dict]) -> str:
     """One line per (row, arch, program): the row's pod and mesh, per-device memory, the estimate."""
     lines = [
-        "| row | arch | program | chips | mesh | GiB / device | fits | est. step ms | bound | MFU (calibrated) | "
-        "collectives (count) | kernels |",
+        "| row | arch | program | chips | mesh | GiB / device | fits | est. step ms | bound | "
+        "MFU (calibrated) | collectives (count) | kernels |",
         "|---" * 12 + "|",
     ]
     for result in results:
@@ -469,6 +469,31 @@ def train_table(results: list[dict]) -> str:
                 f"| {row['name']} | {row['arch']} | {row['mesh']} | **failed**: {result['error']} ||||"
             )
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
+def per_chip_table(results: list[dict]) -> str:
+    """The train steps of rows compiled at several rows per chip (`NAME`, `NAME_x4`, `NAME_x8`), one line
+    per (row, arch): per-chip memory and the estimate (calibrated MFU) at each."""
+    cells: dict[tuple[str, str], dict[int, str]] = {}
+    for result in results:
+        name, _, per_chip = result["row"]["name"].partition("_x")
+        for p in result.get("programs", []):
+            if p["program"] != "train":
+                continue
+            if "roofline" not in p:
+                cell = _refused(p).split(" |")[0] + " GiB" if _refused(p) else "**failed**"
+            else:
+                line, gib = p["roofline"], p["memory"]["total_bytes"] / 2**30
+                fits = "" if p["memory"]["fits"] else " **does not fit**"
+                cell = f"{gib:.1f} GiB{fits}, {1e3 * line['step_s']:.0f} ms {line['bound']}, {_mfu(line)}"
+            cells.setdefault((name, p["arch"]), {})[int(per_chip or 1)] = cell
+    if not any(len(row) > 1 for row in cells.values()):
+        return ""
+    header = " | ".join(f"{n} row{'s' if n > 1 else ''} per chip" for n in ROWS_PER_CHIP)
+    lines = [f"| row | arch | {header} |", "|---" * (2 + len(ROWS_PER_CHIP)) + "|"]
+    for (name, arch), row in cells.items():
+        lines.append(f"| {name} | {arch} | " + " | ".join(row.get(n, "—") for n in ROWS_PER_CHIP) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def train_ratios(results: list[dict]) -> str:
@@ -595,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     (out / "scaling.json").write_text(json.dumps(results, indent=2))
     tables = (calibration_table(results),) if args.study == "calibration" else ()
-    tables += (train_table(results), train_ratios(results), table(results))
+    tables += (per_chip_table(results), train_table(results), train_ratios(results), table(results))
     markdown = "\n".join(filter(None, tables))
     (out / "scaling.md").write_text(f"# TPU {args.study}\n\n" + markdown)
     print(markdown)

@@ -11,9 +11,10 @@ there) and the whole operand of each async slice. Here, per instruction outside 
 - `slice-start` reads, of its operand, only the slice (its destination) and writes the destination;
 - another `-start` (collective-permute, all-gather, ...) reads its operands and writes its result's
   arrays after the operand aliases it begins with; the `-done` half moves nothing new;
-- a fusion parameter only sliced or dynamic-sliced inside the fusion reads the slices (a scan over
-  stacked layer weights reads one layer per trip);
-- a dynamic-update-slice (or a fusion rooted in one) is in place: it reads and writes its update;
+- a slice reads only what it takes, and so does a fusion whose parameter is only sliced inside it (a
+  scan over stacked layer weights reads one layer per trip);
+- a dynamic-update-slice (or a fusion output that is one, of a fusion parameter) is in place: it writes
+  its update and does not read the buffer it updates;
 - ops that move no data (tuples, bitcasts, parameters, constants, a loop or conditional itself) cost
   nothing.
 Kernels (Pallas custom calls) are charged their operands and results once: what they re-read from HBM
@@ -68,18 +69,21 @@ def _operand_types(host: Computation, instruction: Instruction) -> list[str]:
     return [host.instructions[name].type for name in instruction.operands if name in host.instructions]
 
 
-def _read_bytes(module: Module, host: Computation, instruction: Instruction) -> float:
-    """What an instruction reads from HBM: each operand in HBM whole, or the slices its fusion takes."""
+def _param_index(parameter: Instruction) -> int:
+    return int(parameter.rest.split(")", 1)[0])
+
+
+def _read_bytes(module: Module, host: Computation, instruction: Instruction, skip: set[int]) -> float:
+    """What an instruction reads from HBM: each operand in HBM whole, or the slices its fusion takes;
+    operands at `skip` (buffers it updates in place) are not read."""
     fused = _fused(module, instruction)
     params = {}
     if fused is not None:
-        for inner in fused.instructions.values():
-            if inner.opcode == "parameter":
-                params[int(inner.rest.split(")", 1)[0])] = inner.name
+        params = {_param_index(i): i.name for i in fused.instructions.values() if i.opcode == "parameter"}
     total = 0.0
     for position, name in enumerate(instruction.operands):
         operand = host.instructions.get(name)
-        if operand is None:
+        if operand is None or position in skip:
             continue
         users = [] if position not in params else _users(fused, params[position])
         if users and all(u.opcode in SLICES and u.operands[0] == params[position] for u in users):
@@ -88,6 +92,26 @@ def _read_bytes(module: Module, host: Computation, instruction: Instruction) -> 
         else:
             total += type_bytes(operand.type, HBM)
     return total
+
+
+def _fusion_bytes(module: Module, host: Computation, instruction: Instruction, fused: Computation) -> float:
+    """A fusion writes each output in HBM, an in-place one (a dynamic-update-slice of a parameter) only
+    its update, and reads its operands but the buffers it updates."""
+    result = arrays(instruction.type)
+    root = fused.root
+    outputs = [fused.instructions[n] for n in root.operands] if root.opcode == "tuple" else [root]
+    if len(outputs) != len(result):  # an output that is itself a tuple: every array written
+        return _hbm(result) + _read_bytes(module, host, instruction, set())
+    written, in_place = 0.0, set()
+    for output, (size, space) in zip(outputs, result):
+        if output.opcode != "dynamic-update-slice":
+            written += size if space == HBM else 0.0
+            continue
+        buffer, update = (fused.instructions.get(name) for name in output.operands[:2])
+        written += type_bytes(update.type) if update is not None and space == HBM else 0.0
+        if buffer is not None and buffer.opcode == "parameter":
+            in_place.add(_param_index(buffer))
+    return written + _read_bytes(module, host, instruction, in_place)
 
 
 def instruction_bytes(module: Module, run: Executed) -> float:
@@ -106,14 +130,17 @@ def instruction_bytes(module: Module, run: Executed) -> float:
             return sum(size for size, _ in destination) * (_hbm(operands) > 0) + _hbm(destination)
         return _hbm(operands) + _hbm(destination)
     fused = _fused(module, instruction)
-    in_place = fused is not None and fused.root is not None and fused.root.opcode == "dynamic-update-slice"
-    if opcode == "dynamic-update-slice" or in_place:
-        root, computation = (fused.root, fused) if in_place else (instruction, host)
-        buffer, update = (computation.instructions.get(name) for name in root.operands[:2])
-        size = type_bytes(update.type) if update is not None else 0.0
-        read = size if update is not None and type_bytes(update.type, HBM) else 0.0
-        return read + (size if buffer is None or type_bytes(buffer.type, HBM) else 0.0)
-    return _hbm(result) + _read_bytes(module, host, instruction)
+    if fused is not None and fused.root is not None:
+        return _fusion_bytes(module, host, instruction, fused)
+    if opcode in SLICES:  # reads only what it takes
+        source = host.instructions.get(instruction.operands[0])
+        taken = type_bytes(instruction.type) if source is not None and type_bytes(source.type, HBM) else 0.0
+        return _hbm(result) + taken + _read_bytes(module, host, instruction, {0})
+    if opcode == "dynamic-update-slice":  # in place: writes its update into operand 0, reads the rest
+        update = host.instructions.get(instruction.operands[1])
+        written = type_bytes(update.type) if update is not None and _hbm(result) else 0.0
+        return written + _read_bytes(module, host, instruction, {0})
+    return _hbm(result) + _read_bytes(module, host, instruction, set())
 
 
 def fused_computations(module: Module) -> set[str]:

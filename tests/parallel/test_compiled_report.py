@@ -308,12 +308,13 @@ ENTRY %main (stack: f32[4,8,8], buffer: f32[4,8]) -> f32[4,8] {
 
 def test_every_loop_trip_moves_its_hbm_bytes():
     """Per trip: the fusion reads its layer (8x8, not the 4-layer stack) and the scalar index, writes
-    8x8; the slice reads 8x8 and writes 1x8; the in-place write moves its 1x8 row twice; the add and the
-    condition's compare read and write scalars. XLA counts one trip; the count here all four."""
+    8x8; the slice reads and writes the 1x8 it takes; the in-place write reads its 1x8 row and index and writes the
+    row, not the 4x8 buffer; the add and the condition's compare read and write scalars. XLA counts one
+    trip; the count here all four."""
     module = parse(LOOP_HLO)
     runs, loops = executed(module)
     assert loops == [4]
-    per_trip = (64 + 1 + 64) * 4 + (64 + 8) * 4 + 2 * 8 * 4 + 3 * 4 + (4 + 4 + 1)
+    per_trip = (64 + 1 + 64) * 4 + (8 + 8) * 4 + (2 * 8 + 1) * 4 + 3 * 4 + (4 + 4 + 1)
     assert hbm_bytes(module, runs) == 4 * per_trip
     # a counter raised by 2 (XLA's windowed einsums) runs half the trips
     module = parse(LOOP_HLO.replace("%one = s32[] constant(1)", "%one = s32[] constant(2)"))
@@ -327,6 +328,15 @@ SPACES_HLO = """HloModule spaces
   %p0 = f32[64,128]{1,0:T(8,128)S(1)} parameter(0)
   %p1 = f32[64,128]{1,0:T(8,128)} parameter(1)
   ROOT %s = f32[64,128]{1,0:T(8,128)S(1)} add(%p0, %p1)
+}
+
+%two_outputs (buf: f32[512,128], row: f32[8,128]) -> (f32[512,128], f32[8,128]) {
+  %buf = f32[512,128]{1,0:T(8,128)} parameter(0)
+  %row = f32[8,128]{1,0:T(8,128)} parameter(1)
+  %zero = s32[] constant(0)
+  %put = f32[512,128]{1,0:T(8,128)} dynamic-update-slice(%buf, %row, %zero, %zero)
+  %twice = f32[8,128]{1,0:T(8,128)} add(%row, %row)
+  ROOT %both = (f32[512,128]{1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)}) tuple(%put, %twice)
 }
 
 %take_rows (p: f32[64,128]) -> f32[8,128] {
@@ -346,6 +356,8 @@ ENTRY %main (a: f32[64,128], b: f32[64,128], big: f32[512,128]) -> f32[8,128] {
   %cps = (f32[64,128]{1,0:T(8,128)S(1)}, f32[64,128]{1,0:T(8,128)}, u32[]{:S(2)}, u32[]{:S(2)}) collective-permute-start(%sum), channel_id=1, source_target_pairs={{0,1},{1,0}}
   %cpd = f32[64,128]{1,0:T(8,128)} collective-permute-done(%cps)
   %prod = f32[64,128]{1,0:T(8,128)} multiply(%sd, %cpd)
+  %rows.1 = f32[8,128]{1,0:T(8,128)} slice(%prod), slice={[0:8], [0:128]}
+  %upd = (f32[512,128]{1,0:T(8,128)}, f32[8,128]{1,0:T(8,128)}) fusion(%big, %rows.1), kind=kLoop, calls=%two_outputs
   ROOT %rows = f32[8,128]{1,0:T(8,128)} fusion(%prod), kind=kLoop, calls=%take_rows
 }
 """  # noqa: E501
@@ -355,8 +367,9 @@ def test_hbm_bytes_count_only_buffers_in_hbm():
     """A [64,128] f32 buffer is 32 KiB. The prefetch reads `a` from HBM into VMEM (S(1)); the fusion adds
     the VMEM copy to `b`, reading only `b` from HBM and writing VMEM; the async slice reads 64 of `big`'s
     512 rows; the permute reads VMEM and lands in HBM; the multiply reads one HBM operand and writes HBM;
-    the last fusion reads the 8 rows it slices and writes them. XLA would charge every operand and result
-    whole, VMEM and all of `big` included."""
+    a two-output fusion writes 8 rows into `big` in place (not reading it) and 8 rows beside; the last
+    fusion reads the 8 rows it slices and writes them. XLA would charge every operand and result whole,
+    VMEM and all of `big` included."""
     module = parse(SPACES_HLO)
     runs, _ = executed(module)
     by_name = {run.instruction.name: instruction_bytes(module, run) for run in runs}
@@ -366,9 +379,11 @@ def test_hbm_bytes_count_only_buffers_in_hbm():
     assert by_name["ss"] == block and by_name["sd"] == 0  # the slice, not the 512 rows
     assert by_name["cps"] == block and by_name["cpd"] == 0  # the HBM destination
     assert by_name["prod"] == 2 * block
-    assert by_name["rows"] == 2 * 8 * 128 * 4
-    assert fused_computations(module) == {"fused_sum", "take_rows"}
-    assert hbm_bytes(module, runs) == 6 * block + 2 * 8 * 128 * 4
+    rows = 8 * 128 * 4
+    assert by_name["rows"] == 2 * rows and by_name["rows.1"] == 2 * rows
+    assert by_name["upd"] == 3 * rows  # reads its 8 rows, writes them into `big` and beside
+    assert fused_computations(module) == {"fused_sum", "two_outputs", "take_rows"}
+    assert hbm_bytes(module, runs) == 6 * block + 7 * rows
 
 
 def test_collectives_take_the_links_of_the_torus_axes_they_span():
