@@ -481,7 +481,8 @@ def per_chip_table(results: list[dict]) -> str:
             if p["program"] != "train":
                 continue
             if "roofline" not in p:
-                cell = _refused(p).split(" |")[0] + " GiB" if _refused(p) else "**failed**"
+                refused = "memory" in p and f"**does not fit**: {p['memory']['temp_bytes'] / 2**30:.0f} GiB"
+                cell = refused or "**failed**"
             else:
                 line, gib = p["roofline"], p["memory"]["total_bytes"] / 2**30
                 fits = "" if p["memory"]["fits"] else " **does not fit**"

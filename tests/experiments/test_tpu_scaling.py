@@ -98,3 +98,17 @@ def test_the_calibration_table_puts_the_estimate_beside_the_measurement():
     assert f"| {a32.name} | 66.9% | 80.0% | +13.1 | 40.0% | 1.20 | 61.1% | -5.8 | yes |" in table
     assert "32 x 5120, 32 x 256 heads (MHA), relu2 32768, vocab 32768 tied; 1536 x 2048 tokens" in table
     assert "Median measured / estimated step over the 2 anchors: 1.25" in table
+
+
+def test_rows_per_chip_line_up_in_one_table():
+    results = [
+        _result("135M_v5e-256", _program("t2mlr", 0.2, 6e15)),
+        _result("135M_v5e-256_x4", _program("t2mlr", 0.8, 24e15)),
+        _result("135M_v5e-256_x8", _program("t2mlr", None, None, fits=False, refused=True)),
+    ]
+    table = tpu_scaling.per_chip_table(results)
+    assert "| row | arch | 1 row per chip | 4 rows per chip | 8 rows per chip |" in table
+    assert (
+        "| 135M_v5e-256 | t2mlr | 3.0 GiB, 200 ms memory, 25% (19%) | 3.0 GiB, 800 ms memory, 25% (19%) | "
+        "**does not fit**: 40 GiB |" in table
+    )
