@@ -308,9 +308,9 @@ ENTRY %main (stack: f32[4,8,8], buffer: f32[4,8]) -> f32[4,8] {
 
 def test_every_loop_trip_moves_its_hbm_bytes():
     """Per trip: the fusion reads its layer (8x8, not the 4-layer stack) and the scalar index, writes
-    8x8; the slice reads and writes the 1x8 it takes; the in-place write reads its 1x8 row and index and writes the
-    row, not the 4x8 buffer; the add and the condition's compare read and write scalars. XLA counts one
-    trip; the count here all four."""
+    8x8; the slice reads and writes the 1x8 it takes; the in-place write reads its 1x8 row and index and
+    writes the row, not the 4x8 buffer; the add and the condition's compare read and write scalars. XLA
+    counts one trip; the count here all four."""
     module = parse(LOOP_HLO)
     runs, loops = executed(module)
     assert loops == [4]
