@@ -177,8 +177,8 @@ class Anchor:
 MAXTEXT_2023 = dict(vocab_size=32768, head_dim=256, mlp="relu2", tie_embeddings=True, num_layers=32)
 SCALE_16 = dict(MAXTEXT_2023, hidden_size=5120, num_heads=32, num_kv_heads=32, mlp_dim=32768)
 SCALE_32 = dict(SCALE_16, hidden_size=10240)
-MIXTRAL_8X7B = dict(
-    vocab_size=32000,
+# Llama 3.1 8B's shape, which Mixtral 8x7B shares (its experts are Mistral 7B's MLP)
+LLAMA_8B_SHAPE = dict(
     hidden_size=4096,
     num_heads=32,
     num_kv_heads=8,
@@ -186,23 +186,17 @@ MIXTRAL_8X7B = dict(
     mlp_dim=14336,
     num_layers=32,
     tie_embeddings=False,
+)
+LLAMA31_8B = dict(LLAMA_8B_SHAPE, vocab_size=128256, max_seq_len=8192)
+MIXTRAL_8X7B = dict(
+    LLAMA_8B_SHAPE,
+    vocab_size=32000,
+    max_seq_len=4096,
     mlp="moe",
     moe_experts=8,
     moe_top_k=2,
     moe_shared=0,
     moe_capacity_factor=1.25,
-    max_seq_len=4096,
-)
-LLAMA31_8B = dict(
-    vocab_size=128256,
-    hidden_size=4096,
-    num_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    mlp_dim=14336,
-    num_layers=32,
-    tie_embeddings=False,
-    max_seq_len=8192,
 )
 RELU = "relu² where MaxText's MLP is relu (the same matmuls)"
 CUSTOM = "remat full where MaxText's custom policy offloads the block input and q/k/v/o projections to host"
