@@ -5,10 +5,12 @@ own process, and the rows gathered into one table.
   python -m experiments.tpu_scaling --study=coverage   # every architecture, tiny, on v5e:2x2, v5e:16x16
                                                        # and v5p:4x4x4: train, eval, decode, Jacobi prefill
   python -m experiments.tpu_scaling --study=pods       # the README's table: SmolLM2-135M / 360M / 1B T²MLR
-                                                       # and transformer at seq 2048, the LRT's paper sizes,
-                                                       # on v5e-256, v5p-64 and v6e-64; the largest T²MLR
-                                                       # that fits v5e-256
+                                                       # and transformer at seq 2048 and 1, 4 and 8 rows per
+                                                       # chip, the LRT's paper sizes, on v5e-256, v5p-64 and
+                                                       # v6e-64; the largest T²MLR that fits v5e-256
   python -m experiments.tpu_scaling --study=pods --rows=135M_v5e-256   # one row
+  python -m experiments.tpu_scaling --study=calibration  # MaxText's measured runs at their shapes, the
+                                                       # estimate beside each measurement
 
 Each row's tool run writes <out>/<row>/aot.json, aot.md and the compiled HLO; a rerun skips rows whose
 aot.json exists (--force recompiles). Written to --out (default runs/tpu_<study>): scaling.json (every
