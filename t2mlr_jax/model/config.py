@@ -178,6 +178,7 @@ class ModelConfig:
     moe_shared: int = 1
     moe_dim: int | None = None
     moe_capacity_factor: float | None = 1.25
+    moe_capacity_groups: str = "call"  # capacity over the call's B*T tokens, or per "row" (MaxText's)
     moe_bias_rate: float = 1e-3
     recurrence: RecurrenceConfig | None = None
 
@@ -339,6 +340,8 @@ class ModelConfig:
             )
         if not self.moe_bias_rate >= 0:
             raise ValueError(f"moe_bias_rate must be >= 0, got {self.moe_bias_rate}")
+        if self.moe_capacity_groups not in ("call", "row"):
+            raise ValueError(f"moe_capacity_groups must be 'call' or 'row', got {self.moe_capacity_groups!r}")
 
     @property
     def routed_experts(self) -> int:

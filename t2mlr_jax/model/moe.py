@@ -11,10 +11,13 @@ assignments are stably sorted by expert, each gets its rank within its expert, a
 C = ceil(capacity_factor * N * k / X) of each expert (tokens first in the call's row-major [B, T] order
 first, so row 0's before row 1's; C = N, dropless, when the capacity factor is None) are gathered into an
 [X, C, D] buffer that the experts run on with one einsum over their stacked weights. Assignments beyond C
-are dropped (they add nothing; the shared expert still applies). The buffer is constrained to ("experts",
-None, "act_embed"), so on a mesh with expert > 1 each device runs only its experts (expert parallelism).
-Capacity is counted over the whole call, so which tokens drop depends on the batch (pass
-moe_capacity_factor=None for batch-independent outputs).
+are dropped (they add nothing; the shared expert still applies). The buffer is constrained to ("moe_groups",
+"experts", None, "act_embed"), so on a mesh with expert > 1 each device runs only its experts (expert
+parallelism).
+Capacity is counted over the whole call (`moe_capacity_groups="call"`, the LRT release's), so which
+tokens drop depends on the batch (pass moe_capacity_factor=None for batch-independent outputs); "row"
+counts it per row of T tokens (MaxText's dropping MoE), so each row's [X, C, D] buffer is its own and the
+buffers shard with the batch (`moe_groups` in the rule table) instead of every device holding the call's.
 
 Where dropping differs between paths that are otherwise equal: C is per call, over the N tokens routed
 together. A parallel pass (training: the LRT's refinement passes, T²MLR's Jacobi passes, any parallel
@@ -29,7 +32,8 @@ decoding against the exact recurrence) the same assignments drop (tests/architec
 Balancing is auxiliary-loss-free (DeepSeek-V3): after each optimizer step the bias moves by
 moe_bias_rate * sign(mean load - load) per layer, from the per-expert loads the step reported.
 
-Letters: N tokens (B*T), X experts, K picks per token (top_k), C capacity, D model, F expert width.
+Letters: G capacity groups (1, or B by row), N tokens per group, X experts, K picks per token (top_k), C
+capacity, D model, F expert width.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import layer_matrix, register_mlp, relu2
 from t2mlr_jax.parallel.rules import constrain
 
-EXPERT_BUFFER_AXES = ("experts", None, "act_embed")  # the dispatched tokens [X, C, D]
+EXPERT_BUFFER_AXES = ("moe_groups", "experts", None, "act_embed")  # the dispatched tokens [G, X, C, D]
 
 
 def moe_specs(cfg: ModelConfig) -> dict:
@@ -88,18 +92,12 @@ def route(
     return experts, picked / jnp.sum(picked, axis=-1, keepdims=True)
 
 
-def moe_apply(
-    cfg: ModelConfig, p: dict, x: Float[Array, "B T D"], state: dict | None
-) -> tuple[Float[Array, "B T D"], dict]:
-    """One layer's MoE on the normed stream. Stats (sums over the call's tokens): "load" [X], the
-    assignments routed to each expert before capacity dropping, and "dropped", those dropped."""
-    b, t, d = x.shape
-    n, k, num_experts = b * t, cfg.moe_top_k, cfg.moe_experts
-    c = capacity(cfg, n)
-    xf = x.reshape(n, d)
-    bias = jnp.zeros((num_experts,), jnp.float32) if state is None else state["router_bias"]
-    experts, weights = route(cfg, xf, p["router"], bias)
-
+def _slots(
+    cfg: ModelConfig, c: int, experts: Int[Array, "N K"], weights: Float[Array, "N K"]
+) -> tuple[Int[Array, "X C"], Float[Array, "X C"], Int[Array, " X"]]:
+    """One group's dispatch: which token fills each of the X x C slots (N: empty, the pad row), its combine
+    weight, and each expert's load before dropping."""
+    n, k, num_experts = experts.shape[0], cfg.moe_top_k, cfg.moe_experts
     # Sort the N*k assignments (a = token * k + pick) by expert, stably: earlier tokens keep their slots.
     flat = experts.reshape(n * k)
     order = jnp.argsort(flat, stable=True)
@@ -111,19 +109,40 @@ def moe_apply(
     assignment = order[jnp.minimum(starts[:, None] + rank[None, :], n * k - 1)]  # [X, C]
     token = jnp.where(filled, assignment // k, n)  # n: an empty slot (reads / writes the pad row)
     slot_weight = jnp.where(filled, weights.reshape(n * k)[assignment], 0.0)  # [X, C] fp32
+    return token, slot_weight, load
 
-    padded = jnp.concatenate([xf, jnp.zeros((1, d), xf.dtype)])
-    buf = constrain(padded[token], EXPERT_BUFFER_AXES)  # [X, C, D]
-    hidden = jnp.square(jax.nn.relu(jnp.einsum("xcd,xdf->xcf", buf, p["up_proj"])))
-    out = constrain(jnp.einsum("xcf,xfd->xcd", hidden, p["down_proj"]), EXPERT_BUFFER_AXES)
+
+def moe_apply(
+    cfg: ModelConfig, p: dict, x: Float[Array, "B T D"], state: dict | None
+) -> tuple[Float[Array, "B T D"], dict]:
+    """One layer's MoE on the normed stream. Stats (sums over the call's tokens): "load" [X], the
+    assignments routed to each expert before capacity dropping, and "dropped", those dropped."""
+    b, t, d = x.shape
+    groups, n = (b, t) if cfg.moe_capacity_groups == "row" else (1, b * t)
+    num_experts, c = cfg.moe_experts, capacity(cfg, n)
+    bias = jnp.zeros((num_experts,), jnp.float32) if state is None else state["router_bias"]
+    experts, weights = route(cfg, x.reshape(b * t, d), p["router"], bias)
+    shaped = (groups, n, cfg.moe_top_k)
+    token, slot_weight, load = jax.vmap(lambda e, w: _slots(cfg, c, e, w))(
+        experts.reshape(shaped), weights.reshape(shaped)
+    )  # [G, X, C], [G, X, C], [G, X]
+
+    xg = x.reshape(groups, n, d)
+    padded = jnp.concatenate([xg, jnp.zeros((groups, 1, d), x.dtype)], axis=1)
+    buf = constrain(jax.vmap(lambda rows, slots: rows[slots])(padded, token), EXPERT_BUFFER_AXES)
+    hidden = jnp.square(jax.nn.relu(jnp.einsum("gxcd,xdf->gxcf", buf, p["up_proj"])))
+    out = constrain(jnp.einsum("gxcf,xfd->gxcd", hidden, p["down_proj"]), EXPERT_BUFFER_AXES)
     acc = jnp.promote_types(x.dtype, jnp.float32)  # the combine's sums: fp32, or wider with x
-    weighted = (out.astype(acc) * slot_weight[..., None]).reshape(num_experts * c, d)
-    y = jnp.zeros((n + 1, d), acc).at[token.reshape(-1)].add(weighted)[:n]
-    y = y.astype(x.dtype).reshape(b, t, d)
+    weighted = (out.astype(acc) * slot_weight[..., None]).reshape(groups, num_experts * c, d)
+
+    def combine(slots: Int[Array, "X C"], values: Float[Array, "XC D"]) -> Float[Array, "N D"]:
+        return jnp.zeros((n + 1, d), acc).at[slots.reshape(-1)].add(values)[:n]
+
+    y = jax.vmap(combine)(token, weighted).astype(x.dtype).reshape(b, t, d)
     if "shared" in p:
         y = y + relu2(x, p["shared"]["up_proj"], p["shared"]["down_proj"])
     stats = {
-        "load": load.astype(jnp.float32),
+        "load": jnp.sum(load, axis=0).astype(jnp.float32),
         "dropped": jnp.sum(jnp.maximum(load - c, 0)).astype(jnp.float32),
     }
     return y, stats

@@ -38,6 +38,7 @@ LOGICAL_AXIS_RULES: dict[str, tuple[str, ...]] = {
     "head_dim": (),
     "mlp": ("tensor",),
     "experts": ("expert",),
+    "moe_groups": ("data", "fsdp"),  # a MoE's per-row dispatch buffers (the expert axis holds experts)
     "norm": (),
     "mixer_in": ("fsdp",),
     "mixer_out": ("tensor",),

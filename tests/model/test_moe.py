@@ -207,6 +207,23 @@ def test_capacity_drops_exactly_the_late_assignments():
     np.testing.assert_array_equal(changed, (~keep).any(-1))
 
 
+def test_row_capacity_groups_drop_within_each_row():
+    """moe_capacity_groups="row" (MaxText's): each row's tokens compete for their own C slots, exactly as
+    if each row were its own call; the call's default lets row 0's tokens take row 1's slots."""
+    cfg = config(moe_capacity_factor=0.5, moe_capacity_groups="row")  # C = ceil(0.5 * 8 * 2 / 4) = 2
+    p, x = layer_params(cfg, seed=3), inputs(seed=4)
+    state = {"router_bias": jnp.array([0.4, 0.0, 0.0, -0.4])}
+    y, stats = moe.moe_apply(cfg, p, x, state)
+    rows = [moe.moe_apply(cfg.replace(moe_capacity_groups="call"), p, x[i : i + 1], state) for i in range(B)]
+    np.testing.assert_array_equal(y, jnp.concatenate([r[0] for r in rows]))
+    np.testing.assert_array_equal(stats["load"], sum(r[1]["load"] for r in rows))
+    assert float(stats["dropped"]) == sum(float(r[1]["dropped"]) for r in rows) > 0
+    whole, _ = moe.moe_apply(cfg.replace(moe_capacity_groups="call"), p, x, state)
+    assert not np.array_equal(y, whole)  # C = 4 over the call's 16 tokens drops others
+    with pytest.raises(ValueError, match="moe_capacity_groups must be 'call' or 'row', got 'batch'"):
+        config(moe_capacity_groups="batch")
+
+
 @pytest.mark.slow
 @pytest.mark.numerics
 def test_routing_picks_distinct_experts_and_the_bias_only_selects():

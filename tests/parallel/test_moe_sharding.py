@@ -81,7 +81,8 @@ def test_expert_axis_rules_and_checks():
     assert resolve_mesh_shape(1, 1, 1, 8, expert=-1) == (1, 1, 8, 1)
     mesh = make_mesh(data=2, expert=2, tensor=2)
     assert mesh.axis_names == ("data", "fsdp", "expert", "tensor")
-    assert partition_spec(moe.EXPERT_BUFFER_AXES, (8, 5, 32), mesh) == P("expert", None, None)
+    assert partition_spec(moe.EXPERT_BUFFER_AXES, (1, 8, 5, 32), mesh) == P(None, "expert", None, None)
+    assert partition_spec(moe.EXPERT_BUFFER_AXES, (4, 8, 5, 32), mesh) == P("data", "expert", None, None)
     assert partition_spec(("batch", "length"), (8, 16), mesh) == P(("data", "expert"), None)
     assert batch_sharding(mesh) == NamedSharding(mesh, P(("data", "fsdp", "expert")))
     with pytest.raises(ValueError, match=r"data\*fsdp\*expert = 8"):
