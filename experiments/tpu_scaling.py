@@ -160,8 +160,7 @@ def coverage_rows() -> list[Row]:
 # measurement. MaxText's model FLOPs convention (`maxtext_flops`) turns both into MFU.
 @dataclasses.dataclass(frozen=True)
 class Anchor:
-    name: str
-    pod: str  # MaxText's name, e.g. v5e-256
+    name: str  # ..._<pod>, the pod named as MaxText names it (v5e-256: 256 chips; v5p-128: 64)
     topology: str
     mesh: str
     batch: int  # rows: per_device_batch_size x chips
@@ -169,7 +168,7 @@ class Anchor:
     model: dict  # ModelConfig fields
     remat: str  # ours; MaxText's named in `differs`
     mfu: float  # measured
-    source: str
+    source: str  # where the measured MFU is published
     differs: str  # what our compile does otherwise than theirs
 
 
@@ -207,7 +206,6 @@ MAXTEXT = "https://github.com/AI-Hypercomputer/maxtext"
 ANCHORS = (
     Anchor(
         "maxtext-16B_v5e-256",
-        "v5e-256",
         "v5e:16x16",
         "fsdp:256",
         6 * 256,
@@ -220,7 +218,6 @@ ANCHORS = (
     ),
     Anchor(
         "maxtext-32B_v5e-256",
-        "v5e-256",
         "v5e:16x16",
         "fsdp:256",
         4 * 256,
@@ -233,7 +230,6 @@ ANCHORS = (
     ),
     Anchor(
         "maxtext-32B_v5p-128",
-        "v5p-128",
         "v5p:4x4x4",
         "fsdp:16,tensor:4",
         8 * 64,
@@ -247,7 +243,6 @@ ANCHORS = (
     ),
     Anchor(
         "mixtral-8x7B_v6e-256",
-        "v6e-256",
         "v6e:16x16",
         "fsdp:256",
         12 * 256,
@@ -261,7 +256,6 @@ ANCHORS = (
     ),
     Anchor(
         "llama3.1-8B_v6e-256",
-        "v6e-256",
         "v6e:16x16",
         "fsdp:256",
         4 * 256,
@@ -393,9 +387,14 @@ def _mfu(line: dict) -> str:
     return f"{100 * line['mfu']:.0f}% ({100 * line['mfu'] / CALIBRATION:.0f}%)"
 
 
+def _asked_gib(p: dict) -> float | None:
+    """The GiB of temporaries a program libtpu refused for its size asked for; None for any other."""
+    return p["memory"]["temp_bytes"] / 2**30 if "roofline" not in p and "memory" in p else None
+
+
 def _refused(p: dict) -> str | None:
-    """A program libtpu refused for its size (reported with the temporaries it asked for), else None."""
-    return f"> {p['memory']['temp_bytes'] / 2**30:.0f} (temporaries) | **no**" if "memory" in p else None
+    """A program libtpu refused for its size, as two table cells; None for any other."""
+    return None if _asked_gib(p) is None else f"> {_asked_gib(p):.0f} (temporaries) | **no**"
 
 
 def table(results: list[dict]) -> str:
@@ -476,8 +475,8 @@ def per_chip_table(results: list[dict]) -> str:
             if p["program"] != "train":
                 continue
             if "roofline" not in p:
-                refused = "memory" in p and f"**does not fit**: {p['memory']['temp_bytes'] / 2**30:.0f} GiB"
-                cell = refused or "**failed**"
+                asked = _asked_gib(p)
+                cell = "**failed**" if asked is None else f"**does not fit**: {asked:.0f} GiB"
             else:
                 line, gib = p["roofline"], p["memory"]["total_bytes"] / 2**30
                 fits = "" if p["memory"]["fits"] else " **does not fit**"
@@ -536,11 +535,11 @@ def _estimates(results: list[dict]) -> list[tuple[Anchor, dict | str, float, flo
         programs = [p for p in result.get("programs", []) if p["program"] == "train"]
         train = [p for p in programs if "roofline" in p]
         if not train:
-            refused = programs and "memory" in programs[0]
+            asked = _asked_gib(programs[0]) if programs else None
             why = (
-                f"**does not fit**: {programs[0]['memory']['temp_bytes'] / 2**30:.0f} GiB of temporaries"
-                if refused
-                else f"**not compiled**: {result.get('error', '')}"
+                f"**not compiled**: {result.get('error', '')}"
+                if asked is None
+                else f"**does not fit**: {asked:.0f} GiB of temporaries"
             )
             found.append((a, why, math.nan, math.nan))
             continue

@@ -166,13 +166,7 @@ def _markdown(setting: dict, records: list[dict]) -> str:
     ]
     for r in records:
         if "error" in r or "skipped" in r or "roofline" not in r:
-            why = (
-                f"**failed**: {r['error']}"
-                if "error" in r
-                else r.get("skipped")
-                or f"**does not fit**: {r['memory']['temp_bytes'] / 2**30:.1f} GiB of temporaries"
-            )
-            lines.append(f"| {r['arch']} | {r['program']} | {why} |")
+            lines.append(f"| {r['arch']} | {r['program']} | {not_compiled(r)} |")
         else:
             lines.append(f"| {r['arch']} " + markdown_row(r["program"], r))
     return "\n".join(lines) + "\n"

@@ -17,9 +17,7 @@ import re
 
 import numpy as np
 
-from t2mlr_jax.parallel.hlo import Executed, Instruction, dims
-
-ARRAY_START = re.compile(r"^[a-z]\w*\[")  # an array type (a tuple starts with a parenthesis)
+from t2mlr_jax.parallel.hlo import ARRAY, Executed, Instruction, dims
 
 
 def count(rest: str, name: str) -> int:
@@ -112,7 +110,7 @@ def kernel_flops(executed: list[Executed]) -> float:
         if instruction.opcode != "custom-call" or kind is None:
             continue
         types = [run.computation.instructions[name].type for name in instruction.operands]
-        shapes = [(t.split("[", 1)[0], dims(t)) for t in types if ARRAY_START.match(t)]
+        shapes = [(array.group(1), dims(t)) for t in types if (array := ARRAY.match(t))]  # not tuples
         grid = next((s for dtype, s in shapes if dtype.startswith(("s", "u")) and len(s) == 3), None)
         q, k = [s for dtype, s in shapes if dtype.startswith(("bf", "f")) and len(s) == 3][:2]
         fraction = causal_fraction(grid[1], grid[2], q[1], k[1]) if grid else 1.0
