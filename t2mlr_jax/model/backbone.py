@@ -17,6 +17,7 @@ hook point rather than a branch per variant.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -31,7 +32,7 @@ from t2mlr_jax.model import (
     moe,  # noqa: F401  (registers mlp="moe")
 )
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.layers import MLPS, attend, attention_mask, rms_norm, rope, softcap
+from t2mlr_jax.model.layers import MLPS, DocumentMask, attend, attention_mask, rms_norm, rope, softcap
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
 
 Q_AXES = ("batch", "length", "act_heads", "head_dim")  # [B, T, H, E]
@@ -219,8 +220,8 @@ class _Step(NamedTuple):
     """What every block of one `run_blocks` call shares."""
 
     positions: Int[Array, "B T"]
-    mask: Any  # [B, T, S] causal, same-document
-    distance: Any  # [B, T, S] query slot - key slot (sliding windows only), else None
+    mask: Any  # a DocumentMask (a call over its own slots), else [B, T, S] who attends to whom
+    distance: Any  # [B, T, S] query - key (a [B, T, S] mask with sliding windows only), else None
     feedback: Feedback | None
     x0: Any  # [B, T, D] the embedded stream (resid_scalars only), else None
 
@@ -339,7 +340,11 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
                 jax.lax.dynamic_update_slice(c, new[None], at) for c, new in ((k_all, k), (v_all, v))
             )
         keys, values, kv = k_all[row], v_all[row], (k_all, v_all)
-    mask = step.mask if layer.window is None else step.mask & (step.distance <= layer.window)
+    mask = step.mask
+    if isinstance(mask, DocumentMask) and layer.window is not None:
+        mask = dataclasses.replace(mask, window=layer.window)
+    elif layer.window is not None:
+        mask = mask & (step.distance <= layer.window)
     attn = attend(q, keys, values, mask, cfg.attn_softcap, cfg.query_pre_attn_scalar, cfg.attention_impl)
     o = a["o_proj"]
     y = jnp.einsum("btf,fd->btd", attn.reshape(*attn.shape[:2], -1), o.reshape(-1, o.shape[-1]))
@@ -371,12 +376,17 @@ def _value_embeds(cfg: ModelConfig, params: dict, tokens, start: int, end: int):
     return embedded[slot] * has[:, None, None, None, None].astype(cfg.dtype)
 
 
+def _windows(cfg: ModelConfig) -> list[int]:
+    """Each layer's attention window, FULL_WINDOW where it has none (scanned as an array)."""
+    return [FULL_WINDOW if w is None else w for w in cfg.layer_windows]
+
+
 def _layer_slices(cfg, params, start, end, feedback, tokens, mlp_state) -> _Layer:
     """Everything scanned beside the block params, sliced to blocks [start, end)."""
     cut = lambda tree: None if tree is None else jax.tree.map(lambda a: a[start:end], tree)
     windows = None
     if any(w is not None for w in cfg.layer_windows):
-        windows = jnp.asarray([FULL_WINDOW if w is None else w for w in cfg.layer_windows], jnp.int32)
+        windows = jnp.asarray(_windows(cfg), jnp.int32)
         windows = windows[start:end]
     value_embed = None
     if cfg.value_embeds:
@@ -499,12 +509,11 @@ def _run_range(
     if cache is None:
         if cache_slots is not None:
             raise ValueError("run_blocks: cache_slots are slots of a cache (cache=...)")
-        slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        distance = None
         if mask is None:
-            mask = attention_mask(segment_ids, segment_ids, slots, slots)
-        else:
-            slots = positions
-        distance = slots[:, :, None] - slots[:, None, :] if windowed else None
+            mask = DocumentMask(segment_ids, windows=tuple(sorted(set(_windows(cfg)))) if windowed else ())
+        elif windowed:  # a custom mask's windows count positions
+            distance = positions[:, :, None] - positions[:, None, :]
         step = _Step(positions, mask, distance, feedback, x0)
         if not isinstance(layers, list):
 

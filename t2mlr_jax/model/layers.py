@@ -9,6 +9,7 @@ E head dim, F mlp hidden, V vocab, L layers.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -18,10 +19,10 @@ import jax.numpy as jnp
 from einops import rearrange
 from jaxtyping import Array, Bool, Float, Int
 
+from t2mlr_jax.model import splash
 from t2mlr_jax.model.config import ATTENTION_IMPLS, MLP_NAMES, ModelConfig
 from t2mlr_jax.model.spec import ParamSpec, normal, uniform, zeros
 from t2mlr_jax.parallel.mesh import target_platform
-from t2mlr_jax.parallel.rules import partition_spec
 
 NEG_INF = -1e30  # finite so a fully masked row (padding) averages instead of producing NaN
 
@@ -125,6 +126,30 @@ def attention_mask(
     return same_doc & (k_slots[:, None, :] <= q_slots[:, :, None])
 
 
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=("segment_ids", "window"), meta_fields=("windows",)
+)
+@dataclasses.dataclass(frozen=True)
+class DocumentMask:
+    """The backbone's own mask over a call's slots: causal within a document (`segment_ids`, 0 = padding,
+    which sees no key), within a sliding `window` when one is set (a query sees keys at most `window` slots
+    back). A structure, not a [B, T, T] array, so TPU splash builds its block mask at trace time (no mask
+    tensor; blocks nobody sees skipped when compiling) and takes the documents as segment ids; the other
+    paths take it `dense`. `window` may be traced (a layer's, scanned with the stack); `windows` is every
+    value it can take."""
+
+    segment_ids: Int[Array, "B T"]
+    window: Int[Array, ""] | None = None
+    windows: tuple[int, ...] = ()
+
+    def dense(self) -> Bool[Array, "B T T"]:
+        slots = jnp.broadcast_to(jnp.arange(self.segment_ids.shape[1]), self.segment_ids.shape)
+        mask = attention_mask(self.segment_ids, self.segment_ids, slots, slots)
+        if self.window is None:
+            return mask
+        return mask & (slots[:, :, None] - slots[:, None, :] <= self.window)
+
+
 def softcap(x: Float[Array, "*B"], cap: float) -> Float[Array, "*B"]:
     """cap * tanh(x / cap): a smooth bound |x| < cap (Gemma 2 / nanochat logit softcap)."""
     return cap * jnp.tanh(x / cap)
@@ -169,7 +194,7 @@ def attend(
     q: Float[Array, "B T H E"],
     k: Float[Array, "B S K E"],
     v: Float[Array, "B S K E"],
-    mask: Bool[Array, "B T S"],
+    mask: Bool[Array, "B T S"] | DocumentMask,
     logit_cap: float | None = None,
     scale_dim: float | None = None,
     impl: str = "einsum",
@@ -177,20 +202,32 @@ def attend(
     """Grouped-query softmax attention; logits (scaled by scale_dim**-0.5, head_dim when None, and
     softcapped when `logit_cap` is set) and softmax in fp32. `impl` picks the kernel (`attention_path`);
     every path computes the same function, a query that sees no key (padding) included: it averages all
-    values, as the reference's softmax over all-NEG_INF logits does."""
+    values, as the reference's softmax over all-NEG_INF logits does. A `DocumentMask` reaches TPU splash
+    as a static mask and segment ids; the other paths take it dense."""
     scale = (q.shape[-1] if scale_dim is None else scale_dim) ** -0.5
     path = attention_path(impl, q, k, logit_cap)
+    static = isinstance(mask, DocumentMask) and path == "pallas"
+    if isinstance(mask, DocumentMask) and not static:
+        mask = mask.dense()
     if path == "einsum":
         return _attend_einsum(q, k, v, mask, scale, logit_cap)
     if path == "xla":
         return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], scale=scale, implementation="xla")
-    # The fused kernels skip or divide by zero on a row without keys: give it every key, then its mean.
-    empty = ~jnp.any(mask, axis=-1)
-    mask = mask | empty[..., None]
-    if path == "cudnn":
-        out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], scale=scale, implementation="cudnn")
+    # The fused kernels skip or divide by zero on a row without keys: give it keys (every key; splash's
+    # segment ids give padding the padding before it), then replace its output by the mean.
+    if static:
+        empty = mask.segment_ids == 0
+        scaled = q * jnp.asarray(scale, q.dtype)
+        out = splash.static_attention(scaled, k, v, mask.segment_ids, mask.window, mask.windows, logit_cap)
     else:
-        out = _attend_splash(q * jnp.asarray(scale, q.dtype), k, v, mask, logit_cap)
+        empty = ~jnp.any(mask, axis=-1)
+        mask = mask | empty[..., None]
+        if path == "cudnn":
+            out = jax.nn.dot_product_attention(
+                q, k, v, mask=mask[:, None], scale=scale, implementation="cudnn"
+            )
+        else:
+            out = splash.dynamic_attention(q * jnp.asarray(scale, q.dtype), k, v, mask, logit_cap)
     mean = jnp.repeat(jnp.mean(v.astype(jnp.float32), axis=1), q.shape[2] // k.shape[2], axis=1)
     return jnp.where(empty[..., None, None], mean[:, None].astype(out.dtype), out)
 
@@ -205,46 +242,6 @@ def _attend_einsum(q, k, v, mask, scale: float, logit_cap: float | None):
     probs = softmax(logits).astype(v.dtype)
     out = jnp.einsum("bkgts,bske->btkge", probs, v)
     return rearrange(out, "b t k g e -> b t (k g) e")
-
-
-def _attend_splash(q, k, v, mask, logit_cap: float | None):
-    """TPU splash attention on pre-scaled queries. Under a mesh, each device runs the kernel on its own
-    rows and heads (`shard_map` over the batch axes and, when both head counts divide it, the tensor
-    axis), as production JAX trainers do: the kernel is a custom call XLA cannot partition itself."""
-    mesh = jax.sharding.get_abstract_mesh()
-    kernel = functools.partial(_splash_rows, logit_cap=logit_cap)
-    if mesh.empty:
-        return kernel(q, k, v, mask)
-    b, _, h, _ = q.shape
-    rows = partition_spec(("batch",), (b,), mesh)[0]
-    heads = partition_spec(("act_heads",), (h,), mesh)[0]
-    if heads != partition_spec(("act_heads",), (k.shape[2],), mesh)[0]:
-        heads = None  # the kv heads do not split as the query heads do: each device keeps all heads
-    spec = jax.sharding.PartitionSpec(rows, None, heads, None)
-    mask_spec = jax.sharding.PartitionSpec(rows, None, None)
-    # check_vma off: the kernel (pallas_call) declares no per-axis variance of its outputs (jax 0.10.2)
-    sharded = jax.shard_map(
-        kernel, mesh=mesh, in_specs=(spec, spec, spec, mask_spec), out_specs=spec, check_vma=False
-    )
-    return sharded(q, k, v, mask)
-
-
-def _splash_rows(q, k, v, mask, logit_cap: float | None):
-    """The splash kernel row by row, the mask as its dynamic block-sparse mask (skipping blocks no query
-    sees: other documents, the causal upper triangle, out-of-window keys)."""
-    # Imported here: Mosaic kernels need a TPU, and nothing on CPU should import them.
-    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
-
-    def row(args):  # one batch row: q [H T E], k, v [K S E], mask [T S]; the kernel's mask is per row
-        q, k, v, mask = args
-        kernel = splash.make_splash_mha_single_device(mask[None], attn_logits_soft_cap=logit_cap)
-        # Under a trace, the kernel's jnp.array(is_dynamic_mask) flag becomes a tracer its __call__ branches
-        # on (jax 0.10.2); a traced mask is always dynamic.
-        kernel.fwd_mask_info = kernel.fwd_mask_info._replace(is_dynamic_mask=True)
-        return kernel(q, k, v)
-
-    heads_first = lambda x: jnp.swapaxes(x, 1, 2)
-    return heads_first(jax.lax.map(row, (heads_first(q), heads_first(k), heads_first(v), mask)))
 
 
 def gated_mlp(

@@ -203,6 +203,6 @@ KERNEL = re.compile(
 
 def kernels(hlo_text: str) -> dict[str, int]:
     """The Pallas / Mosaic kernels a TPU program calls (its `tpu_custom_call`s), counted by name (e.g.
-    splash attention's splash_mha_fwd_residuals, splash_mha_dq_no_residuals, splash_mha_dkv_no_residuals),
+    splash attention's splash_mha_fwd_segmented_residuals, splash_mha_dq_segmented_no_residuals, ...),
     each call site once (a call inside a loop body is not multiplied)."""
     return dict(sorted(collections.Counter(KERNEL.findall(hlo_text)).items()))

@@ -99,10 +99,10 @@ def causal_fraction(q_blocks: int, kv_blocks: int, q_len: int, kv_len: int) -> f
 
 def kernel_flops(executed: list[Executed]) -> float:
     """FLOPs of splash attention's Pallas kernels (custom calls, which XLA's cost and the matmul count do
-    not see): per call, matmuls x 2 x heads x q length x kv length x head width x the causal share of its
-    block grid. Operands: the block mask [.., q blocks, kv blocks] first, then q [heads, q, d] and k
-    [kv heads, kv, d]. Every attention here is causal (a sliding window computes fewer blocks: an upper
-    bound there)."""
+    not see): per call, matmuls x 2 x rows x heads x q length x kv length x head width x the causal share
+    of its block grid. Operands: the block mask [.., q blocks, kv blocks] first, then q [rows.., heads, q,
+    d] and k [rows.., kv heads, kv, d] (rows: batch rows vmapped into the kernel's grid). Every attention
+    here is causal (a sliding window computes fewer blocks: an upper bound there)."""
     total = 0.0
     for run in executed:
         instruction = run.instruction
@@ -112,8 +112,8 @@ def kernel_flops(executed: list[Executed]) -> float:
         types = [run.computation.instructions[name].type for name in instruction.operands]
         shapes = [(array.group(1), dims(t)) for t in types if (array := ARRAY.match(t))]  # not tuples
         grid = next((s for dtype, s in shapes if dtype.startswith(("s", "u")) and len(s) == 3), None)
-        q, k = [s for dtype, s in shapes if dtype.startswith(("bf", "f")) and len(s) == 3][:2]
-        fraction = causal_fraction(grid[1], grid[2], q[1], k[1]) if grid else 1.0
+        q, k = [s for dtype, s in shapes if dtype.startswith(("bf", "f")) and len(s) >= 3][:2]
+        fraction = causal_fraction(grid[1], grid[2], q[-2], k[-2]) if grid else 1.0
         matmuls = SPLASH_MATMULS[kind.group(1)]
-        total += matmuls * 2.0 * q[0] * q[1] * k[1] * q[2] * fraction * run.executions
+        total += matmuls * 2.0 * math.prod(q[:-1]) * k[-2] * q[-1] * fraction * run.executions
     return total

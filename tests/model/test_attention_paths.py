@@ -14,6 +14,7 @@ dot_product_attention does the same fp32 logits and softmax: a wash for a traini
 decoding.
 """
 
+import functools
 import sys
 
 import jax
@@ -22,9 +23,10 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.interop.parity import recurrence_layers
-from t2mlr_jax.model import layers
+from t2mlr_jax.model import layers, splash
+from t2mlr_jax.model.backbone import FULL_WINDOW
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.layers import attend, attention_mask, attention_path
+from t2mlr_jax.model.layers import DocumentMask, attend, attention_mask, attention_path
 from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layout
 from tests.tiny import tiny_config, tiny_params, tokens
 from tests.tolerance import assert_fp32_close, assert_near_f64
@@ -105,6 +107,49 @@ def test_softcap_falls_back_to_the_reference():
     assert attention_path("xla", q, k, None) == "xla"
     assert attention_path("xla", q, k, 2.0) == "einsum"
     check(q, k, v, mask, logit_cap=2.0, what="softcap")
+
+
+SPLASH_SEGMENTS = [[0] * 30 + [1] * 100 + [2] * 126, [1] * 256]  # two 128-slot blocks: some skipped
+
+
+@pytest.fixture
+def splash_on_cpu(monkeypatch):
+    """`attend` taking its TPU splash paths, their kernels run by Pallas's interpreter on this CPU."""
+    monkeypatch.setattr(layers, "attention_path", lambda *args: "pallas")
+    for name in ("static_attention", "dynamic_attention"):
+        monkeypatch.setattr(splash, name, functools.partial(getattr(splash, name), interpret=True))
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize(
+    "window, windows",
+    [(None, ()), (40, (40, FULL_WINDOW)), (FULL_WINDOW, (40, FULL_WINDOW))],
+    ids=["causal", "sliding_window", "full_layer_of_a_windowed_stack"],
+)
+def test_splash_static_mask_equals_the_reference(splash_on_cpu, window, windows):
+    """The backbone's DocumentMask reaches splash as a static causal / local mask and segment ids (the
+    window picked among the stack's by lax.switch): equal to the float64 reference, padding rows (their
+    mean of all values) included, and its gradients equal the einsum path's."""
+    q, k, v = qkv(2, 256, 256)
+    mask = DocumentMask(jnp.asarray(SPLASH_SEGMENTS, jnp.int32), window and jnp.int32(window), windows)
+    run = jax.jit(lambda q, k, v, mask: attend(q, k, v, mask, impl="pallas"))
+    assert_near_f64(run(q, k, v, mask), _einsum(q, k, v, mask), attention64(q, k, v, mask.dense()), 1)
+    grads = lambda fn: jax.grad(lambda q, k, v: jnp.sum(jnp.sin(fn(q, k, v, mask))), (0, 1, 2))(q, k, v)
+    for got, want in zip(grads(run), grads(_einsum)):
+        assert_fp32_close(got, want, 2, "gradient")
+
+
+@pytest.mark.numerics
+def test_splash_dynamic_mask_equals_the_reference(splash_on_cpu):
+    """A mask that is data (recirculation's, an empty row included) runs splash's dynamic block mask."""
+    q, k, v = qkv(2, 128, 256)
+    mask = jax.random.bernoulli(jax.random.PRNGKey(3), 0.4, (2, 128, 256)).at[0, 2].set(False)
+    got = jax.jit(lambda q, k, v: attend(q, k, v, mask, impl="pallas"))(q, k, v)
+    assert_near_f64(got, _einsum(q, k, v, mask), attention64(q, k, v, mask), 1)
+
+
+def _einsum(q, k, v, mask):
+    return attend(q, k, v, mask.dense() if isinstance(mask, DocumentMask) else mask, impl="einsum")
 
 
 def test_gpu_and_tpu_kernels_are_refused_on_cpu_and_never_imported():

@@ -2,6 +2,7 @@
 device memory, XLA's cost, the collectives of the HLO and the roofline arithmetic."""
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -471,6 +472,9 @@ ENTRY %main (q: bf16[4,256,64]) -> bf16[4,256,64] {
     assert loops == [3]
     # 3 trips x (forward 2 + dkv 4 matmuls) x 2 x 4 heads x 256 x 256 x 64 x the 3 of 4 blocks kept
     assert kernel_flops(runs) == 3 * (2 + 4) * 2 * 4 * 256 * 256 * 64 * 3 / 4
+    # rows vmapped into the kernel's grid (static masks, segment ids): q [rows, heads, q, d]
+    batched = re.sub(r"bf16\[(4|2),256,64\]", r"bf16[5,\1,256,64]", hlo)
+    assert kernel_flops(executed(parse(batched))[0]) == 5 * kernel_flops(runs)
 
 
 def test_a_vmem_buffer_of_a_real_compile_is_not_hbm_traffic():
