@@ -33,9 +33,9 @@ from t2mlr_jax.architectures.contract import (
 from t2mlr_jax.architectures.t2mlr import baseline_backbone
 from t2mlr_jax.config.sections import Experiment, at_least
 from t2mlr_jax.model import flops
-from t2mlr_jax.model.backbone import KVCache, advance, embed, head, init_cache, run_blocks
+from t2mlr_jax.model.backbone import KVCache, advance, embed, head, init_cache, run_blocks, split_layers
 from t2mlr_jax.model.config import ModelConfig, resolve_range
-from t2mlr_jax.model.params import param_specs
+from t2mlr_jax.model.params import gathered, param_specs
 from t2mlr_jax.model.recurrence import Layout, Output
 
 
@@ -70,8 +70,10 @@ def looped_forward(
     kw = dict(positions=layout.positions, segment_ids=layout.segment_ids, tokens=tokens, mlp_state=mlp_state)
     before = run_blocks(cfg, params, scaled_embed(cfg, params, tokens, embed_scale), 0, start, **kw)
 
-    def repeat(h, _):
-        out = run_blocks(cfg, params, h, start, end + 1, **kw)
+    looped = gathered(cfg, split_layers(cfg, params, (start, end + 1))[1], param_specs(cfg), ("layers",))
+
+    def repeat(h, _):  # each repeat rereads the looped blocks: gathered once, above
+        out = run_blocks(cfg, looped, h, start, end + 1, **kw)
         return out.h, out.stats
 
     h, loop_stats = jax.lax.scan(repeat, before.h, None, length=repeats)

@@ -38,7 +38,7 @@ from t2mlr_jax.model.backbone import (
 )
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import layer_matrix, weight_init
-from t2mlr_jax.model.params import param_specs
+from t2mlr_jax.model.params import gathered, param_specs
 from t2mlr_jax.model.recurrence import Layout, Output, scan_over_tokens
 from t2mlr_jax.model.spec import ParamSpec, constant
 
@@ -205,6 +205,12 @@ def _run(
     return final_norm(model, params, out.h), out
 
 
+def _reread(cfg: LRTConfig, params: dict) -> dict:
+    """What every pass rereads, gathered once per step (`gathered`): the blocks' and the feedback's
+    weights."""
+    return gathered(cfg.model, params, lrt_specs(cfg), [name for name in ("layers", "lrt") if name in params])
+
+
 class Passes(NamedTuple):
     logits: tuple  # each supervised pass's logits [B, T, V], the last one last
     stats: dict  # the MLP's per-layer stats summed over the passes
@@ -231,11 +237,13 @@ def refine(
     slot (thought j of the next pass takes slot j - 1's state), so that thought j starts from j passes.
     """
     model = cfg.model
+    growing = list(range(1, thoughts)) if cfg.growing else []
+    if growing or refinements:
+        params = _reread(cfg, params)
     x = vocab_inputs(cfg, params, tokens)
     states, out = _run(cfg, params, x, tokens, layout, jnp.zeros_like(x), None, mlp_state)
     stats = out.stats
     logits = [] if cfg.thought_slots else [unembed(model, params, states)]
-    growing = list(range(1, thoughts)) if cfg.growing else []
     for k in growing + [thoughts] * refinements:
         slots = expand(tokens, layout, k)
         thought = slots.thought[..., None]
@@ -269,6 +277,7 @@ def interleaved(
     Returns the logits of pass 0, then the interleaved passes' merged (slot t's from pass t % N)."""
     model = cfg.model
     b, t = tokens.shape
+    params = _reread(cfg, params)
     x = vocab_inputs(cfg, params, tokens)
     buffer = init_cache(model, b, t)
     m = jnp.zeros_like(x)

@@ -8,14 +8,18 @@ Weights are stored [in, out] (JAX convention); interop transposes to PyTorch's [
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 
-from t2mlr_jax.model import moe  # noqa: F401  (registers mlp="moe")
+from t2mlr_jax.model import layer_layout, moe  # noqa: F401  (moe registers mlp="moe")
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import mixer_specs
 from t2mlr_jax.model.layers import MLPS, layer_matrix, weight_init
 from t2mlr_jax.model.spec import ParamSpec, constant, init_from_specs, ones, spec_axes, zeros
+from t2mlr_jax.parallel.reuse import gather_once
 
 
 def backbone_specs(cfg: ModelConfig) -> dict:
@@ -109,3 +113,20 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
 def param_axes(cfg: ModelConfig) -> dict:
     """The logical axis names of every parameter, as a pytree shaped like the params."""
     return spec_axes(param_specs(cfg))
+
+
+def gathered(cfg: ModelConfig, params: dict, specs: dict, names: Sequence[str]) -> dict:
+    """`params` with its entries `names` (what a loop of passes rereads) gathered once (`gather_once`),
+    in the compute dtype as the blocks read them: the blocks' weights cast whole, others' matrices (were
+    a matrix gathered in fp32 and cast inside the loop, XLA would gather the cast copy at every pass).
+    `specs`: the table params follow (`layers` stacked; held per layer here when params' are)."""
+    if isinstance(params["layers"], tuple):
+        specs = layer_layout.map_layers(specs, layer_layout.split)
+    axes = spec_axes(specs)
+
+    def cast(name: str, x: jax.Array) -> jax.Array:
+        matrix = name == "layers" or x.ndim >= 2
+        return x.astype(cfg.dtype) if matrix and jnp.issubdtype(x.dtype, jnp.floating) else x
+
+    reused = {name: jax.tree.map(functools.partial(cast, name), params[name]) for name in names}
+    return {**params, **gather_once(reused, {name: axes[name] for name in names})}

@@ -38,6 +38,7 @@ from t2mlr_jax.model.backbone import (
 )
 from t2mlr_jax.model.config import ModelConfig, check_depths
 from t2mlr_jax.model.fusion import RECURRENT, fuse, update_cache
+from t2mlr_jax.model.params import gathered, param_specs
 
 
 class Layout(NamedTuple):
@@ -193,6 +194,7 @@ def jacobi_forward(
     check_depths(d_forward, d_backward)
     l_start, l_end = cfg.layer_range
     lower, middle, upper = split_layers(cfg, params, (l_start, l_end + 1))  # the middle: once, not per pass
+    middle = gathered(cfg, middle, param_specs(cfg), ("layers", "mixer"))  # what every pass rereads
     x, cache = layout_blocks(cfg, lower, h, 0, l_start, layout, tokens, cache)
 
     def refine(p, x, r):
