@@ -1,5 +1,6 @@
-"""FLOP counts of the benchmarked programs, three ways: a formula over the model shapes, the dot_generals of
-the traced jaxpr, and XLA's cost analysis of the compiled program.
+"""FLOP counts of the benchmarked programs, three ways: a formula over the model shapes, the dot_generals (and
+ragged_dots: the dropless MoE's grouped matmuls) of the traced jaxpr, and XLA's cost analysis of the
+compiled program.
 
 The formula counts matmuls only, attention dense (the masked T x S scores are computed in full, no causal
 halving), embedding lookups free.
@@ -67,18 +68,34 @@ def _sub_jaxprs(value):
             yield from _sub_jaxprs(item)
 
 
+def _matmul_flops(eqn) -> float:
+    """2 x the multiply-adds of a dot_general or ragged_dot_general: lhs elements x the rhs elements that
+    are neither contracted, nor batch, nor a group (a ragged_dot multiplies each row by one group's
+    matrix: 2 m k n for [m, k] x [groups, k, n]; its transposes, the ragged contracting form of its weight
+    gradient included, alike). 0 for a product with a vector: a sum written as one (`layers._sum_last`, the
+    norm and softmax gradients on a CPU), not a matmul of the model."""
+    shapes = [v.aval.shape for v in eqn.invars[:2]]
+    if eqn.primitive.name == "dot_general":
+        numbers, groups = eqn.params["dimension_numbers"], ()
+    elif eqn.primitive.name == "ragged_dot_general":
+        ragged = eqn.params["ragged_dot_dimension_numbers"]
+        numbers, groups = ragged.dot_dimension_numbers, ragged.rhs_group_dimensions
+    else:
+        return 0.0
+    if min(map(len, shapes)) < 2:
+        return 0.0
+    lhs, rhs = shapes
+    (_, rhs_contract), (_, rhs_batch) = numbers
+    shared = np.prod([rhs[i] for i in (*rhs_contract, *rhs_batch, *groups)])
+    return 2.0 * np.prod(lhs) * np.prod(rhs) / shared
+
+
 def jaxpr_matmul_flops(jaxpr) -> float:
-    """dot_general FLOPs of a jaxpr as traced, scan bodies times their length (what XLA's cost
-    analysis cannot do: it counts a loop body once). A product with a vector is a sum written as one
-    (`layers._sum_last`, the norm and softmax gradients on a CPU), not a matmul of the model."""
+    """dot_general and ragged_dot_general FLOPs of a jaxpr as traced (`_matmul_flops`), scan bodies times
+    their length (what XLA's cost analysis cannot do: it counts a loop body once)."""
     total = 0.0
     for eqn in jaxpr.eqns:
-        shapes = [v.aval.shape for v in eqn.invars] if eqn.primitive.name == "dot_general" else []
-        if shapes and min(map(len, shapes)) > 1:
-            lhs, rhs = shapes
-            (_, rhs_contract), (_, rhs_batch) = eqn.params["dimension_numbers"]
-            shared = np.prod([rhs[i] for i in (*rhs_contract, *rhs_batch)])
-            total += 2.0 * np.prod(lhs) * np.prod(rhs) / shared
+        total += _matmul_flops(eqn)
         inner = [jaxpr_matmul_flops(j) for value in eqn.params.values() for j in _sub_jaxprs(value)]
         if eqn.primitive.name == "cond":
             total += max(inner, default=0.0)

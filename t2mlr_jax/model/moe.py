@@ -6,18 +6,31 @@ weights are the selected s normalised to sum 1 (DeepSeek-V3). Each expert is nan
 y = shared(x) + sum_k w_k expert_k(x). The `moe_shared` always-on experts are one relu² MLP of width
 moe_shared * expert_dim (exactly the sum of that many relu² experts: relu² acts per hidden unit).
 
-Dispatch is by sorting, never by running every expert on every token: the N = B*T tokens' N*k
-assignments are stably sorted by expert, each gets its rank within its expert, and the first
-C = ceil(capacity_factor * N * k / X) of each expert (tokens first in the call's row-major [B, T] order
-first, so row 0's before row 1's; C = N, dropless, when the capacity factor is None) are gathered into an
-[X, C, D] buffer that the experts run on with one einsum over their stacked weights. Assignments beyond C
-are dropped (they add nothing; the shared expert still applies). The buffer is constrained to ("moe_groups",
-"experts", None, "act_embed"), so on a mesh with expert > 1 each device runs only its experts (expert
-parallelism).
-Capacity is counted over the whole call (`moe_capacity_groups="call"`, the LRT release's), so which
+Dispatch is by sorting, never by running every expert on every token. Which way (`dispatch_path`): with a
+moe_capacity_factor, the capacity buffer; dropless (None), grouped matmuls on an accelerator and the buffer
+with C = N (nothing drops) on CPU, by the platform the program is compiled for (`target_platform`).
+
+Grouped (megablox / MaxText's dropless MoE): the N = B*T tokens' N*K assignments are stably sorted by
+expert, x gathered into that order [N*K, D], and each projection is one grouped matmul over the X experts'
+stacked weights with the experts' loads as group sizes: N*K rows, the MoE's own FLOPs. On TPU megablox's
+Pallas `gmm` (its VJP: `gmm` for the input gradient, `tgmm` for the weights'), as MaxText; libtpu compiles
+`ragged_dot`'s weight gradient densely (a convolution over X masked copies of the rows: X times the work).
+On GPU `jax.lax.ragged_dot`, and on TPU where gmm's tiles do not fit (`_grouped_matmul`). On a mesh each
+device runs its tokens (the batch axes) through its X/E experts in a `shard_map`: it gathers its
+expert-axis peers' tokens, runs the assignments to its experts, and sums its partial outputs back onto the
+peers' tokens (psum_scatter over `expert`; tensor splits F and sums over `tensor`); the experts' weights
+arrive whole in D (fsdp gathers them first).
+
+With a capacity factor: a buffer. Each expert keeps the first C = ceil(capacity_factor * N * K / X) of its
+assignments (tokens in row-major [B, T] order, so row 0's before row 1's), gathered into a [G, X, C, D]
+buffer that the experts run on with one einsum over their stacked weights; assignments beyond C are
+dropped (they add nothing; the shared expert still applies). The buffer is constrained to ("moe_groups",
+"experts", None, "act_embed"), so on a mesh with expert > 1 each device runs only its experts.
+Capacity is counted over the whole call (`moe_capacity_groups="call"`, the LRT release's: G = 1), so which
 tokens drop depends on the batch (pass moe_capacity_factor=None for batch-independent outputs); "row"
-counts it per row of T tokens (MaxText's dropping MoE), so each row's [X, C, D] buffer is its own and the
-buffers shard with the batch (`moe_groups` in the rule table) instead of every device holding the call's.
+counts it per row of T tokens (MaxText's dropping MoE: G = B, N = T), so each row's [X, C, D] buffer is
+its own and the buffers shard with the batch (`moe_groups` in the rule table) instead of every device
+holding the call's.
 
 Where dropping differs between paths that are otherwise equal: C is per call, over the N tokens routed
 together. A parallel pass (training: the LRT's refinement passes, T²MLR's Jacobi passes, any parallel
@@ -32,8 +45,8 @@ decoding against the exact recurrence) the same assignments drop (tests/architec
 Balancing is auxiliary-loss-free (DeepSeek-V3): after each optimizer step the bias moves by
 moe_bias_rate * sign(mean load - load) per layer, from the per-expert loads the step reported.
 
-Letters: G capacity groups (1, or B by row), N tokens per group, X experts, K picks per token (top_k), C
-capacity, D model, F expert width.
+Letters: G capacity groups (1, or B by row), N tokens per group, X experts (a function's own: X/E per
+device of a mesh's expert axis of E), K picks per token (top_k), C capacity, D model, F expert width.
 """
 
 from __future__ import annotations
@@ -46,9 +59,15 @@ from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import layer_matrix, register_mlp, relu2
-from t2mlr_jax.parallel.rules import constrain
+from t2mlr_jax.parallel.mesh import target_platform
+from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain, partition_spec
 
 EXPERT_BUFFER_AXES = ("moe_groups", "experts", None, "act_embed")  # the dispatched tokens [G, X, C, D]
+# Dropless dispatch by platform; any other (CPU) runs the buffer with C = N: XLA:CPU expands ragged_dot
+# densely, every expert on each of the N*K rows, K times the buffer's X*N (X=8, K=2, 2048 tokens: 0.57 s
+# against the buffer's 0.29 s).
+GROUPED_KERNELS = {"tpu": "gmm", "gpu": "ragged_dot"}
+GMM_TILE = 128  # megablox's default tiling, (128, 128, 128) in (rows, k, n)
 
 
 def moe_specs(cfg: ModelConfig) -> dict:
@@ -112,16 +131,128 @@ def _slots(
     return token, slot_weight, load
 
 
-def moe_apply(
-    cfg: ModelConfig, p: dict, x: Float[Array, "B T D"], state: dict | None
-) -> tuple[Float[Array, "B T D"], dict]:
-    """One layer's MoE on the normed stream. Stats (sums over the call's tokens): "load" [X], the
-    assignments routed to each expert before capacity dropping, and "dropped", those dropped."""
+def dispatch_path(cfg: ModelConfig) -> str:
+    """How `moe_apply` dispatches: "buffer" with a capacity factor; dropless, the grouped matmul of the
+    platform the program is compiled for (`GROUPED_KERNELS`; a TPU compiled for ahead of time from a CPU
+    gets its gmm), else the buffer with C = N."""
+    if cfg.moe_capacity_factor is not None:
+        return "buffer"
+    return GROUPED_KERNELS.get(target_platform(), "buffer")
+
+
+def _gmm_fits(x: Float[Array, "R I"], w: Float[Array, "X I O"]) -> bool:
+    """Whether megablox's gmm takes this product: bf16 / fp32 operands (not the tests' float64), widths I and
+    O multiples of its 128-wide tiles. (It masks a partial tile of I and drops the spill of one of O, and
+    such programs compile for v5e, but none has run on a TPU here: other widths take ragged_dot.)"""
+    dtypes = {x.dtype, w.dtype} <= {jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32)}
+    return dtypes and x.shape[1] % GMM_TILE == 0 and w.shape[2] % GMM_TILE == 0
+
+
+def _grouped_matmul(
+    x: Float[Array, "R I"],
+    w: Float[Array, "X I O"],
+    group_sizes: Int[Array, " X"],
+    kernel: str,
+    interpret: bool = False,
+) -> Float[Array, "R O"]:
+    """Group e's rows of x (group_sizes[e] of them, after the groups before it) times w[e]; rows past the
+    groups come out zero and pass no gradient. `kernel` "gmm": megablox's where it fits (`_gmm_fits`; else
+    ragged_dot), `interpret` running it on a CPU; "ragged_dot": `jax.lax.ragged_dot`."""
+    if kernel != "gmm" or not _gmm_fits(x, w):
+        return jax.lax.ragged_dot(x, w, group_sizes)
+    from jax.experimental.pallas.ops.tpu import megablox  # Mosaic kernels: imported where a TPU runs them
+
+    m = x.shape[0]
+    rows = jnp.pad(x, ((0, -m % GMM_TILE), (0, 0)))  # gmm takes whole row tiles
+    # The rows past the groups (the pad, other devices' experts' assignments) as one more group, with no
+    # weight: gmm then writes them zero (its path for a shard of the experts) instead of leaving them
+    # unwritten, and tgmm leaves them out of the weight gradient.
+    sizes = group_sizes.astype(jnp.int32)
+    sizes = jnp.append(sizes, rows.shape[0] - jnp.sum(sizes))
+    out_dtype = jnp.promote_types(x.dtype, w.dtype)  # as ragged_dot's
+    out = megablox.gmm(rows, w, sizes, out_dtype, (GMM_TILE,) * 3, interpret=interpret)
+    return out[:m]
+
+
+def _grouped(
+    x: Float[Array, "B T D"],
+    experts: Int[Array, "B T K"],
+    weights: Float[Array, "B T K"],
+    up_proj: Float[Array, "X D F"],
+    down_proj: Float[Array, "X F D"],
+    kernel: str,
+    first: Int[Array, ""] | int = 0,
+) -> Float[Array, "B T D"]:
+    """The tokens' assignments to experts first .. first + X - 1 (those `up_proj` / `down_proj` hold),
+    sorted by expert and run with one grouped matmul per projection (`_grouped_matmul`'s `kernel`); each
+    token's weighted sum of its outputs (fp32, or wider with x). Assignments to other experts add nothing."""
+    b, t, d = x.shape
+    n, k, num_experts = b * t, experts.shape[-1], up_proj.shape[0]
+    local = experts.reshape(n * k) - first
+    local = jnp.where((local >= 0) & (local < num_experts), local, num_experts)  # others' experts: last
+    order = jnp.argsort(local, stable=True)
+    sizes = jnp.bincount(local, length=num_experts + 1)[:num_experts]
+    # Rows past this call's assignments get token n, out of bounds: gathered as zeros and dropped by the
+    # combine, so neither they nor their gradients reach a token.
+    token = jnp.where(jnp.arange(n * k) < jnp.sum(sizes), order // k, n)
+    rows = x.reshape(n, d).at[token].get(mode="fill", fill_value=0)
+    hidden = jnp.square(jax.nn.relu(_grouped_matmul(rows, up_proj, sizes, kernel)))
+    out = _grouped_matmul(hidden, down_proj, sizes, kernel)
+    acc = jnp.promote_types(x.dtype, jnp.float32)  # the combine's sums: fp32, or wider with x
+    weighted = out.astype(acc) * weights.reshape(n * k)[order][:, None]
+    return jnp.zeros((n, d), acc).at[token].add(weighted, mode="drop").reshape(b, t, d)
+
+
+def _grouped_dispatch(
+    x: Float[Array, "B T D"],
+    experts: Int[Array, "B T K"],
+    weights: Float[Array, "B T K"],
+    up_proj: Float[Array, "X D F"],
+    down_proj: Float[Array, "X F D"],
+    kernel: str,
+) -> Float[Array, "B T D"]:
+    """`_grouped` on all the experts; under a mesh, in a shard_map, each device its tokens through its
+    experts: partitioned by XLA instead, the sort would run over the whole batch on every device (and gmm,
+    a custom call, cannot be partitioned)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return _grouped(x, experts, weights, up_proj, down_proj, kernel)
+    rows = partition_spec(RESIDUAL_AXES, x.shape, mesh)  # the batch axes that divide B
+    up_spec = partition_spec(("experts", None, "mlp"), up_proj.shape, mesh)  # whole in D: fsdp gathers
+    down_spec = partition_spec(("experts", "mlp", None), down_proj.shape, mesh)
+    split = up_spec[0] is not None  # X/E experts per device
+    gather = split and "expert" in jax.tree.leaves(rows[0])  # the expert peers' tokens differ
+    # Partial outputs: over experts when the peers share their tokens, over F's shards when tensor splits it.
+    summed = (("expert",) if split and not gather else ()) + (("tensor",) if up_spec[2] else ())
+
+    def local(x, experts, weights, up_proj, down_proj):
+        if gather:
+            x, experts, weights = (jax.lax.all_gather(a, "expert", tiled=True) for a in (x, experts, weights))
+        first = jax.lax.axis_index("expert") * up_proj.shape[0] if split else 0
+        y = _grouped(x, experts, weights, up_proj, down_proj, kernel, first)
+        y = jax.lax.psum(y, summed) if summed else y
+        return jax.lax.psum_scatter(y, "expert", scatter_dimension=0, tiled=True) if gather else y
+
+    # check_vma off: argsort of a device-varying array is typed invariant (jax 0.10.2), and the gradient
+    # through the gather by that order then comes back from one device instead of summed over the peers.
+    specs = (rows, rows, rows, up_spec, down_spec)
+    sharded = jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=rows, check_vma=False)
+    return sharded(x, experts, weights, up_proj, down_proj)
+
+
+def _buffer_dispatch(
+    cfg: ModelConfig,
+    x: Float[Array, "B T D"],
+    experts: Int[Array, "B T K"],
+    weights: Float[Array, "B T K"],
+    up_proj: Float[Array, "X D F"],
+    down_proj: Float[Array, "X F D"],
+) -> tuple[Float[Array, "B T D"], Int[Array, " X"], Int[Array, ""]]:
+    """The routed experts' combined output (fp32, or wider with x) through the capacity buffer, the
+    per-expert load before dropping and the number of assignments dropped."""
     b, t, d = x.shape
     groups, n = (b, t) if cfg.moe_capacity_groups == "row" else (1, b * t)
     num_experts, c = cfg.moe_experts, capacity(cfg, n)
-    bias = jnp.zeros((num_experts,), jnp.float32) if state is None else state["router_bias"]
-    experts, weights = route(cfg, x.reshape(b * t, d), p["router"], bias)
     shaped = (groups, n, cfg.moe_top_k)
     token, slot_weight, load = jax.vmap(lambda e, w: _slots(cfg, c, e, w))(
         experts.reshape(shaped), weights.reshape(shaped)
@@ -130,22 +261,37 @@ def moe_apply(
     xg = x.reshape(groups, n, d)
     padded = jnp.concatenate([xg, jnp.zeros((groups, 1, d), x.dtype)], axis=1)
     buf = constrain(jax.vmap(lambda rows, slots: rows[slots])(padded, token), EXPERT_BUFFER_AXES)
-    hidden = jnp.square(jax.nn.relu(jnp.einsum("gxcd,xdf->gxcf", buf, p["up_proj"])))
-    out = constrain(jnp.einsum("gxcf,xfd->gxcd", hidden, p["down_proj"]), EXPERT_BUFFER_AXES)
+    hidden = jnp.square(jax.nn.relu(jnp.einsum("gxcd,xdf->gxcf", buf, up_proj)))
+    out = constrain(jnp.einsum("gxcf,xfd->gxcd", hidden, down_proj), EXPERT_BUFFER_AXES)
     acc = jnp.promote_types(x.dtype, jnp.float32)  # the combine's sums: fp32, or wider with x
     weighted = (out.astype(acc) * slot_weight[..., None]).reshape(groups, num_experts * c, d)
 
     def combine(slots: Int[Array, "X C"], values: Float[Array, "XC D"]) -> Float[Array, "N D"]:
         return jnp.zeros((n + 1, d), acc).at[slots.reshape(-1)].add(values)[:n]
 
-    y = jax.vmap(combine)(token, weighted).astype(x.dtype).reshape(b, t, d)
+    y = jax.vmap(combine)(token, weighted).reshape(b, t, d)
+    return y, jnp.sum(load, axis=0), jnp.sum(jnp.maximum(load - c, 0))
+
+
+def moe_apply(
+    cfg: ModelConfig, p: dict, x: Float[Array, "B T D"], state: dict | None
+) -> tuple[Float[Array, "B T D"], dict]:
+    """One layer's MoE on the normed stream. Stats (sums over the call's tokens): "load" [X], the
+    assignments routed to each expert before capacity dropping, and "dropped", those dropped."""
+    b, t, d = x.shape
+    bias = jnp.zeros((cfg.moe_experts,), jnp.float32) if state is None else state["router_bias"]
+    experts, weights = route(cfg, x.reshape(b * t, d), p["router"], bias)
+    experts, weights = experts.reshape(b, t, -1), weights.reshape(b, t, -1)
+    path = dispatch_path(cfg)
+    if path == "buffer":
+        y, load, dropped = _buffer_dispatch(cfg, x, experts, weights, p["up_proj"], p["down_proj"])
+    else:
+        y = _grouped_dispatch(x, experts, weights, p["up_proj"], p["down_proj"], path)
+        load, dropped = jnp.bincount(experts.reshape(-1), length=cfg.moe_experts), jnp.zeros(())
+    y = y.astype(x.dtype)
     if "shared" in p:
         y = y + relu2(x, p["shared"]["up_proj"], p["shared"]["down_proj"])
-    stats = {
-        "load": jnp.sum(load, axis=0).astype(jnp.float32),
-        "dropped": jnp.sum(jnp.maximum(load - c, 0)).astype(jnp.float32),
-    }
-    return y, stats
+    return y, {"load": load.astype(jnp.float32), "dropped": dropped.astype(jnp.float32)}
 
 
 def moe_init_state(cfg: ModelConfig) -> dict:

@@ -5,9 +5,14 @@ Two masks, as MaxText runs them:
   optionally a sliding window): the kernel's mask is a causal or local mask object built at trace time
   (no mask tensor exists; blocks no query sees are skipped at compile time) and the documents are segment
   ids; the batch rows are vmapped into the kernel's grid.
-- `dynamic_attention`, for a mask that is data (recirculation's two-stack pass, a prefill into a cache):
-  the kernel's dynamic block-sparse mask, built from the [T, S] mask of each row, row by row. Splash's
-  mask is per kernel call, so rows with different masks cannot share one grid.
+- `dynamic_attention`, for a mask given as a [B, T, S] array: the kernel's dynamic block-sparse mask,
+  built from each row's [T, S] mask, row by row (splash's mask is per kernel call, so rows with different
+  masks cannot share one grid). The backbone builds one where the queries are not a call's own slots in
+  order: recirculation's side-by-side pass (two copies of every token under one mask), a prefill or an
+  LRT interleaved pass against a KV cache (queries at the cache's slots `index + t` or a pass's strided
+  slots, keys every slot). Those masks are static given the slots too; expressing them as splash mask
+  objects (an offset causal mask; a numpy mask of the strided pattern) is what remains to drop the mask
+  tensor there.
 
 Under a mesh each device runs the kernel on its own rows and heads (`shard_map` over the batch axes and,
 when both head counts divide it, the tensor axis), as production JAX trainers do: the kernel is a custom

@@ -7,7 +7,9 @@ custom calls `__cublas$gemm`, `__cublas$lt$matmul...`: the dimensions in its bac
 the first array of its (result, workspace) tuple). A `convolution` (TPU writes its matmuls as
 convolutions: `dim_labels=0bf_io0->0bf`) costs 2 x (result elements) x (lhs features /
 feature_group_count) x (window taps that land on an input), and x (lhs batch / batch_group_count) when
-batch groups are used. Elementwise ops are not counted: these are the FLOPs a matrix unit runs.
+batch groups are used. Pallas kernels (custom calls: splash attention, the MoE's grouped matmuls) are
+counted apart, off their operand shapes (`kernel_flops`). Elementwise ops are not counted: these are the
+FLOPs a matrix unit runs.
 """
 
 from __future__ import annotations
@@ -97,23 +99,50 @@ def causal_fraction(q_blocks: int, kv_blocks: int, q_len: int, kv_len: int) -> f
     return kept / (q_blocks * kv_blocks)
 
 
+# Grouped matmuls (the dropless MoE's): megablox's gmm / tgmm Pallas kernels, named for their functions
+# ("gmm.2", "tgmm"; in some programs with the transformations' names, "transpose_jvp_jit_tgmm___"), and
+# libtpu's own kernel for ragged_dot ("ragged-dot-none"; its "ragged-dot-metadata" call multiplies nothing).
+GROUPED = re.compile(r"(?:^|_)t?gmm(?:_|\.|$)|^ragged-dot-(?!metadata)")
+
+
+def splash_flops(run: Executed, shapes: list[tuple[str, list[int]]]) -> float:
+    """One splash kernel call: matmuls x 2 x rows x heads x q length x kv length x head width x the causal
+    share of its block grid. Operands: the block mask [.., q blocks, kv blocks] first, then q [rows..,
+    heads, q, d] and k [rows.., kv heads, kv, d] (rows: batch rows vmapped into the kernel's grid). Every
+    attention here is causal (a sliding window computes fewer blocks: an upper bound there)."""
+    grid = next((s for dtype, s in shapes if dtype.startswith(("s", "u")) and len(s) == 3), None)
+    q, k = [s for dtype, s in shapes if dtype.startswith(("bf", "f")) and len(s) >= 3][:2]
+    fraction = causal_fraction(grid[1], grid[2], q[-2], k[-2]) if grid else 1.0
+    matmuls = SPLASH_MATMULS[SPLASH.match(run.instruction.name).group(1)]
+    return matmuls * 2.0 * math.prod(q[:-1]) * k[-2] * q[-1] * fraction
+
+
+def grouped_flops(run: Executed, shapes: list[tuple[str, list[int]]]) -> float:
+    """One grouped-matmul kernel call: 2 x m x k x n, its lhs [m, k] the first float operand (after the
+    integer group metadata) and n its result's last dimension: gmm [m, k] x [groups, k, n] -> [m, n] (its
+    input gradient the same with k and n swapped), tgmm [m, k]^T x [m, n] -> [groups, k, n] (each row is in
+    one group). m counts every row the kernel is given, the padding to its row tiles and the rows of no
+    group included: an upper bound."""
+    lhs = next(s for dtype, s in shapes if dtype.startswith(("bf", "f")))
+    return 2.0 * math.prod(lhs) * dims(run.instruction.type)[-1]
+
+
 def kernel_flops(executed: list[Executed]) -> float:
-    """FLOPs of splash attention's Pallas kernels (custom calls, which XLA's cost and the matmul count do
-    not see): per call, matmuls x 2 x rows x heads x q length x kv length x head width x the causal share
-    of its block grid. Operands: the block mask [.., q blocks, kv blocks] first, then q [rows.., heads, q,
-    d] and k [rows.., kv heads, kv, d] (rows: batch rows vmapped into the kernel's grid). Every attention
-    here is causal (a sliding window computes fewer blocks: an upper bound there)."""
+    """FLOPs of the Pallas kernels (custom calls, which XLA's cost and the matmul count do not see):
+    splash attention's (`splash_flops`) and the grouped matmuls' (`grouped_flops`), each call times its
+    executions."""
     total = 0.0
     for run in executed:
         instruction = run.instruction
-        kind = SPLASH.match(instruction.name)
-        if instruction.opcode != "custom-call" or kind is None:
+        if instruction.opcode != "custom-call":
+            continue
+        if SPLASH.match(instruction.name):
+            count = splash_flops
+        elif GROUPED.search(instruction.name):
+            count = grouped_flops
+        else:
             continue
         types = [run.computation.instructions[name].type for name in instruction.operands]
         shapes = [(array.group(1), dims(t)) for t in types if (array := ARRAY.match(t))]  # not tuples
-        grid = next((s for dtype, s in shapes if dtype.startswith(("s", "u")) and len(s) == 3), None)
-        q, k = [s for dtype, s in shapes if dtype.startswith(("bf", "f")) and len(s) >= 3][:2]
-        fraction = causal_fraction(grid[1], grid[2], q[-2], k[-2]) if grid else 1.0
-        matmuls = SPLASH_MATMULS[kind.group(1)]
-        total += matmuls * 2.0 * math.prod(q[:-1]) * k[-2] * q[-1] * fraction * run.executions
+        total += count(run, shapes) * run.executions
     return total

@@ -33,6 +33,16 @@ def test_a_pass_by_hand():
     assert flops.pass_flops(windowed, 4) == flops.pass_flops(TOY, 4) - 4 * 4 * (2.5 - 1.75) * 2 * 16
 
 
+def test_jaxpr_counts_a_ragged_dot_as_its_grouped_matmul():
+    """A ragged_dot (the dropless MoE's grouped matmul: [m, k] rows against [groups, k, n]) is 2 m k n, not
+    2 m k n x groups; so is each of its gradients (the input's against the groups transposed, the weights'
+    a contraction over the ragged rows)."""
+    x, w, sizes = jnp.ones((10, 4)), jnp.ones((3, 4, 5)), jnp.array([2, 3, 5], jnp.int32)
+    f = lambda x, w: jnp.sum(jax.lax.ragged_dot(x, w, sizes))
+    assert jaxpr_matmul_flops(jax.make_jaxpr(f)(x, w).jaxpr) == 2 * 10 * 4 * 5
+    assert jaxpr_matmul_flops(jax.make_jaxpr(jax.grad(f, argnums=(0, 1)))(x, w).jaxpr) == 3 * 2 * 10 * 4 * 5
+
+
 def test_moe_counts_the_active_experts_only():
     moe = TOY.replace(mlp="moe", moe_experts=8, moe_top_k=2, moe_shared=1, moe_dim=24).validate()
     routed = 2 * (2 * 32 * 24)  # two of the eight relu² experts

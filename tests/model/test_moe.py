@@ -1,5 +1,8 @@
-"""The mixture-of-experts MLP: sorted dispatch equals a dense reference (every expert on every token, masked
-by the routing), with and without capacity drops, gradients included; routing semantics; bias balancing.
+"""The mixture-of-experts MLP: sorted dispatch (dropless: grouped matmuls, the buffer with C = N on CPU; with
+capacity: the buffer) equals a dense reference (every expert on every token, masked by the routing), with
+and without capacity drops, gradients included, and the dispatches each other where nothing drops (TPU's
+megablox kernels run by Pallas's interpreter); the platform picks the dispatch; routing semantics;
+balancing.
 
 Bounds: the dispatch against the dense reference by the float64 rule of tests/tolerance.py (one MoE MLP:
 depth 1, its vector-Jacobian product 2), measured against the dense reference's own fp32 error, with
@@ -7,6 +10,8 @@ depth 1, its vector-Jacobian product 2), measured against the dense reference's 
 per-block allowance does not hold for one MoE here (init_std 0.3: relu^2 hidden values up to ~10, summed
 with cancellation): dispatch and dense outputs differ by 8.3 u * scale, over the 4 u * scale the depth
 rule allows a block."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +23,7 @@ from t2mlr_jax.model.config import MLP_NAMES, ModelConfig
 from t2mlr_jax.model.layers import MLPS
 from t2mlr_jax.model.spec import init_from_specs, spec_leaves
 from tests.tiny import rel_err
-from tests.tolerance import assert_fp32_close, assert_near_f64, fp32_bound, scale_of
+from tests.tolerance import assert_fp32_close, assert_near_f64, fp32_bound, in_float64, scale_of
 
 X, K, D, F = 4, 2, 32, 24
 B, T = 2, 8
@@ -127,6 +132,16 @@ def float64_reference(cfg, p, x, bias, keep=None, cotangent=None):
 apply = jax.jit(moe.moe_apply, static_argnums=0)
 
 
+def forced(monkeypatch, path: str):
+    """moe_apply with its dropless dispatch forced to `path` ("ragged_dot", "gmm": megablox's kernels run by
+    Pallas's interpreter; this CPU's own is the buffer), jitted afresh: a jit of `apply` traced under
+    another path would be taken from its cache."""
+    monkeypatch.setattr(moe, "dispatch_path", lambda cfg: "buffer" if cfg.moe_capacity_factor else path)
+    if path == "gmm":
+        monkeypatch.setattr(moe, "_grouped_matmul", functools.partial(moe._grouped_matmul, interpret=True))
+    return jax.jit(lambda cfg, p, x, state: moe.moe_apply(cfg, p, x, state), static_argnums=0)
+
+
 def test_registered_with_its_specs():
     assert "moe" in MLP_NAMES and MLPS["moe"].apply is moe.moe_apply
     cfg = config(moe_shared=2, moe_dim=12, init_scheme="nanochat")
@@ -161,12 +176,13 @@ def test_capacity():
 
 
 @pytest.mark.numerics
+@pytest.mark.parametrize("path", ["buffer", "ragged_dot"])  # this CPU's (C = N), GPU's
 @pytest.mark.parametrize("shared", [0, 1])
-def test_dropless_dispatch_equals_the_dense_reference_with_gradients(shared):
+def test_dropless_dispatch_equals_the_dense_reference_with_gradients(monkeypatch, path, shared):
     cfg = config(moe_capacity_factor=None, moe_shared=shared)
     p, x = layer_params(cfg), inputs()
     bias = jnp.array([0.3, -0.2, 0.0, 0.1])
-    y, stats = apply(cfg, p, x, {"router_bias": bias})
+    y, stats = forced(monkeypatch, path)(cfg, p, x, {"router_bias": bias})
     ref, experts = dense_reference(cfg, p, x, bias)
     ref64, _ = float64_reference(cfg, p, x, bias)
     assert_near_f64(y, ref, ref64, 1, "outputs")
@@ -187,6 +203,105 @@ def test_dropless_dispatch_equals_the_dense_reference_with_gradients(shared):
     for (path, a), b, exact in leaves:  # each leaf at its own scale, there and back
         assert_near_f64(a, b, exact, 2, jax.tree_util.keystr(path))
     assert float(jnp.abs(got[0]["router"]).max()) > 0  # the combine weights train the router
+
+
+def assert_equals_the_buffer(run, grouped: ModelConfig, p: dict, x, state: dict):
+    """`run` (a forced moe_apply) on the dropless `grouped` config against the buffer with C = N (nothing
+    drops: the same function): outputs, stats and gradients by the float64 rule (float64_reference the exact
+    values)."""
+    buffer = grouped.replace(moe_capacity_factor=100.0)  # C = min(ceil(100 N K / X), N) = N
+    n = x.shape[0] * x.shape[1]
+    assert moe.capacity(buffer, n) == n
+    (y, stats), (want, want_stats) = run(grouped, p, x, state), run(buffer, p, x, state)
+    jax.tree.map(np.testing.assert_array_equal, stats, want_stats)
+    assert float(stats["dropped"]) == 0.0
+    ref64, _ = float64_reference(grouped, p, x, state["router_bias"])
+    assert_near_f64(y, want, ref64, 1, "outputs")
+
+    cotangent = jnp.asarray(np.cos(ref64), jnp.float32)  # as in the dense test: one cotangent for both
+    _, grad64 = float64_reference(grouped, p, x, state["router_bias"], cotangent=cotangent)
+    vjp = lambda cfg: jax.jit(lambda p, x, g: jax.vjp(lambda p, x: run(cfg, p, x, state)[0], p, x)[1](g))
+    got, want = vjp(grouped)(p, x, cotangent), vjp(buffer)(p, x, cotangent)
+    leaves = zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want), jax.tree.leaves(grad64))
+    for (path, a), b, exact in leaves:
+        assert_near_f64(a, b, exact, 2, jax.tree_util.keystr(path))
+
+
+def primitives(cfg: ModelConfig, p: dict, x, state: dict) -> str:
+    return str(jax.make_jaxpr(lambda p, x: moe.moe_apply(cfg, p, x, state))(p, x))
+
+
+def test_the_platform_picks_the_dropless_dispatch(monkeypatch):
+    """Dropless: megablox's gmm on TPU, ragged_dot on GPU, the buffer with C = N on CPU (this one); a
+    capacity factor: the buffer everywhere."""
+    dropless, capped = config(moe_capacity_factor=None), config(moe_capacity_factor=1.25)
+    assert moe.dispatch_path(dropless) == "buffer"
+    state = {"router_bias": jnp.zeros(X)}
+    assert "ragged_dot" not in primitives(dropless, layer_params(dropless), inputs(), state)
+    for platform, path in [("tpu", "gmm"), ("gpu", "ragged_dot"), ("cpu", "buffer")]:
+        monkeypatch.setattr(moe, "target_platform", lambda: platform)
+        assert (moe.dispatch_path(dropless), moe.dispatch_path(capped)) == (path, "buffer")
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("shared", [0, 1])
+def test_ragged_dot_dispatch_equals_the_buffer_when_nothing_drops(monkeypatch, shared):
+    grouped = config(moe_capacity_factor=None, moe_shared=shared)
+    p, x = layer_params(grouped, seed=5), inputs(seed=6)
+    state = {"router_bias": jnp.array([0.3, -0.2, 0.0, 0.1])}
+    run = forced(monkeypatch, "ragged_dot")
+    assert "ragged_dot" in primitives(grouped, p, x, state)
+    assert "ragged_dot" not in primitives(grouped.replace(moe_capacity_factor=100.0), p, x, state)
+    assert_equals_the_buffer(run, grouped, p, x, state)
+
+
+WIDE = dict(hidden_size=128, mlp_dim=128, init_std=0.15)  # D and F in megablox's 128-wide tiles
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize(
+    "rows, bias",
+    [
+        (9, [0.3, -0.2, 0.0, 0.1]),  # 2 x 9 tokens x 2 picks = 36 rows, padded to one 128-row tile
+        (32, [0.0, 0.0, 0.0, -10.0]),  # 128 rows, one whole tile; expert 3 picked by none (an empty group)
+    ],
+)
+def test_gmm_dispatch_equals_the_buffer_when_nothing_drops(monkeypatch, rows, bias):
+    """TPU's dispatch: megablox's gmm, and tgmm for the weight gradients, run by Pallas's interpreter."""
+    grouped = config(moe_capacity_factor=None, moe_shared=1, **WIDE)
+    p = layer_params(grouped, seed=5)
+    x = jax.random.normal(jax.random.PRNGKey(6), (B, rows, grouped.hidden_size))
+    state = {"router_bias": jnp.array(bias)}
+    run = forced(monkeypatch, "gmm")
+    found = primitives(grouped, p, x, state)
+    assert "name=gmm" in found and "ragged_dot" not in found
+    assert_equals_the_buffer(run, grouped, p, x, state)
+
+
+@pytest.mark.numerics
+def test_gmm_rows_past_the_groups_are_zero_and_pass_no_gradient():
+    """`_grouped_matmul`'s contract on megablox's path (interpreted), as ragged_dot's: 40 rows, 25 in groups
+    (one empty), padded to a 128-row tile; the 15 past the groups come out zero, as does their gradient,
+    and add nothing to the weights'. Widths that do not fill 128-wide tiles, and float64, take ragged_dot."""
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    x = jax.random.normal(keys[0], (40, 128))
+    w = jax.random.normal(keys[1], (3, 128, 256))
+    sizes = jnp.array([5, 0, 20], jnp.int32)
+    gmm = functools.partial(moe._grouped_matmul, kernel="gmm", interpret=True)
+    ragged = functools.partial(moe._grouped_matmul, kernel="ragged_dot")
+    cotangent = jax.random.normal(keys[2], (40, 256))
+    (y, vjp), (want, want_vjp) = (jax.vjp(lambda x, w: f(x, w, sizes), x, w) for f in (gmm, ragged))
+    assert not np.any(y[25:])
+    assert_fp32_close(y, want, 1, "outputs")  # one matmul
+    (dx, dw), (want_dx, want_dw) = vjp(cotangent), want_vjp(cotangent)
+    assert not np.any(dx[25:])
+    assert_fp32_close(dx, want_dx, 1, "input gradient")
+    assert_fp32_close(dw, want_dw, 1, "weight gradient")
+    assert not np.any(dw[1])  # the empty group's weights
+    narrow = lambda x, w: str(jax.make_jaxpr(gmm)(x, w, sizes))
+    assert "ragged_dot" not in narrow(x, w)
+    assert "ragged_dot" in narrow(x[:, :96], w[:, :96]) and "ragged_dot" in narrow(x, w[..., :200])
+    assert in_float64(lambda x, w: gmm(x, w, sizes), x, w).dtype == np.float64  # megablox: bf16, fp32
 
 
 @pytest.mark.numerics
@@ -278,11 +393,15 @@ def test_update_state_metrics_from_summed_stats():
     assert float(metrics["moe/load/e0"]) == pytest.approx((0.5 + 0.25) / 2)
 
 
-def test_bfloat16_runs_and_keeps_its_dtype():
-    cfg = config(dtype="bfloat16")
+@pytest.mark.parametrize(
+    "capacity_factor, path, dims",
+    [(1.25, "buffer", {}), (None, "buffer", {}), (None, "ragged_dot", {}), (None, "gmm", WIDE)],
+)
+def test_bfloat16_runs_and_keeps_its_dtype(monkeypatch, capacity_factor, path, dims):
+    cfg = config(dtype="bfloat16", moe_capacity_factor=capacity_factor, **dims)
     p = jax.tree.map(lambda a: a.astype(jnp.bfloat16), layer_params(cfg))
-    x = inputs().astype(jnp.bfloat16)
-    y, stats = apply(cfg, p, x, {"router_bias": jnp.zeros(X)})
+    x = jax.random.normal(jax.random.PRNGKey(1), (B, T, cfg.hidden_size)).astype(jnp.bfloat16)
+    y, stats = forced(monkeypatch, path)(cfg, p, x, {"router_bias": jnp.zeros(X)})
     f32 = lambda tree: jax.tree.map(lambda a: a.astype(jnp.float32), tree)
     ref, _ = dense_reference(cfg, f32(p), f32(x), jnp.zeros(X))
     assert y.dtype == jnp.bfloat16 and stats["load"].dtype == jnp.float32

@@ -477,6 +477,36 @@ ENTRY %main (q: bf16[4,256,64]) -> bf16[4,256,64] {
     assert kernel_flops(executed(parse(batched))[0]) == 5 * kernel_flops(runs)
 
 
+def test_grouped_matmul_kernels_count_2mkn_from_their_operands():
+    """The dropless MoE's kernels (moe.py): megablox's gmm (lhs [m, k] x [groups, k, n]), its input gradient
+    (k and n swapped) and tgmm ([m, k]^T x [m, n] -> [groups, k, n]), by the names libtpu gives them, plain
+    or with the transformations', and libtpu's ragged_dot kernel: 2 m k n each, after the integer metadata
+    operands; ragged_dot's metadata call multiplies nothing."""
+    from t2mlr_jax.parallel.hlo_flops import kernel_flops
+
+    hlo = """HloModule g
+
+ENTRY %main (x: bf16[256,128], w: bf16[4,128,384], tiles: s32[], offsets: s32[6], ids: s32[8], sizes: s32[5]) -> bf16[4,128,384] {
+  %x = bf16[256,128]{1,0} parameter(0)
+  %w = bf16[4,128,384]{2,1,0} parameter(1)
+  %tiles = s32[] parameter(2)
+  %offsets = s32[6]{0} parameter(3)
+  %ids = s32[8]{0} parameter(4)
+  %sizes = s32[5]{0} parameter(5)
+  %gmm.2 = bf16[256,384]{1,0:T(8,128)(2,1)S(1)} custom-call(%tiles, %offsets, %ids, %ids, %ids, %x, %w), custom_call_target="tpu_custom_call"
+  %transpose_jvp_jit_gmm___.1 = bf16[256,128]{1,0} custom-call(%tiles, %offsets, %ids, %ids, %ids, %gmm.2, %w), custom_call_target="tpu_custom_call"
+  %tgmm = bf16[4,128,384]{2,1,0} custom-call(%tiles, %offsets, %ids, %ids, %ids, %x, %gmm.2), custom_call_target="tpu_custom_call"
+  %ragged-dot-metadata = (s32[5]{0}, s32[5]{0}, s32[5]{0}, s32[1]{0}) custom-call(%sizes), custom_call_target="tpu_custom_call"
+  %ragged-dot-none.1 = bf16[256,384]{1,0} custom-call(%tiles, %offsets, %ids, %ids, %ids, %x, %w), custom_call_target="tpu_custom_call"
+  %gmm_like = bf16[256,384]{1,0} add(%gmm.2, %gmm.2)
+  ROOT %transpose_jvp_jit_tgmm___.2 = bf16[4,128,384]{2,1,0} custom-call(%tiles, %offsets, %ids, %ids, %ids, %x, %gmm_like), custom_call_target="tpu_custom_call"
+}
+"""  # noqa: E501
+    runs, _ = executed(parse(hlo))
+    # 4 megablox calls and ragged_dot's kernel; %gmm_like, an add, is not a kernel
+    assert kernel_flops(runs) == 5 * 2 * 256 * 128 * 384
+
+
 def test_a_vmem_buffer_of_a_real_compile_is_not_hbm_traffic():
     """A two-layer MLP's gradient compiled for v5e:2x2: memory-space assignment puts its small
     activations in VMEM (S(1)); an op reading and writing only VMEM moves no HBM bytes, and the count is
