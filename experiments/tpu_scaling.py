@@ -5,9 +5,11 @@ own process, and the rows gathered into one table.
   python -m experiments.tpu_scaling --study=coverage   # every architecture, tiny, on v5e:2x2, v5e:16x16
                                                        # and v5p:4x4x4: train, eval, decode, Jacobi prefill
   python -m experiments.tpu_scaling --study=pods       # the README's table: SmolLM2-135M / 360M / 1B T²MLR
-                                                       # and transformer at seq 2048 and 1, 4 and 8 rows per
-                                                       # chip, the LRT's paper sizes, on v5e-256, v5p-64 and
-                                                       # v6e-64; the largest T²MLR that fits v5e-256
+                                                       # and transformer at seq 2048, each recipe at its
+                                                       # planned ZeRO stage and rows per chip and at 1, 4
+                                                       # and 8 rows per chip, the LRT's paper sizes, on
+                                                       # v5e-256, v5p-64 and v6e-64; the largest T²MLR
+                                                       # that fits v5e-256
   python -m experiments.tpu_scaling --study=pods --rows=135M_v5e-256   # one row
   python -m experiments.tpu_scaling --study=calibration  # MaxText's measured runs at their shapes, the
                                                        # estimate beside each measurement
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gzip
 import json
 import math
@@ -35,8 +38,14 @@ from typing import NamedTuple
 from tqdm import tqdm
 
 from t2mlr_jax import cpu_runtime
+from t2mlr_jax.architectures import Architecture, build_architecture
+from t2mlr_jax.config.edit import config_module
+from t2mlr_jax.config.sections import Experiment
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.parallel.chips import chip_of
 from t2mlr_jax.parallel.compiled_report import hlo_report
+from t2mlr_jax.parallel.mesh import parse_mesh
+from t2mlr_jax.train import memory_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "aot_compile.py"
@@ -52,13 +61,24 @@ class Row(NamedTuple):
     seq_len: int
     programs: str = "train,decode"
     overrides: tuple[str, ...] = ()
+    zero: int = 3  # mesh.zero
 
 
-# Pods: rows of 2048 tokens, one per data-parallel device (and 4 and 8 for the T²MLR sizes); parameters
-# and optimizer state over fsdp (experts over `expert`). The train step is compiled without gradient
-# accumulation.
-PODS = {"v5e-256": ("v5e:16x16", "data:16,fsdp:16", 256), "v5p-64": ("v5p:4x4x4", "fsdp:64", 64)} | {
-    "v6e-64": ("v6e:8x8", "fsdp:64", 64)
+class Pod(NamedTuple):
+    topology: str
+    mesh: str  # data parallel over every chip (on v5e-256, fsdp along a 16-chip ring of the torus)
+    chips: int
+    device_kind: str  # its chip's, in parallel.chips
+
+
+# Pods: rows of 2048 tokens, each recipe at the ZeRO stage and rows per chip its plan gives
+# (`recipe_plan`), the T²MLR sizes also at 1, 4 and 8 rows per chip; experts over `expert`. The train step
+# is compiled without gradient accumulation.
+SEQ_LEN = 2048
+PODS = {
+    "v5e-256": Pod("v5e:16x16", "data:16,fsdp:16", 256, "TPU v5 lite"),
+    "v5p-64": Pod("v5p:4x4x4", "fsdp:64", 64, "TPU v5"),
+    "v6e-64": Pod("v6e:8x8", "fsdp:64", 64, "TPU v6 lite"),
 }
 EXPERT_MESH = {"v5e-256": "data:4,fsdp:8,expert:8", "v5p-64": "fsdp:8,expert:8", "v6e-64": "fsdp:8,expert:8"}
 T2MLR_SIZES = {
@@ -76,51 +96,88 @@ LARGER = {"3B": THREE_B, "3B-remat": (*THREE_B, "remat=full"), "8B-remat": (*EIG
 NO_ACC = ("--config.train.grad_accum=1",)
 
 
-ROWS_PER_CHIP = (1, 4, 8)  # the T²MLR sizes' train steps at each; `_x4`, `_x8` name the rows beyond one
+# The T²MLR sizes' train steps at each of these rows per chip besides their plan's: rows `_x1`, `_x4`, `_x8`
+STUDY_ROWS_PER_CHIP = (1, 4, 8)
+
+
+def kept_passes(config: Experiment, arch: Architecture) -> tuple[int, int]:
+    """(layer passes whose activations a training row's backward keeps, passes whose logits its loss
+    reads): T²MLR's window once more for each of its B - 1 further differentiated Jacobi passes; the LRT's
+    every layer and logits at its most passes (1 + max P); one pass otherwise."""
+    model = arch.backbone
+    if arch.name == "lrt":
+        passes = 1 + max(config.lrt.passes)
+        return model.num_layers * passes, passes
+    if model.recurrence is None:
+        return model.num_layers, 1
+    first, last = model.recurrence.layer_range(model.num_layers)
+    return model.num_layers + (model.recurrence.d_backward - 1) * (last - first + 1), 1
+
+
+def recipe_workloads(config_file: str, archs: str, mesh: str) -> list[memory_plan.Workload]:
+    """What training each architecture of `archs` (a comma list) of the config file ("path:preset") costs a
+    chip of `mesh` (memory_plan.workload), at the pods' row length."""
+    path, _, preset = config_file.partition(":")
+    config = resolve(config_module(path).get_config(preset or None))
+    works = []
+    for name in archs.split(","):
+        arch = build_architecture(config, name)
+        passes = kept_passes(config, arch)
+        works.append(
+            memory_plan.workload(arch.backbone, arch.num_params(), SEQ_LEN, *passes, parse_mesh(mesh))
+        )
+    return works
+
+
+@functools.cache
+def recipe_plan(config_file: str, archs: str, pod_name: str, mesh: str) -> memory_plan.Plan:
+    """The ZeRO stage and rows per chip of `mesh` on the pod at which every architecture of `archs` fits its
+    chips' HBM (memory_plan.plan)."""
+    works = recipe_workloads(config_file, archs, mesh)
+    return memory_plan.plan(works, chip_of(PODS[pod_name].device_kind), mesh)
+
+
+def recipe_rows(
+    size: str, config: str, archs: str, pod_name: str, mesh: str, study: tuple[int, ...] = ()
+) -> list[Row]:
+    """The recipe's row `SIZE_POD` at its plan (`recipe_plan`), train and decode; and its train step at
+    each other rows-per-chip count of `study`, `SIZE_POD_xN`, on the same mesh and ZeRO stage."""
+    pod, plan = PODS[pod_name], recipe_plan(config, archs, pod_name, mesh)
+    name = f"{size}_{pod_name}"
+
+    def row(suffix: str, per_chip: int, programs: str) -> Row:
+        batch = pod.chips * per_chip
+        return Row(
+            name + suffix, config, archs, pod.topology, mesh, batch, SEQ_LEN, programs, NO_ACC, plan.zero
+        )
+
+    others = [row(f"_x{n}", n, "train") for n in study if n != plan.rows_per_chip]
+    return [row("", plan.rows_per_chip, "train,decode"), *others]
 
 
 def pod_rows() -> list[Row]:
     rows = [
-        Row(
-            f"{size}_{pod}" + (f"_x{per_chip}" if per_chip > 1 else ""),
-            config,
-            "t2mlr,transformer",
-            topology,
-            mesh,
-            batch * per_chip,
-            2048,
-            "train,decode" if per_chip == 1 else "train",
-            NO_ACC,
-        )
+        row
         for size, config in T2MLR_SIZES.items()
-        for pod, (topology, mesh, batch) in PODS.items()
-        for per_chip in ROWS_PER_CHIP
+        for pod in PODS
+        for row in recipe_rows(size, config, "t2mlr,transformer", pod, PODS[pod].mesh, STUDY_ROWS_PER_CHIP)
     ]
     rows += [
-        Row(
-            f"{size}_{pod}",
-            config,
-            "lrt",
-            PODS[pod][0],
-            EXPERT_MESH[pod],
-            PODS[pod][2],
-            2048,
-            "train,decode",
-            NO_ACC,
-        )
+        row
         for size, config in LRT_SIZES.items()
         for pod in PODS
+        for row in recipe_rows(size, config, "lrt", pod, EXPERT_MESH[pod])
     ]
-    topology, _, batch = PODS["v5e-256"]
+    pod = PODS["v5e-256"]
     rows += [
         Row(
             f"{size}_v5e-256_fsdp",
             "configs/smollm1b_t2mlr.py",
             "t2mlr",
-            topology,
+            pod.topology,
             "fsdp:256",
-            batch,
-            2048,
+            pod.chips,
+            SEQ_LEN,
             "train",
             NO_ACC + tuple(f"--config.model.{field}" for field in fields),
         )
@@ -328,6 +385,7 @@ def command(row: Row, out: Path) -> list[str]:
         f"--seq_len={row.seq_len}",
         f"--programs={row.programs}",
         f"--out={out / row.name}",
+        f"--config.mesh.zero={row.zero}",
         *row.overrides,
     ]
 
@@ -373,7 +431,8 @@ def reported(result: dict, folder: Path) -> dict:
 
 
 def _mesh(setting: dict) -> str:
-    return ",".join(f"{k}:{v}" for k, v in setting["mesh"].items() if v > 1)
+    axes = ",".join(f"{k}:{v}" for k, v in setting["mesh"].items() if v > 1)
+    return f"{axes} ZeRO-{setting['zero']}" if "zero" in setting else axes
 
 
 # Median measured / estimated step of the calibration anchors (`--study=calibration`, docs/tpu_compile.md):
@@ -466,11 +525,11 @@ def train_table(results: list[dict]) -> str:
 
 
 def per_chip_table(results: list[dict]) -> str:
-    """The train steps of rows compiled at several rows per chip (`NAME`, `NAME_x4`, `NAME_x8`), one line
-    per (row, arch): per-chip memory and the estimate (calibrated MFU) at each."""
+    """The train steps of a recipe compiled at several rows per chip (`NAME` at its plan's, `NAME_xN` at N),
+    one line per (recipe, arch): per-chip memory and the estimate (calibrated MFU) at each."""
     cells: dict[tuple[str, str], dict[int, str]] = {}
     for result in results:
-        name, _, per_chip = result["row"]["name"].partition("_x")
+        name = result["row"]["name"].partition("_x")[0]
         for p in result.get("programs", []):
             if p["program"] != "train":
                 continue
@@ -481,13 +540,15 @@ def per_chip_table(results: list[dict]) -> str:
                 line, gib = p["roofline"], p["memory"]["total_bytes"] / 2**30
                 fits = "" if p["memory"]["fits"] else " **does not fit**"
                 cell = f"{gib:.1f} GiB{fits}, {1e3 * line['step_s']:.0f} ms {line['bound']}, {_mfu(line)}"
-            cells.setdefault((name, p["arch"]), {})[int(per_chip or 1)] = cell
+            per_chip = result["setting"]["batch"] // result["setting"]["chips"]
+            cells.setdefault((name, p["arch"]), {})[per_chip] = cell
     if not any(len(row) > 1 for row in cells.values()):
         return ""
-    header = " | ".join(f"{n} row{'s' if n > 1 else ''} per chip" for n in ROWS_PER_CHIP)
-    lines = [f"| row | arch | {header} |", "|---" * (2 + len(ROWS_PER_CHIP)) + "|"]
+    counts = sorted({n for row in cells.values() for n in row})
+    header = " | ".join(f"{n} row{'s' if n > 1 else ''} per chip" for n in counts)
+    lines = [f"| row | arch | {header} |", "|---" * (2 + len(counts)) + "|"]
     for (name, arch), row in cells.items():
-        lines.append(f"| {name} | {arch} | " + " | ".join(row.get(n, "—") for n in ROWS_PER_CHIP) + " |")
+        lines.append(f"| {name} | {arch} | " + " | ".join(row.get(n, "—") for n in counts) + " |")
     return "\n".join(lines) + "\n"
 
 

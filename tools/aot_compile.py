@@ -6,6 +6,8 @@ compiler, `pip install 'libtpu==0.0.42.*'`), and report per device what each wou
       --mesh=data:16,fsdp:16 --batch=256 --seq_len=2048 --out=runs/aot/t2mlr_v5e256
   python tools/aot_compile.py --config=configs/lrt_nanochat.py --arch=lrt,ponderlm2 --topology=v5p:4x4x4 \
       --mesh=fsdp:16,expert:4 --config.train.grad_accum=1
+  python tools/aot_compile.py --config=configs/smollm135m_t2mlr.py --topology=v5e:16x16 \
+      --mesh=data:16,fsdp:16 --config.mesh.zero=1 --batch=1024 --seq_len=2048   # ZeRO-1
 
 Each architecture of --arch (default: the config's arch) gets its programs compiled exactly as the
 trainer and the generator build them (t2mlr_jax/train/programs.py): the train step (T²MLR with its
@@ -50,7 +52,8 @@ _TOPOLOGY = flags.DEFINE_string("topology", "v5e:2x2", "TPU topology, e.g. v5e:2
 _MESH = flags.DEFINE_string(
     "mesh",
     "fsdp:-1",
-    "Mesh sizes, e.g. data:16,fsdp:16 (axes data, fsdp, expert, tensor; -1: the rest).",
+    "Mesh sizes, e.g. data:16,fsdp:16 (axes data, fsdp, expert, tensor; -1: the rest). The ZeRO stage is "
+    "the config's: --config.mesh.zero=1 keeps weights whole, optimizer state over data and fsdp.",
 )
 _ARCH = flags.DEFINE_string("arch", None, "Architectures (comma list). Default: the config's arch.")
 _BATCH = flags.DEFINE_integer("batch", None, "Global batch (rows). Default: config.train.batch_size.")
@@ -110,6 +113,7 @@ def main(argv):
         "chip": chip.name,
         "chips": mesh.size,
         "mesh": dict(mesh.shape),
+        "zero": config.mesh.zero,
         "batch": batch,
         "seq_len": seq_len,
     }
@@ -157,8 +161,8 @@ def _markdown(setting: dict, records: list[dict]) -> str:
     from t2mlr_jax.parallel.compiled_report import MARKDOWN_HEADER, markdown_row
 
     lines = [
-        f"# {setting['topology']}: {setting['chips']} x {setting['chip']}, mesh {setting['mesh']}, "
-        f"batch {setting['batch']} x {setting['seq_len']} tokens",
+        f"# {setting['topology']}: {setting['chips']} x {setting['chip']}, mesh {setting['mesh']} "
+        f"ZeRO-{setting['zero']}, batch {setting['batch']} x {setting['seq_len']} tokens",
         "",
         f"`{setting['command']}`",
         "",

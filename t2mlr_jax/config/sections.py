@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.parallel.rules import MESH_AXES, ZERO_STAGES
 from t2mlr_jax.registry import Registry, did_you_mean
 
 # Every section a registered component brings: its dotted path ("t2mlr", "optimizer.muon") -> its frozen
@@ -98,12 +99,22 @@ def at_least(where: str, value, low) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Mesh:
-    """Device mesh (t2mlr_jax.parallel): the axes' sizes, -1 = all remaining devices."""
+    """Device mesh (t2mlr_jax.parallel): the axes' sizes, -1 = all remaining devices, and the ZeRO stage."""
 
     data: int = -1
     fsdp: int = 1
     expert: int = 1  # MoE's experts
     tensor: int = 1
+    # 3: weights and optimizer state over fsdp (ZeRO-3 / FSDP); 1: weights whole on every chip, optimizer
+    # state over data and fsdp (ZeRO-1), where the weights fit (t2mlr_jax.parallel.rules.ZERO_STAGES)
+    zero: int = 3
+
+    def __post_init__(self):
+        one_of("mesh.zero", self.zero, ZERO_STAGES)
+
+    def sizes(self) -> dict[str, int]:
+        """The mesh axes' sizes, as `make_mesh` takes them."""
+        return {axis: getattr(self, axis) for axis in MESH_AXES}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -171,13 +171,14 @@ class ModelConfig:
     backout: bool = False
     # Mixture of experts (mlp="moe", t2mlr_jax.model.moe): `moe_experts` routed experts of width moe_dim
     # (None = mlp_dim), each token to its top `moe_top_k` by a sigmoid router, plus `moe_shared` experts
-    # every token uses. Expert capacity is capacity_factor * tokens * top_k / experts (None: no token is
-    # ever dropped); balancing adds a per-expert routing bias moved by `moe_bias_rate` after each step.
+    # every token uses. Dropless by default (None: grouped matmuls, MaxText's / megablox's); a capacity
+    # factor caps each expert at capacity_factor * tokens * top_k / experts, dropping the rest; balancing
+    # adds a per-expert routing bias moved by `moe_bias_rate` after each step.
     moe_experts: int = 8
     moe_top_k: int = 2
     moe_shared: int = 1
     moe_dim: int | None = None
-    moe_capacity_factor: float | None = 1.25
+    moe_capacity_factor: float | None = None
     moe_capacity_groups: str = "call"  # capacity over the call's B*T tokens, or per "row" (MaxText's)
     moe_bias_rate: float = 1e-3
     recurrence: RecurrenceConfig | None = None

@@ -26,7 +26,7 @@ assignments (tokens in row-major [B, T] order, so row 0's before row 1's), gathe
 buffer that the experts run on with one einsum over their stacked weights; assignments beyond C are
 dropped (they add nothing; the shared expert still applies). The buffer is constrained to ("moe_groups",
 "experts", None, "act_embed"), so on a mesh with expert > 1 each device runs only its experts.
-Capacity is counted over the whole call (`moe_capacity_groups="call"`, the LRT release's: G = 1), so which
+Capacity is counted over the whole call (`moe_capacity_groups="call"`: G = 1), so which
 tokens drop depends on the batch (pass moe_capacity_factor=None for batch-independent outputs); "row"
 counts it per row of T tokens (MaxText's dropping MoE: G = B, N = T), so each row's [X, C, D] buffer is
 its own and the buffers shard with the batch (`moe_groups` in the rule table) instead of every device
@@ -141,11 +141,8 @@ def dispatch_path(cfg: ModelConfig) -> str:
 
 
 def _gmm_fits(x: Float[Array, "R I"], w: Float[Array, "X I O"]) -> bool:
-    """Whether megablox's gmm takes this product: bf16 / fp32 operands (not the tests' float64), widths I and
-    O multiples of its 128-wide tiles. (It masks a partial tile of I and drops the spill of one of O, and
-    such programs compile for v5e, but none has run on a TPU here: other widths take ragged_dot.)"""
-    dtypes = {x.dtype, w.dtype} <= {jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32)}
-    return dtypes and x.shape[1] % GMM_TILE == 0 and w.shape[2] % GMM_TILE == 0
+    """Whether megablox's gmm takes this product: bf16 / fp32 operands (not the tests' float64)."""
+    return {x.dtype, w.dtype} <= {jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float32)}
 
 
 def _grouped_matmul(
@@ -162,8 +159,12 @@ def _grouped_matmul(
         return jax.lax.ragged_dot(x, w, group_sizes)
     from jax.experimental.pallas.ops.tpu import megablox  # Mosaic kernels: imported where a TPU runs them
 
-    m = x.shape[0]
-    rows = jnp.pad(x, ((0, -m % GMM_TILE), (0, 0)))  # gmm takes whole row tiles
+    (m, i), o = x.shape, w.shape[2]
+    # gmm takes whole tiles: rows, I and O padded with zeros (exact: a zero column adds nothing, a zero
+    # output column is sliced off), e.g. nanochat's expert width 4D/3 (1365 at d16) to 1408.
+    pad = lambda n: -n % GMM_TILE
+    rows = jnp.pad(x, ((0, pad(m)), (0, pad(i))))
+    w = jnp.pad(w, ((0, 0), (0, pad(i)), (0, pad(o))))
     # The rows past the groups (the pad, other devices' experts' assignments) as one more group, with no
     # weight: gmm then writes them zero (its path for a shard of the experts) instead of leaving them
     # unwritten, and tgmm leaves them out of the weight gradient.
@@ -171,7 +172,7 @@ def _grouped_matmul(
     sizes = jnp.append(sizes, rows.shape[0] - jnp.sum(sizes))
     out_dtype = jnp.promote_types(x.dtype, w.dtype)  # as ragged_dot's
     out = megablox.gmm(rows, w, sizes, out_dtype, (GMM_TILE,) * 3, interpret=interpret)
-    return out[:m]
+    return out[:m, :o]
 
 
 def _grouped(

@@ -1,5 +1,5 @@
-"""Building the (data, fsdp, expert, tensor) mesh from config sizes, and the divisibility checks that must
-fail before anything compiles."""
+"""Building the (data, fsdp, expert, tensor) mesh from config sizes or a mesh string ("data:16,fsdp:16"),
+and the divisibility checks that must fail before anything compiles."""
 
 from __future__ import annotations
 
@@ -38,6 +38,17 @@ def resolve_mesh_shape(
     if int(np.prod(sizes)) != n:
         raise ValueError(f"mesh: {'*'.join(MESH_AXES)} = {int(np.prod(sizes))} but there are {n} devices")
     return tuple(sizes)
+
+
+def parse_mesh(text: str) -> dict[str, int]:
+    """'data:16,fsdp:16' -> {"data": 16, "fsdp": 16}; the other mesh axes are 1 (one may be -1: the rest)."""
+    sizes = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, size = part.partition(":")
+        if name not in MESH_AXES or not size.lstrip("-").isdigit():
+            raise ValueError(f"--mesh={text!r}: {part!r} is not <axis>:<size> with axis one of {MESH_AXES}")
+        sizes[name] = int(size)
+    return {axis: sizes.get(axis, 1) for axis in MESH_AXES}
 
 
 def make_mesh(

@@ -6,11 +6,12 @@ import jax
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from t2mlr_jax.parallel.rules import LOGICAL_AXIS_RULES, is_axes, tree_shardings
+from t2mlr_jax.parallel.rules import LOGICAL_AXIS_RULES, ZERO_STAGES, is_axes, tree_shardings
 
 
-def param_shardings(axes, params_shapes, mesh: Mesh):
-    """Shardings of a params tree from its table's logical axes (`spec_axes(arch.specs)`). Every parameter
+def param_shardings(axes, params_shapes, mesh: Mesh, zero: int = 3):
+    """Shardings of a params tree from its table's logical axes (`spec_axes(arch.specs)`), split over the
+    data-parallel axes of ZeRO stage `zero` (ZERO_STAGES: ZeRO-3 over fsdp, ZeRO-1 none). Every parameter
     must have axes: one without (or a table entry without a parameter) is an error naming it, never a
     silently replicated model."""
     named = lambda tree, leaf: {
@@ -22,15 +23,22 @@ def param_shardings(axes, params_shapes, mesh: Mesh):
             f"the parameter table does not match the params: no spec for {sorted(have - want)}, "
             f"no parameter for {sorted(want - have)}"
         )
-    return tree_shardings(axes, params_shapes, mesh)
+    return tree_shardings(axes, params_shapes, mesh, ZERO_STAGES[zero].weights)
+
+
+def update_shardings(axes, params_shapes, mesh: Mesh, zero: int = 3):
+    """Where each parameter's optimizer state lives and its update is computed (a params-shaped tree): split
+    over the data-parallel axes of ZeRO stage `zero` (ZeRO-3: fsdp, as the weights; ZeRO-1: data and fsdp,
+    while the weights stay whole)."""
+    return tree_shardings(axes, params_shapes, mesh, ZERO_STAGES[zero].optimizer_state)
 
 
 def train_state_shardings(
-    state_shapes, optimizer: optax.GradientTransformation, params_shardings, mesh: Mesh
+    state_shapes, optimizer: optax.GradientTransformation, params_shardings, moment_shardings, mesh: Mesh
 ):
-    """Shardings of a train state (step, params, opt_state, rng, model_state): optimizer moments follow
-    their params (so fsdp shards Adam's state too); everything else is replicated (the non-gradient model
-    state is small: per-expert biases, counters)."""
+    """Shardings of a train state (step, params, opt_state, rng, model_state): the params take
+    `params_shardings`, the optimizer's moments their params' `moment_shardings` (`update_shardings`);
+    everything else is replicated (the non-gradient model state is small: per-expert biases, counters)."""
     replicated = NamedSharding(mesh, PartitionSpec())
     # Optimizers built from per-group parts (Muon's multi_transform) hold MaskedNode placeholders where
     # another group's parameters would be: they stay placeholders.
@@ -39,7 +47,7 @@ def train_state_shardings(
         optimizer,
         lambda leaf, s: leaf if masked(leaf) else s,
         state_shapes.opt_state,
-        params_shardings,
+        moment_shardings,
         transform_non_params=lambda _: replicated,
         is_leaf=masked,
     )

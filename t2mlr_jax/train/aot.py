@@ -18,24 +18,12 @@ from jax.sharding import Mesh
 
 from t2mlr_jax.architectures import Architecture
 from t2mlr_jax.config.sections import Experiment
-from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
-from t2mlr_jax.parallel.rules import MESH_AXES
+from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh, parse_mesh
 from t2mlr_jax.parallel.tpu_topology import OUT_OF_HBM, UNITS, topology_devices
 from t2mlr_jax.train.programs import Programs
 
 PROGRAMS = ("train", "eval", "decode", "jacobi_prefill")
 NO_CACHE = "no KV cache: it decodes by re-running its eval forward over the sequence, once per token"
-
-
-def parse_mesh(text: str) -> dict[str, int]:
-    """'data:16,fsdp:16' -> {"data": 16, "fsdp": 16}; the other mesh axes are 1 (one may be -1: the rest)."""
-    sizes = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, size = part.partition(":")
-        if name not in MESH_AXES or not size.lstrip("-").isdigit():
-            raise ValueError(f"--mesh={text!r}: {part!r} is not <axis>:<size> with axis one of {MESH_AXES}")
-        sizes[name] = int(size)
-    return {axis: sizes.get(axis, 1) for axis in MESH_AXES}
 
 
 def topology_mesh(topology: str, mesh: str) -> Mesh:

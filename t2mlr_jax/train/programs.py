@@ -26,7 +26,12 @@ from t2mlr_jax.model.backbone import KVCache, unstack_layers
 from t2mlr_jax.model.generate import T2MLRDecoder
 from t2mlr_jax.model.recurrence import Layout
 from t2mlr_jax.model.spec import spec_axes
-from t2mlr_jax.parallel.placement import batch_sharding, param_shardings, train_state_shardings
+from t2mlr_jax.parallel.placement import (
+    batch_sharding,
+    param_shardings,
+    train_state_shardings,
+    update_shardings,
+)
 from t2mlr_jax.parallel.rules import named_sharding
 from t2mlr_jax.train.eval import make_eval_step
 from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
@@ -58,12 +63,20 @@ class Programs:
     @functools.cached_property
     def state_shardings(self) -> TrainState:
         """Built when first asked for: optax's tree_map_params runs a tiny computation, which must not come
-        before the trainer's checks of a resumed run."""
+        before the trainer's checks of a resumed run. Weights and optimizer state are split as the ZeRO
+        stage `mesh.zero` says (t2mlr_jax.parallel.rules.ZERO_STAGES)."""
+        params = param_shardings(
+            spec_axes(self.arch.specs), self.state_shapes.params, self.mesh, self.config.mesh.zero
+        )
         return train_state_shardings(
-            self.state_shapes,
-            self.optimizer,
-            param_shardings(spec_axes(self.arch.specs), self.state_shapes.params, self.mesh),
-            self.mesh,
+            self.state_shapes, self.optimizer, params, self.update_shardings, self.mesh
+        )
+
+    @functools.cached_property
+    def update_shardings(self):
+        """Where each parameter's optimizer state lives and its update is computed (`update_shardings`)."""
+        return update_shardings(
+            spec_axes(self.arch.specs), self.state_shapes.params, self.mesh, self.config.mesh.zero
         )
 
     def init_state(self, loaded: dict | None = None) -> TrainState:
@@ -91,6 +104,7 @@ class Programs:
             mesh=self.mesh,
             state_sharding=self.state_shardings,
             batch_sharding=batch_sharding(self.mesh),
+            update_sharding=self.update_shardings,
             sample=sample,
         )
 

@@ -5,6 +5,10 @@ shardings) can be passed without touching the step itself. Gradient accumulation
 `grad_accum` micro-batches under a `lax.scan`; the loss is the token-weighted mean over the whole batch,
 so accumulation changes memory, not the update. After the optimizer update, the architecture's
 non-gradient state is updated from the statistics its forward reported (e.g. MoE routing balance).
+With `update_sharding` (a params-shaped tree of shardings: `placement.update_shardings`) the gradients are
+reduced into it and the update is computed there, however the params themselves are laid out (ZeRO-1:
+gradients reduce-scattered to the optimizer state's shards, the new weights all-gathered by the step's
+output sharding).
 """
 
 from __future__ import annotations
@@ -84,16 +88,21 @@ def make_train_step(
     schedule: optax.Schedule,
     grad_accum: int = 1,
     sample: Hashable | None = None,
+    update_sharding: Any = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """The un-jitted step (state, batch) -> (state, metrics); see `compile_step` and `make_grad_fn`."""
     # One micro-batch: the mean's gradient directly. Several: their sums' gradients, divided by all tokens.
     grad_fn = make_grad_fn(arch, sample, mean=grad_accum == 1)
+    where_updated = lambda tree: (
+        tree if update_sharding is None else jax.lax.with_sharding_constraint(tree, update_sharding)
+    )
 
     def step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
         step_key = jax.random.fold_in(state.rng, state.step)
 
         def micro_grad(i, mb):
-            return grad_fn(state.params, mb, state.model_state, jax.random.fold_in(step_key, i))
+            grads, aux = grad_fn(state.params, mb, state.model_state, jax.random.fold_in(step_key, i))
+            return where_updated(grads), aux  # each micro-batch's gradient reduced straight to its shards
 
         def accumulate(acc, xs):
             return jax.tree.map(jnp.add, acc, micro_grad(*xs)), None
@@ -109,8 +118,9 @@ def make_train_step(
         tokens = sums["loss"][1]
         if grad_accum > 1:
             grads = jax.tree.map(lambda g: g / jnp.maximum(tokens, 1.0), grads)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
+        old_params = where_updated(state.params)  # each device updates its shard of them
+        updates, opt_state = optimizer.update(grads, state.opt_state, old_params)
+        params = optax.apply_updates(old_params, updates)
         model_state, state_metrics = state.model_state, {}
         if arch.update_model_state is not None:
             model_state, state_metrics = arch.update_model_state(model_state, jax.lax.stop_gradient(stats))
@@ -130,7 +140,7 @@ def make_train_step(
         new = jax.tree.map(
             lambda a, b: jnp.where(finite, a, b),
             (params, opt_state, model_state),
-            (state.params, state.opt_state, state.model_state),
+            (old_params, state.opt_state, state.model_state),
         )
         return TrainState(state.step + 1, new[0], new[1], state.rng, new[2]), metrics
 
@@ -146,10 +156,12 @@ def compile_step(
     mesh: jax.sharding.Mesh | None = None,
     state_sharding: Any = None,
     batch_sharding: Any = None,
+    update_sharding: Any = None,
     sample: Hashable | None = None,
 ) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
-    """jit the step with the state donated; with a mesh, in/out shardings place state and batch on it."""
-    step = make_train_step(arch, optimizer, schedule, grad_accum, sample)
+    """jit the step with the state donated; with a mesh, in/out shardings place state and batch on it, and
+    `update_sharding` where the update is computed (`make_train_step`)."""
+    step = make_train_step(arch, optimizer, schedule, grad_accum, sample, update_sharding)
     if mesh is None:
         return jax.jit(step, donate_argnums=0)
     return jax.jit(

@@ -82,7 +82,7 @@ class Run:
             "arch": arch_name,
             **_section_identity(self.settings, arch_name),
         }
-        self.mesh = make_mesh(**self.settings["mesh"])
+        self.mesh = make_mesh(**config.mesh.sizes())
         check_batch(config.train.batch_size, self.mesh, config.train.grad_accum)
         if self.arch.backbone is not None and self.arch.backbone.routed_experts:
             check_experts(self.arch.backbone.routed_experts, self.mesh)

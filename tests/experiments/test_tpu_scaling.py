@@ -1,6 +1,7 @@
 """experiments/tpu_scaling.py without compiling: its rows, its tables from hand-made reports, bad input."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -38,20 +39,21 @@ def _program(arch, step_s, model_flops, fits=True, refused=False):
     }
 
 
-def _result(name, *programs):
+def _result(name, *programs, per_chip=1, **setting):
     row = {"name": name, "arch": "t2mlr,transformer", "topology": "v5e:16x16", "mesh": "data:16,fsdp:16"}
-    setting = {"mesh": {"data": 16, "fsdp": 16, "tensor": 1}, "chips": 256, "chip": "TPU v5e"}
+    mesh = {"data": 16, "fsdp": 16, "tensor": 1}
+    setting = {"mesh": mesh, "chips": 256, "chip": "TPU v5e", "batch": 256 * per_chip, **setting}
     return {"row": row, "setting": setting, "programs": list(programs)}
 
 
 def test_the_tables_give_each_train_step_its_memory_estimate_and_ratio():
     results = [
-        _result("135M_v5e-256", _program("t2mlr", 0.2, 6e15), _program("transformer", 0.1, 2e15)),
+        _result("135M_v5e-256", _program("t2mlr", 0.2, 6e15), _program("transformer", 0.1, 2e15), zero=1),
         _result("3B_v5e-256_fsdp", _program("t2mlr", None, None, fits=False, refused=True)),
     ]
     train = tpu_scaling.train_table(results)
     assert (
-        "| 135M_v5e-256 | t2mlr | data:16,fsdp:16 | 3.0 / 15.75 | yes | 200 ms (memory) | 25% (18%) | "
+        "| 135M_v5e-256 | t2mlr | data:16,fsdp:16 ZeRO-1 | 3.0 / 15.75 | yes | 200 ms (memory) | 25% (18%) | "
         "12 all-gather |" in train
     )
     assert "| 3B_v5e-256_fsdp | t2mlr | data:16,fsdp:16 | > 40 (temporaries) | **no** ||||" in train
@@ -102,13 +104,39 @@ def test_the_calibration_table_puts_the_estimate_beside_the_measurement():
 
 def test_rows_per_chip_line_up_in_one_table():
     results = [
-        _result("135M_v5e-256", _program("t2mlr", 0.2, 6e15)),
-        _result("135M_v5e-256_x4", _program("t2mlr", 0.8, 24e15)),
-        _result("135M_v5e-256_x8", _program("t2mlr", None, None, fits=False, refused=True)),
+        _result("135M_v5e-256_x1", _program("t2mlr", 0.2, 6e15)),
+        _result("135M_v5e-256", _program("t2mlr", 0.8, 24e15), per_chip=4),
+        _result("135M_v5e-256_x8", _program("t2mlr", None, None, fits=False, refused=True), per_chip=8),
     ]
     table = tpu_scaling.per_chip_table(results)
     assert "| row | arch | 1 row per chip | 4 rows per chip | 8 rows per chip |" in table
     assert (
-        "| 135M_v5e-256 | t2mlr | 3.0 GiB, 200 ms memory, 25% (18%) | 3.0 GiB, 800 ms memory, 25% (18%) | "
-        "**does not fit**: 40 GiB |" in table
+        "| 135M_v5e-256 | t2mlr | 3.0 GiB, 200 ms memory, 25% (18%) | "
+        "3.0 GiB, 800 ms memory, 25% (18%) | **does not fit**: 40 GiB |" in table
     )
+
+
+def test_each_recipe_takes_zero1_where_its_whole_weights_fit_and_the_most_rows_that_fit():
+    """The pods' recipes as memory_plan plans them: the 135M models whole on every chip at 4 rows per chip
+    everywhere (study rows beside them at 1 and 8); 1B on v5e-256 (16 GiB) under ZeRO-3 at one row, on
+    v5p-64 (95 GiB) whole at 4; the LRT on its expert mesh at one row; the ZeRO stage reaches the tool."""
+    rows = {row.name: row for row in tpu_scaling.pod_rows()}
+    for pod in tpu_scaling.PODS:
+        recipe = rows[f"135M_{pod}"]
+        assert (recipe.zero, recipe.batch, recipe.programs) == (1, 4 * CHIPS[recipe.topology], "train,decode")
+        assert rows[f"135M_{pod}_x8"].zero == 1 and f"135M_{pod}_x4" not in rows
+    assert (rows["1B_v5e-256"].zero, rows["1B_v5e-256"].batch) == (3, 256)
+    assert (rows["1B_v5p-64"].zero, rows["1B_v5p-64"].batch) == (1, 4 * 64)
+    lrt = rows["LRT-d16_v5e-256"]
+    assert (lrt.mesh, lrt.batch) == (tpu_scaling.EXPERT_MESH["v5e-256"], 256)
+    assert "--config.mesh.zero=1" in tpu_scaling.command(rows["135M_v5e-256"], Path("out"))
+    assert "--config.mesh.zero=3" in tpu_scaling.command(rows["1B_v5e-256"], Path("out"))
+
+
+def test_the_row_estimate_is_near_the_compiled_pods():
+    """memory_plan's activations per row against the compiled pods' GiB per row added (docs/tpu_compile.md:
+    135M T²MLR 2.2 and its transformer 1.2 on v5e-256; 1B T²MLR 5.5): within 30%."""
+    compiled = {("135M", "t2mlr"): 2.2, ("135M", "transformer"): 1.2, ("1B", "t2mlr"): 5.5}
+    for (size, arch), gib in compiled.items():
+        (work,) = tpu_scaling.recipe_workloads(tpu_scaling.T2MLR_SIZES[size], arch, "data:16,fsdp:16")
+        assert work.row_bytes / 2**30 == pytest.approx(gib, rel=0.3), (size, arch)

@@ -40,6 +40,7 @@ def test_a_decode_step_compiled_for_v5e_is_reported(tmp_path):
         (("--mesh=fsdp:3",), "error: --mesh='fsdp:3' on v5e:2x2 (4 chips): "),
         (("--mesh=fsdp:4", "--programs=train,sample"), "error: --programs: ['sample'] not among"),
         (("--mesh=fsdp:4", "--batch=2"), "batch_size 2 (per micro-batch 2) is not divisible"),
+        (("--mesh=data:4", "--config.mesh.zero=2"), "error: mesh.zero must be one of (1, 3), got 2"),
     ],
 )
 def test_bad_input_is_one_line_before_anything_is_written(tmp_path, argv, message):

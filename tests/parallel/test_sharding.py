@@ -8,11 +8,12 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from t2mlr_jax.config.sections import Mesh
 from t2mlr_jax.model.params import init_params, param_axes
 from t2mlr_jax.model.recurrence import jacobi_forward
 from t2mlr_jax.parallel.mesh import check_batch, make_mesh, resolve_mesh_shape
 from t2mlr_jax.parallel.placement import param_shardings
-from t2mlr_jax.parallel.rules import partition_spec
+from t2mlr_jax.parallel.rules import ZERO_STAGES, partition_spec, weight_partition_spec
 from tests.tiny import tiny_config, tiny_params, tokens
 from tests.tolerance import assert_fp32_close
 
@@ -31,6 +32,8 @@ def test_mesh_shapes_and_errors():
         check_batch(6, make_mesh(4, 2, 1))
     with pytest.raises(ValueError, match="grad_accum"):
         check_batch(8, make_mesh(8, 1, 1), grad_accum=3)
+    with pytest.raises(ValueError, match=r"^mesh.zero must be one of \(1, 3\), got 2$"):
+        Mesh(zero=2)
 
 
 def test_rules_shard_what_divides_and_replicate_the_rest():
@@ -44,6 +47,25 @@ def test_rules_shard_what_divides_and_replicate_the_rest():
     assert partition_spec(("batch", "length"), (8, 16), mesh) == P(("data", "fsdp"), None)
     with pytest.raises(ValueError, match="no rule"):
         partition_spec(("nonsense",), (4,), mesh)
+
+
+def test_a_weight_whose_width_fsdp_does_not_divide_splits_another_dimension():
+    """A 36-wide weight on fsdp:8 (as the 584-wide baseline on fsdp:16) splits its MLP columns (beside
+    their tensor axis where both divide) or its heads; a norm stays whole; ZeRO-1's optimizer state goes
+    over data and fsdp, each on the first dimension it divides."""
+    mlp, attn = ("layers", "embed", "mlp"), ("layers", "embed", "heads", "head_dim")
+    assert weight_partition_spec(mlp, (4, 36, 64), make_mesh(1, 8, 1)) == P(None, None, "fsdp")
+    assert weight_partition_spec(mlp, (4, 38, 64), make_mesh(1, 4, 2)) == P(None, None, ("tensor", "fsdp"))
+    assert weight_partition_spec(attn, (4, 36, 8, 8), make_mesh(1, 8, 1)) == P(None, None, "fsdp", None)
+    assert weight_partition_spec(("layers", "norm"), (4, 36), make_mesh(1, 8, 1)) == P(None, None)
+    assert weight_partition_spec(("layers", "head_dim"), (4, 16), make_mesh(1, 8, 1)) == P(None, None)
+    zero1 = ZERO_STAGES[1]
+    assert weight_partition_spec(attn, (4, 36, 4, 8), make_mesh(2, 4, 1), zero1.weights) == P(
+        None, None, None, None
+    )
+    assert weight_partition_spec(attn, (4, 36, 4, 8), make_mesh(2, 4, 1), zero1.optimizer_state) == P(
+        None, "data", "fsdp", None
+    )
 
 
 CFG = tiny_config()
