@@ -15,6 +15,10 @@ there) and the whole operand of each async slice. Here, per instruction outside 
   scan over stacked layer weights reads one layer per trip);
 - a dynamic-update-slice (or a fusion output that is one, of a fusion parameter) is in place: it writes
   its update and does not read the buffer it updates;
+- libtpu's async collective fusions run one collective as steps spread over many fusions, each showing
+  the whole collective and passing the buffers on: a fusion output that is a parameter passed through
+  aliases it (neither read nor written), and one that is a collective's result is not charged (its
+  bytes are the collective's, timed on the links);
 - ops that move no data (tuples, bitcasts, parameters, constants, a loop or conditional itself) cost
   nothing.
 Kernels (Pallas custom calls) are charged their operands and results once: what they re-read from HBM
@@ -49,6 +53,7 @@ FREE = {
     "opt-barrier",
 }
 SLICES = ("slice", "dynamic-slice")
+COLLECTIVES = {"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute"}
 VMEM = 1  # TPU's memory space 1
 
 
@@ -104,6 +109,12 @@ def _fusion_bytes(module: Module, host: Computation, instruction: Instruction, f
         return _hbm(result) + _read_bytes(module, host, instruction, set())
     written, in_place = 0.0, set()
     for output, (size, space) in zip(outputs, result):
+        if output.opcode == "parameter":  # passed through (an async collective's buffer): aliased, not moved
+            if all(user is root for user in _users(fused, output.name)):
+                in_place.add(_param_index(output))
+            continue
+        if output.opcode in COLLECTIVES:  # an async collective fusion's step: the link time counts it
+            continue
         if output.opcode != "dynamic-update-slice":
             written += size if space == HBM else 0.0
             continue

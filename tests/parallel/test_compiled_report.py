@@ -387,6 +387,36 @@ def test_hbm_bytes_count_only_buffers_in_hbm():
     assert hbm_bytes(module, runs) == 6 * block + 7 * rows
 
 
+ASYNC_COLLECTIVE_HLO = """HloModule a
+
+%step (p0: f32[2,128], p1: f32[8,128], p2: bf16[64,128]) -> (bf16[64,128], f32[8,128], f32[8,128]) {
+  %p0 = f32[2,128]{1,0} parameter(0)
+  %p1 = f32[8,128]{1,0} parameter(1)
+  %p2 = bf16[64,128]{1,0} parameter(2)
+  %work = bf16[64,128]{1,0} multiply(%p2, %p2)
+  %gathered = f32[8,128]{1,0} all-gather(%p0), channel_id=7, replica_groups={{0,1,2,3}}, dimensions={0}
+  ROOT %out = (bf16[64,128]{1,0}, f32[8,128]{1,0}, f32[8,128]{1,0}) tuple(%work, %p1, %gathered)
+}
+
+ENTRY %main (shard: f32[2,128], previous: f32[8,128], x: bf16[64,128]) -> (bf16[64,128], f32[8,128], f32[8,128]) {
+  %shard = f32[2,128]{1,0} parameter(0)
+  %previous = f32[8,128]{1,0} parameter(1)
+  %x = bf16[64,128]{1,0} parameter(2)
+  ROOT %fused = (bf16[64,128]{1,0}, f32[8,128]{1,0}, f32[8,128]{1,0}) fusion(%shard, %previous, %x), kind=kOutput, calls=%step
+}
+"""  # noqa: E501
+
+
+def test_an_async_collective_fusion_charges_only_its_own_work():
+    """libtpu spreads one collective over many fusions, each passing the buffers on: the fusion above does
+    its own work (reads and writes a [64,128] bf16 block) and reads the shard it sends; the buffer it
+    passes through and the collective's result are not HBM traffic (the links time the collective)."""
+    module = parse(ASYNC_COLLECTIVE_HLO)
+    runs, _ = executed(module)
+    fused = next(run for run in runs if run.instruction.name == "fused")
+    assert instruction_bytes(module, fused) == 2 * 64 * 128 * 2 + 2 * 128 * 4
+
+
 def test_collectives_take_the_links_of_the_torus_axes_they_span():
     """Rings along whole wrapped axes send both ways (2 links per axis), open lines one way; strided
     members share links; an all-to-all's bytes travel the mean distance; a permute its longest hop."""
