@@ -86,22 +86,26 @@ def activation_bytes_per_row(
       projections and its output, and the block's input; "none" also the norms' outputs and the MLP's
       activation; "full" only the block's input;
     - attention keeps no [T, T] scores (a flash / splash kernel);
-    - a MoE's hidden is its dispatch slots' (capacity factor x top-k per token) and its shared experts',
-      and each slot moves its token in and out; a chip dispatches its own rows (dropless, or capacity per
-      row) or, with capacity per call (moe_capacity_groups), the whole call over the expert devices: data x
-      fsdp rows per row of its own;
+    - a MoE's hidden is its dispatch slots' and its shared experts', each slot moves its token in and out
+      and the combine sums in fp32: dropless (grouped), top-k slots per token of the expert peers' rows it
+      gathers (mesh.expert per row of its own); with a capacity factor, capacity x top-k per token of its
+      own rows (capacity per row) or of the whole call (per call: data x fsdp rows per row of its own);
     - the loss keeps fp32 logits and their gradient per logits pass.
     Against the compiled pods (docs/tpu_compile.md, ZeRO-3, GiB per row added): SmolLM2-135M T²MLR (13,18)
     on v5e-256 1.9 estimated, 2.2 compiled; its transformer 1.5, 1.2; 1B T²MLR 6.2, 5.5; LRT-d16 (remat
-    none, capacity per call) on v5p-64 44, and 47.7 in all at one row."""
+    none, dropless, expert:8) on v5p-64 under ZeRO-1 at one row 60.2 in all estimated, 47.25 compiled."""
     d = model.hidden_size
     block = 3 * d + 2 * (model.num_heads + model.num_kv_heads) * model.head_dim
     hidden, moved = model.mlp_dim, 0.0
     if model.mlp == "moe":
-        per_call = model.moe_capacity_factor is not None and model.moe_capacity_groups == "call"
-        rows = mesh["data"] * mesh["fsdp"] if per_call else 1
-        slots = (model.moe_capacity_factor or 1.0) * model.moe_top_k * rows
-        hidden, moved = (slots + model.moe_shared) * model.expert_dim, 2 * d * slots
+        if model.moe_capacity_factor is None:  # grouped: a device runs its expert peers' tokens too
+            rows, slots = mesh["expert"], model.moe_top_k * mesh["expert"]
+        else:
+            rows = mesh["data"] * mesh["fsdp"] if model.moe_capacity_groups == "call" else 1
+            slots = model.moe_capacity_factor * model.moe_top_k * rows
+        # each slot's token in and out, and the combine's fp32 sums (per slot and per token)
+        combine = 4 / jnp.dtype(model.dtype).itemsize * d * (slots + rows)
+        hidden, moved = (slots + model.moe_shared) * model.expert_dim, 2 * d * slots + combine
     dots = block + 2 * hidden + moved
     kept = {"full": d, "dots": dots, "none": dots + 2 * d + hidden}[model.remat]
     layers = layer_passes * seq_len * kept * jnp.dtype(model.dtype).itemsize
