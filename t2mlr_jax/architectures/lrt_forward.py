@@ -208,7 +208,10 @@ def _run(
 def _reread(cfg: LRTConfig, params: dict) -> dict:
     """What every pass rereads, gathered once per step (`gathered`): the blocks' and the feedback's
     weights."""
-    return gathered(cfg.model, params, lrt_specs(cfg), [name for name in ("layers", "lrt") if name in params])
+    specs = lrt_specs(cfg)
+    return gathered(
+        cfg.model, params, specs, [name for name in ("layers", "lrt") if name in params and name in specs]
+    )
 
 
 class Passes(NamedTuple):

@@ -119,7 +119,9 @@ def test_rows_per_chip_line_up_in_one_table():
 def test_each_recipe_takes_zero1_where_its_whole_weights_fit_and_the_most_rows_that_fit():
     """The pods' recipes as memory_plan plans them: the 135M models whole on every chip at 4 rows per chip
     everywhere (study rows beside them at 1 and 8); 1B on v5e-256 (16 GiB) under ZeRO-3 at one row, on
-    v5p-64 (95 GiB) whole at 4; the LRT on its expert mesh at one row; the ZeRO stage reaches the tool."""
+    v5p-64 (95 GiB) whole at 4; the LRT-d16 on v5p-64 data parallel (each chip holds every expert) at
+    4, on v5e-256 at one row on the pod's own mesh too (its expert mesh fits no more); the stage reaches
+    the tool."""
     rows = {row.name: row for row in tpu_scaling.pod_rows()}
     for pod in tpu_scaling.PODS:
         recipe = rows[f"135M_{pod}"]
@@ -127,8 +129,10 @@ def test_each_recipe_takes_zero1_where_its_whole_weights_fit_and_the_most_rows_t
         assert rows[f"135M_{pod}_x8"].zero == 1 and f"135M_{pod}_x4" not in rows
     assert (rows["1B_v5e-256"].zero, rows["1B_v5e-256"].batch) == (3, 256)
     assert (rows["1B_v5p-64"].zero, rows["1B_v5p-64"].batch) == (1, 4 * 64)
+    lrt = rows["LRT-d16_v5p-64"]
+    assert (lrt.mesh, lrt.zero, lrt.batch) == ("fsdp:64", 1, 4 * 64)
     lrt = rows["LRT-d16_v5e-256"]
-    assert (lrt.mesh, lrt.batch) == (tpu_scaling.EXPERT_MESH["v5e-256"], 256)
+    assert (lrt.mesh, lrt.batch) == ("data:16,fsdp:16", 256)
     assert "--config.mesh.zero=1" in tpu_scaling.command(rows["135M_v5e-256"], Path("out"))
     assert "--config.mesh.zero=3" in tpu_scaling.command(rows["1B_v5e-256"], Path("out"))
 
