@@ -93,7 +93,8 @@ def activation_bytes_per_row(
     - the loss keeps fp32 logits and their gradient per logits pass.
     Against the compiled pods (docs/tpu_compile.md, ZeRO-3, GiB per row added): SmolLM2-135M T²MLR (13,18)
     on v5e-256 1.9 estimated, 2.2 compiled; its transformer 1.5, 1.2; 1B T²MLR 6.2, 5.5; LRT-d16 (remat
-    none, dropless, expert:8) on v5p-64 under ZeRO-1 at one row 60.2 in all estimated, 47.25 compiled."""
+    none, dropless) on v5p-64 under ZeRO-1, in all: expert:8 at one row 60.2 estimated, 47.25 compiled;
+    fsdp:64 at four rows 56.7, 71.1."""
     d = model.hidden_size
     block = 3 * d + 2 * (model.num_heads + model.num_kv_heads) * model.head_dim
     hidden, moved = model.mlp_dim, 0.0
