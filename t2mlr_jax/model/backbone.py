@@ -341,10 +341,11 @@ def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
             )
         keys, values, kv = k_all[row], v_all[row], (k_all, v_all)
     mask = step.mask
-    if isinstance(mask, DocumentMask) and layer.window is not None:
-        mask = dataclasses.replace(mask, window=layer.window)
-    elif layer.window is not None:
-        mask = mask & (step.distance <= layer.window)
+    if layer.window is not None:
+        if isinstance(mask, DocumentMask):
+            mask = dataclasses.replace(mask, window=layer.window)
+        else:
+            mask = mask & (step.distance <= layer.window)
     attn = attend(q, keys, values, mask, cfg.attn_softcap, cfg.query_pre_attn_scalar, cfg.attention_impl)
     o = a["o_proj"]
     y = jnp.einsum("btf,fd->btd", attn.reshape(*attn.shape[:2], -1), o.reshape(-1, o.shape[-1]))

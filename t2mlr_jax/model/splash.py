@@ -120,6 +120,6 @@ def dynamic_attention(
         return kernel(q, k, v)
 
     def rows(q, k, v, mask):
-        return _heads_first(jax.lax.map(row, (_heads_first(q), _heads_first(k), _heads_first(v), mask)))
+        return _heads_first(jax.lax.map(row, (*map(_heads_first, (q, k, v)), mask)))
 
     return _per_device(rows, q, k, v, mask)
