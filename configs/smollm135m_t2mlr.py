@@ -10,7 +10,7 @@ baseline_compute_matched (2.24 epochs, Table 12), looped, middle_looped, pause (
 """
 
 from configs.recipes import pretraining
-from t2mlr_jax.model.config import smollm2_135m
+from t2mlr_jax.model.presets import smollm2_135m
 
 WINDOWS = ((1, 30), (9, 22), (13, 18), (15, 16))
 LOCATION_ABLATIONS = ((1, 6), (25, 30), (1, 14), (17, 30))

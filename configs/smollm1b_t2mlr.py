@@ -5,7 +5,7 @@ with the fusion, the parameter-matched baseline 0.971B). Presets as in
 smollm135m_t2mlr.py (w1_32, w5_28, w13_20)."""
 
 from configs.recipes import pretraining
-from t2mlr_jax.model.config import smollm2_360m
+from t2mlr_jax.model.presets import smollm2_360m
 
 
 def get_config(arg=None):

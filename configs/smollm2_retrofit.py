@@ -24,7 +24,7 @@ Presets: baseline (the identical pretrained transformer, finetuned alike: no wid
 from pathlib import Path
 
 from configs.recipes import backbone_preset, finetuning
-from t2mlr_jax.model.config import smollm2_1_7b, smollm2_135m
+from t2mlr_jax.model.presets import smollm2_1_7b, smollm2_135m
 
 SAMPLE = str(Path(__file__).resolve().parent / "samples" / "gsm8k_aug.jsonl")
 

@@ -4,7 +4,7 @@ backbone alone is 361.8M, the figure the paper reports); the parameter-matched b
 Presets as in smollm135m_t2mlr.py (w1_32, w5_28, w13_20)."""
 
 from configs.recipes import pretraining
-from t2mlr_jax.model.config import smollm2_360m
+from t2mlr_jax.model.presets import smollm2_360m
 
 
 def get_config(arg=None):

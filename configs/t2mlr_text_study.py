@@ -11,7 +11,7 @@ Tempest and The Winter's Tale. Every choice was fixed before any row ran (issue 
   exact sequential recurrence and with the Jacobi forward; γ_rec starting at 0.1 (the release's
   rezero_gamma_recurrent_gate_init; the paper's 0 keeps the gate shut at CPU budgets, docs/studies.md);
 - the release's AdamW recipe (0.9, 0.98), wd 0.01, 5% warmup, cosine to 1e-3 x peak, clipping at 1.0,
-  its rate x one multiplier chosen by the rule (t2mlr_jax.analysis.recipe_rule) on the parameter-matched
+  its rate x one multiplier chosen by the rule (t2mlr_jax.studies.recipe_rule) on the parameter-matched
   transformer alone (SWEPT_LR_MULTIPLIER, docs/recipes.md) and halved while a probe of every row diverges
   (STABILITY_PROBES);
 - 256 held-out rows of 256 tokens (65,536 tokens), bits per byte with nanochat's masking.
@@ -22,8 +22,8 @@ are the raw plays; data.tokenizer must be given (the study's BPE):
 """
 
 from configs.recipes import shakespeare_split
-from t2mlr_jax.analysis.recipe_rule import stable_multiplier
 from t2mlr_jax.config.edit import apply_preset, config_module, set_path
+from t2mlr_jax.studies.recipe_rule import stable_multiplier
 
 LAYERS, WIDTH, HEAD_DIM = 8, 24, 12
 WINDOW = (3, 4)  # code l_start, l_end: the middle quarter of 8 layers

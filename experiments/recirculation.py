@@ -4,7 +4,7 @@ self for every alpha x scheme x (source, destination) pair of config.recirculati
 paper's controls (temperature, training-free looping) and a serial check of the parallel two-stack
 (passes, perplexity gap, speed-up, timed side by side). This is main.py (its flags, --help, one-line
 errors) with configs/recirculation.py:cpu as the default config; the sweep is
-t2mlr_jax.analysis.recirculation_sweep, the study main.py runs for arch "recirculation" in --mode=train.
+t2mlr_jax.studies.recirculation_sweep, the study main.py runs for arch "recirculation" in --mode=train.
 
   python -m experiments.recirculation --config=configs/recirculation.py:cpu --workdir=runs/recirc
   python -m experiments.recirculation --config=configs/recirculation.py --workdir=runs/recirc_full \\

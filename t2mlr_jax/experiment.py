@@ -14,14 +14,14 @@ Sections (t2mlr_jax.config.sections holds each one's fields, defaults and checks
              (t2mlr_jax.train.optimizer).
   train      steps (or a FLOP budget), batch, logging / checkpoint cadence.
   data       task name and the task's own settings, or the files / TFDS splits of text.
-  eval       loss mode, generation settings, how many examples; `window` is data.eval_seq_len.
+  eval       loss mode, generation settings, how many examples, the eval rows' length (`window`).
 """
 
 from __future__ import annotations
 
 from ml_collections import config_dict
 
-import t2mlr_jax.architectures  # noqa: F401  (registers the built-in architectures and their sections)
+from t2mlr_jax.architectures import arch_names, build_architecture, flops_per_step
 from t2mlr_jax.config.convert import from_config_dict, to_config_dict
 from t2mlr_jax.config.edit import update_known
 from t2mlr_jax.config.sections import Data, Experiment
@@ -63,8 +63,23 @@ def experiment(
 
 
 def resolve(config: config_dict.ConfigDict) -> Experiment:
-    """The typed experiment of a config file's ConfigDict (presets and overrides applied), all checked."""
+    """The typed experiment of a config file's ConfigDict (presets and overrides applied), all checked, with
+    its derived values: train.flop_budget's steps when it names one architecture (`for_arch`)."""
     typed = from_config_dict(config)
     OPTIMIZERS.get(typed.optimizer.name)
     SCHEDULES.get(typed.optimizer.schedule)
-    return typed
+    names = arch_names(typed) if typed.train.flop_budget else ()
+    return for_arch(typed, names[0]) if len(names) == 1 else typed
+
+
+def for_arch(typed: Experiment, name: str) -> Experiment:
+    """The experiment that architecture `name` of `typed.arch` trains: with train.flop_budget, train.steps =
+    round(budget / its expected training FLOPs per step) (t2mlr_jax.model.flops), at least 1. `resolve`
+    applies it to a config of one architecture, main.py to each of a comma list's (their steps differ);
+    nothing after changes the steps."""
+    if not typed.train.flop_budget:
+        return typed
+    per_step = flops_per_step(typed, build_architecture(typed, name))
+    if per_step is None:
+        raise ValueError(f"train.flop_budget: architecture {name!r} has no training FLOP accounting")
+    return typed.replace(train={"steps": max(1, round(typed.train.flop_budget / per_step))})

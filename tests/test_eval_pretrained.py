@@ -1,8 +1,7 @@
 """--mode=eval of a pretrained model with nothing trained: main.py (run in this process) scores the shipped
 SmolLM2-135M-Instruct GGUF (config.init_from) on a text file given only as data.eval_path, in
 non-overlapping windows of eval.window tokens, and prints and writes loss, perplexity and bits per byte,
-which are transformers' on the same windows (to the depth rule of tests/tolerance.py). eval.window and
-data.eval_seq_len are one field under two names."""
+which are transformers' on the same windows (to the depth rule of tests/tolerance.py)."""
 
 import functools
 import json
@@ -33,18 +32,15 @@ def _kept(kept: list, value):
     return value
 
 
-def test_eval_window_is_data_eval_seq_len():
-    """One value under two names: setting either sets both; the recirculation config's is the paper's 1024,
-    elsewhere 0 (= data.seq_len) as before."""
+def test_eval_window_is_the_eval_rows_one_name():
+    """The recirculation config's window is the paper's 1024, elsewhere 0 (= data.seq_len) as before; the
+    eval rows' length has no second name."""
     config = config_module(CONFIG).get_config()
-    assert config.eval.window == config.data.eval_seq_len == 1024
-    config.eval.window = 64
-    assert config.data.eval_seq_len == 64
-    set_path(config, "data.eval_seq_len", 32)
+    assert config.eval.window == 1024 and "eval_seq_len" not in config.data
+    set_path(config, "eval.window", 32)
     assert config.eval.window == 32
     assert config_module(CONFIG).get_config("cpu").eval.window == 256
-    other = config_module(ROOT / "configs" / "smollm2_retrofit.py").get_config("cpu")
-    assert other.eval.window == other.data.eval_seq_len == 0
+    assert config_module(ROOT / "configs" / "smollm2_retrofit.py").get_config("cpu").eval.window == 0
 
 
 @pytest.mark.slow

@@ -5,8 +5,9 @@ import dataclasses
 
 import pytest
 
-from t2mlr_jax.config import SECTIONS, from_config_dict, to_config_dict, to_dict
+from t2mlr_jax.config.convert import from_config_dict, to_config_dict, to_dict
 from t2mlr_jax.config.edit import dotted_keys, set_path
+from t2mlr_jax.config.sections import SECTIONS
 from t2mlr_jax.experiment import experiment, resolve
 from tests.tiny import task_model
 
@@ -26,9 +27,9 @@ def test_edits_at_the_edge_reach_the_typed_sections():
     config = _config()
     set_path(config, "train.steps", 7)
     set_path(config, "t2mlr.forward_mode", "exact")
-    config.eval.window = 32  # one value under two names
+    config.eval.window = 32
     typed = resolve(config)
-    assert (typed.train.steps, typed.t2mlr.forward_mode, typed.data.eval_seq_len) == (7, "exact", 32)
+    assert (typed.train.steps, typed.t2mlr.forward_mode, typed.eval.window) == (7, "exact", 32)
     with pytest.raises(dataclasses.FrozenInstanceError):
         typed.train.steps = 8  # below main.py nothing edits the experiment; replace() makes a copy
     assert typed.replace(train={"steps": 8}, t2mlr={"bptt": 2}).train.steps == 8

@@ -23,7 +23,8 @@ FLOORS = (
     "interop",
     "train",
     "analysis",
-    "experiment",  # the assembly of a config file's experiment: every registered section, the top floor
+    "experiment",  # the assembly of a config file's experiment: every registered section
+    "studies",  # the paper's studies, the benchmarks and the release parity harness, the top floor
 )
 # A string naming a module: "t2mlr_jax.a.b", "t2mlr_jax.a.b:f", or the start of f"t2mlr_jax.a.{name}".
 MODULE_STRING = re.compile(r"t2mlr_jax(\.\w+)+[.:\w]*")
@@ -115,3 +116,45 @@ def test_a_planted_upward_import_is_caught(tmp_path, planted):
 def test_imports_of_the_floor_itself_and_below_and_docstrings_pass():
     source = '"""See t2mlr_jax.train.trainer for the loop."""\nfrom t2mlr_jax.model import backbone\n'
     assert upward_imports("model", source + "from t2mlr_jax.parallel import rules") == []
+
+
+# Each research system is one package of t2mlr_jax/architectures/; what it exports from its __init__ is its
+# interface. Below the studies floor, nothing outside a system reaches into its modules; a study, a benchmark
+# or the parity harness may, to measure or check a system's internals.
+SYSTEMS = sorted(p.name for p in (PACKAGE / "architectures").iterdir() if (p / "__init__.py").exists())
+STUDY_FLOORS = FLOORS[FLOORS.index("studies") :]
+
+
+def reached_internals(package: Path = PACKAGE) -> list[str]:
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        own = path.relative_to(package).parts[:2]
+        if floor_of(path, package) in STUDY_FLOORS:
+            continue
+        for name in imported(path.read_text()):
+            parts = re.split(r"[.:]", name)
+            if parts[1:2] == ["architectures"] and len(parts) > 3 and parts[2] in SYSTEMS:
+                if tuple(parts[1:3]) != own:
+                    found.append(f"{path.relative_to(package)} imports {name}")
+    return found
+
+
+def test_the_systems_are_packages():
+    assert set(SYSTEMS) >= {"t2mlr", "lrt", "ponderlm2", "recirculation", "baselines"}
+
+
+def test_no_system_interop_or_trainer_reaches_into_another_systems_modules():
+    assert reached_internals() == []
+
+
+def test_a_planted_reach_into_a_system_is_caught(tmp_path):
+    (tmp_path / "architectures" / "lrt").mkdir(parents=True)
+    (tmp_path / "interop").mkdir()
+    (tmp_path / "architectures" / "lrt" / "architecture.py").write_text(
+        "from t2mlr_jax.architectures.lrt.forward import LRTConfig\n"
+    )
+    (tmp_path / "interop" / "planted.py").write_text(
+        "from t2mlr_jax.architectures.lrt import LRTConfig\n"
+        "from t2mlr_jax.architectures.lrt.forward import x\n"
+    )
+    assert reached_internals(tmp_path) == ["interop/planted.py imports t2mlr_jax.architectures.lrt.forward"]

@@ -27,7 +27,7 @@ TINY = [
     "--config.data.options.max_actions=3",
     "--config.data.eval_options.max_actions=4",
     "--config.data.seq_len=16",
-    "--config.data.eval_seq_len=20",
+    "--config.eval.window=20",
     "--config.t2mlr.forward_mode=jacobi",
     "--config.t2mlr.d_forward_values=1,2",  # a train step per sampled D
 ]

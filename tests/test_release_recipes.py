@@ -137,7 +137,7 @@ def test_gated_fixed_computes_the_release_mixing_module(release):
     cfg = ModelConfig(
         vocab_size=8, hidden_size=4, num_layers=2 * rec.l_start + 2, num_heads=1, num_kv_heads=1, head_dim=4,
         mlp_dim=8, recurrence=rec,
-    ).validate()  # fmt: skip
+    )  # fmt: skip
     layout = t2mlr_layout(cfg)
     state = to_state_dict(layout, init_params(cfg, jax.random.PRNGKey(0)))
     mixer = {k: k.split(".t2mlr_mixing_module.")[1] for k in state if ".t2mlr_mixing_module." in k}

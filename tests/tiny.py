@@ -41,7 +41,7 @@ def tiny_config(recurrence=True, **changes) -> ModelConfig:
         mlp_dim=64,
         recurrence=rec,
     )
-    return cfg.replace(**changes).validate()
+    return cfg.replace(**changes)
 
 
 def task_model(recurrence: RecurrenceConfig | None = None, **changes) -> ModelConfig:

@@ -14,7 +14,7 @@ luck fails on the next, so every equality test takes its bound from one of two r
   releases' fixtures) on every instruction set tried (native AVX-512, AVX2, SSE4.2), one fp32 path moves by
   at most ~1.7 u * scale per block (3.4 per layer: the pause model under SSE4.2); two paths differ by at
   most the sum, and PER_BLOCK = 4 leaves room above that. The release parity table uses the same rule
-  (t2mlr_jax/interop/parity.py: U, PER_BLOCK and blocks live there).
+  (t2mlr_jax/studies/parity.py: U, PER_BLOCK and blocks live there).
 - Against float64 (`assert_near_f64`): where the computation has a float64 evaluation (the naive loops of
   tests/reference.py, or the same JAX function with x64 on: `in_float64`), an fp32 path passes when
   |path - f64| <= MULTIPLE * |reference path - f64| + blocks(depth) * u * scale: no worse than MULTIPLE x the
@@ -38,7 +38,7 @@ import os
 import jax
 import numpy as np
 
-from t2mlr_jax.interop.parity import PER_BLOCK, U, blocks, max_abs_diff
+from t2mlr_jax.studies.parity import PER_BLOCK, U, blocks, max_abs_diff
 
 MULTIPLE = 4  # the float64 rule: how much worse than the fp32 reference path a path may be
 

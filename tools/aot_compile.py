@@ -64,8 +64,8 @@ _OUT = flags.DEFINE_string("out", "runs/aot", "Output folder: aot.json, aot.md."
 
 def _plan(config, names: list[str], mesh, batch: int, seq_len: int, wanted: list[str]):
     """(architecture name, its Programs, the programs to compile) per architecture, every input checked."""
-    from t2mlr_jax.analysis import STUDIES
     from t2mlr_jax.architectures import build_architecture
+    from t2mlr_jax.studies.training_free import STUDIES
     from t2mlr_jax.train import aot
     from t2mlr_jax.train.programs import Programs
 

@@ -55,7 +55,7 @@ Sizes (nanochat: karpathy/nanochat's own GPT, --release_src a checkout of it at
 window; prefill 4) and d12, its default GPTConfig (as lrt's d12, windows 768 / 2048; tokens 1 x 64).
 
 Pass / fail, per size: each figure within its bound, derived from the depth of its path rather than
-fixed (t2mlr_jax.interop.parity; fp32 round-off follows the instruction set XLA:CPU compiles for, so a
+fixed (t2mlr_jax.studies.parity; fp32 round-off follows the instruction set XLA:CPU compiles for, so a
 fixed bound that holds on one CPU fails on another): max |Δ| <= 4 x blocks x u x max |release logit| for
 the logits, each training pass's and the cached decode, u = 2^-24 and blocks = 2 x layers + 2 on the
 longest path from the tokens (a plain model's L layers; T²MLR's exact recurrence L + (T - 1) W over a
@@ -99,18 +99,18 @@ COMMAND = "python tools/release_parity.py"
 
 @dataclass(frozen=True)
 class Release:
-    """A release we check: its driver (a module of experiments/, run with -m from the repo root by the
-    release's Python; it imports nothing of ours) and what it offers. The driver provides
-    check_release(src, python) (ValueError when `src` is not a checkout of the release), SIZES (name ->
-    a Size with its decode's `prefill`), `--size NAME --out DIR` (DIR/model/ and DIR/release.npz) and
-    `--logits_of CKPT --tokens_from NPZ --out DIR` (DIR/export_logits.npz)."""
+    """A release we check: its driver (a module of t2mlr_jax.studies.fixtures, stdlib only at import, whose
+    ENTRY_POINT, a module of experiments/, the release's Python runs with -m from the repo root) and what it
+    offers. The driver provides check_release(src, python) (ValueError when `src` is not a checkout of the
+    release), SIZES (name -> a Size with its decode's `prefill`), `--size NAME --out DIR` (DIR/model/ and
+    DIR/release.npz) and `--logits_of CKPT --tokens_from NPZ --out DIR` (DIR/export_logits.npz)."""
 
     repo: str
     driver: str
     sizes: dict[str, str]  # size -> its label in the table
     probe: str  # Python run by --release_python from the repo root, the checkout first on sys.path (its path
     # sys.argv[1]): imports what it needs
-    # Our side (a module of t2mlr_jax.interop): our_side(folder, prefill) -> (cfg, imported, figures),
+    # Our side (a module of t2mlr_jax.studies): our_side(folder, prefill) -> (cfg, imported, figures),
     # export_side(folder, cfg, imported) -> (state figures, the release's parameter count) and
     # release_config(folder) -> the model config its checkpoint records.
     interop: str
@@ -119,7 +119,7 @@ class Release:
 RELEASES = {
     "lrt": Release(
         repo="OoDBag/Latent_recurrent_transformer",
-        driver="experiments.make_nanochat_fixture",
+        driver="t2mlr_jax.studies.fixtures.nanochat",
         sizes={
             "tiny": "tiny",
             "d12": "release default (d12)",
@@ -127,11 +127,11 @@ RELEASES = {
             "d12_interleaved": "d12, recurrent (interleaved)",
         },
         probe="from nanochat import checkpoint_manager, engine, gpt",
-        interop="t2mlr_jax.interop.parity",
+        interop="t2mlr_jax.studies.parity",
     ),
     "ponderlm2": Release(
         repo="LUMIA-Group/PonderLM-2",
-        driver="experiments.make_ponderlm2_fixture",
+        driver="t2mlr_jax.studies.fixtures.ponderlm2",
         sizes={
             "tiny": "tiny (K = 2)",
             "410m": "llama_config/410m (K = 1)",
@@ -144,23 +144,23 @@ RELEASES = {
             "'/src/llamafactory/model/modeling/modeling_llama.py'); "
             "s.loader.exec_module(u.module_from_spec(s))"
         ),
-        interop="t2mlr_jax.interop.ponderlm2_parity",
+        interop="t2mlr_jax.studies.ponderlm2_parity",
     ),
     "nanochat": Release(
         repo="karpathy/nanochat",
-        driver="experiments.make_karpathy_nanochat_fixture",
+        driver="t2mlr_jax.studies.fixtures.karpathy_nanochat",
         sizes={"tiny": "tiny", "d12": "release default (d12)"},
         probe="from nanochat import checkpoint_manager, engine, gpt",
-        interop="t2mlr_jax.interop.parity",
+        interop="t2mlr_jax.studies.parity",
     ),
     "t2mlr": Release(
         repo="princeton-pli/T2MLR",
-        driver="experiments.make_release_fixture",
+        driver="t2mlr_jax.studies.fixtures.t2mlr_release",
         sizes={"tiny": "tiny", "smollm135m": "SmolLM2-135M, (13,18), D 16, B 4"},
         # it imports with the driver's shims only, on transformers 4.56/4.57 only
-        probe="from experiments.make_release_fixture import check_transformers, release_classes; "
+        probe="from t2mlr_jax.studies.fixtures.t2mlr_release import check_transformers, release_classes; "
         "check_transformers(); release_classes(sys.argv[1])",
-        interop="t2mlr_jax.interop.parity",
+        interop="t2mlr_jax.studies.parity",
     ),
 }
 
@@ -193,8 +193,6 @@ def parse_args(argv):
 
 
 def driver_of(release: Release):
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))  # experiments/ is run from the repo root, not installed
     return importlib.import_module(release.driver)
 
 
@@ -247,7 +245,7 @@ def run_driver(release: Release, args, log: Path, *driver_args) -> None:
     command = [
         args.release_python,
         "-m",
-        release.driver,
+        driver_of(release).ENTRY_POINT,
         "--release_src",
         str(Path(args.release_src).resolve()),
         "--release_python",
@@ -403,7 +401,7 @@ def notes(report: dict) -> str:
         f"\nRelease {report['release_repo']} at {report['release_commit'][:7]}; "
         f"torch {report['versions']['torch']} (release side), jax {report['versions']['jax']}; "
         f"fp32 on the CPU (XLA_FLAGS {os.environ.get('XLA_FLAGS', '') or 'unset'}). Bounds, derived from "
-        "each path's depth (t2mlr_jax.interop.parity): logits "
+        "each path's depth (t2mlr_jax.studies.parity): logits "
         f"{report['tolerances']['logits']}; gradients {report['tolerances']['gradients']}.",
     ]
     for name, size in report["sizes"].items():
@@ -442,7 +440,7 @@ def run(args, release: Release, sizes: list[str], versions: dict) -> int:
     import jax
     import numpy as np
 
-    from t2mlr_jax.interop.parity import TOLERANCES
+    from t2mlr_jax.studies.parity import TOLERANCES
 
     args.out.mkdir(parents=True, exist_ok=True)
     for name in ("parity.json", "parity.md"):

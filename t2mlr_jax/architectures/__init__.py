@@ -1,20 +1,18 @@
-"""Every trainable architecture, registered by name from its own module (see contract.py).
+"""Every trainable architecture, registered by name from its own research system's package (see
+contract.py for what a system provides).
 
-A new variant is one module here (or anywhere imported before the config is built) that calls
-`register_architecture(name, build, settings=..., capabilities=...)`; nothing else changes.
+The systems are found, not listed: every subpackage here is imported (t2mlr/, lrt/, ponderlm2/,
+recirculation/, baselines/), and so is every module named in the environment variable T2MLR_JAX_SYSTEMS
+(comma-separated; a system kept outside this package, e.g. a test's). A new system is one package that
+calls `register_architecture(name, build, settings=..., capabilities=...)`; nothing else changes.
 """
 
 from __future__ import annotations
 
-from t2mlr_jax.architectures import (  # noqa: F401  (registers the built-ins)
-    looped,
-    lrt,
-    lstm,
-    pause,
-    ponderlm2,
-    recirculation,
-    t2mlr,
-)
+import importlib
+import os
+import pkgutil
+
 from t2mlr_jax.architectures.contract import (
     ARCHITECTURES,
     Architecture,
@@ -30,8 +28,26 @@ __all__ = [
     "Capabilities",
     "arch_names",
     "build_architecture",
+    "flops_per_step",
     "register_architecture",
 ]
+
+SYSTEMS_VARIABLE = "T2MLR_JAX_SYSTEMS"
+
+
+def _import_systems() -> None:
+    packages = [f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if m.ispkg]
+    extra = [m.strip() for m in os.environ.get(SYSTEMS_VARIABLE, "").split(",") if m.strip()]
+    for name in packages + extra:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if name not in extra or e.name != name:
+                raise
+            raise ValueError(f"{SYSTEMS_VARIABLE}: no module {name!r} to import a system from") from e
+
+
+_import_systems()
 
 
 def arch_names(config: Experiment) -> list[str]:
@@ -56,3 +72,10 @@ def build_architecture(config: Experiment, name: str | None = None) -> Architect
         )
     arch = entry.build(config)
     return arch if config.model.scan_layers else with_layers_apart(arch)
+
+
+def flops_per_step(config: Experiment, arch: Architecture) -> float | None:
+    """The expected training FLOPs of one optimizer step (None: the architecture has no accounting)."""
+    if arch.train_flops is None:
+        return None
+    return config.train.batch_size * arch.train_flops(config.data.seq_len)

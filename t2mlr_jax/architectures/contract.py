@@ -261,7 +261,7 @@ def register_architecture(
 
 def backbone_config(config: Experiment, *, recurrent: bool = True) -> ModelConfig:
     """The ModelConfig of the `model` section; `recurrent=False` drops the recurrence (plain transformer)."""
-    return (config.model if recurrent else config.model.replace(recurrence=None)).validate()
+    return config.model if recurrent else config.model.replace(recurrence=None)
 
 
 RANDOM_INIT = "random"  # config.init_from: random weights, on purpose (see require_init_from)

@@ -1,6 +1,7 @@
 """The command line of a program that reads an experiment config file (main.py, tools/aot_compile.py):
 absl flags with `--config=configs/x.py[:preset]` and `--config.<section>.<field>=value` overrides, where
---help exits 0 and every bad flag, config file, preset or override is one error line (exit status 2)."""
+--help exits 0 and every bad flag, config file, preset or override is one error line (exit status 2); `fail`
+is that line for every program (main.py, tools/, experiments/)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def model_from_dict(data: Mapping) -> ModelConfig:
         unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)} in the stored config")
-    return ModelConfig(**data, recurrence=None if rec is None else RecurrenceConfig(**rec)).validate()
+    return ModelConfig(**data, recurrence=None if rec is None else RecurrenceConfig(**rec))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,9 +79,6 @@ def to_config_dict(experiment: Experiment) -> config_dict.ConfigDict:
     c.model.recurrence = _fields_dict(experiment.model.recurrence or RecurrenceConfig(), NOT_EDITABLE)
     for name in CORE:
         c[name] = _fields_dict(getattr(experiment, name))
-    # eval.window and data.eval_seq_len are one value under two names: setting either sets both.
-    window = config_dict.FieldReference(experiment.eval.window)
-    c.eval.window, c.data.eval_seq_len = window, window
     for name, settings in sorted(experiment.sections.items()):
         c[name] = _fields_dict(settings)
     return c
@@ -107,12 +104,12 @@ def from_config_dict(config: config_dict.ConfigDict | Mapping) -> Experiment:
         )
     model = dict(values.pop("model"))
     recurrence = build(RecurrenceConfig, model.pop("recurrence", {}), "model.recurrence")
-    model = dataclasses.replace(build(ModelConfig, model, "model", skip=NOT_EDITABLE), recurrence=recurrence)
+    model = build(ModelConfig, model, "model", skip=NOT_EDITABLE, recurrence=recurrence)
     sections = {name: build(cls, values.pop(name, {}), name) for name, cls in top_sections.items()}
     core = {name: build(cls, values.pop(name, {}), name) for name, cls in CORE.items()}
     _check_task_options(core["data"])
     top = {k: _checked(Experiment, k, v, k) for k, v in values.items()}
-    return Experiment(model=model.validate(), sections=sections, **core, **top)
+    return Experiment(model=model, sections=sections, **core, **top)
 
 
 def _check_task_options(data: Data) -> None:
@@ -129,9 +126,10 @@ def _check_task_options(data: Data) -> None:
         build(spec.config_cls, spec.fields(split, options), where)
 
 
-def build(cls: type, values: Mapping, where: str, skip=()):
-    """`cls(**values)`, each value checked against the field's type, and each registered section under it
-    built likewise from its sub-dict; unknown names are one error."""
+def build(cls: type, values: Mapping, where: str, skip=(), **given):
+    """`cls(**values, **given)`, each value checked against the field's type, and each registered section
+    under it built likewise from its sub-dict; unknown names are one error. `given`: fields (of `skip`)
+    passed as they are."""
     values = dict(values)
     inner = sections_under(cls.PARENT) if issubclass(cls, Sectioned) else {}
     names = [f.name for f in dataclasses.fields(cls) if f.name not in (*skip, "sections")]
@@ -140,7 +138,7 @@ def build(cls: type, values: Mapping, where: str, skip=()):
             known = [*names, *inner]
             raise KeyError(f"{where}.{key} is not a config field{did_you_mean(key, known)}; known: {known}")
     sections = {name: build(cls_, values.pop(name, {}), f"{where}.{name}") for name, cls_ in inner.items()}
-    kwargs = {k: _checked(cls, k, v, f"{where}.{k}") for k, v in values.items()}
+    kwargs = {**{k: _checked(cls, k, v, f"{where}.{k}") for k, v in values.items()}, **given}
     return cls(**kwargs, sections=sections) if issubclass(cls, Sectioned) else cls(**kwargs)
 
 

@@ -222,7 +222,6 @@ class Data:
     tfds_text_key: str = "text"  # the string feature that holds each document
     hint: str = ""  # how to get this config's data: ends the error when a data or tokenizer path is missing
     seq_len: int = 256
-    eval_seq_len: int = 0  # the eval rows' length: the same field as eval.window; 0 = seq_len
     train_examples: int = 1_000_000
     # kind "text": train on only the stream's first this many tokens (EOS counted), revisited epoch after
     # epoch, so that rows reading more per step see the same unique text (the studies' equal data); 0 = all
@@ -258,7 +257,7 @@ class Eval:
     batch_size: int = 64
     num_examples: int = 512
     # tokens per eval row (text: non-overlapping windows of this many tokens, the paper's protocol is
-    # 1024); the same field as data.eval_seq_len (setting either sets both); 0 = data.seq_len
+    # 1024); 0 = data.seq_len
     window: int = 0
     generate: bool = False  # greedy-generation exact match (SFT tasks); off = per-position argmax (S5)
     max_new_tokens: int = 64
@@ -327,11 +326,6 @@ class Experiment(Sectioned):
     sections: Mapping[str, Any] = dataclasses.field(default_factory=lambda: Experiment.default_sections())
 
     def __post_init__(self):
-        if self.eval.window != self.data.eval_seq_len:
-            raise ValueError(
-                f"eval.window ({self.eval.window}) and data.eval_seq_len ({self.data.eval_seq_len}) are one "
-                "field under two names: set one"
-            )
         d, t = self.data, self.train
         if 0 < d.train_tokens < t.batch_size * d.seq_len:
             raise ValueError(

@@ -143,7 +143,7 @@ def model_config_from_hf(
         param_dtype=param_dtype,
         **model.block,
         **fields,
-    ).validate()
+    )
 
 
 def _rope_theta(rope: dict, scaling: dict, problems: list[str], where: str = "") -> float:

@@ -90,7 +90,7 @@ def gguf_model_config(reader, *, param_dtype: str = "float32") -> ModelConfig:
         tie_embeddings=all(t.name != "output.weight" for t in reader.tensors),
         max_seq_len=int(get("context_length", 8192)),
         param_dtype=param_dtype,
-    ).validate()
+    )
 
 
 def _unpermute(weight: np.ndarray, heads: int) -> np.ndarray:

@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2mlr_jax.architectures.lrt_forward import LRTConfig, lrt_specs
+from t2mlr_jax.architectures.lrt import LRTConfig, lrt_specs
 from t2mlr_jax.interop.configs import refuse
 from t2mlr_jax.interop.files import (
     check_export_target,
@@ -53,8 +53,9 @@ from t2mlr_jax.interop.files import (
     torch_to_numpy,
 )
 from t2mlr_jax.interop.tables import check_params, from_torch, to_torch, torch_shape
-from t2mlr_jax.model.config import ModelConfig, nanochat
+from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import param_specs
+from t2mlr_jax.model.presets import nanochat
 from t2mlr_jax.model.spec import is_spec, spec_leaves
 
 MODEL_FILE = re.compile(r"model_(\d+)\.pt")
@@ -148,7 +149,7 @@ def model_config_from_nanochat(gpt: dict, *, param_dtype: str = "float32") -> Mo
         gate_channels=gpt.get("ve_gate_channels", 32) or width,
         dtype="float32",
         param_dtype=param_dtype,
-    ).validate()
+    )
 
 
 def _karpathy_config(gpt: dict, param_dtype: str) -> ModelConfig:
@@ -175,7 +176,7 @@ def _karpathy_config(gpt: dict, param_dtype: str) -> ModelConfig:
         dtype="float32",
         param_dtype=param_dtype,
         **changes,
-    ).validate()
+    )
 
 
 def nanochat_gpt_config(cfg: ModelConfig, *, interleaved: bool = False) -> dict:

@@ -185,7 +185,7 @@ def load_ponderlm2_release(
     settings = METHODS[method][0](config)
     cfg, params = load_hf(path, param_dtype=param_dtype, progress=progress)
     if method == "pause":  # its pause slots embed the row pause_token_id: our pause embedding
-        from t2mlr_jax.architectures.pause import PAUSE_PARAM  # (architectures import this module)
+        from t2mlr_jax.architectures.baselines import PAUSE_PARAM  # (architectures import this module)
 
         params = {**params, PAUSE_PARAM: params["embed_tokens"][config.get("pause_token_id", PAUSE_ID)]}
     return cfg, params, settings
@@ -209,7 +209,7 @@ def save_ponderlm2_release(
     to row `pause_token_id`: `method`) in config.json. Checked before writing."""
     fields = METHODS[method][1](settings)
     if method == "pause":  # our pause embedding is its row pause_token_id (the release ties the two)
-        from t2mlr_jax.architectures.pause import PAUSE_PARAM
+        from t2mlr_jax.architectures.baselines import PAUSE_PARAM
 
         fields["pause_token_id"] = pause_token_id
         embedding = np.array(params["embed_tokens"])

@@ -1,5 +1,5 @@
 """PonderLM-2's evaluation forward in PyTorch, written from its description (t2mlr_jax.interop.
-ponderlm2_release, architectures/ponderlm2.py), not from the release's code: the other side of
+ponderlm2_release, architectures/ponderlm2/), not from the release's code: the other side of
 `tools/convert_checkpoint.py --verify` for the release's folders, on transformers' own Llama blocks.
 
 With K thoughts, R = num_jacobi_iterations and E the token embeddings (x sqrt(2.5 H) with scale_embeds),

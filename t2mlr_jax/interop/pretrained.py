@@ -141,7 +141,7 @@ def retrofit(
     if cfg.recurrence is not None:
         raise ValueError("retrofit: the model already has a recurrence")
     check_retrofittable(recurrence)
-    cfg = cfg.replace(recurrence=recurrence).validate()
+    cfg = cfg.replace(recurrence=recurrence)
     mixer = init_from_specs(mixer_specs(cfg), key, cfg.param_dtype)
     # γ = 0 by construction, not by relying on the initialiser.
     mixer = {

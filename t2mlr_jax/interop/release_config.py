@@ -205,7 +205,7 @@ def model_config_from_release(config: dict, *, param_dtype: str = "float32") -> 
         )
     base = model_config_from_hf(config["base_config"], param_dtype=param_dtype, model_types=(RELEASE_BASE,))
     settings = {k: v for k, v in config.items() if k not in WRAPPER_KEYS}
-    return base.replace(recurrence=recurrence_from_release(settings, base.hidden_size)).validate()
+    return base.replace(recurrence=recurrence_from_release(settings, base.hidden_size))
 
 
 def release_config(cfg: ModelConfig, **token_ids: int | None) -> dict:

@@ -27,7 +27,7 @@ def jax_logits(
     """Our logits: exact recurrence for a T²MLR model, arch ponderlm2's evaluation with the section
     `ponderlm2` when given, the plain forward otherwise."""
     if ponderlm2 is not None:
-        from t2mlr_jax.interop.ponderlm2_parity import evaluation_logits
+        from t2mlr_jax.interop.ponderlm2_forward import evaluation_logits
 
         return evaluation_logits(cfg, params, ponderlm2, tokens)
     if cfg.recurrence is None:

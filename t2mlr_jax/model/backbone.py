@@ -6,20 +6,19 @@ stacked layer parameters, so any contiguous range compiles once per range length
 `BlocksOut(h, cache, stats)`. Every model variant (plain transformer, T²MLR's three modes, the LRT, the
 baselines) is a composition of these three (`head` = `unembed(final_norm(h))`).
 
-The block is assembled from config-chosen parts (QK-norm and its order, per-layer sliding windows,
-attention / output logit softcaps, the MLP from the `layers.MLPS` registry with its optional
-non-gradient state and per-layer stats, norms with or without weights, nanochat's resid / x0 scalars and
-value embeddings, karpathy/nanochat's smear in `embed` and backout in `run_blocks`); per-layer choices
-(window sizes, value embeddings, scalars) are scanned arrays, so the stack still compiles once.
-Variants that feed state back into the blocks (LRT memory, thought tokens) pass a `Feedback`, one
-hook point rather than a branch per variant.
+The block itself is t2mlr_jax.model.block's `apply_block`, assembled from config-chosen parts (QK-norm
+and its order, per-layer sliding windows, attention / output logit softcaps, the MLP from the
+`layers.MLPS` registry with its optional non-gradient state and per-layer stats, norms with or without
+weights, nanochat's resid / x0 scalars and value embeddings); karpathy/nanochat's smear is in `embed` and
+backout in `run_blocks`. Per-layer choices (window sizes, value embeddings, scalars) are scanned arrays,
+so the stack still compiles once. Variants that feed state back into the blocks (LRT memory, thought
+tokens) pass a `block.Feedback`, one hook point rather than a branch per variant.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -27,16 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from t2mlr_jax.model import (
-    layer_layout,
-    moe,  # noqa: F401  (registers mlp="moe")
-)
+from t2mlr_jax.model import layer_layout
+from t2mlr_jax.model.block import Feedback, Layer, Step, apply_block
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.layers import MLPS, DocumentMask, attend, attention_mask, rms_norm, rope, softcap
+from t2mlr_jax.model.layers import DocumentMask, attention_mask, rms_norm, softcap
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
 
-Q_AXES = ("batch", "length", "act_heads", "head_dim")  # [B, T, H, E]
-KV_AXES = ("batch", "length", "act_kv_heads", "head_dim")  # [B, T, K, E]
 FULL_WINDOW = np.iinfo(np.int32).max  # a full-attention layer's entry in the scanned window array
 LATENT = -1  # the token id of a slot without a vocabulary token (a latent thought): no value embedding
 
@@ -66,30 +61,6 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int) -> KVCache:
         jnp.zeros((), jnp.int32),
         jnp.full((batch, max_len), LATENT, jnp.int32),
     )
-
-
-class Feedback(NamedTuple):
-    """A per-block hook: state fed into the residual stream before each block and into its keys/values.
-
-    params: a pytree whose leaves are stacked on a leading layer axis [L, ...]; `run_blocks` slices
-      [start:end] and scans it with the block params, so each fn sees its own layer's slice (or None).
-    inputs: a per-call pytree shared by every block (e.g. a memory m [B, T, D] for this call's tokens).
-    residual_fn(p, inputs, h) -> h: the stream entering the block (cast back to h's dtype).
-    scalars_fn(p, inputs, (alpha, beta)) -> (alpha, beta): the resid / x0 scalars each slot uses in this
-      block (broadcast against [B, T, D]), where some slots have their own (the LRT's thought slots).
-    kv_fn(p, inputs, x, k, v) -> (k, v): x [B, T, D] is the block's normed input, k, v [B, T, K, E]
-      straight from k_proj / v_proj, before QK-norm and RoPE; the result is what the cache stores.
-    capture_fn(p, inputs, x, k, v) -> a pytree of the block's values the caller wants back (k, v as kv_fn
-      returns them), stacked on the layer axis in `BlocksOut.captured`.
-    Either fn may be None. Build it inside the jitted function (it holds callables).
-    """
-
-    params: Any = None
-    inputs: Any = None
-    residual_fn: Callable | None = None
-    kv_fn: Callable | None = None
-    capture_fn: Callable | None = None
-    scalars_fn: Callable | None = None
 
 
 def advance(cache: KVCache, num_tokens: int) -> KVCache:
@@ -216,147 +187,11 @@ def head(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"]) -> Float[Arra
     return unembed(cfg, params, final_norm(cfg, params, h))
 
 
-class _Step(NamedTuple):
-    """What every block of one `run_blocks` call shares."""
-
-    positions: Int[Array, "B T"]
-    mask: Any  # a DocumentMask (a call over its own slots), else [B, T, S] who attends to whom
-    distance: Any  # [B, T, S] query - key (a [B, T, S] mask with sliding windows only), else None
-    feedback: Feedback | None
-    x0: Any  # [B, T, D] the embedded stream (resid_scalars only), else None
-
-
-class _Layer(NamedTuple):
-    """One layer's slices of everything scanned beside the block params (None where unused)."""
-
-    window: Any  # attention window (sliding windows only)
-    feedback: Any  # the feedback params' slice
-    value_embed: Any  # [B, T, K, E] this layer's value embedding of the tokens (zeros on layers without)
-    mlp_state: Any  # the MLP's non-gradient state (e.g. MoE routing biases)
-    resid: Any  # (λ_resid, λ_x0) (resid_scalars only)
-    rope_theta: Any  # this layer's RoPE base (rope_local_theta only), else None: cfg.rope_theta
-
-
 class BlocksOut(NamedTuple):
     h: Float[Array, "B T D"]
     cache: KVCache | None
     stats: dict  # the MLP's per-layer stats stacked on a leading [end - start] axis ({} for most MLPs)
     captured: Any = None  # the feedback's capture_fn's values, stacked the same way (None without one)
-
-
-def _qk(cfg: ModelConfig, x, weight, positions, theta):
-    """RoPE on queries or keys [B, T, N, E], with QK-RMSNorm before (Qwen3) or after (nanochat) it."""
-    theta = cfg.rope_theta if theta is None else theta
-    if cfg.qk_norm == "before_rope":
-        x = rms_norm(x, weight, cfg.norm_eps, cfg.norm_offset)
-    x = rope(x, positions, theta, cfg.rope_table_dtype)
-    if cfg.qk_norm == "after_rope":
-        x = rms_norm(x, weight, cfg.norm_eps, cfg.norm_offset)
-    return x
-
-
-def cache_keys(
-    cfg: ModelConfig, params: dict, k: Float[Array, "L B T K E"], positions: Int[Array, "B T"]
-) -> Float[Array, "L B T K E"]:
-    """Every layer's keys as its cache holds them (QK-norm and RoPE as the block applies them) from its
-    keys before those (as a Feedback's kv_fn returns them); stacked layer params."""
-    norms = params["layers"]["self_attn"].get("k_norm")
-    thetas = cfg.layer_rope_thetas
-    return jnp.stack(
-        [
-            _qk(
-                cfg,
-                k[i],
-                None if norms is None else norms[i].astype(cfg.dtype),
-                positions,
-                None if thetas is None else thetas[i],
-            )
-            for i in range(cfg.num_layers)
-        ]
-    )
-
-
-def kv_head_gate(
-    x: Float[Array, "B T D"], weight: Float[Array, "C N"], scale: float = 2.0
-) -> Float[Array, "B T N"]:
-    """nanochat's per-kv-head gate `scale` sigmoid(W x[..., :C]), in (0, scale): the LRT release's scale 2
-    (1 at a zero-initialised W), karpathy/nanochat's value embeddings' 3."""
-    c = weight.shape[0]
-    return scale * jax.nn.sigmoid(
-        jnp.einsum("btc,cn->btn", x[..., :c], weight, preferred_element_type=jnp.float32)
-    )
-
-
-def _project(x: Float[Array, "B T D"], w: Float[Array, "D N E"]) -> Float[Array, "B T N E"]:
-    """x @ w over heads as one [D, N E] matmul: the reshape of a row-major weight is free, where a
-    three-axis contraction lets XLA:CPU copy the weight into another layout at every call."""
-    b, t, _ = x.shape
-    return jnp.einsum("btd,df->btf", x, w.reshape(w.shape[0], -1)).reshape(b, t, *w.shape[1:])
-
-
-def _block(cfg: ModelConfig, p: dict, h, step: _Step, layer: _Layer, kv):
-    """One pre-norm block; returns h, the cache's keys/values after this step, the MLP's stats and what
-    the feedback's capture_fn captured (None without one).
-
-    `kv` is (every layer's cached k slots, v slots, this layer's row, write index or slots) with a cache,
-    else None (and None comes back).
-    """
-    fb = step.feedback
-    if layer.resid is not None:
-        alpha, beta = layer.resid
-        if fb is not None and fb.scalars_fn is not None:
-            alpha, beta = fb.scalars_fn(layer.feedback, fb.inputs, layer.resid)
-        h = (alpha * h + beta * step.x0).astype(h.dtype)
-    if fb is not None and fb.residual_fn is not None:
-        h = fb.residual_fn(layer.feedback, fb.inputs, h).astype(h.dtype)
-    norm = lambda x, name: rms_norm(x, p.get(name), cfg.norm_eps, cfg.norm_offset)
-    x = norm(h, "input_layernorm")
-    a = p["self_attn"]
-    q = _project(x, a["q_proj"])
-    q = constrain(_qk(cfg, q, a.get("q_norm"), step.positions, layer.rope_theta), Q_AXES)
-    k, v = _project(x, a["k_proj"]), _project(x, a["v_proj"])
-    if fb is not None and fb.kv_fn is not None:
-        k_fb, v_fb = fb.kv_fn(layer.feedback, fb.inputs, x, k, v)
-        k, v = k_fb.astype(k.dtype), v_fb.astype(v.dtype)
-    captured = (
-        None if fb is None or fb.capture_fn is None else fb.capture_fn(layer.feedback, fb.inputs, x, k, v)
-    )
-    if layer.value_embed is not None:
-        gate = kv_head_gate(x, a["ve_gate"], cfg.ve_gate_scale)[..., None]
-        v = v + (gate * layer.value_embed).astype(v.dtype)
-    # each tensor-parallel device computes its own kv heads (Megatron), as it does its query heads
-    k = constrain(_qk(cfg, k, a.get("k_norm"), step.positions, layer.rope_theta), KV_AXES)
-    v = constrain(v, KV_AXES)
-    keys, values = k, v
-    if kv is not None:  # write this step's slots first, then read the layer: the update stays in place
-        k_all, v_all, row, where = kv
-        if where.ndim:  # scattered slots [T] (shared by the batch)
-            k_all, v_all = (
-                c.at[row : row + 1, :, where].set(new[None]) for c, new in ((k_all, k), (v_all, v))
-            )
-        else:
-            at = (row, 0, where, 0, 0)
-            k_all, v_all = (
-                jax.lax.dynamic_update_slice(c, new[None], at) for c, new in ((k_all, k), (v_all, v))
-            )
-        keys, values, kv = k_all[row], v_all[row], (k_all, v_all)
-    mask = step.mask
-    if layer.window is not None:
-        if isinstance(mask, DocumentMask):
-            mask = dataclasses.replace(mask, window=layer.window)
-        else:
-            mask = mask & (step.distance <= layer.window)
-    attn = attend(q, keys, values, mask, cfg.attn_softcap, cfg.query_pre_attn_scalar, cfg.attention_impl)
-    o = a["o_proj"]
-    y = jnp.einsum("btf,fd->btd", attn.reshape(*attn.shape[:2], -1), o.reshape(-1, o.shape[-1]))
-    if cfg.sandwich_norms:  # HF Gemma: norm the attention output, then the MLP's own pre- and post-norm
-        h = h + norm(y, "post_attention_layernorm")
-        y, stats = MLPS[cfg.mlp].apply(cfg, p["mlp"], norm(h, "pre_feedforward_layernorm"), layer.mlp_state)
-        y = norm(y, "post_feedforward_layernorm")
-    else:
-        h = h + y
-        y, stats = MLPS[cfg.mlp].apply(cfg, p["mlp"], norm(h, "post_attention_layernorm"), layer.mlp_state)
-    return constrain(h + y.astype(h.dtype), RESIDUAL_AXES), kv, stats, captured
 
 
 def _remat(cfg: ModelConfig, fn):
@@ -382,7 +217,7 @@ def _windows(cfg: ModelConfig) -> list[int]:
     return [FULL_WINDOW if w is None else w for w in cfg.layer_windows]
 
 
-def _layer_slices(cfg, params, start, end, feedback, tokens, mlp_state) -> _Layer:
+def _layer_slices(cfg, params, start, end, feedback, tokens, mlp_state) -> Layer:
     """Everything scanned beside the block params, sliced to blocks [start, end)."""
     cut = lambda tree: None if tree is None else jax.tree.map(lambda a: a[start:end], tree)
     windows = None
@@ -399,7 +234,7 @@ def _layer_slices(cfg, params, start, end, feedback, tokens, mlp_state) -> _Laye
         resid = cut((params["resid_lambdas"], params["x0_lambdas"]))
         resid = jax.tree.map(lambda a: a.astype(cfg.dtype), resid)
     thetas = None if cfg.layer_rope_thetas is None else jnp.asarray(cfg.layer_rope_thetas, jnp.float32)
-    return _Layer(
+    return Layer(
         windows,
         cut(feedback.params if feedback is not None else None),
         value_embed,
@@ -515,11 +350,11 @@ def _run_range(
             mask = DocumentMask(segment_ids, windows=tuple(sorted(set(_windows(cfg)))) if windowed else ())
         elif windowed:  # a custom mask's windows count positions
             distance = positions[:, :, None] - positions[:, None, :]
-        step = _Step(positions, mask, distance, feedback, x0)
+        step = Step(positions, mask, distance, feedback, x0)
         if not isinstance(layers, list):
 
             def body(h, xs):
-                h, _, stats, captured = _block(cfg, xs[0], h, step, xs[1], None)
+                h, _, stats, captured = apply_block(cfg, xs[0], h, step, xs[1], None)
                 return h, (stats, captured)
 
             h, (stats, captured) = jax.lax.scan(_remat(cfg, body), h, (layers, per_layer))
@@ -543,7 +378,7 @@ def _run_range(
         k_slots = jnp.broadcast_to(jnp.arange(key_segments.shape[1], dtype=jnp.int32), key_segments.shape)
         mask = attention_mask(segment_ids, key_segments, q_slots, k_slots)
         distance = q_slots[:, :, None] - k_slots[:, None, :] if windowed else None
-        step = _Step(positions, mask, distance, feedback, x0)
+        step = Step(positions, mask, distance, feedback, x0)
         cache = cache._replace(segment_ids=key_segments, tokens=written)
         if not isinstance(layers, list):
             layers = [jax.tree.map(lambda a: a[i], layers) for i in range(end - start)]
@@ -554,14 +389,14 @@ def _run_range(
     first_row = start if cache_row is None else cache_row
     kv = None if cache is None else (cache.k, cache.v)
     # No cache: a forward over per-layer weights, each block rematerialised as the scan's body is.
-    block = _remat(cfg, lambda h, p, layer: _block(cfg, p, h, step, layer, None))
+    block = _remat(cfg, lambda h, p, layer: apply_block(cfg, p, h, step, layer, None))
     outs = []
     for i, p in enumerate(layers):
         layer = jax.tree.map(lambda a: a[i], per_layer)
         if kv is None:
             h, _, *out = block(h, p, layer)
         else:
-            h, kv, *out = _block(cfg, p, h, step, layer, (*kv, first_row + i, where))
+            h, kv, *out = apply_block(cfg, p, h, step, layer, (*kv, first_row + i, where))
         outs.append(out)
     stats, captured = jax.tree.map(lambda *a: jnp.stack(a), *outs)
     return BlocksOut(h, None if kv is None else cache._replace(k=kv[0], v=kv[1]), stats, captured)

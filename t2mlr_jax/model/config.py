@@ -2,7 +2,8 @@
 
 Both are frozen dataclasses so they can be static arguments of `jax.jit`. A plain transformer is a
 `ModelConfig` with `recurrence=None`; T²MLR is the same backbone with a `RecurrenceConfig`.
-Every field is checked in `validate()`, before anything is traced or compiled.
+Every field is checked when the object is built (`__post_init__`), before anything is traced or compiled;
+named backbones (SmolLM2, nanochat, ...) are in t2mlr_jax.model.presets.
 """
 
 from __future__ import annotations
@@ -76,6 +77,30 @@ class RecurrenceConfig:
     # config-file field.
     mixer_options: MixerOptions | None = None
 
+    def __post_init__(self):
+        """One ValueError naming the offending field (the layer range is checked by the model, which knows
+        its depth)."""
+        mixer = MIXERS.get(self.mixer)  # an unknown name: one ValueError listing the registered mixers
+        if self.mixer_options is not None and not mixer.options:
+            raise ValueError(f"recurrence.mixer_options: mixer {self.mixer!r} takes no options")
+        if self.cache_norm not in CACHE_NORMS:
+            raise ValueError(f"recurrence.cache_norm must be one of {CACHE_NORMS}, got {self.cache_norm!r}")
+        check_depths(self.d_forward, self.d_backward)
+        if self.d_backward > self.d_forward:  # the Jacobi forward would cap it silently
+            raise ValueError(
+                f"recurrence.d_backward (B = {self.d_backward}) must be <= d_forward (D = {self.d_forward}): "
+                "the gradient flows through at most the D passes that run"
+            )
+        if self.bottleneck_size is not None and int(self.bottleneck_size) < 1:
+            raise ValueError(f"recurrence.bottleneck_size must be None or >= 1, got {self.bottleneck_size}")
+        if not math.isfinite(float(self.gamma_recurrent_init)):
+            raise ValueError(
+                f"recurrence.gamma_recurrent_init must be finite, got {self.gamma_recurrent_init}"
+            )
+        tol = self.jacobi_tolerance
+        if tol is not None and not 0 <= tol < math.inf:  # NaN fails the comparison too
+            raise ValueError(f"recurrence.jacobi_tolerance must be None or a finite number >= 0, got {tol!r}")
+
     def layer_range(self, num_layers: int) -> tuple[int, int]:
         """(l_start, l_end) as non-negative 0-based block indices; the single source of truth."""
         return resolve_range(self.l_start, self.l_end, num_layers)
@@ -83,8 +108,8 @@ class RecurrenceConfig:
 
 # The sizes that fix every weight's shape (validated >= 1; what a checkpoint's shapes encode).
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
-# The block's parts (ModelConfig fields). MLP_NAMES is the registry's key set, kept here so `validate`
-# needs no JAX; `t2mlr_jax.model.layers.register_mlp` adds to it.
+# The block's parts (ModelConfig fields). MLP_NAMES is the registry's key set, kept here so the checks
+# need no JAX; `t2mlr_jax.model.layers.register_mlp` adds to it.
 QK_NORMS = ("none", "before_rope", "after_rope")
 WINDOW_KINDS = ("S", "L")
 MLP_NAMES: set[str] = {"swiglu", "relu2", "geglu"}
@@ -212,8 +237,8 @@ class ModelConfig:
             return None
         return tuple(self.rope_theta if w is None else self.rope_local_theta for w in self.layer_windows)
 
-    def validate(self) -> ModelConfig:
-        """Raise one ValueError naming the offending field; returns self so calls can chain."""
+    def __post_init__(self):
+        """One ValueError naming the offending field, before anything is traced or compiled."""
         for name in (*SHAPE_FIELDS, "max_seq_len"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -236,12 +261,7 @@ class ModelConfig:
         self._validate_block()
         rec = self.recurrence
         if rec is None:
-            return self
-        mixer = MIXERS.get(rec.mixer)  # an unknown name: one ValueError listing the registered mixers
-        if rec.mixer_options is not None and not mixer.options:
-            raise ValueError(f"recurrence.mixer_options: mixer {rec.mixer!r} takes no options")
-        if rec.cache_norm not in CACHE_NORMS:
-            raise ValueError(f"recurrence.cache_norm must be one of {CACHE_NORMS}, got {rec.cache_norm!r}")
+            return
         if not 0 <= rec.l_start < self.num_layers:
             raise ValueError(f"recurrence.l_start={rec.l_start} out of range [0, {self.num_layers})")
         l_start, l_end = rec.layer_range(self.num_layers)
@@ -249,22 +269,6 @@ class ModelConfig:
             raise ValueError(f"recurrence.l_end={rec.l_end} out of range for {self.num_layers} layers")
         if l_end < l_start:
             raise ValueError(f"recurrence.l_end ({l_end}) must be >= l_start ({l_start})")
-        check_depths(rec.d_forward, rec.d_backward)
-        if rec.d_backward > rec.d_forward:  # the Jacobi forward would cap it silently
-            raise ValueError(
-                f"recurrence.d_backward (B = {rec.d_backward}) must be <= d_forward (D = {rec.d_forward}): "
-                "the gradient flows through at most the D passes that run"
-            )
-        if rec.bottleneck_size is not None and int(rec.bottleneck_size) < 1:
-            raise ValueError(f"recurrence.bottleneck_size must be None or >= 1, got {rec.bottleneck_size}")
-        if not math.isfinite(float(rec.gamma_recurrent_init)):
-            raise ValueError(
-                f"recurrence.gamma_recurrent_init must be finite, got {rec.gamma_recurrent_init}"
-            )
-        tol = rec.jacobi_tolerance
-        if tol is not None and not 0 <= tol < math.inf:  # NaN fails the comparison too
-            raise ValueError(f"recurrence.jacobi_tolerance must be None or a finite number >= 0, got {tol!r}")
-        return self
 
     def _validate_block(self) -> None:
         for name in ("norm_weights", "embed_norm", "norm_offset", "embed_scale", "sandwich_norms"):
@@ -374,142 +378,6 @@ def check_depths(d_forward: int, d_backward: int) -> None:
         raise ValueError(f"d_forward (D) must be >= 1, got {d_forward}")
     if int(d_backward) < 0:
         raise ValueError(f"d_backward (B) must be >= 0, got {d_backward}")
-
-
-# ---------------------------------------------------------------------------------------------
-# Presets. Numbers are the public HF configs of SmolLM2 and the paper's tiny S5 model.
-
-
-def smollm2_135m(**changes) -> ModelConfig:
-    return ModelConfig(
-        vocab_size=49152,
-        hidden_size=576,
-        num_layers=30,
-        num_heads=9,
-        num_kv_heads=3,
-        head_dim=64,
-        mlp_dim=1536,
-        rope_theta=100_000.0,
-        init_std=0.0417,
-    ).replace(**changes)
-
-
-def smollm2_360m(**changes) -> ModelConfig:
-    return ModelConfig(
-        vocab_size=49152,
-        hidden_size=960,
-        num_layers=32,
-        num_heads=15,
-        num_kv_heads=5,
-        head_dim=64,
-        mlp_dim=2560,
-        rope_theta=100_000.0,
-    ).replace(**changes)
-
-
-def smollm2_1_7b(**changes) -> ModelConfig:
-    return ModelConfig(
-        vocab_size=49152,
-        hidden_size=2048,
-        num_layers=24,
-        num_heads=32,
-        num_kv_heads=32,
-        head_dim=64,
-        mlp_dim=8192,
-        rope_theta=130_000.0,
-    ).replace(**changes)
-
-
-def s5_tiny(**changes) -> ModelConfig:
-    """The paper's S5-retrieval model: 384 hidden, 6 layers, 6 heads, no positional encoding."""
-    return ModelConfig(
-        vocab_size=188,
-        hidden_size=384,
-        num_layers=6,
-        num_heads=6,
-        num_kv_heads=6,
-        head_dim=64,
-        mlp_dim=1536,
-        rope_theta=None,
-        max_seq_len=1024,
-    ).replace(**changes)
-
-
-# torch.nn.functional.rms_norm's eps when none is given, float32's machine epsilon: nanochat's every norm.
-TORCH_RMS_NORM_EPS = 2.0**-23
-
-
-NANOCHAT_VARIANTS = ("lrt", "karpathy")
-
-
-def nanochat_short_window(seq_len: int) -> int:
-    """karpathy/nanochat's "S" window: a quarter of the context rounded up to FA3's 128-key tile."""
-    return -(-seq_len // 4 // 128) * 128
-
-
-def nanochat(
-    depth: int,
-    *,
-    seq_len: int = 2048,
-    width: int | None = None,
-    head_dim: int = 128,
-    variant: str = "lrt",
-    **changes,
-) -> ModelConfig:
-    """nanochat's backbone at a depth as the LRT paper trains it: width 64 * depth in heads of 128 (as
-    many kv heads), relu² MoE (8 routed experts of width 4d/3, top-2, one shared expert: the active MLP
-    width is nanochat's dense 4d), QK-norm after RoPE (its tables in bfloat16, as nanochat keeps them),
-    weightless norms (also on the embedding) at torch's default eps, untied head, logit softcap 15,
-    per-layer resid / x0 scalars, value embeddings on alternating layers, windows "SSSL" with S = half
-    the context, nanochat's init. 16 layers: 0.80B parameters, 20 layers: 1.42B (the paper reports 0.8B /
-    1.3B) with nanochat's 32,768-token vocabulary. `width` / `head_dim` shrink it (CPU presets); the MLP
-    widths follow the width. variant="karpathy" is karpathy/nanochat's own GPT as of 92d63d4 instead of
-    the LRT release's fork: RoPE base 100,000, "S" = a quarter of the context rounded up to 128, queries
-    and keys times 1.2 after their norm (attention logits scaled 1.44 / sqrt(head_dim)), value-embedding
-    gates 3 sigmoid of 12 channels, smear over 24 channels, backout, its dense relu² MLP (width 4d) and
-    its init_weights (init_scheme "nanochat_karpathy")."""
-    if variant not in NANOCHAT_VARIANTS:
-        raise ValueError(f"nanochat variant must be one of {NANOCHAT_VARIANTS}, got {variant!r}")
-    width = width or -(-64 * depth // head_dim) * head_dim
-    if variant == "karpathy":
-        changes = {
-            "rope_theta": 100_000.0,
-            "sliding_window": nanochat_short_window(seq_len),
-            "query_pre_attn_scalar": head_dim / 1.2**4,
-            "gate_channels": 12,
-            "ve_gate_scale": 3.0,
-            "smear_channels": 24,
-            "backout": True,
-            "init_scheme": "nanochat_karpathy",
-            "mlp": "relu2",
-            **changes,
-        }
-    return ModelConfig(
-        vocab_size=32768,
-        hidden_size=width,
-        num_layers=depth,
-        num_heads=width // head_dim,
-        num_kv_heads=width // head_dim,
-        head_dim=head_dim,
-        mlp_dim=4 * width,
-        rope_theta=10_000.0,
-        rope_table_dtype="bfloat16",
-        norm_eps=TORCH_RMS_NORM_EPS,
-        tie_embeddings=False,
-        max_seq_len=seq_len,
-        dtype="bfloat16",
-        norm_weights=False,
-        embed_norm=True,
-        qk_norm="after_rope",
-        window_pattern="SSSL",
-        sliding_window=seq_len // 2,
-        logit_softcap=15.0,
-        mlp="moe",
-        moe_dim=round(4 * width / 3),
-        init_scheme="nanochat",
-        resid_scalars=True,
-        value_embeds=True,
-    ).replace(**changes)
 
 
 def resolve_range(start: int, end: int, num_layers: int) -> tuple[int, int]:

@@ -106,7 +106,6 @@ def param_specs(cfg: ModelConfig) -> dict:
 
 def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
     """Fresh parameters; pure, so `jax.jit(..., out_shardings=...)` initialises them sharded."""
-    cfg.validate()
     return init_from_specs(param_specs(cfg), key, cfg.param_dtype)
 
 

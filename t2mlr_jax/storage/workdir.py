@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-RUN_CONFIG = "run_config.json"  # the run's identity (checkpoint.check_workdir)
+RUN_CONFIG = "run_config.json"  # the run's identity (run_config.check_workdir)
 METRICS = "metrics.jsonl"  # metrics_log.MetricsLog
 SUMMARY = "summary.json"  # trainer.train, compare.write_comparison
 CHECKPOINTS = "checkpoints"  # orbax step folders, one per saved step

@@ -100,12 +100,12 @@ def build_data_source(config: Experiment, *, train: bool = True) -> DataSource:
             "tokenizer, so bits per byte are undefined"
         )
     vocab = config.model.vocab_size
-    eval_seq_len = d.eval_seq_len or d.seq_len
+    window = e.window or d.seq_len
     common = dict(vocab_size=vocab, worker_count=d.worker_count)
     encoding = dict(chat=d.chat, all_recurrent=d.all_recurrent, prompt_loss=d.prompt_loss)
     sft = dict(**encoding, packing=d.packing)
     train_pass = dict(batch_size=t.batch_size // jax.process_count(), seq_len=d.seq_len)  # this host's rows
-    eval_pass = dict(batch_size=e.batch_size, seq_len=eval_seq_len, num_epochs=1, shuffle=False)
+    eval_pass = dict(batch_size=e.batch_size, seq_len=window, num_epochs=1, shuffle=False)
     options, eval_options = dict(d.options), {**d.options, **d.eval_options}
     records = None  # eval records for generation: () -> iterable of (record, prompt ids)
     train_examples = None  # counted for train.epochs
@@ -133,15 +133,15 @@ def build_data_source(config: Experiment, *, train: bool = True) -> DataSource:
             d.task, d.eval_split, seed=config.seed + 1, num_examples=e.num_examples, **eval_options
         )
         if is_s5:  # every row's length is known; generating 4800 of them to check would take seconds
-            if source.config.max_tokens > eval_seq_len:
+            if source.config.max_tokens > window:
                 raise ValueError(
                     f"S5-retrieval eval examples reach {source.config.max_tokens} tokens, "
-                    + _longer_than_eval_row(eval_seq_len)
+                    + _longer_than_eval_row(window)
                 )
         else:
             records = lambda: (source[i] for i in range(len(source)))
             encode = pipeline.record_encoder(source.spec.format, tokenizer, **encoding)
-            _check_eval_rows(map(encode, records()), eval_seq_len, "")
+            _check_eval_rows(map(encode, records()), window, "")
         scorer = SCORERS.get(d.task)
     elif d.kind == "file":
 
@@ -168,7 +168,7 @@ def build_data_source(config: Experiment, *, train: bool = True) -> DataSource:
         eval_path = _require_path(d.eval_path, "eval_path", d.hint)
         evaluation = lambda: batches(eval_path, **eval_pass)
         encode = pipeline.record_encoder(d.format, None if is_s5 else tokenizer, **encoding)
-        _check_eval_rows(map(encode, pipeline.load_records(eval_path)), eval_seq_len, f" of {eval_path}")
+        _check_eval_rows(map(encode, pipeline.load_records(eval_path)), window, f" of {eval_path}")
         if not is_s5:
             records = lambda: itertools.islice(_file_records(eval_path, d.format), e.num_examples)
         scorer = SCORERS.get(d.format)
@@ -205,10 +205,10 @@ def build_data_source(config: Experiment, *, train: bool = True) -> DataSource:
     if records is not None:
         generation_examples = lambda: (_prompt_example(r, tokenizer, d) for r in records())
     elif d.kind == "text":
-        generation_examples = lambda: _text_prompts(evaluation(), eval_seq_len // 2, tokenizer.decode)
+        generation_examples = lambda: _text_prompts(evaluation(), window // 2, tokenizer.decode)
     return DataSource(
         vocab_size=tokenizer.vocab_size,
-        seq_len=max(d.seq_len, eval_seq_len),
+        seq_len=max(d.seq_len, window),
         train_iterator=lambda: iter(train_batches),
         eval_batches=lambda: all_hosts_rows(evaluation()),
         pad_id=tokenizer.pad_id if is_s5 else 0,
@@ -234,8 +234,8 @@ def _check_eval_rows(examples: Iterable[dict], seq_len: int, where: str) -> None
 
 def _longer_than_eval_row(seq_len: int) -> str:
     return (
-        f"longer than an eval row ({seq_len} tokens: data.eval_seq_len, 0 = data.seq_len): raise "
-        "data.eval_seq_len (up to the model's context) or shorten the eval examples"
+        f"longer than an eval row ({seq_len} tokens: eval.window, 0 = data.seq_len): raise "
+        "eval.window (up to the model's context) or shorten the eval examples"
     )
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from t2mlr_jax.architectures import Architecture
 from t2mlr_jax.architectures.contract import row_stats
-from t2mlr_jax.config.sections import BPB_MASKINGS, one_of
+from t2mlr_jax.config.sections import BPB_MASKINGS, Experiment, one_of
 from t2mlr_jax.data.batch import RECURRENT
 from t2mlr_jax.data.metrics import LengthBinnedAccuracy, sequence_exact_match
 from t2mlr_jax.model.generate import GREEDY, Sampling, check_sampling
@@ -97,7 +97,7 @@ def evaluate(
     }
 
 
-def sampling_settings(config) -> dict:
+def sampling_settings(config: Experiment) -> dict:
     """`evaluate_generation`'s sampling and seed from an experiment config: eval.temperature (0 = greedy),
     eval.top_k, eval.top_p, and the config's seed."""
     e = config.eval

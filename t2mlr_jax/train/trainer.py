@@ -13,13 +13,12 @@ train.nan_skip_limit times.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
-import os
 import signal
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ import jax
 import numpy as np
 import tqdm
 
-from t2mlr_jax.architectures import ARCHITECTURES, Architecture
+from t2mlr_jax.architectures import ARCHITECTURES, Architecture, flops_per_step
 from t2mlr_jax.architectures.contract import pretrained_path
 from t2mlr_jax.config.convert import model_to_dict, to_dict
 from t2mlr_jax.config.sections import Experiment
@@ -36,7 +35,7 @@ from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
 from t2mlr_jax.parallel.placement import place
 from t2mlr_jax.storage import checkpoint as ckpt
-from t2mlr_jax.storage import full_disk
+from t2mlr_jax.storage import full_disk, run_config
 from t2mlr_jax.storage.workdir import (
     CHECKPOINTS,
     CORRUPT,
@@ -45,7 +44,6 @@ from t2mlr_jax.storage.workdir import (
     check_checkpoints,
     log_session,
     move_aside,
-    read_sessions,
     saved_steps,
     write_atomic,
 )
@@ -56,6 +54,7 @@ from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step, 
 from t2mlr_jax.train.metrics_log import MetricsLog, json_safe
 from t2mlr_jax.train.optimizer import OPTIMIZERS
 from t2mlr_jax.train.programs import Programs
+from t2mlr_jax.train.stopping import NonFiniteError, non_finite, out_of_space, stop_on_signals
 from t2mlr_jax.train.train_step import TrainState, model_inputs
 
 
@@ -71,24 +70,22 @@ class Run:
         self.arch: Architecture = init_from.architecture(config, arch_name)
         # config.init_from's checkpoint, checked now; its weights are read only when a fresh state is made
         self.start_weights = init_from.start_weights(config, self.arch)
-        self.flops_per_step = flops_per_step(config, self.arch)
-        if config.train.flop_budget:  # this run's own copy: a comma list of architectures shares `config`
-            self.config = config = steps_for_budget(config, self.flops_per_step, arch_name)
+        self.flops_per_step = flops_per_step(config, self.arch)  # train.flop_budget's steps: set by resolve
         check_fits(data, vocab_size=config.model.vocab_size, max_seq_len=self.arch.max_seq_len)
         check_generation(data, config.eval, max_seq_len=self.arch.max_seq_len)
         self.settings = to_dict(config)
         self.identity = {
-            **ckpt.run_identity(self.settings),
+            **run_config.run_identity(self.settings),
             "arch": arch_name,
-            **_section_identity(self.settings, arch_name),
+            **_section_identity(config, arch_name),
         }
         self.mesh = make_mesh(**config.mesh.sizes())
         check_batch(config.train.batch_size, self.mesh, config.train.grad_accum)
         if self.arch.backbone is not None and self.arch.backbone.routed_experts:
             check_experts(self.arch.backbone.routed_experts, self.mesh)
         check_checkpoints(self.workdir / CHECKPOINTS)
-        ckpt.check_workdir(self.workdir, self.identity)
-        self.changes = ckpt.changed_settings(self.workdir, self.settings)
+        run_config.check_workdir(self.workdir, self.identity)
+        self.changes = run_config.changed_settings(self.workdir, self.settings)
         self.programs = Programs(config, self.arch, self.mesh)
         self.schedule, self.optimizer = self.programs.schedule, self.programs.optimizer
         self.num_params = self.arch.num_params()
@@ -164,84 +161,18 @@ def _steps_for_epochs(config: Experiment, examples: int | None) -> Experiment:
     return config.replace(train={"steps": math.ceil(t.epochs * max(1, examples // t.batch_size))})
 
 
-def flops_per_step(config: Experiment, arch: Architecture) -> float | None:
-    """The expected training FLOPs of one optimizer step (None: the architecture has no accounting)."""
-    if arch.train_flops is None:
-        return None
-    return config.train.batch_size * arch.train_flops(config.data.seq_len)
-
-
-def steps_for_budget(config: Experiment, per_step: float | None, arch_name: str) -> Experiment:
-    """A copy of `config` whose train.steps spend train.flop_budget at this architecture's FLOPs per step."""
-    if per_step is None:
-        raise ValueError(f"train.flop_budget: architecture {arch_name!r} has no training FLOP accounting")
-    return config.replace(train={"steps": max(1, round(config.train.flop_budget / per_step))})
-
-
-def _section_identity(settings: dict, arch_name: str) -> dict:
-    """The architecture's own config section (of the run's settings), when it shapes the saved state."""
+def _section_identity(config: Experiment, arch_name: str) -> dict:
+    """The architecture's own config section, when it shapes the saved state."""
     entry = ARCHITECTURES.get(arch_name)
     if not entry.section or not entry.identity:
         return {}
-    section = settings[entry.section]
+    section = dataclasses.asdict(getattr(config, entry.section))
     fields = section if entry.identity is True else entry.identity
     return {entry.section: {k: section[k] for k in fields}}
 
 
 class NoCheckpointError(FileNotFoundError):
     """eval / generate found nothing to load."""
-
-
-class NonFiniteError(RuntimeError):
-    """Training met a non-finite step (train.nan_policy "stop", or past train.nan_skip_limit skips)."""
-
-
-def _non_finite(step: int, metrics: dict, skips: int, t, log: MetricsLog, last_saved: list[int]) -> int:
-    """Log a step that was not applied; raise NonFiniteError unless the policy skips it. The new count."""
-    host = {k: float(v) for k, v in jax.device_get(metrics).items() if k in ("loss", "grad_norm")}
-    bad = [
-        label
-        for name, label in (("loss", "loss"), ("grad_norm", "gradient norm"))
-        if not np.isfinite(host[name])
-    ]
-    log.write(step, "nonfinite", {**host, "skips": skips + 1, "policy": t.nan_policy})
-    found = (
-        f"step {step}: non-finite {' and '.join(bad)} "
-        f"(loss {host['loss']}, gradient norm {host['grad_norm']})"
-    )
-    if t.nan_policy == "skip" and skips < t.nan_skip_limit:
-        logging.warning("%s: step skipped (%d of at most %d)", found, skips + 1, t.nan_skip_limit)
-        return skips + 1
-    kept = f"the last checkpoint (step {last_saved[-1]}) is intact" if last_saved else "nothing was saved"
-    if t.nan_policy == "stop":
-        why, remedy = "train.nan_policy=stop", "or pass --config.train.nan_policy=skip to skip such steps"
-    else:
-        why, remedy = f"{skips + 1} > train.nan_skip_limit skips", "or raise train.nan_skip_limit"
-    raise NonFiniteError(
-        f"{found}; stopped ({why}) without saving it: {kept}. Lower the learning rate, {remedy}"
-    )
-
-
-class _StopFlag:
-    """Set by SIGTERM/SIGINT: the loop finishes its step, saves and exits (preemption)."""
-
-    def __init__(self):
-        self.signal: int | None = None
-
-    def __call__(self, signum, frame):
-        self.signal = signum
-
-
-@contextmanager
-def _stop_on_signals():
-    flag, previous = _StopFlag(), {}
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        previous[sig] = signal.signal(sig, flag)
-    try:
-        yield flag
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _check_batch(batch: dict, abstract: dict) -> None:
@@ -304,36 +235,7 @@ def train(run: Run) -> dict:
         except Exception as e:
             if not full_disk.is_no_space(e):
                 raise
-            raise _out_of_space(run, e, lead) from None
-
-
-def _out_of_space(run: Run, error: Exception, lead: bool) -> full_disk.NoSpaceError:
-    """A write found no space: the save it cut short removed, the session record closed (where there is
-    room for its line), and the one line that says so."""
-    path, wanted = full_disk.where_and_wanted(error)
-    checkpoints = run.workdir / CHECKPOINTS
-    removed = full_disk.remove_unfinished_saves(checkpoints) if lead else []
-    steps = saved_steps(checkpoints)
-    sessions = read_sessions(run.workdir) if lead else []
-    if sessions and sessions[-1]["event"] == "start" and sessions[-1]["pid"] == os.getpid():
-        try:
-            log_session(run.workdir, "end", steps[-1] if steps else 0, how="no_space")
-        except OSError:  # still full: the record shows a start without its end, as a kill's would
-            pass
-    needed = f" (it needs {wanted} bytes)" if wanted else ""
-    if removed:
-        cut = ", ".join(p.name.split(".")[0] for p in removed)
-        size = (
-            f" (a checkpoint takes {full_disk.folder_bytes(checkpoints / str(steps[-1]))} bytes)"
-            if steps
-            else ""
-        )
-        needed += f"; the unfinished save of step {cut} was removed{size}"
-    kept = f"the last checkpoint (step {steps[-1]}) is intact" if steps else "no checkpoint was saved yet"
-    return full_disk.NoSpaceError(
-        f"no space left on device writing {path or run.workdir}{needed}; {kept}. Free space and rerun the "
-        "same command to resume"
-    )
+            raise out_of_space(run, e, lead) from None
 
 
 def _train(run: Run, lead: bool) -> dict:
@@ -348,7 +250,7 @@ def _train(run: Run, lead: bool) -> dict:
             if path.exists():
                 logging.warning("%s moved to %s", path, move_aside(path, run.workdir / CORRUPT))
     if lead:
-        ckpt.write_run_config(run.workdir, run.identity, run.settings)
+        run_config.write_run_config(run.workdir, run.identity, run.settings)
         log_session(run.workdir, "start", int(state.step))
         if restored is not None:
             print(
@@ -404,7 +306,7 @@ def _train(run: Run, lead: bool) -> dict:
     )
     with MetricsLog(run.workdir, resume_step=start_step) as log, jax.set_mesh(run.mesh):
         try:
-            with _stop_on_signals() as stop:
+            with stop_on_signals() as stop:
                 for step in range(start_step + 1, t.steps + 1):
                     first = step == start_step + 1
                     batch = model_inputs(next(iterator))
@@ -415,7 +317,7 @@ def _train(run: Run, lead: bool) -> dict:
                     if bool(metrics.pop("finite")):  # one host sync per step: the guard's price
                         window.append(metrics)
                     else:
-                        skips = _non_finite(step, metrics, skips, t, log, last_saved)
+                        skips = non_finite(step, metrics, skips, t, log, last_saved)
                     if first:
                         startup.mark("first_step")
                         if lead:

@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from t2mlr_jax.architectures import build_architecture
-from t2mlr_jax.architectures.looped import LoopedDecoder, looped_forward
+from t2mlr_jax.architectures.baselines.looped import LoopedDecoder, looped_forward
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import moe
 from t2mlr_jax.model.generate import teacher_forced

@@ -11,8 +11,9 @@ import numpy as np
 import optax
 import pytest
 
-from t2mlr_jax.architectures import lrt, lrt_forward
 from t2mlr_jax.architectures.contract import Outputs
+from t2mlr_jax.architectures.lrt import architecture as lrt
+from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
@@ -50,7 +51,7 @@ NANO = ModelConfig(
     resid_scalars=True,
     value_embeds=True,
     gate_channels=8,
-).validate()
+)
 CFG = lrt_forward.LRTConfig(NANO)
 TOKS = jax.random.randint(jax.random.PRNGKey(1), (B, T), 1, NANO.vocab_size)
 # Two documents in row 1 (the memory must reset at the second one's start).

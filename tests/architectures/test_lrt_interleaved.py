@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from t2mlr_jax.architectures import lrt_forward
+from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train.init_from import architecture
 from t2mlr_jax.train.train_step import make_grad_fn

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures import lrt_forward
+from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.model import backbone, layer_layout
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.recurrence import make_layout

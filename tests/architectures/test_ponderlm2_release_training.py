@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures import lrt, thought_slots
+from t2mlr_jax.architectures.lrt import architecture as lrt
+from t2mlr_jax.architectures.lrt import thought_slots
 from t2mlr_jax.model import flops
 from t2mlr_jax.model.recurrence import make_layout
 from tests import reference

@@ -10,10 +10,10 @@ import pytest
 
 from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.recirculation import decoding, settings
+from t2mlr_jax.architectures.recirculation.forward import ADAPTIVE
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.generate import teacher_forced
-from t2mlr_jax.model.recirculation import ADAPTIVE
 from t2mlr_jax.model.spec import is_spec
 from t2mlr_jax.train.trainer import Run, restore_state, train
 from tests.experiments import ROOT

@@ -21,16 +21,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures import looped, lrt_forward, pause
-from t2mlr_jax.interop.parity import recurrence_layers
-from t2mlr_jax.model import backbone, recirculation, recurrence
+from t2mlr_jax.architectures.baselines import looped, pause
+from t2mlr_jax.architectures.lrt import forward as lrt_forward
+from t2mlr_jax.architectures.recirculation import forward as recirculation
+from t2mlr_jax.architectures.recirculation.mix import Recirculation
+from t2mlr_jax.model import backbone, recurrence
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.generate import T2MLRDecoder
 from t2mlr_jax.model.params import param_specs
-from t2mlr_jax.model.recirculation_mix import Recirculation
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.model.spec import init_from_specs
+from t2mlr_jax.studies.parity import recurrence_layers
 from tests import reference
 from tests.architectures.test_lrt import NANO, STATE
 from tests.tiny import rel_err, tiny_config

@@ -15,12 +15,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures import ARCHITECTURES, lrt, lrt_forward, thought_slots
+from t2mlr_jax.architectures import ARCHITECTURES
+from t2mlr_jax.architectures.lrt import architecture as lrt
+from t2mlr_jax.architectures.lrt import forward as lrt_forward
+from t2mlr_jax.architectures.lrt import thought_slots
 from t2mlr_jax.experiment import resolve
-from t2mlr_jax.interop.parity import max_abs_diff
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.recurrence import Layout, Output, make_layout
+from t2mlr_jax.studies.parity import max_abs_diff
 from t2mlr_jax.train.init_from import architecture
 from tests import reference
 from tests.architectures.test_lrt import LAYOUT, NANO, STATE, TOKS, B, _params, exact, refine
@@ -432,7 +435,7 @@ def test_the_ponderlm2_builder_fixes_its_settings(stub):
 
     row = load_config("lrt_comparison", "ponder2,cpu")  # Table 1's PonderLM-2 row, resolved
     built = architecture(resolve(row))
-    assert row.arch == "ponderlm2" and row.data.seq_len == 3 * row.data.eval_seq_len
+    assert row.arch == "ponderlm2" and row.data.seq_len == 3 * row.eval.window
     assert {built.sample(row.seed, step) for step in range(1, 100)} == {lrt.Draw(2, 1), lrt.Draw(2, 2)}
 
 
@@ -450,7 +453,7 @@ def test_the_table3_ablation_rows_build_what_they_name(stub, row, feedback, cros
     of the reference length, trained on rows of twice it."""
     config = load_config("lrt_comparison", f"{row},cpu")
     model = architecture(resolve(config))
-    assert config.arch == "lrt" and config.data.seq_len == 2 * config.data.eval_seq_len
+    assert config.arch == "lrt" and config.data.seq_len == 2 * config.eval.window
     draws = {model.sample(config.seed, step) for step in range(1, 100)}
     assert {d.thoughts for d in draws} == thoughts
     batch = {name: jnp.asarray(a) for name, a in tiny_batch(0, 1, 1, config.data.seq_len).items()}
@@ -463,5 +466,5 @@ def test_the_table3_ablation_rows_build_what_they_name(stub, row, feedback, cros
     # specified (init, optimizer role) as the backbone's own
     for name in lrt_forward.THOUGHT_SCALARS:
         assert model.specs["lrt"][name + "_thought"] == model.specs[name]
-    _apply(model, {name: a[:, : config.data.eval_seq_len] for name, a in batch.items() if a.ndim == 2})
+    _apply(model, {name: a[:, : config.eval.window] for name, a in batch.items() if a.ndim == 2})
     assert (stub.calls[-1]["run"], stub.calls[-1]["thoughts"]) == ("exact", 1)

@@ -1,4 +1,5 @@
-"""Tests of the experiments package (experiments/, run as `python -m experiments.NAME`)."""
+"""Tests of the studies (t2mlr_jax/studies/) and their entry points (experiments/, run as
+`python -m experiments.NAME`)."""
 
 from pathlib import Path
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from experiments import adaptive_jacobi
+from t2mlr_jax.studies import adaptive_jacobi
 
 
 def test_help_lists_the_flags(capsys):

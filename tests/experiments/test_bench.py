@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from experiments import bench
-from t2mlr_jax.model.config import smollm2_135m
+from t2mlr_jax.model.presets import smollm2_135m
+from t2mlr_jax.studies.benchmarks import bench
 
 
 def test_help_lists_the_flags(capsys):

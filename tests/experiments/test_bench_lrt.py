@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments import bench_lrt
+from t2mlr_jax.studies.benchmarks import bench_lrt
 
 
 def test_help_lists_the_flags(capsys):

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from absl import flags
 
-from experiments import gate_opening
 from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.fusion import fuse, mixer_specs
 from t2mlr_jax.model.spec import init_from_specs
+from t2mlr_jax.studies import gate_opening
 from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
 from t2mlr_jax.train.train_step import init_state, make_train_step, model_inputs
@@ -35,7 +35,7 @@ flags.FLAGS.mark_as_parsed()  # grain reads absl flags
 
 def mixer_grads(gamma_recurrent_init: float) -> tuple[dict, dict, jax.Array, jax.Array]:
     """(params, d sum(w * Phi) / d params, Phi, x) of a fresh gated mixer on random streams."""
-    cfg = task_model(recurrence=RecurrenceConfig(gamma_recurrent_init=gamma_recurrent_init)).validate()
+    cfg = task_model(recurrence=RecurrenceConfig(gamma_recurrent_init=gamma_recurrent_init))
     params = init_from_specs(mixer_specs(cfg), jax.random.PRNGKey(0), "float32")
     kx, kr, kw = jax.random.split(jax.random.PRNGKey(1), 3)
     x, r, w = (jax.random.normal(k, (2, 5, cfg.hidden_size)) for k in (kx, kr, kw))
@@ -71,7 +71,7 @@ def test_at_gamma_zero_only_gamma_rec_gets_a_gradient():
 
 def test_a_non_finite_gamma_init_is_refused():
     with pytest.raises(ValueError, match="gamma_recurrent_init must be finite"):
-        task_model(recurrence=RecurrenceConfig(gamma_recurrent_init=math.inf)).validate()
+        task_model(recurrence=RecurrenceConfig(gamma_recurrent_init=math.inf))
 
 
 def test_help_and_an_unknown_variant(capsys):

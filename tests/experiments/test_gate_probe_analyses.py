@@ -17,16 +17,16 @@ import pytest
 from absl import flags
 
 from configs.recipes import shakespeare_split
-from experiments import future_token_probe as probe
-from experiments import future_token_probe_fit as fit
-from experiments import gate_trajectories as gates
-from t2mlr_jax.config import to_dict
+from t2mlr_jax.config.convert import to_dict
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop import save_params
 from t2mlr_jax.interop.pretrained import load_pretrained
 from t2mlr_jax.model.backbone import forward, head
 from t2mlr_jax.model.recurrence import exact_forward, make_layout
-from t2mlr_jax.storage.checkpoint import run_identity, write_run_config
+from t2mlr_jax.storage.run_config import run_identity, write_run_config
+from t2mlr_jax.studies import future_token_probe as probe
+from t2mlr_jax.studies import future_token_probe_fit as fit
+from t2mlr_jax.studies import gate_trajectories as gates
 from t2mlr_jax.train.metrics_log import MetricsLog
 from t2mlr_jax.train.train_step import make_train_step
 from t2mlr_jax.train.trainer import Run

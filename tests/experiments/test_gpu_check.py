@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from experiments import gpu_check
+from t2mlr_jax.studies.benchmarks import gpu_check
 
 SCRIPT = gpu_check.ROOT / "experiments" / "gpu_check.sh"
 # Per part, the numbers every measured case must have.
@@ -56,12 +56,12 @@ def test_bad_arguments_are_one_line(tmp_path, capsys, argv, message):
         gpu_check.main([*argv, f"--out={tmp_path / 'out'}"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("gpu_check: " + message) and "\n" not in err
+    assert err.startswith("error: " + message) and "\n" not in err
     assert not (tmp_path / "out").exists()
 
 
 def test_every_part_has_a_share_a_table_and_a_runner():
-    from experiments.benchmarks import gpu_parts
+    from t2mlr_jax.studies.benchmarks import gpu_parts
 
     assert list(gpu_check.SHARES) == list(gpu_parts.PARTS) == list(gpu_check.COLUMNS)
     assert sum(gpu_check.SHARES.values()) == pytest.approx(1.0)
@@ -69,7 +69,7 @@ def test_every_part_has_a_share_a_table_and_a_runner():
 
 def test_peak_flops_by_device_kind():
     """MFU's peak is the chip-facts table's (t2mlr_jax/parallel/chips.py), by jax's device_kind."""
-    from experiments.benchmarks.throughput import default_peak_flops
+    from t2mlr_jax.studies.benchmarks.throughput import default_peak_flops
 
     kind = lambda name, platform="gpu": SimpleNamespace(device_kind=name, platform=platform)
     assert (
@@ -84,7 +84,7 @@ def test_peak_flops_by_device_kind():
 
 
 def test_a_failing_unit_is_its_error_row_and_the_next_unit_runs(tmp_path, monkeypatch):
-    from experiments.benchmarks import gpu_parts
+    from t2mlr_jax.studies.benchmarks import gpu_parts
 
     def broken():
         raise RuntimeError("cuDNN\nfailed")
@@ -103,7 +103,7 @@ def test_a_failing_unit_is_its_error_row_and_the_next_unit_runs(tmp_path, monkey
 
 
 def test_a_unit_without_time_left_is_skipped(tmp_path, monkeypatch):
-    from experiments.benchmarks import gpu_parts
+    from t2mlr_jax.studies.benchmarks import gpu_parts
 
     def slow():
         time.sleep(0.3)
@@ -151,7 +151,7 @@ def test_a_jax_that_does_not_start_is_one_line(tmp_path, capsys, monkeypatch, re
         gpu_check.main([f"--out={tmp_path / 'out'}"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("gpu_check: jax did not start: ") and err.endswith("No module named 'jax'")
+    assert err.startswith("error: jax did not start: ") and err.endswith("No module named 'jax'")
     assert not (tmp_path / "out").exists()
 
 
@@ -167,7 +167,7 @@ def test_without_a_gpu_it_stops_in_one_line_and_writes_nothing(tmp_path, capsys)
         gpu_check.main([f"--out={tmp_path / 'out'}"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("gpu_check: jax runs on cpu (cpu), not a GPU: install jax with CUDA")
+    assert err.startswith("error: jax runs on cpu (cpu), not a GPU: install jax with CUDA")
     assert "--dry-run" in err and "\n" not in err
     assert not (tmp_path / "out").exists()
 

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from experiments import analysis_common, gradient_fidelity, jacobi_vs_exact
 from t2mlr_jax.config.edit import config_module, set_path
+from t2mlr_jax.studies import analysis_common, gradient_fidelity, jacobi_vs_exact
 from tests.experiments import ROOT
 from tests.tolerance import assert_within, fp32_bound
 
@@ -28,7 +28,7 @@ TINY = {
     "data.options.max_actions": 2,
     "data.eval_options.max_actions": 2,
     "data.seq_len": T,
-    "data.eval_seq_len": T,
+    "eval.window": T,
     "train.steps": 2,
     "train.batch_size": 8,  # the tests' 8 CPU devices split the batch
     "train.log_every": 1,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from experiments import lr_sweep
+from t2mlr_jax.studies import lr_sweep
 
 
 def test_help_lists_the_flags(capsys):

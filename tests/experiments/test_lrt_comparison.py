@@ -10,8 +10,8 @@ import math
 import pytest
 
 from configs.recipes import shakespeare_split
-from experiments import lrt_comparison
 from t2mlr_jax.data import tokenizer
+from t2mlr_jax.studies import lrt_comparison, lrt_comparison_runs
 from t2mlr_jax.train import build_data
 
 SHORT = 16  # reference tokens per row (the cpu preset's 64, a thought row's context x (K + 1) of it)
@@ -26,9 +26,9 @@ def small_and_quick(monkeypatch):
 
     def short_rows(row, args):
         config = row_config(row, args)
-        slots = config.data.seq_len // config.data.eval_seq_len
+        slots = config.data.seq_len // config.eval.window
         config.model.max_seq_len = config.data.seq_len = slots * SHORT
-        config.data.eval_seq_len = SHORT
+        config.eval.window = SHORT
         return config
 
     monkeypatch.setattr(lrt_comparison, "row_config", short_rows)
@@ -120,12 +120,12 @@ def test_study_rows_take_equal_steps_and_figure3_rows_equal_flops_too():
     (Tables 1-3), the cap what the row reading least reads, whatever --rows selects; Figure 3's rows also
     trained at the steps that spend the double-depth transformer's FLOPs (head and every pass counted), the
     reference itself at its own steps (one run, not two); and the study's recipe on every row."""
-    from types import SimpleNamespace
+    from argparse import Namespace
 
-    from t2mlr_jax.architectures import build_architecture
-    from t2mlr_jax.train.trainer import flops_per_step, tokens_read
+    from t2mlr_jax.architectures import build_architecture, flops_per_step
+    from t2mlr_jax.train.trainer import tokens_read
 
-    args = SimpleNamespace(**dict.fromkeys(("steps", "batch_size", "eval_examples", "eval_batch_size"), None))
+    args = Namespace(**dict.fromkeys(("steps", "batch_size", "eval_examples", "eval_batch_size"), None))
     args.__dict__.update(preset="study", train_path=None, eval_path=None, tokenizer=None, flop_budget=0.0)
     reference = lrt_comparison.resolved(lrt_comparison.row_config("vanilla2x", args))
     budget = reference.train.steps * flops_per_step(reference, build_architecture(reference))
@@ -142,7 +142,7 @@ def test_study_rows_take_equal_steps_and_figure3_rows_equal_flops_too():
     assert typed["tt1@flops"].train.steps < study.STUDY_STEPS / 2  # ~2.6x vanilla2x's FLOPs per step
     for row in ("vanilla1x", "lrt3x", "tt2"):
         assert (
-            0 < lrt_comparison.head_share_of(configs[row]) <= 0.25
+            0 < lrt_comparison_runs.head_share_of(configs[row]) <= 0.25
         )  # the study's vocabulary keeps the head small
     reads = {
         row: tokens_read(typed[row], typed[row].train.steps)["train_tokens_read"]
@@ -180,7 +180,7 @@ def test_claims_are_judged_per_table_on_the_rows_that_ran():
         "fixed_k1": row([3.10, 3.12, 3.08]),  # 0.10 worse every seed
         "tt2": row([2.90, 2.95, 2.85], {0: [3.0, 3.1, 2.9], 2: [2.90, 2.95, 2.85], 3: [2.91, 2.90, 2.99]}),
     }
-    judged = lrt_comparison.comparisons(results)
+    judged = lrt_comparison_runs.comparisons(results)
     # only the claims whose rows ran: Table 1 has just tt2 against tt1
     assert [(c["row"], c["baseline"]) for c in judged["Table 1"]["claims"]] == [("tt2", "tt1")]
     table3 = {(c["row"], c["baseline"]): c for c in judged["Table 3"]["claims"]}
@@ -196,12 +196,13 @@ def test_claims_are_judged_per_table_on_the_rows_that_ran():
         "vanilla2x@flops": row([3.005, 3.012, 2.995]),  # within 0.02 on every seed, tightly
         "ponder1@flops": row([3.20, 3.25, 3.15]),
     }
-    figure3 = {(c["row"], c["baseline"]): c for c in lrt_comparison.comparisons(flops)["Figure 3"]["claims"]}
+    claims = lrt_comparison_runs.comparisons(flops)["Figure 3"]["claims"]
+    figure3 = {(c["row"], c["baseline"]): c for c in claims}
     assert figure3[("tt1@flops", "ponder1@flops")]["verdict"] == "reproduced at this scale"
     parity = figure3[("tt1@flops", "vanilla2x@flops")]
     assert (parity["sign"], parity["margin"], parity["verdict"]) == (0, 0.02, "reproduced at this scale")
     # a claim whose runs were trained under another recipe than pre-registered is not judged
-    refused = lrt_comparison.comparisons(
+    refused = lrt_comparison_runs.comparisons(
         {**results, **flops}, lambda name: [f"{name}/seed1: optimizer"] * (name == "tt2")
     )
     assert refused["Table 2"]["refused"] == dict.fromkeys(
@@ -212,7 +213,7 @@ def test_claims_are_judged_per_table_on_the_rows_that_ran():
 
 
 def test_the_report_puts_figure3_rows_at_equal_steps_beside_equal_flops():
-    from experiments import lrt_comparison_report as report
+    from t2mlr_jax.studies import lrt_comparison_report as report
 
     def result(row, steps, bpb, targets):
         return {"label": lrt_comparison.ROWS[row].label, "steps": steps, "bpb": bpb, "bpb_interval": None,

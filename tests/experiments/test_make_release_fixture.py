@@ -4,7 +4,7 @@ tests/interop/test_release_defaults.py."""
 
 import pytest
 
-from experiments import make_release_fixture as script
+from t2mlr_jax.studies.fixtures import t2mlr_release as script
 
 
 def test_help_and_a_path_that_is_no_checkout(tmp_path, capsys):

@@ -16,15 +16,15 @@ import optax
 import pytest
 
 from configs.recipes import backbone_preset
-from t2mlr_jax.analysis import STUDIES
-from t2mlr_jax.analysis import recirculation_scoring as scoring
-from t2mlr_jax.analysis import recirculation_sweep as sweep
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop import load_pretrained, save_params
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import init_params
+from t2mlr_jax.studies import recirculation_scoring as scoring
+from t2mlr_jax.studies import recirculation_sweep as sweep
+from t2mlr_jax.studies.training_free import STUDIES
 from tests.experiments import ROOT
 from tests.test_eval_pretrained import run_main
 
@@ -55,7 +55,7 @@ def _config(checkpoint, **changes):
         **backbone_preset(TINY),
         "init_from": str(checkpoint),
         "data.seq_len": 32,
-        "data.eval_seq_len": 32,
+        "eval.window": 32,
         "eval.batch_size": 2,
         "eval.num_examples": 4,
         "recirculation.source": 2,
@@ -97,7 +97,7 @@ def test_main_train_mode_hands_recirculation_to_the_sweep(tmp_path, monkeypatch,
     handed over."""
     import main as framework
 
-    assert STUDIES.get("recirculation") is sweep.run_sweep  # the sweep registers itself
+    assert STUDIES.get("recirculation") is sweep.run_sweep  # the sweep is registered
     calls = []
 
     def fake(config, workdir):
@@ -119,7 +119,7 @@ def test_main_train_mode_hands_recirculation_to_the_sweep(tmp_path, monkeypatch,
 
 
 def test_a_parallel_evaluation_stopped_at_its_cap_still_moving_is_marked_unconverged():
-    from t2mlr_jax.analysis.recirculation_scoring import Cell, record
+    from t2mlr_jax.studies.recirculation_scoring import Cell, record
 
     raw = dict(nll=[10.0], tokens=8.0, bytes=0.0, nll_by_position=[], seconds=1.0)
     cell = Cell("recirculation", 2, 1, "ratio", 0.5)
@@ -251,7 +251,7 @@ def test_bad_settings_fail_before_anything_runs(tmp_path, checkpoint, monkeypatc
 
 @pytest.mark.slow  # two small sweeps: 2 schemes x 2 pairs, then the ramped ratio scheme's 2 pairs
 def test_the_study_chooses_per_scheme_and_reports_on_the_other_split(tmp_path, checkpoint, monkeypatch):
-    from experiments import recirculation_study as study
+    from t2mlr_jax.studies import recirculation_study as study
 
     small = {"recirculation.sweep_controls": False, "recirculation.sweep_serial_check": 0}
     configs = {

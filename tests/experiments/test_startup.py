@@ -4,7 +4,7 @@ time the phases it wrote add up to."""
 
 import pytest
 
-from experiments import startup
+from t2mlr_jax.studies.benchmarks import startup
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_medians_and_per_repetition_ratios():
 @pytest.mark.slow
 def test_a_run_stops_at_its_first_step_and_its_phases_add_up(tmp_path):
     record = startup.run_once(
-        startup.sys.executable, startup.ROOT, "t2mlr", tmp_path / "cache", tmp_path / "run", timeout=300
+        startup.sys.executable, startup.ROOT, "t2mlr", tmp_path / "cache", tmp_path / "run", timeout=300.0
     )
     assert list(record["phases"]) == list(startup.PHASES) and record["step"] == 1
     # the phases run from the process's start (read from /proc in 10 ms clock ticks) to the first step's

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from experiments import step_forms
+from t2mlr_jax.studies.benchmarks import step_forms
 
 
 def test_bad_reps_fail_in_one_line(tmp_path, capsys):

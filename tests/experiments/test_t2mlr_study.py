@@ -10,10 +10,8 @@ import json
 import pytest
 
 from configs.recipes import shakespeare_split
-from experiments import analysis_common, t2mlr_study
-from experiments.analysis_common import ROOT
-from t2mlr_jax.analysis import protocol
 from t2mlr_jax.config.edit import config_module
+from t2mlr_jax.studies import ROOT, analysis_common, protocol, t2mlr_study
 from tests.experiments.test_jacobi_analyses import TINY as JACOBI_TINY
 
 # test_jacobi_analyses' tiny S5 model and budget (rows of at most 9 tokens, 2 steps); D and B the study's

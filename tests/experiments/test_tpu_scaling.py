@@ -5,14 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from experiments import tpu_scaling
+from t2mlr_jax.studies.tpu import rows as tpu_rows
+from t2mlr_jax.studies.tpu import scaling, tables
 
 CHIPS = {"v5e:2x2": 4, "v5e:16x16": 256, "v5p:4x4x4": 64, "v6e:8x8": 64, "v6e:16x16": 256}
 
 
-@pytest.mark.parametrize("study", sorted(tpu_scaling.STUDIES))
+@pytest.mark.parametrize("study", sorted(tpu_rows.STUDIES))
 def test_every_row_is_named_once_and_its_mesh_covers_its_topology(study):
-    rows = tpu_scaling.STUDIES[study]()
+    rows = tpu_rows.STUDIES[study]()
     assert len({row.name for row in rows}) == len(rows)
     for row in rows:
         sizes = [int(axis.split(":")[1]) for axis in row.mesh.split(",")]
@@ -51,34 +52,34 @@ def test_the_tables_give_each_train_step_its_memory_estimate_and_ratio():
         _result("135M_v5e-256", _program("t2mlr", 0.2, 6e15), _program("transformer", 0.1, 2e15), zero=1),
         _result("3B_v5e-256_fsdp", _program("t2mlr", None, None, fits=False, refused=True)),
     ]
-    train = tpu_scaling.train_table(results)
+    train = tables.train_table(results)
     assert (
         "| 135M_v5e-256 | t2mlr | data:16,fsdp:16 ZeRO-1 | 3.0 / 15.75 | yes | 200 ms (memory) | 25% (18%) | "
         "12 all-gather |" in train
     )
     assert "| 3B_v5e-256_fsdp | t2mlr | data:16,fsdp:16 | > 40 (temporaries) | **no** ||||" in train
-    ratios = tpu_scaling.train_ratios(results)
+    ratios = tables.train_ratios(results)
     assert "| 135M_v5e-256 | 2.00× | 3.00× | memory | memory |" in ratios
     assert "3B" not in ratios  # no transformer beside it
 
 
 def test_an_unknown_row_is_one_line_before_anything_compiles(capsys, tmp_path):
-    assert tpu_scaling.main(["--study=pods", "--rows=135M_v5e-256,70B_v5e-256", f"--out={tmp_path}"]) == 2
+    assert scaling.main(["--study=pods", "--rows=135M_v5e-256,70B_v5e-256", f"--out={tmp_path}"]) == 2
     assert "70B_v5e-256" in capsys.readouterr().err and not any(tmp_path.iterdir())
 
 
 def test_maxtext_flops_match_its_published_step_logs():
     """tpu-recipes' logged steps on v6e-256: TFLOP/s/device x seconds is the FLOPs MaxText counts per device
     and step (Llama 3.1 8B: 4 rows of 8192; Mixtral 8x7B: 12 rows of 4096)."""
-    llama = tpu_scaling.maxtext_flops(tpu_scaling.LLAMA31_8B, 8192) * 4 * 8192
-    mixtral = tpu_scaling.maxtext_flops(tpu_scaling.MIXTRAL_8X7B, 4096) * 12 * 4096
+    llama = tpu_rows.maxtext_flops(tpu_rows.LLAMA31_8B, 8192) * 4 * 8192
+    mixtral = tpu_rows.maxtext_flops(tpu_rows.MIXTRAL_8X7B, 4096) * 12 * 4096
     assert llama == pytest.approx(417.397e12 * 4.546, rel=1e-3)
     assert mixtral == pytest.approx(302.311e12 * 13.484, rel=1e-3)
 
 
 def _anchor_result(anchor, mfu):
     """A compiled anchor whose roofline is compute-bound at `mfu` on MaxText's count, serial sum twice."""
-    flops = tpu_scaling.maxtext_flops(anchor.model, anchor.seq_len) * anchor.batch * anchor.seq_len / 256
+    flops = tpu_rows.maxtext_flops(anchor.model, anchor.seq_len) * anchor.batch * anchor.seq_len / 256
     step = flops / (mfu * 197e12)
     line = {"step_s": step, "compute_s": step, "memory_s": step / 2, "communication_s": step / 2}
     program = {
@@ -94,8 +95,8 @@ def _anchor_result(anchor, mfu):
 def test_the_calibration_table_puts_the_estimate_beside_the_measurement():
     """Two anchors measured at 61.1% and 66.9%, both estimated at 80%: each is calibrated by the other's
     measured / estimated ratio (leave-one-out), landing on the other's measurement."""
-    a16, a32 = tpu_scaling.ANCHORS[:2]
-    table = tpu_scaling.calibration_table([_anchor_result(a16, 0.8), _anchor_result(a32, 0.8)])
+    a16, a32 = tpu_rows.ANCHORS[:2]
+    table = tables.calibration_table([_anchor_result(a16, 0.8), _anchor_result(a32, 0.8)])
     assert f"| {a16.name} | 61.1% | 80.0% | +18.9 | 40.0% | 1.31 | 66.9% | +5.8 | yes |" in table
     assert f"| {a32.name} | 66.9% | 80.0% | +13.1 | 40.0% | 1.20 | 61.1% | -5.8 | yes |" in table
     assert "32 x 5120, 32 x 256 heads (MHA), relu2 32768, vocab 32768 tied; 1536 x 2048 tokens" in table
@@ -108,7 +109,7 @@ def test_rows_per_chip_line_up_in_one_table():
         _result("135M_v5e-256", _program("t2mlr", 0.8, 24e15), per_chip=4),
         _result("135M_v5e-256_x8", _program("t2mlr", None, None, fits=False, refused=True), per_chip=8),
     ]
-    table = tpu_scaling.per_chip_table(results)
+    table = tables.per_chip_table(results)
     assert "| row | arch | 1 row per chip | 4 rows per chip | 8 rows per chip |" in table
     assert (
         "| 135M_v5e-256 | t2mlr | 3.0 GiB, 200 ms memory, 25% (18%) | "
@@ -122,8 +123,8 @@ def test_each_recipe_takes_zero1_where_its_whole_weights_fit_and_the_most_rows_t
     v5p-64 (95 GiB) whole at 4; the LRT-d16 on v5p-64 data parallel (each chip holds every expert) at
     4, on v5e-256 at one row on the pod's own mesh too (its expert mesh fits no more); the stage reaches
     the tool."""
-    rows = {row.name: row for row in tpu_scaling.pod_rows()}
-    for pod in tpu_scaling.PODS:
+    rows = {row.name: row for row in tpu_rows.pod_rows()}
+    for pod in tpu_rows.PODS:
         recipe = rows[f"135M_{pod}"]
         assert (recipe.zero, recipe.batch, recipe.programs) == (1, 4 * CHIPS[recipe.topology], "train,decode")
         assert rows[f"135M_{pod}_x8"].zero == 1 and f"135M_{pod}_x4" not in rows
@@ -133,8 +134,8 @@ def test_each_recipe_takes_zero1_where_its_whole_weights_fit_and_the_most_rows_t
     assert (lrt.mesh, lrt.zero, lrt.batch) == ("fsdp:64", 1, 4 * 64)
     lrt = rows["LRT-d16_v5e-256"]
     assert (lrt.mesh, lrt.batch) == ("data:16,fsdp:16", 256)
-    assert "--config.mesh.zero=1" in tpu_scaling.command(rows["135M_v5e-256"], Path("out"))
-    assert "--config.mesh.zero=3" in tpu_scaling.command(rows["1B_v5e-256"], Path("out"))
+    assert "--config.mesh.zero=1" in scaling.command(rows["135M_v5e-256"], Path("out"))
+    assert "--config.mesh.zero=3" in scaling.command(rows["1B_v5e-256"], Path("out"))
 
 
 def test_the_row_estimate_is_near_the_compiled_pods():
@@ -142,5 +143,5 @@ def test_the_row_estimate_is_near_the_compiled_pods():
     135M T²MLR 2.2 and its transformer 1.2 on v5e-256; 1B T²MLR 5.5): within 30%."""
     compiled = {("135M", "t2mlr"): 2.2, ("135M", "transformer"): 1.2, ("1B", "t2mlr"): 5.5}
     for (size, arch), gib in compiled.items():
-        (work,) = tpu_scaling.recipe_workloads(tpu_scaling.T2MLR_SIZES[size], arch, "data:16,fsdp:16")
+        (work,) = tpu_rows.recipe_workloads(tpu_rows.T2MLR_SIZES[size], arch, "data:16,fsdp:16")
         assert work.row_bytes / 2**30 == pytest.approx(gib, rel=0.3), (size, arch)

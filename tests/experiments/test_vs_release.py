@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from experiments import vs_release
+from t2mlr_jax.studies.benchmarks import vs_release
 
 
 def exit_code(argv: list[str]) -> int:

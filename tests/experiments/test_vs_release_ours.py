@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from experiments.benchmarks import vs_lrt_ours, vs_ponderlm2_ours, vs_release_ours
+from t2mlr_jax.studies.benchmarks import vs_lrt_ours, vs_ponderlm2_ours, vs_release_ours
 
 WORKLOAD = {
     "train": {"batch": 1, "seq_len": 8},

@@ -8,7 +8,8 @@ import logging
 
 import pytest
 
-from t2mlr_jax.storage.checkpoint import StateMismatchError, WorkdirMismatchError
+from t2mlr_jax.storage.checkpoint import StateMismatchError
+from t2mlr_jax.storage.run_config import WorkdirMismatchError
 from tests.faults.tiny_run import STEPS, assert_same_state, config, final_state, run, train_tiny
 
 pytestmark = [pytest.mark.xdist_group("faults"), pytest.mark.slow]

@@ -1,5 +1,5 @@
 """Generation and evaluation that cannot fit the model are refused before anything compiles: a prompt plus
-eval.max_new_tokens past the context, eval.max_new_tokens < 1, eval rows longer than data.eval_seq_len;
+eval.max_new_tokens past the context, eval.max_new_tokens < 1, eval rows longer than eval.window;
 S5's position-aligned generations hold at most eval.max_new_tokens."""
 
 import dataclasses
@@ -103,27 +103,25 @@ def _eval_file(tmp_path, long_prompt_words: int) -> str:
     return str(path)
 
 
-TOO_LONG = {  # config: (data overrides, how the error starts); gsm8k:cpu eval rows are data.seq_len 96
-    "gsm8k": (dict(eval_seq_len=0), "eval example 2 of .*eval.jsonl is 2\\d\\d tokens"),
-    "variable_assignment": (dict(eval_seq_len=40), "eval example 0 is \\d+ tokens"),
-    "s5_retrieval_t2mlr": (dict(eval_seq_len=20), "S5-retrieval eval examples reach \\d+ tokens"),
+TOO_LONG = {  # config: (eval.window, how the error starts); gsm8k:cpu eval rows are data.seq_len 96
+    "gsm8k": (0, "eval example 2 of .*eval.jsonl is 2\\d\\d tokens"),
+    "variable_assignment": (40, "eval example 0 is \\d+ tokens"),
+    "s5_retrieval_t2mlr": (20, "S5-retrieval eval examples reach \\d+ tokens"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(TOO_LONG))
 def test_eval_rows_longer_than_an_eval_row_are_refused_when_the_data_is_built(tmp_path, name):
-    data, message = TOO_LONG[name]
-    if name == "gsm8k":
-        data = {**data, "eval_path": _eval_file(tmp_path, 200)}
-    with pytest.raises(
-        ValueError, match=f"{message}, longer than an eval row \\(\\d+ tokens: data.eval_seq_len"
-    ):
-        build_data_source(resolve(_config(name, **data)), train=False)
+    window, message = TOO_LONG[name]
+    config = _config(name, **({"eval_path": _eval_file(tmp_path, 200)} if name == "gsm8k" else {}))
+    config.eval.window = window
+    with pytest.raises(ValueError, match=f"{message}, longer than an eval row \\(\\d+ tokens: eval.window"):
+        build_data_source(resolve(config), train=False)
 
 
 @pytest.mark.slow
 def test_main_refuses_generation_past_the_context_in_one_line_before_compiling(tmp_path):
-    """Every eval row fits a 256-position context (data.eval_seq_len 256), but prompt 2 (201 tokens) + 64
+    """Every eval row fits a 256-position context (eval.window 256), but prompt 2 (201 tokens) + 64
     does not."""
     out = subprocess.run(
         [
@@ -131,7 +129,7 @@ def test_main_refuses_generation_past_the_context_in_one_line_before_compiling(t
             os.path.join(ROOT, "main.py"),
             f"--config={GSM8K}:cpu",
             f"--config.data.eval_path={_eval_file(tmp_path, 200)}",
-            "--config.data.eval_seq_len=256",
+            "--config.eval.window=256",
             "--config.model.max_seq_len=256",
             "--config.eval.max_new_tokens=64",
             f"--workdir={tmp_path / 'run'}",

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.storage.workdir import read_sessions
-from t2mlr_jax.train.trainer import NonFiniteError, restore_state
+from t2mlr_jax.train.stopping import NonFiniteError
+from t2mlr_jax.train.trainer import restore_state
 from tests.faults.tiny_run import config, records, run, train_tiny
 from tests.test_main import S5, TINY, main
 

@@ -18,7 +18,7 @@ from transformers import (
     Qwen3Config,
 )
 
-from t2mlr_jax.interop.parity import gradient_scales, loss_bound, max_abs_diff, relative_bound
+from t2mlr_jax.studies.parity import gradient_scales, loss_bound, max_abs_diff, relative_bound
 from tests.tolerance import assert_fp32_close, assert_within, record, scale_of
 
 
@@ -159,7 +159,7 @@ def save_release_style(
 
 
 # fp32 parity checks (issue 50): every bound is tests/tolerance.py's depth rule, the depth counted by
-# t2mlr_jax.interop.parity (`blocks`: 2 per layer and the path's two ends; `path_layers`: the layers on an
+# t2mlr_jax.studies.parity (`blocks`: 2 per layer and the path's two ends; `path_layers`: the layers on an
 # output's longest path), the same rule tools/release_parity.py holds the releases to.
 
 

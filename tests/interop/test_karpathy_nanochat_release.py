@@ -22,11 +22,11 @@ from t2mlr_jax.interop.nanochat import (
     to_nanochat_state,
 )
 from t2mlr_jax.interop.nanochat_torch import NanochatReference
-from t2mlr_jax.interop.parity import compare_states, loss_and_grads, path_layers
 from t2mlr_jax.model import backbone
-from t2mlr_jax.model.config import nanochat
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
 from t2mlr_jax.model.params import init_params
+from t2mlr_jax.model.presets import nanochat
+from t2mlr_jax.studies.parity import compare_states, loss_and_grads, path_layers
 from tests.interop.helpers import assert_grads_parity, assert_loss_parity, assert_planted_fails
 from tests.tolerance import assert_fp32_close
 
@@ -162,7 +162,7 @@ def test_backout_refuses_a_block_range_that_skips_its_block(imported):
 )
 def test_bad_options_are_one_line_errors(changes, message):
     with pytest.raises(ValueError, match=message):
-        nanochat(2, width=32, head_dim=16, variant="karpathy").replace(**changes).validate()
+        nanochat(2, width=32, head_dim=16, variant="karpathy").replace(**changes)
     with pytest.raises(ValueError, match="nanochat variant must be one of"):
         nanochat(2, variant="head")
 
@@ -190,7 +190,7 @@ def test_the_karpathy_preset_initialises_as_its_init_weights():
 def test_the_driver_refuses_the_lrt_fork(tmp_path, capsys):
     """experiments/make_karpathy_nanochat_fixture.py: --help, and the LRT fork's checkout refused in one
     line before anything runs."""
-    from experiments import make_karpathy_nanochat_fixture as driver
+    from t2mlr_jax.studies.fixtures import karpathy_nanochat as driver
 
     with pytest.raises(SystemExit) as done:
         driver.main(["--help"])

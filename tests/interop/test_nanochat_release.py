@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 
-from t2mlr_jax.architectures import lrt_forward
+from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.experiment import experiment, resolve
 from t2mlr_jax.interop import load_pretrained, save_nanochat
 from t2mlr_jax.interop.files import read_json, torch_state, torch_to_numpy
@@ -26,17 +26,17 @@ from t2mlr_jax.interop.nanochat import (
     padded_vocab,
     to_nanochat_state,
 )
-from t2mlr_jax.interop.parity import (
+from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
+from t2mlr_jax.model import backbone
+from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
+from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.studies.parity import (
     compare_states,
     interleaved_forward,
     interleaved_training,
     loss_and_grads,
     path_layers,
 )
-from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
-from t2mlr_jax.model import backbone
-from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
-from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.train import init_from
 from tests.interop.helpers import assert_grads_parity, assert_loss_parity, assert_planted_fails
 from tests.tiny import score

@@ -13,15 +13,9 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.interop.files import read_json, read_state_dict
-from t2mlr_jax.interop.ponderlm2_parity import (
-    batch_of,
-    compare,
-    loop_outputs,
-    path_layers,
-    pause_outputs,
-    ponderlm2,
-)
+from t2mlr_jax.interop.ponderlm2_forward import batch_of, ponderlm2
 from t2mlr_jax.interop.ponderlm2_release import FIELDS, load_ponderlm2_release, save_ponderlm2_release
+from t2mlr_jax.studies.ponderlm2_parity import compare, loop_outputs, path_layers, pause_outputs
 from tests.interop.helpers import assert_planted_fails, check_figures
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -15,8 +15,7 @@ import pytest
 from t2mlr_jax.architectures.lrt import Draw
 from t2mlr_jax.experiment import experiment, resolve
 from t2mlr_jax.interop.files import read_json, read_state_dict
-from t2mlr_jax.interop.parity import relative_bound
-from t2mlr_jax.interop.ponderlm2_parity import batch_of, compare, our_outputs, path_layers, ponderlm2
+from t2mlr_jax.interop.ponderlm2_forward import batch_of, ponderlm2
 from t2mlr_jax.interop.ponderlm2_release import (
     FIELDS,
     is_ponderlm2_release,
@@ -25,6 +24,8 @@ from t2mlr_jax.interop.ponderlm2_release import (
     save_ponderlm2_release,
 )
 from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
+from t2mlr_jax.studies.parity import relative_bound
+from t2mlr_jax.studies.ponderlm2_parity import compare, our_outputs, path_layers
 from t2mlr_jax.train import init_from
 from tests.in_process import run_tool
 from tests.interop.helpers import assert_planted_fails, check_figures
@@ -142,7 +143,8 @@ def test_arch_ponderlm2_starts_from_the_release_folder():
         name="from_release",
         model=cfg,
         arch="ponderlm2",
-        data={"task": "s5_retrieval", "seq_len": 3 * t, "eval_seq_len": t},
+        data={"task": "s5_retrieval", "seq_len": 3 * t},
+        evaluation={"window": t},
         sections={"ponderlm2": settings},
         init_from=str(FIXTURE / "model"),
     )

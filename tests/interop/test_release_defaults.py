@@ -15,12 +15,12 @@ import pytest
 
 from t2mlr_jax.interop import load_pretrained, save_t2mlr_torch
 from t2mlr_jax.interop.files import read_json, read_state_dict
-from t2mlr_jax.interop.parity import max_abs_diff, path_layers
 from t2mlr_jax.interop.pretrained import mismatches, pretrained_config
 from t2mlr_jax.interop.release_config import model_config_from_release, release_config
 from t2mlr_jax.interop.tables import t2mlr_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
+from t2mlr_jax.studies.parity import max_abs_diff, path_layers
 from tests.interop.helpers import (
     assert_grads_parity,
     assert_planted_fails,
@@ -68,7 +68,7 @@ def test_init_from_takes_the_users_depths_and_checks_them():
     assert checkpoint.recurrence.d_backward == checkpoint.recurrence.d_forward == 1
     assert mismatches(checkpoint, checkpoint.with_recurrence(d_forward=16, d_backward=4)) == []
     with pytest.raises(ValueError, match="must be <= d_forward"):  # a user's B > D stays refused
-        checkpoint.with_recurrence(d_forward=2, d_backward=5).validate()
+        checkpoint.with_recurrence(d_forward=2, d_backward=5)
 
 
 @pytest.fixture(scope="module")

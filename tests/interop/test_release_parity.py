@@ -14,7 +14,7 @@ import pytest
 
 from t2mlr_jax.interop import load_pretrained, save_nanochat
 from t2mlr_jax.interop.files import torch_state, torch_to_numpy
-from t2mlr_jax.interop.parity import (
+from t2mlr_jax.studies.parity import (
     compare,
     compare_states,
     our_outputs,

@@ -14,8 +14,9 @@ import torch
 from t2mlr_jax.interop import retrofit
 from t2mlr_jax.interop.tables import hf_layout, to_state_dict
 from t2mlr_jax.model import backbone
-from t2mlr_jax.model.config import RecurrenceConfig, smollm2_135m
+from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.generate import generate
+from t2mlr_jax.model.presets import smollm2_135m
 from t2mlr_jax.model.recurrence import jacobi_forward
 from tests.tolerance import assert_fp32_close
 
@@ -124,7 +125,7 @@ def test_sweep_baseline_perplexity_matches_transformers(ours, theirs):
     """The recirculation sweep's unmodified-model perplexity (its own scorer) over two non-overlapping
     64-token windows of real text is transformers' on the same windows, to 1e-4 relative."""
     from configs.recipes import shakespeare_split
-    from t2mlr_jax.analysis.recirculation_scoring import Cell, Scoring, perplexity, score, scorer
+    from t2mlr_jax.studies.recirculation_scoring import Cell, Scoring, perplexity, score, scorer
 
     cfg, params = ours
     model, tokenizer = theirs

@@ -13,12 +13,12 @@ import pytest
 from jax.sharding import NamedSharding
 
 from t2mlr_jax.experiment import resolve
-from t2mlr_jax.interop.parity import recurrence_layers
 from t2mlr_jax.model.params import param_axes
 from t2mlr_jax.model.recurrence import jacobi_forward, make_layout, relative_change
 from t2mlr_jax.parallel.mesh import make_mesh
 from t2mlr_jax.parallel.placement import param_shardings
 from t2mlr_jax.parallel.rules import partition_spec
+from t2mlr_jax.studies.parity import recurrence_layers
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run
 from tests.model.test_recurrence import ce_loss
@@ -31,7 +31,7 @@ CFG = tiny_config()
 
 
 def adaptive(tolerance, **recurrence):
-    return tiny_config().with_recurrence(jacobi_tolerance=tolerance, **recurrence).validate()
+    return tiny_config().with_recurrence(jacobi_tolerance=tolerance, **recurrence)
 
 
 def loss_and_grad(cfg, params, toks, d, b, layout=None):

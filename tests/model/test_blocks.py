@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.model import backbone, layer_layout
-from t2mlr_jax.model.backbone import Feedback
+from t2mlr_jax.model.block import Feedback
 from t2mlr_jax.model.config import MLP_NAMES
 from t2mlr_jax.model.layers import MLPS, attend, attention_mask, register_mlp, relu2, softcap
 from t2mlr_jax.model.params import param_axes, param_specs
@@ -80,7 +80,7 @@ def test_unstacked_layers_run_unrolled_and_equal_the_scan(dtype):
 )
 def test_bad_block_options_name_their_field(changes, field):
     with pytest.raises(ValueError, match=f"^{field} "):
-        BASE.replace(**changes).validate()
+        BASE.replace(**changes)
 
 
 def test_window_pattern_tiles_and_the_last_layer_is_full():
@@ -97,7 +97,7 @@ def test_window_pattern_places_the_last_layer_too_when_asked():
 
     def windows(pattern, num_layers=L, last_layer_full=False):
         cfg = BASE.replace(num_layers=num_layers, window_pattern=pattern, sliding_window=3)
-        return cfg.replace(last_layer_full=last_layer_full).validate().layer_windows
+        return cfg.replace(last_layer_full=last_layer_full).layer_windows
 
     assert [i for i, w in enumerate(windows("SSSSSL", 26)) if w is None] == [5, 11, 17, 23]
     assert windows("SSSSSL", 26)[-2:] == (3, 3) and windows("SSSSSL", 26, True)[-2:] == (3, None)
@@ -282,12 +282,12 @@ def scaled_identity_mlp():
 
 
 def test_an_mlp_registers_by_name(scaled_identity_mlp):
-    cfg = BASE.replace(mlp=scaled_identity_mlp).validate()
+    cfg = BASE.replace(mlp=scaled_identity_mlp)
     params = tiny_params(cfg)
     assert params["layers"]["mlp"]["scale"].shape == (L,)
     assert forward(cfg, params, TOKS).shape == (B, T, cfg.vocab_size)
     with pytest.raises(ValueError, match="^mlp "):
-        BASE.replace(mlp="scaled_identity_typo").validate()
+        BASE.replace(mlp="scaled_identity_typo")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,7 +431,6 @@ GEMMA_LAST_SLIDING = GEMMA_LIKE.replace(window_pattern="SSL", last_layer_full=Fa
     ids=["nanochat", "karpathy_nanochat", "qwen_like", "gemma_like", "gemma_last_sliding"],
 )
 def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
-    cfg = cfg.validate()
     params = tiny_params(cfg, seed=1)
     if cfg.init_scheme != "normal" or cfg.norm_offset:  # zero-initialised weights would hide paths
         params = jax.tree.map(lambda x: x + 0.2 * jax.random.normal(jax.random.PRNGKey(8), x.shape), params)
@@ -466,7 +465,7 @@ def test_cached_decoding_with_every_option_equals_the_parallel_forward(cfg):
 def test_smear_reads_the_caches_last_vocabulary_token():
     """Decoding, a token's smear mixes in the last vocabulary token the cache holds (a thought slot, LATENT,
     is skipped), as the row's token before it in a parallel pass; nothing at an empty cache."""
-    cfg = KARPATHY.validate()
+    cfg = KARPATHY
     params = jax.tree.map(lambda x: x + 0.2, tiny_params(cfg, seed=1))
     parallel = backbone.embed(cfg, params, TOKS[:, :2])
     cache = backbone.init_cache(cfg, B, 4)
@@ -481,8 +480,8 @@ def test_smear_reads_the_caches_last_vocabulary_token():
 
 
 def test_nanochat_init_scheme():
-    specs = spec_leaves(param_specs(NANOCHAT.validate()))
-    params = tiny_params(NANOCHAT.validate())
+    specs = spec_leaves(param_specs(NANOCHAT))
+    params = tiny_params(NANOCHAT)
     attn, mlp = params["layers"]["self_attn"], params["layers"]["mlp"]
     for zero in (attn["o_proj"], mlp["down_proj"], attn["ve_gate"]):
         assert not np.asarray(zero).any()
@@ -498,7 +497,7 @@ def test_nanochat_init_scheme():
 def test_value_embeddings_sit_on_alternating_layers_ending_with_the_last():
     assert NANOCHAT.replace(num_layers=4).value_embed_layers == (1, 3)
     assert NANOCHAT.replace(num_layers=5).value_embed_layers == (0, 2, 4)
-    cfg = NANOCHAT.replace(num_layers=4).validate()
+    cfg = NANOCHAT.replace(num_layers=4)
     params = tiny_params(cfg)
     assert params["value_embeds"].shape == (2, cfg.vocab_size, cfg.num_kv_heads, cfg.head_dim)
     params = jax.tree.map(lambda x: x + 0.2 * jax.random.normal(jax.random.PRNGKey(2), x.shape), params)
@@ -512,7 +511,7 @@ def test_value_embeddings_sit_on_alternating_layers_ending_with_the_last():
 
 @pytest.mark.numerics
 def test_resid_scalars_at_one_and_zero_are_the_plain_residual_stream():
-    cfg = NANOCHAT.replace(value_embeds=False).validate()
+    cfg = NANOCHAT.replace(value_embeds=False)
     params = tiny_params(cfg, seed=3)
     params = jax.tree.map(lambda x: x + 0.2 * jax.random.normal(jax.random.PRNGKey(4), x.shape), params)
     plain = {k: v for k, v in params.items() if k not in ("resid_lambdas", "x0_lambdas")}

@@ -3,7 +3,7 @@
 import jax
 import pytest
 
-from t2mlr_jax.model import config as C
+from t2mlr_jax.model import presets
 from t2mlr_jax.model.params import init_params, param_axes
 from t2mlr_jax.model.recurrence import jacobi_forward
 from t2mlr_jax.model.spec import count_params, matched_width
@@ -25,7 +25,7 @@ from tests.tiny import tiny_config, tiny_params, tokens
 )
 def test_bad_recurrence_raises_naming_the_field(changes, field):
     with pytest.raises(ValueError, match=field):
-        tiny_config().with_recurrence(**changes).validate()
+        tiny_config().with_recurrence(**changes)
 
 
 @pytest.mark.parametrize(
@@ -40,7 +40,7 @@ def test_bad_recurrence_raises_naming_the_field(changes, field):
 )
 def test_bad_backbone_raises_naming_the_field(changes, field):
     with pytest.raises(ValueError, match=field):
-        tiny_config(recurrence=None).replace(**changes).validate()
+        tiny_config(recurrence=None).replace(**changes)
 
 
 def test_bad_jacobi_depths_raise_before_tracing():
@@ -53,10 +53,10 @@ def test_bad_jacobi_depths_raise_before_tracing():
 
 
 def test_layer_indices_follow_the_release_conventions():
-    cfg = C.smollm2_135m().with_recurrence(l_start=12, l_end=17)  # paper (13,18)
-    assert cfg.validate().layer_range == (12, 17)
-    assert C.smollm2_135m().with_recurrence(l_start=4, l_end=-5).layer_range == (4, 25)  # paper (5,26)
-    assert C.smollm2_135m().with_recurrence(l_start=7, l_end=7).validate().layer_range == (7, 7)  # D = 1
+    cfg = presets.smollm2_135m().with_recurrence(l_start=12, l_end=17)  # paper (13,18)
+    assert cfg.layer_range == (12, 17)
+    assert presets.smollm2_135m().with_recurrence(l_start=4, l_end=-5).layer_range == (4, 25)  # paper (5,26)
+    assert presets.smollm2_135m().with_recurrence(l_start=7, l_end=7).layer_range == (7, 7)  # D = 1
 
 
 def shapes(cfg):
@@ -64,16 +64,16 @@ def shapes(cfg):
 
 
 def test_presets_match_published_sizes():
-    assert 134e6 < count_params(shapes(C.smollm2_135m())) < 135.5e6
-    assert 361e6 < count_params(shapes(C.smollm2_360m())) < 362.5e6
-    assert 1.70e9 < count_params(shapes(C.smollm2_1_7b())) < 1.72e9
-    s5 = C.s5_tiny()
+    assert 134e6 < count_params(shapes(presets.smollm2_135m())) < 135.5e6
+    assert 361e6 < count_params(shapes(presets.smollm2_360m())) < 362.5e6
+    assert 1.70e9 < count_params(shapes(presets.smollm2_1_7b())) < 1.72e9
+    s5 = presets.s5_tiny()
     assert (s5.hidden_size, s5.num_layers, s5.num_heads, s5.mlp_dim, s5.rope_theta) == (384, 6, 6, 1536, None)
 
 
 def test_parameter_matched_baseline_is_within_one_percent():
-    t2mlr = count_params(shapes(C.smollm2_135m().with_recurrence(l_start=4, l_end=25)))
-    plain = C.smollm2_135m()
+    t2mlr = count_params(shapes(presets.smollm2_135m().with_recurrence(l_start=4, l_end=25)))
+    plain = presets.smollm2_135m()
     width = matched_width(lambda h: count_params(shapes(plain.replace(hidden_size=h))), t2mlr, 576, 8)
     baseline = plain.replace(hidden_size=width)
     assert width == 584  # the release's 135M baseline

@@ -6,13 +6,14 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from experiments.benchmarks.flops import jaxpr_matmul_flops
-from experiments.benchmarks.flops import train_flops as benchmark_flops
-from t2mlr_jax.architectures import lrt, lrt_forward
-from t2mlr_jax.experiment import resolve
+from t2mlr_jax.architectures.lrt import architecture as lrt
+from t2mlr_jax.architectures.lrt import forward as lrt_forward
+from t2mlr_jax.experiment import for_arch, resolve
 from t2mlr_jax.model import flops
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import mixer_specs
+from t2mlr_jax.studies.benchmarks.flops import jaxpr_matmul_flops
+from t2mlr_jax.studies.benchmarks.flops import train_flops as benchmark_flops
 from t2mlr_jax.train.init_from import architecture
 from tests.tiny import tiny_experiment
 from tests.train.test_build_data import load_config
@@ -20,7 +21,7 @@ from tests.train.tiny_task import tiny_source
 
 TOY = ModelConfig(
     vocab_size=50, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, head_dim=16, mlp_dim=64
-).validate()
+)
 
 
 def test_a_pass_by_hand():
@@ -29,7 +30,7 @@ def test_a_pass_by_hand():
     assert flops.block_params(TOY) == block
     assert flops.pass_flops(TOY, 4) == 2 * (2 * 4 * block + attention)
     assert flops.head_flops(TOY, 3) == 2 * 3 * 32 * 50
-    windowed = TOY.replace(window_pattern="SL", sliding_window=1).validate()  # layer 0 sees <= 2 keys
+    windowed = TOY.replace(window_pattern="SL", sliding_window=1)  # layer 0 sees <= 2 keys
     assert flops.pass_flops(windowed, 4) == flops.pass_flops(TOY, 4) - 4 * 4 * (2.5 - 1.75) * 2 * 16
 
 
@@ -44,7 +45,7 @@ def test_jaxpr_counts_a_ragged_dot_as_its_grouped_matmul():
 
 
 def test_moe_counts_the_active_experts_only():
-    moe = TOY.replace(mlp="moe", moe_experts=8, moe_top_k=2, moe_shared=1, moe_dim=24).validate()
+    moe = TOY.replace(mlp="moe", moe_experts=8, moe_top_k=2, moe_shared=1, moe_dim=24)
     routed = 2 * (2 * 32 * 24)  # two of the eight relu² experts
     assert flops.block_params(moe) == 4 * 32 * 32 + 32 * 8 + routed + 2 * 32 * 24
 
@@ -244,37 +245,41 @@ def test_the_counts_are_what_the_train_step_runs(monkeypatch):
     assert truncated.train_flops(12) + 2 * 3 * unread == pytest.approx(traced[-1], rel=1e-12)
 
 
-def test_a_flop_budget_sets_the_steps_before_anything_compiles(tmp_path):
+def test_a_flop_budget_sets_the_steps_when_the_config_is_resolved(tmp_path):
     from t2mlr_jax.train.trainer import Run
 
     config = tiny_experiment("transformer", steps=1000)
     config.train.flop_budget = 0.0
     per_step = Run(resolve(config), tmp_path / "a", tiny_source(), "transformer").flops_per_step
     config.train.flop_budget = 7.4 * per_step
-    run = Run(resolve(config), tmp_path / "b", tiny_source(), "transformer")
-    assert run.config.train.steps == 7 and config.train.steps == 1000  # the run's own copy
+    typed = resolve(config)
+    assert typed.train.steps == 7 and config.train.steps == 1000  # the typed copy
+    assert Run(typed, tmp_path / "b", tiny_source(), "transformer").config.train.steps == 7  # as resolved
     t2mlr = tiny_experiment("t2mlr", steps=1000)
     t2mlr.train.flop_budget = 7.4 * per_step
     run = Run(resolve(t2mlr), tmp_path / "c", tiny_source(), "t2mlr")
     jacobi = flops.jacobi_train_flops(run.arch.backbone, t2mlr.data.seq_len)
     assert run.config.train.steps == round(7.4 * per_step / (8 * jacobi)) < 7  # T²MLR's steps cost more
+    t2mlr.arch = "t2mlr,transformer"  # a comma list: each architecture its own steps (main.py's plan)
+    both = resolve(t2mlr)
+    steps = [for_arch(both, name).train.steps for name in ("t2mlr", "transformer")]
+    assert steps == [run.config.train.steps, 7]
     with pytest.raises(ValueError, match="architecture 'recirculation' has no training FLOP accounting"):
         bad = tiny_experiment("recirculation", sections={"recirculation": PATHWAY})
         bad.train.flop_budget = 1e9
-        Run(resolve(bad), tmp_path / "d", tiny_source(), "recirculation")
-    assert not (tmp_path / "d").exists()
+        resolve(bad)
 
 
 def test_t2mlrs_cost_at_smollm2_135m():
     """configs/smollm135m_t2mlr.py:w13_18 (code blocks 12..17 of 30, D 16, B 4) at its 2048-token rows costs
     2.42x the plain backbone's training FLOPs, 2.39x the parameter-matched baseline's (584 wide), below the
-    benchmarks' dense count (experiments/benchmarks/flops.py: 2.45x): T²MLR's extra passes are blocks only,
-    and attention counted dense weighs the blocks more against the head it runs once."""
+    benchmarks' dense count (t2mlr_jax/studies/benchmarks/flops.py: 2.45x): T²MLR's extra passes are blocks
+    only, and attention counted dense weighs the blocks more against the head it runs once."""
     config = load_config("smollm135m_t2mlr", "w13_18")
     t2mlr, seq = architecture(resolve(config)), config.data.seq_len
     model, rec = t2mlr.backbone, t2mlr.backbone.recurrence
     assert (seq, model.layer_range, rec.d_forward, rec.d_backward) == (2048, (12, 17), 16, 4)
-    plain = model.replace(recurrence=None).validate()
+    plain = model.replace(recurrence=None)
     baseline = architecture(resolve(load_config("smollm135m_t2mlr", "baseline")))
     assert t2mlr.train_flops(seq) / flops.one_pass_train_flops(plain, seq) == pytest.approx(2.418, abs=5e-4)
     assert t2mlr.train_flops(seq) / baseline.train_flops(seq) == pytest.approx(2.392, abs=5e-4)

@@ -143,4 +143,4 @@ def test_codi_bottleneck_size_sets_its_hidden_width():
     assert fuse(cfg, p, x, r, jnp.full((B, T), 2))[0].shape == x.shape
     assert mixer_params("codi")[1]["codi_projection"]["fc1"]["kernel"].shape == (D, D)
     with pytest.raises(ValueError, match="bottleneck_size"):
-        tiny_config().with_recurrence(mixer="codi", bottleneck_size=0).validate()
+        tiny_config().with_recurrence(mixer="codi", bottleneck_size=0)

@@ -43,7 +43,7 @@ def config(**changes) -> ModelConfig:
         moe_top_k=K,
         init_std=0.3,
     )
-    return base.replace(**changes).validate()
+    return base.replace(**changes)
 
 
 def layer_params(cfg: ModelConfig, seed: int = 0) -> dict:

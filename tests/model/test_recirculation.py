@@ -13,10 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.interop.parity import recurrence_layers
-from t2mlr_jax.model import backbone
-from t2mlr_jax.model.generate import T2MLRDecoder, generate_with
-from t2mlr_jax.model.recirculation import (
+from t2mlr_jax.architectures.recirculation.forward import (
     TwoStackDecoder,
     looped_logits,
     single_stack_layout,
@@ -24,8 +21,11 @@ from t2mlr_jax.model.recirculation import (
     two_stack_parallel,
     two_stack_serial,
 )
-from t2mlr_jax.model.recirculation_mix import Recirculation
+from t2mlr_jax.architectures.recirculation.mix import Recirculation
+from t2mlr_jax.model import backbone
+from t2mlr_jax.model.generate import T2MLRDecoder, generate_with
 from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.studies.parity import recurrence_layers
 from tests.tiny import exact, jacobi, plain, tiny_config, tiny_params, tokens
 from tests.tolerance import assert_fp32_close
 

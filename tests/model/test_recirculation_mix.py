@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.model.recirculation_mix import SCHEMES, adaptive_mix, adaptive_specs, check_mix, mix
+from t2mlr_jax.architectures.recirculation.mix import SCHEMES, adaptive_mix, adaptive_specs, check_mix, mix
 from t2mlr_jax.model.spec import init_from_specs
 from tests.tolerance import assert_fp32_close
 

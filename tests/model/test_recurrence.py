@@ -4,7 +4,7 @@ semantics on gradients (the gradient reaches back through exactly the last B ref
 Bounds (tests/tolerance.py): Jacobi and cached decoding are held to the float64 rule against the naive
 float64 recurrence (tests/reference.py), measured against the exact recurrence's own fp32 error; the other
 fp32 pairs (γ = 0 against the backbone, gradients, packed rows against rows alone) to the depth rule, the
-depth counted by `recurrence_layers` (t2mlr_jax/interop/parity.py): the recurrence's window once per
+depth counted by `recurrence_layers` (t2mlr_jax/studies/parity.py): the recurrence's window once per
 token (a Jacobi pass counts as a token), a gradient twice its forward."""
 
 import jax
@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.interop.parity import recurrence_layers
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.fusion import fuse, update_cache
 from t2mlr_jax.model.recurrence import Layout, decode_step, make_layout, shift_right
+from t2mlr_jax.studies.parity import recurrence_layers
 from tests import reference
 from tests.tiny import exact, jacobi, plain, rel_err, tiny_config, tiny_params, tokens
 from tests.tolerance import assert_fp32_close, assert_near_f64

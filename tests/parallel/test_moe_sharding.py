@@ -39,7 +39,7 @@ CFG = ModelConfig(
     moe_experts=8,
     moe_top_k=2,
     init_std=0.3,
-).validate()
+)
 
 
 def loss_and_grad(cfg, params, x, bias):

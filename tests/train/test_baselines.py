@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from t2mlr_jax.architectures import build_architecture
-from t2mlr_jax.architectures.looped import looped_forward
-from t2mlr_jax.architectures.lstm import lstm_forward, lstm_specs
-from t2mlr_jax.architectures.pause import pause_forward, pause_specs
+from t2mlr_jax.architectures.baselines.looped import looped_forward
+from t2mlr_jax.architectures.baselines.lstm import lstm_forward, lstm_specs
+from t2mlr_jax.architectures.baselines.pause import pause_forward, pause_specs
 from t2mlr_jax.architectures.recompute import greedy_by_recompute
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.backbone import forward

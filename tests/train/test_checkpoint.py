@@ -7,9 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.config import to_dict
+from t2mlr_jax.config.convert import to_dict
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.storage import checkpoint as ckpt
+from t2mlr_jax.storage import run_config
 from t2mlr_jax.train.train_step import TrainState
 from t2mlr_jax.train.trainer import Run
 from tests.tiny import tiny_experiment
@@ -67,13 +68,13 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, ca
 
 
 def test_a_workdir_of_another_config_is_refused_untouched(tmp_path):
-    ckpt.write_run_config(
-        tmp_path, {**ckpt.run_identity(to_dict(resolve(tiny_experiment()))), "arch": "t2mlr"}
+    run_config.write_run_config(
+        tmp_path, {**run_config.run_identity(to_dict(resolve(tiny_experiment()))), "arch": "t2mlr"}
     )
     before = sorted(p.name for p in tmp_path.iterdir())
     other = tiny_experiment()
     other.model.hidden_size = 48
-    with pytest.raises(ckpt.WorkdirMismatchError, match="model.hidden_size: 32 .workdir. vs 48"):
+    with pytest.raises(run_config.WorkdirMismatchError, match="model.hidden_size: 32 .workdir. vs 48"):
         Run(resolve(other), tmp_path, tiny_source(), "t2mlr")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 

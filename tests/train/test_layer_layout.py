@@ -10,6 +10,7 @@ from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.spec import is_spec
 from t2mlr_jax.storage import checkpoint as ckpt
+from t2mlr_jax.storage import run_config
 from t2mlr_jax.train.optimizer import muon_depth
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from t2mlr_jax.train.trainer import Run
@@ -69,8 +70,8 @@ def test_a_per_layer_checkpoint_reads_stacked_and_the_other_form_is_refused(tmp_
     assert jax.tree.structure(read) == jax.tree.structure(want)
     for got, expected in zip(jax.tree.leaves(read), jax.tree.leaves(want)):
         np.testing.assert_array_equal(got, expected)
-    ckpt.write_run_config(tmp_path, run.identity)
-    with pytest.raises(ckpt.WorkdirMismatchError, match="model.scan_layers: False .workdir. vs True"):
+    run_config.write_run_config(tmp_path, run.identity)
+    with pytest.raises(run_config.WorkdirMismatchError, match="model.scan_layers: False .workdir. vs True"):
         _run("t2mlr", tmp_path, True)
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from t2mlr_jax.config import to_dict
+from t2mlr_jax.config.convert import to_dict
 from t2mlr_jax.experiment import resolve
-from t2mlr_jax.storage.checkpoint import run_identity, write_run_config
+from t2mlr_jax.storage.run_config import run_identity, write_run_config
 from t2mlr_jax.storage.workdir import LOCK, SESSIONS, SUMMARY
 from t2mlr_jax.train.metrics_log import MetricsLog
 from tests.tiny import tiny_experiment

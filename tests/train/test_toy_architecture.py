@@ -4,95 +4,43 @@ with a spec, an aux loss, non-gradient state), trains two steps through the trai
 to the uninterrupted run (fp32 round-off), and generates with the backbone's KV cache; what else it can do
 (eval.thoughts, being read as a model by interop) is read off the `Capabilities` it registers with."""
 
-import dataclasses
+import importlib
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures import (
-    ARCHITECTURES,
-    Architecture,
-    Capabilities,
-    build_architecture,
-    register_architecture,
-)
-from t2mlr_jax.architectures.contract import Outputs, backbone_config, layout_of
+from t2mlr_jax.architectures import ARCHITECTURES, Capabilities, build_architecture, register_architecture
+from t2mlr_jax.architectures.contract import backbone_config
 from t2mlr_jax.architectures.recompute import greedy_by_recompute
-from t2mlr_jax.config import SECTIONS, from_config_dict, to_dict
-from t2mlr_jax.config.convert import model_to_dict
+from t2mlr_jax.config.convert import from_config_dict, model_to_dict, to_dict
+from t2mlr_jax.config.sections import SECTIONS
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop.orbax_folder import load_config
-from t2mlr_jax.model import backbone
-from t2mlr_jax.model import generate as generation
-from t2mlr_jax.model.params import param_specs
-from t2mlr_jax.model.spec import ParamSpec
 from t2mlr_jax.storage import checkpoint as ckpt
 from t2mlr_jax.train.trainer import Run, restore_state, train
 from tests.tiny import tiny_experiment
 from tests.train.tiny_task import tiny_batch, tiny_source
 
-
-def _toy(config) -> Architecture:
-    """A plain backbone whose embedding is scaled by a learned scalar; it counts the tokens it was trained
-    on in its model_state and penalises the scale with an aux loss."""
-    model = backbone_config(config, recurrent=False)
-    init_scale = lambda key, shape, dtype: jnp.full(shape, config.toy.scale_init, dtype)
-    specs = {**param_specs(model), "embed_scale": ParamSpec((1,), (None,), init_scale, "scalar")}
-
-    def scaled(params):
-        rest = {k: v for k, v in params.items() if k != "embed_scale"}
-        return {**rest, "embed_tokens": params["embed_tokens"] * params["embed_scale"]}
-
-    def logits(params, tokens, layout):
-        return backbone.forward(
-            model, scaled(params), tokens, positions=layout.positions, segment_ids=layout.segment_ids
-        )
-
-    def apply(params, batch, *, training, rng, model_state, sample=None):
-        return Outputs(
-            logits(params, batch["tokens"], layout_of(batch)),
-            aux_losses={"scale": 1e-3 * jnp.sum(params["embed_scale"] ** 2)},
-            stats={"tokens_seen": batch["loss_mask"].sum()},
-        )
-
-    def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
-        return generation.generate(
-            model, scaled(params), prompt, mask, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id
-        )
-
-    return Architecture(
-        "toy", specs, model.param_dtype, apply, generate,
-        init_model_state=lambda: {"tokens_seen": jnp.zeros((), jnp.float32)},
-        update_model_state=lambda state, stats: (
-            {"tokens_seen": state["tokens_seen"] + stats["tokens_seen"]},
-            {},
-        ),
-        backbone=model, max_seq_len=model.max_seq_len,
-    )  # fmt: skip
-
-
-@dataclasses.dataclass(frozen=True)
-class ToySettings:
-    """The toy's own config section `toy`, with its defaults and its check."""
-
-    scale_init: float = 0.5
-
-    def __post_init__(self):
-        if self.scale_init <= 0:
-            raise ValueError(f"toy.scale_init must be > 0, got {self.scale_init}")
+TOY = "tests.toy_system"  # the system, kept outside the package
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def toy():
-    register_architecture("toy", _toy, settings=ToySettings)
+    importlib.import_module(TOY)  # registers "toy" and its section, as T2MLR_JAX_SYSTEMS would
     yield lambda steps, **toy: tiny_experiment(
         "toy", steps=steps, checkpoint_every=2, sections={"toy": {"scale_init": 0.7, **toy}}
     )
     ARCHITECTURES.unregister("toy")
     SECTIONS.unregister("toy")
+    sys.modules.pop(TOY)
 
 
 def _tokens_seen(steps: int) -> float:
@@ -135,7 +83,7 @@ def test_a_toy_architecture_trains_checkpoints_resumes_and_generates(tmp_path, t
 
 
 def test_its_settings_are_typed_and_checked_before_anything_is_built(toy):
-    assert resolve(toy(2)).toy == ToySettings(scale_init=0.7)
+    assert resolve(toy(2)).toy == sys.modules[TOY].ToySettings(scale_init=0.7)
     with pytest.raises(
         KeyError, match=r"toy.scale_int is not a config field \(did you mean 'scale_init'\?\)"
     ):
@@ -158,7 +106,7 @@ def test_an_unknown_architecture_lists_the_registered_ones(toy):
 def capable_toy(toy):
     """The toy again, declaring both capabilities where it registers (and nothing else about them)."""
     capabilities = Capabilities(exportable=True, thought_slots=True)
-    register_architecture("capable_toy", _toy, section="toy", capabilities=capabilities)
+    register_architecture("capable_toy", sys.modules[TOY].build, section="toy", capabilities=capabilities)
     yield
     ARCHITECTURES.unregister("capable_toy")
 
@@ -191,3 +139,22 @@ def test_interop_reads_the_runs_of_an_exportable_architecture_only(toy, capable_
     meta("toy")
     with pytest.raises(ValueError, match=r"only capable_toy and t2mlr and transformer runs can be read"):
         load_config(step)
+
+
+def _main_help(systems: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "T2MLR_JAX_SYSTEMS"}
+    env |= {"T2MLR_JAX_SYSTEMS": systems} if systems is not None else {}
+    return subprocess.run(
+        [sys.executable, "main.py", "--help"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_main_help_names_a_system_found_outside_the_package_and_a_missing_one_is_one_error():
+    listed = lambda out: next(line for line in out.splitlines() if line.startswith("Architectures"))
+    assert "toy" not in listed(_main_help(None).stdout).split(": ")[1].rstrip(".").split(", ")
+    found = _main_help(TOY)
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert "toy" in listed(found.stdout).split(": ")[1].rstrip(".").split(", ")
+    missing = _main_help("tests.no_such_system")
+    assert missing.returncode != 0
+    assert "T2MLR_JAX_SYSTEMS: no module 'tests.no_such_system' to import a system from" in missing.stderr

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from t2mlr_jax.config import to_dict
+from t2mlr_jax.config.convert import to_dict
 from t2mlr_jax.experiment import resolve
-from t2mlr_jax.storage.checkpoint import RUN_CONFIG, WorkdirMismatchError, check_workdir, run_identity
+from t2mlr_jax.storage.run_config import WorkdirMismatchError, check_workdir, run_identity
+from t2mlr_jax.storage.workdir import RUN_CONFIG
 from tests.tiny import tiny_experiment
 
 

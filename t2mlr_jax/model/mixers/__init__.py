@@ -13,9 +13,9 @@ module with `specs` and `mix` plus one `MIXERS.register(name, Mixer(...))`.
   coconut                        P(r)
   codi                           P(LayerNorm(Linear(GELU(Linear(r))))), hidden width bottleneck_size
   none                           x
-  recirculation                  x folded with r by recirculation's parameter-free mix (no previous token: x)
 where r is W_rec R (when used), both streams are optionally RMS-normalised first (pre_norm) and P is the
-optional clamped RMS rescale (post_norm).
+optional clamped RMS rescale (post_norm). A system may register its own mixer from its package
+(recirculation's parameter-free mix: t2mlr_jax.architectures.recirculation.mixer).
 """
 
 from t2mlr_jax.model.mixers.registry import MIXERS, SHARED_KEYS, Mixer, deferred, linear_keys
@@ -92,4 +92,3 @@ MIXERS.register(
     ),
 )
 MIXERS.register("none", _builtin("none", keys={}))
-MIXERS.register("recirculation", _builtin("recirculation", keys={}, positional=True, options=True))
