@@ -32,22 +32,9 @@ def get_config(arg=None):
             "its train and test splits as JSONL rows {question, steps, answer} and pass "
             "--config.data.train_path / --config.data.eval_path; or try --config=configs/gsm8k.py:cpu",
         ),
-        optimizer=dict(
-            lr=5e-4,
-            adamw=dict(b2=0.99, weight_decay=0.01),
-            warmup_ratio=0.03,
-            min_lr_ratio=0.01,
-            gate_lr_multiplier=100.0,
-        ),
-        train=dict(
-            epochs=1.0,
-            steps=0,  # from train.epochs and the training file's rows
-            batch_size=256,
-            grad_accum=4,
-            log_every=20,
-            eval_every=1000,
-            checkpoint_every=1000,
-        ),
+        optimizer=dict(warmup_ratio=0.03, gate_lr_multiplier=100.0),
+        # one epoch of the training file (train.steps from its rows)
+        train=dict(batch_size=256, grad_accum=4, log_every=20, eval_every=1000, checkpoint_every=1000),
         evaluation=dict(batch_size=64, num_examples=1319, max_new_tokens=256),
         paper={"optimizer.lr": 5e-5, "optimizer.min_lr_ratio": 0.0, "train.epochs": 0.0, "train.steps": 8000},
         cpu={

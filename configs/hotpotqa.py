@@ -49,7 +49,13 @@ def get_config(arg=None):
         ),
         optimizer=dict(lr=1e-4, warmup_ratio=0.05, min_lr_ratio=0.02, adamw=dict(b2=0.95, weight_decay=0.0)),
         train=dict(
-            steps=5000, batch_size=64, grad_accum=16, log_every=20, eval_every=0, checkpoint_every=1000
+            epochs=0.0,  # train.steps as given, not one epoch (configs.recipes.FINETUNING_TRAIN)
+            steps=5000,
+            batch_size=64,
+            grad_accum=16,
+            log_every=20,
+            eval_every=0,
+            checkpoint_every=1000,
         ),
         evaluation=dict(batch_size=64, num_examples=500, max_new_tokens=1024, temperature=1.0, top_k=50),
         paper={

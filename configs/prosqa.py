@@ -20,16 +20,8 @@ def get_config(arg=None):
         d_forward=8,
         d_backward=4,
         data=dict(kind="generated", task="prosqa", seq_len=1024, train_examples=17_886, eval_split="test"),
-        optimizer=dict(lr=5e-4, warmup_ratio=0.05, min_lr_ratio=0.01, adamw=dict(b2=0.99, weight_decay=0.01)),
-        train=dict(
-            epochs=0.6,
-            steps=0,  # from train.epochs and data.train_examples
-            batch_size=128,
-            grad_accum=8,
-            log_every=10,
-            eval_every=0,
-            checkpoint_every=50,
-        ),
+        # 0.6 epochs of data.train_examples (train.steps from them)
+        train=dict(epochs=0.6, batch_size=128, grad_accum=8, log_every=10, eval_every=0, checkpoint_every=50),
         evaluation=dict(batch_size=32, num_examples=500, max_new_tokens=192),
         cpu={
             "data.seq_len": 256,

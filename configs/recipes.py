@@ -186,6 +186,17 @@ def pretraining(
     return apply_preset(config, arg, presets)
 
 
+# The release's train_<task>.sh optimizer and length (GSM8K, ProsQA, variable assignment): AdamW (0.9, 0.99),
+# LR 5e-4, wd 0.01, 5% warmup, cosine to 1%, for train.epochs (train.steps follows from the training set).
+FINETUNING_OPTIMIZER = {
+    "lr": 5e-4,
+    "warmup_ratio": 0.05,
+    "min_lr_ratio": 0.01,
+    "adamw": {"b2": 0.99, "weight_decay": 0.01},
+}
+FINETUNING_TRAIN = {"epochs": 1.0, "steps": 0}
+
+
 def finetuning(
     name: str,
     *,
@@ -193,11 +204,11 @@ def finetuning(
     d_forward: int,
     d_backward: int,
     data: dict,
-    optimizer: dict,
     train: dict,
     evaluation: dict,
     cpu: dict,
     arg: str | None,
+    optimizer: dict = (),
     paper: dict = (),
     model: ModelConfig | None = None,
     recurrence: dict = (),
@@ -206,7 +217,8 @@ def finetuning(
     `l_start`, gates xavier-initialised with gain 1e-2 and biased to 0.5, no temporal residual (the release's
     train_*.sh default; its sweep_params.yaml turns it on: --config.model.recurrence.temporal_residual=True),
     prompt tokens non-recurrent, loss on the response only, greedy-generation exact match as the metric;
-    `recurrence` overrides any of these recurrence settings.
+    `recurrence` overrides any of these recurrence settings, `optimizer` and `train` the fields they give of
+    FINETUNING_OPTIMIZER (optimizer.adamw's one by one) and FINETUNING_TRAIN.
 
     The run starts from a pretrained checkpoint, as the release's and the paper's do: --config.init_from is
     required (an HF folder or .gguf of SmolLM2-135M, or a T²MLR checkpoint). Presets:
@@ -236,8 +248,12 @@ def finetuning(
         name=name,
         model=model,
         data={"tokenizer": smollm2_tokenizer(), "hint": OFFLINE_HINT, **data},
-        optimizer=optimizer,
-        train=train,
+        optimizer={
+            **FINETUNING_OPTIMIZER,
+            **dict(optimizer),
+            "adamw": {**FINETUNING_OPTIMIZER["adamw"], **dict(optimizer).get("adamw", {})},
+        },
+        train={**FINETUNING_TRAIN, **train},
         evaluation={"generate": True, **evaluation},
         baseline={"param_match": False},  # a pretrained baseline keeps its checkpoint's width
         init_from=None,

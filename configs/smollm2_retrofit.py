@@ -37,22 +37,9 @@ def get_config(arg=None):
         d_forward=16,
         d_backward=8,
         data=dict(kind="file", format="prompt_response", seq_len=2048, chat=True),
-        optimizer=dict(
-            lr=1e-5,
-            adamw=dict(b2=0.99, weight_decay=0.01),
-            warmup_ratio=0.03,
-            min_lr_ratio=0.01,
-            gate_lr_multiplier=100.0,
-        ),
-        train=dict(
-            epochs=1.0,
-            steps=0,  # from train.epochs and the training file's rows
-            batch_size=128,
-            grad_accum=16,
-            log_every=20,
-            eval_every=1000,
-            checkpoint_every=1000,
-        ),
+        optimizer=dict(lr=1e-5, warmup_ratio=0.03, gate_lr_multiplier=100.0),
+        # one epoch of the training file (train.steps from its rows)
+        train=dict(batch_size=128, grad_accum=16, log_every=20, eval_every=1000, checkpoint_every=1000),
         evaluation=dict(generate=False, batch_size=16),
         # SmolLM2-135M in place of 1.7B (the finetuning cpu preset loads its GGUF), one batch of Jacobi eval.
         cpu={

@@ -26,16 +26,8 @@ def get_config(arg=None):
             eval_split="test",
             options=dict(depth=5),
         ),
-        optimizer=dict(lr=5e-4, warmup_ratio=0.05, min_lr_ratio=0.01, adamw=dict(b2=0.99, weight_decay=0.01)),
-        train=dict(
-            epochs=1.0,
-            steps=0,  # from train.epochs and data.train_examples
-            batch_size=256,
-            grad_accum=2,
-            log_every=50,
-            eval_every=500,
-            checkpoint_every=500,
-        ),
+        # one epoch of data.train_examples (train.steps from them)
+        train=dict(batch_size=256, grad_accum=2, log_every=50, eval_every=500, checkpoint_every=500),
         evaluation=dict(batch_size=64, num_examples=1000, max_new_tokens=8),
         cpu={"data.seq_len": 128, "eval.max_new_tokens": 4},
         arg=arg,

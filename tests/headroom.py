@@ -9,9 +9,10 @@ are meant to fail (a planted bug, `what` starting with "planted") are listed apa
 above 1.
 """
 
-import argparse
 import json
 from pathlib import Path
+
+from t2mlr_jax.config.cli import OneLineParser
 
 
 def read(path: Path) -> dict[tuple[str, str], float]:
@@ -65,9 +66,7 @@ def by_file(runs: dict[str, dict]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(description=__doc__)
     parser.add_argument("runs", nargs="+", type=Path, help="one JSONL per instruction set, named after it")
     args = parser.parse_args()
     missing = [str(path) for path in args.runs if not path.is_file()]

@@ -5,7 +5,8 @@ shapes: change a size and every test that uses it compiles anew (and its toleran
 - model configs: `tiny_config` (the model tests'), `task_model` (the tiny task's vocabulary, no RoPE) and
   `interop_config` (shaped like tests/interop's tiny Llama);
 - parameters: `tiny_params` (the library's initialisation) and `random_params` (every γ on);
-- experiments on the tiny task (tests/train/tiny_task.py): `tiny_experiment`, `tiny_lrt_experiment`.
+- experiments on the tiny task (tests/train/tiny_task.py): `tiny_experiment`, `tiny_lrt_experiment`;
+- optimizer sections from flat fields: `optimizer`, and `pinned_optimizer` (the optimizer tests').
 """
 
 import dataclasses
@@ -161,6 +162,30 @@ def optimizer(**fields) -> Optimizer:
         owner = next(n for n in order if key in {f.name for f in dataclasses.fields(section.sections[n])})
         inner.setdefault(owner, {})[key] = value
     return section.replace(**top, **inner)
+
+
+# What the optimizer tests pin, whatever the defaults: peak LR 1 (a schedule's value is its multiplier), no
+# clipping, Adam's b2 and eps and the schedules' own fields; PINNED_MUON: muon's (nanochat's) b1, group LRs
+# and momentum.
+PINNED_OPTIMIZER = dict(
+    lr=1.0, b2=0.95, eps=1e-8, decay_steps=0, decay_ratio=0.5, grad_clip=0.0, gate_lr_multiplier=1.0
+)
+PINNED_MUON = dict(
+    name="muon",
+    b1=0.8,
+    matrix_lr=0.02,
+    embedding_lr=0.3,
+    head_lr=0.004,
+    scalar_lr=0.5,
+    momentum_start=0.85,
+    momentum_end=0.95,
+    batch_tokens=0,
+)
+
+
+def pinned_optimizer(recipe: dict, **changes) -> Optimizer:
+    """`optimizer` of PINNED_OPTIMIZER, a test file's `recipe` over it and a test's `changes` over both."""
+    return optimizer(**{**PINNED_OPTIMIZER, **recipe, **changes})
 
 
 def score(arch, params, tokens, model_state=None):

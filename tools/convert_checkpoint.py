@@ -45,15 +45,14 @@ import sys
 from pathlib import Path
 
 from t2mlr_jax import cpu_runtime
+from t2mlr_jax.config.cli import OneLineParser
 
 IMPORTS = ("hf", "gguf", "t2mlr-torch", "nanochat", "ponderlm2")
 EXPORTS = ("hf", "t2mlr-torch", "nanochat", "ponderlm2")
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(description=__doc__)
     parser.add_argument("--from", dest="source_format", required=True, choices=IMPORTS + ("orbax",))
     parser.add_argument("--to", dest="target_format", required=True, choices=EXPORTS + ("orbax",))
     parser.add_argument("source", type=Path, help="folder, .gguf file or orbax checkpoint to read")

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from t2mlr_jax import cpu_runtime
+from t2mlr_jax.config.cli import OneLineParser
 
 # This file shares its name with the lm_eval package: without its folder on the import path,
 # `import lm_eval` finds the package rather than this script.
@@ -31,9 +32,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(description=__doc__)
     parser.add_argument("--checkpoint", type=Path, required=True, help="the model to score (see above)")
     parser.add_argument("--tasks", required=True, help="comma list of lm-eval task or group names")
     parser.add_argument("--limit", type=int, help="at most this many documents per task (default: all)")

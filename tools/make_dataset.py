@@ -10,7 +10,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ import sys
 from tqdm import tqdm
 
 from t2mlr_jax import cpu_runtime
+from t2mlr_jax.config.cli import OneLineParser
 from t2mlr_jax.data.tasks import SPLITS, TASKS, GeneratedTaskSource
 
 
@@ -36,9 +36,7 @@ def parse_overrides(pairs: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(description=__doc__)
     parser.add_argument("--task", required=True, choices=sorted(TASKS))
     parser.add_argument(
         "--split",

@@ -10,21 +10,19 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from tqdm import tqdm
 
 from t2mlr_jax import cpu_runtime
+from t2mlr_jax.config.cli import OneLineParser
 from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, list_files
 from t2mlr_jax.data.token_store import TokenStoreWriter, write_documents
 from t2mlr_jax.data.tokenizer import load_tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(description=__doc__)
     parser.add_argument("--input", required=True, nargs="+", help="document files or folders")
     parser.add_argument("--output_dir", required=True)
     parser.add_argument(

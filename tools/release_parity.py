@@ -79,7 +79,6 @@ executable or cannot import the release, an unknown release or size.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import os
@@ -92,6 +91,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from t2mlr_jax import cpu_runtime
+from t2mlr_jax.config.cli import OneLineParser
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python tools/release_parity.py"
@@ -166,9 +166,7 @@ RELEASES = {
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument("--release", default="lrt", help=f"one of {', '.join(RELEASES)} (default lrt)")
     parser.add_argument("--release_src", required=True, help="a checkout of the release")
     parser.add_argument(

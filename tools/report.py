@@ -22,19 +22,17 @@ stderr and exit status 2, with nothing written.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from t2mlr_jax import cpu_runtime
 from t2mlr_jax.analysis.report import build_report, text_summary, write_report
 from t2mlr_jax.analysis.run_logs import ReportError, load_runs
+from t2mlr_jax.config.cli import OneLineParser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(description=__doc__)
     parser.add_argument("workdir", type=Path, help="a main.py --workdir (one run, or one per sub-folder)")
     parser.add_argument("--out", type=Path, help="output folder (default: WORKDIR/report)")
     args = parser.parse_args(argv)

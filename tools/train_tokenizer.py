@@ -35,6 +35,7 @@ from tokenizers import decoders, models, pre_tokenizers
 from tqdm import tqdm
 
 from t2mlr_jax import cpu_runtime
+from t2mlr_jax.config.cli import OneLineParser
 from t2mlr_jax.data.documents import DOCUMENT_SUFFIXES, iter_documents, list_files
 from t2mlr_jax.data.tokenizer import load_tokenizer
 
@@ -43,10 +44,8 @@ BYTE_ALPHABET = 256  # byte-level BPE starts from one token per byte
 OUTPUT_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer_summary.json")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def _parser() -> OneLineParser:
+    parser = OneLineParser(description=__doc__)
     parser.add_argument("--input", required=True, nargs="+", help="text files or folders (recursive)")
     parser.add_argument("--out", required=True, help="folder to write the tokenizer files into")
     parser.add_argument(

@@ -1,16 +1,17 @@
-"""The command line of a program that reads an experiment config file (main.py, tools/aot_compile.py):
+"""Every program's command line. One that reads an experiment config file (main.py, tools/aot_compile.py):
 absl flags with `--config=configs/x.py[:preset]` and `--config.<section>.<field>=value` overrides, where
---help exits 0 and every bad flag, config file, preset or override is one error line (exit status 2); `fail`
-is that line for every program (main.py, tools/, experiments/)."""
+--help exits 0 and every bad flag, config file, preset or override is one error line (exit status 2); every
+other (tools/, experiments/ and the studies behind them): a `OneLineParser`, argparse with that same one
+line. `fail` is the line for every program. Stdlib only at import (absl is imported by `parse_flags`), so
+that the release-side drivers (t2mlr_jax/studies/fixtures/) parse with it under the release's Python."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 import traceback
 from pathlib import Path
 from typing import NoReturn
-
-from absl import app, flags
 
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
 
@@ -21,9 +22,23 @@ def fail(error: Exception | str, status: int = 2) -> NoReturn:
     sys.exit(status)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose bad arguments are one `error:` line and exit status 2 (as main.py's flags); --help as
+    argparse's, the description (a program's docstring) as written unless `formatter_class` says otherwise."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        fail(message)
+
+
 def parse_flags(argv: list[str], config_flag, default_config: str) -> list[str]:
     """absl's parse of `argv`, `config_flag` the program's config_flags.DEFINE_config_file holder and
     `default_config` its default (a file path with an optional :preset)."""
+    from absl import app, flags
+
     if any(arg in HELP_FLAGS for arg in argv[1:]):
         app.usage(shorthelp="--helpfull" not in argv, writeto_stdout=True, exitcode=0)
     try:

@@ -6,44 +6,33 @@ from __future__ import annotations
 from t2mlr_jax.model.config import ModelConfig
 
 
+def _smollm2(changes: dict, **size) -> ModelConfig:
+    """A SmolLM2 of the public HF configs: its 49,152-token vocabulary, heads of 64 and RoPE base 100,000
+    under the size's own fields, then `changes`."""
+    fields = {"vocab_size": 49152, "head_dim": 64, "rope_theta": 100_000.0, **size}
+    return ModelConfig(**fields).replace(**changes)
+
+
 def smollm2_135m(**changes) -> ModelConfig:
-    return ModelConfig(
-        vocab_size=49152,
-        hidden_size=576,
-        num_layers=30,
-        num_heads=9,
-        num_kv_heads=3,
-        head_dim=64,
-        mlp_dim=1536,
-        rope_theta=100_000.0,
-        init_std=0.0417,
-    ).replace(**changes)
+    return _smollm2(
+        changes, hidden_size=576, num_layers=30, num_heads=9, num_kv_heads=3, mlp_dim=1536, init_std=0.0417
+    )
 
 
 def smollm2_360m(**changes) -> ModelConfig:
-    return ModelConfig(
-        vocab_size=49152,
-        hidden_size=960,
-        num_layers=32,
-        num_heads=15,
-        num_kv_heads=5,
-        head_dim=64,
-        mlp_dim=2560,
-        rope_theta=100_000.0,
-    ).replace(**changes)
+    return _smollm2(changes, hidden_size=960, num_layers=32, num_heads=15, num_kv_heads=5, mlp_dim=2560)
 
 
 def smollm2_1_7b(**changes) -> ModelConfig:
-    return ModelConfig(
-        vocab_size=49152,
+    return _smollm2(
+        changes,
         hidden_size=2048,
         num_layers=24,
         num_heads=32,
         num_kv_heads=32,
-        head_dim=64,
         mlp_dim=8192,
         rope_theta=130_000.0,
-    ).replace(**changes)
+    )
 
 
 def s5_tiny(**changes) -> ModelConfig:

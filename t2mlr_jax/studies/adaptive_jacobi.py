@@ -35,9 +35,8 @@ import numpy as np
 from tqdm import tqdm
 
 from t2mlr_jax.analysis.plots import subplots
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.studies.analysis_common import (
-    OneLineParser,
     Preset,
     add_checkpoint_flag,
     add_config_flags,
@@ -96,9 +95,7 @@ def tolerances(text: str) -> tuple[float, ...]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = OneLineParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     add_config_flags(parser, PRESETS, "adaptive_jacobi")
     add_checkpoint_flag(parser)
     parser.add_argument("--d_forward", type=positive_ints, default=(4, 8, 16), help="the fixed depths D")

@@ -1,8 +1,8 @@
 """What the paper's analyses (gradient_fidelity.py, jacobi_vs_exact.py, adaptive_jacobi.py,
 gate_trajectories.py, future_token_probe.py, gate_opening.py, and the studies beside them) share: a preset
-as a config file plus overrides, the flags that change it, one-line errors, the compilation cache, a
-training run driven by the framework's own trainer into a workdir, resumably, and a checkpoint given or
-trained first."""
+as a config file plus overrides, the flags that change it (on a t2mlr_jax.config.cli.OneLineParser), the
+compilation cache, a training run driven by the framework's own trainer into a workdir, resumably, and a
+checkpoint given or trained first."""
 
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple, NoReturn
+from typing import NamedTuple
 
 from tqdm import tqdm
 
-from t2mlr_jax.config.cli import fail
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.studies import ROOT
 
@@ -41,13 +40,6 @@ CONFIG_FLAGS = {
     "eval_path": ("data.eval_path", str),
     "tokenizer": ("data.tokenizer", str),
 }
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose bad arguments are one `error:` line and exit status 2 (as main.py's)."""
-
-    def error(self, message: str) -> NoReturn:
-        fail(message)
 
 
 def add_config_flags(parser: argparse.ArgumentParser, presets: dict[str, Preset], script: str) -> None:

@@ -49,10 +49,10 @@ from jaxtyping import Float
 from tqdm import tqdm
 
 from t2mlr_jax.analysis.plots import subplots
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.recurrence import Layout
-from t2mlr_jax.studies.analysis_common import OneLineParser, setup_jax, train_run
+from t2mlr_jax.studies.analysis_common import setup_jax, train_run
 from t2mlr_jax.studies.benchmarks.report import environment, markdown_table
 from t2mlr_jax.studies.future_token_probe_fit import (
     ProbeSettings,
@@ -94,9 +94,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = OneLineParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument("--preset", choices=list(PRESETS), default="cpu", help="probe and data sizes")
     parser.add_argument(
         "--checkpoint",

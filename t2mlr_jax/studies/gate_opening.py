@@ -53,7 +53,7 @@ from tqdm import tqdm
 
 from t2mlr_jax.analysis.plots import finish, save, subplots
 from t2mlr_jax.analysis.run_logs import load_runs, read_json
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.studies import ROOT
 from t2mlr_jax.studies.analysis_common import setup_jax, train_run
 from t2mlr_jax.studies.benchmarks.report import environment, markdown_table
@@ -137,9 +137,7 @@ def _seeds(text: str) -> list[int]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument(
         "--preset",
         choices=list(PRESETS),

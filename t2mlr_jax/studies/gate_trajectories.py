@@ -39,9 +39,9 @@ from tqdm import tqdm
 
 from t2mlr_jax.analysis.plots import finish, save, subplots
 from t2mlr_jax.analysis.run_logs import ReportError, RunLog, is_gate_key, load_runs
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.studies import ROOT
-from t2mlr_jax.studies.analysis_common import OneLineParser, setup_jax, train_run
+from t2mlr_jax.studies.analysis_common import setup_jax, train_run
 from t2mlr_jax.studies.benchmarks.report import markdown_table
 
 COMMAND = "python -m experiments.gate_trajectories"
@@ -59,9 +59,7 @@ CPU_STEPS = 60
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = OneLineParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument("workdirs", nargs="*", type=Path, metavar="WORKDIR", help="main.py training workdirs")
     parser.add_argument(
         "--labels", help="comma list, one legend label per WORKDIR (default: folder + window)"

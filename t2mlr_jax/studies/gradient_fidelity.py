@@ -38,9 +38,8 @@ from jaxtyping import Float
 from tqdm import tqdm
 
 from t2mlr_jax.analysis.plots import subplots
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.studies.analysis_common import (
-    OneLineParser,
     Preset,
     add_checkpoint_flag,
     add_config_flags,
@@ -97,9 +96,7 @@ def positive_ints(text: str) -> tuple[int, ...]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = OneLineParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     add_config_flags(parser, PRESETS, "gradient_fidelity")
     add_checkpoint_flag(parser)
     parser.add_argument("--d_forward", type=positive_ints, help="D values (default: the preset's, GRIDS)")

@@ -33,9 +33,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from t2mlr_jax.analysis.plots import subplots
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.studies.analysis_common import (
-    OneLineParser,
     Preset,
     add_config_flags,
     check_run,
@@ -65,9 +64,7 @@ MODES = ("exact", "jacobi")  # rows (training forward) and columns (evaluation f
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = OneLineParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     add_config_flags(parser, PRESETS, "jacobi_vs_exact")
     parser.add_argument("--d_forward", type=int, help="D (default: the preset's)")
     parser.add_argument("--d_backward", type=int, help="B, also the exact row's BPTT truncation")

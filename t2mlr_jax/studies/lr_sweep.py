@@ -27,12 +27,11 @@ from tqdm import tqdm
 
 from t2mlr_jax.analysis.plots import save, subplots
 from t2mlr_jax.analysis.run_logs import HIGHER_IS_BETTER, LOWER_IS_BETTER, metric_trajectory
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.storage.workdir import SUMMARY
 from t2mlr_jax.studies import ROOT
 from t2mlr_jax.studies.analysis_common import (
-    OneLineParser,
     check_run,
     comma_list,
     pretokenize,
@@ -72,9 +71,7 @@ def _setting(text: str) -> tuple[str, object]:
 
 
 def parse_args(argv: list[str]):
-    parser = OneLineParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument("--config", required=True, help="the baseline row: <config file>[:presets]")
     parser.add_argument("--set", action="append", default=[], help="<dotted.path>=<value> (repeatable)")
     parser.add_argument(

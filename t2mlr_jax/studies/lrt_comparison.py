@@ -53,7 +53,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.studies import ROOT
 from t2mlr_jax.studies.analysis_common import (
     comma_list,
@@ -106,9 +106,7 @@ def resolve_rows(text: str) -> list[str]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument(
         "--preset",
         choices=list(ROWS_CONFIG.SCALES),

@@ -25,7 +25,6 @@ Writes, in --out (default runs/recirculation_study): each sweep's folder, and
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -33,9 +32,9 @@ import time
 from pathlib import Path
 
 from t2mlr_jax.analysis.plots import interval_rows, subplots
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.studies import ROOT
-from t2mlr_jax.studies.analysis_common import OneLineParser, setup_jax
+from t2mlr_jax.studies.analysis_common import setup_jax
 from t2mlr_jax.studies.preregistration import preregister
 from t2mlr_jax.studies.protocol import Claim, Interval, interval, verdict
 
@@ -144,9 +143,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
-    parser = OneLineParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument("--out", default="runs/recirculation_study", help="output directory")
     args = parser.parse_args(argv)
     out, started = Path(args.out), time.time()

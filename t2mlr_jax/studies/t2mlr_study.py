@@ -54,12 +54,11 @@ from tqdm import tqdm
 
 from t2mlr_jax.analysis.plots import interval_rows, subplots
 from t2mlr_jax.analysis.run_logs import metric_trajectory
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.storage.workdir import SUMMARY
 from t2mlr_jax.studies import ROOT
 from t2mlr_jax.studies.analysis_common import (
-    OneLineParser,
     comma_list,
     evaluated,
     pretokenize,
@@ -185,9 +184,7 @@ def _parts(text: str) -> tuple[str, ...]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = OneLineParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument("--parts", type=_parts, default=tuple(PARTS), help=f"comma list of {','.join(PARTS)}")
     parser.add_argument(
         "--seeds", type=comma_list, help="config.seed values of every part (default: each part's own)"

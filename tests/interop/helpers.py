@@ -1,9 +1,12 @@
 """Shared helpers of the interop tests: tiny transformers models (the T²MLR side: tests/tiny.py), tree
-comparisons, and folders written the way the release writes them."""
+comparisons, folders written the way the release writes them, the fp32 parity checks, and the nanochat
+releases' fixtures (tests/interop/fixtures/*_release*/) read and checked against."""
 
 import json
+from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
 from safetensors.torch import save_file
@@ -18,7 +21,11 @@ from transformers import (
     Qwen3Config,
 )
 
-from t2mlr_jax.studies.parity import gradient_scales, loss_bound, max_abs_diff, relative_bound
+from t2mlr_jax.interop import save_nanochat
+from t2mlr_jax.interop.files import read_json, torch_state, torch_to_numpy
+from t2mlr_jax.interop.nanochat import to_nanochat_state
+from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
+from t2mlr_jax.studies.parity import gradient_scales, loss_and_grads, loss_bound, max_abs_diff, relative_bound
 from tests.tolerance import assert_fp32_close, assert_within, record, scale_of
 
 
@@ -202,3 +209,42 @@ def check_figures(figures: dict, what: str) -> None:
         if "loss_tolerance" in section:
             record(f"{what} {name} loss", section["loss_abs_diff"], section["loss_tolerance"])
     assert figures["passed"], figures
+
+
+# The nanochat releases' fixtures (experiments/make_nanochat_fixture.py, make_karpathy_nanochat_fixture.py): a
+# folder of model/ (the release's checkpoint) and release.npz (what its own code computed on `tokens`).
+
+
+def numpy_state(path: Path) -> dict[str, np.ndarray]:
+    """A torch checkpoint file's state dict as numpy arrays."""
+    return {key: torch_to_numpy(value) for key, value in torch_state(path).items()}
+
+
+def nanochat_release(folder: Path) -> tuple[dict, dict, dict, jax.Array]:
+    """(release.npz's arrays, the checkpoint's meta, its state as numpy arrays, the tokens) of a fixture."""
+    release = dict(np.load(folder / "release.npz"))
+    meta = read_json(folder / "model/meta_000000.json")
+    return release, meta, numpy_state(folder / "model/model_000000.pt"), jnp.asarray(release["tokens"])
+
+
+def assert_release_gradients(cfg, params, release: dict, state: dict, layers: int) -> None:
+    """Our loss and every gradient, by the release's state keys, against release.npz's `loss` and
+    `grad:<key>` (one per key of the release's `state`), on its tokens."""
+    loss, grads = loss_and_grads(cfg, params, jnp.asarray(release["tokens"]))
+    assert_loss_parity(loss, release["loss"], release["logits"], layers)
+    theirs = {key.split(":", 1)[1]: value for key, value in release.items() if key.startswith("grad:")}
+    assert sorted(theirs) == sorted(state)
+    assert_grads_parity(to_nanochat_state(cfg, grads), theirs, layers)
+
+
+def assert_release_decode(cfg, params, release: dict, prefill: int, layers: int) -> None:
+    """Our cached decode (the first `prefill` tokens at once, then one at a time) against release.npz's."""
+    decoded = teacher_forced(T2MLRDecoder(cfg), params, jnp.asarray(release["tokens"]), prefill)
+    scale = np.abs(release["logits"]).max()
+    assert_fp32_close(decoded, release["decode"], layers, "cached decode", scale=scale)
+
+
+def exported_nanochat(cfg, params, folder: Path) -> tuple[dict, dict]:
+    """(the state as numpy arrays, the meta's model_config) of save_nanochat's checkpoint in `folder`."""
+    save_nanochat(cfg, params, folder)
+    return numpy_state(folder / "model_000000.pt"), read_json(folder / "meta_000000.json")["model_config"]

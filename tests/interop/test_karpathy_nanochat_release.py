@@ -12,29 +12,30 @@ import numpy as np
 import pytest
 import torch
 
-from t2mlr_jax.interop import load_pretrained, save_nanochat
-from t2mlr_jax.interop.files import read_json, torch_state, torch_to_numpy
+from t2mlr_jax.interop import load_pretrained
+from t2mlr_jax.interop.files import read_json
 from t2mlr_jax.interop.nanochat import (
     from_nanochat_state,
     is_karpathy,
     model_config_from_nanochat,
     nanochat_gpt_config,
-    to_nanochat_state,
 )
 from t2mlr_jax.interop.nanochat_torch import NanochatReference
 from t2mlr_jax.model import backbone
-from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.model.presets import nanochat
-from t2mlr_jax.studies.parity import compare_states, loss_and_grads, path_layers
-from tests.interop.helpers import assert_grads_parity, assert_loss_parity, assert_planted_fails
+from t2mlr_jax.studies.parity import compare_states, path_layers
+from tests.interop.helpers import (
+    assert_planted_fails,
+    assert_release_decode,
+    assert_release_gradients,
+    exported_nanochat,
+    nanochat_release,
+)
 from tests.tolerance import assert_fp32_close
 
 FIXTURE = Path(__file__).parent / "fixtures/nanochat_release"
-RELEASE = dict(np.load(FIXTURE / "release.npz"))
-META = read_json(FIXTURE / "model/meta_000000.json")
-STATE = {k: torch_to_numpy(v) for k, v in torch_state(FIXTURE / "model/model_000000.pt").items()}
-TOKENS = jnp.asarray(RELEASE["tokens"])
+RELEASE, META, STATE, TOKENS = nanochat_release(FIXTURE)
 PREFILL = 4  # the fixture's cached decode: 4 tokens at once, then one at a time
 LAYERS = 3  # every output's path: the 3 layers (parity.path_layers), 8 blocks of the depth rule
 LRT_META = read_json(Path(__file__).parent / "fixtures/lrt_release_vanilla/model/meta_000000.json")
@@ -65,22 +66,13 @@ def test_logits_loss_and_every_gradient_match_the_release(imported):
     cfg, params = imported
     assert path_layers(cfg, params, TOKENS.shape[1])["logits"] == LAYERS
     assert_fp32_close(backbone.forward(cfg, params, TOKENS), RELEASE["logits"], LAYERS, "logits")
-    loss, grads = loss_and_grads(cfg, params, TOKENS)
-    assert_loss_parity(loss, RELEASE["loss"], RELEASE["logits"], LAYERS)
-    ours = to_nanochat_state(cfg, grads)
-    theirs = {key.split(":", 1)[1]: value for key, value in RELEASE.items() if key.startswith("grad:")}
-    assert sorted(theirs) == sorted(STATE)
-    assert_grads_parity(ours, theirs, LAYERS)
+    assert_release_gradients(cfg, params, RELEASE, STATE, LAYERS)
 
 
 @pytest.mark.numerics
 def test_cached_decode_matches_the_releases(imported):
     """Its KVCache's prev_embedding is ours: the cache keeps each slot's token for the next one's smear."""
-    cfg, params = imported
-    decoded = teacher_forced(T2MLRDecoder(cfg), params, TOKENS, PREFILL)
-    assert_fp32_close(
-        decoded, RELEASE["decode"], LAYERS, "cached decode", scale=np.abs(RELEASE["logits"]).max()
-    )
+    assert_release_decode(*imported, RELEASE, PREFILL, LAYERS)
 
 
 def _without(params, name):
@@ -125,12 +117,10 @@ def test_an_older_karpathy_checkpoint_is_refused_by_name(imported):
 
 def test_an_export_writes_the_releases_checkpoint_back(imported, tmp_path):
     cfg, params = imported
-    save_nanochat(cfg, params, tmp_path / "back")
-    written = {k: torch_to_numpy(v) for k, v in torch_state(tmp_path / "back/model_000000.pt").items()}
+    written, meta = exported_nanochat(cfg, params, tmp_path / "back")
     same = compare_states(cfg.vocab_size, STATE, written)  # the vocabulary tables' real rows, bitwise
     assert same["bitwise"] and same["padded_rows_zero"], same
     assert sorted(written) == sorted(STATE)
-    meta = read_json(tmp_path / "back/meta_000000.json")["model_config"]
     assert meta == META["model_config"] and model_config_from_nanochat(meta) == cfg
 
 

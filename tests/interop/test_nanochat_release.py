@@ -17,8 +17,8 @@ import pytest
 
 from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.experiment import experiment, resolve
-from t2mlr_jax.interop import load_pretrained, save_nanochat
-from t2mlr_jax.interop.files import read_json, torch_state, torch_to_numpy
+from t2mlr_jax.interop import load_pretrained
+from t2mlr_jax.interop.files import read_json
 from t2mlr_jax.interop.nanochat import (
     from_nanochat_state,
     model_config_from_nanochat,
@@ -28,25 +28,30 @@ from t2mlr_jax.interop.nanochat import (
 )
 from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
 from t2mlr_jax.model import backbone
-from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
+from t2mlr_jax.model.generate import teacher_forced
 from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.studies.parity import (
     compare_states,
     interleaved_forward,
     interleaved_training,
-    loss_and_grads,
     path_layers,
 )
 from t2mlr_jax.train import init_from
-from tests.interop.helpers import assert_grads_parity, assert_loss_parity, assert_planted_fails
+from tests.interop.helpers import (
+    assert_grads_parity,
+    assert_loss_parity,
+    assert_planted_fails,
+    assert_release_decode,
+    assert_release_gradients,
+    exported_nanochat,
+    nanochat_release,
+    numpy_state,
+)
 from tests.tiny import score
 from tests.tolerance import assert_fp32_close
 
 FIXTURE = Path(__file__).parent / "fixtures/lrt_release_vanilla"
-RELEASE = dict(np.load(FIXTURE / "release.npz"))
-META = read_json(FIXTURE / "model/meta_000000.json")
-STATE = {k: torch_to_numpy(v) for k, v in torch_state(FIXTURE / "model/model_000000.pt").items()}
-TOKENS = jnp.asarray(RELEASE["tokens"])
+RELEASE, META, STATE, TOKENS = nanochat_release(FIXTURE)
 PREFILL = 4  # the fixture's cached decode: 4 tokens at once, then one at a time
 LAYERS = 4  # every output's path: the 4 layers (parity.path_layers), 10 blocks of the depth rule
 
@@ -77,22 +82,13 @@ def test_logits_match_the_release(imported):
 
 @pytest.mark.numerics
 def test_loss_and_every_gradient_match_the_release(imported):
-    cfg, params = imported
-    loss, grads = loss_and_grads(cfg, params, TOKENS)
-    assert_loss_parity(loss, RELEASE["loss"], RELEASE["logits"], LAYERS)
-    ours = to_nanochat_state(imported[0], grads)  # the same map as the weights': the RoPE sign is linear
-    theirs = {key.split(":", 1)[1]: value for key, value in RELEASE.items() if key.startswith("grad:")}
-    assert sorted(theirs) == sorted(STATE)
-    assert_grads_parity(ours, theirs, LAYERS)
+    # by the same map as the weights': the RoPE sign is linear
+    assert_release_gradients(*imported, RELEASE, STATE, LAYERS)
 
 
 @pytest.mark.numerics
 def test_cached_decode_matches_the_releases(imported):
-    cfg, params = imported
-    decoded = teacher_forced(T2MLRDecoder(cfg), params, TOKENS, PREFILL)
-    assert_fp32_close(
-        decoded, RELEASE["decode"], LAYERS, "cached decode", scale=np.abs(RELEASE["logits"]).max()
-    )
+    assert_release_decode(*imported, RELEASE, PREFILL, LAYERS)
 
 
 @pytest.mark.numerics
@@ -120,8 +116,7 @@ def test_each_part_of_the_mapping_is_what_matches(imported, change):
 
 def test_an_export_writes_the_releases_checkpoint_back(imported, tmp_path):
     cfg, params = imported
-    save_nanochat(cfg, params, tmp_path / "back")
-    written = {k: torch_to_numpy(v) for k, v in torch_state(tmp_path / "back/model_000000.pt").items()}
+    written, meta = exported_nanochat(cfg, params, tmp_path / "back")
     same = compare_states(cfg.vocab_size, STATE, written)  # the vocabulary tables' real rows, bitwise
     assert same["bitwise"] and same["padded_rows_zero"], same
     assert same["padded_tables"] == [
@@ -131,7 +126,6 @@ def test_an_export_writes_the_releases_checkpoint_back(imported, tmp_path):
         "value_embeds.3.weight",
     ]
     assert same["padded_rows"] == padded_vocab(cfg.vocab_size) - cfg.vocab_size == 28
-    meta = read_json(tmp_path / "back/meta_000000.json")["model_config"]
     assert meta == {k: META["model_config"][k] for k in meta}
     assert model_config_from_nanochat(meta) == cfg
 
@@ -181,12 +175,10 @@ def test_the_interleaved_model_is_our_lrt_and_its_sequential_logits_match(interl
 
 def test_the_interleaved_model_exports_back_bitwise(interleaved, tmp_path):
     lrt, params = interleaved
-    save_nanochat(lrt.model, params, tmp_path / "back")
-    written = {k: torch_to_numpy(v) for k, v in torch_state(tmp_path / "back/model_000000.pt").items()}
-    theirs = {k: torch_to_numpy(v) for k, v in torch_state(INTERLEAVED / "model/model_000000.pt").items()}
+    written, meta = exported_nanochat(lrt.model, params, tmp_path / "back")
+    theirs = numpy_state(INTERLEAVED / "model/model_000000.pt")
     figures = compare_states(lrt.model.vocab_size, theirs, written)
     assert figures["bitwise"] and figures["padded_rows_zero"], figures
-    meta = read_json(tmp_path / "back/meta_000000.json")["model_config"]
     release = read_json(INTERLEAVED / "model/meta_000000.json")["model_config"]
     assert meta["use_interleaved"] and meta == {k: release[k] for k in meta}
 
@@ -245,7 +237,7 @@ def test_a_perturbed_feedback_weight_fails_the_training_check(interleaved):
     """The check can fail: one feedback key projection moved by 1e-2 moves the interleaved passes' logits
     (pass 0's feedback is zero: it stays) and the gradients far past their bounds."""
     lrt, params = interleaved
-    state = {k: torch_to_numpy(v) for k, v in torch_state(INTERLEAVED / "model/model_000000.pt").items()}
+    state = numpy_state(INTERLEAVED / "model/model_000000.pt")
     key = "interleaved_key_projections.1.W_v.weight"
     params = from_nanochat_state(lrt.model, {**state, key: state[key] + 1e-2}, interleaved=True)
     (_, logits), grads = interleaved_training(lrt, params, jnp.asarray(SEQUENTIAL["tokens"]), PASSES, False)

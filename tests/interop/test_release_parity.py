@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from t2mlr_jax.interop import load_pretrained, save_nanochat
-from t2mlr_jax.interop.files import torch_state, torch_to_numpy
+from t2mlr_jax.interop import load_pretrained
 from t2mlr_jax.studies.parity import (
     compare,
     compare_states,
@@ -24,7 +23,7 @@ from t2mlr_jax.studies.parity import (
     save_release,
 )
 from tests.in_process import run_tool
-from tests.interop.helpers import check_figures
+from tests.interop.helpers import check_figures, exported_nanochat, numpy_state
 
 TOOL = Path(__file__).parents[2] / "tools" / "release_parity.py"
 FIXTURE = Path(__file__).parent / "fixtures/lrt_release_vanilla"
@@ -178,11 +177,8 @@ def test_the_table_shows_a_failure(fixture_outputs, tmp_path):
     """The table row of a size: its figures, the export's round trip, and FAIL where a check fails."""
     release, ours, cfg, params, layers = fixture_outputs
     tool = runpy.run_path(str(TOOL))
-    save_nanochat(cfg, params, tmp_path / "export")
-    read = lambda path: {k: torch_to_numpy(v) for k, v in torch_state(path).items()}
-    state = compare_states(
-        cfg.vocab_size, read(FIXTURE / "model/model_000000.pt"), read(tmp_path / "export/model_000000.pt")
-    )
+    written, _ = exported_nanochat(cfg, params, tmp_path / "export")
+    state = compare_states(cfg.vocab_size, numpy_state(FIXTURE / "model/model_000000.pt"), written)
     assert state["bitwise"] and state["padded_rows_zero"] and state["padded_rows"] == 28
     figures = compare(ours, {**release, "logits": release["logits"] + 1e-3}, layers)
     trip = {"state": state, "logits_bitwise_equal": True, "passed": True}

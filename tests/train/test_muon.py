@@ -23,7 +23,7 @@ from t2mlr_jax.train.optimizer import (
     muon_width,
     scale_by_muon,
 )
-from tests.tiny import optimizer, task_model, tiny_experiment
+from tests.tiny import PINNED_MUON, pinned_optimizer, task_model, tiny_experiment
 
 L, D, H, E, X, F, V = 2, 8, 2, 4, 3, 12, 16
 init = normal(0.5)
@@ -49,31 +49,19 @@ SPECS = {
 PARAMS = init_from_specs(SPECS, jax.random.PRNGKey(0), "float32")
 
 
+# nanochat's b1, group LRs and momentum at a constant LR 1, no weight decay.
+MUON = {
+    **PINNED_MUON,
+    "weight_decay": 0.0,
+    "schedule": "constant",
+    "warmup_ratio": 0.0,
+    "min_lr_ratio": 0.0,
+    "momentum_warmup_steps": 300,
+}
+
+
 def opt(**changes):
-    base = dict(
-        name="muon",
-        lr=1.0,
-        b1=0.8,
-        b2=0.95,
-        eps=1e-8,
-        weight_decay=0.0,
-        schedule="constant",
-        warmup_ratio=0.0,
-        min_lr_ratio=0.0,
-        decay_steps=0,
-        decay_ratio=0.5,
-        grad_clip=0.0,
-        gate_lr_multiplier=1.0,
-        matrix_lr=0.02,
-        embedding_lr=0.3,
-        head_lr=0.004,
-        scalar_lr=0.5,
-        momentum_start=0.85,
-        momentum_end=0.95,
-        momentum_warmup_steps=300,
-        batch_tokens=0,
-    )
-    return optimizer(**{**base, **changes})
+    return pinned_optimizer(MUON, **changes)
 
 
 def step(tx, grads, params=PARAMS, state=None):

@@ -21,26 +21,13 @@ from t2mlr_jax.train.optimizer import (
     make_schedule,
     register_optimizer,
 )
-from tests.tiny import optimizer, task_model
+from tests.tiny import PINNED_MUON, pinned_optimizer, task_model
+
+ADAMW = dict(name="adamw", b1=0.9, weight_decay=0.1, schedule="cosine", warmup_ratio=0.1, min_lr_ratio=0.1)
 
 
 def opt(**changes):
-    base = dict(
-        name="adamw",
-        lr=1.0,
-        b1=0.9,
-        b2=0.95,
-        eps=1e-8,
-        weight_decay=0.1,
-        schedule="cosine",
-        warmup_ratio=0.1,
-        min_lr_ratio=0.1,
-        decay_steps=0,
-        decay_ratio=0.5,
-        grad_clip=0.0,
-        gate_lr_multiplier=1.0,
-    )
-    return optimizer(**{**base, **changes})
+    return pinned_optimizer(ADAMW, **changes)
 
 
 # The schedules below are fp32 evaluations of a closed formula against its float64 value: a handful of
@@ -184,18 +171,7 @@ FROZEN_SPECS = {
     "mixer": MIXER_SPECS,
 }
 FROZEN_PARAMS = init_from_specs(FROZEN_SPECS, jax.random.PRNGKey(1), "float32")
-MUON = dict(
-    name="muon",
-    b1=0.8,
-    matrix_lr=0.02,
-    embedding_lr=0.3,
-    head_lr=0.004,
-    scalar_lr=0.5,
-    momentum_start=0.85,
-    momentum_end=0.95,
-    momentum_warmup_steps=0,
-    batch_tokens=0,
-)
+MUON = {**PINNED_MUON, "momentum_warmup_steps": 0}
 NAMES = {"adamw": {}, "muon": MUON}
 
 

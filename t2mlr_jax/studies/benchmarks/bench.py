@@ -28,6 +28,7 @@ from pathlib import Path
 import jax
 from tqdm import tqdm
 
+from t2mlr_jax.config.cli import OneLineParser
 from t2mlr_jax.studies.benchmarks import (
     decode,
     harness,
@@ -58,10 +59,9 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m experiments.bench",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--preset",

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from t2mlr_jax.config.cli import OneLineParser
 from t2mlr_jax.studies.benchmarks import lrt, lrt_decode, lrt_rows, lrt_train, report
 
 COMMAND = "python -m experiments.bench_lrt"
@@ -59,9 +60,7 @@ def resolve_rows(text: str) -> tuple[str, ...]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument(
         "--preset",
         choices=list(lrt.PRESETS),

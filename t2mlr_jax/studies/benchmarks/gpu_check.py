@@ -37,7 +37,7 @@ import time
 import traceback
 from pathlib import Path
 
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.studies import ROOT
 
 COMMAND = "python -m experiments.gpu_check"
@@ -101,9 +101,7 @@ COLUMNS = {
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument("--out", default="runs/gpu_check", help="folder for gpu_check.json / .md and logs/")
     parser.add_argument(
         "--parts", default=",".join(MEASURED), help="comma-separated subset of " + ",".join(MEASURED)

@@ -22,7 +22,6 @@ Writes runs.jsonl (one line per run), results.json and results.md (the tables, a
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -37,9 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.studies import ROOT
-from t2mlr_jax.studies.analysis_common import OneLineParser
 from t2mlr_jax.studies.benchmarks.report import markdown_table
 from t2mlr_jax.train.startup import PHASES, STARTUP
 
@@ -193,9 +191,7 @@ def markdown(table: dict, codes: list[str]) -> str:
 
 
 def main(argv: list[str]) -> None:
-    parser = OneLineParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument("--presets", default=",".join(PRESETS), help=f"comma list of {', '.join(PRESETS)}")
     parser.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
     parser.add_argument(

@@ -23,7 +23,6 @@ Writes results.json (environment, every repetition's seconds) and results.md (th
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
@@ -31,8 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from t2mlr_jax.config.cli import fail
-from t2mlr_jax.studies.analysis_common import OneLineParser
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.studies.benchmarks import vs_release_ours as ours
 from t2mlr_jax.studies.benchmarks.harness import measure_interleaved, median, median_ratio, progress
 from t2mlr_jax.studies.benchmarks.report import environment, markdown_table, size, times
@@ -184,9 +182,7 @@ def render(meta: dict, layouts: dict, grads: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
-    parser = OneLineParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument("--preset", choices=list(PRESETS), default="cpu", help="the shapes (see above)")
     parser.add_argument("--out", help="output directory (default runs/step_forms_<preset>)")
     parser.add_argument("--reps", type=int, default=5, help="timed repetitions (rounds of every variant)")

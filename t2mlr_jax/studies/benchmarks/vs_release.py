@@ -55,9 +55,8 @@ from types import ModuleType
 
 from tqdm import tqdm
 
-from t2mlr_jax.config.cli import fail
+from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.studies import ROOT
-from t2mlr_jax.studies.analysis_common import OneLineParser
 from t2mlr_jax.studies.benchmarks import (
     vs_lrt_ours,
     vs_lrt_torch,
@@ -101,9 +100,7 @@ RELEASES = {
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = OneLineParser(
-        prog=COMMAND, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(prog=COMMAND, description=__doc__)
     parser.add_argument(
         "--release",
         default="t2mlr",

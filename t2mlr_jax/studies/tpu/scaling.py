@@ -21,7 +21,6 @@ sizes take minutes each and several GB of memory: --jobs runs rows side by side 
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import subprocess
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from t2mlr_jax.config.cli import OneLineParser
 from t2mlr_jax.parallel.compiled_report import hlo_report
 from t2mlr_jax.studies import ROOT
 from t2mlr_jax.studies.tpu.rows import STUDIES, Row
@@ -97,9 +97,7 @@ def reported(result: dict, folder: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = OneLineParser(description=__doc__)
     parser.add_argument("--study", choices=sorted(STUDIES), default="coverage")
     parser.add_argument("--rows", default="", help="comma list of row names (default: every row)")
     parser.add_argument("--out", type=Path, help="output folder (default runs/tpu_<study>)")
