@@ -30,14 +30,13 @@ import time
 from pathlib import Path
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
+from t2mlr_jax.config.cli import config_file_flag
 from t2mlr_jax.train.local_workers import parse_shard, shard_of
 
 DEMO_CONFIG = str(Path(__file__).resolve().parent / "configs" / "s5_retrieval_t2mlr.py") + ":demo"
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config",
+_CONFIG = config_file_flag(
     DEMO_CONFIG,
     "Experiment config file (configs/*.py), optionally with ':preset[,preset]'. "
     "Fields can be overridden with --config.<section>.<field>=value. Default: the CPU demo.",

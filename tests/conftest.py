@@ -6,7 +6,8 @@
 - a compilation cache shared by the main.py runs that tests start in a subprocess, but none in the
   pytest workers themselves: twice (once in CI, once here) a worker aborted inside XLA while serialising
   a CPU executable for the cache (jax 0.10.2, not reproducible alone), which takes the whole xdist run down;
-- jaxtyping shape annotations checked at run time (beartype) on every public function of t2mlr_jax;
+- jaxtyping shape annotations checked at run time (beartype) on every public function of the library
+  (t2mlr_jax but its studies);
 - tests marked `slow` (setup.cfg; what `make test-fast` leaves out) first, so that the two xdist workers
   finish together rather than one of them waiting on a long test collected last;
 - the shipped SmolLM2-135M-Instruct GGUF, parsed once per worker by our loader and by transformers (tests
@@ -14,6 +15,7 @@
 """
 
 import os
+import pkgutil
 import tempfile
 
 from tests.xla_flags import with_devices  # no JAX in it: the flags are set before JAX is imported
@@ -29,6 +31,7 @@ os.environ.setdefault("T2MLR_TEST_JAX_CACHE", tempfile.mkdtemp(prefix="t2mlr-jax
 # ... which main.py run in a subprocess also uses, rather than its default user cache.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ["T2MLR_TEST_JAX_CACHE"])
 
+import t2mlr_jax  # noqa: E402
 from t2mlr_jax import cpu_runtime  # noqa: E402  (imports JAX: after the variables it reads at import)
 
 cpu_runtime.tune()
@@ -39,7 +42,12 @@ from jaxtyping import install_import_hook  # noqa: E402
 
 jax.config.update("jax_compilation_cache_dir", os.environ["T2MLR_TEST_JAX_CACHE"])  # main.py keeps it...
 jax.config.update("jax_enable_compilation_cache", False)  # ... and never reads or writes it in a worker
-install_import_hook("t2mlr_jax", "beartype.beartype")
+# Every floor of the library; the studies (t2mlr_jax/studies/, programs on top of it) are not checked, as
+# when they lived in experiments/.
+install_import_hook(
+    [f"t2mlr_jax.{m.name}" for m in pkgutil.iter_modules(t2mlr_jax.__path__) if m.name != "studies"],
+    "beartype.beartype",
+)
 
 
 def pytest_collection_modifyitems(items):

@@ -37,17 +37,16 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the programs are compiled for the topology, never run here
 
 from absl import app, flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
 from t2mlr_jax import cpu_runtime  # noqa: E402
-from t2mlr_jax.config.cli import fail, parse_flags  # noqa: E402
+from t2mlr_jax.config.cli import config_file_flag, fail, parse_flags  # noqa: E402
 from t2mlr_jax.storage.workdir import write_atomic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # config files import configs.recipes, from the repo root
 DEFAULT_CONFIG = str(ROOT / "configs" / "smollm135m_t2mlr.py")
-_CONFIG = config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "Experiment config file[:preset].")
+_CONFIG = config_file_flag(DEFAULT_CONFIG, "Experiment config file[:preset].")
 _TOPOLOGY = flags.DEFINE_string("topology", "v5e:2x2", "TPU topology, e.g. v5e:2x2, v5e:16x16, v5p:4x4x4.")
 _MESH = flags.DEFINE_string(
     "mesh",

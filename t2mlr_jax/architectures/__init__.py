@@ -24,10 +24,12 @@ from t2mlr_jax.config.sections import Experiment
 
 __all__ = [
     "ARCHITECTURES",
+    "SYSTEMS_VARIABLE",
     "Architecture",
     "Capabilities",
     "arch_names",
     "build_architecture",
+    "import_systems",
     "flops_per_step",
     "register_architecture",
 ]
@@ -35,7 +37,8 @@ __all__ = [
 SYSTEMS_VARIABLE = "T2MLR_JAX_SYSTEMS"
 
 
-def _import_systems() -> None:
+def import_systems() -> None:
+    """Every system package here and every module T2MLR_JAX_SYSTEMS names (imported once: Python caches)."""
     packages = [f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if m.ispkg]
     extra = [m.strip() for m in os.environ.get(SYSTEMS_VARIABLE, "").split(",") if m.strip()]
     for name in packages + extra:
@@ -47,7 +50,7 @@ def _import_systems() -> None:
             raise ValueError(f"{SYSTEMS_VARIABLE}: no module {name!r} to import a system from") from e
 
 
-_import_systems()
+import_systems()
 
 
 def arch_names(config: Experiment) -> list[str]:

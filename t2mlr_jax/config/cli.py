@@ -34,6 +34,18 @@ class OneLineParser(argparse.ArgumentParser):
         fail(message)
 
 
+def config_file_flag(default_config: str, help: str):
+    """absl's `--config` flag (config_flags.DEFINE_config_file). Defining it loads the default config with
+    the command line's --config.<field> overrides when no --config is given: a bad override there is the
+    one error line too."""
+    from ml_collections import config_flags
+
+    try:
+        return config_flags.DEFINE_config_file("config", default_config, help)
+    except Exception as e:  # noqa: BLE001 -- as in parse_flags
+        fail(config_problem(sys.argv, default_config) or e)
+
+
 def parse_flags(argv: list[str], config_flag, default_config: str) -> list[str]:
     """absl's parse of `argv`, `config_flag` the program's config_flags.DEFINE_config_file holder and
     `default_config` its default (a file path with an optional :preset)."""

@@ -71,6 +71,10 @@ def _bad_inputs(tmp_path):
             [f"--config={S5}:cpu", "--config.data.trainpath=x"],
             "--config.data.trainpath: no such config field (did you mean 'data.train_path'",
         ),
+        "config typo, default config": (
+            ["--config.train.stepz=3"],
+            "--config.train.stepz: no such config field (did you mean 'train.steps'",
+        ),
         "unknown preset": ([f"--config={S5}:cpux"], "unknown preset 'cpux' (did you mean 'cpu'?)"),
         "missing config": (["--config=configs/s5_retrival.py"], "does not exist"),
         "a config that raises": (

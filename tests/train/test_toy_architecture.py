@@ -16,7 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures import ARCHITECTURES, Capabilities, build_architecture, register_architecture
+from t2mlr_jax.architectures import (
+    ARCHITECTURES,
+    SYSTEMS_VARIABLE,
+    Capabilities,
+    build_architecture,
+    import_systems,
+    register_architecture,
+)
 from t2mlr_jax.architectures.contract import backbone_config
 from t2mlr_jax.architectures.recompute import greedy_by_recompute
 from t2mlr_jax.config.convert import from_config_dict, model_to_dict, to_dict
@@ -141,20 +148,17 @@ def test_interop_reads_the_runs_of_an_exportable_architecture_only(toy, capable_
         load_config(step)
 
 
-def _main_help(systems: str | None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "T2MLR_JAX_SYSTEMS"}
-    env |= {"T2MLR_JAX_SYSTEMS": systems} if systems is not None else {}
-    return subprocess.run(
+def test_main_help_names_a_system_found_outside_the_package():
+    env = {**os.environ, SYSTEMS_VARIABLE: TOY}
+    out = subprocess.run(
         [sys.executable, "main.py", "--help"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
+    assert out.returncode == 0, out.stderr[-2000:]
+    listed = next(line for line in out.stdout.splitlines() if line.startswith("Architectures"))
+    assert "toy" in listed.split(": ")[1].rstrip(".").split(", ")
 
 
-def test_main_help_names_a_system_found_outside_the_package_and_a_missing_one_is_one_error():
-    listed = lambda out: next(line for line in out.splitlines() if line.startswith("Architectures"))
-    assert "toy" not in listed(_main_help(None).stdout).split(": ")[1].rstrip(".").split(", ")
-    found = _main_help(TOY)
-    assert found.returncode == 0, found.stderr[-2000:]
-    assert "toy" in listed(found.stdout).split(": ")[1].rstrip(".").split(", ")
-    missing = _main_help("tests.no_such_system")
-    assert missing.returncode != 0
-    assert "T2MLR_JAX_SYSTEMS: no module 'tests.no_such_system' to import a system from" in missing.stderr
+def test_a_system_module_that_is_not_there_is_one_error(monkeypatch):
+    monkeypatch.setenv(SYSTEMS_VARIABLE, "tests.no_such_system")
+    with pytest.raises(ValueError, match=r"^T2MLR_JAX_SYSTEMS: no module 'tests.no_such_system' to import"):
+        import_systems()
