@@ -33,11 +33,11 @@ from jaxtyping import Array, Float, Int
 from t2mlr_jax.config.sections import SECTIONS, Experiment, register_section
 from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.fusion import RECURRENT
+from t2mlr_jax.model.control_flow import RECURRENT
 from t2mlr_jax.model.generate import GREEDY, Decoder, GenerateOutput, Sampling, generate_with
 from t2mlr_jax.model.layers import MLPS
-from t2mlr_jax.model.recurrence import Layout
 from t2mlr_jax.model.spec import count_specs, init_from_specs
+from t2mlr_jax.model.token_layout import Layout
 from t2mlr_jax.registry import Registry
 
 

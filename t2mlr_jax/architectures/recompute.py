@@ -14,9 +14,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.architectures.contract import Architecture, Outputs, layout_of
-from t2mlr_jax.model.fusion import RECURRENT
+from t2mlr_jax.model.control_flow import RECURRENT
 from t2mlr_jax.model.generate import GREEDY, GenerateOutput, with_lengths
-from t2mlr_jax.model.recurrence import Layout
+from t2mlr_jax.model.token_layout import Layout
 
 LogitsFn = Callable[[dict, Int[Array, "B T"], Layout], Float[Array, "B T V"]]
 

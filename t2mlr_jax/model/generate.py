@@ -18,8 +18,9 @@ from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model.backbone import KVCache, init_cache, unstack_layers
 from t2mlr_jax.model.config import ModelConfig, check_depths
-from t2mlr_jax.model.fusion import RECURRENT
-from t2mlr_jax.model.recurrence import Layout, Output, decode_step, exact_forward, jacobi_forward
+from t2mlr_jax.model.control_flow import RECURRENT
+from t2mlr_jax.model.recurrence import decode_step, exact_forward, jacobi_forward
+from t2mlr_jax.model.token_layout import Layout, Output
 
 PREFILLS = ("exact", "jacobi")
 

@@ -51,7 +51,7 @@ from tqdm import tqdm
 from t2mlr_jax.analysis.plots import subplots
 from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.recurrence import Layout
+from t2mlr_jax.model.token_layout import Layout
 from t2mlr_jax.studies.analysis_common import setup_jax, train_run
 from t2mlr_jax.studies.benchmarks.report import environment, markdown_table
 from t2mlr_jax.studies.future_token_probe_fit import (

@@ -19,7 +19,8 @@ from tqdm import tqdm
 from t2mlr_jax.model.backbone import embed, init_cache
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.fusion import fuse
-from t2mlr_jax.model.recurrence import Layout, decode_step, layout_blocks, scan_over_tokens, shift_right
+from t2mlr_jax.model.recurrence import decode_step
+from t2mlr_jax.model.token_layout import Layout, layout_blocks, scan_over_tokens, shift_right
 
 
 class ProbeSettings(NamedTuple):

@@ -53,7 +53,8 @@ from t2mlr_jax.interop.tables import t2mlr_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
-from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layout
+from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
+from t2mlr_jax.model.token_layout import make_layout
 
 GRAD = "grad:"  # the prefix of a gradient's key
 TRAIN_LOGITS = "train_logits:"  # the prefix of a training pass's logits (the recurrent GPT's)

@@ -20,7 +20,7 @@ from t2mlr_jax.architectures.recirculation.mix import Recirculation
 from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.studies.protocol import Convergence
 from t2mlr_jax.train.build_data import build_data_source
 

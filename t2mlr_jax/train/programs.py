@@ -24,8 +24,8 @@ from t2mlr_jax.data.batch import BATCH_DTYPES, OPTIONAL_DTYPES
 from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.backbone import KVCache, unstack_layers
 from t2mlr_jax.model.generate import T2MLRDecoder
-from t2mlr_jax.model.recurrence import Layout
 from t2mlr_jax.model.spec import spec_axes
+from t2mlr_jax.model.token_layout import Layout
 from t2mlr_jax.parallel.placement import (
     batch_sharding,
     param_shardings,

@@ -13,7 +13,7 @@ from t2mlr_jax.architectures.baselines.looped import LoopedDecoder, looped_forwa
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import moe
 from t2mlr_jax.model.generate import teacher_forced
-from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
 from tests.tiny import tiny_experiment
 from tests.tolerance import assert_fp32_close

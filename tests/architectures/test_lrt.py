@@ -18,8 +18,8 @@ from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.model.spec import init_from_specs
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.train.init_from import architecture
 from tests import reference
 from tests.tiny import tiny_experiment

@@ -17,8 +17,8 @@ import pytest
 from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.model import backbone, layer_layout
 from t2mlr_jax.model import generate as generation
-from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.model.spec import spec_axes
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.parallel.mesh import make_mesh
 from t2mlr_jax.parallel.placement import batch_sharding
 from t2mlr_jax.parallel.rules import tree_shardings

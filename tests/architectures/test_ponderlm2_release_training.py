@@ -13,7 +13,7 @@ import pytest
 from t2mlr_jax.architectures.lrt import architecture as lrt
 from t2mlr_jax.architectures.lrt import thought_slots
 from t2mlr_jax.model import flops
-from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.model.token_layout import make_layout
 from tests import reference
 from tests.architectures.test_lrt import NANO, STATE
 from tests.architectures.test_thoughts import (

@@ -30,8 +30,8 @@ from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.generate import T2MLRDecoder
 from t2mlr_jax.model.params import param_specs
-from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.model.spec import init_from_specs
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.studies.parity import recurrence_layers
 from tests import reference
 from tests.architectures.test_lrt import NANO, STATE

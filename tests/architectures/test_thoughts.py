@@ -22,7 +22,7 @@ from t2mlr_jax.architectures.lrt import thought_slots
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
-from t2mlr_jax.model.recurrence import Layout, Output, make_layout
+from t2mlr_jax.model.token_layout import Layout, Output, make_layout
 from t2mlr_jax.studies.parity import max_abs_diff
 from t2mlr_jax.train.init_from import architecture
 from tests import reference

@@ -9,7 +9,7 @@ import pytest
 from t2mlr_jax.data.batch import RECURRENT, validate_batch
 from t2mlr_jax.data.batching import batch_examples
 from t2mlr_jax.data.pipeline import document_example
-from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.model.token_layout import make_layout
 from tests.tiny import exact, tiny_config, tiny_params
 
 EOS, SEQ = 63, 16

@@ -22,7 +22,8 @@ from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop import save_params
 from t2mlr_jax.interop.pretrained import load_pretrained
 from t2mlr_jax.model.backbone import forward, head
-from t2mlr_jax.model.recurrence import exact_forward, make_layout
+from t2mlr_jax.model.recurrence import exact_forward
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.storage.run_config import run_identity, write_run_config
 from t2mlr_jax.studies import future_token_probe as probe
 from t2mlr_jax.studies import future_token_probe_fit as fit

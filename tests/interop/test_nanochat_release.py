@@ -29,7 +29,7 @@ from t2mlr_jax.interop.nanochat import (
 from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.generate import teacher_forced
-from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.studies.parity import (
     compare_states,
     interleaved_forward,

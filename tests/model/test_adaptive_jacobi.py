@@ -14,7 +14,8 @@ from jax.sharding import NamedSharding
 
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.params import param_axes
-from t2mlr_jax.model.recurrence import jacobi_forward, make_layout, relative_change
+from t2mlr_jax.model.recurrence import jacobi_forward, relative_change
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.parallel.mesh import make_mesh
 from t2mlr_jax.parallel.placement import param_shardings
 from t2mlr_jax.parallel.rules import partition_spec

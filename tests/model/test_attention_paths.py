@@ -26,7 +26,8 @@ from t2mlr_jax.model import layers, splash
 from t2mlr_jax.model.backbone import FULL_WINDOW
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import DocumentMask, attend, attention_mask, attention_path
-from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward, make_layout
+from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.studies.parity import recurrence_layers
 from tests.tiny import tiny_config, tiny_params, tokens
 from tests.tolerance import assert_fp32_close, assert_near_f64

@@ -24,7 +24,7 @@ from t2mlr_jax.architectures.recirculation.forward import (
 from t2mlr_jax.architectures.recirculation.mix import Recirculation
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.generate import T2MLRDecoder, generate_with
-from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.studies.parity import recurrence_layers
 from tests.tiny import exact, jacobi, plain, tiny_config, tiny_params, tokens
 from tests.tolerance import assert_fp32_close

@@ -15,7 +15,8 @@ import pytest
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.fusion import fuse, update_cache
-from t2mlr_jax.model.recurrence import Layout, decode_step, make_layout, shift_right
+from t2mlr_jax.model.recurrence import decode_step
+from t2mlr_jax.model.token_layout import Layout, make_layout, shift_right
 from t2mlr_jax.studies.parity import recurrence_layers
 from tests import reference
 from tests.tiny import exact, jacobi, plain, rel_err, tiny_config, tiny_params, tokens

@@ -12,8 +12,8 @@ from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.backbone import forward
 from t2mlr_jax.model.generate import generate
 from t2mlr_jax.model.params import init_params
-from t2mlr_jax.model.recurrence import make_layout
 from t2mlr_jax.model.spec import init_from_specs
+from t2mlr_jax.model.token_layout import make_layout
 from tests.tiny import task_model, tiny_experiment
 from tests.tolerance import assert_fp32_close
 

@@ -21,7 +21,7 @@ from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.data.tokenizer import load_tokenizer
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import backbone
-from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.train import init_from
 from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.trainer import Run

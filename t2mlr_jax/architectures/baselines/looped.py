@@ -36,7 +36,7 @@ from t2mlr_jax.model import flops
 from t2mlr_jax.model.backbone import KVCache, advance, embed, head, init_cache, run_blocks, split_layers
 from t2mlr_jax.model.config import ModelConfig, resolve_range
 from t2mlr_jax.model.params import gathered, param_specs
-from t2mlr_jax.model.recurrence import Layout, Output
+from t2mlr_jax.model.token_layout import Layout, Output
 
 
 def loop_range(cfg: ModelConfig, start: int, end: int) -> tuple[int, int]:

@@ -17,8 +17,8 @@ from t2mlr_jax.architectures.contract import Architecture, register_architecture
 from t2mlr_jax.architectures.recompute import recompute_architecture
 from t2mlr_jax.config.sections import Experiment, at_least
 from t2mlr_jax.model import flops
-from t2mlr_jax.model.recurrence import Layout
 from t2mlr_jax.model.spec import ParamSpec, normal
+from t2mlr_jax.model.token_layout import Layout
 
 
 def lstm_specs(*, vocab_size: int, hidden: int, layers: int) -> dict:

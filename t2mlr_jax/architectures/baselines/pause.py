@@ -17,8 +17,8 @@ from t2mlr_jax.model import flops
 from t2mlr_jax.model.backbone import embed, head, run_blocks
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import param_specs
-from t2mlr_jax.model.recurrence import Layout
 from t2mlr_jax.model.spec import ParamSpec, normal
+from t2mlr_jax.model.token_layout import Layout
 
 PAUSE_PARAM = "pause_embedding"
 

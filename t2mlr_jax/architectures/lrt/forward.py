@@ -29,8 +29,8 @@ from t2mlr_jax.model.block import Feedback, cache_keys, kv_head_gate
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import layer_matrix, weight_init
 from t2mlr_jax.model.params import gathered, param_specs
-from t2mlr_jax.model.recurrence import Layout, Output, scan_over_tokens
 from t2mlr_jax.model.spec import ParamSpec, constant
+from t2mlr_jax.model.token_layout import Layout, Output, scan_over_tokens
 
 THOUGHT_SCALARS = ("resid_lambdas", "x0_lambdas")  # backbone scalars of which thought slots have their own
 

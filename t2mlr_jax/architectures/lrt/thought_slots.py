@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from t2mlr_jax.model.backbone import LATENT
-from t2mlr_jax.model.recurrence import Layout
+from t2mlr_jax.model.token_layout import Layout
 
 
 class Slots(NamedTuple):

@@ -32,15 +32,8 @@ from t2mlr_jax.model.backbone import KVCache, advance, embed, head, init_cache
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.control_flow import PROMPT, RECURRENT
 from t2mlr_jax.model.layers import attention_mask
-from t2mlr_jax.model.recurrence import (
-    Layout,
-    Output,
-    exact_forward,
-    jacobi_forward,
-    layout_blocks,
-    make_layout,
-    scan_over_tokens,
-)
+from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
+from t2mlr_jax.model.token_layout import Layout, Output, layout_blocks, make_layout, scan_over_tokens
 
 ADAPTIVE = "adaptive_mix"  # the params entry of the adaptive MLP (Recirculation.adaptive)
 

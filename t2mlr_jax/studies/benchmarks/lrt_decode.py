@@ -11,7 +11,7 @@ from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.generate import generate_with
-from t2mlr_jax.model.recurrence import make_layout
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.studies.benchmarks.flops import jaxpr_matmul_flops
 from t2mlr_jax.studies.benchmarks.harness import (
     measure_interleaved,
