@@ -31,7 +31,7 @@ from pathlib import Path
 
 from absl import app, flags, logging
 
-from t2mlr_jax.config.cli import config_file_flag
+from t2mlr_jax.config.cli import config_file_flag, fail
 from t2mlr_jax.train.local_workers import parse_shard, shard_of
 
 DEMO_CONFIG = str(Path(__file__).resolve().parent / "configs" / "s5_retrieval_t2mlr.py") + ":demo"
@@ -100,8 +100,7 @@ def _name_the_architectures() -> None:
     try:
         from t2mlr_jax.architectures import ARCHITECTURES
     except ValueError as e:  # a T2MLR_JAX_SYSTEMS module that is not there
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        fail(e)
     __doc__ += f"Architectures (config.arch): {', '.join(ARCHITECTURES.names())}.\n"
 
 
@@ -386,7 +385,6 @@ def _source(run, step: int) -> str:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from t2mlr_jax.config.cli import fail
     from t2mlr_jax.experiment import resolve
     from t2mlr_jax.parallel.multihost import initialize_distributed, is_lead_host
     from t2mlr_jax.storage.checkpoint import AllCorruptError

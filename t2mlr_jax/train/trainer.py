@@ -13,7 +13,6 @@ train.nan_skip_limit times.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -77,7 +76,7 @@ class Run:
         self.identity = {
             **run_config.run_identity(self.settings),
             "arch": arch_name,
-            **_section_identity(config, arch_name),
+            **_section_identity(self.settings, arch_name),
         }
         self.mesh = make_mesh(**config.mesh.sizes())
         check_batch(config.train.batch_size, self.mesh, config.train.grad_accum)
@@ -161,12 +160,13 @@ def _steps_for_epochs(config: Experiment, examples: int | None) -> Experiment:
     return config.replace(train={"steps": math.ceil(t.epochs * max(1, examples // t.batch_size))})
 
 
-def _section_identity(config: Experiment, arch_name: str) -> dict:
-    """The architecture's own config section, when it shapes the saved state."""
+def _section_identity(settings: dict, arch_name: str) -> dict:
+    """The architecture's own config section (of the run's settings, as run_config.json stores them), when
+    it shapes the saved state."""
     entry = ARCHITECTURES.get(arch_name)
     if not entry.section or not entry.identity:
         return {}
-    section = dataclasses.asdict(getattr(config, entry.section))
+    section = settings[entry.section]
     fields = section if entry.identity is True else entry.identity
     return {entry.section: {k: section[k] for k in fields}}
 
