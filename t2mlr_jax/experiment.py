@@ -1,6 +1,9 @@
 """The assembly of an experiment: config files call `experiment(...)` for an ml_collections ConfigDict of
 every section's defaults updated by what they set, which presets and --config.a.b=v then edit; main.py
-(and anything else that runs one) turns it into the typed `Experiment` with `resolve`.
+(and anything else that runs one) turns it into the typed `Experiment` with `resolve`: the edge, where every
+field is checked against its dataclass (an unknown name or a value of the wrong type is one error naming
+the field, with the nearest names) and each dataclass checks itself when built. Nothing below sees a
+ConfigDict.
 
 Sections (t2mlr_jax.config.sections holds each one's fields, defaults and checks):
   arch       what to train: a registered architecture (t2mlr | transformer | looped | middle_looped |
@@ -19,13 +22,20 @@ Sections (t2mlr_jax.config.sections holds each one's fields, defaults and checks
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from collections.abc import Mapping
+from typing import Any
+
 from ml_collections import config_dict
 
 from t2mlr_jax.architectures import arch_names, build_architecture, flops_per_step
-from t2mlr_jax.config.convert import from_config_dict, to_config_dict
+from t2mlr_jax.config.convert import NOT_EDITABLE, accepted_types, field_hints, to_config_dict
 from t2mlr_jax.config.edit import update_known
-from t2mlr_jax.config.sections import Data, Experiment
+from t2mlr_jax.config.sections import CORE, Data, Experiment, Sectioned, recurrence_settings, sections_under
+from t2mlr_jax.data.tasks import TASKS
 from t2mlr_jax.model.config import ModelConfig
+from t2mlr_jax.registry import did_you_mean
 from t2mlr_jax.train.optimizer import OPTIMIZERS, SCHEDULES  # (registers them and their sections)
 
 
@@ -83,3 +93,77 @@ def for_arch(typed: Experiment, name: str) -> Experiment:
     if per_step is None:
         raise ValueError(f"train.flop_budget: architecture {name!r} has no training FLOP accounting")
     return typed.replace(train={"steps": max(1, round(typed.train.flop_budget / per_step))})
+
+
+def from_config_dict(config: config_dict.ConfigDict | Mapping) -> Experiment:
+    values = config.to_dict() if isinstance(config, config_dict.ConfigDict) else dict(config)
+    known = {f.name for f in dataclasses.fields(Experiment)} - {"sections"}
+    top_sections = sections_under("")
+    unknown = [k for k in values if k not in known and k not in CORE and k not in top_sections]
+    if unknown:
+        raise KeyError(
+            f"{unknown[0]} is not a config section{did_you_mean(unknown[0], [*known, *top_sections])}"
+        )
+    model = dict(values.pop("model"))
+    recurrence = build(recurrence_settings(), model.pop("recurrence", {}), "model.recurrence")
+    model = build(ModelConfig, model, "model", skip=NOT_EDITABLE, recurrence=recurrence)
+    sections = {name: build(cls, values.pop(name, {}), name) for name, cls in top_sections.items()}
+    core = {name: build(cls, values.pop(name, {}), name) for name, cls in CORE.items()}
+    _check_task_options(core["data"])
+    top = {k: _checked(Experiment, k, v, k) for k, v in values.items()}
+    return Experiment(model=model, sections=sections, **core, **top)
+
+
+def _check_task_options(data: Data) -> None:
+    """A generated task's options are the fields of its generator's settings dataclass: checked like a
+    section's (names, types, then the dataclass's own checks), for both splits. A task name that is not
+    registered is left to the data source the run is given (the built-in ones refuse it by name)."""
+    if data.kind != "generated" or data.task not in TASKS:
+        return
+    spec = TASKS[data.task]
+    for split, options, where in (
+        ("train", data.options, "data.options"),
+        (data.eval_split, {**data.options, **data.eval_options}, "data.eval_options"),
+    ):
+        build(spec.config_cls, spec.fields(split, options), where)
+
+
+def build(cls: type, values: Mapping, where: str, skip=(), **given):
+    """`cls(**values, **given)`, each value checked against the field's type, and each registered section
+    under it built likewise from its sub-dict; unknown names are one error. `given`: fields (of `skip`)
+    passed as they are."""
+    values = dict(values)
+    inner = sections_under(cls.PARENT) if issubclass(cls, Sectioned) else {}
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in (*skip, "sections")]
+    for key in values:
+        if key not in names and key not in inner:
+            known = [*names, *inner]
+            raise KeyError(f"{where}.{key} is not a config field{did_you_mean(key, known)}; known: {known}")
+    sections = {name: build(cls_, values.pop(name, {}), f"{where}.{name}") for name, cls_ in inner.items()}
+    kwargs = {**{k: _checked(cls, k, v, f"{where}.{k}") for k, v in values.items()}, **given}
+    return cls(**kwargs, sections=sections) if issubclass(cls, Sectioned) else cls(**kwargs)
+
+
+def _checked(cls: type, name: str, value: Any, where: str) -> Any:
+    hint = field_hints(cls)[name]
+    optional = type(None) in typing.get_args(hint)
+    if value is None and optional:
+        return None
+    for kind in accepted_types(hint):
+        origin = typing.get_origin(kind) or kind
+        if origin is Any:
+            return value
+        if origin is float and isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if origin is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if origin in (str, bool) and isinstance(value, origin):
+            return value
+        if origin is tuple and isinstance(value, tuple | list):
+            return tuple(value)
+        if origin in (Mapping, dict) and isinstance(value, Mapping):
+            return dict(value)
+        if dataclasses.is_dataclass(origin) and isinstance(value, origin):
+            return value
+    shown = " or ".join(getattr(k, "__name__", str(k)) for k in accepted_types(hint))
+    raise ValueError(f"{where} must be {shown}{' or None' if optional else ''}, got {value!r}")

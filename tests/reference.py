@@ -9,8 +9,8 @@ catch them: "rope_interleaved", "feedback_after_rope", "no_temporal_residual", "
 "pause_next_position", "thought_vocabulary_gates", "thought_input_unnormed", "first_pass_keys",
 "mix_one_block_early".
 
-Supported backbone options are the tiny configs' (tests/tiny.py, tests/architectures/test_lrt.py's NANO);
-any other is refused (`check_supported`), so a reference never silently ignores a feature.
+Supported backbone options are the tiny configs' (tests/tiny.py, NANO's included); any other is refused
+(`check_supported`), so a reference never silently ignores a feature.
 """
 
 from __future__ import annotations

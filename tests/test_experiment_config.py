@@ -5,10 +5,10 @@ import dataclasses
 
 import pytest
 
-from t2mlr_jax.config.convert import from_config_dict, to_config_dict, to_dict
+from t2mlr_jax.config.convert import to_config_dict, to_dict
 from t2mlr_jax.config.edit import dotted_keys, set_path
 from t2mlr_jax.config.sections import SECTIONS
-from t2mlr_jax.experiment import experiment, resolve
+from t2mlr_jax.experiment import experiment, from_config_dict, resolve
 from tests.tiny import task_model
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from absl import flags
 
+from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train import init_from
@@ -83,7 +84,7 @@ def test_init_from_reads_a_step_folder_its_workdir_and_its_hf_export(folders, ki
     config = tiny_config()
     config.init_from = str({"step folder": step, "workdir": workdir, "hf export": hf}[kind])
     typed = resolve(config)
-    loaded = init_from.start_weights(typed, init_from.architecture(typed))()
+    loaded = init_from.start_weights(typed, build_architecture(typed))()
     expected = {k: v for k, v in stored.items() if not (kind == "hf export" and k == "mixer")}
     assert jax.tree.structure(loaded) == jax.tree.structure(expected)
     for got, want in zip(jax.tree.leaves(loaded), jax.tree.leaves(expected)):

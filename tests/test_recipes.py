@@ -10,7 +10,6 @@ import sys
 import pytest
 
 from configs.recipes import smollm2_tokenizer
-from t2mlr_jax.architectures.contract import backbone_config
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop.pretrained import mismatches, pretrained_config
@@ -40,7 +39,7 @@ def test_finetuning_needs_a_pretrained_model_and_cpu_brings_the_shipped_one(name
         require_init_from(resolve(config(name)))
     cpu = config(name, "cpu")
     assert cpu.init_from == smollm2_tokenizer() != ""
-    assert mismatches(shipped_model, backbone_config(resolve(cpu))) == []  # the preset's model is the GGUF's
+    assert mismatches(shipped_model, resolve(cpu).model) == []  # the preset's model is the GGUF's
     # the release's fine-tuning scripts run without the temporal residual (their train_*.sh default), but
     # HotpotQA's release run is its sweep's, which turns it on (tests/test_release_recipes.py)
     assert config(name).model.recurrence.temporal_residual == (name == "hotpotqa")

@@ -15,13 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures.contract import backbone_config
+from t2mlr_jax.architectures.t2mlr.fusion import fuse
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop.release_config import recurrence_from_release
 from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.fusion import fuse
 from t2mlr_jax.model.params import init_params
 from tests.tolerance import assert_fp32_close
 
@@ -122,7 +121,7 @@ def test_release_preset_has_the_recurrence_the_release_builds(release, ours):
     """Its T²MLR settings, as its config.json stores them, read by our importer: the whole
     RecurrenceConfig (window, Jacobi D and B, the gated mixer without learnable gates, the detached and
     rescaled temporal residual, gate inits)."""
-    model = backbone_config(resolve(ours))
+    model = resolve(ours).model
     assert recurrence_from_release(release["t2mlr_settings"], model.hidden_size) == model.recurrence
 
 

@@ -2,8 +2,9 @@
 experiment configs, so the whole suite stays fast. Tests share the functions compiled for these exact
 shapes: change a size and every test that uses it compiles anew (and its tolerances may move).
 
-- model configs: `tiny_config` (the model tests'), `task_model` (the tiny task's vocabulary, no RoPE) and
-  `interop_config` (shaped like tests/interop's tiny Llama);
+- model configs: `tiny_config` (the model tests'), `task_model` (the tiny task's vocabulary, no RoPE),
+  `interop_config` (shaped like tests/interop's tiny Llama), `tiny_moe_config` (the MoE tests') and `NANO`
+  (nanochat's block, the LRT tests'); `NANOCHAT_BLOCK`: nanochat's block features as overrides;
 - parameters: `tiny_params` (the library's initialisation) and `random_params` (every γ on);
 - experiments on the tiny task (tests/train/tiny_task.py): `tiny_experiment`, `tiny_lrt_experiment`;
 - optimizer sections from flat fields: `optimizer`, and `pinned_optimizer` (the optimizer tests').
@@ -15,10 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2mlr_jax.architectures.t2mlr import RecurrenceConfig, recurrence
 from t2mlr_jax.config.sections import Optimizer
 from t2mlr_jax.experiment import experiment
-from t2mlr_jax.model import backbone, recurrence
-from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
+from t2mlr_jax.model import backbone
+from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import init_params
 from tests.train.tiny_task import SEQ_LEN, VOCAB
 
@@ -69,6 +71,56 @@ def interop_config(kv_heads: int = 2, tied: bool = False, **recurrence) -> Model
         rope_theta=5000.0,
         tie_embeddings=tied,
     )
+
+
+# nanochat's block features at tiny size, as overrides: weightless norms, a normed embedding, QK-norm after
+# RoPE, sliding windows of 3 keys on every other layer, resid / x0 scalars and gated value embeddings.
+NANOCHAT_BLOCK = dict(
+    norm_weights=False,
+    embed_norm=True,
+    qk_norm="after_rope",
+    window_pattern="SL",
+    sliding_window=3,
+    resid_scalars=True,
+    value_embeds=True,
+    gate_channels=8,
+)
+
+# nanochat's block at toy size (the LRT tests'): every feature the LRT touches (value embeddings, resid / x0
+# scalars, sliding windows, QK-norm, softcaps, dropless MoE so that routing is per token).
+NANO = tiny_config(
+    False,
+    vocab_size=48,
+    num_layers=3,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=16,
+    tie_embeddings=False,
+    logit_softcap=15.0,
+    mlp="moe",
+    moe_experts=4,
+    moe_dim=16,
+    moe_capacity_factor=None,
+    init_scheme="nanochat",
+    **NANOCHAT_BLOCK,
+)
+
+
+def tiny_moe_config(**changes) -> ModelConfig:
+    """The MoE tests' model: 2 layers of 2 heads, 4 experts of width 24 (top 2), weights drawn at std 0.3."""
+    cfg = tiny_config(
+        False,
+        vocab_size=32,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=2,
+        mlp_dim=24,
+        mlp="moe",
+        moe_experts=4,
+        moe_top_k=2,
+        init_std=0.3,
+    )
+    return cfg.replace(**changes)
 
 
 def tiny_params(cfg: ModelConfig, seed: int = 0, gamma: float = 0.0) -> dict:

@@ -3,32 +3,36 @@ its architecture and its config section when imported. `T2MLR_JAX_SYSTEMS=tests.
 entry point (main.py, its --help, the tools) find it; tests/train/test_toy_architecture.py imports it.
 
 The toy is a plain backbone whose embedding is scaled by a learned scalar; it counts the tokens it was
-trained on in its model_state and penalises the scale with an aux loss."""
+trained on in its model_state and penalises the scale with an aux loss. Its export mapping folds the
+scale into the embedding, so that interop writes its runs in every PyTorch layout of a backbone."""
 
 import dataclasses
 
 import jax.numpy as jnp
 
-from t2mlr_jax.architectures import Architecture, register_architecture
-from t2mlr_jax.architectures.contract import Outputs, backbone_config, layout_of
+from t2mlr_jax.architectures import Architecture, Capabilities, register_architecture
+from t2mlr_jax.architectures.contract import Outputs, layout_of
+from t2mlr_jax.architectures.t2mlr import generate as backbone_generate
 from t2mlr_jax.model import backbone
-from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import ParamSpec
 
 
+def fold_scale(params: dict) -> dict:
+    """The toy's params as the plain backbone's computing the same logits: the scale folded into the
+    embedding (tied or not, the head reads the same scaled matrix); its export mapping."""
+    rest = {k: v for k, v in params.items() if k != "embed_scale"}
+    return {**rest, "embed_tokens": params["embed_tokens"] * params["embed_scale"]}
+
+
 def build(config) -> Architecture:
-    model = backbone_config(config, recurrent=False)
+    model = config.model.replace(recurrence=None)
     init_scale = lambda key, shape, dtype: jnp.full(shape, config.toy.scale_init, dtype)
     specs = {**param_specs(model), "embed_scale": ParamSpec((1,), (None,), init_scale, "scalar")}
 
-    def scaled(params):
-        rest = {k: v for k, v in params.items() if k != "embed_scale"}
-        return {**rest, "embed_tokens": params["embed_tokens"] * params["embed_scale"]}
-
     def logits(params, tokens, layout):
         return backbone.forward(
-            model, scaled(params), tokens, positions=layout.positions, segment_ids=layout.segment_ids
+            model, fold_scale(params), tokens, positions=layout.positions, segment_ids=layout.segment_ids
         )
 
     def apply(params, batch, *, training, rng, model_state, sample=None):
@@ -39,8 +43,14 @@ def build(config) -> Architecture:
         )
 
     def generate(params, model_state, prompt, mask, control_flow, max_new_tokens, eos_id, pad_id):
-        return generation.generate(
-            model, scaled(params), prompt, mask, max_new_tokens=max_new_tokens, eos_id=eos_id, pad_id=pad_id
+        return backbone_generate(
+            model,
+            fold_scale(params),
+            prompt,
+            mask,
+            max_new_tokens=max_new_tokens,
+            eos_id=eos_id,
+            pad_id=pad_id,
         )
 
     return Architecture(
@@ -65,4 +75,4 @@ class ToySettings:
             raise ValueError(f"toy.scale_init must be > 0, got {self.scale_init}")
 
 
-register_architecture("toy", build, settings=ToySettings)
+register_architecture("toy", build, settings=ToySettings, capabilities=Capabilities(export=fold_scale))

@@ -2,9 +2,12 @@
 contract.py for what a system provides).
 
 The systems are found, not listed: every subpackage here is imported (t2mlr/, lrt/, ponderlm2/,
-recirculation/, baselines/), and so is every module named in the environment variable T2MLR_JAX_SYSTEMS
-(comma-separated; a system kept outside this package, e.g. a test's). A new system is one package that
-calls `register_architecture(name, build, settings=..., capabilities=...)`; nothing else changes.
+recirculation/, baselines/) with its `architecture` module where it has one (a package whose own import
+stays light, as T²MLR's for its PyTorch reference, registers there), and so is every module named in the
+environment variable T2MLR_JAX_SYSTEMS (comma-separated; a system kept outside this package, e.g. a
+test's). A new system is one package that calls `register_architecture(name, build, settings=...,
+capabilities=...)`; nothing else changes. The registry and the functions over it load, with every system,
+on first use: importing this package imports no JAX.
 """
 
 from __future__ import annotations
@@ -13,28 +16,18 @@ import importlib
 import os
 import pkgutil
 
-from t2mlr_jax.architectures.contract import (
-    ARCHITECTURES,
-    Architecture,
-    Capabilities,
-    register_architecture,
-    with_layers_apart,
-)
-from t2mlr_jax.config.sections import Experiment
-
-__all__ = [
+SYSTEMS_VARIABLE = "T2MLR_JAX_SYSTEMS"
+# What this package exports, from the contract, once every system is registered.
+FROM_CONTRACT = (
     "ARCHITECTURES",
-    "SYSTEMS_VARIABLE",
     "Architecture",
     "Capabilities",
     "arch_names",
     "build_architecture",
-    "import_systems",
     "flops_per_step",
     "register_architecture",
-]
-
-SYSTEMS_VARIABLE = "T2MLR_JAX_SYSTEMS"
+)
+__all__ = sorted([*FROM_CONTRACT, "SYSTEMS_VARIABLE", "import_systems"])
 
 
 def import_systems() -> None:
@@ -43,42 +36,17 @@ def import_systems() -> None:
     extra = [m.strip() for m in os.environ.get(SYSTEMS_VARIABLE, "").split(",") if m.strip()]
     for name in packages + extra:
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(name)
         except ModuleNotFoundError as e:
             if name not in extra or e.name != name:
                 raise
             raise ValueError(f"{SYSTEMS_VARIABLE}: no module {name!r} to import a system from") from e
+        if name in packages and any(m.name == "architecture" for m in pkgutil.iter_modules(module.__path__)):
+            importlib.import_module(f"{name}.architecture")
 
 
-import_systems()
-
-
-def arch_names(config: Experiment) -> list[str]:
-    """config.arch as a list: one name, or a comma list to train each and compare them."""
-    names = [n.strip() for n in config.arch.split(",") if n.strip()]
-    for name in names:
-        ARCHITECTURES.get(name)
-    if not names or len(set(names)) != len(names):
-        raise ValueError(f"arch must name each architecture once, got {config.arch!r}")
-    return names
-
-
-def build_architecture(config: Experiment, name: str | None = None) -> Architecture:
-    """The architecture `name` (default: config.arch, a single name) with freshly drawn weights."""
-    name = name or config.arch
-    entry = ARCHITECTURES.get(name)
-    if config.eval.thoughts not in (None, 0) and not entry.capabilities.thought_slots:
-        thinkers = sorted(n for n, e in ARCHITECTURES.items() if e.capabilities.thought_slots)
-        raise ValueError(
-            f"eval.thoughts={config.eval.thoughts}: architecture {name!r} has no latent thought slots "
-            f"(those with them: {', '.join(thinkers)})"
-        )
-    arch = entry.build(config)
-    return arch if config.model.scan_layers else with_layers_apart(arch)
-
-
-def flops_per_step(config: Experiment, arch: Architecture) -> float | None:
-    """The expected training FLOPs of one optimizer step (None: the architecture has no accounting)."""
-    if arch.train_flops is None:
-        return None
-    return config.train.batch_size * arch.train_flops(config.data.seq_len)
+def __getattr__(name: str):
+    if name not in FROM_CONTRACT:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import_systems()
+    return getattr(importlib.import_module(f"{__name__}.contract"), name)

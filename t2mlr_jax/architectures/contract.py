@@ -212,14 +212,21 @@ class Capabilities:
     """What an architecture can do beyond the contract, declared where it registers, so that the trainer,
     interop and generation read one record instead of naming architectures.
 
-    exportable     its params are exactly a transformer backbone's (with or without T²MLR's mixer), so
-                   interop reads its checkpoints as a model and writes them in PyTorch layouts
+    export         its export mapping: its trained params -> a transformer backbone's (with or without
+                   T²MLR's mixer) computing the same logits, so that interop reads its checkpoints as a
+                   model and writes them in every PyTorch layout (`as_backbone` where they already are
+                   one); None: its runs are not read as a model
     thought_slots  it decodes K latent thought slots per token, so eval.thoughts applies (its builder
                    still checks the count against what was trained)
     """
 
-    exportable: bool = False
+    export: Callable[[dict], dict] | None = None
     thought_slots: bool = False
+
+
+def as_backbone(params: dict) -> dict:
+    """The export mapping of an architecture whose params are exactly the backbone's."""
+    return params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,11 +266,6 @@ def register_architecture(
     ARCHITECTURES.register(name, ArchitectureEntry(build, section, identity, capabilities))
 
 
-def backbone_config(config: Experiment, *, recurrent: bool = True) -> ModelConfig:
-    """The ModelConfig of the `model` section; `recurrent=False` drops the recurrence (plain transformer)."""
-    return config.model if recurrent else config.model.replace(recurrence=None)
-
-
 RANDOM_INIT = "random"  # config.init_from: random weights, on purpose (see require_init_from)
 
 
@@ -298,3 +300,34 @@ def stack_layer_stats(*ranges: dict) -> dict:
     each range apart, while `update_state` reads stats shaped like the state [L, ...]."""
     ranges = [stats for stats in ranges if stats]
     return jax.tree.map(lambda *a: jnp.concatenate(a), *ranges) if ranges else {}
+
+
+def arch_names(config: Experiment) -> list[str]:
+    """config.arch as a list: one name, or a comma list to train each and compare them."""
+    names = [n.strip() for n in config.arch.split(",") if n.strip()]
+    for name in names:
+        ARCHITECTURES.get(name)
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"arch must name each architecture once, got {config.arch!r}")
+    return names
+
+
+def build_architecture(config: Experiment, name: str | None = None) -> Architecture:
+    """The architecture `name` (default: config.arch, a single name) with freshly drawn weights."""
+    name = name or config.arch
+    entry = ARCHITECTURES.get(name)
+    if config.eval.thoughts not in (None, 0) and not entry.capabilities.thought_slots:
+        thinkers = sorted(n for n, e in ARCHITECTURES.items() if e.capabilities.thought_slots)
+        raise ValueError(
+            f"eval.thoughts={config.eval.thoughts}: architecture {name!r} has no latent thought slots "
+            f"(those with them: {', '.join(thinkers)})"
+        )
+    arch = entry.build(config)
+    return arch if config.model.scan_layers else with_layers_apart(arch)
+
+
+def flops_per_step(config: Experiment, arch: Architecture) -> float | None:
+    """The expected training FLOPs of one optimizer step (None: the architecture has no accounting)."""
+    if arch.train_flops is None:
+        return None
+    return config.train.batch_size * arch.train_flops(config.data.seq_len)

@@ -30,6 +30,17 @@ def register_section(path: str, settings: type) -> None:
     SECTIONS.register(path, settings)
 
 
+RECURRENCE = "model.recurrence"  # the temporal recurrence a ModelConfig carries (T²MLR's RecurrenceConfig)
+
+
+def recurrence_settings() -> type:
+    """The registered dataclass of `model.recurrence`; registered by the system that runs it (importing
+    t2mlr_jax.architectures registers T²MLR's), so reading a stored or edited model needs that import."""
+    if RECURRENCE not in SECTIONS:
+        raise ValueError(f"{RECURRENCE}: no recurrence is registered (import t2mlr_jax.architectures first)")
+    return SECTIONS.get(RECURRENCE)
+
+
 def sections_under(parent: str) -> dict[str, type]:
     """The registered sections directly under `parent` ("" = the top level), by name."""
     found = {}

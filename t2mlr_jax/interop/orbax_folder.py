@@ -105,7 +105,7 @@ def load_params(path: Path | str) -> tuple[ModelConfig, dict]:
     expected = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
     if is_exported_folder(folder):
         return cfg, ckpt.read_folder_arrays(folder, expected)
-    params = ckpt.read_step_params(folder)
+    params = _exporter(_training_meta(folder)["arch"])(ckpt.read_step_params(folder))
     if jax.tree.structure(params) != jax.tree.structure(expected):
         raise ValueError(f"{folder}: the stored parameters do not match its model config's parameter table")
     return cfg, params
@@ -129,18 +129,18 @@ def _training_meta(folder: Path) -> dict:
             f"{folder}: this checkpoint predates the model record in training checkpoints; resume the run "
             "for one step (it saves a new checkpoint) and read that one"
         )
-    if not _exportable(meta["arch"]) or meta.get("model_config") is None:
-        readable = [name for name, entry in ARCHITECTURES.items() if entry.capabilities.exportable]
+    if _exporter(meta["arch"]) is None or meta.get("model_config") is None:
+        readable = [name for name, entry in ARCHITECTURES.items() if entry.capabilities.export]
         raise ValueError(
-            f"{folder}: a checkpoint of the {meta['arch']!r} architecture, whose parameters are more than a "
-            f"transformer backbone; only {' and '.join(sorted(readable))} runs can be read as a model"
+            f"{folder}: a checkpoint of the {meta['arch']!r} architecture, which registers no export mapping "
+            f"to a transformer backbone; only {' and '.join(sorted(readable))} runs can be read as a model"
         )
     return meta
 
 
-def _exportable(arch: str) -> bool:
-    """Whether runs of `arch` hold exactly a backbone's parameters (its registered capabilities say so)."""
-    return arch in ARCHITECTURES and ARCHITECTURES.get(arch).capabilities.exportable
+def _exporter(arch: str):
+    """The export mapping `arch` registers (its trained params -> the backbone's), None if it has none."""
+    return ARCHITECTURES.get(arch).capabilities.export if arch in ARCHITECTURES else None
 
 
 def _sub_runs(path: Path) -> list[str]:

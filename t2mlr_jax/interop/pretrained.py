@@ -10,6 +10,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+from t2mlr_jax.architectures.t2mlr import MIXERS, RecurrenceConfig, mixer_specs
 from t2mlr_jax.interop.configs import BLOCK_FIELDS, model_config_from_hf
 from t2mlr_jax.interop.files import check_weight_files, one_line, read_json, torch_state
 from t2mlr_jax.interop.gguf import gguf_model_config, load_gguf, open_gguf
@@ -28,9 +29,7 @@ from t2mlr_jax.interop.ponderlm2_release import (
 )
 from t2mlr_jax.interop.release_config import model_config_from_release
 from t2mlr_jax.interop.t2mlr_torch import is_t2mlr_folder, load_t2mlr_torch
-from t2mlr_jax.model.config import SHAPE_FIELDS, ModelConfig, RecurrenceConfig
-from t2mlr_jax.model.fusion import mixer_specs
-from t2mlr_jax.model.mixers import MIXERS
+from t2mlr_jax.model.config import SHAPE_FIELDS, ModelConfig
 from t2mlr_jax.model.spec import init_from_specs
 
 # What a backbone's weights encode: a checkpoint fits a model config when these agree.

@@ -8,9 +8,9 @@ rather than loading a model that silently computes something else.
 
 from __future__ import annotations
 
+from t2mlr_jax.architectures.t2mlr import MIXERS, RecurrenceConfig
 from t2mlr_jax.interop.configs import hf_config_from_model, model_config_from_hf, refuse
-from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
-from t2mlr_jax.model.mixers import MIXERS
+from t2mlr_jax.model.config import ModelConfig
 
 # ---------------------------------------------------------------------------------------------
 # The authors' T²MLR settings (their T2MLRSettings dataclass, stored flat in config.json).

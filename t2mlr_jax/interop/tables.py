@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from t2mlr_jax.architectures.t2mlr import MIXERS, SHARED_KEYS
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.mixers import MIXERS, SHARED_KEYS
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import is_spec, spec_leaves
 

@@ -23,11 +23,10 @@ from jaxtyping import Float, Int
 from torch import nn
 from torch.nn import functional as F
 
+from t2mlr_jax.architectures.t2mlr import MIXERS, SHARED_KEYS, RecurrenceConfig
 from t2mlr_jax.interop.files import numpy_to_torch, read_json, read_state_dict
 from t2mlr_jax.interop.release_config import model_config_from_release
-from t2mlr_jax.model.config import RecurrenceConfig
 from t2mlr_jax.model.control_flow import RECURRENT
-from t2mlr_jax.model.mixers import MIXERS, SHARED_KEYS
 
 W_REC, NORM_X, NORM_R = (SHARED_KEYS[(name,)] for name in ("recurrent_projection", "norm_x", "norm_r"))
 

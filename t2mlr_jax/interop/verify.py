@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Float, Int
 
+from t2mlr_jax.architectures.t2mlr import exact_forward
 from t2mlr_jax.interop.files import read_json
-from t2mlr_jax.model import backbone, recurrence
+from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
 
 TORCH_FORMATS = ("hf", "gguf", "t2mlr-torch", "nanochat", "ponderlm2")
@@ -32,7 +33,7 @@ def jax_logits(
         return evaluation_logits(cfg, params, ponderlm2, tokens)
     if cfg.recurrence is None:
         return np.asarray(backbone.forward(cfg, params, jnp.asarray(tokens)))
-    return np.asarray(recurrence.exact_forward(cfg, params, jnp.asarray(tokens)).logits)
+    return np.asarray(exact_forward(cfg, params, jnp.asarray(tokens)).logits)
 
 
 def torch_model(fmt: str, path: Path | str) -> Callable[[Int[np.ndarray, "B T"]], Float[np.ndarray, "B T V"]]:

@@ -7,7 +7,8 @@ reads, causal (query i sees i + 1 keys, at most window + 1 on a sliding-window l
 stop_gradient'ed pass costs its forward only); through frozen weights it costs each matmul's input gradient
 (1 forward) and attention's 2 (`input_gradient_flops`). Embedding lookups, norms and elementwise ops are
 free. Counts are model FLOPs: work whose result nothing reads is left out. Architectures compose
-`pass_flops` and `head_flops` into their `train_flops(seq_len)`; T²MLR's are here.
+`pass_flops` and `head_flops` into their `train_flops(seq_len)`
+(T²MLR's: t2mlr_jax.architectures.t2mlr.flops).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import jax
 import numpy as np
 
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.fusion import mixer_specs
 from t2mlr_jax.model.params import backbone_specs
 
 BACKWARD = 2.0  # a backward pass's FLOPs per forward FLOP
@@ -80,49 +80,10 @@ def head_flops(cfg: ModelConfig, positions: int) -> float:
     return 2.0 * positions * cfg.hidden_size * cfg.vocab_size
 
 
-def fusion_flops(cfg: ModelConfig, positions: int) -> float:
-    """Forward FLOPs of T²MLR's fusion at `positions` positions: its mixer's matrices (W_rec and the gates
-    of the release's mixer), computed at every position (the recurrent ones keep the result)."""
-    return 2.0 * positions * matrix_params(mixer_specs(cfg))
-
-
 def one_pass_train_flops(cfg: ModelConfig, seq_len: int, layers: Sequence[int] | None = None) -> float:
     """Training FLOPs of a row through a model that runs blocks `layers` once per position and scores
     every position (the plain transformer; a looped one lists its repeats)."""
     return train(pass_flops(cfg, seq_len, layers=layers) + head_flops(cfg, seq_len))
-
-
-def jacobi_train_flops(
-    cfg: ModelConfig, seq_len: int, d_forward: int | None = None, d_backward: int | None = None
-) -> float:
-    """Training FLOPs of a row through T²MLR's Jacobi forward (D = d_forward, B = d_backward; default: the
-    model's): blocks [0, l_end] unfused, D - 1 refinements of the middle block [l_start, l_end] each behind
-    the fusion, then the fusion, blocks [l_start, L) and the head. The gradient reaches the blocks below
-    l_start, the final pass and the last min(B, D - 1) refinements; the unfused middle pass only when
-    B >= D (R<1> is detached otherwise). Convergence-adaptive Jacobi (recurrence.jacobi_tolerance) may stop
-    its detached refinements early: it is counted at the cap, D."""
-    rec = cfg.recurrence
-    d = rec.d_forward if d_forward is None else d_forward
-    b = rec.d_backward if d_backward is None else d_backward
-    l_start, l_end = cfg.layer_range
-    middle = pass_flops(cfg, seq_len, layers=range(l_start, l_end + 1))
-    refinement = middle + fusion_flops(cfg, seq_len)
-    # blocks below l_start (shared by every pass) and the final pass: both always carry gradient
-    always = pass_flops(cfg, seq_len) + fusion_flops(cfg, seq_len) + head_flops(cfg, seq_len)
-    forward = always + middle + (d - 1) * refinement
-    gradient = always + min(b, d - 1) * refinement + (middle if b >= d else 0.0)
-    return forward + BACKWARD * gradient
-
-
-def exact_train_flops(cfg: ModelConfig, seq_len: int, bptt: int | None = None) -> float:
-    """Training FLOPs of a row through T²MLR's exact recurrence (token by token: the same causal pass, the
-    fusion at every token). With truncated backpropagation (bptt = B) it runs B + 1 copies of the row
-    side by side (recurrence.exact_forward); the first B copies count through block l_end only (their R
-    feeds the next copy; their upper blocks and head, which nothing reads, are left out)."""
-    l_end = cfg.layer_range[1]
-    chain = pass_flops(cfg, seq_len, layers=range(l_end + 1)) + fusion_flops(cfg, seq_len)
-    rest = pass_flops(cfg, seq_len, layers=range(l_end + 1, cfg.num_layers)) + head_flops(cfg, seq_len)
-    return train((1 + (bptt or 0)) * chain + rest)
 
 
 def train(forward: float) -> float:

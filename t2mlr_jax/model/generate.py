@@ -1,6 +1,6 @@
 """Autoregressive generation: prefill (exact, or k Jacobi passes as in the paper's Table 8), then one
 token per step with the KV cache and the one-vector-per-row recurrent state. The loop (`generate_with`)
-takes any `Decoder`: T²MLR's here, the LRT's in t2mlr_jax.architectures.lrt.
+takes any `Decoder`: T²MLR's (t2mlr_jax.architectures.t2mlr), the LRT's, ...
 
 Batches are left padded (`prompt_mask` 0 on padding): each row gets positions starting at 0 on its
 first real token, so its R resets there and padding never reaches it — every row decodes as if alone.
@@ -8,7 +8,6 @@ first real token, so its R resets there and padding never reaches it — every r
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -16,13 +15,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from t2mlr_jax.model.backbone import KVCache, init_cache, unstack_layers
-from t2mlr_jax.model.config import ModelConfig, check_depths
+from t2mlr_jax.model.backbone import KVCache, unstack_layers
+from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.control_flow import RECURRENT
-from t2mlr_jax.model.recurrence import decode_step, exact_forward, jacobi_forward
 from t2mlr_jax.model.token_layout import Layout, Output
-
-PREFILLS = ("exact", "jacobi")
 
 
 class GenerateOutput(NamedTuple):
@@ -67,13 +63,6 @@ def sample(
     return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
-def check_prefill(prefill: str, prefill_passes: int) -> None:
-    """Reject a bad T²MLR prefill before anything is traced."""
-    if prefill not in PREFILLS:
-        raise ValueError(f"prefill must be one of {PREFILLS}, got {prefill!r}")
-    check_depths(prefill_passes, 0)
-
-
 def check_sampling(max_new_tokens: int, temperature: float, top_k: int, top_p: float) -> None:
     """Reject bad sampling settings before anything is traced."""
     if max_new_tokens < 1:
@@ -104,52 +93,6 @@ class Decoder(Protocol):
     def prefill(self, params, tokens, layout: Layout, cache: KVCache) -> Output: ...
 
     def step(self, params, tokens, state, cache: KVCache, layout: Layout) -> Output: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class T2MLRDecoder:
-    """The backbone with or without T²MLR: prefill exact or by `prefill_passes` Jacobi passes."""
-
-    model: ModelConfig
-    prefill_mode: str = "exact"
-    prefill_passes: int = 8
-
-    def init_cache(self, batch, num_tokens):
-        return init_cache(self.model, batch, num_tokens)
-
-    def prefill(self, params, tokens, layout, cache):
-        # Without recurrence the parallel pass is exact: only T²MLR's exact prefill runs token by token.
-        if self.prefill_mode == "exact" and self.model.recurrence is not None:
-            return exact_forward(self.model, params, tokens, layout=layout, cache=cache)
-        return jacobi_forward(
-            self.model,
-            params,
-            tokens,
-            layout=layout,
-            cache=cache,
-            d_forward=self.prefill_passes,
-            d_backward=0,
-        )
-
-    def step(self, params, tokens, state, cache, layout):
-        return decode_step(self.model, params, tokens, state, cache, layout)
-
-
-def generate(
-    cfg: ModelConfig,
-    params: dict,
-    prompt_tokens: Int[Array, "B P"],
-    prompt_mask: Int[Array, "B P"],
-    *,
-    prefill: str = "exact",
-    prefill_passes: int = 8,
-    **kwargs,
-) -> GenerateOutput:
-    """T²MLR (or the plain backbone) generation; `kwargs` as `generate_with`."""
-    check_prefill(prefill, prefill_passes)
-    return generate_with(
-        T2MLRDecoder(cfg, prefill, prefill_passes), params, prompt_tokens, prompt_mask, **kwargs
-    )
 
 
 def generate_with(

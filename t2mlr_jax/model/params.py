@@ -16,7 +16,6 @@ import jax.numpy as jnp
 
 from t2mlr_jax.model import layer_layout, moe  # noqa: F401  (moe registers mlp="moe")
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.fusion import mixer_specs
 from t2mlr_jax.model.layers import MLPS, layer_matrix, weight_init
 from t2mlr_jax.model.spec import ParamSpec, constant, init_from_specs, ones, spec_axes, zeros
 from t2mlr_jax.parallel.reuse import gather_once
@@ -99,8 +98,8 @@ def _drop_none(tree: dict) -> dict:
 
 def param_specs(cfg: ModelConfig) -> dict:
     specs = backbone_specs(cfg)
-    if cfg.recurrence is not None:
-        specs["mixer"] = mixer_specs(cfg)
+    if cfg.recurrence is not None:  # the parameters a recurrence adds (T²MLR's fusion)
+        specs["mixer"] = cfg.recurrence.param_specs(cfg)
     return specs
 
 

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from t2mlr_jax.config.sections import Baseline, Data
-from t2mlr_jax.model.config import ModelConfig, RecurrenceConfig
+from t2mlr_jax.config.sections import Baseline, Data, recurrence_settings
+from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.storage.workdir import RUN_CONFIG, write_atomic
 
 IDENTITY_SECTIONS = ("arch", "model", "baseline", "data", "seed")
@@ -64,7 +64,7 @@ def _with_new_fields(stored: dict, identity: dict) -> dict:
     ):
         out["model"] = {
             **model,
-            "recurrence": filled(model["recurrence"], current["recurrence"], RecurrenceConfig),
+            "recurrence": filled(model["recurrence"], current["recurrence"], recurrence_settings()),
         }
     return out
 

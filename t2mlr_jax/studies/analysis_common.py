@@ -133,13 +133,14 @@ def load_params(config, checkpoint: str | Path):
     workdir has no checkpoint of its own): built and checked now, read when called."""
     import jax
 
+    from t2mlr_jax.architectures import build_architecture
     from t2mlr_jax.experiment import resolve
-    from t2mlr_jax.train.init_from import architecture, start_weights
+    from t2mlr_jax.train.init_from import start_weights
 
     config = config.copy_and_resolve_references()
     config.init_from = str(checkpoint)
     typed = resolve(config)
-    arch = architecture(typed)
+    arch = build_architecture(typed)
     weights = start_weights(typed, arch)  # a checkpoint of another model: one clear error, nothing read yet
     return lambda: {**arch.init(jax.random.PRNGKey(config.seed)), **weights()}
 

@@ -16,10 +16,10 @@ import optax
 from jaxtyping import Array, Bool, Float, Int
 from tqdm import tqdm
 
+from t2mlr_jax.architectures.t2mlr.fusion import fuse
+from t2mlr_jax.architectures.t2mlr.recurrence import decode_step
 from t2mlr_jax.model.backbone import embed, init_cache
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.fusion import fuse
-from t2mlr_jax.model.recurrence import decode_step
 from t2mlr_jax.model.token_layout import Layout, layout_blocks, scan_over_tokens, shift_right
 
 

@@ -49,12 +49,10 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from tqdm import tqdm
-
 from t2mlr_jax.analysis.plots import finish, save, subplots
 from t2mlr_jax.analysis.run_logs import load_runs, read_json
 from t2mlr_jax.config.cli import OneLineParser, fail
-from t2mlr_jax.studies import ROOT
+from t2mlr_jax.studies import ROOT, runner
 from t2mlr_jax.studies.analysis_common import setup_jax, train_run
 from t2mlr_jax.studies.benchmarks.report import environment, markdown_table
 
@@ -178,16 +176,19 @@ def variant_config(name: str, seed: int, preset: str, steps: int | None):
     return config
 
 
-def train_one(tag: str, config, workdir: Path) -> dict | None:
-    """Train (or resume, or skip) one run; its summary.json as a rerun reads it, or None when it was stopped
-    midway."""
+def train_one(name: str, seed: int, config, out: Path) -> dict:
+    """Train (or resume, or skip) one run into <out>/<variant>/seed<k>: what results.json keeps of it (its
+    summary.json read as a rerun reads it), or the summary with "stopped_by" when it was stopped midway."""
     from t2mlr_jax.storage.workdir import SUMMARY
 
-    summary = train_run(config, workdir)
+    workdir = out / name / f"seed{seed}"
+    try:
+        summary = train_run(config, workdir)
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        fail(e)
     if "stopped_by" in summary:
-        tqdm.write(f"{tag}: stopped by {summary['stopped_by']} at step {summary['step']}; rerun to resume")
-        return None
-    return read_json(workdir / SUMMARY)  # JSON keys, as a rerun reads it
+        return summary
+    return run_result(seed, config, workdir, read_json(workdir / SUMMARY))  # JSON keys, as a rerun reads it
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -414,27 +415,21 @@ def main(argv: list[str] | None = None) -> dict:
         "steps": next(iter(configs.values())).train.steps,
         "variants": names,
     }
-    runs: dict[str, list[dict]] = {name: [] for name in names}
-    seconds, stopped = {}, False
-    for name, seed in tqdm(configs, desc="runs", file=sys.stderr):
-        tag, t0 = f"{name} (seed {seed})", time.time()
-        workdir = out / name / f"seed{seed}"
-        try:
-            summary = train_one(tag, configs[name, seed], workdir)
-        except (ValueError, KeyError, FileNotFoundError) as e:
-            fail(e)
-        if summary is None:
-            stopped = True
-            break
-        r = run_result(seed, configs[name, seed], workdir, summary)
-        runs[name].append(r)
-        seconds[f"{name}/seed{seed}"] = round(time.time() - t0, 1)
-        tqdm.write(
-            f"{tag}: tanh γ_rec {_num(r['final_tanh_gamma_rec'], '+.4f')}, exact match "
-            f"{_num(r['eval']['exact_match'])} ({seconds[f'{name}/seed{seed}']:.0f} s)"
-        )
+    study = runner.Study(
+        list(configs),
+        lambda name, seed: train_one(name, seed, configs[name, seed], out),
+        tag=lambda name, seed: f"{name} (seed {seed})",
+        report=lambda name, seed, r, seconds: (
+            f"{name} (seed {seed}): tanh γ_rec {_num(r['final_tanh_gamma_rec'], '+.4f')}, exact match "
+            f"{_num(r['eval']['exact_match'])} ({seconds:.0f} s)"
+        ),
+        desc="runs",
+    )
+    by_seed, seconds, stopped = runner.run(study)
+    runs = {name: list(by_seed[name].values()) for name in names}
     meta["wall_seconds"] = round(time.time() - started, 1)
-    meta["run_seconds"], meta["complete"] = seconds, not stopped
+    meta["run_seconds"] = {f"{name}/seed{seed}": s for (name, seed), s in seconds.items()}
+    meta["complete"] = not stopped
     results = {
         name: {
             "variant": name,

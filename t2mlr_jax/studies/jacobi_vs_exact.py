@@ -30,10 +30,9 @@ import sys
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
 from t2mlr_jax.analysis.plots import subplots
 from t2mlr_jax.config.cli import OneLineParser, fail
+from t2mlr_jax.studies import runner
 from t2mlr_jax.studies.analysis_common import (
     Preset,
     add_config_flags,
@@ -237,18 +236,15 @@ def write_results(out: Path, meta: dict, rows: dict) -> str:
 def compare(config, out: Path) -> dict:
     """Train and evaluate both rows of `config` into `out` (already checked); mode -> row result. Stops at
     a row whose training a signal stopped (rerun to resume)."""
-    rows = {}
-    for mode, row_config in tqdm(row_configs(config).items(), desc="rows", file=sys.stderr):
-        result = run_row(mode, row_config, out)
-        if "stopped_by" in result:
-            tqdm.write(f"{mode}: stopped by {result['stopped_by']} at step {result['step']}; rerun to resume")
-            break
-        rows[mode] = result
+    configs = row_configs(config)
+
+    def report(mode: str, seed: int, result: dict, seconds: float) -> str:
         e = result["eval"]
-        tqdm.write(
-            f"{mode} train: eval loss exact {e['exact']['loss']:.4f}, jacobi {e['jacobi']['loss']:.4f}"
-        )
-    return rows
+        return f"{mode} train: eval loss exact {e['exact']['loss']:.4f}, jacobi {e['jacobi']['loss']:.4f}"
+
+    run_mode = lambda mode, seed: run_row(mode, configs[mode], out)
+    study = runner.Study(runner.grid(MODES, [config.seed]), run_mode, report=report, desc="rows")
+    return {mode: r for mode, by_seed in runner.run(study).results.items() for r in by_seed.values()}
 
 
 def longest_eval_row(config) -> int:

@@ -18,19 +18,16 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import subprocess
 import sys
 from pathlib import Path
-
-from tqdm import tqdm
 
 from t2mlr_jax.analysis.plots import save, subplots
 from t2mlr_jax.analysis.run_logs import HIGHER_IS_BETTER, LOWER_IS_BETTER, metric_trajectory
 from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.storage.workdir import SUMMARY
-from t2mlr_jax.studies import ROOT
+from t2mlr_jax.studies import ROOT, runner
 from t2mlr_jax.studies.analysis_common import (
     check_run,
     comma_list,
@@ -48,7 +45,7 @@ from t2mlr_jax.studies.recipe_rule import (
     diverged,
     sweep_means,
 )
-from t2mlr_jax.train.local_workers import WorkerFailed, parse_shard, run_workers, shard_of, with_pythonpath
+from t2mlr_jax.train.local_workers import parse_shard, shard_of
 
 COMMAND = "python -m experiments.lr_sweep"
 
@@ -206,33 +203,27 @@ def main(argv: list[str] | None = None) -> dict:
         fail(e)
     setup_jax(out)
     workers = 1 if args.shard else min(args.workers, len(units))
-    if workers > 1:
-        commands = [
-            [sys.executable, "-m", "experiments.lr_sweep", *argv, f"--shard={i}/{workers}"]
-            for i in range(workers)
-        ]
-        try:
-            dirs = [cell_dir(out, m, s) for m, s in units]
-            if not run_workers(commands, out, dirs, env=with_pythonpath(ROOT)):
-                return {}
-        except WorkerFailed as e:
-            fail(e)
-    cells: dict[float, dict[int, dict]] = {m: {} for m in args.multipliers}
-    for m, s in tqdm(shard_of(units, args.shard), desc="lr sweep cells", file=sys.stderr):
-        workdir = cell_dir(out, m, s)
-        fresh = not (workdir / SUMMARY).exists()
-        result = cell_result(cell_config(baseline, m, s), workdir, args.metric)
-        if "stopped_by" in result:
-            tqdm.write(f"stopped by {result['stopped_by']} at step {result['step']}; rerun to resume")
-            return {}
-        cells[m][s] = result
-        if fresh:
-            with open(out / "sweep.jsonl", "a") as f:
-                f.write(json.dumps({"multiplier": m, "seed": s, **result}) + "\n")
-    if args.shard:
+    dirs = [cell_dir(out, m, s) for m, s in units]
+    if workers > 1 and not runner.run_shards("experiments.lr_sweep", argv, workers, out, dirs):
+        return {}
+
+    def run_cell(m: float, s: int) -> runner.Ran:
+        fresh = not (cell_dir(out, m, s) / SUMMARY).exists()
+        return runner.Ran(cell_result(cell_config(baseline, m, s), cell_dir(out, m, s), args.metric), fresh)
+
+    study = runner.Study(
+        shard_of(units, args.shard),
+        run_cell,
+        out / "sweep.jsonl",
+        line=lambda m, s, seconds, result: {"multiplier": m, "seed": s, **result},
+        tag=lambda m, s: "",
+        desc="lr sweep cells",
+    )
+    cells, _, stopped = runner.run(study)
+    if stopped or args.shard:
         return {}
     lower = args.metric in LOWER_IS_BETTER
-    values = {m: {s: r["metric"] for s, r in by_seed.items()} for m, by_seed in cells.items()}
+    values = runner.values(cells, lambda r: r["metric"])
     bad = {f"x{m:g}/seed{s}": r["diverged"] for m, by_seed in cells.items() for s, r in by_seed.items()}
     chosen = choose_multiplier(
         values, lower, diverged_cells=[m for m in cells if any(r["diverged"] for r in cells[m].values())]
@@ -258,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
     means = sweep_means(values)
     payload = {"meta": meta, "cells": {f"{m:g}": by_seed for m, by_seed in cells.items()},
                "means": {f"{m:g}": v for m, v in means.items()}, "chosen": chosen}  # fmt: skip
-    (out / "sweep.json").write_text(json.dumps(payload, indent=1))
+    runner.write_json(out / "sweep.json", payload)
     text = render(meta, cells, means, chosen)
     (out / "sweep.md").write_text(text)
     plot(cells, means, chosen, meta, out / "sweep.png")

@@ -54,7 +54,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from t2mlr_jax.config.cli import OneLineParser, fail
-from t2mlr_jax.studies import ROOT
+from t2mlr_jax.studies import runner
 from t2mlr_jax.studies.analysis_common import (
     comma_list,
     pretokenize,
@@ -78,7 +78,7 @@ from t2mlr_jax.studies.lrt_comparison_rows import (
 from t2mlr_jax.studies.lrt_comparison_runs import comparisons, row_result, run_seed
 from t2mlr_jax.studies.preregistration import PREREGISTRATION
 from t2mlr_jax.studies.recipe_rule import SWEEP_SEEDS, count_diverged
-from t2mlr_jax.train.local_workers import WorkerFailed, parse_shard, run_workers, shard_of, with_pythonpath
+from t2mlr_jax.train.local_workers import parse_shard, shard_of
 
 COMMAND = "python -m experiments.lrt_comparison"
 
@@ -205,12 +205,6 @@ def run_dir(out: Path, name: str, seed: int) -> Path:
     return out / ("flops" if name != row else "") / row / f"seed{seed}"
 
 
-def worker_command(argv: list[str], shard: tuple[int, int], tokenizer: str) -> list[str]:
-    """This command as shard I of N, reading the tokenizer the parent resolved (or trained)."""
-    command = [sys.executable, "-m", "experiments.lrt_comparison", *argv, "--shard={}/{}".format(*shard)]
-    return command + ([f"--tokenizer={tokenizer}"] if tokenizer else [])
-
-
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -315,22 +309,13 @@ def main(argv: list[str] | None = None) -> dict:
     journal = out / "rows.jsonl"  # a line per (run, seed) trained or evaluated, by whichever process
     logged = len(journal.read_text().splitlines()) if journal.exists() else 0
     if workers > 1:
-        shards = [(i, workers) for i in range(workers)]
-        commands = [worker_command(argv, shard, configs[rows[0]].data.tokenizer) for shard in shards]
+        extra = [f"--tokenizer={configs[rows[0]].data.tokenizer}"] if configs[rows[0]].data.tokenizer else []
         unit_dirs = [run_dir(out, name, seed) for seed in seeds for name in trained]
-        try:
-            finished = run_workers(commands, out, unit_dirs, env=with_pythonpath(ROOT))
-        except WorkerFailed as e:
-            fail(e)
-        if not finished:
+        if not runner.run_shards("experiments.lrt_comparison", argv, workers, out, unit_dirs, extra):
             tqdm.write("stopped by a signal; rerun to resume")
             return {"meta": meta, "rows": {}}
-    by_name = {name: {} for name in trained}
-    units = [
-        (seed, name) for seed in seeds for name in shard_of(trained, args.shard)
-    ]  # a table per seed first
-    for seed, name in tqdm(units, desc="runs x seeds", file=sys.stderr):
-        unit_start = time.time()
+
+    def run_unit(name: str, seed: int) -> runner.Ran:
         config = configs[name].copy_and_resolve_references()
         config.seed = seed
         own_k = args.eval_thoughts if name in rows else ()  # a FLOP-matched run: at its own K only
@@ -338,17 +323,14 @@ def main(argv: list[str] | None = None) -> dict:
             result = run_seed(name, config, run_dir(out, name, seed), own_k)
         except (ValueError, KeyError, FileNotFoundError) as e:
             fail(e)
-        if "stopped_by" in result:
-            tqdm.write(f"{name}: stopped by {result['stopped_by']} at step {result['step']}; rerun to resume")
-            break
-        seconds = round(time.time() - unit_start, 1)
-        if result.pop("new"):
-            with open(journal, "a") as f:
-                f.write(
-                    json.dumps({"row": name, "seed": seed, "seconds": seconds, **result}, default=str) + "\n"
-                )
-        by_name[name][seed] = result
-        tqdm.write(f"{name} seed {seed}: BPB {bpb_text(result['bpb'])} ({seconds:.0f} s)")
+        fresh = result.pop("new", True)  # anything trained or evaluated now (a stopped run has no "new")
+        return runner.Ran(result, fresh)
+
+    def report(name: str, seed: int, result: dict, seconds: float) -> str:
+        return f"{name} seed {seed}: BPB {bpb_text(result['bpb'])} ({seconds:.0f} s)"
+
+    units = runner.grid(shard_of(trained, args.shard), seeds, seed_major=True)  # a table per seed first
+    by_name = runner.run(runner.Study(units, run_unit, journal, report=report, desc="runs x seeds")).results
     if args.shard:
         return {"meta": meta, "rows": {}}  # the tables are the whole command's
     meta["wall_seconds"] = round(time.time() - started, 1)

@@ -11,6 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from t2mlr_jax.analysis.run_logs import metric_trajectory
+from t2mlr_jax.studies import runner
 from t2mlr_jax.studies.analysis_common import evaluated
 from t2mlr_jax.studies.lrt_comparison_rows import (
     CLAIMS,
@@ -148,8 +149,6 @@ def comparisons(results: dict, refused_runs=lambda name: []) -> dict:
     """The papers' claims (lrt_comparison_rows.CLAIMS) judged on the seeds: per table, the protocol's
     comparison of the claims whose runs all exist. A claim one of whose runs `refused_runs` names (trained
     under another recipe than the pre-registered one) is not judged: listed under "refused" with why."""
-    from t2mlr_jax.studies.protocol import compare
-
     values = {}
     for name, r in results.items():
         values[name] = {int(s): v["bpb"] for s, v in r["seeds"].items()}
@@ -159,18 +158,7 @@ def comparisons(results: dict, refused_runs=lambda name: []) -> dict:
     judged = {}
     for table, claims in CLAIMS.items():
         ran = [c for c in claims if c.row in values and c.baseline in values]
-        refused = {}
-        for c in ran:
-            why = [w for name in (c.row, c.baseline) for w in refused_runs(trained_name(name))]
-            if why:
-                refused[f"{c.row} vs {c.baseline}"] = why
-        judge = [c for c in ran if f"{c.row} vs {c.baseline}" not in refused]
-        if judge:
-            used = {name: values[name] for c in judge for name in (c.row, c.baseline)}
-            judged[table] = compare(used, judge)
-        if refused:
-            judged.setdefault(
-                table, {"rows": {}, "claims": [], "noise_floor": float("nan"), "noise_rows": []}
-            )
-            judged[table]["refused"] = refused
+        if ran:
+            refused = lambda name: refused_runs(trained_name(name))
+            judged[table] = runner.judge(values, ran, refused, claimed_only=True)
     return judged

@@ -39,6 +39,8 @@ from t2mlr_jax.architectures.contract import Outputs
 from t2mlr_jax.architectures.lrt.architecture import interleaved_loss
 from t2mlr_jax.architectures.lrt.forward import LRTConfig, LRTDecoder, interleaved
 from t2mlr_jax.architectures.lrt.forward import exact_forward as lrt_exact
+from t2mlr_jax.architectures.t2mlr import T2MLRDecoder
+from t2mlr_jax.architectures.t2mlr.recurrence import exact_forward, jacobi_forward
 from t2mlr_jax.interop.files import read_json, read_state_dict, torch_state, torch_to_numpy
 from t2mlr_jax.interop.nanochat import (
     checkpoint_files,
@@ -52,8 +54,7 @@ from t2mlr_jax.interop.t2mlr_torch import save_t2mlr_torch
 from t2mlr_jax.interop.tables import t2mlr_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.generate import T2MLRDecoder, teacher_forced
-from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
+from t2mlr_jax.model.generate import teacher_forced
 from t2mlr_jax.model.token_layout import make_layout
 
 GRAD = "grad:"  # the prefix of a gradient's key

@@ -33,6 +33,7 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
+from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.recirculation.mix import Recirculation
 from t2mlr_jax.config.convert import to_dict
 from t2mlr_jax.config.sections import Experiment
@@ -189,7 +190,7 @@ def fingerprint(config: Experiment, scoring: Scoring) -> str:
 def checked(config: Experiment):
     """Every setting of the sweep checked, nothing loaded or compiled: (the backbone, a loader of the
     pretrained weights, the plan, the eval window)."""
-    arch = init_from.architecture(config, "recirculation")
+    arch = build_architecture(config, "recirculation")
     load = init_from.start_weights(config, arch)  # the checkpoint, checked now
     if load is None:
         raise ValueError("the recirculation sweep needs a pretrained model: set config.init_from")

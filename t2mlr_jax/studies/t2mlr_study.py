@@ -57,7 +57,7 @@ from t2mlr_jax.analysis.run_logs import metric_trajectory
 from t2mlr_jax.config.cli import OneLineParser, fail
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.storage.workdir import SUMMARY
-from t2mlr_jax.studies import ROOT
+from t2mlr_jax.studies import ROOT, runner
 from t2mlr_jax.studies.analysis_common import (
     comma_list,
     evaluated,
@@ -67,9 +67,9 @@ from t2mlr_jax.studies.analysis_common import (
     train_run,
 )
 from t2mlr_jax.studies.preregistration import PREREGISTRATION, commit, preregister, recipe, unregistered
-from t2mlr_jax.studies.protocol import Claim, check_seeds, compare, markdown
+from t2mlr_jax.studies.protocol import Claim, check_seeds, markdown
 from t2mlr_jax.studies.recipe_rule import SWEEP_SEEDS, count_diverged, diverged
-from t2mlr_jax.train.local_workers import WorkerFailed, parse_shard, run_workers, shard_of, with_pythonpath
+from t2mlr_jax.train.local_workers import parse_shard, shard_of
 
 COMMAND = "python -m experiments.t2mlr_study"
 S5, TEXT = "configs/s5_retrieval_t2mlr.py:demo", "configs/t2mlr_text_study.py"
@@ -273,13 +273,7 @@ def values_of(part: Part, results: dict) -> dict:
 def judge(part: Part, results: dict, refused_runs) -> dict:
     """The part's comparison, the claims one of whose rows `refused_runs` names (trained under another
     recipe than the pre-registered one) listed under "refused" with why instead of judged."""
-    refused = {}
-    for c in part.claims:
-        why = [w for name in (c.row, c.baseline) for w in refused_runs(name.split("@")[0])]
-        if why:
-            refused[f"{c.row} vs {c.baseline}"] = why
-    claims = [c for c in part.claims if f"{c.row} vs {c.baseline}" not in refused]
-    return compare(values_of(part, results), claims) | ({"refused": refused} if refused else {})
+    return runner.judge(values_of(part, results), part.claims, lambda name: refused_runs(name.split("@")[0]))
 
 
 def render(meta: dict, results: dict, judged: dict) -> str:
@@ -416,31 +410,19 @@ def main(argv: list[str] | None = None) -> dict:
         fail(e)
     setup_jax(out)
     workers = 1 if shard else min(args.workers, len(units))
-    if workers > 1:
-        commands = [
-            [sys.executable, "-m", "experiments.t2mlr_study", *argv, f"--shard={i}/{workers}"]
-            for i in range(workers)
-        ]
-        try:
-            if not run_workers(commands, out, [run_dir(out, *u) for u in units], env=with_pythonpath(ROOT)):
-                tqdm.write("stopped by a signal; rerun to resume")
-                return {}
-        except WorkerFailed as e:
-            fail(e)
-    results = {row: {} for row in rows}
-    for row, seed in tqdm(shard_of(units, shard), desc="rows x seeds", file=sys.stderr):
-        unit, workdir = time.time(), run_dir(out, row, seed)
+    dirs = [run_dir(out, *u) for u in units]
+    if workers > 1 and not runner.run_shards("experiments.t2mlr_study", argv, workers, out, dirs):
+        tqdm.write("stopped by a signal; rerun to resume")
+        return {}
+
+    def run_unit(row: str, seed: int) -> runner.Ran:
+        workdir = run_dir(out, row, seed)
         fresh = not (workdir / SUMMARY).exists()
-        result = run_seed(row, row_config(row, seed, settings[row]), workdir)
-        if "stopped_by" in result:
-            tqdm.write(f"{row}: stopped by {result['stopped_by']} at step {result['step']}; rerun to resume")
-            return {}
-        results[row][seed] = result
-        if fresh:
-            with open(out / "rows.jsonl", "a") as f:
-                line = {"row": row, "seed": seed, "seconds": round(time.time() - unit, 1), **result}
-                f.write(json.dumps(line) + "\n")
-    if shard:
+        return runner.Ran(run_seed(row, row_config(row, seed, settings[row]), workdir), fresh)
+
+    study = runner.Study(shard_of(units, shard), run_unit, out / "rows.jsonl")
+    results, _, stopped = runner.run(study)
+    if stopped or shard:
         return {}
     meta = {
         "command": " ".join([COMMAND, *argv]),
@@ -465,7 +447,7 @@ def main(argv: list[str] | None = None) -> dict:
         refused = lambda row: unregistered(registration, row, [run_dir(out, row, s) for s in seeds])
         judged[name] = judge(part, in_part, refused)
     payload = {"meta": meta, "rows": results, "claims": judged}
-    (out / "results.json").write_text(json.dumps(payload, indent=1, default=str))
+    runner.write_json(out / "results.json", payload)
     text = render(meta, results, judged)
     (out / "results.md").write_text(text)
     plot(judged, results, out / "results.png")

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2mlr_jax.architectures import Architecture, build_architecture
+from t2mlr_jax.architectures import Architecture
 from t2mlr_jax.architectures.contract import RANDOM_INIT, pretrained_path
 from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.interop.ponderlm2_release import check_release_start
@@ -37,11 +37,13 @@ def require_init_from(config: Experiment) -> None:
         )
 
 
-def architecture(config: Experiment, name: str | None = None) -> Architecture:
-    """The architecture `name` (default config.arch) of a config that may start from a pretrained model
-    (its weights: `start_weights`)."""
+def start_weights(config: Experiment, arch: Architecture) -> Callable[[], dict] | None:
+    """The weights a fresh run of `arch` starts from: None when config.init_from names no checkpoint, else
+    a loader of the checkpoint's host weights (in `arch`'s layer form), replacing init's top-level entries
+    of the same name. The checkpoint is checked now, before anything compiles; its weights are read only
+    when the loader is called, so a resumed or evaluated run never reads them."""
     require_init_from(config)
-    arch = build_architecture(config, name)
+    path = pretrained_path(config)
     if config.init_from_required and config.init_from == RANDOM_INIT:
         logging.warning(
             "init_from=%s: %s starts from random weights, not from the pretrained model %s finetunes",
@@ -49,15 +51,6 @@ def architecture(config: Experiment, name: str | None = None) -> Architecture:
             arch.name,
             config.name,
         )
-    return arch
-
-
-def start_weights(config: Experiment, arch: Architecture) -> Callable[[], dict] | None:
-    """The weights a fresh run of `arch` starts from: None when config.init_from names no checkpoint, else
-    a loader of the checkpoint's host weights (in `arch`'s layer form), replacing init's top-level entries
-    of the same name. The checkpoint is checked now, before anything compiles; its weights are read only
-    when the loader is called, so a resumed or evaluated run never reads them."""
-    path = pretrained_path(config)
     if not path:
         return None
     if arch.backbone is None:

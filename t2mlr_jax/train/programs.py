@@ -9,7 +9,6 @@ dtypes and shardings, so `fn.trace(*args).lower().compile()` builds the program 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Hashable
 
@@ -19,11 +18,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from t2mlr_jax.architectures import Architecture
 from t2mlr_jax.architectures.contract import CachedGenerate
+from t2mlr_jax.architectures.t2mlr import T2MLRDecoder
 from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.data.batch import BATCH_DTYPES, OPTIONAL_DTYPES
 from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.backbone import KVCache, unstack_layers
-from t2mlr_jax.model.generate import T2MLRDecoder
 from t2mlr_jax.model.spec import spec_axes
 from t2mlr_jax.model.token_layout import Layout
 from t2mlr_jax.parallel.placement import (
@@ -127,9 +126,9 @@ class Programs:
         state = self.abstract_state()
         decoder, inputs = self.arch.generate.decoding(state.params, state.model_state)
         if jacobi_prefill:
-            if not isinstance(decoder, T2MLRDecoder) or decoder.model.recurrence is None:
+            decoder = decoder.jacobi_prefill() if isinstance(decoder, T2MLRDecoder) else None
+            if decoder is None:
                 return None
-            decoder = dataclasses.replace(decoder, prefill_mode="jacobi")
         unstacked = jax.eval_shape(lambda tree: unstack_layers(decoder.model, tree), inputs)
         shardings = _unstacked_shardings(jax.tree.map(lambda x: x.sharding, inputs), decoder.model.num_layers)
         return decoder, _with_sharding(unstacked, shardings)

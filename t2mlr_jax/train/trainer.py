@@ -25,7 +25,7 @@ import jax
 import numpy as np
 import tqdm
 
-from t2mlr_jax.architectures import ARCHITECTURES, Architecture, flops_per_step
+from t2mlr_jax.architectures import ARCHITECTURES, Architecture, build_architecture, flops_per_step
 from t2mlr_jax.architectures.contract import pretrained_path
 from t2mlr_jax.config.convert import model_to_dict, to_dict
 from t2mlr_jax.config.sections import Experiment
@@ -66,8 +66,9 @@ class Run:
         if config.train.epochs:
             self.config = config = _steps_for_epochs(config, data.train_examples)
         OPTIMIZERS.get(config.optimizer.name)  # an unknown optimizer: one error before anything is built
-        self.arch: Architecture = init_from.architecture(config, arch_name)
-        # config.init_from's checkpoint, checked now; its weights are read only when a fresh state is made
+        self.arch: Architecture = build_architecture(config, arch_name)
+        # config.init_from (a finetuning config requires one) and its checkpoint, checked now; its weights
+        # are read only when a fresh state is made
         self.start_weights = init_from.start_weights(config, self.arch)
         self.flops_per_step = flops_per_step(config, self.arch)  # train.flop_budget's steps: set by resolve
         check_fits(data, vocab_size=config.model.vocab_size, max_seq_len=self.arch.max_seq_len)

@@ -15,7 +15,7 @@ from t2mlr_jax.model import moe
 from t2mlr_jax.model.generate import teacher_forced
 from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.train.train_step import compile_step, init_state, model_inputs
-from tests.tiny import tiny_experiment
+from tests.tiny import NANOCHAT_BLOCK, tiny_experiment
 from tests.tolerance import assert_fp32_close
 from tests.train.tiny_task import tiny_batch
 
@@ -27,8 +27,7 @@ def _config(arch="middle_looped", **model):
     config = tiny_experiment(arch)
     config.model.update(num_layers=2, mlp="moe", moe_experts=X, moe_top_k=2, moe_dim=32, moe_bias_rate=0.01)
     # nanochat's per-layer parts: a repeated block must keep its own window, value embedding and scalars
-    config.model.update(window_pattern="SL", sliding_window=3, value_embeds=True, resid_scalars=True)
-    config.model.update(gate_channels=8, qk_norm="after_rope", norm_weights=False, embed_norm=True)
+    config.model.update(NANOCHAT_BLOCK)
     config.model.update(model)
     config.looped.update(LOOP)
     config.baseline.param_match = False

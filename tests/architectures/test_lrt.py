@@ -11,47 +11,20 @@ import numpy as np
 import optax
 import pytest
 
+from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.contract import Outputs
 from t2mlr_jax.architectures.lrt import architecture as lrt
 from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
-from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.spec import init_from_specs
 from t2mlr_jax.model.token_layout import make_layout
-from t2mlr_jax.train.init_from import architecture
 from tests import reference
-from tests.tiny import tiny_experiment
+from tests.tiny import NANO, tiny_experiment
 from tests.tolerance import assert_fp32_close, assert_near_f64
 
 B, T = 2, 7
-# nanochat's block at toy size: every feature the LRT touches (value embeddings, resid / x0 scalars,
-# sliding windows, QK-norm, softcaps, dropless MoE so that routing is per token).
-NANO = ModelConfig(
-    vocab_size=48,
-    hidden_size=32,
-    num_layers=3,
-    num_heads=2,
-    num_kv_heads=1,
-    head_dim=16,
-    mlp_dim=64,
-    tie_embeddings=False,
-    norm_weights=False,
-    embed_norm=True,
-    qk_norm="after_rope",
-    window_pattern="SL",
-    sliding_window=3,
-    logit_softcap=15.0,
-    mlp="moe",
-    moe_experts=4,
-    moe_dim=16,
-    moe_capacity_factor=None,
-    init_scheme="nanochat",
-    resid_scalars=True,
-    value_embeds=True,
-    gate_channels=8,
-)
 CFG = lrt_forward.LRTConfig(NANO)
 TOKS = jax.random.randint(jax.random.PRNGKey(1), (B, T), 1, NANO.vocab_size)
 # Two documents in row 1 (the memory must reset at the second one's start).
@@ -176,7 +149,7 @@ def _config(**lrt_settings):
 
 @pytest.mark.slow
 def test_pass_count_is_drawn_per_step_from_seed_and_step():
-    arch = architecture(resolve(_config()), "lrt")
+    arch = build_architecture(resolve(_config()), "lrt")
     draws = [arch.sample(0, step) for step in range(1, 2001)]
     assert draws == [arch.sample(0, step) for step in range(1, 2001)]
     freq = np.bincount([d.passes for d in draws], minlength=5)[1:] / len(draws)
@@ -184,9 +157,9 @@ def test_pass_count_is_drawn_per_step_from_seed_and_step():
     assert {d.thoughts for d in draws} == {0}
     config = _config(thoughts=(0, 1, 2))
     config.data.seq_len = 12  # whole intervals of 1, 2 and 3 slots
-    thoughts = [architecture(resolve(config), "lrt").sample(0, s).thoughts for s in range(900)]
+    thoughts = [build_architecture(resolve(config), "lrt").sample(0, s).thoughts for s in range(900)]
     np.testing.assert_allclose(np.bincount(thoughts) / 900, (1 / 3,) * 3, atol=0.05)  # K uniform (sd 0.016)
-    assert architecture(resolve(_config(feedback="none")), "lrt").sample is None  # one plain pass
+    assert build_architecture(resolve(_config(feedback="none")), "lrt").sample is None  # one plain pass
 
 
 @pytest.mark.parametrize(
@@ -202,18 +175,18 @@ def test_pass_count_is_drawn_per_step_from_seed_and_step():
 )
 def test_bad_lrt_settings_are_one_clear_error(change, message):
     with pytest.raises(ValueError, match=message):
-        architecture(resolve(_config(**change)), "lrt")
+        build_architecture(resolve(_config(**change)), "lrt")
 
 
 def test_bad_moe_settings_are_one_clear_error():
     config = _config()
     config.model.mlp, config.model.moe_experts, config.model.moe_top_k = "moe", 4, 5
     with pytest.raises(ValueError, match=r"moe_top_k \(5\) must be in \[1, moe_experts=4\]"):
-        architecture(resolve(config), "lrt")
+        build_architecture(resolve(config), "lrt")
     config.arch = "transformer"
     config.model.moe_top_k = 2
     with pytest.raises(ValueError, match="keeps routing state"):
-        architecture(resolve(config), "transformer")
+        build_architecture(resolve(config), "transformer")
 
 
 def test_experts_not_divisible_by_the_expert_axis_fail_before_compiling(tmp_path):
@@ -235,7 +208,7 @@ def test_the_config_presets_are_the_papers_sizes_and_the_vanilla_baseline():
     sizes = {}
     for preset in ("", "d20", "vanilla", "cpu", "vanilla,cpu"):
         config = load_config("lrt_nanochat", preset)
-        arch = architecture(resolve(config), "lrt")
+        arch = build_architecture(resolve(config), "lrt")
         sizes[preset] = arch.num_params()
         assert config.optimizer.name == "muon" and arch.backbone.mlp == "moe"
     assert abs(sizes["vanilla"] - 0.805e9) < 0.01e9  # the paper's 0.8B 16-layer reference
@@ -243,11 +216,11 @@ def test_the_config_presets_are_the_papers_sizes_and_the_vanilla_baseline():
     assert 1.42e9 < sizes["d20"] < 1.55e9
     config = load_config("lrt_nanochat", "")
     config.lrt.shared_projections = True  # one W^fb pair for every layer: ~0.3%
-    assert 0.002 < architecture(resolve(config), "lrt").num_params() / sizes["vanilla"] - 1 < 0.004
+    assert 0.002 < build_architecture(resolve(config), "lrt").num_params() / sizes["vanilla"] - 1 < 0.004
     o = config.optimizer
     recipe = (o.name, o.lr, o.muon.b1, o.muon.b2, o.muon.weight_decay, o.schedule, o.linear_decay.decay_ratio)
     assert recipe == ("muon", 1.0, 0.8, 0.95, 0.2, "linear_decay", 0.5)
     assert sizes["vanilla,cpu"] < sizes["cpu"] < 40e6
     config = load_config("lrt_nanochat", "cpu")
     config.lrt.feedback = "kv"  # --config.lrt.feedback=kv: an ablation without the residual path
-    assert "gamma" not in architecture(resolve(config), "lrt").specs["lrt"]
+    assert "gamma" not in build_architecture(resolve(config), "lrt").specs["lrt"]

@@ -10,14 +10,13 @@ import numpy as np
 import optax
 import pytest
 
+from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.experiment import resolve
-from t2mlr_jax.train.init_from import architecture
 from t2mlr_jax.train.train_step import make_grad_fn
 from tests.architectures.test_lrt import (
     CFG,
     LAYOUT,
-    NANO,
     PARAMS,
     STATE,
     TOKS,
@@ -26,6 +25,7 @@ from tests.architectures.test_lrt import (
     exact,
     refine,
 )
+from tests.tiny import NANO
 from tests.tolerance import assert_fp32_close, assert_near_f64
 from tests.train.tiny_task import tiny_batch
 
@@ -71,7 +71,7 @@ def test_the_architecture_trains_with_the_releases_loss():
     refinement's FLOPs."""
     n = 3
     settings = dict(training="interleaved", interleaved_num_passes=n, interleaved_kv_refresh=True)
-    arch = architecture(resolve(_config(**settings)), "lrt")
+    arch = build_architecture(resolve(_config(**settings)), "lrt")
     assert arch.sample is None
     params = arch.init(jax.random.PRNGKey(0))
     batch = jax.tree.map(jnp.asarray, tiny_batch(0, 1, 4, 16))
@@ -90,7 +90,7 @@ def test_the_architecture_trains_with_the_releases_loss():
     passes += [mean_ce(out.logits[:, i::n], slice(i, None, n)) for i in range(n)]
     # the loss by another formula (per-pass means, then their mean): a few fp32 roundings
     np.testing.assert_allclose(float(total / count), np.mean(passes), rtol=1e-6)
-    one = architecture(resolve(_config(passes=(1,), pass_probs=(1.0,))), "lrt")
+    one = build_architecture(resolve(_config(passes=(1,), pass_probs=(1.0,))), "lrt")
     assert arch.train_flops(16) == one.train_flops(16)
 
 
@@ -109,4 +109,4 @@ def test_the_architecture_trains_with_the_releases_loss():
 )
 def test_bad_interleaved_settings_are_one_clear_error(change, message):
     with pytest.raises(ValueError, match=message):
-        architecture(resolve(_config(**{"training": "interleaved", **change})), "lrt")
+        build_architecture(resolve(_config(**{"training": "interleaved", **change})), "lrt")

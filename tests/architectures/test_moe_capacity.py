@@ -22,9 +22,9 @@ from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.parallel.mesh import make_mesh
 from t2mlr_jax.parallel.placement import batch_sharding
 from t2mlr_jax.parallel.rules import tree_shardings
-from tests.architectures.test_lrt import NANO, STATE
+from tests.architectures.test_lrt import STATE
 from tests.architectures.test_references import draw
-from tests.tiny import rel_err
+from tests.tiny import NANO, rel_err
 from tests.tolerance import assert_fp32_close
 
 B, T = 4, 6

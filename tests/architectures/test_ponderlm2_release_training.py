@@ -15,7 +15,7 @@ from t2mlr_jax.architectures.lrt import thought_slots
 from t2mlr_jax.model import flops
 from t2mlr_jax.model.token_layout import make_layout
 from tests import reference
-from tests.architectures.test_lrt import NANO, STATE
+from tests.architectures.test_lrt import STATE
 from tests.architectures.test_thoughts import (
     PARAMS,
     PONDER,
@@ -27,6 +27,7 @@ from tests.architectures.test_thoughts import (
     exact_k,
     refine_k,
 )
+from tests.tiny import NANO
 from tests.tolerance import assert_near_f64
 
 

@@ -25,10 +25,9 @@ from t2mlr_jax.architectures.baselines import looped, pause
 from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.architectures.recirculation import forward as recirculation
 from t2mlr_jax.architectures.recirculation.mix import Recirculation
-from t2mlr_jax.model import backbone, recurrence
+from t2mlr_jax.architectures.t2mlr import RecurrenceConfig, T2MLRDecoder, recurrence, recurrent
+from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
-from t2mlr_jax.model.config import RecurrenceConfig
-from t2mlr_jax.model.generate import T2MLRDecoder
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import init_from_specs
 from t2mlr_jax.model.token_layout import make_layout
@@ -99,7 +98,7 @@ def test_transformer(cfg):
 
 T2MLR = [
     tiny_config(RecurrenceConfig(l_start=1, l_end=2)),
-    NANO.with_recurrence(l_start=1, l_end=1),  # a one-block window; routing biases zero (no state)
+    recurrent(NANO, l_start=1, l_end=1),  # a one-block window; routing biases zero (no state)
 ]
 
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures import ARCHITECTURES
+from t2mlr_jax.architectures import ARCHITECTURES, build_architecture
 from t2mlr_jax.architectures.lrt import architecture as lrt
 from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.architectures.lrt import thought_slots
@@ -24,7 +24,6 @@ from t2mlr_jax.model import backbone
 from t2mlr_jax.model import generate as generation
 from t2mlr_jax.model.token_layout import Layout, Output, make_layout
 from t2mlr_jax.studies.parity import max_abs_diff
-from t2mlr_jax.train.init_from import architecture
 from tests import reference
 from tests.architectures.test_lrt import LAYOUT, NANO, STATE, TOKS, B, _params, exact, refine
 from tests.tiny import tiny_experiment
@@ -179,7 +178,7 @@ def test_bad_thought_settings_are_one_clear_error(arch, change, message):
         section, field = path.split(".")
         config[section][field] = value
     with pytest.raises(ValueError, match=message):
-        architecture(resolve(config), arch)
+        build_architecture(resolve(config), arch)
 
 
 @pytest.mark.slow
@@ -328,7 +327,7 @@ def _built(arch="lrt", seq_len=ROW, **section):
     config.data.seq_len, config.baseline.param_match = seq_len, False
     for key, value in section.items():
         config[arch][key] = value
-    return architecture(resolve(config), arch)
+    return build_architecture(resolve(config), arch)
 
 
 def _apply(arch, batch=BATCH, draw=None):
@@ -434,7 +433,7 @@ def test_the_ponderlm2_builder_fixes_its_settings(stub):
     )
 
     row = load_config("lrt_comparison", "ponder2,cpu")  # Table 1's PonderLM-2 row, resolved
-    built = architecture(resolve(row))
+    built = build_architecture(resolve(row))
     assert row.arch == "ponderlm2" and row.data.seq_len == 3 * row.eval.window
     assert {built.sample(row.seed, step) for step in range(1, 100)} == {lrt.Draw(2, 1), lrt.Draw(2, 2)}
 
@@ -452,7 +451,7 @@ def test_the_table3_ablation_rows_build_what_they_name(stub, row, feedback, cros
     cross-token recurrence / without KV feedback / trained at K = 1 only, each evaluated at K = 1 on rows
     of the reference length, trained on rows of twice it."""
     config = load_config("lrt_comparison", f"{row},cpu")
-    model = architecture(resolve(config))
+    model = build_architecture(resolve(config))
     assert config.arch == "lrt" and config.data.seq_len == 2 * config.eval.window
     draws = {model.sample(config.seed, step) for step in range(1, 100)}
     assert {d.thoughts for d in draws} == thoughts

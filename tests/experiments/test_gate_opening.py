@@ -18,10 +18,10 @@ import pytest
 from absl import flags
 
 from t2mlr_jax.architectures import build_architecture
+from t2mlr_jax.architectures.t2mlr import RecurrenceConfig
+from t2mlr_jax.architectures.t2mlr.fusion import fuse, mixer_specs
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
-from t2mlr_jax.model.config import RecurrenceConfig
-from t2mlr_jax.model.fusion import fuse, mixer_specs
 from t2mlr_jax.model.spec import init_from_specs
 from t2mlr_jax.studies import gate_opening
 from t2mlr_jax.train.build_data import build_data_source

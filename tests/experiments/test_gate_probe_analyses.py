@@ -17,12 +17,12 @@ import pytest
 from absl import flags
 
 from configs.recipes import shakespeare_split
+from t2mlr_jax.architectures.t2mlr.recurrence import exact_forward
 from t2mlr_jax.config.convert import to_dict
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop import save_params
 from t2mlr_jax.interop.pretrained import load_pretrained
 from t2mlr_jax.model.backbone import forward, head
-from t2mlr_jax.model.recurrence import exact_forward
 from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.storage.run_config import run_identity, write_run_config
 from t2mlr_jax.studies import future_token_probe as probe

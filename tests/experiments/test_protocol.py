@@ -105,9 +105,9 @@ def test_a_study_table_gives_each_claim_its_interval_verdict_and_the_noise_floor
 def test_head_share_counts_every_head_pass(arch, head_passes):
     """Read off the count at two vocabulary sizes: for a transformer, exactly its one head pass (forward
     and backward); for the LRT, more than one pass's share, for its head runs on every refinement."""
+    from t2mlr_jax.architectures import build_architecture
     from t2mlr_jax.experiment import resolve
     from t2mlr_jax.model import flops
-    from t2mlr_jax.train.init_from import architecture
     from tests.tiny import tiny_experiment
 
     config = tiny_experiment(arch)
@@ -115,7 +115,7 @@ def test_head_share_counts_every_head_pass(arch, head_passes):
 
     def train_flops_at(vocab: int) -> float:
         config.model.vocab_size = vocab
-        return architecture(resolve(config), arch).train_flops(12)
+        return build_architecture(resolve(config), arch).train_flops(12)
 
     vocab = tiny_experiment(arch).model.vocab_size
     share = protocol.head_share(train_flops_at, vocab)

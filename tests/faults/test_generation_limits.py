@@ -6,8 +6,6 @@ import dataclasses
 import json
 import os
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,10 +18,10 @@ from t2mlr_jax.experiment import resolve
 from t2mlr_jax.train.build_data import build_data_source
 from t2mlr_jax.train.data_source import check_generation
 from t2mlr_jax.train.dump_generations import aligned_record
+from tests.test_main import ROOT, main
 from tests.tiny import tiny_experiment
 from tests.train.tiny_task import tiny_source
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GSM8K = os.path.join(ROOT, "configs", "gsm8k.py")
 GSM8K_SAMPLE = os.path.join(ROOT, "configs", "samples", "gsm8k_aug.jsonl")
 
@@ -123,22 +121,13 @@ def test_eval_rows_longer_than_an_eval_row_are_refused_when_the_data_is_built(tm
 def test_main_refuses_generation_past_the_context_in_one_line_before_compiling(tmp_path):
     """Every eval row fits a 256-position context (eval.window 256), but prompt 2 (201 tokens) + 64
     does not."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "main.py"),
-            f"--config={GSM8K}:cpu",
-            f"--config.data.eval_path={_eval_file(tmp_path, 200)}",
-            "--config.eval.window=256",
-            "--config.model.max_seq_len=256",
-            "--config.eval.max_new_tokens=64",
-            f"--workdir={tmp_path / 'run'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        env={**os.environ, "JAX_LOG_COMPILES": "1"},
+    out = main(
+        f"--config={GSM8K}:cpu",
+        f"--config.data.eval_path={_eval_file(tmp_path, 200)}",
+        "--config.eval.window=256",
+        "--config.model.max_seq_len=256",
+        "--config.eval.max_new_tokens=64",
+        f"--workdir={tmp_path / 'run'}",
     )
     assert out.returncode == 2, out.stderr[-2000:]
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]

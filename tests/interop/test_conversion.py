@@ -14,6 +14,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaForCausalLM
 
+from t2mlr_jax.architectures.t2mlr import RecurrenceConfig
+from t2mlr_jax.architectures.t2mlr.recurrence import exact_forward
 from t2mlr_jax.interop import (
     T2MLRReference,
     load_hf,
@@ -28,8 +30,6 @@ from t2mlr_jax.interop import (
 from t2mlr_jax.interop.files import read_state_dict
 from t2mlr_jax.interop.release_config import recurrence_from_release, release_from_recurrence
 from t2mlr_jax.model import backbone
-from t2mlr_jax.model.config import RecurrenceConfig
-from t2mlr_jax.model.recurrence import exact_forward
 from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.studies.parity import path_layers
 from tests.interop.helpers import (

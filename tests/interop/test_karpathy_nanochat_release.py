@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from t2mlr_jax.interop import load_pretrained
 from t2mlr_jax.interop.files import read_json
 from t2mlr_jax.interop.nanochat import (
     from_nanochat_state,
@@ -39,11 +38,6 @@ RELEASE, META, STATE, TOKENS = nanochat_release(FIXTURE)
 PREFILL = 4  # the fixture's cached decode: 4 tokens at once, then one at a time
 LAYERS = 3  # every output's path: the 3 layers (parity.path_layers), 8 blocks of the depth rule
 LRT_META = read_json(Path(__file__).parent / "fixtures/lrt_release_vanilla/model/meta_000000.json")
-
-
-@pytest.fixture(scope="module")
-def imported():
-    return load_pretrained(FIXTURE / "model")
 
 
 def test_the_checkpoint_reads_as_our_karpathy_nanochat_backbone(imported):

@@ -15,6 +15,7 @@ import numpy as np
 import optax
 import pytest
 
+from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.experiment import experiment, resolve
 from t2mlr_jax.interop import load_pretrained
@@ -54,11 +55,6 @@ FIXTURE = Path(__file__).parent / "fixtures/lrt_release_vanilla"
 RELEASE, META, STATE, TOKENS = nanochat_release(FIXTURE)
 PREFILL = 4  # the fixture's cached decode: 4 tokens at once, then one at a time
 LAYERS = 4  # every output's path: the 4 layers (parity.path_layers), 10 blocks of the depth rule
-
-
-@pytest.fixture(scope="module")
-def imported():
-    return load_pretrained(FIXTURE / "model")
 
 
 def test_the_release_checkpoint_reads_as_our_nanochat_backbone():
@@ -196,7 +192,7 @@ def test_arch_lrt_starts_from_the_releases_interleaved_checkpoint():
         init_from=str(INTERLEAVED / "model"),
     )
     typed = resolve(config)
-    arch = init_from.architecture(typed)
+    arch = build_architecture(typed)
     loaded = jax.tree.map(jnp.asarray, init_from.start_weights(typed, arch)())  # host arrays, placed
     params = {**arch.init(jax.random.PRNGKey(0)), **loaded}
     logits = score(arch, params, jnp.asarray(SEQUENTIAL["tokens"]))

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.lrt import Draw
 from t2mlr_jax.experiment import experiment, resolve
 from t2mlr_jax.interop.files import read_json, read_state_dict
@@ -34,6 +35,7 @@ from tests.tolerance import assert_fp32_close, record
 TOOL = Path(__file__).parents[2] / "tools" / "convert_checkpoint.py"
 
 FIXTURE = Path(__file__).parent / "fixtures/ponderlm2_release"
+LOAD = load_ponderlm2_release  # what the `imported` fixture (tests/interop/conftest.py) loads FIXTURE with
 RELEASE = dict(np.load(FIXTURE / "release.npz"))
 CONFIG = read_json(FIXTURE / "model/config.json")
 PREFILL = 2  # the fixture's decode: a prefill of 2 tokens, then one per call
@@ -51,11 +53,6 @@ RELEASE_SETTINGS = {  # the release's scripts' flags as our ponderlm2 section, a
 # the drawn R = 2 (K growing passes, R + 1 Jacobi passes) 5 x 2; the evaluation (K growing passes, 4)
 # 6 x 2; the decode (a token's K + 1 slots in a chain) 3 x 2.
 LAYERS = {"logits": 10, "train": 10, "eval": 12, "decode": 6}
-
-
-@pytest.fixture(scope="module")
-def imported():
-    return load_ponderlm2_release(FIXTURE / "model")
 
 
 def test_the_release_folder_reads_as_our_ponderlm2_settings(imported):
@@ -149,13 +146,13 @@ def test_arch_ponderlm2_starts_from_the_release_folder():
         init_from=str(FIXTURE / "model"),
     )
     typed = resolve(config)
-    arch = init_from.architecture(typed)
+    arch = build_architecture(typed)
     config.ponderlm2.embed_scale = False  # its weights without its embedding scale: refused
     unscaled = resolve(config)
     with pytest.raises(
         ValueError, match="release model with scale_embeds=True: set ponderlm2.embed_scale=True"
     ):
-        init_from.start_weights(unscaled, init_from.architecture(unscaled))
+        init_from.start_weights(unscaled, build_architecture(unscaled))
     loaded = jax.tree.map(jnp.asarray, init_from.start_weights(typed, arch)())
     params = {**arch.init(jax.random.PRNGKey(0)), **loaded}
     batch, state = batch_of(jnp.asarray(RELEASE["tokens"]), t), arch.init_model_state()

@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+from t2mlr_jax.architectures.t2mlr import recurrent
 from t2mlr_jax.interop import load_hf, load_pretrained, save_hf
 from t2mlr_jax.interop.configs import hf_config_from_model, model_config_from_hf
 from t2mlr_jax.interop.files import read_state_dict
@@ -150,7 +151,7 @@ def test_blocks_without_an_hf_type_are_refused_on_export(qwen3):
         hf_config_from_model(cfg.replace(qk_norm="after_rope"))
     # The authors' release wraps Llama only, both ways.
     with pytest.raises(ValueError, match="the release wraps HF 'llama' only"):
-        release_config(cfg.with_recurrence(l_start=0, l_end=1))
+        release_config(recurrent(cfg, l_start=0, l_end=1))
     release = {"model_type": "t2mlr", "base_config": hf_config_from_model(cfg)}
     with pytest.raises(ValueError, match=r"model_type 'qwen3' is not supported \(supported: 'llama'\)"):
         model_config_from_release(release)

@@ -13,13 +13,14 @@ import numpy as np
 import optax
 import pytest
 
-from t2mlr_jax.interop import load_pretrained, save_t2mlr_torch
+from t2mlr_jax.architectures.t2mlr import recurrent
+from t2mlr_jax.architectures.t2mlr.recurrence import exact_forward, jacobi_forward
+from t2mlr_jax.interop import save_t2mlr_torch
 from t2mlr_jax.interop.files import read_json, read_state_dict
 from t2mlr_jax.interop.pretrained import mismatches, pretrained_config
 from t2mlr_jax.interop.release_config import model_config_from_release, release_config
 from t2mlr_jax.interop.tables import t2mlr_layout, to_state_dict
 from t2mlr_jax.model import backbone
-from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
 from t2mlr_jax.studies.parity import max_abs_diff, path_layers
 from tests.interop.helpers import (
     assert_grads_parity,
@@ -66,14 +67,9 @@ def test_connection_detach_is_no_gradient_through_r():
 def test_init_from_takes_the_users_depths_and_checks_them():
     checkpoint = pretrained_config(FIXTURE / "model")  # what init_from reads: the release's B mapped
     assert checkpoint.recurrence.d_backward == checkpoint.recurrence.d_forward == 1
-    assert mismatches(checkpoint, checkpoint.with_recurrence(d_forward=16, d_backward=4)) == []
+    assert mismatches(checkpoint, recurrent(checkpoint, d_forward=16, d_backward=4)) == []
     with pytest.raises(ValueError, match="must be <= d_forward"):  # a user's B > D stays refused
-        checkpoint.with_recurrence(d_forward=2, d_backward=5)
-
-
-@pytest.fixture(scope="module")
-def imported():
-    return load_pretrained(FIXTURE / "model")
+        recurrent(checkpoint, d_forward=2, d_backward=5)
 
 
 def at_depth(depth: int):
@@ -130,7 +126,7 @@ def test_jacobi_gradients_match_the_release(imported, depth):
     }
     assert_grads_parity(grads, theirs, jacobi_layers(depth), f"D {depth} gradient")
     # B < D (R<1> detached) would compute other gradients: the fixture tells the two meanings apart.
-    detached = jacobi_loss_and_grads(cfg.with_recurrence(d_backward=depth - 1), params)[1]
+    detached = jacobi_loss_and_grads(recurrent(cfg, d_backward=depth - 1), params)[1]
     grads = to_state_dict(t2mlr_layout(cfg), detached)
     worst = max(theirs, key=lambda key: max_abs_diff(grads[key], theirs[key]))
     # relative_bound(2L + 1) is the gradients' bound, gradient_bound(L)

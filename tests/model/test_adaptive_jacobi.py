@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 
+from t2mlr_jax.architectures.t2mlr import recurrent
+from t2mlr_jax.architectures.t2mlr.recurrence import jacobi_forward, relative_change
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.params import param_axes
-from t2mlr_jax.model.recurrence import jacobi_forward, relative_change
 from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.parallel.mesh import make_mesh
 from t2mlr_jax.parallel.placement import param_shardings
@@ -32,7 +33,7 @@ CFG = tiny_config()
 
 
 def adaptive(tolerance, **recurrence):
-    return tiny_config().with_recurrence(jacobi_tolerance=tolerance, **recurrence)
+    return recurrent(tiny_config(), jacobi_tolerance=tolerance, **recurrence)
 
 
 def loss_and_grad(cfg, params, toks, d, b, layout=None):

@@ -22,11 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2mlr_jax.architectures.t2mlr.recurrence import exact_forward, jacobi_forward
 from t2mlr_jax.model import layers, splash
 from t2mlr_jax.model.backbone import FULL_WINDOW
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.layers import DocumentMask, attend, attention_mask, attention_path
-from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
 from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.studies.parity import recurrence_layers
 from tests.tiny import tiny_config, tiny_params, tokens

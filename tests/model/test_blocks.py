@@ -13,7 +13,7 @@ from t2mlr_jax.model.config import MLP_NAMES
 from t2mlr_jax.model.layers import MLPS, attend, attention_mask, register_mlp, relu2, softcap
 from t2mlr_jax.model.params import param_axes, param_specs
 from t2mlr_jax.model.spec import ParamSpec, ones, spec_leaves
-from tests.tiny import tiny_config, tiny_params, tokens
+from tests.tiny import NANOCHAT_BLOCK, tiny_config, tiny_params, tokens
 from tests.tolerance import assert_fp32_close, assert_near_f64
 
 BASE = tiny_config(recurrence=None)
@@ -366,18 +366,11 @@ def test_feedback_params_are_sliced_with_the_layer_range():
 # Everything at once, through the KV cache: a prefill chunk, then one token per step.
 
 NANOCHAT = BASE.replace(
-    norm_weights=False,
-    embed_norm=True,
-    qk_norm="after_rope",
-    window_pattern="SL",
-    sliding_window=2,
+    **{**NANOCHAT_BLOCK, "sliding_window": 2},
     attn_softcap=3.0,
     logit_softcap=5.0,
     mlp="relu2",
     tie_embeddings=False,
-    resid_scalars=True,
-    value_embeds=True,
-    gate_channels=8,
     init_scheme="nanochat",
 )
 # karpathy/nanochat's own GPT adds smear (the cache keeps the last token for it) and backout.

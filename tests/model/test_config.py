@@ -3,9 +3,10 @@
 import jax
 import pytest
 
+from t2mlr_jax.architectures.t2mlr import recurrent
+from t2mlr_jax.architectures.t2mlr.recurrence import jacobi_forward
 from t2mlr_jax.model import presets
 from t2mlr_jax.model.params import init_params, param_axes
-from t2mlr_jax.model.recurrence import jacobi_forward
 from t2mlr_jax.model.spec import count_params, matched_width
 from tests.tiny import tiny_config, tiny_params, tokens
 
@@ -25,7 +26,7 @@ from tests.tiny import tiny_config, tiny_params, tokens
 )
 def test_bad_recurrence_raises_naming_the_field(changes, field):
     with pytest.raises(ValueError, match=field):
-        tiny_config().with_recurrence(**changes)
+        recurrent(tiny_config(), **changes)
 
 
 @pytest.mark.parametrize(
@@ -53,10 +54,10 @@ def test_bad_jacobi_depths_raise_before_tracing():
 
 
 def test_layer_indices_follow_the_release_conventions():
-    cfg = presets.smollm2_135m().with_recurrence(l_start=12, l_end=17)  # paper (13,18)
+    cfg = recurrent(presets.smollm2_135m(), l_start=12, l_end=17)  # paper (13,18)
     assert cfg.layer_range == (12, 17)
-    assert presets.smollm2_135m().with_recurrence(l_start=4, l_end=-5).layer_range == (4, 25)  # paper (5,26)
-    assert presets.smollm2_135m().with_recurrence(l_start=7, l_end=7).layer_range == (7, 7)  # D = 1
+    assert recurrent(presets.smollm2_135m(), l_start=4, l_end=-5).layer_range == (4, 25)  # paper (5,26)
+    assert recurrent(presets.smollm2_135m(), l_start=7, l_end=7).layer_range == (7, 7)  # D = 1
 
 
 def shapes(cfg):
@@ -72,7 +73,7 @@ def test_presets_match_published_sizes():
 
 
 def test_parameter_matched_baseline_is_within_one_percent():
-    t2mlr = count_params(shapes(presets.smollm2_135m().with_recurrence(l_start=4, l_end=25)))
+    t2mlr = count_params(shapes(recurrent(presets.smollm2_135m(), l_start=4, l_end=25)))
     plain = presets.smollm2_135m()
     width = matched_width(lambda h: count_params(shapes(plain.replace(hidden_size=h))), t2mlr, 576, 8)
     baseline = plain.replace(hidden_size=width)

@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.model.fusion import fuse, gamma_stats, update_cache
-from t2mlr_jax.model.mixers import MIXERS
+from t2mlr_jax.architectures.t2mlr import recurrent
+from t2mlr_jax.architectures.t2mlr.fusion import fuse, gamma_stats, update_cache
+from t2mlr_jax.architectures.t2mlr.mixers import MIXERS
 from t2mlr_jax.model.params import init_params
 from tests.tiny import tiny_config
 from tests.tolerance import assert_fp32_close
@@ -24,7 +25,7 @@ def streams(dtype=jnp.float32):
 
 
 def mixer_params(mixer, **rec):
-    cfg = tiny_config().with_recurrence(mixer=mixer, **rec)
+    cfg = recurrent(tiny_config(), mixer=mixer, **rec)
     return cfg, init_params(cfg, jax.random.PRNGKey(0)).get("mixer", {})
 
 
@@ -143,4 +144,4 @@ def test_codi_bottleneck_size_sets_its_hidden_width():
     assert fuse(cfg, p, x, r, jnp.full((B, T), 2))[0].shape == x.shape
     assert mixer_params("codi")[1]["codi_projection"]["fc1"]["kernel"].shape == (D, D)
     with pytest.raises(ValueError, match="bottleneck_size"):
-        tiny_config().with_recurrence(mixer="codi", bottleneck_size=0)
+        recurrent(tiny_config(), mixer="codi", bottleneck_size=0)

@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2mlr_jax.architectures.t2mlr import generate
 from t2mlr_jax.model.backbone import unstack_layers
-from t2mlr_jax.model.generate import generate, sample
+from t2mlr_jax.model.generate import sample
 from tests.tiny import exact, tiny_config, tiny_params, tokens
 
 CFG = tiny_config()

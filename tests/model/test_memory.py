@@ -3,7 +3,7 @@
 import jax
 import pytest
 
-from t2mlr_jax.model.recurrence import jacobi_forward
+from t2mlr_jax.architectures.t2mlr.recurrence import jacobi_forward
 from tests.tiny import tiny_config, tiny_params, tokens
 
 

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from jaxtyping import Array, Float
 
+from t2mlr_jax.architectures.t2mlr import recurrent
+from t2mlr_jax.architectures.t2mlr.mixers import MIXERS, Mixer
+from t2mlr_jax.architectures.t2mlr.mixers.common import pre_norm
 from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.mixers import MIXERS, Mixer
-from t2mlr_jax.model.mixers.common import pre_norm
 from t2mlr_jax.model.spec import ParamSpec
 from t2mlr_jax.registry import Registry
 from t2mlr_jax.studies.parity import recurrence_layers
@@ -41,7 +42,7 @@ def toy():
         Mixer(specs=toy_specs, mix=toy_mix, keys={("toy_scale",): "toy_scale"}, recurrent_projection=True),
     )
     try:
-        yield tiny_config().with_recurrence(mixer="toy")
+        yield recurrent(tiny_config(), mixer="toy")
     finally:
         MIXERS.unregister("toy")
 
@@ -74,7 +75,7 @@ def test_a_registered_mixer_converts_to_the_release_layout(toy):
 
 def test_unknown_mixer_names_list_the_registered_ones():
     with pytest.raises(ValueError, match=r"unknown mixer 'toy'; registered: .*gated.*none"):
-        tiny_config().with_recurrence(mixer="toy")
+        recurrent(tiny_config(), mixer="toy")
 
 
 def test_registry_register_get_and_duplicates():

@@ -22,28 +22,11 @@ from t2mlr_jax.model import moe
 from t2mlr_jax.model.config import MLP_NAMES, ModelConfig
 from t2mlr_jax.model.layers import MLPS
 from t2mlr_jax.model.spec import init_from_specs, spec_leaves
-from tests.tiny import rel_err
+from tests.tiny import rel_err, tiny_moe_config
 from tests.tolerance import assert_fp32_close, assert_near_f64, fp32_bound, in_float64, scale_of
 
-X, K, D, F = 4, 2, 32, 24
+X, K, D, F = 4, 2, 32, 24  # tiny_moe_config's experts, their top k, the hidden and MLP widths
 B, T = 2, 8
-
-
-def config(**changes) -> ModelConfig:
-    base = ModelConfig(
-        vocab_size=32,
-        hidden_size=D,
-        num_layers=2,
-        num_heads=2,
-        num_kv_heads=2,
-        head_dim=8,
-        mlp_dim=F,
-        mlp="moe",
-        moe_experts=X,
-        moe_top_k=K,
-        init_std=0.3,
-    )
-    return base.replace(**changes)
 
 
 def layer_params(cfg: ModelConfig, seed: int = 0) -> dict:
@@ -144,7 +127,7 @@ def forced(monkeypatch, path: str):
 
 def test_registered_with_its_specs():
     assert "moe" in MLP_NAMES and MLPS["moe"].apply is moe.moe_apply
-    cfg = config(moe_shared=2, moe_dim=12, init_scheme="nanochat")
+    cfg = tiny_moe_config(moe_shared=2, moe_dim=12, init_scheme="nanochat")
     specs = spec_leaves(moe.moe_specs(cfg))
     up, down, router = specs[("up_proj",)], specs[("down_proj",)], specs[("router",)]
     assert (up.shape, up.axes, up.kind) == ((2, X, D, 12), ("layers", "experts", "embed", "mlp"), "matrix")
@@ -163,23 +146,23 @@ def test_registered_with_its_specs():
     )
     params = init_from_specs(moe.moe_specs(cfg), jax.random.PRNGKey(0), "float32")
     assert not np.any(params["down_proj"]) and not np.any(params["shared"]["down_proj"])  # role "out": zero
-    assert "shared" not in moe.moe_specs(config(moe_shared=0))
+    assert "shared" not in moe.moe_specs(tiny_moe_config(moe_shared=0))
     state = moe.moe_init_state(cfg)
     assert state["router_bias"].shape == (2, X) and state["router_bias"].dtype == jnp.float32
 
 
 def test_capacity():
-    assert moe.capacity(config(moe_capacity_factor=1.25), 16) == 10  # ceil(1.25 * 16 * 2 / 4)
-    assert moe.capacity(config(moe_capacity_factor=0.01), 16) == 1
-    assert moe.capacity(config(moe_capacity_factor=100.0), 16) == 16
-    assert moe.capacity(config(moe_capacity_factor=None), 16) == 16
+    assert moe.capacity(tiny_moe_config(moe_capacity_factor=1.25), 16) == 10  # ceil(1.25 * 16 * 2 / 4)
+    assert moe.capacity(tiny_moe_config(moe_capacity_factor=0.01), 16) == 1
+    assert moe.capacity(tiny_moe_config(moe_capacity_factor=100.0), 16) == 16
+    assert moe.capacity(tiny_moe_config(moe_capacity_factor=None), 16) == 16
 
 
 @pytest.mark.numerics
 @pytest.mark.parametrize("path", ["buffer", "ragged_dot"])  # this CPU's (C = N), GPU's
 @pytest.mark.parametrize("shared", [0, 1])
 def test_dropless_dispatch_equals_the_dense_reference_with_gradients(monkeypatch, path, shared):
-    cfg = config(moe_capacity_factor=None, moe_shared=shared)
+    cfg = tiny_moe_config(moe_capacity_factor=None, moe_shared=shared)
     p, x = layer_params(cfg), inputs()
     bias = jnp.array([0.3, -0.2, 0.0, 0.1])
     y, stats = forced(monkeypatch, path)(cfg, p, x, {"router_bias": bias})
@@ -234,7 +217,7 @@ def primitives(cfg: ModelConfig, p: dict, x, state: dict) -> str:
 def test_the_platform_picks_the_dropless_dispatch(monkeypatch):
     """Dropless: megablox's gmm on TPU, ragged_dot on GPU, the buffer with C = N on CPU (this one); a
     capacity factor: the buffer everywhere."""
-    dropless, capped = config(moe_capacity_factor=None), config(moe_capacity_factor=1.25)
+    dropless, capped = tiny_moe_config(moe_capacity_factor=None), tiny_moe_config(moe_capacity_factor=1.25)
     assert moe.dispatch_path(dropless) == "buffer"
     state = {"router_bias": jnp.zeros(X)}
     assert "ragged_dot" not in primitives(dropless, layer_params(dropless), inputs(), state)
@@ -246,7 +229,7 @@ def test_the_platform_picks_the_dropless_dispatch(monkeypatch):
 @pytest.mark.numerics
 @pytest.mark.parametrize("shared", [0, 1])
 def test_ragged_dot_dispatch_equals_the_buffer_when_nothing_drops(monkeypatch, shared):
-    grouped = config(moe_capacity_factor=None, moe_shared=shared)
+    grouped = tiny_moe_config(moe_capacity_factor=None, moe_shared=shared)
     p, x = layer_params(grouped, seed=5), inputs(seed=6)
     state = {"router_bias": jnp.array([0.3, -0.2, 0.0, 0.1])}
     run = forced(monkeypatch, "ragged_dot")
@@ -268,7 +251,7 @@ WIDE = dict(hidden_size=128, mlp_dim=128, init_std=0.15)  # D and F in megablox'
 )
 def test_gmm_dispatch_equals_the_buffer_when_nothing_drops(monkeypatch, rows, bias):
     """TPU's dispatch: megablox's gmm, and tgmm for the weight gradients, run by Pallas's interpreter."""
-    grouped = config(moe_capacity_factor=None, moe_shared=1, **WIDE)
+    grouped = tiny_moe_config(moe_capacity_factor=None, moe_shared=1, **WIDE)
     p = layer_params(grouped, seed=5)
     x = jax.random.normal(jax.random.PRNGKey(6), (B, rows, grouped.hidden_size))
     state = {"router_bias": jnp.array(bias)}
@@ -306,7 +289,7 @@ def test_gmm_rows_past_the_groups_are_zero_and_pass_no_gradient():
 
 @pytest.mark.numerics
 def test_capacity_drops_exactly_the_late_assignments():
-    cfg = config(moe_capacity_factor=0.5)  # C = ceil(0.5 * 16 * 2 / 4) = 4 slots per expert
+    cfg = tiny_moe_config(moe_capacity_factor=0.5)  # C = ceil(0.5 * 16 * 2 / 4) = 4 slots per expert
     p, x = layer_params(cfg, seed=3), inputs(seed=4)
     bias = jnp.array([0.4, 0.0, 0.0, -0.4])  # skewed, so some experts overflow
     y, stats = apply(cfg, p, x, {"router_bias": bias})
@@ -325,7 +308,7 @@ def test_capacity_drops_exactly_the_late_assignments():
 def test_row_capacity_groups_drop_within_each_row():
     """moe_capacity_groups="row" (MaxText's): each row's tokens compete for their own C slots, exactly as
     if each row were its own call; the call's default lets row 0's tokens take row 1's slots."""
-    cfg = config(moe_capacity_factor=0.5, moe_capacity_groups="row")  # C = ceil(0.5 * 8 * 2 / 4) = 2
+    cfg = tiny_moe_config(moe_capacity_factor=0.5, moe_capacity_groups="row")  # C = ceil(0.5 * 8 * 2 / 4) = 2
     p, x = layer_params(cfg, seed=3), inputs(seed=4)
     state = {"router_bias": jnp.array([0.4, 0.0, 0.0, -0.4])}
     y, stats = moe.moe_apply(cfg, p, x, state)
@@ -336,13 +319,13 @@ def test_row_capacity_groups_drop_within_each_row():
     whole, _ = moe.moe_apply(cfg.replace(moe_capacity_groups="call"), p, x, state)
     assert not np.array_equal(y, whole)  # C = 4 over the call's 16 tokens drops others
     with pytest.raises(ValueError, match="moe_capacity_groups must be 'call' or 'row', got 'batch'"):
-        config(moe_capacity_groups="batch")
+        tiny_moe_config(moe_capacity_groups="batch")
 
 
 @pytest.mark.slow
 @pytest.mark.numerics
 def test_routing_picks_distinct_experts_and_the_bias_only_selects():
-    cfg = config()
+    cfg = tiny_moe_config()
     p, x = layer_params(cfg), inputs().reshape(B * T, D)
     experts, weights = moe.route(cfg, x, p["router"], jnp.zeros(X))
     assert all(len(set(row)) == K for row in np.asarray(experts).tolist())
@@ -360,7 +343,7 @@ def test_routing_picks_distinct_experts_and_the_bias_only_selects():
 
 
 def test_update_state_moves_a_skewed_router_toward_balance():
-    cfg = config(num_layers=1, moe_top_k=1, moe_capacity_factor=None, moe_bias_rate=0.05)
+    cfg = tiny_moe_config(num_layers=1, moe_top_k=1, moe_capacity_factor=None, moe_bias_rate=0.05)
     p = layer_params(cfg)
     p["router"] = p["router"].at[0, 0].set(4.0)  # feature 0 is always 1: expert 0 wins nearly every token
     x = inputs().at[..., 0].set(1.0)
@@ -380,7 +363,7 @@ def test_update_state_moves_a_skewed_router_toward_balance():
 
 
 def test_update_state_metrics_from_summed_stats():
-    cfg = config(moe_bias_rate=0.1)
+    cfg = tiny_moe_config(moe_bias_rate=0.1)
     stats = {
         "load": jnp.array([[4.0, 2.0, 2.0, 0.0], [2.0, 2.0, 2.0, 2.0]]),
         "dropped": jnp.array([1.0, 0.0]),
@@ -398,7 +381,7 @@ def test_update_state_metrics_from_summed_stats():
     [(1.25, "buffer", {}), (None, "buffer", {}), (None, "ragged_dot", {}), (None, "gmm", WIDE)],
 )
 def test_bfloat16_runs_and_keeps_its_dtype(monkeypatch, capacity_factor, path, dims):
-    cfg = config(dtype="bfloat16", moe_capacity_factor=capacity_factor, **dims)
+    cfg = tiny_moe_config(dtype="bfloat16", moe_capacity_factor=capacity_factor, **dims)
     p = jax.tree.map(lambda a: a.astype(jnp.bfloat16), layer_params(cfg))
     x = jax.random.normal(jax.random.PRNGKey(1), (B, T, cfg.hidden_size)).astype(jnp.bfloat16)
     y, stats = forced(monkeypatch, path)(cfg, p, x, {"router_bias": jnp.zeros(X)})

@@ -22,8 +22,9 @@ from t2mlr_jax.architectures.recirculation.forward import (
     two_stack_serial,
 )
 from t2mlr_jax.architectures.recirculation.mix import Recirculation
+from t2mlr_jax.architectures.t2mlr import T2MLRDecoder
 from t2mlr_jax.model import backbone
-from t2mlr_jax.model.generate import T2MLRDecoder, generate_with
+from t2mlr_jax.model.generate import generate_with
 from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.studies.parity import recurrence_layers
 from tests.tiny import exact, jacobi, plain, tiny_config, tiny_params, tokens

@@ -12,14 +12,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2mlr_jax.architectures.t2mlr import recurrent
+from t2mlr_jax.architectures.t2mlr.fusion import fuse, update_cache
+from t2mlr_jax.architectures.t2mlr.recurrence import decode_step
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.backbone import init_cache
-from t2mlr_jax.model.fusion import fuse, update_cache
-from t2mlr_jax.model.recurrence import decode_step
 from t2mlr_jax.model.token_layout import Layout, make_layout, shift_right
 from t2mlr_jax.studies.parity import recurrence_layers
 from tests import reference
-from tests.tiny import exact, jacobi, plain, rel_err, tiny_config, tiny_params, tokens
+from tests.tiny import NANOCHAT_BLOCK, exact, jacobi, plain, rel_err, tiny_config, tiny_params, tokens
 from tests.tolerance import assert_fp32_close, assert_near_f64
 
 T = 12
@@ -49,7 +50,7 @@ def decode_logits(cfg, params, toks, layout=None):
 @pytest.mark.numerics
 @pytest.mark.parametrize("l_range", [(1, 2), (0, 3), (2, 2)])
 def test_fresh_init_equals_backbone_in_every_mode(l_range):
-    cfg = tiny_config().with_recurrence(l_start=l_range[0], l_end=l_range[1])
+    cfg = recurrent(tiny_config(), l_start=l_range[0], l_end=l_range[1])
     params = tiny_params(cfg)
     toks = tokens(2, T)
     ref = plain(cfg, params, toks)
@@ -63,7 +64,7 @@ def test_fresh_init_equals_backbone_in_every_mode(l_range):
 @pytest.mark.numerics
 @pytest.mark.parametrize("l_range", [(1, 2), (0, -1), (2, 2)])
 def test_jacobi_with_enough_passes_equals_exact_equals_decode(l_range):
-    cfg = tiny_config().with_recurrence(l_start=l_range[0], l_end=l_range[1])
+    cfg = recurrent(tiny_config(), l_start=l_range[0], l_end=l_range[1])
     params = tiny_params(cfg, gamma=0.8)
     toks = tokens(2, T)
     want, f64, depth = exact(cfg, params, toks), truth(cfg, params, toks), recurrence_layers(cfg, T)
@@ -76,19 +77,7 @@ def test_jacobi_with_enough_passes_equals_exact_equals_decode(l_range):
     assert rel_err(plain(cfg, params, toks), want.logits) > 1e-2
 
 
-NANOCHAT_PARTS = dict(
-    norm_weights=False,
-    embed_norm=True,
-    qk_norm="after_rope",
-    window_pattern="SL",
-    sliding_window=3,
-    mlp="relu2",
-    tie_embeddings=False,
-    logit_softcap=15.0,
-    resid_scalars=True,
-    value_embeds=True,
-    gate_channels=8,
-)
+NANOCHAT_PARTS = dict(NANOCHAT_BLOCK, mlp="relu2", tie_embeddings=False, logit_softcap=15.0)
 
 
 @pytest.mark.slow
@@ -96,7 +85,7 @@ NANOCHAT_PARTS = dict(
 @pytest.mark.parametrize("l_range", [(0, -1), (1, 2)])
 def test_t2mlr_on_nanochat_blocks_modes_agree(l_range):
     """x0 and the value embeddings come from the tokens in every block range, also the fused one."""
-    cfg = tiny_config(**NANOCHAT_PARTS).with_recurrence(l_start=l_range[0], l_end=l_range[1])
+    cfg = recurrent(tiny_config(**NANOCHAT_PARTS), l_start=l_range[0], l_end=l_range[1])
     params = tiny_params(cfg, gamma=0.8)
     toks = tokens(2, T)
     want, f64, depth = exact(cfg, params, toks).logits, truth(cfg, params, toks), recurrence_layers(cfg, T)
@@ -316,7 +305,7 @@ def test_bfloat16_compute_stays_near_float32_in_jacobi_and_exact():
     (relative to the largest; measured ~0.5%, and not 0: bf16 is really used), and Jacobi with D >= T
     still equals exact at bf16 precision. (bf16 bounds, not fp32's: 2^-8 relative per rounding, the 2%
     the measured 0.5% with 4x room.)"""
-    cfg = tiny_config().with_recurrence(l_start=1, l_end=2)
+    cfg = recurrent(tiny_config(), l_start=1, l_end=2)
     params = tiny_params(cfg, gamma=0.8)
     toks = tokens(2, T)
     bf16 = cfg.replace(dtype="bfloat16")

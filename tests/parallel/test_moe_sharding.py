@@ -14,7 +14,6 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from t2mlr_jax.model import moe
-from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.spec import init_from_specs, spec_axes
 from t2mlr_jax.parallel.hlo import dims, executed, kernels, parse
 from t2mlr_jax.parallel.hlo_flops import kernel_flops
@@ -22,24 +21,13 @@ from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh, resol
 from t2mlr_jax.parallel.placement import batch_sharding
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, named_sharding, partition_spec, tree_shardings
 from t2mlr_jax.train import aot
+from tests.tiny import tiny_moe_config
 from tests.tolerance import assert_near_f64, in_float64
 
 # A missing fake-device setup fails loudly instead of skipping the sharding tests.
 assert jax.device_count() >= 8, "needs the 8 fake devices of tests/conftest.py"
 
-CFG = ModelConfig(
-    vocab_size=32,
-    hidden_size=32,
-    num_layers=2,
-    num_heads=2,
-    num_kv_heads=2,
-    head_dim=8,
-    mlp_dim=16,
-    mlp="moe",
-    moe_experts=8,
-    moe_top_k=2,
-    init_std=0.3,
-)
+CFG = tiny_moe_config(mlp_dim=16, moe_experts=8)
 
 
 def loss_and_grad(cfg, params, x, bias):

@@ -8,9 +8,9 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from t2mlr_jax.architectures.t2mlr.recurrence import jacobi_forward
 from t2mlr_jax.config.sections import Mesh
 from t2mlr_jax.model.params import init_params, param_axes
-from t2mlr_jax.model.recurrence import jacobi_forward
 from t2mlr_jax.parallel.mesh import check_batch, make_mesh, resolve_mesh_shape
 from t2mlr_jax.parallel.placement import param_shardings
 from t2mlr_jax.parallel.rules import ZERO_STAGES, partition_spec, weight_partition_spec

@@ -8,9 +8,9 @@ from t2mlr_jax.architectures.baselines.looped import looped_forward
 from t2mlr_jax.architectures.baselines.lstm import lstm_forward, lstm_specs
 from t2mlr_jax.architectures.baselines.pause import pause_forward, pause_specs
 from t2mlr_jax.architectures.recompute import greedy_by_recompute
+from t2mlr_jax.architectures.t2mlr import generate
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.backbone import forward
-from t2mlr_jax.model.generate import generate
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.model.spec import init_from_specs
 from t2mlr_jax.model.token_layout import make_layout
@@ -20,6 +20,19 @@ from tests.tolerance import assert_fp32_close
 CFG = task_model()
 PARAMS = init_params(CFG, jax.random.PRNGKey(0))
 TOKENS = jax.random.randint(jax.random.PRNGKey(1), (2, 10), 1, CFG.vocab_size)
+
+
+def assert_cached_is_recompute(cached_generate, logits_fn):
+    """`cached_generate(prompt, mask)` (5 new tokens, EOS 3) gives the tokens and lengths of greedy decoding
+    by re-running `logits_fn(params, tokens, layout)` on the whole sequence, on left-padded prompts."""
+    prompt = TOKENS[:, :6].at[0, :2].set(0)
+    mask = (jnp.arange(6)[None] >= jnp.asarray([[2], [0]])).astype(jnp.int32)
+    cached = cached_generate(prompt, mask)
+    recomputed = greedy_by_recompute(
+        logits_fn, PARAMS, prompt, mask, None, max_new_tokens=5, eos_id=3, pad_id=0
+    )
+    np.testing.assert_array_equal(cached.tokens, recomputed.tokens)
+    np.testing.assert_array_equal(cached.lengths, recomputed.lengths)
 
 
 @pytest.mark.numerics
@@ -39,21 +52,10 @@ def test_looped_decoding_with_a_cache_layer_per_executed_block_equals_recompute(
     config.looped.update(start=1, end=1, repeats=3)
     config.baseline.param_match = False
     arch = build_architecture(resolve(config))
-    prompt = TOKENS[:, :6].at[0, :2].set(0)
-    mask = (jnp.arange(6)[None] >= jnp.asarray([[2], [0]])).astype(jnp.int32)
-    cached = arch.generate(PARAMS, {}, prompt, mask, None, 5, 3, 0)
-    recomputed = greedy_by_recompute(
+    assert_cached_is_recompute(
+        lambda prompt, mask: arch.generate(PARAMS, {}, prompt, mask, None, 5, 3, 0),
         lambda p, t, lay: looped_forward(CFG, p, t, lay, **loop).logits,
-        PARAMS,
-        prompt,
-        mask,
-        None,
-        max_new_tokens=5,
-        eos_id=3,
-        pad_id=0,
     )
-    np.testing.assert_array_equal(cached.tokens, recomputed.tokens)
-    np.testing.assert_array_equal(cached.lengths, recomputed.lengths)
 
 
 @pytest.mark.numerics
@@ -87,21 +89,10 @@ def test_lstm_state_resets_at_document_starts():
 
 
 def test_decoding_by_recompute_equals_kv_cache_generation_on_left_padded_prompts():
-    prompt = TOKENS[:, :6].at[0, :2].set(0)
-    mask = (jnp.arange(6)[None] >= jnp.asarray([[2], [0]])).astype(jnp.int32)
-    cached = generate(CFG, PARAMS, prompt, mask, max_new_tokens=5, eos_id=3)
-    recomputed = greedy_by_recompute(
+    assert_cached_is_recompute(
+        lambda prompt, mask: generate(CFG, PARAMS, prompt, mask, max_new_tokens=5, eos_id=3),
         lambda p, t, lay: forward(CFG, p, t, positions=lay.positions, segment_ids=lay.segment_ids),
-        PARAMS,
-        prompt,
-        mask,
-        None,
-        max_new_tokens=5,
-        eos_id=3,
-        pad_id=0,
     )
-    np.testing.assert_array_equal(cached.tokens, recomputed.tokens)
-    np.testing.assert_array_equal(cached.lengths, recomputed.lengths)
 
 
 def test_param_matched_baseline_is_the_narrowest_width_at_or_above_t2mlr():

@@ -185,7 +185,8 @@ def test_generation_eval_samples_with_a_fixed_seed_and_top_k_one_is_greedy():
     from t2mlr_jax.architectures import Architecture
     from t2mlr_jax.architectures.contract import CachedGenerate
     from t2mlr_jax.architectures.recompute import recompute_architecture
-    from t2mlr_jax.model.generate import Sampling, T2MLRDecoder
+    from t2mlr_jax.architectures.t2mlr import T2MLRDecoder
+    from t2mlr_jax.model.generate import Sampling
     from t2mlr_jax.train.eval import evaluate_generation
     from tests.tiny import tiny_config, tiny_params, tokens
 

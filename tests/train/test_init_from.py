@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from t2mlr_jax.architectures.contract import backbone_config
+from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.interop import save_params
@@ -28,7 +28,7 @@ CONFIGS = os.path.join(
 @pytest.fixture
 def checkpoint(tmp_path):
     """A T²MLR checkpoint of the tiny config with a trained-looking mixer (γ_rec = 0.25)."""
-    cfg = backbone_config(resolve(tiny_experiment()))
+    cfg = resolve(tiny_experiment()).model
     params = jax.device_get(init_params(cfg, jax.random.PRNGKey(7)))
     params["mixer"]["rezero_gamma_recurrent_gate"] = np.full((1,), 0.25, np.float32)
     save_params(tmp_path / "pretrained", cfg, params)
@@ -54,7 +54,7 @@ def test_a_run_with_layers_apart_gets_the_checkpoint_per_layer(checkpoint):
     config = _config(path)
     config.model.scan_layers = False
     config = resolve(config)
-    loaded = init_from.start_weights(config, init_from.architecture(config))()
+    loaded = init_from.start_weights(config, build_architecture(config))()
     expected = layer_layout.per_layer(params)
     assert jax.tree.structure(loaded) == jax.tree.structure(expected)
     assert jax.tree.all(jax.tree.map(np.array_equal, loaded, expected))
@@ -64,7 +64,7 @@ def test_another_recurrence_is_one_clear_error(checkpoint):
     config = _config(checkpoint[0])
     config.model.recurrence.l_start = 0
     config = resolve(config)
-    arch = init_from.architecture(config)  # builds: the checkpoint is checked with the run's start weights
+    arch = build_architecture(config)  # builds: the checkpoint is checked with the run's start weights
     with pytest.raises(ValueError, match=r"1 differing fields: recurrence.l_start: 1 \(checkpoint\) vs 0"):
         init_from.start_weights(config, arch)
 
@@ -100,13 +100,13 @@ def test_a_finetuning_config_refuses_an_empty_init_from_and_takes_random_said_so
     same error as an unset one, and init_from=random trains from random weights, named in the log."""
     gsm8k = config_module(os.path.join(CONFIGS, "gsm8k.py")).get_config("baseline")
     gsm8k.init_from = ""
+    typed = resolve(gsm8k)
     with pytest.raises(ValueError, match="init_from is required .* or --config.init_from=random to train"):
-        init_from.architecture(resolve(gsm8k))
+        init_from.start_weights(typed, build_architecture(typed))
     gsm8k.init_from = "random"
     typed = resolve(gsm8k)
     with caplog.at_level(logging.WARNING):
-        arch = init_from.architecture(typed)
-    assert init_from.start_weights(typed, arch) is None
+        assert init_from.start_weights(typed, build_architecture(typed)) is None
     assert (
         "init_from=random: transformer starts from random weights, not from the pretrained model"
         in caplog.text
@@ -115,4 +115,4 @@ def test_a_finetuning_config_refuses_an_empty_init_from_and_takes_random_said_so
     for value in ("", "random"):  # random weights either way; nothing to load, so param_match may widen
         pretraining.init_from = value
         typed = resolve(pretraining)
-        assert init_from.start_weights(typed, init_from.architecture(typed)) is None
+        assert init_from.start_weights(typed, build_architecture(typed)) is None

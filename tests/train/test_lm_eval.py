@@ -26,10 +26,10 @@ from lm_eval.api.instance import Instance
 from tokenizers import decoders, models
 
 from t2mlr_jax.architectures.t2mlr import backbone_architecture
+from t2mlr_jax.architectures.t2mlr.recurrence import exact_forward
 from t2mlr_jax.data.batch import validate_batch
 from t2mlr_jax.data.tokenizer import TextTokenizer
 from t2mlr_jax.interop import save_params
-from t2mlr_jax.model.recurrence import exact_forward
 from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.train import lm_eval_bridge
 from t2mlr_jax.train.lm_eval_bridge import (

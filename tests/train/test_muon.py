@@ -7,6 +7,7 @@ import numpy as np
 import optax
 import pytest
 
+from t2mlr_jax.architectures.t2mlr import recurrent
 from t2mlr_jax.config.edit import set_path
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.params import param_specs
@@ -242,7 +243,7 @@ def test_the_config_defaults_select_muon_for_a_t2mlr_model():
     for path, value in MUON_RECIPE.items():
         set_path(config, path, value)
     config.optimizer.muon.batch_tokens = config.train.batch_size * config.data.seq_len
-    specs = param_specs(task_model().with_recurrence(l_start=1, l_end=1, pre_norm=True))
+    specs = param_specs(recurrent(task_model(), l_start=1, l_end=1, pre_norm=True))
     params = spec_shapes(specs, "float32")
     tx = make_optimizer(resolve(config).optimizer, specs, 10)
     updates, _ = jax.eval_shape(tx.update, params, jax.eval_shape(tx.init, params), params)
@@ -256,12 +257,12 @@ def test_the_config_defaults_select_muon_for_a_t2mlr_model():
 def test_muon_is_selectable_for_every_architecture(arch):
     """Every architecture's table carries the kinds Muon's groups read: its update builds and keeps the
     parameters' shapes, with the matrices in the muon group and everything else in an AdamW one."""
-    from t2mlr_jax.train.init_from import architecture
+    from t2mlr_jax.architectures import build_architecture
 
     config = tiny_experiment(arch)
     for path, value in MUON_RECIPE.items():
         set_path(config, path, value)
-    specs = architecture(resolve(config), arch).specs
+    specs = build_architecture(resolve(config), arch).specs
     params = spec_shapes(specs, "float32")
     tx = make_optimizer(resolve(config).optimizer, specs, 10)
     updates, _ = jax.eval_shape(tx.update, params, jax.eval_shape(tx.init, params), params)

@@ -6,6 +6,7 @@ import numpy as np
 import optax
 import pytest
 
+from t2mlr_jax.architectures.t2mlr import recurrent
 from t2mlr_jax.config.edit import set_path
 from t2mlr_jax.config.sections import SECTIONS
 from t2mlr_jax.experiment import experiment, resolve
@@ -56,7 +57,7 @@ def test_bad_schedule_name_is_rejected():
 
 
 # The parameter table of a tiny T²MLR model with every kind of parameter (pre-norm adds mixer norms).
-SPECS = param_specs(task_model().with_recurrence(l_start=1, l_end=1, pre_norm=True, cache_norm="rmsnorm"))
+SPECS = param_specs(recurrent(task_model(), l_start=1, l_end=1, pre_norm=True, cache_norm="rmsnorm"))
 PARAMS = init_from_specs(SPECS, jax.random.PRNGKey(0), "float32")
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from configs.recipes import smollm2_tokenizer
+from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.data.tokenizer import load_tokenizer
 from t2mlr_jax.experiment import resolve
@@ -111,7 +112,7 @@ def _bad(config, case):
 def test_bad_init_from_is_one_clear_error_before_compiling(loaded_once, caplog, case, error, message):
     with jax.log_compiles(), caplog.at_level(logging.DEBUG), pytest.raises(error, match=re.escape(message)):
         config = resolve(_bad(cpu_config(), case))
-        init_from.start_weights(config, init_from.architecture(config))
+        init_from.start_weights(config, build_architecture(config))
     assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
 
 

@@ -2,7 +2,8 @@
 here (its own typed config section, whose typos and wrong values are one clear error; an extra parameter
 with a spec, an aux loss, non-gradient state), trains two steps through the trainer, checkpoints, resumes
 to the uninterrupted run (fp32 round-off), and generates with the backbone's KV cache; what else it can do
-(eval.thoughts, being read as a model by interop) is read off the `Capabilities` it registers with."""
+(eval.thoughts; its export mapping, by which interop writes its runs as an HF model with the same logits)
+is read off the `Capabilities` it registers with."""
 
 import importlib
 import json
@@ -15,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
+import transformers
 
 from t2mlr_jax.architectures import (
     ARCHITECTURES,
@@ -24,14 +27,15 @@ from t2mlr_jax.architectures import (
     import_systems,
     register_architecture,
 )
-from t2mlr_jax.architectures.contract import backbone_config
 from t2mlr_jax.architectures.recompute import greedy_by_recompute
-from t2mlr_jax.config.convert import from_config_dict, model_to_dict, to_dict
+from t2mlr_jax.config.convert import model_to_dict, to_dict
 from t2mlr_jax.config.sections import SECTIONS
-from t2mlr_jax.experiment import resolve
+from t2mlr_jax.experiment import from_config_dict, resolve
 from t2mlr_jax.interop.orbax_folder import load_config
+from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.storage import checkpoint as ckpt
 from t2mlr_jax.train.trainer import Run, restore_state, train
+from tests.in_process import run_tool
 from tests.tiny import tiny_experiment
 from tests.train.tiny_task import tiny_batch, tiny_source
 
@@ -42,9 +46,15 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def toy():
     importlib.import_module(TOY)  # registers "toy" and its section, as T2MLR_JAX_SYSTEMS would
-    yield lambda steps, **toy: tiny_experiment(
-        "toy", steps=steps, checkpoint_every=2, sections={"toy": {"scale_init": 0.7, **toy}}
-    )
+
+    def config(steps: int, **toy):
+        c = tiny_experiment(
+            "toy", steps=steps, checkpoint_every=2, sections={"toy": {"scale_init": 0.7, **toy}}
+        )
+        c.model.rope_theta = 10_000.0  # with RoPE: HF Llama, which its export writes, has no NoPE variant
+        return c
+
+    yield config
     ARCHITECTURES.unregister("toy")
     SECTIONS.unregister("toy")
     sys.modules.pop(TOY)
@@ -88,6 +98,17 @@ def test_a_toy_architecture_trains_checkpoints_resumes_and_generates(tmp_path, t
     )  # fmt: skip
     np.testing.assert_array_equal(cached.tokens, recomputed.tokens)
 
+    # Exported through its mapping as a plain HF Llama, whose logits in transformers are the toy's own.
+    exported = tmp_path / "hf"
+    tool = REPO / "tools" / "convert_checkpoint.py"
+    assert run_tool(tool, "--from", "orbax", "--to", "hf", tmp_path / "resumed", exported) == 0
+    torch_side = transformers.AutoModelForCausalLM.from_pretrained(exported, dtype=torch.float32)
+    with torch.no_grad():
+        theirs = torch_side(torch.tensor(np.asarray(prompt))).logits.numpy()
+    batch = {"tokens": prompt, "loss_mask": mask, **make_layout(prompt)._asdict()}
+    ours = arch.apply(resumed.params, batch, training=False, rng=None, model_state={}).logits
+    np.testing.assert_allclose(theirs, np.asarray(ours), rtol=1e-4, atol=1e-4)
+
 
 def test_its_settings_are_typed_and_checked_before_anything_is_built(toy):
     assert resolve(toy(2)).toy == sys.modules[TOY].ToySettings(scale_init=0.7)
@@ -112,7 +133,7 @@ def test_an_unknown_architecture_lists_the_registered_ones(toy):
 @pytest.fixture
 def capable_toy(toy):
     """The toy again, declaring both capabilities where it registers (and nothing else about them)."""
-    capabilities = Capabilities(exportable=True, thought_slots=True)
+    capabilities = Capabilities(thought_slots=True)  # and no export mapping
     register_architecture("capable_toy", sys.modules[TOY].build, section="toy", capabilities=capabilities)
     yield
     ARCHITECTURES.unregister("capable_toy")
@@ -131,8 +152,10 @@ def test_eval_thoughts_need_the_thought_slots_capability(toy, capable_toy):
         build_architecture(config, "toy")
 
 
-def test_interop_reads_the_runs_of_an_exportable_architecture_only(toy, capable_toy, tmp_path, monkeypatch):
-    model = backbone_config(resolve(toy(2)), recurrent=False)
+def test_interop_reads_the_runs_of_an_architecture_with_an_export_mapping_only(
+    toy, capable_toy, tmp_path, monkeypatch
+):
+    model = resolve(toy(2)).model.replace(recurrence=None)
     step = tmp_path / "checkpoints" / "2"  # a training step folder whose meta record names `arch`
     for item in ("state", "meta"):
         (step / item).mkdir(parents=True)
@@ -141,10 +164,10 @@ def test_interop_reads_the_runs_of_an_exportable_architecture_only(toy, capable_
         record = {"arch": arch, "model_config": model_to_dict(model)}
         monkeypatch.setattr(ckpt, "read_folder_metadata", lambda folder, name: record)
 
-    meta("capable_toy")
-    assert load_config(step) == model
     meta("toy")
-    with pytest.raises(ValueError, match=r"only capable_toy and t2mlr and transformer runs can be read"):
+    assert load_config(step) == model
+    meta("capable_toy")
+    with pytest.raises(ValueError, match=r"only t2mlr and toy and transformer runs can be read"):
         load_config(step)
 
 

@@ -41,7 +41,6 @@ from t2mlr_jax.architectures.contract import (
     CachedGenerate,
     Capabilities,
     Outputs,
-    backbone_config,
     layout_of,
     mlp_state_hooks,
     next_token_loss,
@@ -228,7 +227,7 @@ def build_lrt(
     growing: bool = False,
 ) -> Architecture:
     """The LRT family from settings `s` (the lrt section, or PonderLM-2's fixed ones)."""
-    model = backbone_config(config, recurrent=False)
+    model = config.model.replace(recurrence=None)
     check_settings(s, model, section)
     thoughts, passes, probs = tuple(s.thoughts), tuple(s.passes), tuple(s.pass_probs)
     for k in thoughts:

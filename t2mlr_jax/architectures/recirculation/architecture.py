@@ -20,7 +20,6 @@ from t2mlr_jax.architectures.contract import (
     Architecture,
     CachedGenerate,
     Outputs,
-    backbone_config,
     layout_of,
     register_architecture,
 )
@@ -33,11 +32,10 @@ from t2mlr_jax.architectures.recirculation.forward import (
     single_stack_model,
 )
 from t2mlr_jax.architectures.recirculation.mix import Recirculation, adaptive_specs
-from t2mlr_jax.architectures.t2mlr import stateless
+from t2mlr_jax.architectures.t2mlr import T2MLRDecoder, stateless
 from t2mlr_jax.config.sections import Experiment, one_of
 from t2mlr_jax.model import flops
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.generate import T2MLRDecoder
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import freeze
 
@@ -108,7 +106,7 @@ def decoding(config: Experiment, model: ModelConfig, rc: Recirculation):
 
 
 def _build(config: Experiment, *, adaptive: bool) -> Architecture:
-    model = stateless(backbone_config(config, recurrent=False))
+    model = stateless(config.model.replace(recurrence=None))
     rc = settings(config, model.num_layers, adaptive=adaptive)
     s = config.recirculation
     parallel = dict(tol=s.parallel_tol, max_passes=s.parallel_max_passes)

@@ -28,11 +28,11 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from t2mlr_jax.architectures.recirculation.mix import Recirculation
+from t2mlr_jax.architectures.t2mlr import exact_forward, jacobi_forward, recurrent
 from t2mlr_jax.model.backbone import KVCache, advance, embed, head, init_cache
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.control_flow import PROMPT, RECURRENT
 from t2mlr_jax.model.layers import attention_mask
-from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
 from t2mlr_jax.model.token_layout import Layout, Output, layout_blocks, make_layout, scan_over_tokens
 
 ADAPTIVE = "adaptive_mix"  # the params entry of the adaptive MLP (Recirculation.adaptive)
@@ -159,7 +159,8 @@ def single_stack_model(cfg: ModelConfig, rc: Recirculation) -> ModelConfig:
     """The single-stack variant as a T²MLR model: R = the output of block s, fused into the stream
     entering block d+1 by the parameter-free `recirculation` mixer; run it with T²MLR's exact forward,
     Jacobi forward or decoder, and `single_stack_layout`."""
-    return cfg.with_recurrence(
+    return recurrent(
+        cfg,
         l_start=rc.destination + 1,
         l_end=rc.source,
         mixer="recirculation",

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.architectures.recirculation.mix import Recirculation
+from t2mlr_jax.architectures.t2mlr import MIXERS, Mixer
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.mixers import MIXERS, Mixer
 
 DEFAULT_MIX = Recirculation(source=1, destination=0)  # the mixer reads only alpha, scheme and ramp
 

@@ -1,13 +1,62 @@
-"""T²MLR and the plain transformer it must equal at γ = 0 (architecture.py). The temporal recurrence itself
-(the Jacobi loop, the fusion, the mixers) is model-level code every backbone-based system shares:
-t2mlr_jax.model.recurrence, .fusion and .mixers. Other systems use only what this file exports."""
+"""T²MLR, and the plain transformer it must equal at γ = 0.
 
-from t2mlr_jax.architectures.t2mlr.architecture import (
-    Depth,
-    T2MLRSettings,
-    backbone_architecture,
-    baseline_backbone,
-    stateless,
-)
+  settings.py      RecurrenceConfig: config.model.recurrence (the window, the mixer, the cache, D and B)
+  mixers/          the gate zoo: every mixer Phi(x, R) by name
+  fusion.py        R into the stream entering block l_start: the mixer, the recurrent projection, the cache
+  recurrence.py    the passes: Jacobi (parallel over tokens), exact (token by token), one decode step
+  decode.py        the cached decoder and `generate`
+  flops.py         the expected training FLOPs of both forwards
+  architecture.py  T2MLRSettings (config.t2mlr) and the architectures `t2mlr` and `transformer`, registered
+                   when the systems are found (t2mlr_jax.architectures.import_systems)
 
-__all__ = ["Depth", "T2MLRSettings", "backbone_architecture", "baseline_backbone", "stateless"]
+Other systems (recirculation runs T²MLR's passes over a single stack; the baselines the same plain
+backbone) and interop use only what this file exports. Importing it imports no JAX: the settings and the
+mixers' registry are pure Python, for the PyTorch reference; the rest loads on first use."""
+
+import importlib
+
+from t2mlr_jax.architectures.t2mlr.mixers import MIXERS, SHARED_KEYS, Mixer, linear_keys
+from t2mlr_jax.architectures.t2mlr.settings import CACHE_NORMS, MixerOptions, RecurrenceConfig, recurrent
+
+_LAZY = {
+    "architecture": ("Depth", "T2MLRSettings", "backbone_architecture", "baseline_backbone", "stateless"),
+    "decode": ("T2MLRDecoder", "generate"),
+    "flops": ("exact_forward_flops", "exact_train_flops", "fusion_flops", "jacobi_train_flops"),
+    "fusion": ("gamma_stats", "mixer_specs"),
+    "recurrence": ("decode_step", "exact_forward", "forward", "jacobi_forward"),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+__all__ = [  # the eager names above, and the lazy ones
+    "CACHE_NORMS",
+    "Depth",
+    "MIXERS",
+    "Mixer",
+    "MixerOptions",
+    "RecurrenceConfig",
+    "SHARED_KEYS",
+    "T2MLRDecoder",
+    "T2MLRSettings",
+    "backbone_architecture",
+    "baseline_backbone",
+    "decode_step",
+    "exact_forward",
+    "exact_forward_flops",
+    "exact_train_flops",
+    "forward",
+    "fusion_flops",
+    "gamma_stats",
+    "generate",
+    "jacobi_forward",
+    "jacobi_train_flops",
+    "linear_keys",
+    "mixer_specs",
+    "recurrent",
+    "stateless",
+]
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)

@@ -19,20 +19,22 @@ from t2mlr_jax.architectures.contract import (
     CachedGenerate,
     Capabilities,
     Outputs,
-    backbone_config,
+    as_backbone,
     layout_of,
     pretrained_path,
     register_architecture,
 )
 from t2mlr_jax.architectures.depth_sampling import depth_values, draw_at
-from t2mlr_jax.config.sections import Experiment, one_of
-from t2mlr_jax.model import flops
-from t2mlr_jax.model import generate as generation
+from t2mlr_jax.architectures.t2mlr import flops
+from t2mlr_jax.architectures.t2mlr.decode import PREFILLS, T2MLRDecoder
+from t2mlr_jax.architectures.t2mlr.fusion import gamma_stats
+from t2mlr_jax.architectures.t2mlr.recurrence import forward
+from t2mlr_jax.architectures.t2mlr.settings import RecurrenceConfig
+from t2mlr_jax.config.sections import Experiment, one_of, register_section
+from t2mlr_jax.model import flops as backbone_flops
 from t2mlr_jax.model.config import ModelConfig, check_depths
-from t2mlr_jax.model.fusion import gamma_stats
 from t2mlr_jax.model.layers import MLPS
 from t2mlr_jax.model.params import param_specs
-from t2mlr_jax.model.recurrence import forward
 from t2mlr_jax.model.spec import count_specs, matched_width
 
 FORWARD_MODES = ("jacobi", "exact")
@@ -59,7 +61,7 @@ class T2MLRSettings:
     def __post_init__(self):
         one_of("t2mlr.forward_mode", self.forward_mode, FORWARD_MODES)
         one_of("t2mlr.eval_mode", self.eval_mode, FORWARD_MODES)
-        one_of("t2mlr.prefill", self.prefill, generation.PREFILLS)
+        one_of("t2mlr.prefill", self.prefill, PREFILLS)
         check_depths(self.prefill_passes, 0)  # Jacobi prefill passes
 
 
@@ -78,7 +80,7 @@ def backbone_architecture(name: str, model: ModelConfig, settings: T2MLRSettings
     """The backbone as an architecture; `settings` (config.t2mlr) says how a recurrent one runs."""
     stateless(model)
     s = settings or T2MLRSettings()
-    decoder = generation.T2MLRDecoder(model, s.prefill, s.prefill_passes)
+    decoder = T2MLRDecoder(model, s.prefill, s.prefill_passes)
     adaptive = model.recurrence is not None and bool(model.recurrence.jacobi_tolerance)
 
     def apply(params, batch, *, training, rng, model_state, sample=None):
@@ -121,7 +123,7 @@ def train_flops(
     """seq_len -> the expected training FLOPs of a row in the training mode `settings` names: Jacobi at the
     model's D, or averaged over the `depths` t2mlr.d_forward_values draws uniformly; exact with its bptt."""
     if model.recurrence is None:
-        return lambda seq_len: flops.one_pass_train_flops(model, seq_len)
+        return lambda seq_len: backbone_flops.one_pass_train_flops(model, seq_len)
     if settings.forward_mode == "exact":
         return lambda seq_len: flops.exact_train_flops(model, seq_len, settings.bptt or None)
     depths = depths or [model.recurrence.d_forward]
@@ -138,7 +140,7 @@ def baseline_backbone(
     baseline.width_multiple) to the T²MLR model's parameter count when baseline.param_match is on.
     `specs_at(model)` is the baseline's parameter table at a given backbone. `carries_mlp_state`: the
     baseline keeps a stateful MLP's state (`contract.mlp_state_hooks`); otherwise such an MLP is refused."""
-    plain = backbone_config(config, recurrent=False)
+    plain = config.model.replace(recurrence=None)
     if not carries_mlp_state:
         stateless(plain)
     if not config.baseline.param_match:
@@ -148,7 +150,7 @@ def baseline_backbone(
             "baseline.param_match widens the baseline, so it cannot load init_from's weights; set "
             "--config.baseline.param_match=False to train the pretrained width"
         )
-    target = count_specs(param_specs(backbone_config(config)))
+    target = count_specs(param_specs(config.model))
     width = matched_width(
         lambda h: count_specs(specs_at(plain.replace(hidden_size=h))),
         target,
@@ -159,7 +161,7 @@ def baseline_backbone(
 
 
 def _t2mlr(config: Experiment) -> Architecture:
-    model = backbone_config(config)
+    model = config.model
     arch = backbone_architecture("t2mlr", model, config.t2mlr)
     depths = depth_values(config)
     if depths is None:
@@ -175,7 +177,8 @@ def _transformer(config: Experiment) -> Architecture:
     return backbone_architecture("transformer", baseline_backbone(config, param_specs), None)
 
 
+register_section("model.recurrence", RecurrenceConfig)  # the recurrence a ModelConfig carries
 register_architecture(
-    "t2mlr", _t2mlr, settings=T2MLRSettings, identity=False, capabilities=Capabilities(exportable=True)
+    "t2mlr", _t2mlr, settings=T2MLRSettings, identity=False, capabilities=Capabilities(export=as_backbone)
 )
-register_architecture("transformer", _transformer, capabilities=Capabilities(exportable=True))
+register_architecture("transformer", _transformer, capabilities=Capabilities(export=as_backbone))

@@ -3,7 +3,7 @@ vs_release, step_forms, startup, gpu_check), their sections, one module each, an
 is imported here: the release's Python imports the release sides (vs_*_torch.py, stdlib at import).
 
 presets     the paper's layer ranges, the benchmark presets, the T²MLR and parameter-matched baseline models
-flops       FLOP counts: by formula, from the traced jaxpr, and XLA's cost analysis
+flops       FLOPs: expected (the architectures' count), measured (the traced jaxpr, XLA's cost analysis)
 harness     interleaved timing, the compiled train step and generate(), and the run's shared state
 report      markdown tables and run metadata
 decode, train, prefill, memory, throughput   bench's sections

@@ -1,62 +1,35 @@
-"""FLOP counts of the benchmarked programs, three ways: a formula over the model shapes, the dot_generals (and
-ragged_dots: the dropless MoE's grouped matmuls) of the traced jaxpr, and XLA's cost analysis of the
-compiled program.
+"""FLOPs of the benchmarked programs. Expected: the architectures' own count (t2mlr_jax/model/flops.py,
+T²MLR's in t2mlr_jax/architectures/t2mlr/flops.py: causal attention, the Jacobi passes, the backward where
+the gradient flows), the one the trainer logs and MFU divides. Measured: the dot_generals (and ragged_dots:
+the dropless MoE's grouped matmuls) of the traced jaxpr, and XLA's cost analysis of the compiled program
+(t2mlr_jax/parallel/hlo_flops.py counts the compiled HLO's instead, every loop trip included)."""
 
-The formula counts matmuls only, attention dense (the masked T x S scores are computed in full, no causal
-halving), embedding lookups free.
-"""
-
-import jax
 import numpy as np
 
+from t2mlr_jax.architectures import build_architecture, flops_per_step
+from t2mlr_jax.architectures.t2mlr import recurrent
+from t2mlr_jax.architectures.t2mlr.flops import exact_forward_flops
+from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.studies.benchmarks.presets import param_shapes
 
 
-def layer_matmul_params(cfg: ModelConfig) -> int:
-    d, attn, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    return 2 * d * attn + 2 * d * kv + 3 * d * cfg.mlp_dim
+def expected_train_flops(cfg: ModelConfig, batch: int, seq: int, d_forward: int, d_backward: int) -> float:
+    """Expected FLOPs of one train step of `batch` rows of `seq` tokens (harness.compile_jacobi_step):
+    `flops_per_step` of the architecture the benchmark's model is, T²MLR at Jacobi D = d_forward,
+    B = d_backward, or the plain transformer (as given: the benchmark has widened it already)."""
+    if cfg.recurrence is not None:
+        cfg = recurrent(cfg, d_forward=d_forward, d_backward=d_backward)
+    config = Experiment(name="bench", model=cfg, arch="t2mlr" if cfg.recurrence else "transformer")
+    config = config.replace(
+        train={"batch_size": batch}, data={"seq_len": seq}, baseline={"param_match": False}
+    )
+    return flops_per_step(config, build_architecture(config))
 
 
-def mixer_matmul_params(cfg: ModelConfig) -> int:
-    if cfg.recurrence is None:
-        return 0
-    return sum(x.size for x in jax.tree.leaves(param_shapes(cfg)["mixer"]) if x.ndim == 2)
-
-
-def forward_flops(
-    cfg: ModelConfig, batch: int, queries: int, keys: int, layer_passes: int, fusions: int
-) -> float:
-    """`layer_passes` blocks and `fusions` fusion modules over `queries` tokens attending to `keys`,
-    plus the head."""
-    per_layer = 2 * queries * layer_matmul_params(cfg) + 4 * queries * keys * cfg.num_heads * cfg.head_dim
-    fusion = 2 * queries * mixer_matmul_params(cfg)
-    head = 2 * queries * cfg.hidden_size * cfg.vocab_size
-    return float(batch * (layer_passes * per_layer + fusions * fusion + head))
-
-
-def train_flops(cfg: ModelConfig, batch: int, seq: int, d_forward: int, d_backward: int) -> float:
-    """One step: the forward, plus a backward of 2x forward for the passes that carry gradient.
-
-    Jacobi forward: blocks [0, l_end] unfused, D-1 middle-block refinements, blocks [l_start, L) once more:
-    L + D*M block passes (M = middle-block size) and D fusions. Gradient reaches blocks below l_start,
-    the final pass and the last min(B, D-1) refinements; the unfused middle pass only when B >= D.
-    """
-    layers = cfg.num_layers
-    if cfg.recurrence is None:
-        return 3 * forward_flops(cfg, batch, seq, seq, layers, 0)
-    l_start, l_end = cfg.layer_range
-    middle = l_end - l_start + 1
-    n_grad = min(d_backward, d_forward - 1)
-    forward = forward_flops(cfg, batch, seq, seq, layers + d_forward * middle, d_forward)
-    grad_passes = layers + n_grad * middle + (middle if d_backward >= d_forward else 0)
-    return forward + 2 * forward_flops(cfg, batch, seq, seq, grad_passes, n_grad + 1)
-
-
-def decode_flops(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> float:
-    """The decode steps (prefill of the short prompt left out); every step attends to all cache slots."""
-    fusions = 0 if cfg.recurrence is None else 1
-    return new_tokens * forward_flops(cfg, batch, 1, prompt_len + new_tokens, cfg.num_layers, fusions)
+def expected_decode_flops(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> float:
+    """Expected FLOPs of one generate() of `new_tokens` after a `prompt_len`-token prompt: its exact prefill
+    and decode steps run the row token by token, every position but the last token (which is not fed back)."""
+    return batch * exact_forward_flops(cfg, prompt_len + new_tokens - 1)
 
 
 def _sub_jaxprs(value):

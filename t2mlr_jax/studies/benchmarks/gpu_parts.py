@@ -7,7 +7,7 @@ attention  einsum / xla / cudnn `attend` (t2mlr_jax.model.layers) against an fp3
            ATTENTION_RTOL, forward and forward + backward timed
 train      the trainer's compiled step (bf16, AdamW, the 135M recipe's remat and layer form) of the
            parameter-matched transformer, T²MLR at Table 12's (13,18) and the LRT at P refinement passes:
-           step time, tokens/s, counted FLOPs and MFU
+           step time, tokens/s, the architectures' FLOP count (flops_per_step) and MFU
 decode     generate() of the baseline and T²MLR windows side by side (the bench's decode section, Table 7)
 prefill    Jacobi prefill against exact, per window and D (the bench's prefill section, Table 8)
 """
@@ -23,16 +23,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2mlr_jax.architectures import flops_per_step
 from t2mlr_jax.config.edit import config_module
+from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.layers import AUTO_ATTENTION, CPU_ATTENTION, attend, attention_mask, attention_path
 from t2mlr_jax.studies import ROOT
 from t2mlr_jax.studies.benchmarks import decode, prefill, presets, throughput
 from t2mlr_jax.studies.benchmarks import vs_release_ours as ours
-from t2mlr_jax.studies.benchmarks.flops import jaxpr_matmul_flops
 from t2mlr_jax.studies.benchmarks.harness import Bench, median
 from t2mlr_jax.studies.benchmarks.report import describe
 from t2mlr_jax.studies.benchmarks.side_by_side import timed_calls
-from t2mlr_jax.train.train_step import init_state
 
 CONFIG = ROOT / "configs" / "smollm135m_t2mlr.py"  # the 135M pretraining recipe (bf16, AdamW)
 T2MLR_RANGE = "(13,18)"  # Table 12's window, scaled to the model's depth
@@ -202,10 +202,9 @@ def attention(sizes: Sizes) -> Part:
     return Part([(impl, lambda impl=impl: unit(impl)) for impl in ATTENTION_IMPLS], summary)
 
 
-def train_config(sizes: Sizes, counting: bool = False):
-    """The 135M recipe on the sizes' model: T²MLR at T2MLR_RANGE scaled to its depth, Jacobi D / B of the
-    sizes, the LRT at a fixed P. `counting`: einsum attention, no remat, for the FLOP count (a fused
-    kernel's matmuls are no dot_general, and remat would count the recomputation)."""
+def train_config(sizes: Sizes):
+    """The 135M recipe on the sizes' model and rows (what flops_per_step multiplies): T²MLR at T2MLR_RANGE
+    scaled to its depth, Jacobi D / B of the sizes, the LRT at a fixed P."""
     c = config_module(CONFIG).get_config()
     model, bench = sizes.bench.model, sizes.bench
     c.model.update({f: getattr(model, f) for f in ours.MODEL_FIELDS}, dtype=model.dtype)
@@ -214,17 +213,9 @@ def train_config(sizes: Sizes, counting: bool = False):
         l_start=l_start, l_end=l_end, d_forward=bench.d_forward, d_backward=bench.d_backward
     )
     c.lrt.passes, c.lrt.pass_probs = (sizes.lrt_passes,), (1.0,)
-    if counting:
-        c.model.update(attention_impl="einsum", remat="none")
+    c.train.update(batch_size=sizes.train_batch, grad_accum=1)
+    c.data.seq_len = sizes.train_seq
     return c
-
-
-def counted_flops(sizes: Sizes, arch_name: str, batch: dict) -> float:
-    """Matmul FLOPs of the traced step (shapes only, nothing run): dense attention, Jacobi passes included,
-    as experiments/bench.py's MFU counts them."""
-    arch, optimizer, step = ours.step_of(train_config(sizes, counting=True), arch_name)
-    state = jax.eval_shape(lambda: init_state(arch, optimizer, 0))
-    return jaxpr_matmul_flops(step.trace(state, batch).jaxpr)
 
 
 def train(sizes: Sizes) -> Part:
@@ -249,7 +240,7 @@ def train(sizes: Sizes) -> Part:
             return metrics["loss"]
 
         seconds, loss = timed_calls(call, sizes.bench.repeats, jax.block_until_ready)
-        flops, s = counted_flops(sizes, arch_name, batch), median(seconds)
+        flops, s = flops_per_step(resolve(c), arch), median(seconds)
         return [
             {
                 "case": label,

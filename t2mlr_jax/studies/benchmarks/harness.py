@@ -18,10 +18,10 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
+from t2mlr_jax.architectures.t2mlr import generate
+from t2mlr_jax.architectures.t2mlr.recurrence import jacobi_forward
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.generate import generate
 from t2mlr_jax.model.params import init_params
-from t2mlr_jax.model.recurrence import jacobi_forward
 from t2mlr_jax.studies.benchmarks.flops import jaxpr_matmul_flops
 from t2mlr_jax.studies.benchmarks.presets import PAPER_LAYERS, Preset, with_range
 

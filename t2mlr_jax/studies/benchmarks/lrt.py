@@ -20,6 +20,7 @@ import jax
 import ml_collections
 
 from configs.recipes import backbone_preset
+from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.lrt import architecture as lrt
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.experiment import resolve
@@ -28,7 +29,6 @@ from t2mlr_jax.model.presets import nanochat
 from t2mlr_jax.model.spec import count_specs
 from t2mlr_jax.studies import ROOT
 from t2mlr_jax.studies.benchmarks.report import describe
-from t2mlr_jax.train.init_from import architecture
 
 CONFIG = ROOT / "configs" / "lrt_nanochat.py"
 COMPARISON = CONFIG.with_name("lrt_comparison.py")  # every row of the paper's comparison
@@ -149,7 +149,9 @@ def load_config(model: ModelConfig, feedback: str, p: LRTPreset) -> ml_collectio
 
 
 def describe_models(p: LRTPreset) -> dict:
-    specs = {f: architecture(resolve(load_config(p.model, f, p)), "lrt").specs for f in ("both", "none")}
+    specs = {
+        f: build_architecture(resolve(load_config(p.model, f, p)), "lrt").specs for f in ("both", "none")
+    }
     return {
         "backbone": describe(p.model),
         "lrt_params": count_specs(specs["both"]),

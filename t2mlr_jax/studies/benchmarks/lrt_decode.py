@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.backbone import init_cache
@@ -22,7 +23,6 @@ from t2mlr_jax.studies.benchmarks.harness import (
 )
 from t2mlr_jax.studies.benchmarks.lrt import LRT, PAPER_DECODE_RATIO, VANILLA, LRTPreset, load_config, untimed
 from t2mlr_jax.studies.benchmarks.report import markdown_table, ms, times
-from t2mlr_jax.train.init_from import architecture
 
 
 class Program:
@@ -40,7 +40,7 @@ def serving_decoder(p: LRTPreset, feedback: str) -> tuple[lrt_forward.LRTDecoder
     """The architecture's decoder (dropless MoE, as its generate() uses), with weights stored in the
     compute dtype as served, and fresh parameters / model state."""
     model = p.model.replace(param_dtype=p.model.dtype)
-    arch = architecture(resolve(load_config(model, feedback, p)), "lrt")
+    arch = build_architecture(resolve(load_config(model, feedback, p)), "lrt")
     backbone = arch.backbone
     if backbone.mlp == "moe":
         backbone = backbone.replace(moe_capacity_factor=None)

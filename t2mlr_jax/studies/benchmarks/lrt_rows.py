@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from configs.recipes import backbone_preset
+from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.config.edit import config_module, set_path
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.studies.benchmarks.flops import jaxpr_matmul_flops
@@ -23,7 +24,6 @@ from t2mlr_jax.studies.benchmarks.harness import (
 )
 from t2mlr_jax.studies.benchmarks.lrt import BASELINE_ROW, COMPARISON, PAPER_ROW_RATIOS, LRTPreset, untimed
 from t2mlr_jax.studies.benchmarks.report import markdown_table, times
-from t2mlr_jax.train.init_from import architecture
 
 PAD_ID = 0  # never written: no EOS, every row generates all its tokens
 
@@ -75,13 +75,13 @@ def decode_loop(jaxpr) -> tuple[float, tuple[int, ...]] | None:
 
 
 class RowDecode:
-    """One row's architecture (init_from.architecture) with fresh params and model state, its generate
+    """One row's architecture (build_architecture) with fresh params and model state, its generate
     jitted as evaluate_generation jits it (new_tokens, eos_id, pad_id static) and compiled; calling it
     generates once. The traced program says what one token costs: the cache the token loop carries
     ([L, B, S, K, E]: L decode layers, S / context slots per vocabulary token) and the loop body's FLOPs."""
 
     def __init__(self, config, prompt, mask, new_tokens: int, seed: int, options: tuple = ()):
-        arch = architecture(resolve(config), config.arch)
+        arch = build_architecture(resolve(config), config.arch)
         self.num_params = arch.num_params()
         params = untimed(lambda: arch.init(jax.random.PRNGKey(seed)))
         self.args = (params, arch.init_model_state(), prompt, mask, None)
@@ -176,7 +176,7 @@ def rows(p: LRTPreset, seed: int) -> dict:
     notes = [
         f"Each row is configs/lrt_comparison.py:<row>,{p.rows_scale} on this run's backbone "
         f"({p.model.num_layers} layers x the row's depth; the full preset's is the paper scale's own), "
-        "built by init_from.architecture with fresh weights (compute dtype) and model state; timed: its "
+        "built by build_architecture with fresh weights (compute dtype) and model state; timed: its "
         "arch.generate jitted as evaluate_generation jits it (greedy, no EOS), all rows interleaved in "
         f"each of {repeats} rounds, ratios the medians of the per-round ratios over {BASELINE_ROW}.",
         f"Batch {p.decode_batch}, a one-token random prompt and {new_tokens} new tokens: {new_tokens} "

@@ -8,13 +8,13 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.lrt import architecture as lrt
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.studies.benchmarks.flops import jaxpr_matmul_flops, xla_flops
 from t2mlr_jax.studies.benchmarks.harness import measure_interleaved, median, median_ratio, progress
 from t2mlr_jax.studies.benchmarks.lrt import LRT, VANILLA, LRTPreset, load_config, untimed
 from t2mlr_jax.studies.benchmarks.report import markdown_table, ms, times
-from t2mlr_jax.train.init_from import architecture
 from t2mlr_jax.train.optimizer import make_optimizer, make_schedule
 from t2mlr_jax.train.train_step import compile_step, init_state
 
@@ -40,7 +40,7 @@ class Model:
 
     def __init__(self, config: ml_collections.ConfigDict, seed: int):
         self.config = config
-        self.arch = architecture(resolve(config), "lrt")
+        self.arch = build_architecture(resolve(config), "lrt")
         steps = config.train.steps
         self.optimizer = make_optimizer(resolve(config).optimizer, self.arch.specs, steps)
         self.schedule = make_schedule(resolve(config).optimizer, steps)

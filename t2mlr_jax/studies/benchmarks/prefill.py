@@ -5,9 +5,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from t2mlr_jax.architectures.t2mlr.recurrence import exact_forward, jacobi_forward
 from t2mlr_jax.model.backbone import init_cache
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.recurrence import exact_forward, jacobi_forward
 from t2mlr_jax.studies.benchmarks.harness import (
     Bench,
     measure_interleaved,

@@ -3,6 +3,7 @@ preset's depth, and the plain transformer widened to T²MLR's parameter count.""
 
 import dataclasses
 
+from t2mlr_jax.architectures.t2mlr import recurrent
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.presets import smollm2_135m
@@ -118,7 +119,7 @@ def code_range(paper_range: str, num_layers: int) -> tuple[int, int]:
 
 def with_range(cfg: ModelConfig, paper_range: str) -> ModelConfig:
     l_start, l_end = code_range(paper_range, cfg.num_layers)
-    return cfg.with_recurrence(l_start=l_start, l_end=l_end)
+    return recurrent(cfg, l_start=l_start, l_end=l_end)
 
 
 def param_shapes(cfg: ModelConfig) -> dict:
@@ -134,7 +135,7 @@ def matched_baseline(cfg: ModelConfig, multiple: int = 8) -> ModelConfig:
     (the paper's 576 -> 584; heads and head_dim unchanged, so the baseline is the conservative side)."""
     plain = cfg.replace(recurrence=None)
     count_at = lambda width: num_params(plain.replace(hidden_size=width))
-    width = matched_width(count_at, num_params(cfg.with_recurrence()), cfg.hidden_size, multiple)
+    width = matched_width(count_at, num_params(recurrent(cfg)), cfg.hidden_size, multiple)
     return plain.replace(hidden_size=width)
 
 

@@ -5,6 +5,7 @@ import platform
 
 import jax
 
+from t2mlr_jax.architectures.t2mlr import recurrent
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.studies.benchmarks.harness import Bench
 from t2mlr_jax.studies.benchmarks.presets import num_params
@@ -60,7 +61,7 @@ def metadata(name: str, bench: Bench, argv: list[str]) -> dict:
         **environment(name, "python -m experiments.bench", argv),
         "repeats": bench.preset.repeats,
         "seed": bench.seed,
-        "t2mlr": describe(bench.preset.model.with_recurrence()),
+        "t2mlr": describe(recurrent(bench.preset.model)),
         "baseline": describe(bench.baseline),
         "preset_settings": {k: v for k, v in dataclasses.asdict(bench.preset).items() if k != "model"},
     }

@@ -18,7 +18,7 @@ optional clamped RMS rescale (post_norm). A system may register its own mixer fr
 (recirculation's parameter-free mix: t2mlr_jax.architectures.recirculation.mixer).
 """
 
-from t2mlr_jax.model.mixers.registry import MIXERS, SHARED_KEYS, Mixer, deferred, linear_keys
+from t2mlr_jax.architectures.t2mlr.mixers.registry import MIXERS, SHARED_KEYS, Mixer, deferred, linear_keys
 
 __all__ = ["MIXERS", "SHARED_KEYS", "Mixer", "linear_keys"]
 
@@ -47,7 +47,7 @@ MIXERS.register(
         rezero=True,
     ),
 )
-# The release's `gated` with use_learnable_gate=False: no gate projections (t2mlr_jax.model.mixers.gated).
+# The release's `gated` with use_learnable_gate=False: no gate projections (mixers/gated.py).
 MIXERS.register(
     "gated_fixed",
     _builtin("gated", "mix_fixed", "specs_fixed", keys=_GAMMA_KEYS, recurrent_projection=True, rezero=True),

@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from t2mlr_jax.architectures.t2mlr.mixers.common import dense, linear, post, pre_norm
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.mixers.common import dense, linear, post, pre_norm
 from t2mlr_jax.model.spec import ParamSpec, ones, zeros
 
 

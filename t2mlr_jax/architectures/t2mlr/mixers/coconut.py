@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from jaxtyping import Array, Float
 
+from t2mlr_jax.architectures.t2mlr.mixers.common import post, pre_norm
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.mixers.common import post, pre_norm
 
 
 def specs(cfg: ModelConfig) -> dict:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from t2mlr_jax.architectures.t2mlr.mixers.common import pre_norm
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.mixers.common import pre_norm
 from t2mlr_jax.model.spec import ParamSpec
 
 

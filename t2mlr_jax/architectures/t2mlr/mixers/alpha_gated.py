@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from t2mlr_jax.architectures.t2mlr.mixers.common import gamma, gate_proj, linear, post, pre_norm, tanh_gamma
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.mixers.common import gamma, gate_proj, linear, post, pre_norm, tanh_gamma
 
 VAR_NORM_GATE_INIT = 0.2  # the release's T2MLR_VarNorm_Gated_Mixing_Module default
 

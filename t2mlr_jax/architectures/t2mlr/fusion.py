@@ -3,7 +3,7 @@
 fuse:          the stream entering block l_start becomes Phi(x, R) at recurrent positions (control flow 2).
 update_cache:  R_t from the stream after block l_end, with the optional temporal residual and rescale.
 
-Phi is the mixer named by `RecurrenceConfig.mixer`, looked up in `t2mlr_jax.model.mixers.MIXERS`. The
+Phi is the mixer named by `RecurrenceConfig.mixer`, looked up in `mixers.MIXERS`. The
 pieces every mixer shares are applied here: r = W_rec R (`recurrent_projection`, for mixers that use it)
 before the mixer, and the parameters of W_rec, the streams' pre-norm and the learnable cache RMSNorm.
 """
@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from t2mlr_jax.architectures.t2mlr.mixers import MIXERS
+from t2mlr_jax.architectures.t2mlr.mixers.common import post_rescale, torch_uniform
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.control_flow import RECURRENT
 from t2mlr_jax.model.layers import rms_norm
-from t2mlr_jax.model.mixers import MIXERS
-from t2mlr_jax.model.mixers.common import post_rescale, torch_uniform
 from t2mlr_jax.model.spec import ParamSpec, ones
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
 

@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from t2mlr_jax.architectures.t2mlr.mixers.common import linear, post, pre_norm, square_linear
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.mixers.common import linear, post, pre_norm, square_linear
 from t2mlr_jax.model.spec import ParamSpec
 
 

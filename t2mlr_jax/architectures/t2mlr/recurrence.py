@@ -1,5 +1,5 @@
 """T²MLR's forward modes, each a short composition of embed / run_blocks / head with `fuse` and
-`update_cache` (t2mlr_jax.model.fusion):
+`update_cache` (t2mlr_jax.architectures.t2mlr.fusion):
 
   jacobi_forward   temporal-parallel: an unfused pass, then D-1 refinement passes of the middle block
                    [l_start, l_end] (`fori_loop`, fully stop_gradient'ed except the last B), then a
@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from t2mlr_jax.architectures.t2mlr.fusion import fuse, update_cache
 from t2mlr_jax.model.backbone import (
     KVCache,
     advance,
@@ -36,7 +37,6 @@ from t2mlr_jax.model.backbone import (
 )
 from t2mlr_jax.model.config import ModelConfig, check_depths
 from t2mlr_jax.model.control_flow import RECURRENT
-from t2mlr_jax.model.fusion import fuse, update_cache
 from t2mlr_jax.model.params import gathered, param_specs
 from t2mlr_jax.model.token_layout import (
     Layout,
