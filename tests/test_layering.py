@@ -19,6 +19,7 @@ FLOORS = (
     "data",
     "config",
     "storage",
+    "formats",  # the checkpoint formats' machinery and registry, which the systems' release layouts extend
     "architectures",
     "interop",
     "train",

@@ -3,7 +3,7 @@ release's own reading of scripts/hotpotqa/train_hotpotqa.sh with its sweep's T²
 script, the release's HfArgumentParser parses the command line, its T2MLRConfig keeps the settings, its
 evaluation resolves the generation settings, its mixing module computes a probe); made by
 experiments/release_args.py. Every release field with a counterpart in our config is compared here, the
-T²MLR ones through our importer of the release's settings (t2mlr_jax.interop.release_config).
+T²MLR ones through our importer of the release's settings (t2mlr_jax.architectures.t2mlr.release_configs).
 Config-level: nothing here compiles but the 4-wide mixer probe."""
 
 import json
@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2mlr_jax.architectures.t2mlr import recurrence_from_release, t2mlr_layout
 from t2mlr_jax.architectures.t2mlr.fusion import fuse
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
-from t2mlr_jax.interop.release_config import recurrence_from_release
-from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
+from t2mlr_jax.formats.tables import from_state_dict, to_state_dict
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import init_params
 from tests.tolerance import assert_fp32_close

@@ -1,4 +1,6 @@
-"""Convert checkpoints between PyTorch formats and our orbax checkpoints.
+"""Convert checkpoints between PyTorch formats and our orbax checkpoints: --from / --to name the checkpoint
+formats registered in t2mlr_jax.formats.registry.FORMATS (the generic ones in t2mlr_jax/formats/, each
+research system's release layout in its package under t2mlr_jax/architectures/), one side orbax.
 
 Directions:
   hf | gguf | t2mlr-torch | nanochat  ->  orbax     import (HF Llama folder, llama.cpp GGUF, the authors'
@@ -47,14 +49,21 @@ from pathlib import Path
 from t2mlr_jax import cpu_runtime
 from t2mlr_jax.config.cli import OneLineParser
 
-IMPORTS = ("hf", "gguf", "t2mlr-torch", "nanochat", "ponderlm2")
-EXPORTS = ("hf", "t2mlr-torch", "nanochat", "ponderlm2")
+
+def directions() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The registered formats a checkpoint converts from, and those (with a save) it converts to."""
+    from t2mlr_jax.interop.pretrained import formats
+
+    registered = formats()
+    names = registered.names()
+    return names, tuple(name for name in names if registered.get(name).save)
 
 
 def parse_args(argv):
+    imports, exports = directions()
     parser = OneLineParser(description=__doc__)
-    parser.add_argument("--from", dest="source_format", required=True, choices=IMPORTS + ("orbax",))
-    parser.add_argument("--to", dest="target_format", required=True, choices=EXPORTS + ("orbax",))
+    parser.add_argument("--from", dest="source_format", required=True, choices=imports)
+    parser.add_argument("--to", dest="target_format", required=True, choices=exports)
     parser.add_argument("source", type=Path, help="folder, .gguf file or orbax checkpoint to read")
     parser.add_argument("target", type=Path, help="folder to write: new or empty, unless --overwrite")
     parser.add_argument(
@@ -86,7 +95,7 @@ def parse_args(argv):
         type=int,
         default=1,
         help="orbax -> ponderlm2: the thought count K its config.json records (default 1: the release's "
-        "scripts)",
+        "scripts; the ponderlm2 format's save option)",
     )
     parser.add_argument("--verify", action="store_true", help="compare logits of both sides after converting")
     parser.add_argument(
@@ -100,9 +109,10 @@ def parse_args(argv):
     )
     args = parser.parse_args(argv)
     if (args.source_format == "orbax") == (args.target_format == "orbax"):
+        others = lambda names: "|".join(name for name in names if name != "orbax")  # noqa: E731
         parser.error(
             f"unsupported direction {args.source_format} -> {args.target_format}: one side must be "
-            f"orbax ({'|'.join(IMPORTS)} -> orbax, or orbax -> {'|'.join(EXPORTS)})"
+            f"orbax ({others(imports)} -> orbax, or orbax -> {others(exports)})"
         )
     args.verify = args.verify or args.verify_text is not None
     if args.thoughts < 1:
@@ -114,27 +124,21 @@ def check_paths(args) -> None:
     """Refuse a missing, mislabelled or unreadable source (its config and weight headers: a cut-short file
     is found here), a non-empty target without --overwrite and a missing text, before anything is
     converted."""
-    from t2mlr_jax.interop.files import check_export_target
+    from t2mlr_jax.formats.files import check_export_target
     from t2mlr_jax.interop.orbax_folder import check_orbax_target
-    from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
+    from t2mlr_jax.interop.pretrained import format_of
 
     if not args.source.exists():
         raise ValueError(f"{args.source} does not exist")
-    found = checkpoint_format(args.source)
-    if found != args.source_format:
+    found = format_of(args.source)
+    if found.name != args.source_format:
         raise ValueError(
-            f"{args.source} is not a --from {args.source_format} checkpoint: it looks like --from {found}"
+            f"{args.source} is not a --from {args.source_format} checkpoint: it looks like "
+            f"--from {found.name}"
         )
-    cfg = pretrained_config(args.source)
-    if found == "nanochat":
-        from t2mlr_jax.interop.nanochat import is_interleaved
-
-        if is_interleaved(args.source):
-            raise ValueError(
-                f"{args.source} is the LRT release's interleaved (recurrent) GPT, our LRT, which an orbax "
-                "model checkpoint cannot hold: train or evaluate it with arch=lrt and "
-                "--config.init_from (model.ve_every_layer=True)"
-            )
+    cfg = found.read_config(args.source)
+    if reason := found.refuses_checkpoint(args.source):
+        raise ValueError(f"{args.source} is {reason}")
     if args.verify and args.seq_len > cfg.max_seq_len:
         raise ValueError(f"--seq-len {args.seq_len} is longer than the model's context ({cfg.max_seq_len})")
     check_target = check_orbax_target if args.target_format == "orbax" else check_export_target
@@ -147,8 +151,8 @@ def resolve_tokenizer(args):
     """The tokenizer (as `read_tokenizer` reads it) of --tokenizer, else the one the source records, else
     None. Read here, so that a bad --tokenizer is refused before anything is written; a recorded one that
     does not read is left out with a warning (the conversion itself does not need it)."""
+    from t2mlr_jax.formats.tokenizer_files import read_tokenizer
     from t2mlr_jax.interop.pretrained import recorded_tokenizer
-    from t2mlr_jax.interop.tokenizer_files import read_tokenizer
 
     if args.tokenizer:
         return read_tokenizer(args.tokenizer)
@@ -179,87 +183,41 @@ def verify_text_tokens(args, tokenizer):
         ) from None
 
 
-def check_exportable(args, cfg) -> None:
-    if args.target_format == "ponderlm2" and cfg.recurrence is not None:
-        raise ValueError(f"{args.source} is a T²MLR model: a PonderLM-2 release model has no recurrence")
-    if args.target_format in ("hf", "nanochat") and cfg.recurrence is not None and not args.drop_recurrence:
-        raise ValueError(
-            f"{args.source} is a T²MLR model and --to {args.target_format} cannot hold its recurrence: pass "
-            "--drop-recurrence to export the backbone alone, or use --to t2mlr-torch"
-        )
-    if args.target_format == "t2mlr-torch" and cfg.recurrence is None:
-        raise ValueError(
-            f"{args.source} is a plain transformer and the T²MLR layout needs a recurrence: use --to hf"
-        )
-
-
 def convert(args, tokenizer) -> tuple:
     """Read the source, write the target; returns the (cfg, params) our side holds (for an export, the
     model read, its recurrence included)."""
-    from t2mlr_jax.interop import (
-        load_gguf,
-        load_hf,
-        load_nanochat,
-        load_params,
-        load_t2mlr_torch,
-        save_hf,
-        save_nanochat,
-        save_params,
-        save_t2mlr_torch,
-    )
-    from t2mlr_jax.interop.files import read_json
-    from t2mlr_jax.interop.ponderlm2_release import (
-        ponderlm2_settings,
-        save_ponderlm2_release,
-        scripts_settings,
-    )
-    from t2mlr_jax.interop.pretrained import load_ponderlm2_backbone
+    from t2mlr_jax.interop.pretrained import formats
 
+    source, target = (formats().get(name) for name in (args.source_format, args.target_format))
+    cfg, params = source.load(args.source, param_dtype=args.param_dtype, progress=True)
+    if source.import_note:
+        print(source.import_note(args.source))
+    target_cfg, target_params = exported(args, cfg, params)
+    if reason := target.refuses_model(target_cfg):
+        raise ValueError(f"{args.source} is {reason}")
+    target.save(
+        target_cfg,
+        target_params,
+        args.target,
+        tokenizer=tokenizer,
+        progress=True,
+        overwrite=args.overwrite,
+        **{option: getattr(args, option) for option in target.options},
+    )
     if args.target_format == "orbax":
-        load = {
-            "hf": load_hf,
-            "gguf": load_gguf,
-            "t2mlr-torch": load_t2mlr_torch,
-            "nanochat": load_nanochat,
-            "ponderlm2": load_ponderlm2_backbone,
-        }[args.source_format]
-        cfg, params = load(args.source, param_dtype=args.param_dtype, progress=True)
-        if args.source_format == "ponderlm2":
-            settings = ponderlm2_settings(read_json(args.source / "config.json"))
-            print(f"the release's model is arch=ponderlm2 with the section ponderlm2={json.dumps(settings)}")
-        recorded = None if tokenizer is None else str(Path(tokenizer.source).absolute())
-        save_params(args.target, cfg, params, tokenizer=recorded, overwrite=args.overwrite)
-        return load_params(args.target)  # verify what was written, not what is in memory
-    cfg, params = load_params(args.source)
-    check_exportable(args, cfg)
-    if args.target_format == "hf":
-        save_hf(
-            cfg,
-            params,
-            args.target,
-            drop_recurrence=args.drop_recurrence,
-            tokenizer=tokenizer,
-            progress=True,
-            overwrite=args.overwrite,
-        )
-    elif args.target_format == "ponderlm2":
-        settings = scripts_settings(args.thoughts)
-        save_ponderlm2_release(
-            cfg, params, settings, args.target, tokenizer=tokenizer, progress=True, overwrite=args.overwrite
-        )
-    elif args.target_format == "nanochat":  # its tokenizer lives in nanochat's base dir, not the checkpoint
-        cfg, params = exported(args, cfg, params)
-        save_nanochat(cfg, params, args.target, overwrite=args.overwrite)
-    else:
-        save_t2mlr_torch(
-            cfg, params, args.target, tokenizer=tokenizer, progress=True, overwrite=args.overwrite
-        )
+        return target.load(args.target)  # verify what was written, not what is in memory
     return cfg, params
 
 
 def exported(args, cfg, params) -> tuple:
-    """The model the target holds: for --to hf or nanochat, a T²MLR model's backbone."""
-    if args.target_format in ("hf", "nanochat") and cfg.recurrence is not None:
+    """The model the target holds: a T²MLR model's backbone for --drop-recurrence to a backbone format."""
+    from t2mlr_jax.interop.pretrained import formats
+
+    if (
+        args.drop_recurrence
+        and formats().get(args.target_format).backbone_only
+        and cfg.recurrence is not None
+    ):
         return cfg.replace(recurrence=None), {k: v for k, v in params.items() if k != "mixer"}
     return cfg, params
 
@@ -308,7 +266,7 @@ def write_report(args, report: dict) -> None:
 
 
 def run(args) -> int:
-    from t2mlr_jax.interop.files import staged_folder
+    from t2mlr_jax.formats.files import staged_folder
     from t2mlr_jax.interop.model_card import write_model_card
     from t2mlr_jax.interop.verify import report_sections
 
@@ -351,7 +309,7 @@ def main(argv=None) -> int:
     try:
         return run(args)
     except (ValueError, OSError) as e:  # bad or unsupported input: the message says what and why
-        from t2mlr_jax.interop.files import one_line
+        from t2mlr_jax.formats.files import one_line
 
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         manager = tasks_manager(tasks, args.include_path)
         bundle = load_bundle(args.checkpoint, tokenizer)
     except (ValueError, OSError) as e:  # bad input: the message says what and why
-        from t2mlr_jax.interop.files import one_line
+        from t2mlr_jax.formats.files import one_line
 
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2

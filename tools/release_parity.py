@@ -23,7 +23,7 @@ checkpoint format and run there; then here:
               OUT/SIZE/export_logits.npz); its logits compared with the release's on its own checkpoint
   (ponderlm2: experiments/make_ponderlm2_fixture.py; its folder is save_pretrained's HF Llama with the
   release's pondering fields, imported as our arch ponderlm2 with the release's settings
-  (t2mlr_jax/interop/ponderlm2_release.py); its release.npz adds eval_logits, its evaluation forward,
+  (t2mlr_jax/architectures/ponderlm2/release.py); its release.npz adds eval_logits, its evaluation forward,
   compared with ours as "eval"; its decode is the logits from the prefill's last token on; no padded rows)
 Sizes (ponderlm2): tiny, the fixture's model (2 layers, width 32, vocab 64, K = 2; tokens 2 x 8, prefill
 2), and 410m, llama_config/410m at K = 1 as scripts/train_ponderlm2_llama_410m.sh (~405M parameters;
@@ -475,7 +475,7 @@ def run(args, release: Release, sizes: list[str], versions: dict) -> int:
 
 
 def main(argv=None) -> int:
-    from t2mlr_jax.interop.files import one_line
+    from t2mlr_jax.formats.files import one_line
 
     args = parse_args(argv)
     try:

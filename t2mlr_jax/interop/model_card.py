@@ -125,7 +125,7 @@ def _loading(folder: Path, layout: str, tokenizer: str | None) -> str:
         )
         lines = [
             "from transformers import AutoTokenizer",
-            "from t2mlr_jax.interop.torch_reference import T2MLRReference",
+            "from t2mlr_jax.architectures.t2mlr.torch_reference import T2MLRReference",
             "",
             f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
             f'model = T2MLRReference.from_pretrained("{folder}")',
@@ -138,7 +138,7 @@ def _loading(folder: Path, layout: str, tokenizer: str | None) -> str:
         )
         lines = [
             "import torch",
-            "from t2mlr_jax.interop.nanochat_torch import NanochatReference",
+            "from t2mlr_jax.formats.nanochat_torch import NanochatReference",
             "",
             f'model = NanochatReference.from_checkpoint("{folder}")',
             "logits = model(torch.tensor([[1, 2, 3]]))",
@@ -152,7 +152,7 @@ def _loading(folder: Path, layout: str, tokenizer: str | None) -> str:
         )
         lines = [
             "import torch",
-            "from t2mlr_jax.interop.ponderlm2_torch import PonderLM2Reference",
+            "from t2mlr_jax.architectures.ponderlm2.torch_reference import PonderLM2Reference",
             "",
             f'model = PonderLM2Reference.from_pretrained("{folder}")',
             "logits = model(torch.tensor([[2, 3, 4]]))",

@@ -5,6 +5,8 @@ orbax). A model is read from any of:
   a training step      WORKDIR/checkpoints/<step>: the train state plus a meta record naming the
                        architecture, its model config and tokenizer (the optimizer state is not read)
   a training workdir   WORKDIR (or WORKDIR/checkpoints): its newest step
+
+Registered as the checkpoint format "orbax" (t2mlr_jax.formats.registry).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import jax
 
 from t2mlr_jax.architectures import ARCHITECTURES
 from t2mlr_jax.config.convert import model_from_dict, model_to_dict
-from t2mlr_jax.interop.files import check_export_target
-from t2mlr_jax.interop.tables import check_params
+from t2mlr_jax.formats.files import check_export_target
+from t2mlr_jax.formats.registry import FIRST, FORMATS, CheckpointFormat
+from t2mlr_jax.formats.tables import check_params
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.storage import checkpoint as ckpt
@@ -148,3 +151,24 @@ def _sub_runs(path: Path) -> list[str]:
     if not path.is_dir():
         return []
     return sorted(p.name for p in path.iterdir() if (p / RUN_CONFIG).exists())
+
+
+def export(cfg: ModelConfig, params: dict, path: Path | str, *, tokenizer=None, overwrite: bool = False, **_):
+    """`save_params` as a conversion's target: it records the tokenizer's path (a `read_tokenizer` result)."""
+    recorded = None if tokenizer is None else str(Path(tokenizer.source).absolute())
+    save_params(path, cfg, params, tokenizer=recorded, overwrite=overwrite)
+
+
+# Our side of every conversion (convert_checkpoint: one side is orbax); checked before the release layouts.
+FORMATS.register(
+    "orbax",
+    CheckpointFormat(
+        "orbax",
+        recognises=is_orbax_checkpoint,
+        read_config=lambda path, **_: load_config(path),
+        load=lambda path, **_: load_params(path),
+        save=export,
+        priority=FIRST,
+        described="an orbax checkpoint",
+    ),
+)

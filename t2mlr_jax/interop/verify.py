@@ -1,5 +1,6 @@
 """Run a converted model on both sides (ours in JAX, the PyTorch one in transformers or a torch
-reference) on the same token sequences and report the largest logit difference."""
+reference: its format's registered `torch_model`) on the same token sequences and report the largest
+logit difference."""
 
 from __future__ import annotations
 
@@ -11,11 +12,9 @@ import numpy as np
 from jaxtyping import Float, Int
 
 from t2mlr_jax.architectures.t2mlr import exact_forward
-from t2mlr_jax.interop.files import read_json
+from t2mlr_jax.interop.pretrained import formats
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
-
-TORCH_FORMATS = ("hf", "gguf", "t2mlr-torch", "nanochat", "ponderlm2")
 
 
 def sample_tokens(vocab_size: int, num_sequences: int, seq_len: int, seed: int = 0) -> Int[np.ndarray, "B T"]:
@@ -23,48 +22,26 @@ def sample_tokens(vocab_size: int, num_sequences: int, seq_len: int, seed: int =
 
 
 def jax_logits(
-    cfg: ModelConfig, params: dict, tokens: Int[np.ndarray, "B T"], ponderlm2: dict | None = None
+    cfg: ModelConfig, params: dict, tokens: Int[np.ndarray, "B T"], evaluation: Callable | None = None
 ) -> Float[np.ndarray, "B T V"]:
-    """Our logits: exact recurrence for a T²MLR model, arch ponderlm2's evaluation with the section
-    `ponderlm2` when given, the plain forward otherwise."""
-    if ponderlm2 is not None:
-        from t2mlr_jax.interop.ponderlm2_forward import evaluation_logits
-
-        return evaluation_logits(cfg, params, ponderlm2, tokens)
+    """Our logits: the format's `evaluation` when given (PonderLM-2's), exact recurrence for a T²MLR
+    model, the plain forward otherwise."""
+    if evaluation is not None:
+        return np.asarray(evaluation(cfg, params, tokens))
     if cfg.recurrence is None:
         return np.asarray(backbone.forward(cfg, params, jnp.asarray(tokens)))
     return np.asarray(exact_forward(cfg, params, jnp.asarray(tokens)).logits)
 
 
 def torch_model(fmt: str, path: Path | str) -> Callable[[Int[np.ndarray, "B T"]], Float[np.ndarray, "B T V"]]:
-    """The PyTorch side as tokens -> logits: transformers for HF folders and GGUF files, the references for
-    T²MLR and nanochat; loaded once for every token set compared."""
+    """The PyTorch side as tokens -> logits, the format's registered `torch_model` (transformers for HF
+    folders and GGUF files, the references for the releases); loaded once for every token set compared."""
     import torch
 
-    path = Path(path)
-    if fmt == "t2mlr-torch":
-        from t2mlr_jax.interop.torch_reference import T2MLRReference
-
-        model = T2MLRReference.from_pretrained(path)
-    elif fmt == "nanochat":
-        from t2mlr_jax.interop.nanochat_torch import NanochatReference
-
-        model = NanochatReference.from_checkpoint(path)
-    elif fmt == "ponderlm2":
-        from t2mlr_jax.interop.ponderlm2_torch import PonderLM2Reference
-
-        model = PonderLM2Reference.from_pretrained(path)
-    elif fmt in ("hf", "gguf"):
-        from transformers import AutoModelForCausalLM
-
-        where = (
-            dict(pretrained_model_name_or_path=path)
-            if fmt == "hf"
-            else dict(pretrained_model_name_or_path=path.parent, gguf_file=path.name)
-        )
-        model = AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32).eval()
-    else:
-        raise ValueError(f"format must be one of {TORCH_FORMATS}, got {fmt!r}")
+    torch_formats = [name for name in formats().names() if formats().get(name).torch_model]
+    if fmt not in torch_formats:
+        raise ValueError(f"format must be one of {tuple(torch_formats)}, got {fmt!r}")
+    model = formats().get(fmt).torch_model(Path(path))
 
     def logits(tokens):
         with torch.no_grad():
@@ -90,7 +67,7 @@ def compare(
     torch_side: Callable,
     tokens: Int[np.ndarray, "B T"],
     tolerance: float,
-    ponderlm2: dict | None = None,
+    evaluation: Callable | None = None,
 ) -> dict:
     """The largest |logit difference| on `tokens`; it passes when that difference, relative to the largest
     |logit|, is within `tolerance`: random tokens drive real models to logits of ~30, where fp32 summation
@@ -103,7 +80,7 @@ def compare(
             "lower --seq-len"
         )
     reference = torch_side(tokens)
-    diff = float(np.abs(jax_logits(cfg, params, tokens, ponderlm2) - reference).max())
+    diff = float(np.abs(jax_logits(cfg, params, tokens, evaluation) - reference).max())
     relative = diff / max(float(np.abs(reference).max()), 1e-30)
     return {
         "num_sequences": tokens.shape[0],
@@ -131,12 +108,10 @@ def verify(
     tokens, and under "text" on `text_tokens` (real text, e.g. `text_windows`) when given. The top-level
     "passed" is the random tokens'; `report_sections` lists both."""
     torch_side = torch_model(fmt, path)
-    ponderlm2 = None
-    if fmt == "ponderlm2":  # its evaluation forward, with the settings its folder records
-        from t2mlr_jax.interop.ponderlm2_release import ponderlm2_settings
-
-        ponderlm2 = ponderlm2_settings(read_json(Path(path) / "config.json"))
-    mode = "ponderlm2" if ponderlm2 else "exact" if cfg.recurrence else "plain"
+    # the format's own evaluation forward where it has one (PonderLM-2's, with its folder's settings)
+    evaluate = formats().get(fmt).evaluation
+    evaluation = evaluate(Path(path)) if evaluate else None
+    mode = fmt if evaluation else "exact" if cfg.recurrence else "plain"
     report = {
         "torch_format": fmt,
         "torch_path": str(path),
@@ -148,11 +123,11 @@ def verify(
             torch_side,
             sample_tokens(cfg.vocab_size, num_sequences, seq_len, seed),
             tolerance,
-            ponderlm2,
+            evaluation,
         ),
     }
     if text_tokens is not None:
-        report["text"] = compare(cfg, params, torch_side, text_tokens, tolerance, ponderlm2)
+        report["text"] = compare(cfg, params, torch_side, text_tokens, tolerance, evaluation)
     return report
 
 

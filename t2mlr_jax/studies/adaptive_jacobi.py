@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from t2mlr_jax.analysis.plots import subplots
 from t2mlr_jax.config.cli import OneLineParser, fail
+from t2mlr_jax.studies import runner
 from t2mlr_jax.studies.analysis_common import (
     Preset,
     add_checkpoint_flag,
@@ -161,27 +161,33 @@ def measure(config, params: dict, batches: list[dict], cells: list[dict], repeat
     def steps(grad_fn, weights, state):
         return lambda: [grad_fn(weights, batch, state, rng) for batch in batches]
 
-    runners, rows = {}, []
-    for cell in tqdm(cells, desc="compiling variants", file=sys.stderr):
+    runners, by_name = {}, {c["name"]: c for c in cells}
+
+    def compiled(name: str) -> dict:
+        """The variant's step compiled (kept in `runners` for the timing) and its loss and passes."""
+        cell = by_name[name]
         arch = variant_arch(config, cell)
         weights = {k: params[k] for k in arch.specs}  # the plain backbone: all but the fusion's
-        runners[cell["name"]] = steps(jax.jit(make_grad_fn(arch)), weights, arch.init_model_state())
-        sums = [jax.device_get(metric_sums) for _, (metric_sums, _) in runners[cell["name"]]()]
+        runners[name] = steps(jax.jit(make_grad_fn(arch)), weights, arch.init_model_state())
+        sums = [jax.device_get(metric_sums) for _, (metric_sums, _) in runners[name]()]
         logged = lambda key: [float(s[key][0] / s[key][1]) for s in sums]  # means over recurrent tokens
         adaptive = cell["tolerance"] is not None
         per_batch = logged("jacobi_passes") if adaptive else None
-        rows.append(
-            {
-                **cell,
-                "loss": float(np.mean([s["loss"][0] / s["loss"][1] for s in sums])),
-                "passes": cell["d_forward"] if per_batch is None else float(np.mean(per_batch)),
-                "passes_per_batch": per_batch,
-                # convergence: each batch's last detached pass's change and whether it met the tolerance
-                # (not: its passes stopped at the cap still moving)
-                "final_change_per_batch": logged("jacobi_change") if adaptive else None,
-                "converged_per_batch": [bool(c) for c in logged("jacobi_converged")] if adaptive else None,
-            }
-        )
+        return {
+            **cell,
+            "loss": float(np.mean([s["loss"][0] / s["loss"][1] for s in sums])),
+            "passes": cell["d_forward"] if per_batch is None else float(np.mean(per_batch)),
+            "passes_per_batch": per_batch,
+            # convergence: each batch's last detached pass's change and whether it met the tolerance
+            # (not: its passes stopped at the cap still moving)
+            "final_change_per_batch": logged("jacobi_change") if adaptive else None,
+            "converged_per_batch": [bool(c) for c in logged("jacobi_converged")] if adaptive else None,
+        }
+
+    # the variants × one repeat, a table of the study runner; the timing is across them, interleaved, after
+    units = runner.grid(list(by_name))
+    study = runner.Study(units, lambda name, _: compiled(name), desc="compiling variants")
+    rows = list(runner.by_row(runner.run(study).results).values())
     seconds = measure_interleaved(runners, repeats, progress("timed steps", len(cells) * (repeats + 1)))
     plain = seconds[cells[0]["name"]]
     for row in rows:

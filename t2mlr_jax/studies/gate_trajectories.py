@@ -35,12 +35,10 @@ import sys
 import time
 from pathlib import Path
 
-from tqdm import tqdm
-
 from t2mlr_jax.analysis.plots import finish, save, subplots
 from t2mlr_jax.analysis.run_logs import ReportError, RunLog, is_gate_key, load_runs
 from t2mlr_jax.config.cli import OneLineParser, fail
-from t2mlr_jax.studies import ROOT
+from t2mlr_jax.studies import ROOT, runner
 from t2mlr_jax.studies.analysis_common import setup_jax, train_run
 from t2mlr_jax.studies.benchmarks.report import markdown_table
 
@@ -110,12 +108,9 @@ def train_cpu_windows(out: Path, steps: int) -> list[Path]:
     except (ValueError, KeyError, FileNotFoundError) as e:
         fail(e)
     setup_jax(out)
-    for name in tqdm(configs, desc="windows", file=sys.stderr):
-        summary = train_run(configs[name], out / name)
-        if "stopped_by" in summary:
-            fail(
-                f"{out / name}: stopped by {summary['stopped_by']} at step {summary['step']}; rerun to resume"
-            )
+    train, named = (lambda name, _: train_run(configs[name], out / name)), (lambda name, _: str(out / name))
+    # a window a signal stopped ends the command in one error line (a rerun resumes it)
+    runner.run(runner.Study(runner.grid(list(configs)), train, tag=named, on_stop=fail, desc="windows"))
     return [out / name for name in configs]
 
 

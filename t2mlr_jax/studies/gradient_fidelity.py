@@ -35,10 +35,10 @@ from pathlib import Path
 
 import numpy as np
 from jaxtyping import Float
-from tqdm import tqdm
 
 from t2mlr_jax.analysis.plots import subplots
 from t2mlr_jax.config.cli import OneLineParser, fail
+from t2mlr_jax.studies import runner
 from t2mlr_jax.studies.analysis_common import (
     Preset,
     add_checkpoint_flag,
@@ -211,9 +211,9 @@ def measure(config, params: dict, batches: list[dict], cells: list[tuple[int, in
     from t2mlr_jax.train.train_step import make_grad_fn
 
     rng = jax.random.PRNGKey(0)
-    anchor = None
-    results = []
-    for d_forward, d_backward in tqdm(cells, desc="(D, B) cells", file=sys.stderr):
+    anchor = {}  # the first cell's gradients, and the parameter groups
+
+    def measure_cell(d_forward: int, d_backward: int) -> dict:
         started = time.time()
         arch = build_architecture(resolve(jacobi_config(config, d_forward, d_backward)))
         grad_fn = jax.jit(make_grad_fn(arch))
@@ -221,24 +221,26 @@ def measure(config, params: dict, batches: list[dict], cells: list[tuple[int, in
             jax.tree.leaves(jax.device_get(grad_fn(params, batch, arch.init_model_state(), rng)[0]))
             for batch in batches
         ]
-        if anchor is None:
-            anchor, groups = grads, parameter_groups(arch)
-        per_batch = [compare(g, r, groups) for g, r in zip(grads, anchor)]
-        results.append(
-            {
-                "d_forward": d_forward,
-                "d_backward": d_backward,
-                "groups": {
-                    name: {m: float(np.mean([b[name][m] for b in per_batch])) for m in MEASURES}
-                    for name in groups
-                },
-                "seconds": round(time.time() - started, 2),
-            }
-        )
+        if not anchor:
+            anchor.update(grads=grads, groups=parameter_groups(arch))
+        per_batch = [compare(g, r, anchor["groups"]) for g, r in zip(grads, anchor["grads"])]
+        return {
+            "d_forward": d_forward,
+            "d_backward": d_backward,
+            "groups": {
+                name: {m: float(np.mean([b[name][m] for b in per_batch])) for m in MEASURES}
+                for name in anchor["groups"]
+            },
+            "seconds": round(time.time() - started, 2),
+        }
+
+    # a table of the study runner: the cells × one repeat, nothing journaled (one process, one checkpoint)
+    study = runner.Study(runner.grid(cells), lambda cell, _: measure_cell(*cell), desc="(D, B) cells")
+    measured = runner.by_row(runner.run(study).results)
     return {
         "reference": list(cells[0]),
-        "groups": {name: about for name, (about, _) in groups.items()},
-        "cells": results,
+        "groups": {name: about for name, (about, _) in anchor["groups"].items()},
+        "cells": list(measured.values()),
     }
 
 

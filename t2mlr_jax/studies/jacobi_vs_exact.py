@@ -244,7 +244,7 @@ def compare(config, out: Path) -> dict:
 
     run_mode = lambda mode, seed: run_row(mode, configs[mode], out)
     study = runner.Study(runner.grid(MODES, [config.seed]), run_mode, report=report, desc="rows")
-    return {mode: r for mode, by_seed in runner.run(study).results.items() for r in by_seed.values()}
+    return runner.by_row(runner.run(study).results)
 
 
 def longest_eval_row(config) -> int:

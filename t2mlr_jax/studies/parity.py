@@ -41,17 +41,17 @@ from t2mlr_jax.architectures.lrt.forward import LRTConfig, LRTDecoder, interleav
 from t2mlr_jax.architectures.lrt.forward import exact_forward as lrt_exact
 from t2mlr_jax.architectures.t2mlr import T2MLRDecoder
 from t2mlr_jax.architectures.t2mlr.recurrence import exact_forward, jacobi_forward
-from t2mlr_jax.interop.files import read_json, read_state_dict, torch_state, torch_to_numpy
-from t2mlr_jax.interop.nanochat import (
+from t2mlr_jax.architectures.t2mlr.t2mlr_torch import save_t2mlr_torch, t2mlr_layout
+from t2mlr_jax.formats.files import read_json, read_state_dict, torch_state, torch_to_numpy
+from t2mlr_jax.formats.nanochat import (
     checkpoint_files,
     gpt_config,
     padded_vocab,
     save_nanochat,
     to_nanochat_state,
 )
+from t2mlr_jax.formats.tables import to_state_dict
 from t2mlr_jax.interop.pretrained import load_pretrained
-from t2mlr_jax.interop.t2mlr_torch import save_t2mlr_torch
-from t2mlr_jax.interop.tables import t2mlr_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.generate import teacher_forced

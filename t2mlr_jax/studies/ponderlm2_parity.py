@@ -26,15 +26,15 @@ from t2mlr_jax.architectures import Architecture
 from t2mlr_jax.architectures.baselines import PAUSE_PARAM
 from t2mlr_jax.architectures.baselines.looped import LoopedDecoder
 from t2mlr_jax.architectures.lrt import Draw
-from t2mlr_jax.interop.files import read_json, read_state_dict
-from t2mlr_jax.interop.ponderlm2_forward import batch_of, evaluation_logits, ponderlm2
-from t2mlr_jax.interop.ponderlm2_release import (
+from t2mlr_jax.architectures.ponderlm2.evaluation import batch_of, evaluation_logits, ponderlm2
+from t2mlr_jax.architectures.ponderlm2.release import (
     FIELDS,
     PAUSE_ID,
     load_ponderlm2_release,
     save_ponderlm2_release,
 )
-from t2mlr_jax.interop.tables import hf_layout, to_state_dict
+from t2mlr_jax.formats.files import read_json, read_state_dict
+from t2mlr_jax.formats.tables import hf_layout, to_state_dict
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.generate import teacher_forced
 from t2mlr_jax.studies.parity import (

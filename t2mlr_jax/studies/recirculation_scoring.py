@@ -39,10 +39,6 @@ class Cell:
     scheme: str = ""
     alpha: float = 0.0
 
-    @property
-    def key(self) -> tuple:
-        return dataclasses.astuple(self)
-
 
 @dataclasses.dataclass(frozen=True)
 class Scoring:

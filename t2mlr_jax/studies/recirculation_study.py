@@ -26,14 +26,13 @@ Writes, in --out (default runs/recirculation_study): each sweep's folder, and
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
 
 from t2mlr_jax.analysis.plots import interval_rows, subplots
 from t2mlr_jax.config.cli import OneLineParser, fail
-from t2mlr_jax.studies import ROOT
+from t2mlr_jax.studies import ROOT, runner
 from t2mlr_jax.studies.analysis_common import setup_jax
 from t2mlr_jax.studies.preregistration import preregister
 from t2mlr_jax.studies.protocol import Claim, Interval, interval, verdict
@@ -166,7 +165,10 @@ def main(argv: list[str] | None = None) -> dict:
         fail(e)
     setup_jax(out)
 
-    sweeps = {name: run_sweep(config, out / name) for name, config in configs.items()}
+    # the sweeps × one repeat, a table of the study runner (each resumes from its own cells.jsonl); the
+    # repeats of the claims are the report windows inside each sweep, judged below
+    sweep = lambda name, _: run_sweep(configs[name], out / name)
+    sweeps = runner.by_row(runner.run(runner.Study(runner.grid(list(configs)), sweep, desc="sweeps")).results)
     schemes, ramped = sweeps["schemes"], sweeps["ramp"]
     if schemes["selection"] != ramped["selection"]:
         raise RuntimeError("the two sweeps chose on different windows: their report windows cannot be paired")
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
         "report": len(selection["report_windows"]),
     }
     payload = {"meta": meta, "baseline": schemes["baseline"], "rows": rows, "ramp": ramp}
-    (out / "results.json").write_text(json.dumps(payload, indent=1, default=str))
+    runner.write_json(out / "results.json", payload)
     text = render(meta, rows, ramp, schemes["baseline"])
     (out / "results.md").write_text(text)
     plot(rows, out / "results.png")

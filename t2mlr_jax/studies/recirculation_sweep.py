@@ -2,8 +2,8 @@
 change against the unmodified model of every cell (scheme, alpha, source, destination) of a grid, on
 config.init_from's model over the fixed eval windows of config.data, with the paper's controls.
 Registered as the study of arch "recirculation" (it has nothing to train): main.py's --mode=train and
-experiments/recirculation.py run it. Cells are scored by recirculation_scoring.py, drawn by
-recirculation_plots.py.
+experiments/recirculation.py run it. Cells are scored by recirculation_scoring.py, run as a table of the
+study runner (runner.py: the cells × one repeat, cells.jsonl its journal), drawn by recirculation_plots.py.
 
 Grid (config.recirculation.sweep_*): alphas x schemes x pairs destination < source <= destination +
 max_gap over every stride-th block, each cell scored as the section says (stack two | single, evaluation
@@ -31,7 +31,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from tqdm import tqdm
 
 from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.recirculation.mix import Recirculation
@@ -39,6 +38,7 @@ from t2mlr_jax.config.convert import to_dict
 from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.storage.workdir import write_atomic
+from t2mlr_jax.studies import runner
 from t2mlr_jax.studies.protocol import interval, splits
 from t2mlr_jax.studies.recirculation_plots import write_plots
 from t2mlr_jax.studies.recirculation_scoring import (
@@ -142,32 +142,8 @@ def check_window(config: Experiment, max_seq_len: int) -> int:
 # The sweep
 
 
-class CellLog:
-    """cells.jsonl: the cells scored so far with these settings (`fingerprint`); `add` appends one."""
-
-    def __init__(self, path: Path, fingerprint: str):
-        self.path, self.fingerprint = path, fingerprint
-        lines = path.read_text().splitlines() if path.exists() else []
-        records = [json.loads(line) for line in lines if line.strip()]
-        self.done = {_key(r): r for r in records if r.get("settings") == fingerprint}
-
-    def add(self, line: dict) -> dict:
-        line = {**line, "settings": self.fingerprint}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(line) + "\n")
-        self.done[_key(line)] = line
-        return line
-
-    def get(self, cell: Cell) -> dict | None:
-        return self.done.get(cell.key)
-
-
 def _cell(line: dict) -> Cell:
     return Cell(**{f.name: line[f.name] for f in dataclasses.fields(Cell)})
-
-
-def _key(line: dict) -> tuple:
-    return _cell(line).key
 
 
 def fingerprint(config: Experiment, scoring: Scoring) -> str:
@@ -197,6 +173,21 @@ def checked(config: Experiment):
     return arch.backbone, load, plan(config, arch.backbone), check_window(config, arch.max_seq_len)
 
 
+def cell_study(cells: list[Cell], score_cell, workdir: Path, settings: str) -> runner.Study:
+    """`cells` as a table of the study runner (rows × one repeat), journaled in workdir/cells.jsonl: a line
+    per cell (its record, tagged with the settings), the cells there with these settings read back."""
+    return runner.Study(
+        runner.grid(cells),
+        lambda cell, _: score_cell(cell),
+        workdir / CELLS,
+        line=lambda cell, _, seconds, record: record,  # a record carries its own scoring seconds
+        read=lambda line: ((_cell(line), 0), line),
+        settings=settings,
+        resume=True,
+        desc="recirculation",
+    )
+
+
 def run_sweep(config: Experiment, workdir: Path) -> dict:
     """The sweep of config.recirculation on config.init_from's model; resumes from workdir/cells.jsonl.
     Every setting is checked before anything is loaded or compiled. Returns what results.json holds."""
@@ -207,42 +198,45 @@ def run_sweep(config: Experiment, workdir: Path) -> dict:
     startup.mark("data")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    log = CellLog(workdir / CELLS, fingerprint(config, sweep.scoring))
+    settings = fingerprint(config, sweep.scoring)
     params = functools.cache(lambda: jax.device_put(load()))  # read only when a cell is due
 
     baseline = Cell("baseline")
     cells = [baseline, *sweep.grid, *sweep.looping]
-    pending = [c for c in cells if log.get(c) is None]
-    with tqdm(total=len(cells), initial=len(cells) - len(pending), desc="recirculation", unit="cell") as bar:
-        for i, cell in enumerate(pending):
-            bar.set_postfix_str(_name(cell))
-            if i == 0:
-                params()
-                startup.mark("state")
-            raw = score(params(), batches, cell, scorer(model, cell, sweep.scoring), window)
-            log.add(record(cell, raw, log.get(baseline), sweep.scoring.tol))
-            if i == 0:  # its first cell's score includes tracing and compiling its program
-                startup.mark("first_step")
-                startup.write(
-                    workdir, cell=_name(cell), compilation_cache=jax.config.jax_compilation_cache_dir
-                )
-            bar.update()
-    base = log.get(baseline)
+    fresh = []  # the cells scored in this process
+
+    def score_cell(cell: Cell) -> dict:
+        if not fresh:
+            params()
+            startup.mark("state")
+        raw = score(params(), batches, cell, scorer(model, cell, sweep.scoring), window)
+        scored[cell] = record(cell, raw, scored.get(baseline), sweep.scoring.tol)
+        fresh.append(cell)
+        if len(fresh) == 1:  # its first cell's score includes tracing and compiling its program
+            startup.mark("first_step")
+            startup.write(workdir, cell=_name(cell), compilation_cache=jax.config.jax_compilation_cache_dir)
+        return scored[cell]
+
+    study = cell_study(cells, score_cell, workdir, settings)
+    scored = {cell: line for (cell, _), line in runner.journaled(study).items()}  # the baseline, once known
+    lines = runner.by_row(runner.run(study).results)
+    base = lines[baseline]
     parts = splits(len(base["tokens_by_window"]), config.recirculation.sweep_selection_fraction, config.seed)
-    grid = sorted((log.get(c) for c in sweep.grid), key=lambda r: _change_on(r, base, parts.selection))
-    checks = []
-    for best in grid[: sweep.serial_check]:
-        cell = Cell("check", best["source"], best["destination"], best["scheme"], best["alpha"])
-        checks.append(
-            log.get(cell) or log.add(serial_check(model, params(), batches, cell, sweep.scoring, window))
-        )
-    looping = [log.get(c) for c in sweep.looping]
-    results = _results(config, model, sweep, base, grid, looping, checks, batches, window, parts)
+    grid = sorted((lines[c] for c in sweep.grid), key=lambda r: _change_on(r, base, parts.selection))
+    checked_cells = [
+        Cell("check", best["source"], best["destination"], best["scheme"], best["alpha"])
+        for best in grid[: sweep.serial_check]
+    ]
+    check = lambda cell: serial_check(model, params(), batches, cell, sweep.scoring, window)
+    checks = runner.run(cell_study(checked_cells, check, workdir, settings)).results
+    checks = [checks[cell][0] for cell in checked_cells]
+    looping = [lines[c] for c in sweep.looping]
+    results = _results(config, model, sweep, base, grid, looping, checks, batches, window, parts, settings)
     results["timings"] = {
         "run_seconds": time.perf_counter() - started,
-        "cells_seconds": sum(log.get(c)["seconds"] for c in cells),
-        "evaluated_now": len(pending),
-        "reused": len(cells) - len(pending),
+        "cells_seconds": sum(lines[c]["seconds"] for c in cells),
+        "evaluated_now": len(fresh),
+        "reused": len(cells) - len(fresh),
     }
     write_atomic(workdir / RESULTS, json.dumps(results, indent=2) + "\n")
     write_plots(workdir, results)
@@ -257,7 +251,7 @@ def _name(cell: Cell) -> str:
     return f"{cell.kind} s={cell.source} d={cell.destination}{alpha}"
 
 
-RAW = ("nll", "tokens", "bytes", "nll_by_position", "nll_by_window", "tokens_by_window", "settings")
+RAW = ("nll", "tokens", "bytes", "nll_by_position", "nll_by_window", "tokens_by_window")
 
 
 def _shown(line: dict) -> dict:
@@ -296,7 +290,7 @@ def _chosen(cell: dict, baseline: dict, parts) -> dict:
 
 
 def _results(
-    config, model: ModelConfig, sweep: Plan, baseline, grid, looping, checks, batches, window, parts
+    config, model: ModelConfig, sweep: Plan, baseline, grid, looping, checks, batches, window, parts, settings
 ) -> dict:
     """results.json: the settings, the baseline, the grid best first (on the selection windows), the best
     cell and each scheme's best reported on the report windows, the controls, the serial check."""
@@ -316,7 +310,7 @@ def _results(
             "stride": s.sweep_stride,
             "pairs": len({(c.source, c.destination) for c in sweep.grid}),
             "scoring": dataclasses.asdict(sweep.scoring),
-            "fingerprint": baseline["settings"],
+            "fingerprint": settings,
         },
         "selection": {
             "fraction": config.recirculation.sweep_selection_fraction,

@@ -19,9 +19,10 @@ import numpy as np
 
 from t2mlr_jax.architectures import Architecture
 from t2mlr_jax.architectures.contract import RANDOM_INIT, pretrained_path
+from t2mlr_jax.architectures.ponderlm2 import check_release_start
+from t2mlr_jax.architectures.t2mlr import check_retrofittable
 from t2mlr_jax.config.sections import Experiment
-from t2mlr_jax.interop.ponderlm2_release import check_release_start
-from t2mlr_jax.interop.pretrained import check_retrofittable, load_pretrained, mismatches, pretrained_config
+from t2mlr_jax.interop.pretrained import load_pretrained, mismatches, pretrained_config
 from t2mlr_jax.model import layer_layout
 
 

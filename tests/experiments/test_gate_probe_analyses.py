@@ -136,6 +136,16 @@ def test_gate_bad_input_is_one_error_line(tmp_path, capsys, argv, message):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_cpu_window_stopped_by_a_signal_is_one_error_line(tmp_path, capsys, monkeypatch):
+    """The cpu preset's windows run as a table of the study runner: a stopped one ends the command."""
+    monkeypatch.setattr(gates, "cpu_config", lambda preset, steps, changes: changes)
+    monkeypatch.setattr(gates, "train_run", lambda config, workdir: {"stopped_by": "SIGTERM", "step": 3})
+    with pytest.raises(SystemExit) as exit_info:
+        gates.train_cpu_windows(tmp_path, 4)
+    stopped = f"error: {tmp_path / 'middle'}: stopped by SIGTERM at step 3; rerun to resume"
+    assert exit_info.value.code == 2 and stopped in capsys.readouterr().err  # after the progress bar
+
+
 # ---------------------------------------------------------------------------------------------- probe
 
 

@@ -1,6 +1,8 @@
-"""t2mlr_jax/studies/runner.py: rows × seeds run in order into the journal, finished units resumed (from the
-journal, or read back by the run function), a stopped unit ending the run, and claims judged with the
-protocol's paired intervals (a refused one listed, not judged)."""
+"""t2mlr_jax/studies/runner.py: rows × repeats run in order into the journal, finished units resumed (from the
+journal, or read back by the run function), a stopped unit ending the run (its message to the study's
+sink), a study's own results file as its journal (its lines, tagged with its settings: another settings'
+lines not read back), a table of rows × one repeat, and claims judged with the protocol's paired intervals
+(a refused one listed, not judged)."""
 
 import json
 
@@ -55,6 +57,41 @@ def test_units_read_back_by_their_run_function_are_not_journaled_again(tmp_path)
         {"multiplier": row, "seed": 2, "loss": METRIC[row][2]} for row in METRIC
     ]
     assert outcome.results["better"][1] == {"loss": 1.0}
+
+
+def test_a_stopped_units_message_goes_to_the_studys_sink():
+    messages = []
+    study = runner.Study(runner.grid(["base"], [0, 1]), counting([], stop_at=("base", 1)))
+    tag = lambda row, seed: f"runs/{row}"
+    outcome = runner.run(runner.Study(study.units, study.run, tag=tag, on_stop=messages.append))
+    assert outcome.stopped and outcome.results == {"base": {0: {"loss": 1.0}}}
+    assert messages == ["runs/base: stopped by SIGTERM at step 3; rerun to resume"]
+
+
+def test_a_studys_own_results_file_is_its_journal_under_a_settings_tag(tmp_path):
+    """Lines in the study's own form (no row or seconds of the runner's), tagged with the settings: a rerun
+    with the same settings reads them back, one with other settings computes its units again."""
+    journal, calls = tmp_path / "cells.jsonl", []
+
+    def score(cell, repeat):
+        calls.append(cell)
+        return {"cell": cell, "change": 0.5 * cell}
+
+    def table(settings):
+        line = lambda cell, repeat, seconds, metrics: metrics
+        read = lambda x: ((x["cell"], 0), x)
+        units = runner.grid([1, 2])
+        return runner.Study(units, score, journal, line=line, read=read, settings=settings, resume=True)
+
+    first = runner.run(table("abc"))
+    assert runner.by_row(first.results) == {1: {"cell": 1, "change": 0.5}, 2: {"cell": 2, "change": 1.0}}
+    assert [json.loads(x) for x in journal.read_text().splitlines()] == [
+        {"cell": c, "change": 0.5 * c, "settings": "abc"} for c in (1, 2)
+    ]
+    again = runner.run(table("abc"))
+    assert calls == [1, 2] and again.results == first.results  # read back as computed: without the tag
+    runner.run(table("other"))
+    assert calls == [1, 2, 1, 2] and len(journal.read_text().splitlines()) == 4
 
 
 def test_claims_are_judged_with_the_protocols_intervals_and_refused_ones_listed():

@@ -15,8 +15,8 @@ import torch
 from transformers import LlamaForCausalLM
 
 from configs.recipes import smollm2_tokenizer
+from t2mlr_jax.architectures.t2mlr import release_config
 from t2mlr_jax.interop import load_hf, load_pretrained, pretrained_config
-from t2mlr_jax.interop.release_config import release_config
 from tests.interop.helpers import tiny_llama_config
 from tests.test_main import ROOT
 from tests.test_main import main as run_main

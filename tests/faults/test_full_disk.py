@@ -20,8 +20,8 @@ from collections import namedtuple
 import pytest
 from transformers import LlamaForCausalLM
 
-from t2mlr_jax.interop import hf
-from t2mlr_jax.interop.files import staged_folder
+from t2mlr_jax.formats import hf
+from t2mlr_jax.formats.files import staged_folder
 from t2mlr_jax.storage import full_disk
 from t2mlr_jax.storage.checkpoint import Checkpointer
 from t2mlr_jax.storage.full_disk import NoSpaceError
@@ -139,8 +139,8 @@ def test_an_export_that_finds_no_space_leaves_the_old_one_intact(tmp_path, monke
 _KILLED_MIDWAY = """
 import os, signal, sys
 from pathlib import Path
-from t2mlr_jax.interop import hf
-from t2mlr_jax.interop.files import staged_folder
+from t2mlr_jax.formats import hf
+from t2mlr_jax.formats.files import staged_folder
 with staged_folder(sys.argv[1]) as stage:
     (stage / "model.safetensors").write_bytes(b"half")
     os.kill(os.getpid(), signal.SIGKILL)

@@ -22,9 +22,9 @@ from transformers import (
 )
 
 from t2mlr_jax.architectures.t2mlr import T2MLRDecoder
+from t2mlr_jax.formats.files import read_json, torch_state, torch_to_numpy
+from t2mlr_jax.formats.nanochat import to_nanochat_state
 from t2mlr_jax.interop import save_nanochat
-from t2mlr_jax.interop.files import read_json, torch_state, torch_to_numpy
-from t2mlr_jax.interop.nanochat import to_nanochat_state
 from t2mlr_jax.model.generate import teacher_forced
 from t2mlr_jax.studies.parity import gradient_scales, loss_and_grads, loss_bound, max_abs_diff, relative_bound
 from tests.tolerance import assert_fp32_close, assert_within, record, scale_of

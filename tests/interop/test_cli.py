@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from t2mlr_jax.formats.files import read_state_dict, torch_state
 from t2mlr_jax.interop import load_params, save_params
-from t2mlr_jax.interop.files import read_state_dict, torch_state
 from t2mlr_jax.studies.parity import relative_bound
 from tests.in_process import run_tool
 from tests.interop.helpers import (

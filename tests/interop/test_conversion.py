@@ -14,8 +14,9 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaForCausalLM
 
-from t2mlr_jax.architectures.t2mlr import RecurrenceConfig
+from t2mlr_jax.architectures.t2mlr import RecurrenceConfig, recurrence_from_release, release_from_recurrence
 from t2mlr_jax.architectures.t2mlr.recurrence import exact_forward
+from t2mlr_jax.formats.files import read_state_dict
 from t2mlr_jax.interop import (
     T2MLRReference,
     load_hf,
@@ -27,8 +28,6 @@ from t2mlr_jax.interop import (
     save_params,
     save_t2mlr_torch,
 )
-from t2mlr_jax.interop.files import read_state_dict
-from t2mlr_jax.interop.release_config import recurrence_from_release, release_from_recurrence
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.token_layout import make_layout
 from t2mlr_jax.studies.parity import path_layers
@@ -184,7 +183,7 @@ def test_the_torch_reference_needs_no_jax(tmp_path):
     code = (
         "import sys; sys.modules['jax'] = None\n"
         "import numpy as np, torch\n"
-        "from t2mlr_jax.interop.torch_reference import T2MLRReference\n"
+        "from t2mlr_jax.architectures.t2mlr.torch_reference import T2MLRReference\n"
         f"model = T2MLRReference.from_pretrained({str(tmp_path / 't2mlr')!r})\n"
         f"tokens = torch.as_tensor(np.load({str(tmp_path / 'tokens.npy')!r}))\n"
         f"np.save({str(tmp_path / 'logits.npy')!r}, model(tokens).numpy())\n"

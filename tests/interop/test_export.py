@@ -15,9 +15,9 @@ import torch
 
 from configs.recipes import smollm2_tokenizer
 from t2mlr_jax.data.tokenizer import load_tokenizer
+from t2mlr_jax.formats.files import json_floats, new_file_mode
+from t2mlr_jax.formats.tokenizer_files import read_tokenizer
 from t2mlr_jax.interop import load_hf, load_params, save_hf, save_params, save_t2mlr_torch
-from t2mlr_jax.interop.files import json_floats, new_file_mode
-from t2mlr_jax.interop.tokenizer_files import read_tokenizer
 from tests.data.test_tools import load_tool
 from tests.interop.helpers import trees_identical
 from tests.interop.test_cli import convert

@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Gemma3TextConfig
 
+from t2mlr_jax.formats.configs import model_config_from_hf
 from t2mlr_jax.interop import load_pretrained, save_hf
-from t2mlr_jax.interop.configs import model_config_from_hf
 from t2mlr_jax.model import backbone
 from tests.interop.helpers import assert_planted_fails, tiny_gemma3_config, transformers_model
 from tests.tolerance import assert_near_f64

@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from t2mlr_jax.formats.tables import hf_layout, to_state_dict
 from t2mlr_jax.interop import load_pretrained
-from t2mlr_jax.interop.tables import hf_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from tests.interop.helpers import tiny_llama_config, transformers_model
 from tests.tolerance import assert_fp32_close

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from t2mlr_jax.interop.files import read_json
-from t2mlr_jax.interop.nanochat import (
+from t2mlr_jax.formats.files import read_json
+from t2mlr_jax.formats.nanochat import (
     from_nanochat_state,
     is_karpathy,
     model_config_from_nanochat,
     nanochat_gpt_config,
 )
-from t2mlr_jax.interop.nanochat_torch import NanochatReference
+from t2mlr_jax.formats.nanochat_torch import NanochatReference
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.params import init_params
 from t2mlr_jax.model.presets import nanochat

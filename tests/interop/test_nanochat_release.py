@@ -18,15 +18,15 @@ import pytest
 from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.lrt import forward as lrt_forward
 from t2mlr_jax.experiment import experiment, resolve
-from t2mlr_jax.interop import load_pretrained
-from t2mlr_jax.interop.files import read_json
-from t2mlr_jax.interop.nanochat import (
+from t2mlr_jax.formats.files import read_json
+from t2mlr_jax.formats.nanochat import (
     from_nanochat_state,
     model_config_from_nanochat,
     nanochat_gpt_config,
     padded_vocab,
     to_nanochat_state,
 )
+from t2mlr_jax.interop import load_pretrained
 from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.generate import teacher_forced

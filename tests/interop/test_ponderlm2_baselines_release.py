@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.interop.files import read_json, read_state_dict
-from t2mlr_jax.interop.ponderlm2_forward import batch_of, ponderlm2
-from t2mlr_jax.interop.ponderlm2_release import FIELDS, load_ponderlm2_release, save_ponderlm2_release
+from t2mlr_jax.architectures.ponderlm2 import FIELDS, load_ponderlm2_release, save_ponderlm2_release
+from t2mlr_jax.architectures.ponderlm2.evaluation import batch_of, ponderlm2
+from t2mlr_jax.formats.files import read_json, read_state_dict
 from t2mlr_jax.studies.ponderlm2_parity import compare, loop_outputs, path_layers, pause_outputs
 from tests.interop.helpers import assert_planted_fails, check_figures
 

@@ -14,16 +14,16 @@ import pytest
 
 from t2mlr_jax.architectures import build_architecture
 from t2mlr_jax.architectures.lrt import Draw
-from t2mlr_jax.experiment import experiment, resolve
-from t2mlr_jax.interop.files import read_json, read_state_dict
-from t2mlr_jax.interop.ponderlm2_forward import batch_of, ponderlm2
-from t2mlr_jax.interop.ponderlm2_release import (
+from t2mlr_jax.architectures.ponderlm2 import (
     FIELDS,
     is_ponderlm2_release,
     load_ponderlm2_release,
     ponderlm2_settings,
     save_ponderlm2_release,
 )
+from t2mlr_jax.architectures.ponderlm2.evaluation import batch_of, ponderlm2
+from t2mlr_jax.experiment import experiment, resolve
+from t2mlr_jax.formats.files import read_json, read_state_dict
 from t2mlr_jax.interop.pretrained import checkpoint_format, pretrained_config
 from t2mlr_jax.studies.parity import relative_bound
 from t2mlr_jax.studies.ponderlm2_parity import compare, our_outputs, path_layers

@@ -9,12 +9,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from t2mlr_jax.architectures.t2mlr import recurrent
+from t2mlr_jax.architectures.t2mlr import model_config_from_release, recurrent, release_config
+from t2mlr_jax.formats.configs import hf_config_from_model, model_config_from_hf
+from t2mlr_jax.formats.files import read_state_dict
 from t2mlr_jax.interop import load_hf, load_pretrained, save_hf
-from t2mlr_jax.interop.configs import hf_config_from_model, model_config_from_hf
-from t2mlr_jax.interop.files import read_state_dict
 from t2mlr_jax.interop.pretrained import checkpoint_format
-from t2mlr_jax.interop.release_config import model_config_from_release, release_config
 from t2mlr_jax.model import backbone
 from tests.interop.helpers import (
     assert_planted_fails,

@@ -13,13 +13,12 @@ import numpy as np
 import optax
 import pytest
 
-from t2mlr_jax.architectures.t2mlr import recurrent
+from t2mlr_jax.architectures.t2mlr import model_config_from_release, recurrent, release_config, t2mlr_layout
 from t2mlr_jax.architectures.t2mlr.recurrence import exact_forward, jacobi_forward
+from t2mlr_jax.formats.files import read_json, read_state_dict
+from t2mlr_jax.formats.tables import to_state_dict
 from t2mlr_jax.interop import save_t2mlr_torch
-from t2mlr_jax.interop.files import read_json, read_state_dict
 from t2mlr_jax.interop.pretrained import mismatches, pretrained_config
-from t2mlr_jax.interop.release_config import model_config_from_release, release_config
-from t2mlr_jax.interop.tables import t2mlr_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from t2mlr_jax.studies.parity import max_abs_diff, path_layers
 from tests.interop.helpers import (

@@ -13,8 +13,8 @@ import torch
 
 from t2mlr_jax.architectures.t2mlr import RecurrenceConfig, generate
 from t2mlr_jax.architectures.t2mlr.recurrence import jacobi_forward
+from t2mlr_jax.formats.tables import hf_layout, to_state_dict
 from t2mlr_jax.interop import retrofit
-from t2mlr_jax.interop.tables import hf_layout, to_state_dict
 from t2mlr_jax.model import backbone
 from t2mlr_jax.model.presets import smollm2_135m
 from tests.tolerance import assert_fp32_close

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from jaxtyping import Array, Float
 
-from t2mlr_jax.architectures.t2mlr import recurrent
+from t2mlr_jax.architectures.t2mlr import recurrent, t2mlr_layout
 from t2mlr_jax.architectures.t2mlr.mixers import MIXERS, Mixer
 from t2mlr_jax.architectures.t2mlr.mixers.common import pre_norm
-from t2mlr_jax.interop.tables import from_state_dict, t2mlr_layout, to_state_dict
+from t2mlr_jax.formats.tables import from_state_dict, to_state_dict
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.spec import ParamSpec
 from t2mlr_jax.registry import Registry

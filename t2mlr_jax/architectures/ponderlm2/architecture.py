@@ -18,7 +18,7 @@ default (`ponderlm2.init="vocabulary"`) fills every thought slot from the one vo
 refinement passes supervised at the last, P from the depth-versus-time paper's distribution (E[P] = 2, as
 the LRT rows), and evaluates by the exact sequential recurrence: PonderLM-2 as that paper runs it, on the
 LRT's thought-slot machinery, differing from the LRT only where the papers say. The release's behaviour,
-number for number (t2mlr_jax/interop/ponderlm2_release.py reads it off a release checkpoint, and a start
+number for number (architectures/ponderlm2/release.py reads it off a release checkpoint, and a start
 from one keeps its embedding scale: check_release_start):
   ponderlm2.init="growing", embed_scale=True, passes=(3, 4), pass_probs=(0.5, 0.5), eval_passes=4
 (P counts the refinements plus the final pass). At K = 1 the two initialisations are the same.

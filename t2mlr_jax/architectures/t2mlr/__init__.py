@@ -8,6 +8,11 @@
   flops.py         the expected training FLOPs of both forwards
   architecture.py  T2MLRSettings (config.t2mlr) and the architectures `t2mlr` and `transformer`, registered
                    when the systems are found (t2mlr_jax.architectures.import_systems)
+  pretrained.py    retrofit: a pretrained plain transformer plus fresh fusion parameters at γ = 0
+  release_configs.py  the authors' release config.json (T2MLRConfig) <-> our ModelConfig (pure Python)
+  t2mlr_torch.py   the authors' checkpoint layout, the checkpoint format "t2mlr-torch" (registered with the
+                   architectures: architecture.py imports it)
+  torch_reference.py  the PyTorch reference of the exact recurrence, run by --verify (no JAX)
 
 Other systems (recirculation runs T²MLR's passes over a single stack; the baselines the same plain
 backbone) and interop use only what this file exports. Importing it imports no JAX: the settings and the
@@ -24,6 +29,15 @@ _LAZY = {
     "flops": ("exact_forward_flops", "exact_train_flops", "fusion_flops", "jacobi_train_flops"),
     "fusion": ("gamma_stats", "mixer_specs"),
     "recurrence": ("decode_step", "exact_forward", "forward", "jacobi_forward"),
+    "release_configs": (
+        "model_config_from_release",
+        "recurrence_from_release",
+        "release_config",
+        "release_from_recurrence",
+    ),
+    "pretrained": ("check_retrofittable", "retrofit"),
+    "t2mlr_torch": ("load_t2mlr_torch", "mixer_rules", "save_t2mlr_torch", "t2mlr_layout"),
+    "torch_reference": ("T2MLRReference",),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -36,9 +50,11 @@ __all__ = [  # the eager names above, and the lazy ones
     "RecurrenceConfig",
     "SHARED_KEYS",
     "T2MLRDecoder",
+    "T2MLRReference",
     "T2MLRSettings",
     "backbone_architecture",
     "baseline_backbone",
+    "check_retrofittable",
     "decode_step",
     "exact_forward",
     "exact_forward_flops",
@@ -50,9 +66,18 @@ __all__ = [  # the eager names above, and the lazy ones
     "jacobi_forward",
     "jacobi_train_flops",
     "linear_keys",
+    "load_t2mlr_torch",
+    "mixer_rules",
     "mixer_specs",
+    "model_config_from_release",
+    "recurrence_from_release",
     "recurrent",
+    "release_config",
+    "release_from_recurrence",
+    "retrofit",
+    "save_t2mlr_torch",
     "stateless",
+    "t2mlr_layout",
 ]
 
 

@@ -25,7 +25,7 @@ from t2mlr_jax.architectures.contract import (
     register_architecture,
 )
 from t2mlr_jax.architectures.depth_sampling import depth_values, draw_at
-from t2mlr_jax.architectures.t2mlr import flops
+from t2mlr_jax.architectures.t2mlr import flops, t2mlr_torch  # noqa: F401  (t2mlr_torch: its checkpoint format)
 from t2mlr_jax.architectures.t2mlr.decode import PREFILLS, T2MLRDecoder
 from t2mlr_jax.architectures.t2mlr.fusion import gamma_stats
 from t2mlr_jax.architectures.t2mlr.recurrence import forward

@@ -1,6 +1,6 @@
 """T²MLR's model settings: the temporal recurrence the backbone carries (`RecurrenceConfig`, the config
 section `model.recurrence`, stored with the model), checking every field when built. Pure Python, like
-the mixers' registry: the PyTorch reference (t2mlr_jax.interop.torch_reference) reads both without JAX."""
+the mixers' registry: the PyTorch reference (torch_reference.py) reads both without JAX."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def config(spec: dict, interleaved: bool):
     trained as the release trains it: lrt.training=interleaved over the spec's passes), its train batch."""
     from configs.recipes import backbone_preset
     from t2mlr_jax.config.edit import config_module, set_path
-    from t2mlr_jax.interop.nanochat import model_config_from_nanochat
+    from t2mlr_jax.formats.nanochat import model_config_from_nanochat
 
     c = config_module(ROOT / CONFIG).get_config()
     model = model_config_from_nanochat({**spec["model"], "use_interleaved": interleaved})

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from t2mlr_jax.data.gguf_metadata import read_gguf_metadata
 from t2mlr_jax.data.tokenizer import TextTokenizer, load_tokenizer, token_name
-from t2mlr_jax.interop.files import read_json, write_json
+from t2mlr_jax.formats.files import read_json, write_json
 
 SPECIAL_TOKENS = ("bos", "eos", "pad")
 

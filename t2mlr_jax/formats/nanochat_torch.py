@@ -1,4 +1,4 @@
-"""nanochat's GPT forward in PyTorch, written from its description (t2mlr_jax.interop.nanochat), not from
+"""nanochat's GPT forward in PyTorch, written from its description (t2mlr_jax.formats.nanochat), not from
 its code: the other side of `tools/convert_checkpoint.py --verify` for nanochat checkpoints, in nanochat's
 own key names and conventions (its RoPE orientation, bfloat16 rotary tables, padded vocabulary tables).
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from t2mlr_jax.interop.files import read_json, torch_state
+from t2mlr_jax.formats.files import read_json, torch_state
 
 
 def _norm(x: torch.Tensor) -> torch.Tensor:
@@ -33,7 +33,7 @@ def _norm(x: torch.Tensor) -> torch.Tensor:
 class NanochatReference(torch.nn.Module):
     def __init__(self, gpt: dict, state: dict[str, torch.Tensor]):
         super().__init__()
-        from t2mlr_jax.interop.nanochat import is_karpathy
+        from t2mlr_jax.formats.nanochat import is_karpathy
 
         self.gpt = {"window_pattern": "L", **gpt}
         self.w = {key.removeprefix("_orig_mod."): value.float() for key, value in state.items()}
@@ -41,7 +41,7 @@ class NanochatReference(torch.nn.Module):
 
     @classmethod
     def from_checkpoint(cls, path: Path | str) -> NanochatReference:
-        from t2mlr_jax.interop.nanochat import checkpoint_files
+        from t2mlr_jax.formats.nanochat import checkpoint_files
 
         model_file, meta = checkpoint_files(path)
         return cls(read_json(meta)["model_config"], torch_state(model_file))

@@ -9,7 +9,7 @@ rather than loading a model that silently computes something else.
 from __future__ import annotations
 
 from t2mlr_jax.architectures.t2mlr import MIXERS, RecurrenceConfig
-from t2mlr_jax.interop.configs import hf_config_from_model, model_config_from_hf, refuse
+from t2mlr_jax.formats.configs import hf_config_from_model, model_config_from_hf, refuse
 from t2mlr_jax.model.config import ModelConfig
 
 # ---------------------------------------------------------------------------------------------
@@ -196,15 +196,15 @@ WRAPPER_KEYS = (
 )
 
 
-def model_config_from_release(config: dict, *, param_dtype: str = "float32") -> ModelConfig:
+def model_config_from_release(fields: dict, *, param_dtype: str = "float32") -> ModelConfig:
     """Our config from the release's config.json (its base Llama config plus its flat settings)."""
-    if config.get("model_type") != MODEL_TYPE or not isinstance(config.get("base_config"), dict):
+    if fields.get("model_type") != MODEL_TYPE or not isinstance(fields.get("base_config"), dict):
         raise ValueError(
-            f"not a T²MLR release config: model_type={config.get('model_type')!r}, "
-            f"base_config {'present' if 'base_config' in config else 'absent'}"
+            f"not a T²MLR release config: model_type={fields.get('model_type')!r}, "
+            f"base_config {'present' if 'base_config' in fields else 'absent'}"
         )
-    base = model_config_from_hf(config["base_config"], param_dtype=param_dtype, model_types=(RELEASE_BASE,))
-    settings = {k: v for k, v in config.items() if k not in WRAPPER_KEYS}
+    base = model_config_from_hf(fields["base_config"], param_dtype=param_dtype, model_types=(RELEASE_BASE,))
+    settings = {k: v for k, v in fields.items() if k not in WRAPPER_KEYS}
     return base.replace(recurrence=recurrence_from_release(settings, base.hidden_size))
 
 

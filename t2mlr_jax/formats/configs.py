@@ -1,6 +1,6 @@
 """Configuration conversion (pure Python, no JAX): HF Llama / Qwen3 config.json <-> `ModelConfig` (Gemma3
-text: import only). The authors' T²MLR release config is release_config.py's; our own checkpoints store
-`ModelConfig` through t2mlr_jax.config.convert.
+text: import only). The authors' T²MLR release config is architectures/t2mlr/release_configs.py's; our own
+checkpoints store `ModelConfig` through t2mlr_jax.config.convert.
 
 Every importer refuses settings it cannot reproduce exactly, listing all of them in one ValueError,
 rather than loading a model that silently computes something else.

@@ -25,11 +25,9 @@ that our RoPE computes its attention exactly, the second half of every query / k
 way in and out: QK-norm and q·k do not see the sign, and the rotation becomes HF's. The padding rows of
 the vocabulary tables are never read (ids < V, logits sliced to V); an export writes them as zeros.
 
-The LRT release's interleaved (recurrent) GPT is our LRT with per-layer feedback on both paths (its
-sequential inference is our exact recurrence): interleaved_projections / interleaved_key_projections are
-params["lrt"]["v_fb" / "k_fb"], interleaved_lambdas its gamma, the init value embeddings our value
-embeddings on every layer, and each triple gate [3K, C] splits into our (local, feedback) gate and the
-value embeddings' gate. Not importable: one of the resid / x0 scalars without the other.
+A fork's GPT with tensors of its own (the LRT release's interleaved, recurrent GPT: use_interleaved) is a
+`GPTVariant` its system registers in VARIANTS (t2mlr_jax.architectures.lrt), since those tensors are that
+system's parameters. Not importable: one of the resid / x0 scalars without the other.
 """
 
 from __future__ import annotations
@@ -37,26 +35,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2mlr_jax.architectures.lrt import LRTConfig, lrt_specs
-from t2mlr_jax.interop.configs import refuse
-from t2mlr_jax.interop.files import (
+from t2mlr_jax.formats.configs import refuse
+from t2mlr_jax.formats.files import (
     check_export_target,
     numpy_to_torch,
     read_json,
     torch_state,
     torch_to_numpy,
 )
-from t2mlr_jax.interop.tables import check_params, from_torch, to_torch, torch_shape
+from t2mlr_jax.formats.registry import FORMATS, RELEASE, CheckpointFormat, holds_no_recurrence, naming
+from t2mlr_jax.formats.tables import check_params, from_torch, to_torch, torch_shape
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.presets import nanochat
 from t2mlr_jax.model.spec import is_spec, spec_leaves
+from t2mlr_jax.registry import Registry
 
 MODEL_FILE = re.compile(r"model_(\d+)\.pt")
 PAD_VOCAB_TO = 64  # nanochat's GPT pads its vocabulary tables to a multiple of this
@@ -84,13 +84,38 @@ KARPATHY_SCALARS = {  # ours -> karpathy/nanochat's key: smear's gate and scalar
     ("smear_lambda",): "smear_lambda",
     ("backout_lambda",): "backout_lambda",
 }
-# The LRT release's interleaved (recurrent) GPT: its feedback is our LRT's (t2mlr_jax.architectures.lrt).
-FEEDBACK_KEYS = {
-    ("lrt", "v_fb"): "interleaved_projections.{i}.W_v.weight",
-    ("lrt", "k_fb"): "interleaved_key_projections.{i}.W_v.weight",
-}
-TRIPLE_GATE = "transformer.h.{i}.attn.triple_gate.weight"
-INIT_VALUE_EMBEDS = "interleaved_init_value_embeds.{i}.weight"
+INTERLEAVED = "use_interleaved"  # the LRT fork's flag of its interleaved GPT, a registered GPTVariant
+# (nanochat key, our path, block or None, our shape for that key, Linear fan-in dims) of one tensor
+Entry = tuple[str, tuple[str, ...], int | None, tuple[int, ...], int]
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTVariant:
+    """A fork's GPT: the plain one plus tensors of its own, kept in params[params_key]."""
+
+    params_key: str
+    specs: Callable[[ModelConfig], dict]  # its whole parameter table
+    layer_entries: Callable[[ModelConfig, dict, int], Iterator[Entry]]  # its tensors of layer i (given specs)
+    entries: Callable[[ModelConfig, dict], Iterator[Entry]]  # its tensors outside the layers
+    value_embeds: str  # the key of its value embeddings ({i}: the layer)
+    gates: Callable[[ModelConfig], dict[str, tuple[int, ...]]]  # its gates' keys and shapes, split apart:
+    read_gates: Callable[[ModelConfig, dict, dict], None]  # (cfg, state, params): into params, in place
+    write_gates: Callable[[ModelConfig, dict, dict], None]  # (cfg, params, state): into state, in place
+    refusal: str  # why an orbax model checkpoint cannot hold it ("{source} is <refusal>")
+
+
+VARIANTS = Registry("nanochat GPT variant")  # by the GPTConfig flag that selects one
+
+
+def variant_of(gpt: dict) -> GPTVariant | None:
+    """The variant a GPTConfig (as meta.json records it) selects (registered once its system is imported);
+    None: the plain GPT."""
+    return VARIANTS.get(INTERLEAVED) if gpt.get(INTERLEAVED) else None
+
+
+def variant_held(params: dict) -> GPTVariant | None:
+    """The variant whose tensors `params` hold; None: the plain GPT's."""
+    return next((variant for _, variant in VARIANTS.items() if variant.params_key in params), None)
 
 
 def checkpoint_files(path: Path | str) -> tuple[Path, Path] | None:
@@ -144,8 +169,8 @@ def model_config_from_nanochat(gpt: dict, *, param_dtype: str = "float32") -> Mo
         window_pattern=gpt["window_pattern"].upper(),
         resid_scalars=gpt.get("use_resid_lambdas", True),
         # an interleaved model's token-indexed init value embeddings are ours on every layer
-        value_embeds=bool(gpt.get("use_interleaved")) or gpt.get("use_value_embeds", True),
-        ve_every_layer=bool(gpt.get("use_interleaved") or gpt.get("ve_every_layer")),
+        value_embeds=bool(gpt.get(INTERLEAVED)) or gpt.get("use_value_embeds", True),
+        ve_every_layer=bool(gpt.get(INTERLEAVED) or gpt.get("ve_every_layer")),
         gate_channels=gpt.get("ve_gate_channels", 32) or width,
         dtype="float32",
         param_dtype=param_dtype,
@@ -180,7 +205,7 @@ def _karpathy_config(gpt: dict, param_dtype: str) -> ModelConfig:
 
 
 def nanochat_gpt_config(cfg: ModelConfig, *, interleaved: bool = False) -> dict:
-    """The GPTConfig fields of our model (with `interleaved`, the LRT release's recurrent GPT), refused
+    """The GPTConfig fields of our model (with `interleaved`, the LRT fork's interleaved GPT's), refused
     (every problem listed) unless nanochat's GPT computes it."""
     gpt = {
         "sequence_len": cfg.max_seq_len,
@@ -212,7 +237,7 @@ def _lrt_fields(cfg: ModelConfig, interleaved: bool) -> dict:
         "use_x0_residual": cfg.resid_scalars,
         "use_resid_lambdas": cfg.resid_scalars,
         "ve_gate_channels": cfg.gate_channels,
-        "use_interleaved": interleaved,
+        INTERLEAVED: interleaved,
     }
 
 
@@ -222,18 +247,21 @@ def _rotated(array: np.ndarray) -> np.ndarray:
     return np.concatenate([array[..., :half], -array[..., half:]], axis=-1)
 
 
-def _entries(cfg: ModelConfig, interleaved: bool):
-    """(nanochat key, our path, block or None, our shape for that key, Linear fan-in dims) of every tensor
-    of nanochat's state dict for this model but the padded vocabulary tables and the triple gates."""
-    specs = spec_leaves(lrt_specs(LRTConfig(cfg)) if interleaved else param_specs(cfg))
+def _specs(cfg: ModelConfig, variant: GPTVariant | None) -> dict:
+    return variant.specs(cfg) if variant else param_specs(cfg)
+
+
+def _entries(cfg: ModelConfig, variant: GPTVariant | None) -> Iterator[Entry]:
+    """Every tensor of nanochat's state dict for this model but the padded vocabulary tables and a
+    variant's gates."""
+    specs = spec_leaves(_specs(cfg, variant))
     for i in range(cfg.num_layers):
         for path, key in LAYER_KEYS.items():
             spec = specs[("layers", *path)]
             yield f"transformer.h.{i}.{key}", ("layers", *path), i, spec.shape[1:], spec.in_dims
-        if interleaved:
-            for path, key in FEEDBACK_KEYS.items():
-                yield key.format(i=i), path, i, specs[path].shape[1:], 1
-    if cfg.value_embeds and not interleaved:
+        if variant:
+            yield from variant.layer_entries(cfg, specs, i)
+    if cfg.value_embeds and not variant:
         gate = specs[("layers", "self_attn", "ve_gate")]
         for i in cfg.value_embed_layers:
             yield f"transformer.h.{i}.{VE_GATE}", ("layers", "self_attn", "ve_gate"), i, gate.shape[1:], 1
@@ -243,18 +271,17 @@ def _entries(cfg: ModelConfig, interleaved: bool):
     for path, key in KARPATHY_SCALARS.items():
         if path in specs:
             yield key, path, None, specs[path].shape, specs[path].in_dims
-    if interleaved:
-        yield "interleaved_lambdas", ("lrt", "gamma"), None, specs[("lrt", "gamma")].shape, 0
+    if variant:
+        yield from variant.entries(cfg, specs)
 
 
-def _value_embed_keys(cfg: ModelConfig, interleaved: bool) -> list[str]:
-    """The value embeddings' keys, in the order of params["value_embeds"] (an interleaved model's: its init
-    value embeddings)."""
-    key = INIT_VALUE_EMBEDS if interleaved else "value_embeds.{i}.weight"
+def _value_embed_keys(cfg: ModelConfig, variant: GPTVariant | None) -> list[str]:
+    """The value embeddings' keys, in the order of params["value_embeds"] (a variant's own)."""
+    key = variant.value_embeds if variant else "value_embeds.{i}.weight"
     return [key.format(i=i) for i in cfg.value_embed_layers]
 
 
-def _vocab_tables(cfg: ModelConfig, interleaved: bool) -> dict[str, tuple[int, ...]]:
+def _vocab_tables(cfg: ModelConfig, variant: GPTVariant | None) -> dict[str, tuple[int, ...]]:
     """nanochat's padded vocabulary tables (keys and shapes): the embedding, the head and the value
     embeddings, each [V', ...]."""
     padded, kv = padded_vocab(cfg.vocab_size), cfg.num_kv_heads * cfg.head_dim
@@ -262,13 +289,7 @@ def _vocab_tables(cfg: ModelConfig, interleaved: bool) -> dict[str, tuple[int, .
         "transformer.wte.weight": (padded, cfg.hidden_size),
         "lm_head.weight": (padded, cfg.hidden_size),
     }
-    return tables | {key: (padded, kv) for key in _value_embed_keys(cfg, interleaved)}
-
-
-def _triple_gates(cfg: ModelConfig, interleaved: bool) -> dict[str, tuple[int, int]]:
-    """An interleaved model's triple gates [3K, C] (local, feedback, value embedding), by key."""
-    shape = (3 * cfg.num_kv_heads, cfg.gate_channels)
-    return {TRIPLE_GATE.format(i=i): shape for i in range(cfg.num_layers)} if interleaved else {}
+    return tables | {key: (padded, kv) for key in _value_embed_keys(cfg, variant)}
 
 
 def from_nanochat_state(cfg: ModelConfig, state: dict[str, np.ndarray], *, interleaved: bool = False) -> dict:
@@ -276,8 +297,9 @@ def from_nanochat_state(cfg: ModelConfig, state: dict[str, np.ndarray], *, inter
     LRT's, params["lrt"] included); strict: every missing, unexpected or misshapen key is listed in one
     error."""
     state = {key.removeprefix("_orig_mod."): value for key, value in state.items()}  # torch.compile's prefix
-    entries = list(_entries(cfg, interleaved))
-    expected = _vocab_tables(cfg, interleaved) | _triple_gates(cfg, interleaved)
+    variant = variant_of({INTERLEAVED: interleaved})
+    entries = list(_entries(cfg, variant))
+    expected = _vocab_tables(cfg, variant) | (variant.gates(cfg) if variant else {})
     expected |= {key: torch_shape(shape, in_dims) for key, _, _, shape, in_dims in entries}
     if cfg.smear_channels is not None and not set(KARPATHY_SCALARS.values()) & set(state):
         refuse(
@@ -293,8 +315,9 @@ def from_nanochat_state(cfg: ModelConfig, state: dict[str, np.ndarray], *, inter
     ]
     refuse(problems, "this nanochat state dict")
     v = cfg.vocab_size
-    specs = lrt_specs(LRTConfig(cfg)) if interleaved else param_specs(cfg)
-    params = jax.tree.map(lambda spec: np.zeros(spec.shape, np.float32), specs, is_leaf=is_spec)
+    params = jax.tree.map(
+        lambda spec: np.zeros(spec.shape, np.float32), _specs(cfg, variant), is_leaf=is_spec
+    )
     for key, path, block, shape, in_dims in entries:
         array = from_torch(np.asarray(state[key]), shape, in_dims)
         array = _rotated(array) if path[-1] in ROTATED else array
@@ -305,20 +328,19 @@ def from_nanochat_state(cfg: ModelConfig, state: dict[str, np.ndarray], *, inter
             target[path[-1]][block] = array
     params["embed_tokens"] = state["transformer.wte.weight"][:v]
     params["lm_head"] = state["lm_head.weight"][:v].T
-    for j, key in enumerate(_value_embed_keys(cfg, interleaved)):
+    for j, key in enumerate(_value_embed_keys(cfg, variant)):
         params["value_embeds"][j] = state[key][:v].reshape(params["value_embeds"].shape[1:])
-    for i, key in enumerate(_triple_gates(cfg, interleaved)):  # [3K, C] -> ours (local, feedback) | value
-        gate = np.asarray(state[key]).T
-        params["lrt"]["gate"][i] = gate[:, : 2 * cfg.num_kv_heads]
-        params["layers"]["self_attn"]["ve_gate"][i] = gate[:, 2 * cfg.num_kv_heads :]
+    if variant:
+        variant.read_gates(cfg, state, params)
     return jax.tree.map(lambda a: jnp.asarray(np.asarray(a).astype(cfg.param_dtype)), params)
 
 
 def to_nanochat_state(cfg: ModelConfig, params: dict) -> dict[str, np.ndarray]:
     """nanochat's GPT state dict of our params (the vocabulary tables padded with zero rows); params with
-    an "lrt" entry (our LRT with per-layer feedback, both paths) are the LRT release's recurrent GPT."""
-    interleaved = "lrt" in params
-    check_params(cfg, {k: v for k, v in params.items() if k != "lrt"})
+    a variant's entry (params["lrt"]: our LRT with per-layer feedback, both paths) are that variant's GPT
+    (the LRT release's recurrent GPT)."""
+    variant = variant_held(params)
+    check_params(cfg, {k: v for k, v in params.items() if not variant or k != variant.params_key})
     params = jax.tree.map(np.asarray, params)
     padded = padded_vocab(cfg.vocab_size)
     pad = lambda a: np.concatenate([a, np.zeros((padded - a.shape[0], *a.shape[1:]), a.dtype)])
@@ -326,14 +348,13 @@ def to_nanochat_state(cfg: ModelConfig, params: dict) -> dict[str, np.ndarray]:
         "transformer.wte.weight": pad(params["embed_tokens"]),
         "lm_head.weight": pad(params["lm_head"].T),
     }
-    for key, path, block, _, in_dims in _entries(cfg, interleaved):
+    for key, path, block, _, in_dims in _entries(cfg, variant):
         array = _at(params, path) if block is None else _at(params, path)[block]
         state[key] = to_torch(_rotated(array) if path[-1] in ROTATED else array, in_dims)
-    for j, key in enumerate(_value_embed_keys(cfg, interleaved)):
+    for j, key in enumerate(_value_embed_keys(cfg, variant)):
         state[key] = pad(params["value_embeds"][j].reshape(cfg.vocab_size, -1))
-    for i, key in enumerate(_triple_gates(cfg, interleaved)):
-        gate = np.concatenate([params["lrt"]["gate"][i], params["layers"]["self_attn"]["ve_gate"][i]], axis=1)
-        state[key] = np.ascontiguousarray(gate.T)
+    if variant:
+        variant.write_gates(cfg, params, state)
     return state
 
 
@@ -349,11 +370,6 @@ def gpt_config(path: Path | str) -> dict:
     return read_json(meta)["model_config"]
 
 
-def is_interleaved(path: Path | str) -> bool:
-    """Whether the checkpoint folder holds the LRT release's interleaved (recurrent) GPT."""
-    return bool(gpt_config(path).get("use_interleaved"))
-
-
 def nanochat_config(path: Path | str, *, param_dtype: str = "float32") -> ModelConfig:
     """The ModelConfig of the checkpoint folder's largest step, read without the weights."""
     return model_config_from_nanochat(gpt_config(path), param_dtype=param_dtype)
@@ -367,7 +383,7 @@ def load_nanochat(
     model_file, _ = checkpoint_files(path) or _no_checkpoint(path)
     gpt = gpt_config(path)
     cfg = model_config_from_nanochat(gpt, param_dtype=param_dtype)
-    interleaved = bool(gpt.get("use_interleaved"))
+    interleaved = bool(gpt.get(INTERLEAVED))
     state = {key: torch_to_numpy(value).astype(np.float32) for key, value in torch_state(model_file).items()}
     return cfg, from_nanochat_state(cfg, state, interleaved=interleaved)
 
@@ -380,7 +396,7 @@ def save_nanochat(
     import torch
 
     check_export_target(path, overwrite=overwrite)
-    gpt = nanochat_gpt_config(cfg, interleaved="lrt" in params)
+    gpt = nanochat_gpt_config(cfg, interleaved=variant_held(params) is not None)
     state = {
         key: numpy_to_torch(np.ascontiguousarray(value))
         for key, value in to_nanochat_state(cfg, params).items()
@@ -397,3 +413,45 @@ def _no_checkpoint(path: Path | str):
     raise ValueError(
         f"{path}: not a nanochat checkpoint folder (no model_<step>.pt with its meta_<step>.json)"
     )
+
+
+def read_config(path: Path | str, *, param_dtype: str = "float32") -> ModelConfig:
+    """`nanochat_config`, after the weight file's header is checked (a file that would fail to load)."""
+    model_file, meta = checkpoint_files(path) or _no_checkpoint(path)
+    torch_state(model_file, mmap=True)
+    with naming(meta):
+        return nanochat_config(path, param_dtype=param_dtype)
+
+
+def reference(path: Path):
+    from t2mlr_jax.formats.nanochat_torch import NanochatReference
+
+    return NanochatReference.from_checkpoint(path)
+
+
+def refuses_checkpoint(path: Path) -> str | None:
+    variant = variant_of(gpt_config(path))
+    return variant.refusal if variant else None
+
+
+def export(cfg: ModelConfig, params: dict, path: Path | str, *, overwrite: bool = False, **_) -> None:
+    """`save_nanochat` as an export: its tokenizer lives in nanochat's base dir, not in a checkpoint."""
+    save_nanochat(cfg, params, path, overwrite=overwrite)
+
+
+FORMATS.register(
+    "nanochat",
+    CheckpointFormat(
+        "nanochat",
+        recognises=is_nanochat_checkpoint,
+        read_config=read_config,
+        load=load_nanochat,
+        save=export,
+        refuses_model=holds_no_recurrence("nanochat"),
+        refuses_checkpoint=refuses_checkpoint,
+        backbone_only=True,
+        torch_model=reference,
+        priority=RELEASE,
+        described="a nanochat checkpoint (model_<step>.pt with its meta_<step>.json)",
+    ),
+)

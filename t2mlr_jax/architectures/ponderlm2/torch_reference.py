@@ -1,5 +1,5 @@
-"""PonderLM-2's evaluation forward in PyTorch, written from its description (t2mlr_jax.interop.
-ponderlm2_release, architectures/ponderlm2/), not from the release's code: the other side of
+"""PonderLM-2's evaluation forward in PyTorch, written from its description (release.py, architecture.py),
+not from the release's code: the other side of
 `tools/convert_checkpoint.py --verify` for the release's folders, on transformers' own Llama blocks.
 
 With K thoughts, R = num_jacobi_iterations and E the token embeddings (x sqrt(2.5 H) with scale_embeds),
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import torch
 
-from t2mlr_jax.interop.files import read_json
-from t2mlr_jax.interop.ponderlm2_release import ponderlm2_settings
+from t2mlr_jax.architectures.ponderlm2.release import ponderlm2_settings
+from t2mlr_jax.formats.files import read_json
 
 
 class PonderLM2Reference(torch.nn.Module):
-    def __init__(self, llama, config: dict):
+    def __init__(self, llama, fields: dict):
         super().__init__()
-        settings = ponderlm2_settings(config)  # refuses what this forward does not compute
+        settings = ponderlm2_settings(fields)  # refuses what this forward does not compute
         self.llama, self.thoughts = llama, settings["thoughts"][0]
         self.refinements = settings["eval_passes"] - 1
         self.scale = math.sqrt(2.5 * llama.config.hidden_size) if settings["embed_scale"] else 1.0

@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from t2mlr_jax.interop.files import one_line
-from t2mlr_jax.interop.tables import from_state_dict, hf_layout
+from t2mlr_jax.formats.files import one_line
+from t2mlr_jax.formats.hf import transformers_model
+from t2mlr_jax.formats.registry import FIRST, FORMATS, CheckpointFormat, naming
+from t2mlr_jax.formats.tables import from_state_dict, hf_layout
 from t2mlr_jax.model.config import ModelConfig
 
 # GGUF tensor name -> HF Llama key; `{i}` is the block index.
@@ -141,3 +143,26 @@ def load_gguf(
     return cfg, from_state_dict(
         hf_layout(cfg), gguf_state_dict(reader, cfg, progress=progress), progress=progress
     )
+
+
+def gguf_config(path: Path | str, *, param_dtype: str = "float32") -> ModelConfig:
+    """The file's ModelConfig; opening it maps every tensor, so a file cut short is refused here."""
+    reader = open_gguf(path)
+    with naming(path):
+        return gguf_model_config(reader, param_dtype=param_dtype)
+
+
+FORMATS.register(
+    "gguf",
+    CheckpointFormat(
+        "gguf",
+        recognises=lambda path: path.is_file() and path.suffix == ".gguf",
+        read_config=gguf_config,
+        load=load_gguf,
+        torch_model=lambda path: transformers_model(
+            pretrained_model_name_or_path=path.parent, gguf_file=path.name
+        ),
+        priority=FIRST,
+        described="a .gguf file",
+    ),
+)

@@ -1,4 +1,5 @@
-"""Conversion tables: one list of `Rule`s per PyTorch layout, used for both import and export.
+"""Conversion tables: one list of `Rule`s per PyTorch layout, used for both import and export (a system's
+release layout adds its own rules: T²MLR's mixer keys, t2mlr_jax.architectures.t2mlr).
 
 A rule pairs one of our parameters (a path in the params pytree) with a PyTorch state-dict key.
 Our weights are stored [in..., out...] (q_proj is [D, H, E]); PyTorch Linear weights are
@@ -18,7 +19,6 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from t2mlr_jax.architectures.t2mlr import MIXERS, SHARED_KEYS
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import is_spec, spec_leaves
@@ -48,8 +48,8 @@ LLAMA_RULES = (
     Rule(("norm",), "model.norm.weight"),
     Rule(("lm_head",), "lm_head.weight"),
 )
-# Qwen3 is Llama plus QK-norm scales, Gemma3 adds the sandwich norms (our names are HF Gemma's); `_select`
-# keeps the rules of the parameters a model has.
+# Qwen3 is Llama plus QK-norm scales, Gemma3 adds the sandwich norms (our names are HF Gemma's);
+# `select_rules` keeps the rules of the parameters a model has.
 HF_RULES = (
     *LLAMA_RULES,
     Rule(("layers", "self_attn", "q_norm"), "model.layers.{block}.self_attn.q_norm.weight"),
@@ -57,16 +57,6 @@ HF_RULES = (
     Rule(("layers", "pre_feedforward_layernorm"), "model.layers.{block}.pre_feedforward_layernorm.weight"),
     Rule(("layers", "post_feedforward_layernorm"), "model.layers.{block}.post_feedforward_layernorm.weight"),
 )
-
-
-_MIXER = "model.layers.{l_start}.t2mlr_mixing_module."
-
-
-def mixer_rules(mixer: str) -> tuple[Rule, ...]:
-    """The release's keys (its t2mlr_gate_zoo modules) of every parameter a mixer may have: the shared W_rec
-    and pre-norm scales and the mixer's own, from its registry entry."""
-    keys = {**SHARED_KEYS, **MIXERS.get(mixer).keys}
-    return tuple(Rule(("mixer", *path), _MIXER + key) for path, key in keys.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +82,7 @@ class StateDictLayout:
         return self.prefix + "model.embed_tokens.weight"
 
 
-def _select(name: str, cfg: ModelConfig, rules, **layout) -> StateDictLayout:
+def select_rules(name: str, cfg: ModelConfig, rules, **layout) -> StateDictLayout:
     """The rules for the parameters this model has; every parameter must have one."""
     paths = spec_leaves(param_specs(cfg))
     chosen = tuple(r for r in rules if r.path in paths)
@@ -107,14 +97,7 @@ def _select(name: str, cfg: ModelConfig, rules, **layout) -> StateDictLayout:
 def hf_layout(cfg: ModelConfig) -> StateDictLayout:
     """transformers' LlamaForCausalLM / Qwen3ForCausalLM / Gemma3ForCausalLM state dict (the backbone: a
     T²MLR model's mixer is not part of it)."""
-    return _select("hf", cfg.replace(recurrence=None), HF_RULES)
-
-
-def t2mlr_layout(cfg: ModelConfig) -> StateDictLayout:
-    """The authors' T2MLRWrapper state dict: the Llama keys under `t2mlr_model.`, block l_start wrapped."""
-    l_start, _ = cfg.layer_range
-    rules = LLAMA_RULES + mixer_rules(cfg.recurrence.mixer)
-    return _select("t2mlr-torch", cfg, rules, prefix="t2mlr_model.", wrapped_block=l_start)
+    return select_rules("hf", cfg.replace(recurrence=None), HF_RULES)
 
 
 def torch_shape(shape: tuple[int, ...], in_dims: int) -> tuple[int, ...]:

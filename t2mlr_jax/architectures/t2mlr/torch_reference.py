@@ -24,8 +24,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from t2mlr_jax.architectures.t2mlr import MIXERS, SHARED_KEYS, RecurrenceConfig
-from t2mlr_jax.interop.files import numpy_to_torch, read_json, read_state_dict
-from t2mlr_jax.interop.release_config import model_config_from_release
+from t2mlr_jax.architectures.t2mlr.release_configs import model_config_from_release
+from t2mlr_jax.formats.files import numpy_to_torch, read_json, read_state_dict
 from t2mlr_jax.model.control_flow import RECURRENT
 
 W_REC, NORM_X, NORM_R = (SHARED_KEYS[(name,)] for name in ("recurrent_projection", "norm_x", "norm_r"))

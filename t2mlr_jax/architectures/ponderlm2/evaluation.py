@@ -1,5 +1,5 @@
 """Our arch "ponderlm2" (or a baseline of the PonderLM-2 release: "looped", "pause") on an imported Llama
-backbone with a release's settings (its section, ponderlm2_release.ponderlm2_settings): the architecture, a
+backbone with a release's settings (its section, release.ponderlm2_settings): the architecture, a
 batch of one document per row, and its evaluation logits, which verify.py compares with the release's."""
 
 from __future__ import annotations

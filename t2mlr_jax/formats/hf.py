@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
-from t2mlr_jax.interop.configs import hf_config_from_model, model_config_from_hf
-from t2mlr_jax.interop.files import (
+from t2mlr_jax.formats.configs import hf_config_from_model, model_config_from_hf
+from t2mlr_jax.formats.files import (
     check_export_target,
     clear_model_files,
     read_json,
@@ -13,8 +14,15 @@ from t2mlr_jax.interop.files import (
     write_json,
     write_state_dict,
 )
-from t2mlr_jax.interop.tables import from_state_dict, hf_layout, to_state_dict
-from t2mlr_jax.interop.tokenizer_files import (
+from t2mlr_jax.formats.registry import (
+    CATCH_ALL,
+    FORMATS,
+    CheckpointFormat,
+    folder_config,
+    holds_no_recurrence,
+)
+from t2mlr_jax.formats.tables import from_state_dict, hf_layout, to_state_dict
+from t2mlr_jax.formats.tokenizer_files import (
     ExportTokenizer,
     export_tokenizer,
     token_ids,
@@ -79,3 +87,28 @@ def write_folder(
     write_json(path / "config.json", config)
     if tokenizer:
         write_tokenizer_files(path, tokenizer, max_length)
+
+
+def transformers_model(**where):
+    """transformers' model of a folder or GGUF file, in float32, for --verify."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32).eval()
+
+
+FORMATS.register(
+    "hf",
+    CheckpointFormat(
+        "hf",
+        recognises=lambda path: (path / "config.json").exists(),
+        read_config=partial(folder_config, model_config_from_hf),
+        load=load_hf,
+        save=save_hf,
+        refuses_model=holds_no_recurrence("hf"),
+        backbone_only=True,
+        torch_model=lambda path: transformers_model(pretrained_model_name_or_path=path),
+        priority=CATCH_ALL,
+        described="a folder with a config.json",
+    ),
+)

@@ -11,25 +11,32 @@ training flags (hparams/model_args.py):
   interpolation_use_topk    (with interpolation) that mix over the top-k logits only
   num_jacobi_iterations     R, the Jacobi refinements of its evaluation (and of training unless random)
   random_jacobi_iterations  training draws R uniformly from {2, 3} per step
-Its weights are our Llama backbone's exactly (interop/hf.py reads them); its fields are our `ponderlm2`
+Its weights are our Llama backbone's exactly (t2mlr_jax.formats.hf reads them); its fields are our `ponderlm2`
 section (`ponderlm2_settings`): thoughts=(K,), embed_scale, init="growing" (its K growing passes),
 passes = R + 1 (its refinements and its final pass; (3, 4) at equal odds when random) and eval_passes =
 num_jacobi_iterations + 1 (its evaluation forward). Not importable: interpolation=True (the PonderLM-2
 paper's main recipe uses the hidden state, as its scripts do) and recurrent_model=False (a plain Llama:
 load it as an HF folder). The release's nn.Embedding(padding_idx=pad_token_id) zeroes that row's
 gradient; ours does not (no text the model trains on holds the padding id).
+
+Registered as the checkpoint format "ponderlm2" when this package is imported: its import gives the
+backbone (the settings are printed), its export the scripts' recipe at K thoughts (convert_checkpoint's
+--thoughts), its --verify runs our evaluation (evaluation.py) against torch_reference.py.
 """
 
 from __future__ import annotations
 
+import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from t2mlr_jax.config.sections import Experiment
-from t2mlr_jax.interop.configs import model_config_from_hf, refuse
-from t2mlr_jax.interop.files import read_json, write_json
-from t2mlr_jax.interop.hf import load_hf, save_hf
+from t2mlr_jax.formats.configs import model_config_from_hf, refuse
+from t2mlr_jax.formats.files import read_json, write_json
+from t2mlr_jax.formats.hf import load_hf, save_hf
+from t2mlr_jax.formats.registry import FORMATS, CheckpointFormat, folder_config
 from t2mlr_jax.model.config import ModelConfig
 
 RANDOM_JACOBI = (2, 3)  # the refinement counts its random_jacobi_iterations draws (torch.randint(2, 4))
@@ -60,25 +67,25 @@ def is_ponderlm2_release(path: Path | str) -> bool:
     return config.is_file() and MARK in read_json(config)
 
 
-def ponderlm2_settings(config: dict) -> dict:
+def ponderlm2_settings(fields: dict) -> dict:
     """Our `ponderlm2` section that computes the release's model of this config.json, number for number;
     one error listing every field it cannot."""
     problems = []
-    if not config.get("recurrent_model"):
+    if not fields.get("recurrent_model"):
         problems.append("recurrent_model=false (a plain Llama: load the folder as an HF checkpoint)")
-    if config.get("interpolation", True):  # the release's default
+    if fields.get("interpolation", True):  # the release's default
         problems.append("interpolation=true (softmax-weighted embeddings fed back; only the hidden state)")
-    k = config.get(MARK, 0)
+    k = fields.get(MARK, 0)
     if not isinstance(k, int) or k < 1:
         problems.append(f"num_latent_thoughts={k!r} (only K >= 1 thought slots)")
-    r = config.get("num_jacobi_iterations", 3)
+    r = fields.get("num_jacobi_iterations", 3)
     if not isinstance(r, int) or r < 0:
         problems.append(f"num_jacobi_iterations={r!r} (only R >= 0)")
     refuse(problems, "this PonderLM-2 release config")
-    passes = tuple(n + 1 for n in RANDOM_JACOBI) if config.get("random_jacobi_iterations") else (r + 1,)
+    passes = tuple(n + 1 for n in RANDOM_JACOBI) if fields.get("random_jacobi_iterations") else (r + 1,)
     return {
         "thoughts": (k,),
-        "embed_scale": bool(config.get("scale_embeds")),
+        "embed_scale": bool(fields.get("scale_embeds")),
         "init": "growing",
         "passes": passes,
         "pass_probs": tuple(1 / len(passes) for _ in passes),
@@ -116,11 +123,11 @@ def release_fields(settings: dict) -> dict:
     }
 
 
-def looped_settings(config: dict) -> dict:
+def looped_settings(fields: dict) -> dict:
     """Our `looped` section of the release's loop baseline (--patch_method loop, modeling_llama_loop.py):
     the whole stack run K + 1 times on embeddings x sqrt(2.5 H), whatever scale_embeds says."""
-    k = config.get(MARK, 0)
-    problems = [] if config.get("recurrent_model") else ["recurrent_model=false (a plain Llama)"]
+    k = fields.get(MARK, 0)
+    problems = [] if fields.get("recurrent_model") else ["recurrent_model=false (a plain Llama)"]
     if not isinstance(k, int) or k < 0:
         problems.append(f"num_latent_thoughts={k!r} (only K >= 0 extra passes)")
     refuse(problems, "this loop baseline config")
@@ -141,14 +148,14 @@ def loop_fields(settings: dict) -> dict:
 PAUSE_ID = 50288  # the pause baseline's token id unless its config.json sets pause_token_id
 
 
-def pause_settings(config: dict) -> dict:
+def pause_settings(fields: dict) -> dict:
     """Our `pause` section of the release's pause baseline (--patch_method pause, modeling_llama_pause.py):
     K pause slots after each token, each the embedding row `pause_token_id`, at the token's position id,
     every slot's embedding x sqrt(H) (whatever scale_embeds says), logits read at the last pause."""
-    k = config.get(MARK, 0)
+    k = fields.get(MARK, 0)
     problems = [] if isinstance(k, int) and k >= 1 else [f"num_latent_thoughts={k!r} (only K >= 1 pauses)"]
-    if not 0 <= config.get("pause_token_id", PAUSE_ID) < config["vocab_size"]:
-        problems.append(f"pause_token_id {config.get('pause_token_id', PAUSE_ID)} outside the vocabulary")
+    if not 0 <= fields.get("pause_token_id", PAUSE_ID) < fields["vocab_size"]:
+        problems.append(f"pause_token_id {fields.get('pause_token_id', PAUSE_ID)} outside the vocabulary")
     refuse(problems, "this pause baseline config")
     return {"tokens": k, "embed_scale": True}
 
@@ -170,10 +177,10 @@ METHODS = {
 }
 
 
-def ponderlm2_model_config(config: dict, *, param_dtype: str = "float32") -> ModelConfig:
+def ponderlm2_model_config(fields: dict, *, param_dtype: str = "float32") -> ModelConfig:
     """The backbone's ModelConfig of the release's config.json, its pondering fields checked too."""
-    ponderlm2_settings(config)
-    return model_config_from_hf(config, param_dtype=param_dtype)
+    ponderlm2_settings(fields)
+    return model_config_from_hf(fields, param_dtype=param_dtype)
 
 
 def load_ponderlm2_release(
@@ -189,6 +196,12 @@ def load_ponderlm2_release(
 
         params = {**params, PAUSE_PARAM: params["embed_tokens"][config.get("pause_token_id", PAUSE_ID)]}
     return cfg, params, settings
+
+
+def load_ponderlm2_backbone(path: Path | str, **kwargs) -> tuple[ModelConfig, dict]:
+    """The release folder as (its Llama backbone, params); its settings: load_ponderlm2_release."""
+    cfg, params, _ = load_ponderlm2_release(path, **kwargs)
+    return cfg, params
 
 
 def save_ponderlm2_release(
@@ -231,3 +244,47 @@ def check_release_start(config: Experiment, path: str) -> None:
             f"init_from {path} is PonderLM-2's release model with scale_embeds={release['embed_scale']}: set "
             f"ponderlm2.embed_scale={release['embed_scale']} (its whole recipe: ponderlm2={release})"
         )
+
+
+def _settings_of(path: Path) -> dict:
+    return ponderlm2_settings(read_json(Path(path) / "config.json"))
+
+
+def _export(cfg: ModelConfig, params: dict, path: Path | str, *, thoughts: int = 1, **kwargs) -> None:
+    save_ponderlm2_release(cfg, params, scripts_settings(thoughts), path, **kwargs)
+
+
+def _reference(path: Path):
+    from t2mlr_jax.architectures.ponderlm2.torch_reference import PonderLM2Reference
+
+    return PonderLM2Reference.from_pretrained(path)
+
+
+def _evaluation(path: Path):
+    """Our side of --verify: arch ponderlm2's evaluation with the settings the folder records."""
+    from t2mlr_jax.architectures.ponderlm2.evaluation import evaluation_logits
+
+    settings = _settings_of(path)
+    return lambda cfg, params, tokens: evaluation_logits(cfg, params, settings, tokens)
+
+
+FORMATS.register(
+    "ponderlm2",
+    CheckpointFormat(
+        "ponderlm2",
+        recognises=is_ponderlm2_release,
+        read_config=partial(folder_config, ponderlm2_model_config),
+        load=load_ponderlm2_backbone,
+        save=_export,
+        options=("thoughts",),
+        refuses_model=lambda cfg: (
+            None if cfg.recurrence is None else "a T²MLR model: a PonderLM-2 release model has no recurrence"
+        ),
+        torch_model=_reference,
+        evaluation=_evaluation,
+        import_note=lambda path: (
+            "the release's model is arch=ponderlm2 with the section "
+            f"ponderlm2={json.dumps(_settings_of(path))}"
+        ),
+    ),
+)
