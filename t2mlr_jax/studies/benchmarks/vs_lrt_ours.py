@@ -1,6 +1,6 @@
 """Our side of `experiments/vs_release.py --release lrt`, in a process of its own: the release's GPTs at
 GPT (nanochat's GPTConfig fields, the rest at the release's defaults) as we import them
-(interop.nanochat.model_config_from_nanochat: the nanochat backbone, dense relu² MLP, fp32), on
+(formats.nanochat.model_config_from_nanochat: the nanochat backbone, dense relu² MLP, fp32), on
 configs/lrt_nanochat.py's recipe (MuonAdamW), blocks' weights held per layer (model.scan_layers=False):
   lrt    arch "lrt" (feedback both: residual, K and V) on the recurrent GPT's backbone (init value
          embeddings on every layer); its train step is the release's training, lrt.training=interleaved:
