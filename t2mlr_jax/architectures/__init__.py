@@ -49,4 +49,5 @@ def __getattr__(name: str):
     if name not in FROM_CONTRACT:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import_systems()
-    return getattr(importlib.import_module(f"{__name__}.contract"), name)
+    value = globals()[name] = getattr(importlib.import_module(f"{__name__}.contract"), name)  # once
+    return value
