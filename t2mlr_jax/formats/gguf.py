@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from t2mlr_jax.formats.files import one_line
 from t2mlr_jax.formats.hf import transformers_model
-from t2mlr_jax.formats.registry import FIRST, FORMATS, CheckpointFormat, naming
+from t2mlr_jax.formats.registry import FIRST, CheckpointFormat, naming, register_format
 from t2mlr_jax.formats.tables import from_state_dict, hf_layout
 from t2mlr_jax.model.config import ModelConfig
 
@@ -152,8 +152,7 @@ def gguf_config(path: Path | str, *, param_dtype: str = "float32") -> ModelConfi
         return gguf_model_config(reader, param_dtype=param_dtype)
 
 
-FORMATS.register(
-    "gguf",
+register_format(
     CheckpointFormat(
         "gguf",
         recognises=lambda path: path.is_file() and path.suffix == ".gguf",
@@ -164,5 +163,5 @@ FORMATS.register(
         ),
         priority=FIRST,
         described="a .gguf file",
-    ),
+    )
 )

@@ -16,10 +16,10 @@ from t2mlr_jax.formats.files import (
 )
 from t2mlr_jax.formats.registry import (
     CATCH_ALL,
-    FORMATS,
     CheckpointFormat,
     folder_config,
     holds_no_recurrence,
+    register_format,
 )
 from t2mlr_jax.formats.tables import from_state_dict, hf_layout, to_state_dict
 from t2mlr_jax.formats.tokenizer_files import (
@@ -97,8 +97,7 @@ def transformers_model(**where):
     return AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32).eval()
 
 
-FORMATS.register(
-    "hf",
+register_format(
     CheckpointFormat(
         "hf",
         recognises=lambda path: (path / "config.json").exists(),
@@ -110,5 +109,5 @@ FORMATS.register(
         torch_model=lambda path: transformers_model(pretrained_model_name_or_path=path),
         priority=CATCH_ALL,
         described="a folder with a config.json",
-    ),
+    )
 )

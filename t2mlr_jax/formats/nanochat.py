@@ -50,7 +50,7 @@ from t2mlr_jax.formats.files import (
     torch_state,
     torch_to_numpy,
 )
-from t2mlr_jax.formats.registry import FORMATS, RELEASE, CheckpointFormat, holds_no_recurrence, naming
+from t2mlr_jax.formats.registry import RELEASE, CheckpointFormat, holds_no_recurrence, naming, register_format
 from t2mlr_jax.formats.tables import check_params, from_torch, to_torch, torch_shape
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import param_specs
@@ -439,8 +439,7 @@ def export(cfg: ModelConfig, params: dict, path: Path | str, *, overwrite: bool 
     save_nanochat(cfg, params, path, overwrite=overwrite)
 
 
-FORMATS.register(
-    "nanochat",
+register_format(
     CheckpointFormat(
         "nanochat",
         recognises=is_nanochat_checkpoint,
@@ -453,5 +452,5 @@ FORMATS.register(
         torch_model=reference,
         priority=RELEASE,
         described="a nanochat checkpoint (model_<step>.pt with its meta_<step>.json)",
-    ),
+    )
 )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -56,6 +57,12 @@ class CheckpointFormat:
 FORMATS = Registry("checkpoint format")
 
 
+def register_format(entry: CheckpointFormat) -> None:
+    """`entry` under its own name."""
+    FORMATS.register(entry.name, entry)
+
+
+@functools.cache
 def import_formats() -> Registry:
     """FORMATS with this package's formats registered: every module here but this one and the PyTorch
     references (*_torch: torch loads only for --verify). The systems' and orbax: see the module docstring."""

@@ -19,7 +19,7 @@ import jax
 from t2mlr_jax.architectures import ARCHITECTURES
 from t2mlr_jax.config.convert import model_from_dict, model_to_dict
 from t2mlr_jax.formats.files import check_export_target
-from t2mlr_jax.formats.registry import FIRST, FORMATS, CheckpointFormat
+from t2mlr_jax.formats.registry import FIRST, CheckpointFormat, register_format
 from t2mlr_jax.formats.tables import check_params
 from t2mlr_jax.model.config import ModelConfig
 from t2mlr_jax.model.params import init_params
@@ -104,14 +104,19 @@ def load_config(path: Path | str) -> ModelConfig:
 def load_params(path: Path | str) -> tuple[ModelConfig, dict]:
     """(ModelConfig, params); the stored arrays must match the stored config's parameter table."""
     folder = model_folder(path)
-    cfg = load_config(folder)
-    expected = jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
     if is_exported_folder(folder):
-        return cfg, ckpt.read_folder_arrays(folder, expected)
-    params = _exporter(_training_meta(folder)["arch"])(ckpt.read_step_params(folder))
-    if jax.tree.structure(params) != jax.tree.structure(expected):
+        cfg = load_config(folder)
+        return cfg, ckpt.read_folder_arrays(folder, _param_shapes(cfg))
+    meta = _training_meta(folder)
+    cfg = model_from_dict(meta["model_config"])
+    params = _exporter(meta["arch"])(ckpt.read_step_params(folder))  # the run's params as the backbone's
+    if jax.tree.structure(params) != jax.tree.structure(_param_shapes(cfg)):
         raise ValueError(f"{folder}: the stored parameters do not match its model config's parameter table")
     return cfg, params
+
+
+def _param_shapes(cfg: ModelConfig) -> dict:
+    return jax.eval_shape(lambda: init_params(cfg, jax.random.key(0)))
 
 
 def stored_tokenizer(path: Path | str) -> str | None:
@@ -160,8 +165,7 @@ def export(cfg: ModelConfig, params: dict, path: Path | str, *, tokenizer=None, 
 
 
 # Our side of every conversion (convert_checkpoint: one side is orbax); checked before the release layouts.
-FORMATS.register(
-    "orbax",
+register_format(
     CheckpointFormat(
         "orbax",
         recognises=is_orbax_checkpoint,
@@ -170,5 +174,5 @@ FORMATS.register(
         save=export,
         priority=FIRST,
         described="an orbax checkpoint",
-    ),
+    )
 )

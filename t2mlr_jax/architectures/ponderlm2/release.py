@@ -36,7 +36,7 @@ from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.formats.configs import model_config_from_hf, refuse
 from t2mlr_jax.formats.files import read_json, write_json
 from t2mlr_jax.formats.hf import load_hf, save_hf
-from t2mlr_jax.formats.registry import FORMATS, CheckpointFormat, folder_config
+from t2mlr_jax.formats.registry import CheckpointFormat, folder_config, register_format
 from t2mlr_jax.model.config import ModelConfig
 
 RANDOM_JACOBI = (2, 3)  # the refinement counts its random_jacobi_iterations draws (torch.randint(2, 4))
@@ -268,8 +268,7 @@ def _evaluation(path: Path):
     return lambda cfg, params, tokens: evaluation_logits(cfg, params, settings, tokens)
 
 
-FORMATS.register(
-    "ponderlm2",
+register_format(
     CheckpointFormat(
         "ponderlm2",
         recognises=is_ponderlm2_release,
@@ -286,5 +285,5 @@ FORMATS.register(
             "the release's model is arch=ponderlm2 with the section "
             f"ponderlm2={json.dumps(_settings_of(path))}"
         ),
-    ),
+    )
 )

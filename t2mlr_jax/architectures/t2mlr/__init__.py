@@ -41,43 +41,16 @@ _LAZY = {
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
-__all__ = [  # the eager names above, and the lazy ones
+__all__ = [  # the eager names above, then the lazy ones
     "CACHE_NORMS",
-    "Depth",
     "MIXERS",
     "Mixer",
     "MixerOptions",
     "RecurrenceConfig",
     "SHARED_KEYS",
-    "T2MLRDecoder",
-    "T2MLRReference",
-    "T2MLRSettings",
-    "backbone_architecture",
-    "baseline_backbone",
-    "check_retrofittable",
-    "decode_step",
-    "exact_forward",
-    "exact_forward_flops",
-    "exact_train_flops",
-    "forward",
-    "fusion_flops",
-    "gamma_stats",
-    "generate",
-    "jacobi_forward",
-    "jacobi_train_flops",
     "linear_keys",
-    "load_t2mlr_torch",
-    "mixer_rules",
-    "mixer_specs",
-    "model_config_from_release",
-    "recurrence_from_release",
     "recurrent",
-    "release_config",
-    "release_from_recurrence",
-    "retrofit",
-    "save_t2mlr_torch",
-    "stateless",
-    "t2mlr_layout",
+    *_MODULE_OF,
 ]
 
 

@@ -19,7 +19,7 @@ from t2mlr_jax.architectures.t2mlr.release_configs import (
 )
 from t2mlr_jax.formats.files import check_export_target, read_json, read_state_dict
 from t2mlr_jax.formats.hf import write_folder
-from t2mlr_jax.formats.registry import FORMATS, CheckpointFormat, folder_config
+from t2mlr_jax.formats.registry import CheckpointFormat, folder_config, register_format
 from t2mlr_jax.formats.tables import (
     LLAMA_RULES,
     Rule,
@@ -96,8 +96,7 @@ def refuses_model(cfg: ModelConfig) -> str | None:
     return None
 
 
-FORMATS.register(
-    "t2mlr-torch",
+register_format(
     CheckpointFormat(
         "t2mlr-torch",
         recognises=is_t2mlr_folder,
@@ -106,5 +105,5 @@ FORMATS.register(
         save=save_t2mlr_torch,
         refuses_model=refuses_model,
         torch_model=reference,
-    ),
+    )
 )
