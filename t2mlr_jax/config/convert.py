@@ -32,12 +32,18 @@ def model_to_dict(model: ModelConfig) -> dict:
 def model_from_dict(data: Mapping) -> ModelConfig:
     data = dict(data)
     rec = data.pop("recurrence", None)
-    recurrence = recurrence_settings() if rec is not None else None
-    for cls, fields in ((ModelConfig, data), (recurrence, rec or {})):
-        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)} if cls else set()
-        if unknown:
-            raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)} in the stored config")
-    return ModelConfig(**data, recurrence=None if rec is None else recurrence(**rec))
+    _refuse_unknown(ModelConfig, data)
+    if rec is not None:
+        settings = recurrence_settings()
+        _refuse_unknown(settings, rec)
+        rec = settings(**rec)
+    return ModelConfig(**data, recurrence=rec)
+
+
+def _refuse_unknown(cls: type, fields: Mapping) -> None:
+    unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)} in the stored config")
 
 
 # ---------------------------------------------------------------------------------------------
