@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -62,7 +61,6 @@ def register_format(entry: CheckpointFormat) -> None:
     FORMATS.register(entry.name, entry)
 
 
-@functools.cache
 def import_formats() -> Registry:
     """FORMATS with this package's formats registered: every module here but this one and the PyTorch
     references (*_torch: torch loads only for --verify). The systems' and orbax: see the module docstring."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 
@@ -28,9 +29,11 @@ START_ONLY_FIELDS = (
 )
 
 
+@functools.cache
 def formats() -> Registry:
     """FORMATS with every format registered: this package's generic ones, the systems' release layouts
-    (registered when the systems are found) and our orbax checkpoints (orbax_folder, imported above)."""
+    (registered when the systems are found) and our orbax checkpoints (orbax_folder, imported above); found
+    once."""
     import_systems()
     return import_formats()
 
