@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Summarize a main.py workdir without TensorBoard: report.md and report.json (how the run ended, the
 run's config, final and best train / eval metrics, checkpoints with their sizes, steps and tokens per
-second), curves.png (loss, bits per byte for text runs, accuracy vs step) and gates.png (T²MLR gate means
-and ReZero gammas vs step; skipped when the run logs none). A multi-architecture workdir gets one section
+second, the slowest ops of the steps train.profile traced), curves.png (loss, bits per byte for text
+runs, accuracy vs step) and gates.png (T²MLR gate means and ReZero gammas vs step; skipped when the run
+logs none). A multi-architecture workdir gets one section
 and one line per run.
 
 Examples:

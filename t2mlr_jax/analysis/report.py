@@ -1,5 +1,6 @@
 """A training run summarized without TensorBoard: report.md and report.json (how the run ended, the run's
-identity, final and best metrics, checkpoints, throughput), curves.png (loss, BPB, accuracy vs step)
+identity, final and best metrics, checkpoints, throughput, the slowest ops of a train.profile trace),
+curves.png (loss, BPB, accuracy vs step)
 and, for runs that log gates (T²MLR), gates.png (mean gate activations and ReZero gammas vs step).
 tools/report.py is its CLI.
 
@@ -14,6 +15,7 @@ import json
 from pathlib import Path
 
 from t2mlr_jax.analysis.plots import finish, save, subplots
+from t2mlr_jax.analysis.profile_ops import newest_trace, ops_lines, slowest_ops
 from t2mlr_jax.analysis.run_ending import current_summary, run_ending
 from t2mlr_jax.analysis.run_logs import (
     RunLog,
@@ -24,7 +26,7 @@ from t2mlr_jax.analysis.run_logs import (
     split_report,
     throughput,
 )
-from t2mlr_jax.storage.workdir import CHECKPOINTS, RUN_CONFIG
+from t2mlr_jax.storage.workdir import CHECKPOINTS, PROFILE, RUN_CONFIG
 
 # curves.png panels: (title, train key, eval key); train logs per-token accuracy as "accuracy".
 CURVES = (
@@ -53,7 +55,14 @@ def run_report(run: RunLog) -> dict:
         "checkpoints": checkpoints,
         "throughput": throughput(train),
         "gate_keys": sorted({k for r in train for k in r if is_gate_key(k)}),
+        "profile": profile_summary(run.path),
     }
+
+
+def profile_summary(path: Path) -> dict | None:
+    """The slowest ops of the run's train.profile trace (profile_ops), None when it traced none."""
+    trace = newest_trace(path / PROFILE)
+    return slowest_ops(trace) if trace else None
 
 
 def build_report(workdir: Path, runs: list[RunLog]) -> dict:
@@ -176,6 +185,13 @@ def run_markdown(run: dict) -> list[str]:
         ]
     else:
         lines.append("none")
+    if run["profile"]:
+        lines += ["", "### Slowest ops (train.profile)", "", f"trace: `{run['profile']['trace']}`", ""]
+        lines += ["| op | program | calls | seconds | share of op time |", "|---|---|---|---|---|"]
+        lines += [
+            f"| `{o['op']}` | {o['module']} | {o['calls']} | {o['seconds']:.4g} | {o['share']:.1%} |"
+            for o in run["profile"]["ops"]
+        ]
     if run["mode_eval"]:
         lines += ["", "### --mode=eval results", ""]
         lines += [
@@ -230,6 +246,7 @@ def text_summary(report: dict) -> str:
             f"  eval  {key_metrics(run['eval'], ('loss', 'token_accuracy', 'exact_match', 'bpb'))}",
             f"  {checkpoints_line(run)}",
             f"  {throughput_line(run)}",
+            *("  " + line for line in (ops_lines(run["profile"]) if run["profile"] else [])),
         ]
     return "\n".join(lines)
 

@@ -108,6 +108,16 @@ def at_least(where: str, value, low) -> None:
         raise ValueError(f"{where} must be >= {low}, got {value}")
 
 
+def profile_window(where: str, text: str) -> tuple[int, int] | None:
+    """ "START:STOP" -> (START, STOP), the steps START .. STOP - 1 (1 <= START < STOP); "" -> None."""
+    if not text:
+        return None
+    start, sep, stop = text.partition(":")
+    if not (sep and start.strip().isdigit() and stop.strip().isdigit() and 1 <= int(start) < int(stop)):
+        raise ValueError(f"{where} must be START:STOP with 1 <= START < STOP (e.g. 10:13), got {text!r}")
+    return int(start), int(stop)
+
+
 @dataclasses.dataclass(frozen=True)
 class Mesh:
     """Device mesh (t2mlr_jax.parallel): the axes' sizes, -1 = all remaining devices, and the ZeRO stage."""
@@ -193,8 +203,14 @@ class Train:
     # every checkpoint in the workdir unreadable: refused (nothing moved), unless True: set them aside to
     # corrupt_checkpoints/ and train from step 0
     restart_if_all_corrupt: bool = False
+    # "START:STOP": a jax.profiler trace of steps START .. STOP - 1 into WORKDIR/profile/ (TensorBoard's
+    # profile plugin, Perfetto; tools/report.py names its slowest ops); "" = none
+    profile: str = ""
 
     def __post_init__(self):
+        window = profile_window("train.profile", self.profile)
+        if window and not (self.epochs or self.flop_budget) and window[1] - 1 > self.steps:
+            raise ValueError(f"train.profile {self.profile} ends past train.steps ({self.steps})")
         if (self.steps < 1 and not self.epochs) or self.batch_size < 1 or self.grad_accum < 1:
             raise ValueError(
                 "train.steps (unless set by train.epochs), train.batch_size and train.grad_accum must be >= 1"

@@ -19,6 +19,7 @@ SUMMARY = "summary.json"  # trainer.train, compare.write_comparison
 CHECKPOINTS = "checkpoints"  # orbax step folders, one per saved step
 CORRUPT = "corrupt_checkpoints"  # step folders proven unreadable, set aside (checkpoint.Checkpointer)
 SESSIONS = "sessions.jsonl"  # one "start" and (unless killed) one "end" line per training session
+PROFILE = "profile"  # a jax.profiler trace of train.profile's steps (train.profiling)
 LOCK = "train.lock"  # the one writer's pid and host while a session trains (storage.workdir_lock)
 
 # How a session ended ("end" lines): trained to train.steps, stopped by a signal (resumable), by the

@@ -28,7 +28,7 @@ import tqdm
 from t2mlr_jax.architectures import ARCHITECTURES, Architecture, build_architecture, flops_per_step
 from t2mlr_jax.architectures.contract import pretrained_path
 from t2mlr_jax.config.convert import model_to_dict, to_dict
-from t2mlr_jax.config.sections import Experiment
+from t2mlr_jax.config.sections import Experiment, profile_window
 from t2mlr_jax.cpu_runtime import once_options
 from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
@@ -39,6 +39,7 @@ from t2mlr_jax.storage.workdir import (
     CHECKPOINTS,
     CORRUPT,
     METRICS,
+    PROFILE,
     SUMMARY,
     check_checkpoints,
     log_session,
@@ -52,6 +53,7 @@ from t2mlr_jax.train.data_source import DataSource, check_fits, check_generation
 from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step, sampling_settings
 from t2mlr_jax.train.metrics_log import MetricsLog, json_safe
 from t2mlr_jax.train.optimizer import OPTIMIZERS
+from t2mlr_jax.train.profiling import ProfileWindow
 from t2mlr_jax.train.programs import Programs
 from t2mlr_jax.train.stopping import NonFiniteError, non_finite, out_of_space, stop_on_signals
 from t2mlr_jax.train.train_step import TrainState, model_inputs
@@ -295,6 +297,7 @@ def _train(run: Run, lead: bool) -> dict:
         iterator.set_state(restored.data_state)
     eval_step = make_eval_step(run.arch)
     started = time.time()
+    profile = ProfileWindow(profile_window("train.profile", t.profile), run.workdir / PROFILE)
     window: list[dict] = list(restored.log_window) if restored else []
     last_saved = checkpointer.steps()
     stopped_by, skips, step = None, 0, start_step
@@ -314,7 +317,9 @@ def _train(run: Run, lead: bool) -> dict:
                     if first:
                         startup.mark("data")
                         _check_batch(batch, run.abstract_batch())
-                    state, metrics = step_fn(step, state, global_batch(batch, run.mesh))
+                    with profile.step(step):
+                        state, metrics = step_fn(step, state, global_batch(batch, run.mesh))
+                    profile.after(step, state)
                     if bool(metrics.pop("finite")):  # one host sync per step: the guard's price
                         window.append(metrics)
                     else:
@@ -353,6 +358,7 @@ def _train(run: Run, lead: bool) -> dict:
                 log_session(run.workdir, "end", step, how="nonfinite")
             raise
         finally:
+            profile.close()
             progress.close()
             checkpointer.close()
         final_step = int(state.step)
