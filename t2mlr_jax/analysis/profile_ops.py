@@ -9,9 +9,11 @@ time, not of wall time."""
 from __future__ import annotations
 
 import collections
+import re
 from pathlib import Path
 
 TRACE_GLOB = "plugins/profile/*/*.xplane.pb"
+NUMBERED = re.compile(r"\.\d+$")  # XLA's instance suffix: dot.606 is one of the kind "dot"
 
 
 def newest_trace(folder: Path) -> Path | None:
@@ -22,7 +24,8 @@ def newest_trace(folder: Path) -> Path | None:
 
 def slowest_ops(trace: Path, top: int = 10) -> dict:
     """{"trace", "op_seconds" (all ops), "ops": [{"module", "op", "calls", "seconds", "share"}, ...] the
-    `top` slowest by total time}."""
+    `top` slowest by total time, "kinds": the same over op kinds (the name without its instance number:
+    a step's many small dots, fusions or copies add up there)}."""
     from jax.profiler import ProfileData
 
     totals: dict[tuple[str, str], list] = collections.defaultdict(lambda: [0, 0.0])
@@ -34,23 +37,35 @@ def slowest_ops(trace: Path, top: int = 10) -> dict:
                     entry = totals[(str(stats.get("hlo_module", "")), str(stats["hlo_op"]))]
                     entry[0] += 1
                     entry[1] += event.duration_ns * 1e-9
+    kinds: dict[tuple[str, str], list] = collections.defaultdict(lambda: [0, 0.0])
+    for (module, op), (calls, seconds) in totals.items():
+        kind = kinds[(module, NUMBERED.sub("", op))]
+        kind[0] += calls
+        kind[1] += seconds
     everything = sum(seconds for _, seconds in totals.values())
-    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:top]
     return {
         "trace": str(trace),
         "op_seconds": everything,
-        "ops": [
-            {"module": module, "op": op, "calls": calls, "seconds": s, "share": s / everything}
-            for (module, op), (calls, s) in ranked
-        ],
+        "ops": _ranked(totals, everything, top),
+        "kinds": _ranked(kinds, everything, top),
     }
+
+
+def _ranked(totals: dict, everything: float, top: int) -> list[dict]:
+    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:top]
+    return [
+        {"module": module, "op": op, "calls": calls, "seconds": s, "share": s / everything}
+        for (module, op), (calls, s) in ranked
+    ]
 
 
 def ops_lines(summary: dict, top: int = 5) -> list[str]:
     """The printed summary's lines: the `top` slowest ops with their share of op time."""
     lines = [f"slowest ops of the profiled steps ({summary['op_seconds']:.3g} s of op time):"]
-    lines += [
-        f"  {o['share']:6.1%}  {o['seconds']:.3g} s  {o['calls']:>5} calls  {o['op']} ({o['module']})"
-        for o in summary["ops"][:top]
-    ]
+    for title, key in (("by op", "ops"), ("by kind", "kinds")):
+        lines.append(f"  {title}:")
+        lines += [
+            f"    {o['share']:6.1%}  {o['seconds']:8.4f} s  {o['calls']:>6} calls  {o['op']} ({o['module']})"
+            for o in summary[key][:top]
+        ]
     return lines

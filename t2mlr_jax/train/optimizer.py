@@ -21,10 +21,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from t2mlr_jax.config.sections import Optimizer, non_negative_rates, register_section
+from t2mlr_jax.config.sections import Optimizer, non_negative_rates, one_of, register_section
 from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.spec import ParamSpec, is_spec
 from t2mlr_jax.registry import Registry
+from t2mlr_jax.train import muon as stacked_muon
+from t2mlr_jax.train.muon import NS_DTYPES
 
 GATE_GROUP = "mixer"  # every fusion parameter, as the release's `is_boosted_param_name`
 
@@ -227,9 +229,13 @@ class Muon:
     momentum_end: float = 0.95
     momentum_warmup_steps: int = 300
     batch_tokens: int = 0  # tokens per step (train.batch_size x data.seq_len); 0 = no batch scaling
+    # the dtype the Newton-Schulz iterations store their iterate in (products accumulate in fp32):
+    # "bfloat16" (nanochat's and the reference Muon's) or "float32" (optax's update, to round-off)
+    ns_dtype: str = "bfloat16"
 
     def __post_init__(self):
         non_negative_rates("optimizer.muon", self)
+        one_of("optimizer.muon.ns_dtype", self.ns_dtype, NS_DTYPES)
         for field in ("momentum_start", "momentum_end", "b1", "b2"):
             if not 0.0 <= float(getattr(self, field)) < 1.0:
                 raise ValueError(f"optimizer.muon.{field} must be in [0, 1), got {getattr(self, field)}")
@@ -354,14 +360,15 @@ def _shape_scale(path, spec: ParamSpec) -> float:
 
 def scale_by_muon(m: Muon, specs: dict) -> optax.GradientTransformation:
     """Nesterov momentum (warmed up by `momentum_schedule`), orthogonalised by 5 Newton-Schulz steps over
-    each matrix's (fan_in, fan_out) dims (stacked layer / expert axes are batch axes: one orthogonalisation
-    per layer / expert), then x sqrt(max(1, fan_out / fan_in)) (nanochat / Keller Jordan's shape scale).
-    Inside `multi_transform`: the other groups' leaves are MaskedNodes."""
+    each matrix's (fan_in, fan_out) dims in `m.ns_dtype` (stacked layer / expert axes are batch axes: one
+    orthogonalisation per layer / expert; the matrices of one shape iterate together: train/muon.py), then
+    x sqrt(max(1, fan_out / fan_in)) (nanochat / Keller Jordan's shape scale). Inside `multi_transform`: the
+    other groups' leaves are MaskedNodes."""
     dims = _on_matrices(specs, _dimension_numbers)
     shape_scale = _on_matrices(specs, _shape_scale)
     orthogonalise = optax.inject_hyperparams(
-        optax.contrib.scale_by_muon, static_args=("ns_steps",), hyperparam_dtype=jnp.float32
-    )(ns_steps=NS_STEPS, beta=momentum_schedule(m), nesterov=True, weight_dimension_numbers=dims)
+        stacked_muon.scale_by_muon, static_args=("ns_steps", "ns_dtype"), hyperparam_dtype=jnp.float32
+    )(ns_steps=NS_STEPS, beta=momentum_schedule(m), weight_dimension_numbers=dims, ns_dtype=m.ns_dtype)
     return optax.chain(orthogonalise, _scale_by_tree(shape_scale))
 
 
@@ -371,8 +378,9 @@ def muon(opt: Optimizer, specs: dict, schedule: optax.Schedule) -> optax.Gradien
     (betas b1, b2; skip (0.96, 0.95); eps 1e-10; no decay), each at its lr from `muon_group_lrs` x the
     schedule's multiplier schedule(step) / optimizer.lr (any schedule; nanochat's is `linear_decay`).
 
-    Differences from nanochat: optax's Nesterov momentum is bias-corrected, the Newton-Schulz runs in the
-    parameters' dtype (nanochat: bf16), and the decay is plain decoupled decay (nanochat's is "cautious")."""
+    Differences from nanochat: optax's Nesterov momentum is bias-corrected, the Newton-Schulz uses optax's
+    quintic coefficients (nanochat: Polar Express's), and the decay is plain decoupled decay (nanochat's is
+    "cautious")."""
     if float(opt.lr) <= 0:
         raise ValueError(
             f"optimizer.lr must be > 0 for muon (schedule / lr is the LR multiplier), got {opt.lr}"
