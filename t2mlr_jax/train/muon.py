@@ -9,8 +9,8 @@ in a chosen dtype over every matrix of one (m, n) shape at once, as nanochat's M
   other leaf of that (fan_in, fan_out) in one batched iteration: one program per shape rather than one per
   matrix (what keeps an accelerator busy); the momentum stays per leaf, so the state, its sharding rules and
   checkpoints are optax's.
-- A tall matrix (m > n) iterates on its n x n Gram matrix X^T X from the right, as a wide one on X X^T from
-  the left: the same result as optax's transpose-iterate-transpose, without the transposes' copies.
+- A tall matrix (fan_in > fan_out) iterates as its transpose, as optax's does, and stacks with the wide
+  matrices of the transposed shape (an MLP's up and down projections: one batch).
 """
 
 from __future__ import annotations
@@ -40,34 +40,35 @@ def _matmul(x: Array, y: Array, contract: tuple[int, int]) -> Float[Array, "b i 
 def newton_schulz(
     x: Float[Array, "b m n"], steps: int, coefficients: Float[Array, "*steps 3"], dtype: str = "bfloat16"
 ) -> Float[Array, "b m n"]:
-    """`steps` quintic Newton-Schulz iterations X <- a X + (b G + c G^2) X of each x[i] / |x[i]|_F, with
-    G = X X^T (wide) or, from the right, X <- a X + X (b G + c G^2) with G = X^T X (tall); in fp32 the
-    result of optax's orthogonalize_via_newton_schulz, in bf16 the iterate rounded after every step."""
+    """`steps` quintic Newton-Schulz iterations X <- a X + (b G + c G^2) X, G = X X^T, of each x[i] / |x[i]|_F
+    (a tall x is iterated as its transpose, as optax does); in fp32 the result of optax's
+    orthogonalize_via_newton_schulz, in bf16 the iterate rounded after every step."""
+    if x.shape[1] > x.shape[2]:
+        return newton_schulz(x.mT, steps, coefficients, dtype).mT
     store = jnp.dtype(dtype)
     x = x / (jnp.sqrt(jnp.sum(jnp.square(x), axis=(1, 2), keepdims=True)) + EPS)
     x = x.astype(store)
-    tall = x.shape[1] > x.shape[2]
-    gram_axes, apply = ((1, 1), lambda p, x: _matmul(x, p, (2, 1))) if tall else ((2, 2), None)
     for i in range(steps):
         a, b, c = coefficients if coefficients.ndim == 1 else coefficients[i]
-        gram = _matmul(x, x, gram_axes)  # symmetric: G^2 needs no transpose either
+        gram = _matmul(x, x, (2, 2))  # symmetric: G^2 needs no transpose either
         poly = b * gram + c * _matmul(gram.astype(store), gram.astype(store), (2, 1))
-        product = apply(poly.astype(store), x) if tall else _matmul(poly.astype(store), x, (2, 1))
-        x = (a * x.astype(jnp.float32) + product).astype(store)
+        x = (a * x.astype(jnp.float32) + _matmul(poly.astype(store), x, (2, 1))).astype(store)
     return x
 
 
 def _batched(x: Array, dims: MuonDimensionNumbers) -> tuple[Array, Any]:
-    """x as (batch, fan_in, fan_out) and the function that takes such an array back to x's layout."""
+    """x as a stack of wide matrices, (batch, fan_in, fan_out) or, where fan_in > fan_out, its transpose
+    (batch, fan_out, fan_in), and the function that takes such an array back to x's layout."""
     reduction = tuple(a % x.ndim for a in _tuple(dims.reduction_axis))
     output = tuple(a % x.ndim for a in _tuple(dims.output_axis))
     batch = tuple(a for a in range(x.ndim) if a not in reduction + output)
-    order = batch + reduction + output
-    flat = tuple(math.prod(x.shape[a] for a in axes) for axes in (batch, reduction, output))
+    fan_in, fan_out = (math.prod(x.shape[a] for a in axes) for axes in (reduction, output))
+    tall = fan_in > fan_out
+    order = batch + (output + reduction if tall else reduction + output)
+    flat = (math.prod(x.shape[a] for a in batch), *sorted((fan_in, fan_out)))
     unflat = tuple(x.shape[a] for a in order)
     inverse = tuple(sorted(range(x.ndim), key=lambda i: order[i]))
-    to_flat = jnp.transpose(x, order).reshape(flat) if order != tuple(range(x.ndim)) else x.reshape(flat)
-    return to_flat, lambda y: jnp.transpose(y.reshape(unflat), inverse)
+    return jnp.transpose(x, order).reshape(flat), lambda y: jnp.transpose(y.reshape(unflat), inverse)
 
 
 def _tuple(axes) -> tuple[int, ...]:
@@ -90,10 +91,10 @@ def orthogonalise(tree: Any, dims: Any, steps: int, coefficients: Array, dtype: 
     out = list(leaves)
     for members in groups.values():
         sizes = [views[i][0].shape[0] for i in members]
-        stacked = (
-            jnp.concatenate([views[i][0] for i in members]) if len(members) > 1 else views[members[0]][0]
-        )
-        done = newton_schulz(stacked, steps, coefficients, dtype)
+        stacked = jnp.concatenate([views[i][0] for i in members])
+        # Laid out wide before the first product: XLA would otherwise fold a tall matrix's transpose into
+        # that product's contracting dims, a form XLA:CPU's bf16 x bf16 -> fp32 dot does not run.
+        done = newton_schulz(jax.lax.optimization_barrier(stacked), steps, coefficients, dtype)
         start = 0
         for i, n in zip(members, sizes):
             out[i] = views[i][1](done[start : start + n]).astype(leaves[i].dtype)
