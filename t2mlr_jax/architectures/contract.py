@@ -178,7 +178,8 @@ class Architecture:
     apply: ApplyFn
     generate: GenerateFn
     loss: Callable[[Outputs, dict], dict] = next_token_loss
-    param_stats: Callable[[dict], dict] = _no_stats  # scalars of the params to log (T²MLR: tanh of γ)
+    # scalars of the params to log, on logging steps (T²MLR: tanh of γ)
+    param_stats: Callable[[dict], dict] = _no_stats
     init_model_state: Callable[[], Any] = _empty_state  # non-gradient state at step 0
     # (model_state, stats summed over micro-batches) -> (model_state, scalar metrics to log)
     update_model_state: Callable[[Any, dict], tuple[Any, dict]] | None = None

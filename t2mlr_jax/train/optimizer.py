@@ -149,16 +149,19 @@ def _scale_by_tree(multipliers: Any) -> optax.GradientTransformation:
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s, which the release's HF Trainer calls
 
 
-def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
+def clip_by_global_norm(max_norm: float, norm_given: bool = True) -> optax.GradientTransformationExtraArgs:
     """The release's clip (torch's `clip_grad_norm_`): every gradient times min(1, max_norm / (norm + 1e-6)).
     One scalar multiply, which XLA fuses into the optimizer's update; optax's select-and-divide is
-    materialised as a clipped copy of every gradient (one more pass over the model's size per step)."""
+    materialised as a clipped copy of every gradient (one more pass over the model's size per step). With
+    `norm_given`, the global norm the train step already took (extra argument `grad_norm`) is used rather
+    than a second pass over the gradients; without it (or the argument), the norm of what reaches the clip."""
 
-    def clip(updates, params):
-        scale = jnp.minimum(1.0, max_norm / (optax.tree.norm(updates) + CLIP_EPS))
-        return jax.tree.map(lambda g: g * scale.astype(g.dtype), updates)
+    def update(updates, state, params=None, *, grad_norm=None, **extra):
+        norm = grad_norm if norm_given and grad_norm is not None else optax.tree.norm(updates)
+        scale = jnp.minimum(1.0, max_norm / (norm + CLIP_EPS))
+        return jax.tree.map(lambda g: g * scale.astype(g.dtype), updates), state
 
-    return optax.stateless(clip)
+    return optax.GradientTransformationExtraArgs(lambda params: optax.EmptyState(), update)
 
 
 OPTIMIZERS = Registry("optimizer")
@@ -444,7 +447,7 @@ def make_optimizer(opt: Optimizer, specs: dict, total_steps: int) -> optax.Gradi
     freeze = [optax.masked(optax.set_to_zero(), frozen)] if any(jax.tree.leaves(frozen)) else []
     parts = [*freeze]
     if opt.grad_clip:
-        parts.append(clip_by_global_norm(float(opt.grad_clip)))
+        parts.append(clip_by_global_norm(float(opt.grad_clip), norm_given=not freeze))  # frozen: not in it
     parts.append(skip_unused(build(opt, specs, make_schedule(opt, total_steps))))
     if opt.gate_lr_multiplier != 1.0:
         parts.append(_scale_by_tree(lr_multipliers(specs, float(opt.gate_lr_multiplier))))

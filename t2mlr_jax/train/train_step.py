@@ -119,30 +119,35 @@ def make_train_step(
         if grad_accum > 1:
             grads = jax.tree.map(lambda g: g / jnp.maximum(tokens, 1.0), grads)
         old_params = where_updated(state.params)  # each device updates its shard of them
-        updates, opt_state = optimizer.update(grads, state.opt_state, old_params)
-        params = optax.apply_updates(old_params, updates)
+        means, grad_norm = _means(sums), optax.tree.norm(grads)  # the clip's too: one pass
+        finite = jnp.isfinite(means["loss"]) & jnp.isfinite(grad_norm)  # a finite update of finite params
+
+        def updated(operands):
+            params, opt_state = operands
+            updates, opt_state = optimizer.update(grads, opt_state, params, grad_norm=grad_norm)
+            return optax.apply_updates(params, updates), opt_state
+
+        # A non-finite step is not applied (the state only counts it; the trainer stops or skips): one
+        # branch on one flag, not a select between old and new over every parameter and moment.
+        params, opt_state = jax.lax.cond(
+            finite, updated, lambda operands: operands, (old_params, state.opt_state)
+        )
         model_state, state_metrics = state.model_state, {}
         if arch.update_model_state is not None:
-            model_state, state_metrics = arch.update_model_state(model_state, jax.lax.stop_gradient(stats))
-        means, grad_norm = _means(sums), optax.tree.norm(grads)
-        finite = jnp.isfinite(means["loss"]) & jnp.isfinite(grad_norm)  # a finite update of finite params
+            new_model_state, state_metrics = arch.update_model_state(
+                model_state, jax.lax.stop_gradient(stats)
+            )
+            model_state = jax.tree.map(lambda a, b: jnp.where(finite, a, b), new_model_state, model_state)
         metrics = {
             **means,
             "tokens": tokens,
             **{name: v for name, v in stats.items() if getattr(v, "ndim", None) == 0},  # scalars only
             "grad_norm": grad_norm,
             "lr": schedule(state.step),
-            **arch.param_stats(params),
             **state_metrics,
             "finite": finite,
         }
-        # A non-finite step is not applied: the state only counts it (the trainer stops or skips).
-        new = jax.tree.map(
-            lambda a, b: jnp.where(finite, a, b),
-            (params, opt_state, model_state),
-            (old_params, state.opt_state, state.model_state),
-        )
-        return TrainState(state.step + 1, new[0], new[1], state.rng, new[2]), metrics
+        return TrainState(state.step + 1, params, opt_state, state.rng, model_state), metrics
 
     return step
 

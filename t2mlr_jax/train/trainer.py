@@ -195,6 +195,10 @@ def _host_window(window: list[dict]) -> list[dict]:
     return [{k: float(v) for k, v in m.items()} for m in jax.device_get(window)]
 
 
+def _host_scalars(metrics: dict) -> dict:
+    return {k: float(v) for k, v in jax.device_get(metrics).items()}
+
+
 def _mean_metrics(window: list[dict]) -> dict:
     host = _host_window(window)
     return {k: float(np.mean([m[k] for m in host])) for k in host[0]}
@@ -296,6 +300,7 @@ def _train(run: Run, lead: bool) -> dict:
     if restored is not None:
         iterator.set_state(restored.data_state)
     eval_step = make_eval_step(run.arch)
+    param_stats = jax.jit(run.arch.param_stats)
     started = time.time()
     profile = ProfileWindow(profile_window("train.profile", t.profile), run.workdir / PROFILE)
     window: list[dict] = list(restored.log_window) if restored else []
@@ -332,7 +337,9 @@ def _train(run: Run, lead: bool) -> dict:
                             )
                     progress.update(1)
                     if window and (step % t.log_every == 0 or step == t.steps):
-                        summary = _mean_metrics(window)
+                        # the window's mean, and the parameters' statistics as they are now (taken on
+                        # logging steps only)
+                        summary = {**_mean_metrics(window), **_host_scalars(param_stats(state.params))}
                         window = []
                         if run.flops_per_step:  # expected training FLOPs spent so far (the x axis of budgets)
                             summary["train_flops"] = step * run.flops_per_step

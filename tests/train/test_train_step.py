@@ -54,9 +54,30 @@ def test_t2mlr_step_bf16_compute_fp32_master_weights_gate_stats_and_donation(tmp
         "lr",
         "gate/recurrent_gate",
         "gate/input_gate",
-        "tanh_rezero_gamma_recurrent_gate",
-        "tanh_rezero_gamma_input_gate",
     ):
         assert np.isfinite(metrics[key]), key
     assert 0.0 < metrics["gate/recurrent_gate"] < 1.0
     assert int(state.step) == 1
+    # parameter statistics are the trainer's, on logging steps, not the step's
+    gammas = jax.device_get(run.arch.param_stats(state.params))
+    assert set(gammas) == {"tanh_rezero_gamma_recurrent_gate", "tanh_rezero_gamma_input_gate"}
+    assert not set(gammas) & set(metrics) and all(np.isfinite(v) for v in gammas.values())
+
+
+@pytest.mark.slow
+def test_a_non_finite_step_keeps_the_state_bitwise(tmp_path):
+    """A NaN loss weight makes the loss and gradient norm NaN: the step returns the parameters, optimizer
+    state and model state it was given, bit for bit, counting the step."""
+    run = _run("transformer", tmp_path)
+    state = init_state(run.arch, run.optimizer, 0)
+    batch = model_inputs(tiny_batch(0, 1, 8, 16))
+    batch["loss_mask"] = np.array(batch["loss_mask"], np.float32)
+    batch["loss_mask"][0, 3] = np.nan
+    before = jax.device_get((state.params, state.opt_state, state.model_state))
+    step = compile_step(run.arch, run.optimizer, run.schedule)
+    state, metrics = step(state, batch)
+    assert not bool(metrics["finite"]) and not np.isfinite(float(metrics["grad_norm"]))
+    after = jax.device_get((state.params, state.opt_state, state.model_state))
+    assert jax.tree.structure(after) == jax.tree.structure(before) and int(state.step) == 1
+    for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(before)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
