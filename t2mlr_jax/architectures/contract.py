@@ -128,13 +128,16 @@ def layout_of(batch: dict) -> Layout:
 
 
 def row_stats(logits: Float[Array, "B T V"], batch: dict) -> dict:
-    """Per-row sums over supervised positions: next-token loss, token count, correct argmax predictions,
+    """Per-row sums over supervised positions: next-token loss, token count, correct top-1 predictions,
     and, when the batch carries `target_bytes`, the targets' UTF-8 bytes ("bytes") and the loss of the
     targets that have bytes ("byte_loss_sum": nanochat's bits-per-byte numerator, eval.bpb_masking)."""
     mask = batch["loss_mask"].astype(jnp.float32)
     logits = logits.astype(jnp.float32)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
-    correct = (jnp.argmax(logits, axis=-1) == batch["targets"]).astype(jnp.float32)
+    # the target at the top (ties count): the max logsumexp takes anyway, rather than an argmax, a second
+    # (index-tracking) pass over the vocabulary
+    target_logit = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
+    correct = (target_logit >= jnp.max(logits, axis=-1)).astype(jnp.float32)
     stats = {"loss_sum": (nll * mask).sum(-1), "tokens": mask.sum(-1), "correct": (correct * mask).sum(-1)}
     if "target_bytes" in batch:
         target_bytes = batch["target_bytes"].astype(jnp.float32) * mask

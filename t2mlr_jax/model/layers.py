@@ -234,14 +234,17 @@ def attend(
 
 def _attend_einsum(q, k, v, mask, scale: float, logit_cap: float | None):
     """The reference: fp32 B x H x T x S logits, masked, softmaxed."""
-    q = rearrange(q, "b t (k g) e -> b t k g e", k=k.shape[2])
-    logits = jnp.einsum("btkge,bske->bkgts", q, k, preferred_element_type=jnp.float32) * scale
+    # Head-major before the products: every product (and its transposes in the backward) is then a plain
+    # batched matmul over the last axes, without a layout copy of the T x S logits or probabilities.
+    q = rearrange(q, "b t (k g) e -> b k g t e", k=k.shape[2])
+    k, v = (rearrange(x, "b s k e -> b k s e") for x in (k, v))
+    logits = jnp.einsum("bkgte,bkse->bkgts", q, k, preferred_element_type=jnp.float32) * scale
     if logit_cap is not None:
         logits = softcap(logits, logit_cap)
     logits = jnp.where(mask[:, None, None], logits, NEG_INF)
     probs = softmax(logits).astype(v.dtype)
-    out = jnp.einsum("bkgts,bske->btkge", probs, v)
-    return rearrange(out, "b t k g e -> b t (k g) e")
+    out = jnp.einsum("bkgts,bkse->bkgte", probs, v)
+    return rearrange(out, "b k g t e -> b t (k g) e")
 
 
 def gated_mlp(

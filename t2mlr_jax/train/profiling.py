@@ -8,6 +8,7 @@ stops once the window's last step has finished, not when it was dispatched."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,13 @@ class ProfileWindow:
         if self.active:
             jax.profiler.stop_trace()
             self.active = False
+
+
+def trace_calls(fn: Callable[[], Any], window: tuple[int, int], folder: Path) -> None:
+    """A benchmark's profile: calls fn() numbered 1 .. STOP - 1, the calls START .. STOP - 1 traced into
+    `folder` as ProfileWindow traces steps."""
+    profile = ProfileWindow(window, folder)
+    for call in range(1, window[1]):
+        with profile.step(call):
+            out = fn()
+        profile.after(call, out)

@@ -1,13 +1,15 @@
 """Dry runs of our side of experiments/vs_release.py for the LRT and PonderLM-2 releases (no release needed):
 each driver's main on a CPU-sized spec returns its four programs, timed and compiled, with finite losses,
-the parameter counts the same for both of a pair's models where they should be."""
+the parameter counts the same for both of a pair's models where they should be, and with a profile window
+its train steps' traces."""
 
 import math
 import os
 
 import pytest
 
-from t2mlr_jax.studies.benchmarks import vs_lrt_ours, vs_ponderlm2_ours, vs_release_ours
+from t2mlr_jax.analysis.profile_ops import newest_trace, slowest_ops
+from t2mlr_jax.studies.benchmarks import vs_lrt_ours, vs_ponderlm2_ours, vs_release, vs_release_ours
 
 WORKLOAD = {
     "train": {"batch": 1, "seq_len": 8},
@@ -49,11 +51,19 @@ def check(result: dict, models: dict) -> None:
 
 
 @pytest.mark.slow
-def test_lrt_pair_ours_side_dry_run():
-    result = vs_lrt_ours.main({**WORKLOAD, "model": TINY_GPT, "passes": 1})
+def test_lrt_pair_ours_side_dry_run_with_a_profile(tmp_path):
+    """--profile 2:3: each train step's second call after the timed ones traced; results.md's profile
+    sections name their slowest ops."""
+    profile = {"profile": [2, 3], "profile_dir": str(tmp_path / "profile")}
+    spec = {**WORKLOAD, "model": TINY_GPT, "passes": 1, **profile}
+    result = vs_lrt_ours.main(spec)
     check(result, vs_lrt_ours.MODELS)
     params = {m: result["programs"][f"{m}_train"]["params"] for m in vs_lrt_ours.MODELS}
     assert params["lrt"] > params["plain"]  # the feedback projections and gates, init value embeddings
+    for m in vs_lrt_ours.MODELS:
+        assert slowest_ops(newest_trace(tmp_path / "profile" / f"{m}_train"))["ops"]
+    lines = vs_release.profiled(vs_release.RELEASES["lrt"], {"spec": spec})
+    assert sum(line.startswith("slowest ops of the profiled steps") for line in lines) == 2
 
 
 @pytest.mark.slow

@@ -37,7 +37,8 @@ medians over rounds.
 Without --release_src it prints how to get the release and exits 2. Writes, in --out (default
 runs/vs_release, runs/vs_release_RELEASE for the others):
   results.json  meta (command, release, versions, spec), the summary rows and every run's raw timings
-  results.md    the table and our compile times; also printed
+  results.md    the table, with our compile times, and with --profile the slowest ops; also printed
+  profile/      with --profile, our train programs' traces (TensorBoard's profile plugin, Perfetto)
 """
 
 from __future__ import annotations
@@ -55,7 +56,10 @@ from types import ModuleType
 
 from tqdm import tqdm
 
+from t2mlr_jax.analysis.profile_ops import newest_trace, ops_lines, slowest_ops
 from t2mlr_jax.config.cli import OneLineParser, fail
+from t2mlr_jax.config.sections import profile_window
+from t2mlr_jax.storage.workdir import PROFILE
 from t2mlr_jax.studies import ROOT
 from t2mlr_jax.studies.benchmarks import (
     vs_lrt_ours,
@@ -126,6 +130,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--out", help="output directory (default runs/vs_release; runs/vs_release_RELEASE but for t2mlr)"
     )
+    parser.add_argument(
+        "--profile",
+        default="",
+        help="START:STOP: after its timed calls, our side runs each train step STOP - 1 more times, tracing "
+        "calls START .. STOP - 1 (jax.profiler) into OUT/profile/<program>/; results.md names their slowest "
+        "ops",
+    )
     args = parser.parse_args(argv)
     args.out = args.out or "runs/vs_release" + ("" if args.release == "t2mlr" else f"_{args.release}")
     args.repeats = args.repeats or (1 if args.quick else 2)
@@ -139,6 +150,7 @@ def check(args: argparse.Namespace) -> None:
     for flag in ("rounds", "repeats", "new_tokens", "threads"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    profile_window("--profile", args.profile)
 
 
 def make_spec(args: argparse.Namespace) -> dict:
@@ -152,6 +164,8 @@ def make_spec(args: argparse.Namespace) -> dict:
         "threads": args.threads,
         "seed": args.seed,
         "release_src": str(Path(args.release_src).resolve()),
+        "profile": profile_window("--profile", args.profile),
+        "profile_dir": str(Path(args.out).resolve() / PROFILE),
     }
 
 
@@ -224,17 +238,27 @@ def render(pair: Pair, meta: dict, summary: dict) -> str:
         ratio = times(row["speed_ratio"], 2) + (
             f" ({spread[0]:.2f}–{spread[-1]:.2f})" if len(spread) > 1 else ""
         )
-        rows.append([pair.name(program) + details[program], *cells, ratio])
-    rss = summary["peak_rss"]
+        rows.append([pair.name(program) + details[program], *cells, ratio, f"{row['compile_s']:.1f} s"])
+    rss, wall = summary["peak_rss"], summary["wall"]
     rows.append(
         [
             "peak memory of each whole run (RSS)",
             size(rss["release_bytes"]),
             size(rss["ours_bytes"]),
             f"RSS {times(rss['ours_over_release'], 2)}",
+            "",
         ]
     )
-    wall, versions = summary["wall"], meta["versions"]
+    rows.append(
+        [
+            "whole run (imports, builds, compiles, warm-ups, timed calls)",
+            f"{wall['release_s']:.0f} s",
+            f"{wall['ours_s']:.0f} s",
+            times(wall["release_s"] / wall["ours_s"], 2),
+            f"{sum(summary[p]['compile_s'] for p in pair.programs):.1f} s",
+        ]
+    )
+    versions = meta["versions"]
     counts = {label: summary[f"{m}_train"]["params"] for m, label in pair.ours.MODELS.items()}
     params = "; ".join(f"{label} {n['release']:,} / {n['ours']:,}" for label, n in counts.items())
     release_versions = ", ".join(
@@ -246,15 +270,14 @@ def render(pair: Pair, meta: dict, summary: dict) -> str:
         "speed: release time / ours time, the median over rounds of each round's ratio, in brackets the "
         "lowest and highest round (> 1: ours faster); "
         "RSS: ours / release (< 1: ours smaller). Times are medians of each run's timed calls, after a "
-        "warm-up call; decode tok/s counts new tokens over the whole generate() call, prefill included.",
+        "warm-up call; decode tok/s counts new tokens over the whole generate() call, prefill included. "
+        "our compile: each program's lowering and XLA compilation, excluded from its times "
+        f"({pair.compile_note}).",
         f"parameters, release / ours: {params}",
-        f"whole run (imports, builds, compiles, warm-ups, timed calls): release {wall['release_s']:.0f} s, "
-        f"ours {wall['ours_s']:.0f} s",
         f"{meta['threads']} thread(s) per side; {meta['rounds']} rounds x {meta['repeats']} timed call(s); "
         f"release {meta['release_src']} ({meta['release_commit']}), {release_versions}; "
         f"ours jax {versions['ours']['jax']} on {versions['ours']['device']}",
     ]
-    compile_rows = [[pair.name(p), f"{summary[p]['compile_s']:.1f}"] for p in pair.programs]
     return "\n".join(
         [
             f"# {pair.ours.TITLE}",
@@ -262,16 +285,30 @@ def render(pair: Pair, meta: dict, summary: dict) -> str:
             f"`{meta['command']}`: {meta['preset']} ({pair.ours.setting(spec)}), random init, fp32, "
             "on the CPU.",
             "",
-            markdown_table(["", "release", "ours", "ours/release speed"], rows),
+            markdown_table(["", "release", "ours", "ours/release speed", "our compile"], rows),
             "",
             *(f"- {note}" for note in notes),
             "",
-            f"## Our compile times ({pair.compile_note})",
-            "",
-            markdown_table(["program", "compile s"], compile_rows),
-            "",
+            *profiled(pair, meta),
         ]
     )
+
+
+def profiled(pair: Pair, meta: dict) -> list[str]:
+    """The slowest ops of each train program's --profile trace (the last round's), as markdown lines."""
+    lines = []
+    for program in pair.programs:
+        trace = newest_trace(Path(meta["spec"].get("profile_dir", "")) / program)
+        if meta["spec"].get("profile") and trace:
+            lines += [
+                f"## {pair.name(program)}: profile",
+                "",
+                "```",
+                *ops_lines(slowest_ops(trace)),
+                "```",
+                "",
+            ]
+    return lines
 
 
 def write_results(out: Path, meta: dict, runs: list[dict]) -> str:

@@ -12,11 +12,13 @@ gets the same shapes and settings.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.studies import ROOT
 from t2mlr_jax.studies.benchmarks.side_by_side import pin_threads, result, timed_calls
+from t2mlr_jax.train.profiling import trace_calls
 
 ENTRY_POINT = "experiments.benchmarks.vs_release_ours"  # its command: python -m ENTRY_POINT
 CONFIG = "configs/smollm135m_t2mlr.py:w13_18"  # the paper's (13,18): code l_start 12, l_end 17; D 16, B 4
@@ -173,9 +175,10 @@ def train_step_of(c, arch_name: str, ids, seed: int) -> tuple:
     return arch, init_state(arch, optimizer, seed), lm_batch(ids), step
 
 
-def measure(c, arch_name: str, spec: dict, slots: int = 1) -> dict:
+def measure(c, arch_name: str, spec: dict, name: str, slots: int = 1) -> dict:
     """One architecture's train step (`train_step_of`) on rows of `slots` x seq_len slots (`tokens`) and
-    greedy generate() (exact prefill of a recurrent prompt, then cached single-token steps)."""
+    greedy generate() (exact prefill of a recurrent prompt, then cached single-token steps); with the spec's
+    profile window, its train step's trace in profile_dir/<name>_train."""
     import jax
     import jax.numpy as jnp
 
@@ -191,6 +194,8 @@ def measure(c, arch_name: str, spec: dict, slots: int = 1) -> dict:
         return metrics["loss"]
 
     train_seconds, loss = timed_calls(train_step, spec["repeats"], jax.block_until_ready)
+    if spec.get("profile"):
+        trace_calls(train_step, tuple(spec["profile"]), Path(spec["profile_dir"]) / f"{name}_train")
     n = d["new_tokens"]
     prompt = jnp.asarray(rows[: d["batch"], : d["prompt_len"]], jnp.int32)
     # In the compute dtype once (the state holds fp32 masters): no generate() call casts or copies a weight.
@@ -226,7 +231,7 @@ def measure_all(spec: dict, models) -> dict:
     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
     programs = {}
     for name, (c, arch_name, slots) in models(spec).items():
-        measured = measure(c, arch_name, spec, slots)
+        measured = measure(c, arch_name, spec, name, slots)
         programs[f"{name}_train"], programs[f"{name}_decode"] = measured["train"], measured["decode"]
     return result("ours", {"jax": jax.__version__, "device": jax.devices()[0].device_kind}, programs, start)
 
