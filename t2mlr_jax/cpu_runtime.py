@@ -25,6 +25,7 @@ Importing the package tunes nothing: a notebook, lm-eval or an accelerator's hos
 from __future__ import annotations
 
 import ctypes
+import gc
 import glob
 import os
 import platform
@@ -102,3 +103,13 @@ def keep_freed_memory() -> None:
             libc.malloc_trim(0) if event == COMPILED and duration > TRIM_AFTER_S else None
         )
     )
+
+
+def hand_back() -> None:
+    """Garbage collected, and what malloc holds free handed back to the system (glibc): between the parts
+    of a process whose peak memory counts (a benchmark's rows), so one part's leftovers do not lift the
+    next one's peak."""
+    gc.collect()
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)

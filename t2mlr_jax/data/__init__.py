@@ -1,63 +1,42 @@
 """Data for T²MLR: the batch contract, generated tasks, SFT formats, text pretraining pipelines and
-model-free evaluation helpers."""
+model-free evaluation helpers. Names load with their module on first use (PEP 562): importing one data
+module (e.g. gguf_metadata) does not load the pipelines' grain, orbax and tokenizers."""
 
-from t2mlr_jax.data.answers import (
-    exact_answer_correct,
-    extract_gsm_answer,
-    gsm_answer_correct,
-    normalize_gsm_answer,
-    pathfinding_path_correct,
-    prosqa_path_correct,
-)
-from t2mlr_jax.data.batch import BATCH_DTYPES, PAD, PROMPT, RECURRENT, check_token_ids, validate_batch
-from t2mlr_jax.data.batching import batch_examples
-from t2mlr_jax.data.char_tokenizer import S5CharTokenizer
-from t2mlr_jax.data.metrics import LengthBinnedAccuracy, sequence_exact_match, token_accuracy
-from t2mlr_jax.data.pipeline import (
-    RECORD_FORMATS,
-    document_example,
-    file_batches,
-    load_records,
-    record_encoder,
-    task_batches,
-    text_batches,
-)
-from t2mlr_jax.data.sft import encode_prompt, encode_prompt_response, gsm8k_aug_record, hotpotqa_record
-from t2mlr_jax.data.tasks import TASKS, GeneratedTaskSource
-from t2mlr_jax.data.tokenizer import TextTokenizer, load_tokenizer, tokenizer_from_gguf
+import importlib
 
-__all__ = [
-    "BATCH_DTYPES",
-    "PAD",
-    "PROMPT",
-    "RECORD_FORMATS",
-    "RECURRENT",
-    "TASKS",
-    "GeneratedTaskSource",
-    "LengthBinnedAccuracy",
-    "S5CharTokenizer",
-    "TextTokenizer",
-    "batch_examples",
-    "check_token_ids",
-    "document_example",
-    "encode_prompt",
-    "encode_prompt_response",
-    "exact_answer_correct",
-    "extract_gsm_answer",
-    "file_batches",
-    "gsm8k_aug_record",
-    "gsm_answer_correct",
-    "hotpotqa_record",
-    "load_records",
-    "load_tokenizer",
-    "normalize_gsm_answer",
-    "pathfinding_path_correct",
-    "prosqa_path_correct",
-    "record_encoder",
-    "sequence_exact_match",
-    "task_batches",
-    "text_batches",
-    "token_accuracy",
-    "tokenizer_from_gguf",
-    "validate_batch",
-]
+_LAZY = {
+    "answers": (
+        "exact_answer_correct",
+        "extract_gsm_answer",
+        "gsm_answer_correct",
+        "normalize_gsm_answer",
+        "pathfinding_path_correct",
+        "prosqa_path_correct",
+    ),
+    "batch": ("BATCH_DTYPES", "PAD", "PROMPT", "RECURRENT", "check_token_ids", "validate_batch"),
+    "batching": ("batch_examples",),
+    "char_tokenizer": ("S5CharTokenizer",),
+    "metrics": ("LengthBinnedAccuracy", "sequence_exact_match", "token_accuracy"),
+    "pipeline": (
+        "RECORD_FORMATS",
+        "document_example",
+        "file_batches",
+        "load_records",
+        "record_encoder",
+        "task_batches",
+        "text_batches",
+    ),
+    "sft": ("encode_prompt", "encode_prompt_response", "gsm8k_aug_record", "hotpotqa_record"),
+    "tasks": ("TASKS", "GeneratedTaskSource"),
+    "tokenizer": ("TextTokenizer", "load_tokenizer", "tokenizer_from_gguf"),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)  # once
+    return value

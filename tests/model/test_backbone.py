@@ -31,10 +31,13 @@ def _llama_reference(cfg, params, toks):
         k = rope(proj(x, a["k_proj"]), pos, cfg.rope_theta)
         v = proj(x, a["v_proj"])
         n_kv, e = k.shape[2], q.shape[-1]
-        q = q.reshape(b, t, n_kv, cfg.num_heads // n_kv, e)
-        logits = jnp.einsum("btkge,bske->bkgts", q, k, preferred_element_type=jnp.float32) * (e**-0.5)
+        q = q.reshape(b, t, n_kv, cfg.num_heads // n_kv, e).transpose(0, 2, 3, 1, 4)  # head-major
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+        logits = jnp.einsum("bkgte,bkse->bkgts", q, k, preferred_element_type=jnp.float32) * (e**-0.5)
         probs = jax.nn.softmax(jnp.where(mask[:, None, None], logits, NEG_INF), axis=-1).astype(v.dtype)
-        out = jnp.einsum("bkgts,bske->btkge", probs, v).reshape(b, t, cfg.num_heads, e)
+        out = (
+            jnp.einsum("bkgts,bkse->bkgte", probs, v).transpose(0, 3, 1, 2, 4).reshape(b, t, cfg.num_heads, e)
+        )
         h = h + out.reshape(b, t, -1) @ a["o_proj"].reshape(-1, h.shape[-1])
         m = p["mlp"]
         x = rms_norm(h, p["post_attention_layernorm"], cfg.norm_eps)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from t2mlr_jax import cpu_runtime
 from t2mlr_jax.config.edit import config_module
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.studies import ROOT
@@ -176,17 +177,23 @@ def train_step_of(c, arch_name: str, ids, seed: int) -> tuple:
 
 
 def measure(c, arch_name: str, spec: dict, name: str, slots: int = 1) -> dict:
-    """One architecture's train step (`train_step_of`) on rows of `slots` x seq_len slots (`tokens`) and
+    """One architecture's train step (`step_of`) on rows of `slots` x seq_len slots (`tokens`) and
     greedy generate() (exact prefill of a recurrent prompt, then cached single-token steps); with the spec's
     profile window, its train step's trace in profile_dir/<name>_train."""
     import jax
     import jax.numpy as jnp
 
     from t2mlr_jax.model.backbone import unstack_layers
+    from t2mlr_jax.train.train_step import init_state
 
     rows, t, d = tokens(spec, slots), spec["train"], spec["decode"]
-    arch, state, batch, jitted = train_step_of(c, arch_name, rows[: t["batch"]], spec["seed"])
-    step, train_compile = compiled(jitted, state, batch)
+    arch, optimizer, jitted = step_of(c, arch_name)
+    batch = lm_batch(rows[: t["batch"]])
+    # compiled from the state's shapes before the state exists: the compiler's scratch and the state are
+    # not resident together (the peak RSS)
+    abstract = jax.eval_shape(lambda: init_state(arch, optimizer, spec["seed"]))
+    step, train_compile = compiled(jitted, abstract, batch)
+    state = init_state(arch, optimizer, spec["seed"])
 
     def train_step():
         nonlocal state
@@ -199,7 +206,11 @@ def measure(c, arch_name: str, spec: dict, name: str, slots: int = 1) -> dict:
     n = d["new_tokens"]
     prompt = jnp.asarray(rows[: d["batch"], : d["prompt_len"]], jnp.int32)
     # In the compute dtype once (the state holds fp32 masters): no generate() call casts or copies a weight.
-    weights = jax.jit(unstack_layers, static_argnums=0)(arch.backbone, state.params)
+    # The optimizer state goes first and the params are donated, so the decode weights do not sit beside
+    # the train state.
+    params, state = state.params, None
+    weights = jax.jit(unstack_layers, static_argnums=0, donate_argnums=1)(arch.backbone, params)
+    del params
     decode_args = (weights, prompt, jnp.ones_like(prompt), jnp.full_like(prompt, 2))
     model_state = arch.init_model_state()
     generate = jax.jit(
@@ -231,6 +242,7 @@ def measure_all(spec: dict, models) -> dict:
     warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
     programs = {}
     for name, (c, arch_name, slots) in models(spec).items():
+        cpu_runtime.hand_back()  # the previous row's leftovers do not lift this row's peak
         measured = measure(c, arch_name, spec, name, slots)
         programs[f"{name}_train"], programs[f"{name}_decode"] = measured["train"], measured["decode"]
     return result("ours", {"jax": jax.__version__, "device": jax.devices()[0].device_kind}, programs, start)
