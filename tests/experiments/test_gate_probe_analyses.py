@@ -104,11 +104,15 @@ def test_gate_series_are_read_as_logged_in_step_order(tmp_path, capsys):
 
 
 def test_the_trainer_logs_every_fig8_quantity(tmp_path):
-    """The metric keys of a real T²MLR train step (traced, not compiled), written by the trainer's own
-    writers: every quantity of Fig. 8 is found and plotted."""
+    """The metric keys of a real T²MLR train step and its parameter statistics (traced, not compiled),
+    written by the trainer's own writers: every quantity of Fig. 8 is found and plotted."""
     run = Run(resolve(tiny.tiny_experiment("t2mlr")), tmp_path / "run", tiny_source(), "t2mlr")
     step = make_train_step(run.arch, run.optimizer, run.schedule)
     _, metrics = jax.eval_shape(step, run.abstract_state(), tiny_batch(0, 1, 8, 16))
+    metrics = {
+        **metrics,
+        **jax.eval_shape(run.arch.param_stats, run.abstract_state().params),
+    }  # logging steps'
     write_run_config(run.workdir, run.identity, run.settings)
     with MetricsLog(run.workdir) as log:
         for at in (1, 2):
