@@ -12,7 +12,10 @@ from t2mlr_jax.analysis.report import build_report, text_summary
 from t2mlr_jax.analysis.run_logs import load_runs
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.storage.workdir import PROFILE
-from tests.faults.tiny_run import config, train_tiny
+from t2mlr_jax.train.trainer import Run, train
+from tests.faults.tiny_run import config
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import tiny_source
 
 
 def _traced_steps(trace) -> list[int]:
@@ -26,7 +29,8 @@ def _traced_steps(trace) -> list[int]:
 
 
 def test_the_window_traces_its_steps_and_the_report_names_the_slowest_ops(tmp_path):
-    train_tiny(tmp_path, config(profile="4:6"))
+    cfg = tiny_experiment("transformer", steps=6, profile="4:6", checkpoint_every=6, log_every=3)
+    train(Run(resolve(cfg), tmp_path, tiny_source(), "transformer"))
     trace = newest_trace(tmp_path / PROFILE)
     assert trace is not None and _traced_steps(trace) == [4, 5]
     with gzip.open(next(trace.parent.glob("perfetto_trace.json.gz"))) as f:
