@@ -6,9 +6,9 @@ in a chosen dtype over every matrix of one (m, n) shape at once, as nanochat's M
   iterate and the products are stored in bf16, every matmul accumulates in fp32 and each step's polynomial
   is combined in fp32 before it is rounded; fp32 is optax's update, to fp32 round-off.
 - Stacking: a leaf's (batch, fan_in, fan_out) view (stacked layers and experts are batch axes) joins every
-  other leaf of that (fan_in, fan_out) in one batched iteration: one program per shape rather than one per
-  matrix (what keeps an accelerator busy); the momentum stays per leaf, so the state, its sharding rules and
-  checkpoints are optax's.
+  other leaf of that shape in one batched iteration: one program per shape rather than one per matrix
+  (what keeps an accelerator busy; on a CPU it is about even); the momentum stays per leaf, so the state,
+  its sharding rules and checkpoints are optax's.
 - A tall matrix (fan_in > fan_out) iterates as its transpose, as optax's does, and stacks with the wide
   matrices of the transposed shape (an MLP's up and down projections: one batch).
 """
@@ -77,7 +77,7 @@ def _tuple(axes) -> tuple[int, ...]:
 
 def orthogonalise(tree: Any, dims: Any, steps: int, coefficients: Array, dtype: str) -> Any:
     """Every matrix of `tree` (dims: its MuonDimensionNumbers, a MaskedNode where there is none)
-    orthogonalised by `newton_schulz`, the matrices of one (fan_in, fan_out) shape in one batch."""
+    orthogonalised by `newton_schulz`, the matrices of one wide shape (`_batched`) in one batch."""
     leaves, treedef = jax.tree.flatten(tree, is_leaf=lambda x: isinstance(x, optax.transforms.MaskedNode))
     dim_leaves = treedef.flatten_up_to(dims)
     views = [
