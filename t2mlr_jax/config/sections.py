@@ -207,8 +207,13 @@ class Train:
     # profile plugin, Perfetto; tools/report.py names its slowest ops); "" = none
     profile: str = ""
 
+    @property
+    def profile_steps(self) -> tuple[int, int] | None:
+        """train.profile as (START, STOP), None when off."""
+        return profile_window("train.profile", self.profile)
+
     def __post_init__(self):
-        window = profile_window("train.profile", self.profile)
+        window = self.profile_steps
         if window and not (self.epochs or self.flop_budget) and window[1] - 1 > self.steps:
             raise ValueError(f"train.profile {self.profile} ends past train.steps ({self.steps})")
         if (self.steps < 1 and not self.epochs) or self.batch_size < 1 or self.grad_accum < 1:

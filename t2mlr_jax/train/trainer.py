@@ -28,7 +28,7 @@ import tqdm
 from t2mlr_jax.architectures import ARCHITECTURES, Architecture, build_architecture, flops_per_step
 from t2mlr_jax.architectures.contract import pretrained_path
 from t2mlr_jax.config.convert import model_to_dict, to_dict
-from t2mlr_jax.config.sections import Experiment, profile_window
+from t2mlr_jax.config.sections import Experiment
 from t2mlr_jax.cpu_runtime import once_options
 from t2mlr_jax.parallel.mesh import check_batch, check_experts, make_mesh
 from t2mlr_jax.parallel.multihost import global_batch, is_lead_host
@@ -302,7 +302,7 @@ def _train(run: Run, lead: bool) -> dict:
     eval_step = make_eval_step(run.arch)
     param_stats = jax.jit(run.arch.param_stats)
     started = time.time()
-    profile = ProfileWindow(profile_window("train.profile", t.profile), run.workdir / PROFILE)
+    profile = ProfileWindow(t.profile_steps, run.workdir / PROFILE)
     window: list[dict] = list(restored.log_window) if restored else []
     last_saved = checkpointer.steps()
     stopped_by, skips, step = None, 0, start_step

@@ -57,6 +57,15 @@ def test_an_unknown_release_fails_in_one_line(tmp_path, capsys):
     assert err.startswith("error: argument --release: invalid choice: 'nanochat'") and "\n" not in err
 
 
+def test_a_bad_profile_window_fails_in_one_line_before_anything_runs(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(vs_release.RELEASES["lrt"].release, "check_release", lambda src, python: None)
+    argv = ["--release=lrt", f"--release_src={tmp_path}", "--profile=3", f"--out={tmp_path / 'out'}"]
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --profile must be START:STOP") and "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("release", ["t2mlr", "lrt", "ponderlm2"])
 @pytest.mark.parametrize("make", [lambda tmp: tmp / "missing", lambda tmp: tmp])
 def test_a_path_that_is_no_checkout_fails_in_one_line(tmp_path, capsys, make, release):

@@ -152,7 +152,6 @@ def check(args: argparse.Namespace) -> None:
     for flag in ("rounds", "repeats", "new_tokens", "threads"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag} must be >= 1, got {getattr(args, flag)}")
-    profile_window("--profile", args.profile)
 
 
 def make_spec(args: argparse.Namespace) -> dict:
@@ -312,10 +311,12 @@ def render(pair: Pair, meta: dict, summary: dict) -> str:
 
 def profiled(pair: Pair, meta: dict) -> list[str]:
     """The slowest ops of each train program's --profile trace (the last round's), as markdown lines."""
-    lines = []
+    spec, lines = meta["spec"], []
+    if not spec.get("profile"):
+        return lines
     for program in pair.programs:
-        trace = newest_trace(Path(meta["spec"].get("profile_dir", "")) / program)
-        if meta["spec"].get("profile") and trace:
+        trace = newest_trace(Path(spec["profile_dir"]) / program)
+        if trace:
             lines += [
                 f"## {pair.name(program)}: profile",
                 "",
