@@ -211,7 +211,8 @@ REFERENCE_BATCH_TOKENS = 2**19  # ... and its batch: every lr x sqrt(batch_token
 ADAM_EPS = 1e-10
 SKIP_BETAS = (0.96, 0.95)  # the x0 lambdas (kind "skip")
 RESIDUAL_LR_SCALE = 0.01  # the resid lambdas (kind "residual"): scalar_lr x 0.01
-NS_STEPS = 5  # Newton-Schulz steps, optax's default quintic coefficients
+NS_STEPS = 5  # Newton-Schulz steps (optax's default; nanochat's Polar Express table is fitted for 5)
+MUON_VARIANTS = ("optax", "nanochat")  # optimizer.muon.variant
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,11 +236,16 @@ class Muon:
     # the dtype the Newton-Schulz iterations store their iterate in (products accumulate in fp32):
     # "bfloat16" (nanochat's and the reference Muon's) or "float32" (optax's update, to round-off)
     ns_dtype: str = "bfloat16"
+    # the matrices' step: "optax" (optax.contrib.scale_by_muon's update, plain decoupled decay) or "nanochat"
+    # (its MuonAdamW's: Polar Express, NorMuon, cautious decay; `muon`'s docstring has the differences)
+    variant: str = "optax"
+    beta2: float = 0.95  # the nanochat variant's NorMuon second-moment decay (setup_optimizer's)
 
     def __post_init__(self):
         non_negative_rates("optimizer.muon", self)
         one_of("optimizer.muon.ns_dtype", self.ns_dtype, NS_DTYPES)
-        for field in ("momentum_start", "momentum_end", "b1", "b2"):
+        one_of("optimizer.muon.variant", self.variant, MUON_VARIANTS)
+        for field in ("momentum_start", "momentum_end", "b1", "b2", "beta2"):
             if not 0.0 <= float(getattr(self, field)) < 1.0:
                 raise ValueError(f"optimizer.muon.{field} must be in [0, 1), got {getattr(self, field)}")
         for field in ("weight_decay", "batch_tokens", "momentum_warmup_steps", "decay_depth"):
@@ -255,6 +261,7 @@ MUON_RECIPE = {
     "optimizer.muon.b1": 0.8,
     "optimizer.muon.b2": 0.95,
     "optimizer.muon.weight_decay": 0.2,
+    "optimizer.muon.variant": "nanochat",
     "optimizer.schedule": "linear_decay",
     "optimizer.warmup_ratio": 0.0,
     "optimizer.min_lr_ratio": 0.0,
@@ -361,29 +368,75 @@ def _shape_scale(path, spec: ParamSpec) -> float:
     return math.sqrt(max(1.0, fan_out / fan_in))
 
 
+def _orthogonalise(m: Muon, specs: dict) -> optax.GradientTransformation:
+    """`m.variant`'s step up to the shape scale: train/muon.py's scale_by_muon or scale_by_nanochat_muon, its
+    momentum from `momentum_schedule`."""
+    nanochat = m.variant == "nanochat"
+    transform = stacked_muon.scale_by_nanochat_muon if nanochat else stacked_muon.scale_by_muon
+    static = ("ns_steps", "ns_dtype", "beta2") if nanochat else ("ns_steps", "ns_dtype")
+    return optax.inject_hyperparams(transform, static_args=static, hyperparam_dtype=jnp.float32)(
+        ns_steps=NS_STEPS,
+        beta=momentum_schedule(m),
+        weight_dimension_numbers=_on_matrices(specs, _dimension_numbers),
+        ns_dtype=m.ns_dtype,
+        **({"beta2": float(m.beta2)} if nanochat else {}),
+    )
+
+
+def _shape_scaled(specs: dict) -> optax.GradientTransformation:
+    return _scale_by_tree(_on_matrices(specs, _shape_scale))
+
+
 def scale_by_muon(m: Muon, specs: dict) -> optax.GradientTransformation:
     """Nesterov momentum (warmed up by `momentum_schedule`), orthogonalised by 5 Newton-Schulz steps over
     each matrix's (fan_in, fan_out) dims in `m.ns_dtype` (stacked layer / expert axes are batch axes: one
-    orthogonalisation per layer / expert; the matrices of one shape iterate together: train/muon.py), then
-    x sqrt(max(1, fan_out / fan_in)) (nanochat / Keller Jordan's shape scale). Inside `multi_transform`: the
-    other groups' leaves are MaskedNodes."""
-    dims = _on_matrices(specs, _dimension_numbers)
-    shape_scale = _on_matrices(specs, _shape_scale)
-    orthogonalise = optax.inject_hyperparams(
-        stacked_muon.scale_by_muon, static_args=("ns_steps", "ns_dtype"), hyperparam_dtype=jnp.float32
-    )(ns_steps=NS_STEPS, beta=momentum_schedule(m), weight_dimension_numbers=dims, ns_dtype=m.ns_dtype)
-    return optax.chain(orthogonalise, _scale_by_tree(shape_scale))
+    orthogonalisation per layer / expert; the matrices of one shape iterate together: train/muon.py; the
+    nanochat variant's Polar Express, then NorMuon), then x sqrt(max(1, fan_out / fan_in)) (nanochat / Keller
+    Jordan's shape scale). Inside `multi_transform`: the other groups' leaves are MaskedNodes."""
+    return optax.chain(_orthogonalise(m, specs), _shape_scaled(specs))
+
+
+def cautious_weight_decay(weight_decay: float) -> optax.GradientTransformation:
+    """nanochat's "cautious" decay: u + weight_decay x p only where u x p >= 0, i.e. where the step (-lr u)
+    already moves the weight towards 0; elsewhere u alone."""
+
+    def update(updates, state, params):
+        decayed = lambda u, p: jnp.where(u * p >= 0, u + weight_decay * p, u)
+        return jax.tree.map(decayed, updates, params), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def muon_matrix_update(m: Muon, specs: dict) -> list[optax.GradientTransformation]:
+    """The muon group's transforms before its lr: "optax": `scale_by_muon`, then plain decoupled decay
+    `muon_weight_decay` x p (the chain, and so the state, this group has always had); "nanochat": its step,
+    cautious decay, then the shape scale (nanochat's lr x sqrt(max(1, rows / cols)) scales its decay too)."""
+    decay = muon_weight_decay(m, specs)
+    if m.variant == "nanochat":
+        return [
+            _orthogonalise(m, specs),
+            *([cautious_weight_decay(decay)] if decay else []),
+            _shape_scaled(specs),
+        ]
+    return [scale_by_muon(m, specs), *([optax.add_decayed_weights(decay)] if decay else [])]
 
 
 def muon(opt: Optimizer, specs: dict, schedule: optax.Schedule) -> optax.GradientTransformation:
-    """nanochat's MuonAdamW. Groups by kind (`MUON_GROUPS`): matrix -> Muon (`scale_by_muon`, decoupled
+    """nanochat's MuonAdamW. Groups by kind (`MUON_GROUPS`): matrix -> Muon (`muon_matrix_update`, its
     decay `muon_weight_decay` x lr); embedding, head, scalar (+ norm, bias, gate), residual, skip -> Adam
     (betas b1, b2; skip (0.96, 0.95); eps 1e-10; no decay), each at its lr from `muon_group_lrs` x the
     schedule's multiplier schedule(step) / optimizer.lr (any schedule; nanochat's is `linear_decay`).
 
-    Differences from nanochat: optax's Nesterov momentum is bias-corrected, the Newton-Schulz uses optax's
-    quintic coefficients (nanochat: Polar Express's), and the decay is plain decoupled decay (nanochat's is
-    "cautious")."""
+    optimizer.muon.variant "nanochat" (`MUON_RECIPE`'s) is nanochat's step: Nesterov momentum without bias
+    correction, Polar Express on x / (|x|_F * 1.02 + 1e-6), NorMuon (optimizer.muon.beta2) and cautious
+    decay, decay included in the shape scale (tests/train/test_stacked_muon.py checks it against the
+    release's own MuonAdamW). Differences from nanochat: its Newton-Schulz rounds every product to bf16, ours
+    accumulates in fp32 and rounds the iterate once a step (ns_dtype); its decay anneals as
+    (1 - step / steps) besides the lr (base_train's get_weight_decay), ours with the lr only.
+    Differences of the "optax" variant (the dataclass default, the state of earlier checkpoints): optax's
+    Nesterov momentum is bias-corrected, the Newton-Schulz uses optax's quintic coefficients on
+    x / (|x|_F + 1e-8), no variance reduction, and the decay is plain decoupled decay after the shape
+    scale."""
     if float(opt.lr) <= 0:
         raise ValueError(
             f"optimizer.lr must be > 0 for muon (schedule / lr is the LR multiplier), got {opt.lr}"
@@ -396,10 +449,7 @@ def muon(opt: Optimizer, specs: dict, schedule: optax.Schedule) -> optax.Gradien
     for group, lr in muon_group_lrs(opt.muon, specs).items():
         group_lr = lambda step, lr=lr: lr * schedule(step) / peak
         if group == "muon":
-            decay = muon_weight_decay(opt.muon, specs)
-            parts = [scale_by_muon(opt.muon, specs)]
-            if decay:
-                parts.append(optax.add_decayed_weights(decay))
+            parts = muon_matrix_update(opt.muon, specs)
             transforms[group] = optax.chain(*parts, optax.scale_by_learning_rate(group_lr))
         else:
             b1, b2 = SKIP_BETAS if group == "skip" else (float(opt.muon.b1), float(opt.muon.b2))
@@ -414,8 +464,9 @@ def skip_unused(inner: optax.GradientTransformation) -> optax.GradientTransforma
     """PyTorch's optimizers skip a parameter whose gradient is None (not used in the step); optax's keep
     stepping along its momentum on a zero gradient. This gives a parameter leaf whose whole gradient is
     zero (one the step did not use: the LRT's thought-slot scalars on a step drawing K = 0) no update and
-    its optimizer state as it was. A state leaf belongs to the parameter whose path ends its own (optax's
-    moments mirror the parameter tree); counts and other state advance as before. A used leaf's whole
+    its optimizer state as it was. A state leaf belongs to the parameter whose path ends its own and whose
+    shape it has, or factors (size 1 on some axes: NorMuon's second moment); counts and other state advance
+    as before. A used leaf's whole
     gradient is exactly zero only behind a zero-initialised projection or gate, until that has moved (a step
     or two): its moments are still zero then, so it loses only those steps' decoupled decay."""
 
@@ -424,8 +475,12 @@ def skip_unused(inner: optax.GradientTransformation) -> optax.GradientTransforma
         grads = dict(jax.tree_util.tree_flatten_with_path(updates)[0])
         used = {path: jnp.any(g != 0) for path, g in grads.items()}
 
+        def of(param, leaf) -> bool:
+            shape = grads[param].shape
+            return len(shape) == leaf.ndim and all(n in (1, m) for n, m in zip(leaf.shape, shape))
+
         def keep(path, new, old):
-            owners = [p for p in grads if tuple(path[-len(p) :]) == p and grads[p].shape == new.shape]
+            owners = [p for p in grads if tuple(path[-len(p) :]) == p and of(p, new)]
             return jnp.where(used[max(owners, key=len)], new, old) if owners else new
 
         new_state = jax.tree_util.tree_map_with_path(keep, new_state, state)

@@ -142,14 +142,22 @@ def test_a_baseline_fsdp_does_not_divide_is_split_on_other_dims_and_trains_as_on
 
 # Muon's Adam groups step at up to 1.3 (embedding_lr 0.3 x (40 / 768) ** -0.5): a rarely seen token's
 # tiny gradient rounds to a visibly different step there, a few lr x 1e-6.
-@pytest.mark.parametrize("arch, optimizer, atol", [("t2mlr", "adamw", 1e-6), ("transformer", "muon", 1e-5)])
+@pytest.mark.parametrize(
+    "arch, optimizer, variant, atol",
+    [
+        ("t2mlr", "adamw", "optax", 1e-6),
+        ("transformer", "muon", "optax", 1e-5),
+        ("transformer", "muon", "nanochat", 1e-5),
+    ],
+)
 def test_zero1_keeps_weights_whole_splits_optimizer_state_and_trains_as_one_device(
-    arch, optimizer, atol, tmp_path
+    arch, optimizer, variant, atol, tmp_path
 ):
     """mesh.zero=1 on data:2 x fsdp:4: every weight whole on every device, every large weight's optimizer
-    state (Adam's moments, Muon's momentum) split over both data-parallel axes; the same training."""
+    state (Adam's moments, Muon's momentum) split over both data-parallel axes; the same training (both
+    Muon steps: optax's, and nanochat's with its NorMuon second moments)."""
     # fp32 Newton-Schulz: in bf16 a sharded reduction's last-bit difference can flip the iterate's rounding
-    muon = {"optimizer": {"name": optimizer, "muon": {"ns_dtype": "float32"}}}
+    muon = {"optimizer": {"name": optimizer, "muon": {"ns_dtype": "float32", "variant": variant}}}
     run = make_run(arch, tmp_path, (2, 4, 1), zero=1, **muon)
     assert all(s.is_fully_replicated for s in jax.tree.leaves(run.state_shardings.params))
     moments = shardings_by_path(run.programs.update_shardings)

@@ -12,6 +12,7 @@ from t2mlr_jax.config.edit import set_path
 from t2mlr_jax.experiment import resolve
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import KINDS, ParamSpec, init_from_specs, is_spec, normal, spec_shapes
+from t2mlr_jax.train.muon import NanochatMuonState
 from t2mlr_jax.train.optimizer import (
     MUON_RECIPE,
     make_optimizer,
@@ -113,10 +114,14 @@ def test_group_lrs_follow_the_config_width_and_batch(first_step):
             np.testing.assert_allclose(u, -GROUP_LRS[label], rtol=1e-5, err_msg=label)
 
 
-def test_moments_map_onto_the_params_for_sharding(first_step):
+@pytest.mark.parametrize("variant", ["optax", "nanochat"])
+def test_moments_map_onto_the_params_for_sharding(variant):
     """The trainer shards optimizer moments like their params (optax.tree_map_params). Each group's moments
-    hold MaskedNodes at the other groups' leaves, so the map must keep those (is_leaf)."""
-    tx, _, state = first_step
+    hold MaskedNodes at the other groups' leaves, so the map must keep those (is_leaf). The nanochat
+    variant's factored second moments (size 1 on a side) are not params-shaped: they stay other state
+    (replicated), as a param's sharding may split a side they hold at size 1."""
+    tx = make_optimizer(opt(variant=variant), SPECS, 10)
+    state = tx.init(PARAMS)
     masked = lambda x: isinstance(x, optax.transforms.MaskedNode)
     shapes = optax.tree_map_params(
         tx,
@@ -128,6 +133,18 @@ def test_moments_map_onto_the_params_for_sharding(first_step):
     )
     mapped = [s for s in jax.tree.leaves(shapes) if s is not None]
     assert set(mapped) == {str(p.shape) for p in jax.tree.leaves(PARAMS)}
+    nanochat = lambda tree: [
+        x
+        for x in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, NanochatMuonState))
+        if hasattr(x, "nu")
+    ]
+    if variant == "optax":
+        assert nanochat(state) == []
+        return
+    ((ours,), (mapped,)) = nanochat(state), nanochat(shapes)
+    # experts_up, q_proj (a tie: per fan-out entry), the mixer's kernel (fan_in 2D > fan_out D: per fan-in)
+    assert [x.shape for x in jax.tree.leaves(ours.nu)] == [(L, X, 1, F), (L, 1, H, E), (2 * D, 1)]
+    assert jax.tree.leaves(mapped.nu) == []  # all None: no param's sharding
 
 
 def newton_schulz(g: np.ndarray) -> np.ndarray:
@@ -223,6 +240,8 @@ def test_weight_decay_only_on_matrices_scaled_by_depth_and_lr():
         (dict(matrix_lr=-1.0), "matrix_lr must be >= 0"),
         (dict(embedding_lr=-0.3), "embedding_lr must be >= 0"),
         (dict(momentum_warmup_steps=-1), "momentum_warmup_steps"),
+        (dict(variant="torch"), "variant must be one of"),
+        (dict(beta2=1.0), "beta2 must be in"),
         (dict(lr=0.0), "optimizer.lr must be > 0"),
     ],
 )
@@ -272,12 +291,14 @@ def test_muon_is_selectable_for_every_architecture(arch):
     assert "muon" in labels and len(set(labels)) > 1
 
 
-def test_a_parameter_the_step_did_not_use_stays_as_it_was():
+@pytest.mark.parametrize("variant", ["optax", "nanochat"])
+def test_a_parameter_the_step_did_not_use_stays_as_it_was(variant):
     """PyTorch's semantics (a parameter whose gradient is None is skipped), which optax's Adam and Muon lack:
     after a step that used every parameter, a step whose gradient is all zero at some leaves (a Muon
     matrix, an Adam scalar; the LRT's thought-slot parameters on a K = 0 step) leaves those leaves and
-    their moments exactly as they were, while the other leaves move on."""
-    tx = make_optimizer(opt(grad_clip=1.0), SPECS, 10)
+    their moments exactly as they were (the nanochat variant's factored second moment too), while the
+    other leaves move on."""
+    tx = make_optimizer(opt(grad_clip=1.0, variant=variant), SPECS, 10)
     grads = jax.tree.map(jnp.ones_like, PARAMS)
     _, state = step(tx, grads)
     idle = {**grads, "mixer": {**grads["mixer"], "kernel": jnp.zeros((2 * D, D)), "alpha": jnp.zeros((1,))}}
@@ -288,14 +309,17 @@ def test_a_parameter_the_step_did_not_use_stays_as_it_was():
     assert np.all(np.asarray(updates["mixer"]["rezero_gamma"]) != 0) and np.any(
         np.asarray(updates["lm_head"])
     )
-    moved = 0
+    moved, kept = 0, []
     for (path, old), new in zip(jax.tree_util.tree_flatten_with_path(state)[0], jax.tree.leaves(after)):
         name = jax.tree_util.keystr(path)
         if name.endswith("['mixer']['kernel']") or name.endswith("['mixer']['alpha']"):
             np.testing.assert_array_equal(new, old, err_msg=name)
-        elif ".mu" in name:
+            kept.append(name)
+        elif ".mu" in name or ".nu" in name:
             moved += not np.array_equal(new, old)
     assert moved >= 5  # the used leaves' moments did move
+    factored = [n for n in kept if ".nu" in n and n.endswith("['kernel']")]  # NorMuon's, of the matrix
+    assert len(factored) == (variant == "nanochat")
     # optax alone would have moved the idle leaves along their momentum
     plain = optax.adam(0.1)
     s = plain.update(grads, plain.init(PARAMS), PARAMS)[1]
