@@ -112,45 +112,63 @@ def orthogonalise(
     dtype: str,
     norm_scale: float = 1.0,
     eps: float = EPS,
+    normuon: tuple[float, Any] | None = None,
 ) -> Any:
     """Every matrix of `tree` (dims: its MuonDimensionNumbers, a MaskedNode where there is none)
-    orthogonalised by `newton_schulz`, the matrices of one wide shape (`_batched`) in one batch."""
+    orthogonalised by `newton_schulz`, the matrices of one wide shape (`_batched`) in one batch. With
+    `normuon` = (beta2, second moments shaped as `scale_by_nanochat_muon` keeps them), each result then goes
+    through NorMuon (`_variance_reduced`) in the same batch: (updates, new second moments)."""
     leaves, treedef = jax.tree.flatten(tree, is_leaf=lambda x: isinstance(x, optax.transforms.MaskedNode))
     dim_leaves = treedef.flatten_up_to(dims)
+    moments = treedef.flatten_up_to(normuon[1]) if normuon else [None] * len(leaves)
     views = [
-        None if isinstance(leaf, optax.transforms.MaskedNode) else _batched(leaf, d)
-        for leaf, d in zip(leaves, dim_leaves)
+        None
+        if isinstance(leaf, optax.transforms.MaskedNode)
+        else (_batched(leaf, d), _batched(nu, d) if normuon else (None, None))
+        for leaf, d, nu in zip(leaves, dim_leaves, moments)
     ]
     groups = collections.defaultdict(list)  # (fan_in, fan_out) -> indices of the leaves of that shape
     for i, view in enumerate(views):
         if view is not None:
-            groups[view[0].shape[1:]].append(i)
-    out = list(leaves)
+            groups[view[0][0].shape[1:]].append(i)
+
+    def body(chunk):
+        x, nu = chunk
+        x = newton_schulz(x, steps, coefficients, dtype, norm_scale, eps)
+        return _variance_reduced(x, nu, normuon[0]) if normuon else (x, nu)
+
+    out, new_moments = list(leaves), list(moments)
     for members in groups.values():
-        sizes = [views[i][0].shape[0] for i in members]
-        stacked = jnp.concatenate([views[i][0] for i in members])
-        done = _in_chunks(
-            lambda x: newton_schulz(x, steps, coefficients, dtype, norm_scale, eps), stacked, dtype
-        )
+        sizes = [views[i][0][0].shape[0] for i in members]
+        stack = lambda k: jnp.concatenate([views[i][k][0] for i in members])
+        done, nu = _in_chunks(body, (stack(0), stack(1) if normuon else None), dtype)
         start = 0
         for i, n in zip(members, sizes):
-            out[i] = views[i][1](done[start : start + n]).astype(leaves[i].dtype)
+            (_, unview), (_, unview_nu) = views[i]
+            out[i] = unview(done[start : start + n]).astype(leaves[i].dtype)
+            if normuon:
+                new_moments[i] = unview_nu(nu[start : start + n])
             start += n
-    return jax.tree.unflatten(treedef, out)
+    updates = jax.tree.unflatten(treedef, out)
+    return (updates, jax.tree.unflatten(treedef, new_moments)) if normuon else updates
 
 
-def _in_chunks(fn, stacked: Float[Array, "b m n"], dtype: str) -> Float[Array, "b m n"]:
-    """fn over the stack at once, or, compiled for a CPU, over equal chunks of at most CPU_CHUNK_BYTES of
-    matrices in turn (`lax.map`). XLA:CPU's batched dot (YNNPACK) slows down past a batch of that size: on
-    a 2 MiB-L2 Xeon, 5 bf16 steps over 16 matrices of 256 x 256 take 81 ms as one batch, 41 ms in 4
-    chunks of 4. The stack is laid out wide before the first product (the barrier): XLA would otherwise fold
-    a tall matrix's transpose into that product's contracting dims, a form XLA:CPU's bf16 x bf16 -> fp32
-    dot does not run."""
-    n, per_matrix = stacked.shape[0], math.prod(stacked.shape[1:]) * jnp.dtype(dtype).itemsize
+def _in_chunks(fn, stacked: tuple, dtype: str) -> tuple:
+    """fn over the stacks (arrays of one leading batch, or None) at once, or, compiled for a CPU, over equal
+    chunks of at most CPU_CHUNK_BYTES of matrices in turn (`lax.map`). XLA:CPU's batched dot (YNNPACK) slows
+    down past a batch of that size: on a 2 MiB-L2 Xeon, 5 bf16 steps over 16 matrices of 256 x 256 take
+    81 ms as one batch, 41 ms in 4 chunks of 4. The stack is laid out wide before the first product (the
+    barrier): XLA would otherwise fold a tall matrix's transpose into that product's contracting dims, a
+    form XLA:CPU's bf16 x bf16 -> fp32 dot does not run."""
+    first = stacked[0]
+    n, per_matrix = first.shape[0], math.prod(first.shape[1:]) * jnp.dtype(dtype).itemsize
     most = n if target_platform() != "cpu" else max(1, CPU_CHUNK_BYTES // per_matrix)
     size = max(d for d in range(1, min(n, most) + 1) if n % d == 0)  # equal chunks: one compiled body
-    chunks = jax.lax.optimization_barrier(stacked.reshape(n // size, size, *stacked.shape[1:]))
-    return fn(chunks[0]) if size == n else jax.lax.map(fn, chunks).reshape(stacked.shape)
+    split = lambda x: x.reshape(n // size, size, *x.shape[1:])
+    chunks = jax.lax.optimization_barrier(jax.tree.map(split, stacked))
+    if size == n:
+        return fn(jax.tree.map(lambda x: x[0], chunks))
+    return jax.tree.map(lambda x: x.reshape(n, *x.shape[2:]), jax.lax.map(fn, chunks))
 
 
 def _check_dtype(ns_dtype: str) -> None:
@@ -194,7 +212,7 @@ def scale_by_muon(
 
 class NanochatMuonState(NamedTuple):
     """`scale_by_nanochat_muon`'s state: the momentum (params-shaped) and NorMuon's second moment, each
-    matrix's shape with its shorter side (`_sides`) at size 1."""
+    matrix's shape with its shorter side (`_short_side`) at size 1."""
 
     mu: Any
     nu: Any
@@ -204,30 +222,28 @@ def _is_dims(x) -> bool:
     return isinstance(x, MuonDimensionNumbers)
 
 
-def _sides(shape: tuple[int, ...], dims: MuonDimensionNumbers) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(the axes NorMuon averages over, every matrix axis): the shorter side, fan-in on a tie (nanochat's
-    torch (out, in) weight with out >= in keeps a second moment per row, per column otherwise)."""
+def _short_side(shape: tuple[int, ...], dims: MuonDimensionNumbers) -> tuple[int, ...]:
+    """The axes NorMuon averages over: the shorter side, fan-in on a tie (nanochat's torch (out, in) weight
+    with out >= in keeps a second moment per row, per column otherwise); `_batched`'s axis 1."""
     reduction, output = _matrix_axes(len(shape), dims)
     fan_in, fan_out = (math.prod(shape[a] for a in axes) for axes in (reduction, output))
-    return (reduction if fan_out >= fan_in else output), reduction + output
+    return reduction if fan_out >= fan_in else output
 
 
 def _variance_reduced(
-    g: Float[Array, "*shape"], nu: Float[Array, "*factored"], dims: MuonDimensionNumbers, beta2: float
-) -> tuple[Float[Array, "*shape"], Float[Array, "*factored"]]:
-    """NorMuon on one orthogonalised update g: its mean square over the shorter side, averaged into `nu` by
-    beta2, divides it (rsqrt), then each matrix is rescaled to g's own Frobenius norm; (update, new nu)."""
-    short, matrix = _sides(g.shape, dims)
+    g: Float[Array, "b m n"], nu: Float[Array, "b 1 n"], beta2: float
+) -> tuple[Float[Array, "b m n"], Float[Array, "b 1 n"]]:
+    """NorMuon on orthogonalised updates in their wide view (`_batched`: m, the shorter side, is the one
+    nanochat averages over): the mean square over m, averaged into `nu` by beta2, divides each column
+    (rsqrt), then each matrix is rescaled to its own Frobenius norm; (updates in fp32, new nu)."""
     x = g.astype(jnp.float32)
-    mean_square = jnp.mean(jnp.square(x), axis=short, keepdims=True)
+    mean_square = jnp.mean(jnp.square(x), axis=1, keepdims=True)
     nu = beta2 * nu + (1 - beta2) * mean_square.astype(nu.dtype)
     scale = jax.lax.rsqrt(jnp.maximum(nu.astype(jnp.float32), NORMUON_FLOOR))
-    # sums of squares before and after the scale: each kept row holds `size` entries of that mean square
-    size = math.prod(g.shape[a] for a in short)
-    before = jnp.sum(mean_square * size, axis=matrix, keepdims=True)
-    after = jnp.sum(mean_square * size * jnp.square(scale), axis=matrix, keepdims=True)
-    rescale = scale * (jnp.sqrt(before) / jnp.maximum(jnp.sqrt(after), NORMUON_FLOOR))
-    return (x * rescale).astype(g.dtype), nu
+    # sums of squares before and after the scale: each column holds m entries of its mean square
+    before = jnp.sum(mean_square * g.shape[1], axis=(1, 2), keepdims=True)
+    after = jnp.sum(mean_square * g.shape[1] * jnp.square(scale), axis=(1, 2), keepdims=True)
+    return x * (scale * (jnp.sqrt(before) / jnp.maximum(jnp.sqrt(after), NORMUON_FLOOR))), nu
 
 
 def scale_by_nanochat_muon(
@@ -259,7 +275,7 @@ def scale_by_nanochat_muon(
             # (replicated: they are small), never given a param's sharding that their size-1 axes cannot take.
             return NanochatMuonState(mu, jax.tree.map(lambda d: jnp.zeros([]), dims, is_leaf=_is_dims))
         factored = lambda d, p: jnp.zeros(
-            [1 if a in _sides(p.shape, d)[0] else n for a, n in enumerate(p.shape)], p.dtype
+            [1 if a in _short_side(p.shape, d) else n for a, n in enumerate(p.shape)], p.dtype
         )
         return NanochatMuonState(mu, jax.tree.map(factored, dims, params, is_leaf=_is_dims))
 
@@ -267,15 +283,16 @@ def scale_by_nanochat_muon(
         del params
         mu = optax.tree.update_moment(updates, state.mu, beta, 1)
         nesterov = optax.tree.update_moment(updates, mu, beta, 1)
-        done = orthogonalise(
-            nesterov, dims, ns_steps, jnp.asarray(coefficients), ns_dtype, POLAR_NORM_SCALE, POLAR_EPS
+        updates, nu = orthogonalise(
+            nesterov,
+            dims,
+            ns_steps,
+            jnp.asarray(coefficients),
+            ns_dtype,
+            POLAR_NORM_SCALE,
+            POLAR_EPS,
+            normuon=(beta2, state.nu),
         )
-        leaves, treedef = jax.tree.flatten(done)  # the matrices: a MaskedNode has no leaves
-        reduced = [
-            _variance_reduced(g, nu, d, beta2)
-            for g, nu, d in zip(leaves, treedef.flatten_up_to(state.nu), treedef.flatten_up_to(dims))
-        ]
-        updates, nu = (treedef.unflatten([r[i] for r in reduced]) for i in (0, 1))
         return updates, NanochatMuonState(mu, nu)
 
     return optax.GradientTransformation(init, update)

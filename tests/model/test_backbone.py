@@ -2,12 +2,14 @@
 shape checking. The configurable parts and the feedback hook are tested in test_blocks.py. fp32 bounds: the
 depth rule of tests/tolerance.py (the layers a value passes; a gradient twice its forward's)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2mlr_jax.model import backbone
+from t2mlr_jax.model import backbone, layers
 from t2mlr_jax.model.layers import NEG_INF, attention_mask, rms_norm, rope, softmax
 from tests.tiny import rel_err, tiny_config, tiny_params, tokens
 from tests.tolerance import assert_fp32_close
@@ -154,3 +156,34 @@ def test_rms_norm_and_softmax_gradients_are_autodiffs(weighted, offset):
     softmaxes = (softmax, lambda z: jax.nn.softmax(z, axis=-1))
     grads = [jax.grad(lambda z: (f(z) * probe).sum())(x) for f in softmaxes]
     assert_fp32_close(*grads, 2, "softmax gradient")
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("spec", ["btd,dv->btv", "btd,vd->btv"])
+def test_the_head_and_score_products_gradients_are_autodiffs(spec):
+    """The LM head's and the attention scores' written-out VJPs (each gradient in its operand's own axis
+    order; the keys' as (q^T dS)^T) equal autodiff of the plain einsums; the forwards are the einsums."""
+    keys = jax.random.split(jax.random.PRNGKey(0), 6)
+    x, w = (
+        jax.random.normal(keys[0], (2, 5, 8)),
+        jax.random.normal(keys[1], (8, 11) if "dv" in spec else (11, 8)),
+    )
+    q, k = jax.random.normal(keys[2], (2, 2, 3, 5, 4)), jax.random.normal(keys[3], (2, 2, 7, 4))
+    cases = [
+        (
+            functools.partial(backbone.head_product, spec),
+            lambda a, b: jnp.einsum(spec, a, b),
+            (x, w),
+            keys[4],
+        ),
+        (layers.scores, lambda a, b: jnp.einsum("bkgte,bkse->bkgts", a, b), (q, k), keys[5]),
+    ]
+    for ours, plain, args, key in cases:
+        np.testing.assert_array_equal(ours(*args), plain(*args))
+        probe = jax.random.normal(key, plain(*args).shape)
+        got, want = (
+            jax.grad(lambda a, b, f=f: (f(a, b) * probe).sum(), (0, 1))(*args) for f in (ours, plain)
+        )
+        for g, r in zip(got, want):  # one product: depth 1
+            assert g.shape == r.shape
+            assert_fp32_close(g, r, 1, "written-out VJP")
