@@ -41,7 +41,7 @@ def make_layout(tokens: Int[Array, "B T"], positions=None, segment_ids=None, con
     segment_ids = default_seg if segment_ids is None else segment_ids
     if control_flow is None:
         control_flow = jnp.where(segment_ids != 0, RECURRENT, 0)
-    return Layout(positions.astype(jnp.int32), segment_ids.astype(jnp.int32), control_flow.astype(jnp.int32))
+    return Layout(*(jnp.asarray(a, jnp.int32) for a in (positions, segment_ids, control_flow)))
 
 
 def shift_right(m: Float[Array, "B T D"], positions: Int[Array, "B T"]) -> Float[Array, "B T D"]:
@@ -50,14 +50,16 @@ def shift_right(m: Float[Array, "B T D"], positions: Int[Array, "B T"]) -> Float
     return jnp.where((positions == 0)[..., None], jnp.zeros_like(r), r)
 
 
-def scan_over_tokens(step, carry, tokens: Int[Array, "B T"], layout: Layout):
-    """`lax.scan` over time of step(carry, token [B, 1], its layout) -> (carry, ys); ys come back [B, T, ...].
-    The exact recurrences (T²MLR's, the LRT's) are this over their decode step."""
+def scan_over_tokens(step, carry, tokens: Int[Array, "B T"], layout: Layout, *inputs: Array):
+    """`lax.scan` over time of step(carry, token [B, 1], its layout, *its inputs [B, 1, ...]) -> (carry, ys);
+    `inputs` are per-token arrays [B, T, ...]; ys come back [B, T, ...]. The exact recurrences (T²MLR's,
+    the LRT's) are this over their decode step."""
 
     def body(carry, xs):
-        return step(carry, xs[0][:, None], Layout(*(a[:, None] for a in xs[1:])))
+        token, *layout_and_inputs = (a[:, None] for a in xs)
+        return step(carry, token, Layout(*layout_and_inputs[:3]), *layout_and_inputs[3:])
 
-    xs = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), (tokens, *layout))
+    xs = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), (tokens, *layout, *inputs))
     carry, ys = jax.lax.scan(body, carry, xs)
     return carry, jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), ys)
 

@@ -199,7 +199,10 @@ def exact_forward(
     cache: KVCache | None = None,
     recurrent_state: Float[Array, "B D"] | None = None,
 ) -> Output:
-    """Exact sequential recurrence: `lax.scan` of `decode_step` over time.
+    """Exact sequential recurrence: the middle block [l_start, l_end] token by token (`lax.scan` over time)
+    carrying R and the KV cache; the blocks below and above it, which R reaches only through the same
+    token's stream, over all tokens at once (the token-by-token decode_step's values, to round-off: a
+    prompt's prefill reads those weights once, not once per token).
 
     bptt=None: full backpropagation through time. bptt=B: truncated, each token's loss reaching back
     through at most B links of the R chain. It runs B+1 copies of the sequence side by side; copy j
@@ -217,22 +220,32 @@ def exact_forward(
         cache = init_cache(cfg, b * copies, t)
     if recurrent_state is None:
         recurrent_state = jnp.zeros((b * copies, cfg.hidden_size), cfg.dtype)
+    h = embed(cfg, params, tokens, cache)
+    if cfg.recurrence is None:
+        out = _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state)
+        return out._replace(logits=out.logits[-b:], recurrent_state=out.recurrent_state[-b:])
+    l_start, l_end = cfg.layer_range
     params = unstack_layers(cfg, params)  # once, not at every token
+    x, cache = layout_blocks(cfg, params, h, 0, l_start, layout, tokens, cache)
 
-    def step(carry, token, token_layout):
+    def step(carry, token, token_layout, x):
         r, cache = carry
         if bptt is not None:  # copy j continues copy j-1's chain; copy 0 starts a fresh (detached) one
             r = r.reshape(copies, b, -1)
             r = jnp.concatenate([jax.lax.stop_gradient(r[:1]), r[:-1]]).reshape(copies * b, -1)
-        out = decode_step(cfg, params, token, r, cache, token_layout)
-        return (out.recurrent_state, out.cache), (
-            out.logits[:, 0],
-            {k: v[:, 0] for k, v in out.gate_stats.items()},
-        )
+        r = jnp.where((token_layout.positions == 0)[..., None], 0.0, r[:, None].astype(x.dtype))
+        fused, stats = fuse(cfg, params["mixer"], x, r, token_layout.control_flow, token_layout.positions)
+        out, cache = _middle(cfg, params, fused, token_layout, token, cache)
+        m = update_cache(cfg, params["mixer"], out, r, token_layout.control_flow)
+        return (m[:, -1], advance(cache, 1)), (out[:, 0], {k: v[:, 0] for k, v in stats.items()})
 
-    (r, cache), (logits, stats) = scan_over_tokens(step, (recurrent_state, cache), tokens, layout)
-    logits, stats = jax.tree.map(lambda a: a[-b:], (logits, stats))
-    return Output(logits, r[-b:], stats, cache)
+    start = cache.index
+    (r, cache), (out, stats) = scan_over_tokens(step, (recurrent_state, cache), tokens, layout, x)
+    h, cache = layout_blocks(
+        cfg, params, out, l_end + 1, cfg.num_layers, layout, tokens, cache._replace(index=start)
+    )
+    logits, stats = jax.tree.map(lambda a: a[-b:], (head(cfg, params, h), stats))
+    return Output(logits, r[-b:], stats, advance(cache, t))
 
 
 def forward(
