@@ -460,7 +460,9 @@ def muon(opt: Optimizer, specs: dict, schedule: optax.Schedule) -> optax.Gradien
 register_optimizer("muon", muon, Muon)
 
 
-def skip_unused(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+def skip_unused(
+    inner: optax.GradientTransformation, norms_given: bool = True
+) -> optax.GradientTransformationExtraArgs:
     """PyTorch's optimizers skip a parameter whose gradient is None (not used in the step); optax's keep
     stepping along its momentum on a zero gradient. This gives a parameter leaf whose whole gradient is
     zero (one the step did not use: the LRT's thought-slot scalars on a step drawing K = 0) no update and
@@ -468,12 +470,20 @@ def skip_unused(inner: optax.GradientTransformation) -> optax.GradientTransforma
     shape it has, or factors (size 1 on some axes: NorMuon's second moment); counts and other state advance
     as before. A used leaf's whole
     gradient is exactly zero only behind a zero-initialised projection or gate, until that has moved (a step
-    or two): its moments are still zero then, so it loses only those steps' decoupled decay."""
+    or two): its moments are still zero then, so it loses only those steps' decoupled decay.
 
-    def update(updates, state, params=None):
+    With `norms_given`, a leaf is used where its squared norm, which the train step took for the global norm
+    (extra argument `grad_sq_norms`, a tree like the gradient's), is > 0, rather than in one more pass over
+    every gradient; the two differ only for a gradient all of whose entries are below ~1e-19 in magnitude,
+    whose squares underflow. Without it (or the argument), where any entry of what reaches it is nonzero."""
+
+    def update(updates, state, params=None, *, grad_sq_norms=None, **extra):
         new_updates, new_state = inner.update(updates, state, params)
         grads = dict(jax.tree_util.tree_flatten_with_path(updates)[0])
-        used = {path: jnp.any(g != 0) for path, g in grads.items()}
+        if norms_given and grad_sq_norms is not None:
+            used = {path: n > 0 for path, n in jax.tree_util.tree_flatten_with_path(grad_sq_norms)[0]}
+        else:
+            used = {path: jnp.any(g != 0) for path, g in grads.items()}
 
         def of(param, leaf) -> bool:
             shape = grads[param].shape
@@ -489,7 +499,7 @@ def skip_unused(inner: optax.GradientTransformation) -> optax.GradientTransforma
         )
         return new_updates, new_state
 
-    return optax.GradientTransformation(inner.init, update)
+    return optax.GradientTransformationExtraArgs(inner.init, update)
 
 
 def make_optimizer(opt: Optimizer, specs: dict, total_steps: int) -> optax.GradientTransformation:
@@ -503,7 +513,7 @@ def make_optimizer(opt: Optimizer, specs: dict, total_steps: int) -> optax.Gradi
     parts = [*freeze]
     if opt.grad_clip:
         parts.append(clip_by_global_norm(float(opt.grad_clip), norm_given=not freeze))  # frozen: not in it
-    parts.append(skip_unused(build(opt, specs, make_schedule(opt, total_steps))))
+    parts.append(skip_unused(build(opt, specs, make_schedule(opt, total_steps)), norms_given=not freeze))
     if opt.gate_lr_multiplier != 1.0:
         parts.append(_scale_by_tree(lr_multipliers(specs, float(opt.gate_lr_multiplier))))
     return optax.chain(*parts, *freeze)

@@ -13,6 +13,7 @@ output sharding).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
@@ -119,12 +120,17 @@ def make_train_step(
         if grad_accum > 1:
             grads = jax.tree.map(lambda g: g / jnp.maximum(tokens, 1.0), grads)
         old_params = where_updated(state.params)  # each device updates its shard of them
-        means, grad_norm = _means(sums), optax.tree.norm(grads)  # the clip's too: one pass
+        # Each gradient's squared norm, in optax.tree.norm's order: the global norm (the clip's too) and
+        # which parameters the step used (skip_unused), from one pass over the gradients.
+        sq_norms = jax.tree.map(lambda g: jnp.sum(jnp.square(g)), grads)
+        means, grad_norm = _means(sums), jnp.sqrt(jax.tree.reduce(operator.add, sq_norms, initializer=0))
         finite = jnp.isfinite(means["loss"]) & jnp.isfinite(grad_norm)  # a finite update of finite params
 
         def updated(operands):
             params, opt_state = operands
-            updates, opt_state = optimizer.update(grads, opt_state, params, grad_norm=grad_norm)
+            updates, opt_state = optimizer.update(
+                grads, opt_state, params, grad_norm=grad_norm, grad_sq_norms=sq_norms
+            )
             return optax.apply_updates(params, updates), opt_state
 
         # A non-finite step is not applied (the state only counts it; the trainer stops or skips): one

@@ -215,3 +215,39 @@ def test_frozen_gradients_stay_out_of_the_clip(name):
     expect, _ = alone.update(grads["mixer"], alone.init(FROZEN_PARAMS["mixer"]), FROZEN_PARAMS["mixer"])
     for a, b in zip(jax.tree.leaves(updates["mixer"]), jax.tree.leaves(expect)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_unused_parameter_keeps_its_state_whichever_way_use_is_told(name):
+    """A leaf whose whole gradient is zero (the step did not use it) gets no update and keeps its moments,
+    as torch skips a parameter without a gradient; told by the train step's squared norms (`grad_sq_norms`)
+    or found in the gradient itself, bitwise the same steps, decay and clipping on."""
+    tx = make_optimizer(
+        opt(**NAMES[name], weight_decay=0.5, warmup_ratio=0.0, grad_clip=1.0), MIXER_SPECS, 10
+    )
+    params = FROZEN_PARAMS["mixer"]
+    sq_norms = lambda g: jax.tree.map(lambda a: jnp.sum(jnp.square(a)), g)
+    found = jax.jit(lambda g, s, p: tx.update(g, s, p, grad_norm=optax.tree.norm(g)))
+    told = jax.jit(
+        lambda g, s, p: tx.update(g, s, p, grad_norm=optax.tree.norm(g), grad_sq_norms=sq_norms(g))
+    )
+    state = {"found": tx.init(params), "told": tx.init(params)}
+    for i in range(3):
+        grads = jax.tree.map(lambda p: jnp.full_like(p, 0.5 + i), params)
+        if i == 2:  # a step that did not use the bias
+            grads["bias"] = jnp.zeros_like(grads["bias"])
+            before = state["told"]
+        (u_found, state["found"]), (u_told, state["told"]) = (
+            found(grads, state["found"], params),
+            told(grads, state["told"], params),
+        )
+        for a, b in zip(jax.tree.leaves((u_found, state["found"])), jax.tree.leaves((u_told, state["told"]))):
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(u_told["bias"], 0.0)
+    assert np.abs(u_told["kernel"]).max() > 0
+    moved = [
+        not np.array_equal(a, b)
+        for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(state["told"]))
+        if np.shape(a) == params["bias"].shape
+    ]
+    assert moved and not any(moved)  # the bias's moments as they were
