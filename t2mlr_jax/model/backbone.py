@@ -29,7 +29,7 @@ from jaxtyping import Array, Bool, Float, Int
 from t2mlr_jax.model import layer_layout
 from t2mlr_jax.model.block import Feedback, Layer, Step, apply_block
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.layers import DocumentMask, attention_mask, rms_norm, softcap
+from t2mlr_jax.model.layers import PRODUCT, DocumentMask, attention_mask, product, rms_norm, softcap
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
 
 FULL_WINDOW = np.iinfo(np.int32).max  # a full-attention layer's entry in the scanned window array
@@ -169,36 +169,12 @@ def final_norm(cfg: ModelConfig, params: dict, h: Float[Array, "B T D"]) -> Floa
     return rms_norm(h, _norm_weight(params, "norm", cfg.dtype), cfg.norm_eps, cfg.norm_offset)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def head_product(spec: str, x: Float[Array, "B T D"], w: Float[Array, "*W"]) -> Float[Array, "B T V"]:
-    """einsum(spec, x, w) accumulated in fp32, whose backward writes each gradient in its operand's own
-    axis order. Autodiff's emits the weight's gradient in another order and a transpose, which XLA:CPU
-    lays out by writing the logits' gradient transposed, the slowest op of a small model's step (nanochat
-    4 x 256, vocabulary 8192, one thread: its gradient 127 -> 107 ms)."""
-    return jnp.einsum(spec, x, w, preferred_element_type=jnp.float32)
-
-
-def _head_product_fwd(spec, x, w):
-    return head_product(spec, x, w), (x, w)
-
-
-def _head_product_bwd(spec, residuals, g):
-    x, w = residuals
-    (x_axes, w_axes), out_axes = spec.split("->")[0].split(","), spec.split("->")[1]
-    dx = jnp.einsum(f"{out_axes},{w_axes}->{x_axes}", g, w, preferred_element_type=jnp.float32)
-    dw = jnp.einsum(f"{x_axes},{out_axes}->{w_axes}", x, g, preferred_element_type=jnp.float32)
-    return dx.astype(x.dtype), dw.astype(w.dtype)
-
-
-head_product.defvjp(_head_product_fwd, _head_product_bwd)
-
-
 def unembed(cfg: ModelConfig, params: dict, x: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
     """The (tied or untied) LM head on the final-normed state; logits in fp32, softcapped when configured."""
     if cfg.tie_embeddings:
-        logits = head_product("btd,vd->btv", x, params["embed_tokens"].astype(cfg.dtype))
+        logits = product("btd,vd->btv", x, params["embed_tokens"].astype(cfg.dtype), jnp.float32)
     else:
-        logits = head_product("btd,dv->btv", x, params["lm_head"].astype(cfg.dtype))
+        logits = product("btd,dv->btv", x, params["lm_head"].astype(cfg.dtype), jnp.float32)
     return logits if cfg.logit_softcap is None else softcap(logits, cfg.logit_softcap)
 
 
@@ -218,7 +194,11 @@ def _remat(cfg: ModelConfig, fn):
     if cfg.remat == "full":
         return jax.checkpoint(fn)
     if cfg.remat == "dots":
-        return jax.checkpoint(fn, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+        policies = jax.checkpoint_policies
+        saved = policies.save_from_both_policies(
+            policies.dots_with_no_batch_dims_saveable, policies.save_only_these_names(PRODUCT)
+        )
+        return jax.checkpoint(fn, policy=saved)
     return fn
 
 

@@ -20,7 +20,7 @@ from jaxtyping import Array, Float, Int
 
 from t2mlr_jax.model import moe  # noqa: F401  (registers mlp="moe")
 from t2mlr_jax.model.config import ModelConfig
-from t2mlr_jax.model.layers import MLPS, DocumentMask, attend, rms_norm, rope
+from t2mlr_jax.model.layers import MLPS, DocumentMask, attend, product, rms_norm, rope
 from t2mlr_jax.parallel.rules import RESIDUAL_AXES, constrain
 
 Q_AXES = ("batch", "length", "act_heads", "head_dim")  # [B, T, H, E]
@@ -119,7 +119,7 @@ def _project(x: Float[Array, "B T D"], w: Float[Array, "D N E"]) -> Float[Array,
     """x @ w over heads as one [D, N E] matmul: the reshape of a row-major weight is free, where a
     three-axis contraction lets XLA:CPU copy the weight into another layout at every call."""
     b, t, _ = x.shape
-    return jnp.einsum("btd,df->btf", x, w.reshape(w.shape[0], -1)).reshape(b, t, *w.shape[1:])
+    return product("btd,df->btf", x, w.reshape(w.shape[0], -1)).reshape(b, t, *w.shape[1:])
 
 
 def apply_block(cfg: ModelConfig, p: dict, h, step: Step, layer: Layer, kv):
@@ -176,7 +176,7 @@ def apply_block(cfg: ModelConfig, p: dict, h, step: Step, layer: Layer, kv):
             mask = mask & (step.distance <= layer.window)
     attn = attend(q, keys, values, mask, cfg.attn_softcap, cfg.query_pre_attn_scalar, cfg.attention_impl)
     o = a["o_proj"]
-    y = jnp.einsum("btf,fd->btd", attn.reshape(*attn.shape[:2], -1), o.reshape(-1, o.shape[-1]))
+    y = product("btf,fd->btd", attn.reshape(*attn.shape[:2], -1), o.reshape(-1, o.shape[-1]))
     if cfg.sandwich_norms:  # HF Gemma: norm the attention output, then the MLP's own pre- and post-norm
         h = h + norm(y, "post_attention_layernorm")
         y, stats = MLPS[cfg.mlp].apply(cfg, p["mlp"], norm(h, "pre_feedforward_layernorm"), layer.mlp_state)

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from einops import rearrange
+from jax.ad_checkpoint import checkpoint_name
 from jaxtyping import Array, Bool, Float, Int
 
 from t2mlr_jax.model import splash
@@ -232,6 +233,43 @@ def attend(
     return jnp.where(empty[..., None, None], mean[:, None].astype(out.dtype), out)
 
 
+PRODUCT = "product"  # the checkpoint name of every `product`'s output: remat "dots" saves them
+
+
+def product(
+    spec: str, x: Float[Array, "*X"], w: Float[Array, "*W"], accumulate: Any = None
+) -> Float[Array, "*Y"]:
+    """einsum(spec, x, w) (a projection or the LM head; `accumulate`: the output's dtype, e.g. fp32 logits),
+    whose backward writes each gradient in its operand's own axis order: the weight's as x . dy over the
+    tokens. Autodiff's takes dy . x and transposes the result, which XLA:CPU runs as a transposed copy of
+    dy and a slow generic dot (the weight gradients of PonderLM-2's step: ~90 against ~170 GF/s for the
+    forward's products, one thread); written this way each is a plain matmul, as is the LM head's, whose
+    logits' gradient autodiff's form also wrote transposed (nanochat 4 x 256: its gradient 127 -> 107 ms).
+    Its output is named PRODUCT, which remat "dots" saves as it saves the einsums' (a custom VJP hides the
+    dot from that policy)."""
+    return checkpoint_name(_product(spec, x, w, accumulate), PRODUCT)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3))
+def _product(spec, x, w, accumulate):
+    return jnp.einsum(spec, x, w, preferred_element_type=accumulate)
+
+
+def _product_fwd(spec, x, w, accumulate):
+    return _product(spec, x, w, accumulate), (x, w)
+
+
+def _product_bwd(spec, accumulate, residuals, g):
+    x, w = residuals
+    (x_axes, w_axes), out_axes = spec.split("->")[0].split(","), spec.split("->")[1]
+    dx = jnp.einsum(f"{out_axes},{w_axes}->{x_axes}", g, w, preferred_element_type=accumulate)
+    dw = jnp.einsum(f"{x_axes},{out_axes}->{w_axes}", x, g, preferred_element_type=accumulate)
+    return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+_product.defvjp(_product_fwd, _product_bwd)
+
+
 @jax.custom_vjp
 def scores(q: Float[Array, "B K G T E"], k: Float[Array, "B K S E"]) -> Float[Array, "B K G T S"]:
     """q · k over e, in fp32, with a written-out VJP: the keys' gradient dS^T q contracts the T x S score
@@ -279,9 +317,9 @@ def gated_mlp(
 ) -> Float[Array, "B T D"]:
     """down(act(gate x) * up x): SwiGLU with SiLU (Llama), GeGLU with tanh-GELU (Gemma, HF's
     gelu_pytorch_tanh)."""
-    gate = jnp.einsum("btd,df->btf", x, gate_proj)
-    up = jnp.einsum("btd,df->btf", x, up_proj)
-    return jnp.einsum("btf,fd->btd", activation(gate) * up, down_proj)
+    gate = product("btd,df->btf", x, gate_proj)
+    up = product("btd,df->btf", x, up_proj)
+    return product("btf,fd->btd", activation(gate) * up, down_proj)
 
 
 def _gelu_tanh(x):
@@ -292,8 +330,8 @@ def relu2(
     x: Float[Array, "B T D"], up_proj: Float[Array, "D F"], down_proj: Float[Array, "F D"]
 ) -> Float[Array, "B T D"]:
     """nanochat's MLP: down(relu(up x)²)."""
-    up = jnp.einsum("btd,df->btf", x, up_proj)
-    return jnp.einsum("btf,fd->btd", jnp.square(jax.nn.relu(up)), down_proj)
+    up = product("btd,df->btf", x, up_proj)
+    return product("btf,fd->btd", jnp.square(jax.nn.relu(up)), down_proj)
 
 
 # ---------------------------------------------------------------------------------------------

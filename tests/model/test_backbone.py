@@ -159,10 +159,14 @@ def test_rms_norm_and_softmax_gradients_are_autodiffs(weighted, offset):
 
 
 @pytest.mark.numerics
-@pytest.mark.parametrize("spec", ["btd,dv->btv", "btd,vd->btv"])
-def test_the_head_and_score_products_gradients_are_autodiffs(spec):
-    """The LM head's and the attention scores' written-out VJPs (each gradient in its operand's own axis
-    order; the keys' as (q^T dS)^T) equal autodiff of the plain einsums; the forwards are the einsums."""
+@pytest.mark.parametrize(
+    "spec,accumulate", [("btd,dv->btv", jnp.float32), ("btd,vd->btv", jnp.float32), ("btd,dv->btv", None)]
+)
+def test_the_products_and_scores_gradients_are_autodiffs(spec, accumulate, capsys):
+    """The written-out VJPs of `product` (the LM head, untied and tied, with fp32 logits; a block's
+    projection) and of the attention scores (each gradient in its operand's own axis order; the keys' as
+    (q^T dS)^T) equal autodiff of the plain einsums; the forwards are the einsums, under remat "dots" too
+    (which saves a product's output as it saves an einsum's)."""
     keys = jax.random.split(jax.random.PRNGKey(0), 6)
     x, w = (
         jax.random.normal(keys[0], (2, 5, 8)),
@@ -171,8 +175,8 @@ def test_the_head_and_score_products_gradients_are_autodiffs(spec):
     q, k = jax.random.normal(keys[2], (2, 2, 3, 5, 4)), jax.random.normal(keys[3], (2, 2, 7, 4))
     cases = [
         (
-            functools.partial(backbone.head_product, spec),
-            lambda a, b: jnp.einsum(spec, a, b),
+            functools.partial(layers.product, spec, accumulate=accumulate),
+            lambda a, b: jnp.einsum(spec, a, b, preferred_element_type=accumulate),
             (x, w),
             keys[4],
         ),
@@ -181,9 +185,15 @@ def test_the_head_and_score_products_gradients_are_autodiffs(spec):
     for ours, plain, args, key in cases:
         np.testing.assert_array_equal(ours(*args), plain(*args))
         probe = jax.random.normal(key, plain(*args).shape)
-        got, want = (
-            jax.grad(lambda a, b, f=f: (f(a, b) * probe).sum(), (0, 1))(*args) for f in (ours, plain)
-        )
-        for g, r in zip(got, want):  # one product: depth 1
+        loss = lambda f: lambda a, b: (jnp.tanh(f(a, b)) * probe).sum()
+        got, want = (jax.grad(loss(f), (0, 1))(*args) for f in (ours, plain))
+        dots = backbone._remat(tiny_config(remat="dots"), loss(ours))
+        for g, r, d in zip(got, want, jax.grad(dots, (0, 1))(*args)):  # one product: depth 1
             assert g.shape == r.shape
             assert_fp32_close(g, r, 1, "written-out VJP")
+            np.testing.assert_array_equal(d, g)
+    saved = backbone._remat(
+        tiny_config(remat="dots"), lambda a, b: jnp.tanh(layers.product(spec, a, b)).sum()
+    )
+    jax.ad_checkpoint.print_saved_residuals(saved, x, w)
+    assert "named 'product'" in capsys.readouterr().out
