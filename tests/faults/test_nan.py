@@ -58,6 +58,7 @@ def test_the_skip_policy_skips_and_logs_up_to_its_limit(tmp_path):
         "--config.train.steps=8",
         "--config.model.recurrence.d_forward=2",  # a smaller step to compile
         "--config.model.recurrence.d_backward=1",
+        "--config.t2mlr.d_forward_values=",  # D fixed: one train step to compile, not one per sampled D
         f"--workdir={tmp_path}",
     )
     assert out.returncode == 1, out.stderr[-2000:]

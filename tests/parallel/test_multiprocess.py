@@ -44,6 +44,7 @@ def test_two_processes_train_as_one_job_and_eval_like_one_process(tmp_path):
         f"--config={S5}:cpu",
         *TINY,
         "--config.arch=t2mlr",
+        "--config.t2mlr.d_forward_values=1",  # one train step to compile per host, not one per sampled D
         "--config.train.checkpoint_every=1",
         "--config.eval.batch_size=4",
         f"--workdir={workdir}",
