@@ -6,8 +6,9 @@
                    final pass. Exactly the release's D/B semantics: the gradient reaches back through
                    the last B refinements only. With recurrence.jacobi_tolerance, the detached passes
                    stop early once R has converged (`lax.while_loop`).
-  exact_forward    token by token (`lax.scan` over time) carrying R and the KV cache; with `bptt=B` the
-                   gradient of each token flows through at most B links of the recurrent chain.
+  exact_forward    the middle block token by token (`lax.scan` over time) carrying R and the KV cache, the
+                   blocks below and above it over all tokens at once; with `bptt=B` the gradient of each
+                   token flows through at most B links of the recurrent chain.
   decode_step      one token with the KV cache and R (the body of exact_forward and of generation).
 
 A model with `recurrence=None` runs through the same functions as a plain transformer.
