@@ -56,8 +56,8 @@ def scan_over_tokens(step, carry, tokens: Int[Array, "B T"], layout: Layout, *in
     the LRT's) are this over their decode step."""
 
     def body(carry, xs):
-        token, *layout_and_inputs = (a[:, None] for a in xs)
-        return step(carry, token, Layout(*layout_and_inputs[:3]), *layout_and_inputs[3:])
+        token, *rest = (a[:, None] for a in xs)
+        return step(carry, token, Layout(*rest[: len(layout)]), *rest[len(layout) :])
 
     xs = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), (tokens, *layout, *inputs))
     carry, ys = jax.lax.scan(body, carry, xs)

@@ -9,7 +9,7 @@
   exact_forward    the middle block token by token (`lax.scan` over time) carrying R and the KV cache, the
                    blocks below and above it over all tokens at once; with `bptt=B` the gradient of each
                    token flows through at most B links of the recurrent chain.
-  decode_step      one token with the KV cache and R (the body of exact_forward and of generation).
+  decode_step      one token with the KV cache and R (the body of generation).
 
 A model with `recurrence=None` runs through the same functions as a plain transformer.
 Layouts (t2mlr_jax.model.token_layout, shared by every backbone system): positions (RoPE, and R resets to
@@ -64,19 +64,30 @@ def _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state) -> Outpu
     return Output(head(cfg, params, h), recurrent_state, {}, _advance(cache, tokens))
 
 
+def _fused_middle(cfg, params, x, r, layout, tokens, cache=None, middle=None):
+    """Fuse the cache each token sees (r) into the stream entering l_start (x), run the middle block
+    (through the KV cache when there is one): (its output, each token's new cache m, the gate stats, the
+    KV cache). `middle`: the params `split_layers` cut for blocks l_start..l_end (default: `params`)."""
+    mixer = params["mixer"]
+    fused, stats = fuse(cfg, mixer, x, r, layout.control_flow, layout.positions)
+    out, cache = _middle(cfg, params if middle is None else middle, fused, layout, tokens, cache)
+    return out, update_cache(cfg, mixer, out, r, layout.control_flow), stats, cache
+
+
 def _fused_pass(cfg, params, x, r, layout, cache, tokens, middle=None, upper=None) -> Output:
     """From the stream entering l_start (x) and the cache each token sees (r): fuse, run blocks
     l_start..L-1 (through the KV cache when there is one), and return the logits with the next token's R.
     The last pass of every mode: Jacobi's final pass and each decoding step. `middle` / `upper`: the
     params `split_layers` cut for blocks l_start..l_end and l_end+1..L-1 (default: `params`)."""
-    l_end = cfg.layer_range[1]
-    mixer = params["mixer"]
-    fused, stats = fuse(cfg, mixer, x, r, layout.control_flow, layout.positions)
-    out, cache = _middle(cfg, params if middle is None else middle, fused, layout, tokens, cache)
-    m = update_cache(cfg, mixer, out, r, layout.control_flow)
+    out, m, stats, cache = _fused_middle(cfg, params, x, r, layout, tokens, cache, middle)
     upper = params if upper is None else upper
-    h, cache = layout_blocks(cfg, upper, out, l_end + 1, cfg.num_layers, layout, tokens, cache)
+    h, cache = layout_blocks(cfg, upper, out, cfg.layer_range[1] + 1, cfg.num_layers, layout, tokens, cache)
     return Output(head(cfg, params, h), m[:, -1], stats, _advance(cache, tokens))
+
+
+def _seen(recurrent_state: Float[Array, "B D"], positions: Int[Array, "B 1"], dtype) -> Float[Array, "B 1 D"]:
+    """The previous token's R as the one token of a step sees it: zero at a document start."""
+    return jnp.where((positions == 0)[..., None], 0.0, recurrent_state[:, None].astype(dtype))
 
 
 def relative_change(
@@ -142,9 +153,8 @@ def jacobi_forward(
 
     def refine(p, x, r):
         """One Jacobi pass: fuse R into the stream, run the middle block, update and shift the cache."""
-        fused, _ = fuse(cfg, p["mixer"], x, r, layout.control_flow, layout.positions)
-        out, _ = _middle(cfg, p, fused, layout, tokens)
-        return shift_right(update_cache(cfg, p["mixer"], out, r, layout.control_flow), layout.positions)
+        _, m, _, _ = _fused_middle(cfg, p, x, r, layout, tokens)
+        return shift_right(m, layout.positions)
 
     h0, _ = _middle(cfg, middle, x, layout, tokens)  # the unfused first pass
     r = shift_right(h0, layout.positions)  # R<1>: neither residual-added nor normalised
@@ -185,9 +195,10 @@ def decode_step(
     h = embed(cfg, params, tokens, cache)
     if cfg.recurrence is None:
         return _plain_pass(cfg, params, h, layout, cache, tokens, recurrent_state)
-    r = jnp.where((layout.positions == 0)[..., None], 0.0, recurrent_state[:, None].astype(h.dtype))
     x, cache = layout_blocks(cfg, params, h, 0, cfg.layer_range[0], layout, tokens, cache)
-    return _fused_pass(cfg, params, x, r, layout, cache, tokens)
+    return _fused_pass(
+        cfg, params, x, _seen(recurrent_state, layout.positions, h.dtype), layout, cache, tokens
+    )
 
 
 def exact_forward(
@@ -234,10 +245,8 @@ def exact_forward(
         if bptt is not None:  # copy j continues copy j-1's chain; copy 0 starts a fresh (detached) one
             r = r.reshape(copies, b, -1)
             r = jnp.concatenate([jax.lax.stop_gradient(r[:1]), r[:-1]]).reshape(copies * b, -1)
-        r = jnp.where((token_layout.positions == 0)[..., None], 0.0, r[:, None].astype(x.dtype))
-        fused, stats = fuse(cfg, params["mixer"], x, r, token_layout.control_flow, token_layout.positions)
-        out, cache = _middle(cfg, params, fused, token_layout, token, cache)
-        m = update_cache(cfg, params["mixer"], out, r, token_layout.control_flow)
+        r = _seen(r, token_layout.positions, x.dtype)
+        out, m, stats, cache = _fused_middle(cfg, params, x, r, token_layout, token, cache)
         return (m[:, -1], advance(cache, 1)), (out[:, 0], {k: v[:, 0] for k, v in stats.items()})
 
     start = cache.index
