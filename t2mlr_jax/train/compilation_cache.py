@@ -11,6 +11,9 @@ for it (jax 0.10.2, not reproducible alone); the main.py runs the tests start do
 from __future__ import annotations
 
 import os
+from typing import Any
+
+_COMPILED: dict[tuple, Any] = {}  # in-process: lowered program -> its executable
 
 DEFAULT = "auto"  # config.compilation_cache's default: USER_CACHE
 USER_CACHE = "~/.cache/t2mlr_jax/xla"
@@ -32,3 +35,36 @@ def enable_compilation_cache(path: str | None, min_compile_seconds: float = 1.0)
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", min_compile_seconds)
     return path
+
+
+def compile_in_process(lowered: Any, devices: Any, options: dict | None = None) -> Any:
+    """`lowered.compile(options)`, once per process for a program with the same text, argument and result
+    trees, `devices` (a mesh's, in order) and options: in-process runs of one config (a study's seeds and
+    rows, a test's trainings) share the executable rather than compiling it again. Nothing goes to disk."""
+    key = (
+        lowered.as_text(),
+        str(lowered.in_tree),
+        str(lowered.out_tree),
+        tuple(d.id for d in devices),
+        tuple(sorted((options or {}).items())),
+    )
+    if key not in _COMPILED:
+        _COMPILED[key] = lowered.compile(options)
+    return _COMPILED[key]
+
+
+def in_process(jitted: Any, devices: Any) -> Any:
+    """`jitted` (a jax.jit function) with its executables from `compile_in_process`: one per signature of
+    its arguments (tree, types, shardings), shared with every other run in the process."""
+    import jax
+
+    executables: dict[tuple, Any] = {}
+
+    def call(*args):
+        leaves, tree = jax.tree.flatten(args)
+        signature = (tree, *((jax.typeof(x), getattr(x, "sharding", None)) for x in leaves))
+        if signature not in executables:
+            executables[signature] = compile_in_process(jitted.lower(*args), devices)
+        return executables[signature](*args)
+
+    return call

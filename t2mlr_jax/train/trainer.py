@@ -49,6 +49,7 @@ from t2mlr_jax.storage.workdir import (
 )
 from t2mlr_jax.storage.workdir_lock import workdir_lock
 from t2mlr_jax.train import init_from, startup
+from t2mlr_jax.train.compilation_cache import compile_in_process, in_process
 from t2mlr_jax.train.data_source import DataSource, check_fits, check_generation
 from t2mlr_jax.train.eval import evaluate, evaluate_generation, make_eval_step, sampling_settings
 from t2mlr_jax.train.metrics_log import MetricsLog, json_safe
@@ -128,7 +129,9 @@ class Run:
         """A new state, initialised in place (already sharded), from config.init_from's weights if set."""
         loaded = self.start_weights and place(self.start_weights(), self.state_shardings.params)
         init = jax.jit(self.programs.init_state, out_shardings=self.state_shardings, donate_argnums=0)
-        return init.lower(loaded).compile(once_options(jax.default_backend()))(loaded)
+        seed = np.uint32(self.config.seed % 2**32)  # an argument: one program for every seed (its low bits)
+        options = once_options(jax.default_backend())
+        return compile_in_process(init.lower(loaded, seed), self.mesh.devices.flat, options)(loaded, seed)
 
     def restore_or_init(self, checkpointer: ckpt.Checkpointer | None) -> tuple[TrainState, Any]:
         """(state, its ckpt.Restored record): the latest checkpoint (corrupt ones set aside), or a fresh
@@ -279,7 +282,7 @@ def _train(run: Run, lead: bool) -> dict:
             traced = jitted.trace(run.abstract_state(), run.abstract_batch())
             if first:
                 startup.mark("trace")
-            compiled[sample] = traced.lower().compile()
+            compiled[sample] = compile_in_process(traced.lower(), run.mesh.devices.flat)
             if first:
                 startup.mark("compile")
         return compiled[sample]
@@ -299,8 +302,8 @@ def _train(run: Run, lead: bool) -> dict:
     iterator = run.data.train_iterator()
     if restored is not None:
         iterator.set_state(restored.data_state)
-    eval_step = make_eval_step(run.arch)
-    param_stats = jax.jit(run.arch.param_stats)
+    eval_step = in_process(make_eval_step(run.arch), run.mesh.devices.flat)
+    param_stats = in_process(jax.jit(run.arch.param_stats), run.mesh.devices.flat)
     started = time.time()
     profile = ProfileWindow(t.profile_steps, run.workdir / PROFILE)
     window: list[dict] = list(restored.log_window) if restored else []

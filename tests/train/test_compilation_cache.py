@@ -1,13 +1,22 @@
 """The persistent compilation cache: on by default ("auto": the user's cache directory), off when the
 path is empty, elsewhere when a directory is named, and yielding to one that is already configured. That
-a rerun reads every program from it: tests/test_main.py."""
+a rerun reads every program from it: tests/test_main.py. And the in-process one: runs in one process share
+their executables."""
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from t2mlr_jax.config.edit import config_module
+from t2mlr_jax.experiment import resolve
+from t2mlr_jax.train import compilation_cache
 from t2mlr_jax.train.compilation_cache import DEFAULT, USER_CACHE, enable_compilation_cache
+from t2mlr_jax.train.trainer import Run, restore_state, train
 from tests.experiments import ROOT
+from tests.faults.tiny_run import assert_same_state
+from tests.tiny import tiny_experiment
+from tests.train.tiny_task import tiny_source
 
 
 @pytest.fixture
@@ -29,3 +38,36 @@ def test_auto_is_the_user_cache_empty_is_off_and_a_named_directory_is_used(tmp_p
 
 def test_auto_is_the_user_cache(no_session_cache):
     assert enable_compilation_cache(DEFAULT).endswith(USER_CACHE.removeprefix("~"))
+
+
+@pytest.mark.slow
+def test_runs_in_one_process_share_their_programs_and_train_as_if_compiled_alone(tmp_path, monkeypatch):
+    """A second in-process run of one config with another seed compiles nothing new (its init takes the
+    seed as an argument; the train step, eval and statistics are the same programs) and ends in the state it
+    reaches with every program compiled afresh."""
+
+    def run(name: str, seed: int) -> Run:
+        config = tiny_experiment("transformer", steps=2, eval_every=2)
+        config.seed = seed
+        return Run(resolve(config), tmp_path / name, tiny_source(), "transformer")
+
+    monkeypatch.setattr(compilation_cache, "_COMPILED", {})  # none from the tests before
+    train(run("a", 0))
+    programs = dict(compilation_cache._COMPILED)
+    train(run("b", 1))
+    assert compilation_cache._COMPILED.keys() == programs.keys()
+    monkeypatch.setattr(compilation_cache, "_COMPILED", {})
+    train(run("c", 1))
+    assert compilation_cache._COMPILED.keys() == programs.keys()  # the same programs, compiled again
+    assert_same_state(restore_state(run("b", 1))[0], restore_state(run("c", 1))[0])
+    a, b = restore_state(run("a", 0))[0], restore_state(run("b", 1))[0]
+    assert not np.array_equal(a.params["embed_tokens"], b.params["embed_tokens"])  # each seed its own weights
+
+
+def test_in_process_compiles_once_per_argument_signature():
+    f = compilation_cache.in_process(jax.jit(lambda x, y: x * y), jax.devices()[:1])
+    before = len(compilation_cache._COMPILED)
+    assert float(f(jnp.float32(2), jnp.float32(3))) == 6.0
+    assert f(jnp.ones(3), jnp.float32(3)).tolist() == [3.0, 3.0, 3.0]  # another shape: another program
+    assert float(f(jnp.float32(4), jnp.float32(5))) == 20.0  # the first one's
+    assert len(compilation_cache._COMPILED) == before + 2
