@@ -6,14 +6,20 @@ instead of compiling them again. On this repo's 2-core CPU it takes the first st
 On by default ("auto": USER_CACHE) on every backend. Programs that compile in under a second are not
 kept (compiling them again is as quick). The test suite's pytest workers keep none (tests/conftest.py):
 twice a worker, compiling thousands of programs, aborted inside XLA while serialising a CPU executable
-for it (jax 0.10.2, not reproducible alone); the main.py runs the tests start do keep one."""
+for it (jax 0.10.2, not reproducible alone); the main.py runs the tests start do keep one.
+
+And in memory (`compile_in_process`): runs in one process (a study's seeds, the tests') share one
+executable per program instead of compiling it again."""
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 _COMPILED: dict[tuple, Any] = {}  # in-process: lowered program -> its executable
+# a host callback's custom call names only its index in the program's own list of Python functions
+_CALLBACK = re.compile(r"@\w*python\w*callback")
 
 DEFAULT = "auto"  # config.compilation_cache's default: USER_CACHE
 USER_CACHE = "~/.cache/t2mlr_jax/xla"
@@ -38,12 +44,20 @@ def enable_compilation_cache(path: str | None, min_compile_seconds: float = 1.0)
 
 
 def compile_in_process(lowered: Any, devices: Any, options: dict | None = None) -> Any:
-    """`lowered.compile(options)`, once per process for a program with the same text, argument and result
-    trees, `devices` (a mesh's, in order) and options: in-process runs of one config (a study's seeds and
-    rows, a test's trainings) share the executable rather than compiling it again. Nothing goes to disk."""
+    """`lowered.compile(options)`, once per process for a program with the same text, arguments, result
+    tree, `devices` (a mesh's, in order) and options: in-process runs of one config (a study's seeds and
+    rows, a test's trainings) share the executable rather than compiling it again. Nothing goes to disk.
+    A program that calls back into Python is compiled every time: its text does not say which function."""
+    import jax
+
+    text = lowered.as_text()
+    if _CALLBACK.search(text):
+        return lowered.compile(options)
+    args = jax.tree.leaves(lowered.args_info)  # all: the text leaves out those the program never reads
     key = (
-        lowered.as_text(),
+        text,
         str(lowered.in_tree),
+        tuple((a.shape, str(a.dtype), a.donated) for a in args),
         str(lowered.out_tree),
         tuple(d.id for d in devices),
         tuple(sorted((options or {}).items())),

@@ -71,3 +71,24 @@ def test_in_process_compiles_once_per_argument_signature():
     assert f(jnp.ones(3), jnp.float32(3)).tolist() == [3.0, 3.0, 3.0]  # another shape: another program
     assert float(f(jnp.float32(4), jnp.float32(5))) == 20.0  # the first one's
     assert len(compilation_cache._COMPILED) == before + 2
+    # the same text (an argument the program never reads is left out of it), other arguments: not shared
+    for unused in (jnp.ones(3), jnp.ones(4)):
+        g = compilation_cache.in_process(jax.jit(lambda x, y: x + 1), jax.devices()[:1])
+        assert float(g(jnp.float32(1), unused)) == 2.0
+
+
+def test_a_program_calling_back_into_python_is_never_shared():
+    """Its text names the callback only by an index: two such programs share nothing."""
+    seen = []
+
+    def program(tag):
+        def f(x):
+            jax.debug.callback(lambda v: seen.append(tag), x)
+            return x
+
+        return compilation_cache.in_process(jax.jit(f), jax.devices()[:1])
+
+    program("a")(jnp.ones(()))
+    program("b")(jnp.ones(()))
+    jax.effects_barrier()
+    assert seen == ["a", "b"]
