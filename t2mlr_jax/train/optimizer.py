@@ -168,7 +168,8 @@ OPTIMIZERS = Registry("optimizer")
 
 
 def register_optimizer(name: str, build: Callable, settings: type | None = None) -> None:
-    """Register `build(optimizer section, specs, schedule) -> optax.GradientTransformation` under `name`;
+    """Register `build(optimizer section, specs, schedule, total_steps) -> optax.GradientTransformation`
+    under `name`;
     `settings`, a frozen dataclass, becomes its section optimizer.<name>."""
     _register(OPTIMIZERS, name, build, settings)
 
@@ -181,7 +182,9 @@ class AdamW:
     weight_decay: float = 0.01  # decoupled, on the kinds that decay
 
 
-def adamw(opt: Optimizer, specs: dict, schedule: optax.Schedule) -> optax.GradientTransformation:
+def adamw(
+    opt: Optimizer, specs: dict, schedule: optax.Schedule, total_steps: int
+) -> optax.GradientTransformation:
     """AdamW with decoupled decay on the parameters whose kind decays."""
     a = opt.adamw
     return optax.adamw(
@@ -213,6 +216,7 @@ SKIP_BETAS = (0.96, 0.95)  # the x0 lambdas (kind "skip")
 RESIDUAL_LR_SCALE = 0.01  # the resid lambdas (kind "residual"): scalar_lr x 0.01
 NS_STEPS = 5  # Newton-Schulz steps (optax's default; nanochat's Polar Express table is fitted for 5)
 MUON_VARIANTS = ("optax", "nanochat")  # optimizer.muon.variant
+DECAY_SCHEDULES = ("constant", "linear")  # optimizer.muon.decay_schedule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,11 +244,15 @@ class Muon:
     # (its MuonAdamW's: Polar Express, NorMuon, cautious decay; `muon`'s docstring has the differences)
     variant: str = "optax"
     beta2: float = 0.95  # the nanochat variant's NorMuon second-moment decay (setup_optimizer's)
+    # the matrices' decay over the run: "constant", or "linear" to 0 at train.steps (weight_decay x
+    # (1 - step / steps), nanochat base_train's get_weight_decay), besides the lr's schedule
+    decay_schedule: str = "constant"
 
     def __post_init__(self):
         non_negative_rates("optimizer.muon", self)
         one_of("optimizer.muon.ns_dtype", self.ns_dtype, NS_DTYPES)
         one_of("optimizer.muon.variant", self.variant, MUON_VARIANTS)
+        one_of("optimizer.muon.decay_schedule", self.decay_schedule, DECAY_SCHEDULES)
         for field in ("momentum_start", "momentum_end", "b1", "b2", "beta2"):
             if not 0.0 <= float(getattr(self, field)) < 1.0:
                 raise ValueError(f"optimizer.muon.{field} must be in [0, 1), got {getattr(self, field)}")
@@ -262,6 +270,7 @@ MUON_RECIPE = {
     "optimizer.muon.b2": 0.95,
     "optimizer.muon.weight_decay": 0.2,
     "optimizer.muon.variant": "nanochat",
+    "optimizer.muon.decay_schedule": "linear",
     "optimizer.schedule": "linear_decay",
     "optimizer.warmup_ratio": 0.0,
     "optimizer.min_lr_ratio": 0.0,
@@ -396,22 +405,32 @@ def scale_by_muon(m: Muon, specs: dict) -> optax.GradientTransformation:
     return optax.chain(_orthogonalise(m, specs), _shape_scaled(specs))
 
 
-def cautious_weight_decay(weight_decay: float) -> optax.GradientTransformation:
+def cautious_weight_decay(weight_decay: float | optax.Schedule) -> optax.GradientTransformation:
     """nanochat's "cautious" decay: u + weight_decay x p only where u x p >= 0, i.e. where the step (-lr u)
-    already moves the weight towards 0; elsewhere u alone."""
+    already moves the weight towards 0; elsewhere u alone. A schedule is read at the update's count (its
+    state, as optax.add_decayed_weights keeps one for a schedule)."""
+    scheduled = callable(weight_decay)
+
+    def init(params):
+        return optax.ScaleByScheduleState(jnp.zeros([], jnp.int32)) if scheduled else optax.EmptyState()
 
     def update(updates, state, params):
-        decayed = lambda u, p: jnp.where(u * p >= 0, u + weight_decay * p, u)
-        return jax.tree.map(decayed, updates, params), state
+        rate = weight_decay(state.count) if scheduled else weight_decay
+        decayed = lambda u, p: jnp.where(u * p >= 0, u + rate * p, u)
+        new_state = optax.ScaleByScheduleState(optax.safe_increment(state.count)) if scheduled else state
+        return jax.tree.map(decayed, updates, params), new_state
 
-    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+    return optax.GradientTransformation(init, update)
 
 
-def muon_matrix_update(m: Muon, specs: dict) -> list[optax.GradientTransformation]:
+def muon_matrix_update(m: Muon, specs: dict, total_steps: int) -> list[optax.GradientTransformation]:
     """The muon group's transforms before its lr: "optax": `scale_by_muon`, then plain decoupled decay
     `muon_weight_decay` x p (the chain, and so the state, this group has always had); "nanochat": its step,
-    cautious decay, then the shape scale (nanochat's lr x sqrt(max(1, rows / cols)) scales its decay too)."""
+    cautious decay, then the shape scale (nanochat's lr x sqrt(max(1, rows / cols)) scales its decay too).
+    decay_schedule "linear": the decay at update n (from 0) is x (1 - n / total_steps)."""
     decay = muon_weight_decay(m, specs)
+    if decay and m.decay_schedule == "linear":
+        decay = optax.linear_schedule(decay, 0.0, max(int(total_steps), 1))
     if m.variant == "nanochat":
         return [
             _orthogonalise(m, specs),
@@ -421,7 +440,9 @@ def muon_matrix_update(m: Muon, specs: dict) -> list[optax.GradientTransformatio
     return [scale_by_muon(m, specs), *([optax.add_decayed_weights(decay)] if decay else [])]
 
 
-def muon(opt: Optimizer, specs: dict, schedule: optax.Schedule) -> optax.GradientTransformation:
+def muon(
+    opt: Optimizer, specs: dict, schedule: optax.Schedule, total_steps: int
+) -> optax.GradientTransformation:
     """nanochat's MuonAdamW. Groups by kind (`MUON_GROUPS`): matrix -> Muon (`muon_matrix_update`, its
     decay `muon_weight_decay` x lr); embedding, head, scalar (+ norm, bias, gate), residual, skip -> Adam
     (betas b1, b2; skip (0.96, 0.95); eps 1e-10; no decay), each at its lr from `muon_group_lrs` x the
@@ -430,9 +451,10 @@ def muon(opt: Optimizer, specs: dict, schedule: optax.Schedule) -> optax.Gradien
     optimizer.muon.variant "nanochat" (`MUON_RECIPE`'s) is nanochat's step: Nesterov momentum without bias
     correction, Polar Express on x / (|x|_F * 1.02 + 1e-6), NorMuon (optimizer.muon.beta2) and cautious
     decay, decay included in the shape scale (tests/train/test_stacked_muon.py checks it against the
-    release's own MuonAdamW). Differences from nanochat: its Newton-Schulz rounds every product to bf16, ours
-    accumulates in fp32 and rounds the iterate once a step (ns_dtype); its decay anneals as
-    (1 - step / steps) besides the lr (base_train's get_weight_decay), ours with the lr only.
+    release's own MuonAdamW); with decay_schedule "linear" (`MUON_RECIPE`'s) the decay anneals as
+    (1 - step / steps) besides the lr, as base_train's get_weight_decay does. Differences from nanochat: its
+    Newton-Schulz rounds every product to bf16, ours accumulates in fp32 and rounds the iterate once a step
+    (ns_dtype).
     Differences of the "optax" variant (the dataclass default, the state of earlier checkpoints): optax's
     Nesterov momentum is bias-corrected, the Newton-Schulz uses optax's quintic coefficients on
     x / (|x|_F + 1e-8), no variance reduction, and the decay is plain decoupled decay after the shape
@@ -449,7 +471,7 @@ def muon(opt: Optimizer, specs: dict, schedule: optax.Schedule) -> optax.Gradien
     for group, lr in muon_group_lrs(opt.muon, specs).items():
         group_lr = lambda step, lr=lr: lr * schedule(step) / peak
         if group == "muon":
-            parts = muon_matrix_update(opt.muon, specs)
+            parts = muon_matrix_update(opt.muon, specs, total_steps)
             transforms[group] = optax.chain(*parts, optax.scale_by_learning_rate(group_lr))
         else:
             b1, b2 = SKIP_BETAS if group == "skip" else (float(opt.muon.b1), float(opt.muon.b2))
@@ -513,7 +535,8 @@ def make_optimizer(opt: Optimizer, specs: dict, total_steps: int) -> optax.Gradi
     parts = [*freeze]
     if opt.grad_clip:
         parts.append(clip_by_global_norm(float(opt.grad_clip), norm_given=not freeze))  # frozen: not in it
-    parts.append(skip_unused(build(opt, specs, make_schedule(opt, total_steps)), norms_given=not freeze))
+    inner = build(opt, specs, make_schedule(opt, total_steps), total_steps)
+    parts.append(skip_unused(inner, norms_given=not freeze))
     if opt.gate_lr_multiplier != 1.0:
         parts.append(_scale_by_tree(lr_multipliers(specs, float(opt.gate_lr_multiplier))))
     return optax.chain(*parts, *freeze)

@@ -13,7 +13,10 @@ from t2mlr_jax.experiment import experiment, resolve
 from t2mlr_jax.model.params import param_specs
 from t2mlr_jax.model.spec import ParamSpec, freeze, init_from_specs, normal, ones
 from t2mlr_jax.train.optimizer import (
+    MUON_RECIPE,
     OPTIMIZERS,
+    Muon,
+    cautious_weight_decay,
     clip_by_global_norm,
     decay_mask,
     frozen_mask,
@@ -94,7 +97,10 @@ class Signed:
 def test_a_new_optimizer_brings_its_own_settings_section():
     """Registering an optimizer with a settings dataclass is all it takes: its section optimizer.<name> is
     in every config built after, edited and checked like any other, and read by its builder."""
-    signed = lambda o, specs, schedule: optax.chain(optax.scale_by_sign(), optax.scale(-o.signed.scale))
+
+    def signed(o, specs, schedule, total_steps):
+        return optax.chain(optax.scale_by_sign(), optax.scale(-o.signed.scale))
+
     register_optimizer("signed", signed, Signed)
     try:
         config = experiment(name="unit", model=task_model(), data={"task": "s5_retrieval"})
@@ -251,3 +257,22 @@ def test_an_unused_parameter_keeps_its_state_whichever_way_use_is_told(name):
         if np.shape(a) == params["bias"].shape
     ]
     assert moved and not any(moved)  # the bias's moments as they were
+
+
+def test_cautious_decay_on_a_schedule_anneals_as_nanochats_base_train():
+    """decay_schedule "linear": at update n the decay is weight_decay x (1 - n / steps) (base_train's
+    get_weight_decay), 0 from the last step on, applied only where u x p >= 0; constant: weight_decay
+    throughout, with no state. MUON_RECIPE anneals."""
+    p, u = {"w": jnp.array([1.0, -1.0, 2.0])}, {"w": jnp.array([1.0, 1.0, 0.0])}
+    for schedule, rate in (("linear", lambda n: 0.5 * max(0.0, 1 - n / 4)), ("constant", lambda n: 0.5)):
+        decay = optax.linear_schedule(0.5, 0.0, 4) if schedule == "linear" else 0.5
+        tx = cautious_weight_decay(decay)
+        state = tx.init(p)
+        assert (schedule == "constant") == isinstance(state, optax.EmptyState)
+        for n in range(6):
+            out, state = tx.update(u, state, p)
+            expected = [1 + rate(n), 1.0, 2 * rate(n)]  # the second: u x p < 0, never decayed
+            np.testing.assert_allclose(out["w"], expected, rtol=1e-6, err_msg=f"{schedule}, update {n}")
+    assert MUON_RECIPE["optimizer.muon.decay_schedule"] == "linear"
+    with pytest.raises(ValueError, match="optimizer.muon.decay_schedule must be one of"):
+        Muon(decay_schedule="cosine")
