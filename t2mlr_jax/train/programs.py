@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Hashable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -79,9 +78,8 @@ class Programs:
             spec_axes(self.arch.specs), self.state_shapes.params, self.mesh, self.config.mesh.zero
         )
 
-    def init_state(self, loaded: dict | None = None, seed: Any = None) -> TrainState:
-        """The state at step 0 from config.seed, or `seed` (an int or a traced uint32)."""
-        return init_state(self.arch, self.optimizer, self.config.seed if seed is None else seed, loaded)
+    def init_state(self, loaded: dict | None = None) -> TrainState:
+        return init_state(self.arch, self.optimizer, self.config.seed, loaded)
 
     def abstract_state(self) -> TrainState:
         """The state's shapes with this mesh's shardings (restoring onto them reshards a checkpoint saved

@@ -37,15 +37,11 @@ class TrainState(NamedTuple):
 
 
 def init_state(
-    arch: Architecture,
-    optimizer: optax.GradientTransformation,
-    seed: int | jax.Array,
-    loaded: dict | None = None,
+    arch: Architecture, optimizer: optax.GradientTransformation, seed: int, loaded: dict | None = None
 ) -> TrainState:
-    """The state at step 0 (`seed` an int or a traced one: PRNGKey draws the same from both). `loaded`
-    (config.init_from's weights, already on device) replaces the fresh entries of the same name; passed as
-    an argument, not closed over, so it is not compiled into the function as constants, and under jit the
-    draws it replaces are never computed."""
+    """The state at step 0. `loaded` (config.init_from's weights, already on device) replaces the fresh
+    entries of the same name; passed as an argument, not closed over, so it is not compiled into the
+    function as constants, and under jit the draws it replaces are never computed."""
     init_key, rng = jax.random.split(jax.random.PRNGKey(seed))
     params = {**arch.init(init_key), **(loaded or {})}
     return TrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), rng, arch.init_model_state())

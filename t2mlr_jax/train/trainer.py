@@ -129,9 +129,8 @@ class Run:
         """A new state, initialised in place (already sharded), from config.init_from's weights if set."""
         loaded = self.start_weights and place(self.start_weights(), self.state_shardings.params)
         init = jax.jit(self.programs.init_state, out_shardings=self.state_shardings, donate_argnums=0)
-        seed = np.uint32(self.config.seed % 2**32)  # an argument: one program for every seed (its low bits)
         options = once_options(jax.default_backend())
-        return compile_in_process(init.lower(loaded, seed), self.mesh.devices.flat, options)(loaded, seed)
+        return compile_in_process(init.lower(loaded), self.mesh.devices.flat, options)(loaded)
 
     def restore_or_init(self, checkpointer: ckpt.Checkpointer | None) -> tuple[TrainState, Any]:
         """(state, its ckpt.Restored record): the latest checkpoint (corrupt ones set aside), or a fresh

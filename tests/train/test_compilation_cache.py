@@ -42,9 +42,9 @@ def test_auto_is_the_user_cache(no_session_cache):
 
 @pytest.mark.slow
 def test_runs_in_one_process_share_their_programs_and_train_as_if_compiled_alone(tmp_path, monkeypatch):
-    """A second in-process run of one config with another seed compiles nothing new (its init takes the
-    seed as an argument; the train step, eval and statistics are the same programs) and ends in the state it
-    reaches with every program compiled afresh."""
+    """A second in-process run of one config with another seed compiles only its init (the seed is a
+    constant of that program: drawn as every run before was; the train step, eval and statistics are the
+    same programs) and ends in the state it reaches with every program compiled afresh."""
 
     def run(name: str, seed: int) -> Run:
         config = tiny_experiment("transformer", steps=2, eval_every=2)
@@ -55,10 +55,12 @@ def test_runs_in_one_process_share_their_programs_and_train_as_if_compiled_alone
     train(run("a", 0))
     programs = dict(compilation_cache._COMPILED)
     train(run("b", 1))
-    assert compilation_cache._COMPILED.keys() == programs.keys()
+    assert len(compilation_cache._COMPILED.keys() - programs.keys()) == 1  # seed 1's init
+    shared = set(compilation_cache._COMPILED)
     monkeypatch.setattr(compilation_cache, "_COMPILED", {})
     train(run("c", 1))
-    assert compilation_cache._COMPILED.keys() == programs.keys()  # the same programs, compiled again
+    again = compilation_cache._COMPILED.keys()
+    assert again <= shared and len(again) == len(programs)  # the same programs, compiled again
     assert_same_state(restore_state(run("b", 1))[0], restore_state(run("c", 1))[0])
     a, b = restore_state(run("a", 0))[0], restore_state(run("b", 1))[0]
     assert not np.array_equal(a.params["embed_tokens"], b.params["embed_tokens"])  # each seed its own weights
