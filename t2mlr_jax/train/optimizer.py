@@ -169,8 +169,7 @@ OPTIMIZERS = Registry("optimizer")
 
 def register_optimizer(name: str, build: Callable, settings: type | None = None) -> None:
     """Register `build(optimizer section, specs, schedule, total_steps) -> optax.GradientTransformation`
-    under `name`;
-    `settings`, a frozen dataclass, becomes its section optimizer.<name>."""
+    under `name`; `settings`, a frozen dataclass, becomes its section optimizer.<name>."""
     _register(OPTIMIZERS, name, build, settings)
 
 
