@@ -17,7 +17,9 @@ import os
 import re
 from typing import Any
 
-_COMPILED: dict[tuple, Any] = {}  # in-process: lowered program -> its executable
+_COMPILED: dict[tuple, Any] = {}  # in-process: lowered program -> its executable, least recently used first
+# the executables kept: each holds its compiled code mapped in memory (a test worker runs thousands)
+KEEP = 64
 # a host callback's custom call names only its index in the program's own list of Python functions
 _CALLBACK = re.compile(r"@\w*python\w*callback")
 
@@ -46,8 +48,9 @@ def enable_compilation_cache(path: str | None, min_compile_seconds: float = 1.0)
 def compile_in_process(lowered: Any, devices: Any, options: dict | None = None) -> Any:
     """`lowered.compile(options)`, once per process for a program with the same text, arguments, result
     tree, `devices` (a mesh's, in order) and options: in-process runs of one config (a study's seeds and
-    rows, a test's trainings) share the executable rather than compiling it again. Nothing goes to disk.
-    A program that calls back into Python is compiled every time: its text does not say which function."""
+    rows, a test's trainings) share the executable rather than compiling it again. Nothing goes to disk;
+    the `KEEP` most recently used are kept. A program that calls back into Python is compiled every time:
+    its text does not say which function."""
     import jax
 
     text = lowered.as_text()
@@ -62,9 +65,11 @@ def compile_in_process(lowered: Any, devices: Any, options: dict | None = None) 
         tuple(d.id for d in devices),
         tuple(sorted((options or {}).items())),
     )
-    if key not in _COMPILED:
-        _COMPILED[key] = lowered.compile(options)
-    return _COMPILED[key]
+    executable = _COMPILED.pop(key, None) or lowered.compile(options)
+    _COMPILED[key] = executable  # now the most recently used
+    while len(_COMPILED) > KEEP:
+        del _COMPILED[next(iter(_COMPILED))]
+    return executable
 
 
 def in_process(jitted: Any, devices: Any) -> Any:

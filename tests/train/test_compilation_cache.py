@@ -72,7 +72,7 @@ def test_in_process_compiles_once_per_argument_signature():
     assert float(f(jnp.float32(2), jnp.float32(3))) == 6.0
     assert f(jnp.ones(3), jnp.float32(3)).tolist() == [3.0, 3.0, 3.0]  # another shape: another program
     assert float(f(jnp.float32(4), jnp.float32(5))) == 20.0  # the first one's
-    assert len(compilation_cache._COMPILED) == before + 2
+    assert len(compilation_cache._COMPILED) == min(before + 2, compilation_cache.KEEP)
     # the same text (an argument the program never reads is left out of it), other arguments: not shared
     for unused in (jnp.ones(3), jnp.ones(4)):
         g = compilation_cache.in_process(jax.jit(lambda x, y: x + 1), jax.devices()[:1])
@@ -94,3 +94,15 @@ def test_a_program_calling_back_into_python_is_never_shared():
     program("b")(jnp.ones(()))
     jax.effects_barrier()
     assert seen == ["a", "b"]
+
+
+def test_only_the_most_recently_used_executables_are_kept(monkeypatch):
+    monkeypatch.setattr(compilation_cache, "_COMPILED", {})
+    monkeypatch.setattr(compilation_cache, "KEEP", 2)
+    lowered = [jax.jit(lambda x: x + 1).lower(jnp.ones(n)) for n in (1, 2, 3)]
+    keep = lambda i: compilation_cache.compile_in_process(lowered[i], jax.devices()[:1])
+    first, _ = keep(0), keep(1)
+    assert keep(0) is first  # used again: the second is now the oldest
+    keep(2)
+    assert len(compilation_cache._COMPILED) == 2 and keep(0) is first
+    assert keep(1) is not None and len(compilation_cache._COMPILED) == 2  # the second compiled again
