@@ -65,7 +65,9 @@ def compile_in_process(lowered: Any, devices: Any, options: dict | None = None) 
         tuple(d.id for d in devices),
         tuple(sorted((options or {}).items())),
     )
-    executable = _COMPILED.pop(key, None) or lowered.compile(options)
+    executable = _COMPILED.pop(key, None)
+    if executable is None:
+        executable = lowered.compile(options)
     _COMPILED[key] = executable  # now the most recently used
     while len(_COMPILED) > KEEP:
         del _COMPILED[next(iter(_COMPILED))]

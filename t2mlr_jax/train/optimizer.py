@@ -343,6 +343,15 @@ def muon_weight_decay(m: Muon, specs: dict) -> float:
     return float(m.weight_decay) * (REFERENCE_DEPTH / (m.decay_depth or muon_depth(specs))) ** 2
 
 
+def muon_decay(m: Muon, specs: dict, total_steps: int) -> float | optax.Schedule:
+    """`muon_weight_decay` over the run, as decay_schedule says: constant, or "linear": x (1 - n /
+    total_steps) at update n (from 0), 0 from total_steps on."""
+    decay = muon_weight_decay(m, specs)
+    if decay and m.decay_schedule == "linear":
+        return optax.linear_schedule(decay, 0.0, max(int(total_steps), 1))
+    return decay
+
+
 def momentum_schedule(m: Muon) -> optax.Schedule:
     """Muon's momentum: linear from momentum_start to momentum_end over momentum_warmup_steps, then flat."""
     start, end, steps = float(m.momentum_start), float(m.momentum_end), int(m.momentum_warmup_steps)
@@ -426,10 +435,8 @@ def muon_matrix_update(m: Muon, specs: dict, total_steps: int) -> list[optax.Gra
     """The muon group's transforms before its lr: "optax": `scale_by_muon`, then plain decoupled decay
     `muon_weight_decay` x p (the chain, and so the state, this group has always had); "nanochat": its step,
     cautious decay, then the shape scale (nanochat's lr x sqrt(max(1, rows / cols)) scales its decay too).
-    decay_schedule "linear": the decay at update n (from 0) is x (1 - n / total_steps)."""
-    decay = muon_weight_decay(m, specs)
-    if decay and m.decay_schedule == "linear":
-        decay = optax.linear_schedule(decay, 0.0, max(int(total_steps), 1))
+    Either decays as `muon_decay` says."""
+    decay = muon_decay(m, specs, total_steps)
     if m.variant == "nanochat":
         return [
             _orthogonalise(m, specs),

@@ -23,6 +23,7 @@ from t2mlr_jax.train.optimizer import (
     lr_multipliers,
     make_optimizer,
     make_schedule,
+    muon_decay,
     register_optimizer,
 )
 from tests.tiny import PINNED_MUON, pinned_optimizer, task_model
@@ -265,8 +266,8 @@ def test_cautious_decay_on_a_schedule_anneals_as_nanochats_base_train():
     throughout, with no state. MUON_RECIPE anneals."""
     p, u = {"w": jnp.array([1.0, -1.0, 2.0])}, {"w": jnp.array([1.0, 1.0, 0.0])}
     for schedule, rate in (("linear", lambda n: 0.5 * max(0.0, 1 - n / 4)), ("constant", lambda n: 0.5)):
-        decay = optax.linear_schedule(0.5, 0.0, 4) if schedule == "linear" else 0.5
-        tx = cautious_weight_decay(decay)
+        settings = Muon(weight_decay=0.5, decay_depth=12, decay_schedule=schedule)  # 12: the decay as given
+        tx = cautious_weight_decay(muon_decay(settings, SPECS, total_steps=4))
         state = tx.init(p)
         assert (schedule == "constant") == isinstance(state, optax.EmptyState)
         for n in range(6):
