@@ -18,7 +18,8 @@ import re
 from typing import Any
 
 _COMPILED: dict[tuple, Any] = {}  # in-process: lowered program -> its executable, least recently used first
-# the executables kept: each holds its compiled code mapped in memory (a test worker runs thousands)
+# the executables kept: each holds its compiled code in memory, and a long process (a sweep over many
+# configs) need not hold every one it ran; a test worker passes ~40-110 programs through this cache
 KEEP = 64
 # a host callback's custom call names only its index in the program's own list of Python functions
 _CALLBACK = re.compile(r"@\w*python\w*callback")
