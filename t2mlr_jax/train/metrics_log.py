@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +24,24 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
+
+
+@functools.cache
+def _tensorboardx() -> tuple[type, type, type]:
+    """(EventsWriter, Event, Summary). tensorboardX's package imports torch where it is installed, only to
+    name torch.Tensor in type hints: 1.4 s of a run's first write here. A torch not yet imported is kept out
+    while it loads (importing a `None` in sys.modules fails), and a later import gets the real one."""
+    blocked = "torch" not in sys.modules
+    if blocked:
+        sys.modules["torch"] = None
+    try:
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event
+        from tensorboardX.proto.summary_pb2 import Summary
+    finally:
+        if blocked:
+            del sys.modules["torch"]
+    return EventsWriter, Event, Summary
 
 
 def _truncate(path: Path, last_step: int) -> None:
@@ -57,14 +77,13 @@ class MetricsLog:
         self._jsonl = open(self.jsonl_path, "a")
         self._tensorboard = workdir / "tensorboard"
         self._tensorboard.mkdir(exist_ok=True)
-        self._events = None  # opened at the first write: importing tensorboardX imports torch if installed
+        self._events = None  # opened at the first write
 
     def _event_writer(self):
-        from tensorboardX.event_file_writer import EventsWriter
-
+        events_writer, _, _ = _tensorboardx()
         # A new event file per session, so a resumed run keeps the earlier ones. tensorboardX names it by
         # the second and opens it for writing: the suffix keeps two sessions of one second apart.
-        return EventsWriter(str(self._tensorboard / "events"), f".{time.monotonic_ns()}")
+        return events_writer(str(self._tensorboard / "events"), f".{time.monotonic_ns()}")
 
     def write(self, step: int, split: str, metrics: Mapping[str, Any]) -> None:
         if not self.active:
@@ -83,9 +102,7 @@ class MetricsLog:
         self._jsonl.flush()
         # Finite values only (metrics.jsonl keeps the rest). EventsWriter writes and fsyncs here, unlike
         # SummaryWriter's background queue: a killed run keeps every call.
-        from tensorboardX.proto.event_pb2 import Event
-        from tensorboardX.proto.summary_pb2 import Summary
-
+        _, Event, Summary = _tensorboardx()
         self._events = self._events or self._event_writer()
         values = [
             Summary.Value(tag=f"{split}/{k}", simple_value=v) for k, v in scalars.items() if math.isfinite(v)

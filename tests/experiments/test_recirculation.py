@@ -97,13 +97,12 @@ def test_main_train_mode_hands_recirculation_to_the_sweep(tmp_path, monkeypatch,
     handed over."""
     import main as framework
 
-    assert STUDIES.get("recirculation") is sweep.run_sweep  # the sweep is registered
     calls = []
 
     def fake(config, workdir):
         calls.append((config, workdir))
 
-    monkeypatch.setitem(STUDIES._entries, "recirculation", fake)
+    monkeypatch.setattr(sweep, "run_sweep", fake)  # what the registered study runs, imported when it runs
     workdir = tmp_path / "sweep"
     config_file = f"--config={ROOT / 'configs' / 'recirculation.py'}:cpu"
     run_main(
@@ -113,7 +112,7 @@ def test_main_train_mode_hands_recirculation_to_the_sweep(tmp_path, monkeypatch,
     assert (config.arch, config.recirculation.sweep_stride, config.eval.window) == ("recirculation", 3, 256)
     assert given == workdir and not workdir.exists()
     assert f"recirculation has nothing to train: running its sweep into {workdir}" in capsys.readouterr().out
-    assert framework._training_free(config) is fake
+    assert framework._training_free(config) is STUDIES.get("recirculation")
     adaptive = config.replace(arch="recirculation_adaptive")  # trains its MLP with the trainer
     assert framework._training_free(adaptive) is None
 

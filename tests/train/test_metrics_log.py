@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 
 import pytest
 from tbparse import SummaryReader
@@ -44,3 +46,17 @@ def test_a_resumed_session_adds_an_event_file_and_keeps_the_earlier_one(tmp_path
     assert sorted(zip(frame.step, frame.value, strict=True)) == [(1, 3.0), (2, 2.0), (2, 2.5)]
     steps = [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]  # the JSONL is the record: steps after the checkpoint are not repeated
+
+
+def test_writing_events_does_not_import_torch(tmp_path):
+    """tensorboardX's package would import torch (installed here) for its type hints: 1.4 s of every run.
+    A fresh interpreter writes its events without it, and can still import torch afterwards."""
+    script = (
+        "import sys; from pathlib import Path; from t2mlr_jax.train.metrics_log import MetricsLog\n"
+        f"log = MetricsLog(Path({str(tmp_path)!r})); log.write(1, 'train', {{'loss': 2.0}}); log.close()\n"
+        "print('torch' in sys.modules)\n"
+        "import torch; print(torch.ones(1).item())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "1.0"]
+    assert _scalars(tmp_path) == {(1, "train/loss"): 2.0}
