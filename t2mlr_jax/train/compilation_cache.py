@@ -19,7 +19,7 @@ from typing import Any
 
 _COMPILED: dict[tuple, Any] = {}  # in-process: lowered program -> its executable, least recently used first
 # the executables kept: each holds its compiled code in memory, and a long process (a sweep over many
-# configs) need not hold every one it ran; a test worker passes ~40-110 programs through this cache
+# configs) need not hold every one it ran; a test worker asks for 35-110, ~30-36 of them distinct
 KEEP = 64
 # a host callback's custom call names only its index in the program's own list of Python functions
 _CALLBACK = re.compile(r"@\w*python\w*callback")
