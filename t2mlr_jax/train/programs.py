@@ -79,6 +79,7 @@ class Programs:
         )
 
     def init_state(self, loaded: dict | None = None) -> TrainState:
+        """The state at step 0 from config.seed; `loaded`: config.init_from's weights."""
         return init_state(self.arch, self.optimizer, self.config.seed, loaded)
 
     def abstract_state(self) -> TrainState:
